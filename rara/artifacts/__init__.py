@@ -1,0 +1,1 @@
+"""Content-addressed artifacts (sha256)."""

@@ -1,0 +1,372 @@
+-- Every statement the rara runtime runs, each under a name (loaded by aiosql, see
+-- rara/pg/queries.py). Named object first, then verb: `step_lease`, `run_cancel`.
+-- Suffixes (aiosql): ^ one row, $ one value, ! no result; none: all rows.
+-- Every write of an attempt after its lease is fenced by (id, leased_by, lease_token,
+-- status = 'running'): zero rows means the lease is lost and the caller must stop.
+
+-- =============================================================================================
+-- Definitions
+
+-- name: definition_upsert_name!
+INSERT INTO rara_definitions (name) VALUES (:name)
+ON CONFLICT (name) DO UPDATE SET retired_at = NULL;
+
+-- name: definition_lock$
+-- Serialises version numbering per name (released at commit).
+SELECT pg_advisory_xact_lock(hashtext('rara_definition:' || :name)) IS NULL;
+
+-- name: definition_version_by_digest^
+SELECT id, name, version, digest, created_at FROM rara_definition_versions
+WHERE name = :name AND digest = :digest;
+
+-- name: definition_version_insert^
+INSERT INTO rara_definition_versions (name, version, digest, spec)
+SELECT :name, coalesce(max(version), 0) + 1, :digest, :spec
+FROM rara_definition_versions WHERE name = :name
+RETURNING id, name, version, digest, created_at;
+
+-- name: definition_version_get^
+-- The given version, or the latest when :version is null.
+SELECT v.id, v.name, v.version, v.digest, v.spec, v.created_at, d.retired_at
+FROM rara_definition_versions v JOIN rara_definitions d USING (name)
+WHERE v.name = :name AND (CAST(:version AS integer) IS NULL OR v.version = :version)
+ORDER BY v.version DESC LIMIT 1;
+
+-- name: definition_list
+SELECT d.name, max(v.version) AS latest_version, count(*) AS versions,
+       (array_agg(v.digest ORDER BY v.version DESC))[1] AS digest, d.retired_at
+FROM rara_definitions d JOIN rara_definition_versions v USING (name)
+GROUP BY d.name, d.retired_at ORDER BY d.name;
+
+-- name: definition_retire$
+UPDATE rara_definitions SET retired_at = coalesce(retired_at, now()) WHERE name = :name
+RETURNING name;
+
+-- =============================================================================================
+-- Runs
+
+-- name: run_insert^
+-- ON CONFLICT makes racing clients with one idempotency key create one run: the loser waits
+-- for the winner's commit, inserts nothing, and reads the winner's row with run_by_key.
+INSERT INTO rara_runs (definition_version_id, input, idempotency_key)
+VALUES (:definition_version_id, :input, :idempotency_key)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id;
+
+-- name: run_by_key$
+SELECT id FROM rara_runs WHERE idempotency_key = :idempotency_key;
+
+-- name: steps_insert!
+-- All steps of a new run in one statement, from a JSON array built by rara.runs.
+INSERT INTO rara_steps (run_id, key, depends_on, pending_deps, capability, executor, priority,
+                        payload, max_attempts, retry_initial_ms, retry_max_ms, retry_coefficient,
+                        timeout_ms, heartbeat_timeout_ms, status)
+SELECT :run_id, s.key, s.depends_on, cardinality(s.depends_on), s.capability, s.executor,
+       s.priority, s.payload, s.max_attempts, s.retry_initial_ms, s.retry_max_ms,
+       s.retry_coefficient, s.timeout_ms, s.heartbeat_timeout_ms,
+       CASE WHEN cardinality(s.depends_on) = 0 THEN 'ready' ELSE 'blocked' END::rara_step_status
+FROM jsonb_to_recordset(:steps) AS s(
+    key text, depends_on text[], capability text, executor text, priority integer,
+    payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
+    retry_coefficient double precision, timeout_ms integer, heartbeat_timeout_ms integer);
+
+-- name: run_get^
+SELECT r.id, r.status, r.input, r.idempotency_key, r.cancel_requested, r.error, r.created_at,
+       r.started_at, r.finished_at, v.name AS definition, v.version, v.digest
+FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
+WHERE r.id = :run_id;
+
+-- name: run_list
+SELECT r.id, r.status, v.name AS definition, v.version, r.created_at, r.finished_at,
+       (SELECT count(*) FROM rara_steps s WHERE s.run_id = r.id AND s.status = 'succeeded') AS done,
+       (SELECT count(*) FROM rara_steps s WHERE s.run_id = r.id) AS total
+FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
+WHERE (CAST(:status AS rara_run_status) IS NULL OR r.status = :status)
+ORDER BY r.id DESC LIMIT :limit;
+
+-- name: run_steps
+SELECT id, key, depends_on, capability, executor, status, attempt, max_attempts, available_at,
+       started_at, finished_at, result, error, leased_by
+FROM rara_steps WHERE run_id = :run_id ORDER BY id;
+
+-- name: run_cancel_request$
+-- Mark the run; the caller then cancels waiting steps and tells running ones.
+UPDATE rara_runs SET cancel_requested = true
+WHERE id = :run_id AND status IN ('pending', 'running')
+RETURNING id;
+
+-- name: run_cancel_waiting_steps!
+UPDATE rara_steps SET status = 'cancelled', finished_at = now(),
+       error = jsonb_build_object('code', 'CANCELLED', 'message', 'run cancelled')
+WHERE run_id = :run_id AND status IN ('blocked', 'ready');
+
+-- name: run_cancel_running_steps
+-- Running steps learn of the cancel through NOTIFY now and their next heartbeat otherwise.
+WITH flagged AS (
+    UPDATE rara_steps SET cancel_requested = true
+    WHERE run_id = :run_id AND status = 'running'
+    RETURNING id
+)
+SELECT id, pg_notify('rara_cancel', id::text) FROM flagged;
+
+-- name: run_refresh$
+-- Parent aggregation, the one rule: a run ends when all its steps are terminal — failed if any
+-- step failed, else cancelled if cancel was asked or a step was cancelled, else succeeded.
+WITH agg AS (
+    SELECT bool_and(status IN ('succeeded', 'failed', 'cancelled')) AS all_terminal,
+           bool_or(status = 'failed') AS any_failed,
+           bool_or(status = 'cancelled') AS any_cancelled,
+           bool_or(attempt > 0) AS any_started
+    FROM rara_steps WHERE run_id = :run_id
+), next AS (
+    SELECT CASE
+        WHEN NOT agg.all_terminal THEN
+            CASE WHEN agg.any_started THEN 'running' ELSE r.status END
+        WHEN agg.any_failed THEN 'failed'
+        WHEN r.cancel_requested OR agg.any_cancelled THEN 'cancelled'
+        ELSE 'succeeded' END::rara_run_status AS status
+    FROM rara_runs r, agg WHERE r.id = :run_id
+)
+UPDATE rara_runs r SET
+    status = next.status,
+    started_at = CASE WHEN next.status <> 'cancelled' OR r.started_at IS NOT NULL
+                      THEN coalesce(r.started_at, now()) END,
+    finished_at = CASE WHEN next.status IN ('succeeded', 'failed', 'cancelled') THEN now() END
+FROM next
+WHERE r.id = :run_id AND r.status IN ('pending', 'running') AND r.status <> next.status
+RETURNING r.status::text;
+
+-- name: run_notify!
+SELECT pg_notify('rara_run', :payload);
+
+-- =============================================================================================
+-- Steps: the lease protocol
+
+-- name: step_lease
+-- Lease up to :limit ready steps of the capabilities this worker serves, in one statement.
+WITH candidates AS (
+    -- One index range scan per served capability (rara_steps_ready is ordered by capability
+    -- then lease order), SKIP LOCKED so concurrent workers never wait on each other, then the
+    -- global lease order across capabilities.
+    SELECT c.id
+    FROM unnest(CAST(:capabilities AS text[])) AS cap(name)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, available_at FROM rara_steps
+        WHERE status = 'ready' AND capability = cap.name AND available_at <= now()
+        ORDER BY priority DESC, available_at, id
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.priority DESC, c.available_at, c.id
+    LIMIT :limit
+), leased AS (
+    -- The attempt starts: a fresh token fences every later write of this attempt.
+    UPDATE rara_steps s SET
+        status = 'running', attempt = s.attempt + 1, leased_by = :worker,
+        lease_token = gen_random_uuid(),
+        lease_expires_at = now() + make_interval(secs => :lease_seconds),
+        heartbeat_at = now(), started_at = coalesce(s.started_at, now()),
+        cancel_requested = false
+    FROM candidates WHERE s.id = candidates.id
+    RETURNING s.id, s.run_id, s.key, s.capability, s.executor, s.payload, s.attempt,
+              s.max_attempts, s.lease_token, s.lease_expires_at, s.timeout_ms,
+              s.heartbeat_timeout_ms, s.depends_on
+), history AS (
+    -- Ownership history, read by the checker that proves no two owners overlapped.
+    INSERT INTO rara_attempts (step_id, attempt, run_id, worker, lease_token)
+    SELECT id, attempt, run_id, :worker, lease_token FROM leased
+), started_runs AS (
+    UPDATE rara_runs SET status = 'running', started_at = now()
+    WHERE id IN (SELECT run_id FROM leased) AND status = 'pending'
+)
+SELECT l.id, l.run_id, l.key, l.capability, l.executor, l.payload, l.attempt, l.max_attempts,
+       l.lease_token, l.lease_expires_at, l.timeout_ms, l.heartbeat_timeout_ms, l.depends_on,
+       r.input AS run_input
+FROM leased l JOIN rara_runs r ON r.id = l.run_id;
+
+-- name: step_heartbeat
+-- Extend every lease this worker still holds, in one statement; the answer carries the cancel
+-- requests. Attempts missing from the answer have lost their lease.
+UPDATE rara_steps s SET
+    lease_expires_at = now() + make_interval(secs => :lease_seconds), heartbeat_at = now()
+FROM unnest(CAST(:step_ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
+WHERE s.id = h.id AND s.lease_token = h.token AND s.leased_by = :worker
+  AND s.status = 'running'
+RETURNING s.id, s.cancel_requested;
+
+-- name: step_complete^
+-- Success, fenced. Closes the attempt and unblocks dependants whose last dependency this was.
+WITH done AS (
+    UPDATE rara_steps SET
+        status = 'succeeded', result = :result, finished_at = now(), error = NULL,
+        leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+    WHERE id = :step_id AND leased_by = :worker AND lease_token = :token AND status = 'running'
+    RETURNING id, run_id, key, attempt
+), closed AS (
+    UPDATE rara_attempts a SET outcome = 'succeeded', ended_at = now(), ended_by = :worker
+    FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
+), unblocked AS (
+    UPDATE rara_steps s SET
+        pending_deps = s.pending_deps - 1,
+        status = CASE WHEN s.pending_deps = 1 THEN 'ready' ELSE 'blocked' END::rara_step_status,
+        available_at = now()
+    FROM done
+    WHERE s.run_id = done.run_id AND s.status = 'blocked' AND done.key = ANY (s.depends_on)
+)
+SELECT run_id FROM done;
+
+-- name: step_fail^
+-- Failure, fenced: back to ready after the backoff while attempts remain and the error is
+-- retryable, otherwise failed for good. The attempt records :outcome (failed or timed_out).
+WITH failing AS (
+    SELECT id, attempt, max_attempts,
+           (:retryable AND attempt - releases < max_attempts) AS retry,
+           rara_retry_delay(retry_initial_ms, retry_max_ms, retry_coefficient,
+                            attempt - releases, :jitter) AS delay
+    FROM rara_steps
+    WHERE id = :step_id AND leased_by = :worker AND lease_token = :token AND status = 'running'
+    FOR UPDATE
+), updated AS (
+    UPDATE rara_steps s SET
+        status = CASE WHEN f.retry THEN 'ready' ELSE 'failed' END::rara_step_status,
+        available_at = CASE WHEN f.retry THEN now() + f.delay ELSE s.available_at END,
+        finished_at = CASE WHEN f.retry THEN NULL ELSE now() END,
+        error = :error, leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+    FROM failing f WHERE s.id = f.id
+    RETURNING s.id, s.run_id, s.key, s.status::text AS status, s.available_at
+), closed AS (
+    UPDATE rara_attempts a SET outcome = CAST(:outcome AS rara_attempt_outcome),
+           ended_at = now(), ended_by = :worker, error = :error
+    FROM updated u WHERE a.step_id = u.id AND a.attempt = (SELECT attempt FROM failing)
+)
+SELECT id, run_id, key, status, available_at FROM updated;
+
+-- name: step_cancelled^
+-- A running attempt stopped because cancel was asked, fenced.
+WITH done AS (
+    UPDATE rara_steps SET status = 'cancelled', finished_at = now(),
+        error = jsonb_build_object('code', 'CANCELLED', 'message', 'cancelled on request'),
+        leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+    WHERE id = :step_id AND leased_by = :worker AND lease_token = :token AND status = 'running'
+    RETURNING id, run_id, key, attempt
+), closed AS (
+    UPDATE rara_attempts a SET outcome = 'cancelled', ended_at = now(), ended_by = :worker
+    FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
+)
+SELECT id, run_id, key FROM done;
+
+-- name: step_release
+-- Graceful shutdown: give leases back so another worker takes them at once. A released
+-- attempt is not a failure: `releases` keeps it out of the retry budget.
+WITH released AS (
+    UPDATE rara_steps s SET status = 'ready', available_at = now(), releases = s.releases + 1,
+        leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+    FROM unnest(CAST(:step_ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
+    WHERE s.id = h.id AND s.lease_token = h.token AND s.leased_by = :worker
+      AND s.status = 'running'
+    RETURNING s.id, s.attempt
+), closed AS (
+    UPDATE rara_attempts a SET outcome = 'released', ended_at = now(), ended_by = :worker
+    FROM released r WHERE a.step_id = r.id AND a.attempt = r.attempt
+)
+SELECT id FROM released;
+
+-- name: step_lease_alive$
+-- Fenced check used before side effects that cannot be rolled back.
+SELECT EXISTS (SELECT 1 FROM rara_steps WHERE id = :step_id AND leased_by = :worker
+               AND lease_token = :token AND status = 'running');
+
+-- name: steps_reap
+-- Recover expired leases, in bounded batches, safely from every worker at once: SKIP LOCKED
+-- picks rows nobody else is touching, and the UPDATE re-checks expiry itself, so a step that
+-- completed (or was heart-beaten) since the scan is never overwritten.
+WITH expired AS (
+    SELECT id FROM rara_steps
+    WHERE status = 'running' AND lease_expires_at < now()
+    ORDER BY lease_expires_at LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+), updated AS (
+    UPDATE rara_steps s SET
+        status = CASE WHEN s.attempt - s.releases < s.max_attempts THEN 'ready'
+                      ELSE 'failed' END::rara_step_status,
+        available_at = CASE WHEN s.attempt - s.releases < s.max_attempts
+            THEN now() + rara_retry_delay(s.retry_initial_ms, s.retry_max_ms,
+                                          s.retry_coefficient, s.attempt - s.releases, :jitter)
+            ELSE s.available_at END,
+        finished_at = CASE WHEN s.attempt - s.releases < s.max_attempts THEN NULL ELSE now() END,
+        error = jsonb_build_object('code', 'LEASE_EXPIRED', 'retryable', true,
+            'message', format('lease of %s expired at %s', s.leased_by, s.lease_expires_at)),
+        leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+    FROM expired e
+    WHERE s.id = e.id AND s.status = 'running' AND s.lease_expires_at < now()
+    RETURNING s.id, s.run_id, s.key, s.attempt, s.status::text AS status, s.error
+), closed AS (
+    UPDATE rara_attempts a SET outcome = 'lease_expired', ended_at = now(),
+        ended_by = 'reaper:' || :worker, error = u.error
+    FROM updated u WHERE a.step_id = u.id AND a.attempt = u.attempt AND a.outcome = 'running'
+)
+SELECT id, run_id, key, status FROM updated;
+
+-- name: steps_cancel_dependants
+-- A step failed for good: every step downstream of it in the run can never run; cancel them.
+WITH RECURSIVE downstream(key) AS (
+    SELECT CAST(:key AS text)
+    UNION
+    SELECT s.key FROM rara_steps s JOIN downstream d ON d.key = ANY (s.depends_on)
+    WHERE s.run_id = :run_id
+)
+UPDATE rara_steps s SET status = 'cancelled', finished_at = now(),
+    error = jsonb_build_object('code', 'UPSTREAM_FAILED',
+                               'message', format('dependency %s failed', :key))
+FROM downstream d
+WHERE s.run_id = :run_id AND s.key = d.key AND s.status IN ('blocked', 'ready')
+RETURNING s.id;
+
+-- =============================================================================================
+-- Workers
+
+-- name: worker_register!
+INSERT INTO rara_workers (id, capabilities) VALUES (:worker, :capabilities)
+ON CONFLICT (id) DO UPDATE SET capabilities = EXCLUDED.capabilities, heartbeat_at = now(),
+    stopped_at = NULL;
+
+-- name: worker_heartbeat!
+UPDATE rara_workers SET heartbeat_at = now(), capabilities = :capabilities WHERE id = :worker;
+
+-- name: worker_stop!
+UPDATE rara_workers SET stopped_at = now() WHERE id = :worker;
+
+-- name: capabilities_served
+-- What live workers serve now (heartbeat within :alive_seconds).
+SELECT DISTINCT unnest(capabilities) AS capability FROM rara_workers
+WHERE stopped_at IS NULL AND heartbeat_at > now() - make_interval(secs => :alive_seconds);
+
+-- name: workers_live
+SELECT id, capabilities, started_at, heartbeat_at FROM rara_workers
+WHERE stopped_at IS NULL AND heartbeat_at > now() - make_interval(secs => :alive_seconds)
+ORDER BY id;
+
+-- name: backlog_by_capability
+-- Ready + running steps per capability: what the operator scales pools by.
+SELECT capability, count(*) FILTER (WHERE status = 'ready') AS ready,
+       count(*) FILTER (WHERE status = 'running') AS running
+FROM rara_steps WHERE status IN ('ready', 'running') GROUP BY capability ORDER BY capability;
+
+-- =============================================================================================
+-- Artifacts
+
+-- name: artifacts_record!
+-- The manifest of a succeeded attempt, in the transaction of its result. Blobs are known
+-- once (ON CONFLICT); a replayed manifest row is one row.
+WITH manifest AS (
+    SELECT * FROM jsonb_to_recordset(:artifacts)
+        AS a(name text, digest text, size bigint, media_type text)
+), blobs AS (
+    INSERT INTO rara_artifacts (digest, size)
+    SELECT DISTINCT digest, size FROM manifest
+    ON CONFLICT (digest) DO NOTHING
+)
+INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, media_type)
+SELECT :step_id, s.attempt, m.name, m.digest, m.size, m.media_type
+FROM manifest m, rara_steps s WHERE s.id = :step_id
+ON CONFLICT (step_id, attempt, name) DO NOTHING;

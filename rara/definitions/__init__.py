@@ -1,0 +1,1 @@
+"""Workflow definitions: the YAML model, validation, canonical form and immutable versions."""

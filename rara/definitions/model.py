@@ -1,0 +1,147 @@
+"""The WorkflowDefinition document: one YAML for ``kubectl apply`` and ``rara definitions apply``.
+
+Field names are the Kubernetes-style camelCase of the YAML; unknown fields are errors (a typo
+must not silently become a default). The CRD's OpenAPI schema in ``crds/`` is checked against
+these models by a test.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
+
+from rara.definitions.durations import DurationMs, format_duration_ms
+
+API_VERSION = "rara.dev/v1alpha1"
+KIND = "WorkflowDefinition"
+
+CAPABILITY_PATTERN = r"^[a-z0-9][a-z0-9._-]*@[0-9]+$"
+STEP_KEY_PATTERN = r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$"
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$"
+
+StepKey = Annotated[str, Field(pattern=STEP_KEY_PATTERN)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class RetryPolicy(_Model):
+    max_attempts: int = Field(default=3, ge=1, le=1000, alias="maxAttempts")
+    initial_delay: DurationMs = Field(default=1000, alias="initialDelay", validate_default=False)
+    max_delay: DurationMs = Field(default=60_000, alias="maxDelay", validate_default=False)
+    backoff_coefficient: float = Field(default=2.0, ge=1.0, le=100.0, alias="backoffCoefficient")
+
+    @model_validator(mode="after")
+    def _delays_ordered(self) -> RetryPolicy:
+        if self.max_delay < self.initial_delay:
+            raise ValueError("maxDelay must be >= initialDelay")
+        return self
+
+    @field_serializer("initial_delay", "max_delay")
+    def _dump_duration(self, ms: int) -> str:
+        return format_duration_ms(ms)
+
+
+class Resources(_Model):
+    gpu: int = Field(default=0, ge=0, le=64)
+    cpu: str | None = Field(default=None, pattern=r"^\d+(\.\d+)?m?$")
+    memory: str | None = Field(default=None, pattern=r"^\d+(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+
+
+class SecretRef(_Model):
+    """A secret named by reference; its value is resolved inside the worker or executor."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,252}$")
+    key: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,253}$")
+
+
+class StepSpec(_Model):
+    key: StepKey
+    capability: str = Field(pattern=CAPABILITY_PATTERN)
+    executor: Literal["inprocess", "grpc"] = "inprocess"
+    depends_on: list[StepKey] = Field(default_factory=list, alias="dependsOn")
+    timeout: DurationMs | None = None
+    heartbeat_timeout: DurationMs | None = Field(default=None, alias="heartbeatTimeout")
+    retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    resources: Resources = Field(default_factory=Resources)
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    input: dict[str, Any] = Field(default_factory=dict)
+    secrets: dict[str, SecretRef] = Field(default_factory=dict)
+
+    @field_serializer("timeout", "heartbeat_timeout")
+    def _dump_duration(self, ms: int | None) -> str | None:
+        return None if ms is None else format_duration_ms(ms)
+
+    @model_validator(mode="after")
+    def _dependencies_unique(self) -> StepSpec:
+        if len(set(self.depends_on)) != len(self.depends_on):
+            raise ValueError("dependsOn lists a step twice")
+        if self.key in self.depends_on:
+            raise ValueError(f"step {self.key!r} depends on itself")
+        return self
+
+
+class WorkflowSpec(_Model):
+    steps: list[StepSpec] = Field(min_length=1, max_length=1000)
+
+    @model_validator(mode="after")
+    def _graph_is_a_dag(self) -> WorkflowSpec:
+        keys = [step.key for step in self.steps]
+        seen: set[str] = set()
+        for key in keys:
+            if key in seen:
+                raise ValueError(f"duplicate step key {key!r}")
+            seen.add(key)
+        for step in self.steps:
+            for dep in step.depends_on:
+                if dep not in seen:
+                    raise ValueError(f"step {step.key!r}: dependsOn names unknown step {dep!r}")
+        cycle = _find_cycle({s.key: s.depends_on for s in self.steps})
+        if cycle:
+            raise ValueError("dependency cycle: " + " -> ".join(cycle))
+        return self
+
+
+class Metadata(BaseModel):
+    # Kubernetes adds uid, generation, annotations…: keep only what rara needs, ignore the rest.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    name: str = Field(pattern=NAME_PATTERN)
+
+
+class WorkflowDefinition(_Model):
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)  # status etc.
+    api_version: Literal["rara.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["WorkflowDefinition"]
+    metadata: Metadata
+    spec: WorkflowSpec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
+    """A dependency cycle as a path (first node repeated at the end), or None."""
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for dep in graph[node]:
+            if state.get(dep) == 1:
+                return [*path[path.index(dep):], dep]
+            if dep not in state and (found := visit(dep)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in graph:
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+

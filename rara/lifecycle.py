@@ -1,0 +1,100 @@
+"""How an attempt ends, in one place: success, failure (retry or final), cancel, release, reap.
+
+Each function is one transaction: the fenced step write, then the consequences that must land
+with it — dependants unblocked or cancelled, and the run's aggregated status. ``None``/empty
+results mean the fence did not match: the caller no longer owns the lease and must write
+nothing more for the attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from rara.pg.queries import async_queries
+
+AsyncConn = psycopg.AsyncConnection[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """Who owns an attempt: every write after the lease is conditioned on it."""
+
+    step_id: int
+    worker: str
+    token: UUID
+
+
+async def complete(conn: AsyncConn, fence: Fence, result: Any,
+                   artifacts: Sequence[Mapping[str, Any]] = ()) -> bool:
+    """Succeeded: result and artifact manifest together, or nothing (lease lost → False)."""
+    q = async_queries()
+    async with conn.transaction():
+        row = await q.step_complete(conn, step_id=fence.step_id, worker=fence.worker,
+                                    token=fence.token, result=Jsonb(result))
+        if row is None:
+            return False
+        if artifacts:
+            await q.artifacts_record(conn, step_id=fence.step_id, artifacts=Jsonb(list(artifacts)))
+        await q.run_refresh(conn, run_id=row[0])
+        return True
+
+
+async def fail(conn: AsyncConn, fence: Fence, error: Mapping[str, Any], *, retryable: bool,
+               jitter: float, outcome: str = "failed") -> str | None:
+    """Failed attempt: 'ready' (retry after backoff) or 'failed' (for good); None = lease lost."""
+    q = async_queries()
+    async with conn.transaction():
+        row = await q.step_fail(conn, step_id=fence.step_id, worker=fence.worker, token=fence.token,
+                                error=Jsonb(dict(error)), retryable=retryable, jitter=jitter,
+                                outcome=outcome)
+        if row is None:
+            return None
+        _, run_id, key, status, _ = row
+        if status == "failed":
+            await _step_failed_for_good(conn, run_id, key)
+        return str(status)
+
+
+async def cancelled(conn: AsyncConn, fence: Fence) -> bool:
+    q = async_queries()
+    async with conn.transaction():
+        row = await q.step_cancelled(conn, step_id=fence.step_id, worker=fence.worker,
+                                     token=fence.token)
+        if row is None:
+            return False
+        await q.run_refresh(conn, run_id=row[1])
+        return True
+
+
+async def release(conn: AsyncConn, worker: str, leases: Sequence[tuple[int, UUID]]) -> list[int]:
+    """Give leases back on graceful shutdown; returns the step ids released."""
+    if not leases:
+        return []
+    q = async_queries()
+    async with conn.transaction():
+        rows = await q.step_release(conn, worker=worker, step_ids=[s for s, _ in leases],
+                                    tokens=[t for _, t in leases])
+        return [r[0] for r in rows]
+
+
+async def reap(conn: AsyncConn, worker: str, *, limit: int, jitter: float) -> list[tuple[int, str]]:
+    """Recover expired leases (bounded batch); returns (step id, new status) pairs."""
+    q = async_queries()
+    async with conn.transaction():
+        rows = await q.steps_reap(conn, worker=worker, limit=limit, jitter=jitter)
+        for _, run_id, key, status in rows:
+            if status == "failed":
+                await _step_failed_for_good(conn, run_id, key)
+        return [(r[0], r[3]) for r in rows]
+
+
+async def _step_failed_for_good(conn: AsyncConn, run_id: int, key: str) -> None:
+    q = async_queries()
+    await q.steps_cancel_dependants(conn, run_id=run_id, key=key)
+    await q.run_refresh(conn, run_id=run_id)

@@ -1,0 +1,1 @@
+"""PostgreSQL plumbing: the embedded server, migrations, named queries and connections."""

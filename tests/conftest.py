@@ -1,0 +1,74 @@
+"""Test database: one real PostgreSQL per test session, a fresh database per test.
+
+The server is rara's own embedded server (the same code `rara db up` runs) in a temporary
+directory, or the server given by RARA_TEST_DATABASE_URL. A template database is migrated once;
+each test gets `CREATE DATABASE … TEMPLATE` (fast: a file copy), dropped WITH (FORCE) after.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+
+from rara.pg.embedded import EmbeddedPostgres, temporary_server
+from rara.pg.migrate import migrate
+
+TEMPLATE = "rara_template"
+
+
+def _with_database(url: str, database: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + database))
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[EmbeddedPostgres | None]:
+    if os.environ.get("RARA_TEST_DATABASE_URL"):
+        yield None
+        return
+    server = temporary_server(fast=True)
+    server.up()
+    try:
+        yield server
+    finally:
+        server.destroy()
+
+
+@pytest.fixture(scope="session")
+def pg_admin_url(pg_server: EmbeddedPostgres | None) -> str:
+    if pg_server is None:
+        return _with_database(os.environ["RARA_TEST_DATABASE_URL"], "postgres")
+    return pg_server.url("postgres")
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_admin_url: str) -> str:
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {TEMPLATE}")
+    migrate(_with_database(pg_admin_url, TEMPLATE))
+    return TEMPLATE
+
+
+@pytest.fixture
+def database_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
+    """A freshly migrated database of its own for one test."""
+    name = f"rara_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template_db}")
+    try:
+        yield _with_database(pg_admin_url, name)
+    finally:
+        with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+            conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def conn(database_url: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
+    with psycopg.connect(database_url, autocommit=True) as connection:
+        yield connection

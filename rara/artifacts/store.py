@@ -205,9 +205,9 @@ class ArtifactWriter:
         try:
             self._file.flush()
             fd = self._file.fileno()
+            os.fchmod(fd, _BLOB_MODE)
             if self._store.durable:
                 os.fsync(fd)
-            os.fchmod(fd, _BLOB_MODE)
             self._file.close()
             hexd = self._hash.hexdigest()
             self._store._install(self._tmp_path, hexd, self._size)

@@ -1,0 +1,56 @@
+"""`rara db up|down|url` and `rara migrate`."""
+
+from __future__ import annotations
+
+import typer
+
+from rara.cli.common import console, err_console, reports_errors
+from rara.pg.connect import database_url
+from rara.pg.embedded import EmbeddedPostgresError, project_server
+from rara.pg.migrate import MigrationError, migrate
+
+app = typer.Typer(help="The project's embedded PostgreSQL (used when DATABASE_URL is unset).",
+                  no_args_is_help=True)
+
+
+def _fail(exc: Exception) -> None:
+    err_console.print(f"[red]error:[/red] {exc}")
+    raise typer.Exit(2)
+
+
+@app.command()
+def up() -> None:
+    """Start (or reuse) the embedded server under .rara/pg and print its URL."""
+    try:
+        console.print(project_server().up(), highlight=False)
+    except EmbeddedPostgresError as exc:
+        _fail(exc)
+
+
+@app.command()
+def down() -> None:
+    """Stop the embedded server (data is kept)."""
+    console.print("stopped" if project_server().down() else "not running")
+
+
+@app.command()
+def url() -> None:
+    """Print the URL of the database rara uses (DATABASE_URL, or the embedded server)."""
+    try:
+        console.print(database_url(), highlight=False, soft_wrap=True)
+    except EmbeddedPostgresError as exc:
+        _fail(exc)
+
+
+@reports_errors
+def migrate_command() -> None:
+    """Apply pending migrations (safe to run from many processes at once)."""
+    try:
+        applied = migrate(database_url())
+    except (MigrationError, EmbeddedPostgresError) as exc:
+        _fail(exc)
+        return
+    if not applied:
+        console.print("schema up to date")
+    for m in applied:
+        console.print(f"applied {m.version:04d}_{m.name}")

@@ -1,0 +1,122 @@
+"""The typed Python client applications use; the CLI is a thin layer over it.
+
+    client = Client()                       # DATABASE_URL, or the embedded server
+    client.apply_definition(yaml_text)      # -> AppliedVersion
+    run = client.start_run("rag-refresh", input={...}, idempotency_key="nightly-2026-11-29")
+    final = client.wait(run.run_id, timeout=600)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from rara.definitions.model import WorkflowDefinition
+from rara.definitions.parse import definition_from_object, load_definition
+from rara.definitions.registry import AppliedVersion, apply_definition
+from rara.errors import NotFound
+from rara.pg.connect import database_url
+from rara.pg.queries import sync_queries
+from rara.runs import StartedRun, cancel_run, start_run
+from rara.states import RunStatus
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class RunView:
+    id: int
+    status: RunStatus
+    definition: str
+    version: int
+    input: dict[str, Any]
+    error: Any
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    steps: list[Row]
+
+
+class Client:
+    def __init__(self, url: str | None = None) -> None:
+        self.url = database_url(url)
+
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            yield conn
+
+    # -- definitions -------------------------------------------------------------------------
+    def apply_definition(self, definition: str | bytes | dict[str, Any] | WorkflowDefinition) -> AppliedVersion:
+        if isinstance(definition, str | bytes):
+            definition = load_definition(definition)
+        elif isinstance(definition, dict):
+            definition = definition_from_object(definition)
+        with self._conn() as conn:
+            return apply_definition(conn, definition)
+
+    def list_definitions(self) -> list[Row]:
+        with self._conn() as conn:
+            conn.row_factory = dict_row  # type: ignore[assignment]
+            return list(sync_queries().definition_list(conn))
+
+    def get_definition(self, name: str, version: int | None = None) -> Row:
+        with self._conn() as conn:
+            conn.row_factory = dict_row  # type: ignore[assignment]
+            row = sync_queries().definition_version_get(conn, name=name, version=version)
+        if row is None:
+            raise NotFound(f"no workflow definition {name}" + (f" version {version}" if version else ""))
+        return dict(row)
+
+    # -- runs --------------------------------------------------------------------------------
+    def start_run(self, definition: str, *, version: int | None = None,
+                  input: dict[str, Any] | None = None, idempotency_key: str | None = None,
+                  queue_anyway: bool = False) -> StartedRun:
+        with self._conn() as conn:
+            return start_run(conn, definition, version=version, input=input,
+                             idempotency_key=idempotency_key, queue_anyway=queue_anyway)
+
+    def get_run(self, run_id: int) -> RunView:
+        q = sync_queries()
+        with self._conn() as conn:
+            conn.row_factory = dict_row  # type: ignore[assignment]
+            run = q.run_get(conn, run_id=run_id)
+            if run is None:
+                raise NotFound(f"no run {run_id}")
+            steps = [dict(s) for s in q.run_steps(conn, run_id=run_id)]
+        return RunView(id=run["id"], status=RunStatus(run["status"]), definition=run["definition"],
+                       version=run["version"], input=run["input"], error=run["error"],
+                       created_at=run["created_at"], started_at=run["started_at"],
+                       finished_at=run["finished_at"], steps=steps)
+
+    def list_runs(self, status: RunStatus | None = None, limit: int = 50) -> list[Row]:
+        with self._conn() as conn:
+            conn.row_factory = dict_row  # type: ignore[assignment]
+            return [dict(r) for r in sync_queries().run_list(
+                conn, status=status.value if status else None, limit=limit)]
+
+    def cancel_run(self, run_id: int) -> bool:
+        with self._conn() as conn:
+            return cancel_run(conn, run_id)
+
+    def wait(self, run_id: int, timeout: float | None = None, poll: float = 1.0) -> RunView:
+        """Block until the run is terminal: woken by NOTIFY on rara_run, polling as fallback."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with psycopg.connect(self.url, autocommit=True) as listener:
+            listener.execute("LISTEN rara_run")
+            while True:
+                view = self.get_run(run_id)
+                if view.status.terminal:
+                    return view
+                remaining = poll if deadline is None else min(poll, deadline - time.monotonic())
+                if remaining <= 0:
+                    raise TimeoutError(f"run {run_id} still {view.status} after {timeout}s")
+                for _ in listener.notifies(timeout=remaining, stop_after=1):
+                    pass

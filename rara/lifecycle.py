@@ -16,7 +16,7 @@ from uuid import UUID
 import psycopg
 from psycopg.types.json import Jsonb
 
-from rara.pg.queries import async_queries
+from rara.pg.queries import async_queries, fetch_all
 
 AsyncConn = psycopg.AsyncConnection[Any]
 
@@ -78,8 +78,8 @@ async def release(conn: AsyncConn, worker: str, leases: Sequence[tuple[int, UUID
         return []
     q = async_queries()
     async with conn.transaction():
-        rows = await q.step_release(conn, worker=worker, step_ids=[s for s, _ in leases],
-                                    tokens=[t for _, t in leases])
+        rows = await fetch_all(q.step_release(conn, worker=worker, step_ids=[s for s, _ in leases],
+                                              tokens=[t for _, t in leases]))
         return [r[0] for r in rows]
 
 
@@ -87,7 +87,7 @@ async def reap(conn: AsyncConn, worker: str, *, limit: int, jitter: float) -> li
     """Recover expired leases (bounded batch); returns (step id, new status) pairs."""
     q = async_queries()
     async with conn.transaction():
-        rows = await q.steps_reap(conn, worker=worker, limit=limit, jitter=jitter)
+        rows = await fetch_all(q.steps_reap(conn, worker=worker, limit=limit, jitter=jitter))
         for _, run_id, key, status in rows:
             if status == "failed":
                 await _step_failed_for_good(conn, run_id, key)
@@ -96,5 +96,5 @@ async def reap(conn: AsyncConn, worker: str, *, limit: int, jitter: float) -> li
 
 async def _step_failed_for_good(conn: AsyncConn, run_id: int, key: str) -> None:
     q = async_queries()
-    await q.steps_cancel_dependants(conn, run_id=run_id, key=key)
+    await fetch_all(q.steps_cancel_dependants(conn, run_id=run_id, key=key))
     await q.run_refresh(conn, run_id=run_id)

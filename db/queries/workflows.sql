@@ -1,6 +1,7 @@
 -- Every statement the rara runtime runs, each under a name (loaded by aiosql, see
 -- rara/pg/queries.py). Named object first, then verb: `step_lease`, `run_cancel`.
 -- Suffixes (aiosql): ^ one row, $ one value, ! no result; none: all rows.
+-- No literal percent signs: aiosql passes statements to psycopg's %-style placeholders.
 -- Every write of an attempt after its lease is fenced by (id, leased_by, lease_token,
 -- status = 'running'): zero rows means the lease is lost and the caller must stop.
 
@@ -295,7 +296,7 @@ WITH expired AS (
             ELSE s.available_at END,
         finished_at = CASE WHEN s.attempt - s.releases < s.max_attempts THEN NULL ELSE now() END,
         error = jsonb_build_object('code', 'LEASE_EXPIRED', 'retryable', true,
-            'message', format('lease of %s expired at %s', s.leased_by, s.lease_expires_at)),
+            'message', 'lease of ' || s.leased_by || ' expired at ' || s.lease_expires_at),
         leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
     FROM expired e
     WHERE s.id = e.id AND s.status = 'running' AND s.lease_expires_at < now()
@@ -317,7 +318,7 @@ WITH RECURSIVE downstream(key) AS (
 )
 UPDATE rara_steps s SET status = 'cancelled', finished_at = now(),
     error = jsonb_build_object('code', 'UPSTREAM_FAILED',
-                               'message', format('dependency %s failed', :key))
+                               'message', 'dependency ' || :key || ' failed')
 FROM downstream d
 WHERE s.run_id = :run_id AND s.key = d.key AND s.status IN ('blocked', 'ready')
 RETURNING s.id;
@@ -370,3 +371,116 @@ INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, media_typ
 SELECT :step_id, s.attempt, m.name, m.digest, m.size, m.media_type
 FROM manifest m, rara_steps s WHERE s.id = :step_id
 ON CONFLICT (step_id, attempt, name) DO NOTHING;
+
+-- =============================================================================================
+-- Worker (rara.worker): routed lease, progress, checkpoints, inputs
+
+-- name: step_lease_routed
+-- step_lease, routed: the worker serves (capability, executor kind) pairs — a worker without a
+-- gRPC executor must not lease `executor: grpc` steps of a capability its registry also has.
+WITH candidates AS (
+    -- One index range scan per served pair (rara_steps_ready is ordered by capability then
+    -- lease order; the executor kind is a filter on the same rows), SKIP LOCKED so concurrent
+    -- workers never wait on each other, then the global lease order across pairs.
+    SELECT c.id
+    FROM unnest(CAST(:capabilities AS text[]), CAST(:executors AS text[])) AS cap(name, executor)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, available_at FROM rara_steps
+        WHERE status = 'ready' AND capability = cap.name AND executor = cap.executor
+          AND available_at <= now()
+        ORDER BY priority DESC, available_at, id
+        LIMIT :limit
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+    ORDER BY c.priority DESC, c.available_at, c.id
+    LIMIT :limit
+), leased AS (
+    -- The attempt starts: a fresh token fences every later write of this attempt.
+    UPDATE rara_steps s SET
+        status = 'running', attempt = s.attempt + 1, leased_by = :worker,
+        lease_token = gen_random_uuid(),
+        lease_expires_at = now() + make_interval(secs => :lease_seconds),
+        heartbeat_at = now(), started_at = coalesce(s.started_at, now()),
+        cancel_requested = false
+    FROM candidates WHERE s.id = candidates.id
+    RETURNING s.id, s.run_id, s.key, s.capability, s.executor, s.payload, s.attempt,
+              s.max_attempts, s.lease_token, s.lease_expires_at, s.timeout_ms,
+              s.heartbeat_timeout_ms, s.depends_on
+), history AS (
+    -- Ownership history, read by the checker that proves no two owners overlapped.
+    INSERT INTO rara_attempts (step_id, attempt, run_id, worker, lease_token)
+    SELECT id, attempt, run_id, :worker, lease_token FROM leased
+), started_runs AS (
+    UPDATE rara_runs SET status = 'running', started_at = now()
+    WHERE id IN (SELECT run_id FROM leased) AND status = 'pending'
+)
+SELECT l.id, l.run_id, l.key, l.capability, l.executor, l.payload, l.attempt, l.max_attempts,
+       l.lease_token, l.lease_expires_at, l.timeout_ms, l.heartbeat_timeout_ms, l.depends_on,
+       r.input AS run_input, now() AS leased_at
+FROM leased l JOIN rara_runs r ON r.id = l.run_id;
+
+-- name: steps_next_available$
+-- Seconds until the earliest backing-off ready step of the served pairs becomes leasable (NULL:
+-- none). Asked only when a lease came back short, so a retry runs when its backoff ends
+-- instead of at the next poll.
+SELECT extract(epoch FROM min(n.available_at) - now())::double precision
+FROM unnest(CAST(:capabilities AS text[]), CAST(:executors AS text[])) AS cap(name, executor)
+CROSS JOIN LATERAL (
+    SELECT min(available_at) AS available_at FROM rara_steps
+    WHERE status = 'ready' AND capability = cap.name AND executor = cap.executor
+) AS n;
+
+-- name: step_progress_write
+-- The latest progress of many attempts in one statement, fenced per attempt. FOR SHARE orders
+-- the write after a concurrent reap or cancel of the step, so no event lands for an attempt
+-- that no longer owns it. Returns the steps still owned; a replayed seq is one row.
+WITH p AS (
+    SELECT * FROM unnest(CAST(:step_ids AS bigint[]), CAST(:tokens AS uuid[]),
+                         CAST(:seqs AS integer[]), CAST(:fractions AS double precision[]),
+                         CAST(:messages AS text[]), CAST(:metrics AS jsonb[]))
+        AS p(step_id, token, seq, fraction, message, metrics)
+), owned AS (
+    SELECT p.*, s.attempt FROM p JOIN rara_steps s
+        ON s.id = p.step_id AND s.lease_token = p.token AND s.leased_by = :worker
+       AND s.status = 'running'
+    FOR SHARE OF s
+), written AS (
+    INSERT INTO rara_events (step_id, attempt, seq, kind, fraction, message, metrics)
+    SELECT step_id, attempt, seq, 'progress', fraction, message, metrics FROM owned
+    ON CONFLICT DO NOTHING
+)
+SELECT step_id FROM owned;
+
+-- name: step_checkpoint_write$
+-- A checkpoint, fenced (true: written or already there; false: the lease is lost). The blob,
+-- if any, is registered in the same statement so the foreign key holds.
+WITH owned AS (
+    SELECT id, attempt FROM rara_steps
+    WHERE id = :step_id AND leased_by = :worker AND lease_token = :token AND status = 'running'
+    FOR SHARE
+), blob AS (
+    INSERT INTO rara_artifacts (digest, size)
+    SELECT CAST(:digest AS text), CAST(:size AS bigint) FROM owned
+    WHERE CAST(:digest AS text) IS NOT NULL
+    ON CONFLICT (digest) DO NOTHING
+), written AS (
+    INSERT INTO rara_checkpoints (step_id, attempt, seq, state, digest)
+    SELECT id, attempt, :seq, :state, CAST(:digest AS text) FROM owned
+    ON CONFLICT DO NOTHING
+)
+SELECT count(*) = 1 FROM owned;
+
+-- name: step_checkpoint_latest^
+-- What an attempt resumes from: the latest checkpoint of any earlier attempt of the step.
+SELECT c.attempt, c.seq, c.state, c.digest, a.size
+FROM rara_checkpoints c LEFT JOIN rara_artifacts a USING (digest)
+WHERE c.step_id = :step_id AND c.attempt < :attempt
+ORDER BY c.attempt DESC, c.seq DESC LIMIT 1;
+
+-- name: step_inputs
+-- Upstream artifacts: the manifests of the succeeded attempts of the given dependencies.
+SELECT s.key, a.name, a.digest, a.size, a.media_type
+FROM rara_steps s
+JOIN rara_step_artifacts a ON a.step_id = s.id AND a.attempt = s.attempt
+WHERE s.run_id = :run_id AND s.key = ANY (CAST(:keys AS text[])) AND s.status = 'succeeded'
+ORDER BY s.key, a.name;

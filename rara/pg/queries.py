@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import cache
 from importlib.resources import files
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiosql
@@ -21,3 +22,9 @@ def sync_queries() -> Any:
 def async_queries() -> Any:
     """Queries for psycopg's async connections (worker)."""
     return aiosql.from_str(_FILE.read_text(), "apsycopg", mandatory_parameters=False)
+
+
+async def fetch_all(rows: AsyncIterator[Any]) -> list[Any]:
+    """Rows of an async query without a suffix: aiosql returns those as an async generator
+    (the statement runs only once it is iterated)."""
+    return [row async for row in rows]

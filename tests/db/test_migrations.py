@@ -1,0 +1,66 @@
+"""Migrations: applied once, re-running is a no-op, safe when many processes race."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import psycopg
+
+from rara.pg.migrate import available, migrate
+from rara.pg.queries import async_queries, sync_queries
+
+
+def _fresh(admin_url: str, name: str) -> str:
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {name}")
+    return admin_url.rsplit("/", 1)[0] + "/" + name
+
+
+def _schema(url: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT table_name, column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'public' ORDER BY 1, 2").fetchall()
+
+
+def test_migrate_twice_is_a_noop(pg_admin_url: str) -> None:
+    url = _fresh(pg_admin_url, "rara_mig_twice")
+    assert [m.version for m in migrate(url)] == [m.version for m in available()]
+    before = _schema(url)
+    assert migrate(url) == []
+    assert _schema(url) == before
+
+
+def test_concurrent_migrators_apply_once(pg_admin_url: str) -> None:
+    url = _fresh(pg_admin_url, "rara_mig_race")
+    barrier = threading.Barrier(6)
+    applied: list[int] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        barrier.wait()
+        try:
+            applied.extend(m.version for m in migrate(url))
+        except BaseException as exc:  # collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert sorted(applied) == [m.version for m in available()]
+    with psycopg.connect(url) as conn:
+        count = conn.execute("SELECT count(*) FROM rara_schema_migrations").fetchone()
+    assert count == (len(available()),)
+
+
+def test_every_named_query_loads_for_both_drivers() -> None:
+    names = set(sync_queries().available_queries)
+    assert names == set(async_queries().available_queries)
+    for expected in ("step_lease", "step_heartbeat", "step_complete", "step_fail", "steps_reap",
+                     "step_release", "run_refresh", "run_insert", "definition_version_insert"):
+        assert expected in names

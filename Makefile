@@ -1,0 +1,60 @@
+# rara — every task a developer or CI runs. `make help` lists them.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# Extras installed by `make setup`: dev tools always; the ML stack for the demo's training step.
+EXTRAS ?= dev,ml
+
+help: ## list the targets
+	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+setup: $(STAMP) ## create .venv and install rara with its extras (idempotent)
+$(STAMP): pyproject.toml
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
+	  { echo "PostgreSQL server binaries missing: run .ci/install-system-deps.sh (or apt-get install postgresql)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip==26.3
+	$(VENV)/bin/pip install --quiet -e '.[$(EXTRAS)]'
+	touch $@
+
+demo: setup ## run the RAG refresh pipeline end to end on the embedded PostgreSQL
+	$(PY) -m rara.demo
+
+demo-chaos: setup ## the demo while worker and executor are SIGKILLed and restarted at random
+	$(PY) -m rara.demo --chaos
+
+test: setup ## the whole test suite (starts its own PostgreSQL and Kubernetes API server)
+	.ci/k8s-binaries.sh || echo "warning: Kubernetes API server build failed; operator tests will skip"
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, generated code current
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	api/gen.sh --check
+	api/buf.sh lint
+	api/buf.sh breaking
+
+proto: setup ## regenerate rara/v1 from api/proto (never edit generated code)
+	api/gen.sh
+
+bench: setup ## benchmarks against peers on this machine; prints a table, writes bench/results/
+	$(PY) bench/run.py
+
+chaos: setup ## restart smoke under chaos; CHAOS_SECONDS=120 make chaos
+	RARA_CHAOS_SECONDS=$${CHAOS_SECONDS:-60} $(PY) -m pytest tests/e2e/test_restart_smoke.py -s -q
+
+db-up: setup ## start the embedded PostgreSQL under .rara/
+	$(VENV)/bin/rara db up
+
+db-down: ## stop the embedded PostgreSQL
+	$(VENV)/bin/rara db down
+
+clean: db-down ## stop the database and remove .rara/ (data, artifacts) and the venv
+	rm -rf .rara $(VENV)
+
+.PHONY: help setup demo demo-chaos test lint proto bench chaos db-up db-down clean

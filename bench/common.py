@@ -1,0 +1,58 @@
+"""Shared set-up for benchmarks: an embedded server of their own, migrated, and fast fixtures."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from rara.definitions.parse import definition_from_object
+from rara.definitions.registry import apply_definition
+from rara.pg.embedded import temporary_server
+from rara.pg.migrate import migrate
+
+
+@contextmanager
+def bench_database() -> Iterator[str]:
+    """A fresh embedded server (fsync off, like the peers are run) with rara's schema."""
+    server = temporary_server(fast=True)
+    url = server.up()
+    try:
+        migrate(url)
+        yield url
+    finally:
+        server.destroy()
+
+
+def noop_definition(conn: psycopg.Connection[Any], name: str = "noop", steps: int = 1,
+                    capability: str = "bench.noop@1", executor: str = "inprocess") -> None:
+    chain = [{"key": f"s{i}", "capability": capability, "executor": executor,
+              **({"dependsOn": [f"s{i - 1}"]} if i else {})} for i in range(steps)]
+    doc = {"apiVersion": "rara.dev/v1alpha1", "kind": "WorkflowDefinition",
+           "metadata": {"name": name}, "spec": {"steps": chain}}
+    apply_definition(conn, definition_from_object(doc))
+
+
+def bulk_ready_steps(conn: psycopg.Connection[Any], count: int,
+                     capability: str = "bench.noop@1") -> None:
+    """`count` ready steps in one run, inserted set-wise (bench fixture, not the runtime path)."""
+    version = conn.execute("SELECT id FROM rara_definition_versions ORDER BY id LIMIT 1").fetchone()
+    assert version is not None
+    run = conn.execute("INSERT INTO rara_runs (definition_version_id) VALUES (%s) RETURNING id",
+                       (version[0],)).fetchone()
+    assert run is not None
+    conn.execute(
+        """INSERT INTO rara_steps (run_id, key, capability, executor, max_attempts,
+               retry_initial_ms, retry_max_ms, retry_coefficient, status)
+           SELECT %s, 's' || g, %s, 'inprocess', 3, 1000, 60000, 2, 'ready'
+           FROM generate_series(1, %s) g""", (run[0], capability, count))
+    conn.execute("ANALYZE rara_steps")
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"p50": pick(0.50), "p99": pick(0.99), "mean": statistics.fmean(ordered)}

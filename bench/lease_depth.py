@@ -1,0 +1,68 @@
+"""Lease cost against queue depth: ms per lease batch with 1k, 100k and 1M ready steps.
+
+Each sample leases a batch of 10 inside a transaction that is rolled back, so the depth stays
+the same for every sample. Prints the plan (EXPLAIN ANALYZE) at the deepest queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import psycopg
+
+from bench.common import bench_database, bulk_ready_steps, noop_definition, percentiles
+from rara.pg.queries import sync_queries
+
+PARAMS = {"capabilities": ["bench.noop@1"], "limit": 10, "worker": "bench", "lease_seconds": 30}
+
+
+def measure(conn: psycopg.Connection[Any], samples: int) -> dict[str, float]:
+    q = sync_queries()
+    times = []
+    for _ in range(samples):
+        with conn.transaction(force_rollback=True):
+            t0 = time.perf_counter()
+            rows = list(q.step_lease(conn, **PARAMS))
+            times.append((time.perf_counter() - t0) * 1000)
+            assert len(rows) == 10
+    return percentiles(times)
+
+
+def explain(conn: psycopg.Connection[Any]) -> str:
+    sql = sync_queries().step_lease.sql
+    with conn.transaction(force_rollback=True):
+        plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, PARAMS).fetchall()
+    return "\n".join(line for (line,) in plan)
+
+
+def main() -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--depths", default="1000,100000,1000000")
+    parser.add_argument("--samples", type=int, default=200)
+    args = parser.parse_args()
+    results: dict[str, Any] = {}
+    with bench_database() as url, psycopg.connect(url, autocommit=True) as conn:
+        noop_definition(conn)
+        depth = 0
+        for target in [int(d) for d in args.depths.split(",")]:
+            bulk_ready_steps(conn, target - depth)
+            depth = target
+            measure(conn, 20)  # warm caches and prepared statements
+            results[str(depth)] = measure(conn, args.samples)
+            print(f"depth {depth:>9,}: lease batch of 10  p50 {results[str(depth)]['p50']:.3f} ms"
+                  f"  p99 {results[str(depth)]['p99']:.3f} ms")
+        plan = explain(conn)
+        print(f"\nEXPLAIN ANALYZE at depth {depth:,}:\n{plan}")
+        results["plan"] = plan
+    first, last = list(results)[0], [k for k in results if k != "plan"][-1]
+    ratio = results[last]["p50"] / results[first]["p50"]
+    print(f"\nratio p50 {last} / {first}: {ratio:.2f}")
+    results["ratio"] = ratio
+    return results
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(), default=str)[:0])

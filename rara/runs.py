@@ -12,6 +12,7 @@ from psycopg.types.json import Jsonb
 from rara.definitions.parse import spec_from_object
 from rara.errors import CapabilityUnavailable, InputInvalid, NotFound
 from rara.pg.queries import sync_queries
+from rara.secrets import refuse_credentials
 
 MAX_INPUT_BYTES = 256 * 1024
 LIVE_WORKER_SECONDS = 30.0
@@ -33,6 +34,7 @@ def validate_input(value: Any) -> dict[str, Any]:
         raise InputInvalid(f"run input is not JSON-serialisable: {exc}") from exc
     if len(encoded) > MAX_INPUT_BYTES:
         raise InputInvalid(f"run input is {len(encoded)} bytes; the limit is {MAX_INPUT_BYTES}")
+    refuse_credentials(value, "run input")
     return value
 
 

@@ -11,6 +11,7 @@ from psycopg.types.json import Jsonb
 from rara.definitions.model import WorkflowDefinition
 from rara.definitions.parse import canonical_spec, spec_digest
 from rara.pg.queries import sync_queries
+from rara.secrets import refuse_credentials
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class AppliedVersion:
 def apply_definition(conn: psycopg.Connection[Any], definition: WorkflowDefinition) -> AppliedVersion:
     """Register the definition's spec as a version (idempotent). One transaction."""
     q = sync_queries()
+    for step in definition.spec.steps:
+        refuse_credentials(step.input, f"step {step.key!r} input")
     digest = spec_digest(definition.spec)
     with conn.transaction():
         # Two appliers of one name must not both pick version N+1; the lock orders them and the

@@ -1,0 +1,111 @@
+"""Secrets stay out of rara's state: steps name them (``secretRef``), never carry them.
+
+- ``resolve`` turns a reference into its value inside the worker or executor, from a mounted
+  Kubernetes Secret directory (``RARA_SECRETS_DIR/<name>/<key>``) or the environment
+  (``RARA_SECRET_<NAME>[_<KEY>]``), and nowhere else.
+- ``find_credentials`` spots values that look like credentials (private keys, cloud and token
+  formats, ``password=…`` pairs); run input and step payloads holding one are refused.
+- ``redact`` masks them in anything logged; ``redacting_processor`` does so for structlog.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from rara.errors import InputInvalid
+
+# Patterns of well-known credential formats. Each is specific enough not to flag ordinary
+# prose, ids or digests (a sha256 hex string is not a credential).
+_PATTERNS: dict[str, re.Pattern[str]] = {
+    "private key": re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+    "AWS access key id": re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"),
+    "GitHub token": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
+    "Slack token": re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b"),
+    "OpenAI-style API key": re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"),
+    "Hugging Face token": re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"),
+    "JSON web token": re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),
+    "password in URL": re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@"),
+    "password assignment": re.compile(
+        r"(?i)\b(password|passwd|secret|api[_-]?key|access[_-]?token)\s*[=:]\s*['\"]?[^\s'\"]{6,}"),
+}
+# Keys whose value is sensitive whatever it looks like.
+_SENSITIVE_KEYS = re.compile(r"(?i)^(password|passwd|secret|token|api[_-]?key|private[_-]?key|"
+                             r"access[_-]?key|client[_-]?secret|authorization)$")
+MASK = "[REDACTED]"
+
+
+class SecretNotFound(LookupError):
+    pass
+
+
+def resolve(name: str, key: str | None = None, *, env: Mapping[str, str] | None = None,
+            secrets_dir: str | None = None) -> str:
+    """The value of a secret reference; the error names the reference, never a value."""
+    env = os.environ if env is None else env
+    directory = secrets_dir or env.get("RARA_SECRETS_DIR")
+    if directory:
+        path = Path(directory) / name / (key or "value")
+        if path.is_file():
+            return path.read_text().rstrip("\n")
+    var = "RARA_SECRET_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+    if key:
+        var += "_" + re.sub(r"[^A-Za-z0-9]", "_", key).upper()
+    if var in env:
+        return env[var]
+    where = f"{directory}/{name}/{key or 'value'} or " if directory else ""
+    raise SecretNotFound(f"secret {name!r}{f' key {key!r}' if key else ''} not found ({where}${var})")
+
+
+def find_credentials(value: Any, path: str = "$") -> Iterator[str]:
+    """Paths (``$.a.b[2]``) of values that look like credentials, with what they look like."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            child = f"{path}.{k}"
+            if isinstance(k, str) and _SENSITIVE_KEYS.match(k) and isinstance(v, str) and v:
+                yield f"{child} (a {k!r} field)"
+            else:
+                yield from find_credentials(v, child)
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            yield from find_credentials(v, f"{path}[{i}]")
+    elif isinstance(value, str):
+        for what, pattern in _PATTERNS.items():
+            if pattern.search(value):
+                yield f"{path} (looks like a {what})"
+                break
+
+
+def refuse_credentials(value: Any, what: str) -> None:
+    """Raise InputInvalid naming where a credential-looking value sits (not the value)."""
+    found = list(find_credentials(value))
+    if found:
+        raise InputInvalid(
+            f"{what} holds what looks like a secret at {', '.join(found)}; "
+            "pass secrets by reference (secretRef) instead"
+        )
+
+
+def redact(text: str) -> str:
+    for pattern in _PATTERNS.values():
+        text = pattern.sub(MASK, text)
+    return text
+
+
+def redact_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, Mapping):
+        return {k: MASK if isinstance(k, str) and _SENSITIVE_KEYS.match(k) else redact_value(v)
+                for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_value(v) for v in value]
+    return value
+
+
+def redacting_processor(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+    """structlog processor: mask credential-looking values in every log line."""
+    return {k: redact_value(v) for k, v in event_dict.items()}

@@ -1,0 +1,62 @@
+"""Secrets by reference: credential-looking values refused in input, masked in logs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from rara.errors import InputInvalid
+from rara.runs import start_run, validate_input
+from rara.secrets import SecretNotFound, find_credentials, redact, redact_value, resolve
+from tests.helpers import apply
+
+LOOKALIKES = [
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIE",
+    "AKIAIOSFODNN7EXAMPLE",
+    "ghp_" + "a" * 36,
+    "sk-" + "b" * 40,
+    "hf_" + "c" * 34,
+    "postgresql://app:hunter2secret@db:5432/x",
+    "password=correct-horse-battery",
+]
+
+
+@pytest.mark.parametrize("value", LOOKALIKES)
+def test_credentials_in_run_input_are_refused(value: str) -> None:
+    with pytest.raises(InputInvalid, match=r"\$\.config\.url .*secretRef") as info:
+        validate_input({"config": {"url": value}})
+    assert value not in str(info.value)
+
+
+def test_sensitive_keys_and_ordinary_values() -> None:
+    assert list(find_credentials({"token": "x"})) == ["$.token (a 'token' field)"]
+    ordinary = {"digest": "sha256:" + "a" * 64, "query": "what is a decorator?", "k": 10,
+                "url": "https://example.org/docs", "paths": ["/data/a.txt"]}
+    assert list(find_credentials(ordinary)) == []
+
+
+def test_redaction() -> None:
+    line = "connecting to postgresql://app:hunter2secret@db/x with ghp_" + "z" * 36
+    masked = redact(line)
+    assert "hunter2secret" not in masked and "ghp_" not in masked
+    assert redact_value({"password": "p", "n": 1}) == {"password": "[REDACTED]", "n": 1}
+
+
+def test_resolve_from_mounted_dir_then_env(tmp_path: Any) -> None:
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "token").write_text("from-file\n")
+    assert resolve("hf", "token", env={}, secrets_dir=str(tmp_path)) == "from-file"
+    assert resolve("db", env={"RARA_SECRET_DB": "from-env"}) == "from-env"
+    with pytest.raises(SecretNotFound, match=r"secret 'missing' .*RARA_SECRET_MISSING"):
+        resolve("missing", env={})
+
+
+def test_definition_with_secret_in_static_input_writes_nothing(conn: psycopg.Connection[Any]) -> None:
+    with pytest.raises(InputInvalid, match="step 'a' input"):
+        apply(conn, "s", [{"key": "a", "capability": "x@1", "input": {"api_key": "abcdefgh"}}])
+    assert conn.execute("SELECT count(*) FROM rara_definition_versions").fetchone() == (0,)
+    apply(conn, "s", [{"key": "a", "capability": "x@1", "secrets": {"HF_TOKEN": {"name": "hf", "key": "token"}}}])
+    with pytest.raises(InputInvalid):
+        start_run(conn, "s", input={"password": "letmein99"}, queue_anyway=True)

@@ -18,19 +18,19 @@ MAX_DOCUMENT_BYTES = 1_000_000
 def load_definition(text: str | bytes) -> WorkflowDefinition:
     """Parse one YAML (or JSON) document. Raises DefinitionInvalid listing every problem."""
     if len(text) > MAX_DOCUMENT_BYTES:
-        raise DefinitionInvalid([f"document is {len(text)} bytes; the limit is {MAX_DOCUMENT_BYTES}"])
+        raise DefinitionInvalid([f"document: {len(text)} bytes; the limit is {MAX_DOCUMENT_BYTES}"])
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise DefinitionInvalid([f"not valid YAML: {exc}"]) from exc
+        raise DefinitionInvalid([f"document: not valid YAML: {exc}"]) from exc
     if len(docs) != 1:
-        raise DefinitionInvalid([f"expected exactly one YAML document, found {len(docs)}"])
+        raise DefinitionInvalid([f"document: expected exactly one YAML document, found {len(docs)}"])
     return definition_from_object(docs[0])
 
 
 def definition_from_object(obj: Any) -> WorkflowDefinition:
     if not isinstance(obj, dict):
-        raise DefinitionInvalid([f"a definition must be a mapping, got {type(obj).__name__}"])
+        raise DefinitionInvalid([f"document: a definition must be a mapping, got {type(obj).__name__}"])
     try:
         return WorkflowDefinition.model_validate(obj)
     except ValidationError as exc:

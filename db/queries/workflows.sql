@@ -484,3 +484,11 @@ FROM rara_steps s
 JOIN rara_step_artifacts a ON a.step_id = s.id AND a.attempt = s.attempt
 WHERE s.run_id = :run_id AND s.key = ANY (CAST(:keys AS text[])) AND s.status = 'succeeded'
 ORDER BY s.key, a.name;
+
+-- =============================================================================================
+-- Status
+
+-- name: steps_recent_failures
+SELECT s.run_id, s.key, s.capability, s.attempt, s.finished_at, s.error
+FROM rara_steps s WHERE s.status = 'failed'
+ORDER BY s.finished_at DESC LIMIT :limit;

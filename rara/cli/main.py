@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rara.cli import db, definitions, runs
+from rara.cli import db, definitions, runs, status
 
 app = typer.Typer(help="rara: a durable workflow runtime for ML/RAG pipelines on PostgreSQL.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -12,3 +12,4 @@ app.add_typer(db.app, name="db")
 app.add_typer(definitions.app, name="definitions")
 app.add_typer(runs.app, name="runs")
 app.command("migrate")(db.migrate_command)
+app.command("status")(status.status)

@@ -1,0 +1,54 @@
+"""Prometheus metrics, defined once for every rara process, and the HTTP endpoint serving them.
+
+Each process (worker, executor, operator) calls ``serve(port, ready=...)``: ``/metrics`` for
+Prometheus, ``/healthz`` for liveness and ``/readyz`` for readiness probes.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, make_wsgi_app
+
+LEASES = Counter("rara_leases_total", "Step attempts leased", ["capability"])
+COMPLETIONS = Counter("rara_completions_total", "Attempts ended, by outcome",
+                      ["capability", "outcome"])
+RETRIES = Counter("rara_retries_total", "Attempts that failed and will be retried", ["capability"])
+LEASE_EXPIRIES = Counter("rara_lease_expiries_total", "Expired leases recovered by this reaper")
+LEASES_LOST = Counter("rara_leases_lost_total", "Attempts stopped because their lease was lost")
+STEP_DURATION = Histogram("rara_step_duration_seconds", "Attempt wall time", ["capability"],
+                          buckets=(0.001, 0.005, 0.02, 0.1, 0.5, 2, 10, 60, 300, 1800, 7200))
+RUNNING = Gauge("rara_attempts_running", "Attempts running in this process")
+BACKLOG = Gauge("rara_backlog_steps", "Ready and running steps per capability",
+                ["capability", "state"])
+EXECUTOR_STREAMS = Gauge("rara_executor_streams", "Open Execute streams (executor side)")
+EXECUTOR_JOBS = Counter("rara_executor_jobs_total", "Jobs run by this executor, by outcome",
+                        ["capability", "outcome"])
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # scrapes are not news
+        pass
+
+
+def serve(port: int, host: str = "0.0.0.0", ready: Callable[[], bool] = lambda: True) -> WSGIServer:
+    """Serve /metrics, /healthz and /readyz on a daemon thread; returns the server (port 0 ok)."""
+    metrics_app = make_wsgi_app(REGISTRY)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/healthz":
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [b"ok\n"]
+        if path == "/readyz":
+            ok = ready()
+            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"ready\n" if ok else b"not ready\n"]
+        return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+
+    server = make_server(host, port, app, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server

@@ -492,3 +492,16 @@ ORDER BY s.key, a.name;
 SELECT s.run_id, s.key, s.capability, s.attempt, s.finished_at, s.error
 FROM rara_steps s WHERE s.status = 'failed'
 ORDER BY s.finished_at DESC LIMIT :limit;
+
+-- name: artifacts_referenced
+-- Every digest a manifest or a checkpoint still points at: GC keeps these blobs.
+SELECT digest FROM rara_step_artifacts
+UNION
+SELECT digest FROM rara_checkpoints WHERE digest IS NOT NULL;
+
+-- name: artifacts_forget!
+-- Forget blobs nothing references any more (rows only; the bytes are deleted by GC).
+DELETE FROM rara_artifacts a
+WHERE a.digest = ANY (CAST(:digests AS text[]))
+  AND NOT EXISTS (SELECT 1 FROM rara_step_artifacts m WHERE m.digest = a.digest)
+  AND NOT EXISTS (SELECT 1 FROM rara_checkpoints c WHERE c.digest = a.digest);

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from rara.cli import db, definitions, runs, status
+from rara.cli import artifacts, db, definitions, runs, status
 
 app = typer.Typer(help="rara: a durable workflow runtime for ML/RAG pipelines on PostgreSQL.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
 app.add_typer(db.app, name="db")
 app.add_typer(definitions.app, name="definitions")
 app.add_typer(runs.app, name="runs")
+app.add_typer(artifacts.app, name="artifacts")
 app.command("migrate")(db.migrate_command)
 app.command("status")(status.status)

@@ -1,0 +1,47 @@
+"""`rara artifacts get|gc`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import psycopg
+import typer
+
+from rara.artifacts.errors import ArtifactError
+from rara.artifacts.gc import collect_garbage
+from rara.artifacts.store import LocalArtifactStore
+from rara.cli.common import console, err_console, reports_errors
+from rara.pg.connect import database_url
+
+app = typer.Typer(help="Content-addressed artifacts.", no_args_is_help=True)
+
+RootOption = Annotated[Path, typer.Option("--root", envvar="RARA_ARTIFACT_ROOT",
+                                          help="artifact store root")]
+
+
+@app.command()
+@reports_errors
+def get(digest: str, output: Annotated[Path, typer.Option("-o", "--output")],
+        root: RootOption = Path(".rara/artifacts")) -> None:
+    """Write a blob to FILE, verifying its sha256 as it writes (nothing is left on mismatch)."""
+    try:
+        ref = LocalArtifactStore(root).get_file(digest, output)
+    except (ArtifactError, ValueError) as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    console.print(f"{output}: {ref.digest} verified")
+
+
+@app.command()
+@reports_errors
+def gc(root: RootOption = Path(".rara/artifacts"),
+       grace: Annotated[float, typer.Option(help="keep unreferenced blobs younger than this (s)")] = 86400,
+       dry_run: Annotated[bool, typer.Option("--dry-run")] = False) -> None:
+    """Remove blobs no manifest or checkpoint references (after a grace period)."""
+    with psycopg.connect(database_url(), autocommit=True) as conn:
+        report = collect_garbage(conn, LocalArtifactStore(root), grace_seconds=grace, dry_run=dry_run)
+    verb = "would delete" if dry_run else "deleted"
+    console.print(f"{verb} {len(report.deleted)} blobs ({report.deleted_bytes} bytes); kept "
+                  f"{report.kept_referenced} referenced and {report.kept_young} younger than the grace; "
+                  f"{report.tmp_removed} stale temp files")

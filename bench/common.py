@@ -27,28 +27,48 @@ def bench_database() -> Iterator[str]:
         server.destroy()
 
 
-def noop_definition(conn: psycopg.Connection[Any], name: str = "noop", steps: int = 1,
-                    capability: str = "bench.noop@1", executor: str = "inprocess") -> None:
-    chain = [{"key": f"s{i}", "capability": capability, "executor": executor,
-              **({"dependsOn": [f"s{i - 1}"]} if i else {})} for i in range(steps)]
-    doc = {"apiVersion": "rara.dev/v1alpha1", "kind": "WorkflowDefinition",
-           "metadata": {"name": name}, "spec": {"steps": chain}}
+def noop_definition(
+    conn: psycopg.Connection[Any],
+    name: str = "noop",
+    steps: int = 1,
+    capability: str = "bench.noop@1",
+    executor: str = "inprocess",
+) -> None:
+    chain = [
+        {
+            "key": f"s{i}",
+            "capability": capability,
+            "executor": executor,
+            **({"dependsOn": [f"s{i - 1}"]} if i else {}),
+        }
+        for i in range(steps)
+    ]
+    doc = {
+        "apiVersion": "rara.dev/v1alpha1",
+        "kind": "WorkflowDefinition",
+        "metadata": {"name": name},
+        "spec": {"steps": chain},
+    }
     apply_definition(conn, definition_from_object(doc))
 
 
-def bulk_ready_steps(conn: psycopg.Connection[Any], count: int,
-                     capability: str = "bench.noop@1") -> None:
+def bulk_ready_steps(
+    conn: psycopg.Connection[Any], count: int, capability: str = "bench.noop@1"
+) -> None:
     """`count` ready steps in one run, inserted set-wise (bench fixture, not the runtime path)."""
     version = conn.execute("SELECT id FROM rara_definition_versions ORDER BY id LIMIT 1").fetchone()
     assert version is not None
-    run = conn.execute("INSERT INTO rara_runs (definition_version_id) VALUES (%s) RETURNING id",
-                       (version[0],)).fetchone()
+    run = conn.execute(
+        "INSERT INTO rara_runs (definition_version_id) VALUES (%s) RETURNING id", (version[0],)
+    ).fetchone()
     assert run is not None
     conn.execute(
         """INSERT INTO rara_steps (run_id, key, capability, executor, max_attempts,
                retry_initial_ms, retry_max_ms, retry_coefficient, status)
            SELECT %s, 's' || g, %s, 'inprocess', 3, 1000, 60000, 2, 'ready'
-           FROM generate_series(1, %s) g""", (run[0], capability, count))
+           FROM generate_series(1, %s) g""",
+        (run[0], capability, count),
+    )
     conn.execute("ANALYZE rara_steps")
 
 

@@ -52,12 +52,14 @@ def main() -> dict[str, Any]:
             depth = target
             measure(conn, 20)  # warm caches and prepared statements
             results[str(depth)] = measure(conn, args.samples)
-            print(f"depth {depth:>9,}: lease batch of 10  p50 {results[str(depth)]['p50']:.3f} ms"
-                  f"  p99 {results[str(depth)]['p99']:.3f} ms")
+            print(
+                f"depth {depth:>9,}: lease batch of 10  p50 {results[str(depth)]['p50']:.3f} ms"
+                f"  p99 {results[str(depth)]['p99']:.3f} ms"
+            )
         plan = explain(conn)
         print(f"\nEXPLAIN ANALYZE at depth {depth:,}:\n{plan}")
         results["plan"] = plan
-    first, last = list(results)[0], [k for k in results if k != "plan"][-1]
+    first, last = next(iter(results)), [k for k in results if k != "plan"][-1]
     ratio = results[last]["p50"] / results[first]["p50"]
     print(f"\nratio p50 {last} / {first}: {ratio:.2f}")
     results["ratio"] = ratio

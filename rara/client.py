@@ -1,9 +1,9 @@
 """The typed Python client applications use; the CLI is a thin layer over it.
 
-    client = Client()                       # DATABASE_URL, or the embedded server
-    client.apply_definition(yaml_text)      # -> AppliedVersion
-    run = client.start_run("rag-refresh", input={...}, idempotency_key="nightly-2026-11-29")
-    final = client.wait(run.run_id, timeout=600)
+client = Client()                       # DATABASE_URL, or the embedded server
+client.apply_definition(yaml_text)      # -> AppliedVersion
+run = client.start_run("rag-refresh", input={...}, idempotency_key="nightly-2026-11-29")
+final = client.wait(run.run_id, timeout=600)
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ class Client:
             yield conn
 
     # -- definitions -------------------------------------------------------------------------
-    def apply_definition(self, definition: str | bytes | dict[str, Any] | WorkflowDefinition) -> AppliedVersion:
+    def apply_definition(
+        self, definition: str | bytes | dict[str, Any] | WorkflowDefinition
+    ) -> AppliedVersion:
         if isinstance(definition, str | bytes):
             definition = load_definition(definition)
         elif isinstance(definition, dict):
@@ -64,43 +66,69 @@ class Client:
 
     def list_definitions(self) -> list[Row]:
         with self._conn() as conn:
-            conn.row_factory = dict_row  # type: ignore[assignment]
+            conn.row_factory = dict_row
             return list(sync_queries().definition_list(conn))
 
     def get_definition(self, name: str, version: int | None = None) -> Row:
         with self._conn() as conn:
-            conn.row_factory = dict_row  # type: ignore[assignment]
+            conn.row_factory = dict_row
             row = sync_queries().definition_version_get(conn, name=name, version=version)
         if row is None:
-            raise NotFound(f"no workflow definition {name}" + (f" version {version}" if version else ""))
+            raise NotFound(
+                f"no workflow definition {name}" + (f" version {version}" if version else "")
+            )
         return dict(row)
 
     # -- runs --------------------------------------------------------------------------------
-    def start_run(self, definition: str, *, version: int | None = None,
-                  input: dict[str, Any] | None = None, idempotency_key: str | None = None,
-                  queue_anyway: bool = False) -> StartedRun:
+    def start_run(
+        self,
+        definition: str,
+        *,
+        version: int | None = None,
+        input: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+        queue_anyway: bool = False,
+    ) -> StartedRun:
         with self._conn() as conn:
-            return start_run(conn, definition, version=version, input=input,
-                             idempotency_key=idempotency_key, queue_anyway=queue_anyway)
+            return start_run(
+                conn,
+                definition,
+                version=version,
+                input=input,
+                idempotency_key=idempotency_key,
+                queue_anyway=queue_anyway,
+            )
 
     def get_run(self, run_id: int) -> RunView:
         q = sync_queries()
         with self._conn() as conn:
-            conn.row_factory = dict_row  # type: ignore[assignment]
+            conn.row_factory = dict_row
             run = q.run_get(conn, run_id=run_id)
             if run is None:
                 raise NotFound(f"no run {run_id}")
             steps = [dict(s) for s in q.run_steps(conn, run_id=run_id)]
-        return RunView(id=run["id"], status=RunStatus(run["status"]), definition=run["definition"],
-                       version=run["version"], input=run["input"], error=run["error"],
-                       created_at=run["created_at"], started_at=run["started_at"],
-                       finished_at=run["finished_at"], steps=steps)
+        return RunView(
+            id=run["id"],
+            status=RunStatus(run["status"]),
+            definition=run["definition"],
+            version=run["version"],
+            input=run["input"],
+            error=run["error"],
+            created_at=run["created_at"],
+            started_at=run["started_at"],
+            finished_at=run["finished_at"],
+            steps=steps,
+        )
 
     def list_runs(self, status: RunStatus | None = None, limit: int = 50) -> list[Row]:
         with self._conn() as conn:
-            conn.row_factory = dict_row  # type: ignore[assignment]
-            return [dict(r) for r in sync_queries().run_list(
-                conn, status=status.value if status else None, limit=limit)]
+            conn.row_factory = dict_row
+            return [
+                dict(r)
+                for r in sync_queries().run_list(
+                    conn, status=status.value if status else None, limit=limit
+                )
+            ]
 
     def cancel_run(self, run_id: int) -> bool:
         with self._conn() as conn:

@@ -77,6 +77,7 @@ class StepContext(Protocol):
         """Upstream artifacts by name (``"<step key>/<artifact name>"`` and, when unique,
         the bare artifact name)."""
         ...
+
     @property
     def deadline(self) -> datetime | None: ...
     @property
@@ -89,11 +90,16 @@ class StepContext(Protocol):
         ...
 
     def progress(
-        self, fraction: float | None = None, message: str = "", metrics: Mapping[str, float] | None = None
+        self,
+        fraction: float | None = None,
+        message: str = "",
+        metrics: Mapping[str, float] | None = None,
     ) -> None:
         """Report progress. Cheap: coalesced, never blocks on the database."""
         ...
 
-    def save_checkpoint(self, state: Mapping[str, JSON], artifact: ArtifactRef | None = None) -> None:
+    def save_checkpoint(
+        self, state: Mapping[str, JSON], artifact: ArtifactRef | None = None
+    ) -> None:
         """Durably record a checkpoint before returning (blocks until written)."""
         ...

@@ -1,14 +1,14 @@
 """rara's exceptions, one small tree:
 
-    RaraError
-    ├── DefinitionInvalid        bad definition document (lists every problem)
-    ├── InputInvalid             bad run input / argument (names the field)
-    ├── NotFound                 a definition, version or run that does not exist
-    ├── CapabilityUnavailable    no live worker serves a capability a run needs
-    └── StepError                raised by step code
-        ├── RetryableError       retried with backoff until maxAttempts (the default for
-        │                        any other exception a handler raises)
-        └── TerminalError        never retried: the step fails for good
+RaraError
+├── DefinitionInvalid        bad definition document (lists every problem)
+├── InputInvalid             bad run input / argument (names the field)
+├── NotFound                 a definition, version or run that does not exist
+├── CapabilityUnavailable    no live worker serves a capability a run needs
+└── StepError                raised by step code
+    ├── RetryableError       retried with backoff until maxAttempts (the default for
+    │                        any other exception a handler raises)
+    └── TerminalError        never retried: the step fails for good
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ class CapabilityUnavailable(RaraError):
     def __init__(self, missing: Iterable[str]) -> None:
         self.missing = sorted(set(missing))
         super().__init__(
-            "no live worker serves " + ", ".join(self.missing)
+            "no live worker serves "
+            + ", ".join(self.missing)
             + " (start a worker or executor that does, or pass --queue-anyway)"
         )
 
@@ -50,8 +51,9 @@ class StepError(RaraError):
     retryable: bool = True
     code: str = "HANDLER_ERROR"
 
-    def __init__(self, message: str, *, code: str | None = None,
-                 details: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self, message: str, *, code: str | None = None, details: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         if code is not None:
             self.code = code

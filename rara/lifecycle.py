@@ -30,13 +30,19 @@ class Fence:
     token: UUID
 
 
-async def complete(conn: AsyncConn, fence: Fence, result: Any,
-                   artifacts: Sequence[Mapping[str, Any]] = ()) -> bool:
+async def complete(
+    conn: AsyncConn, fence: Fence, result: Any, artifacts: Sequence[Mapping[str, Any]] = ()
+) -> bool:
     """Succeeded: result and artifact manifest together, or nothing (lease lost → False)."""
     q = async_queries()
     async with conn.transaction():
-        row = await q.step_complete(conn, step_id=fence.step_id, worker=fence.worker,
-                                    token=fence.token, result=Jsonb(result))
+        row = await q.step_complete(
+            conn,
+            step_id=fence.step_id,
+            worker=fence.worker,
+            token=fence.token,
+            result=Jsonb(result),
+        )
         if row is None:
             return False
         if artifacts:
@@ -45,14 +51,28 @@ async def complete(conn: AsyncConn, fence: Fence, result: Any,
         return True
 
 
-async def fail(conn: AsyncConn, fence: Fence, error: Mapping[str, Any], *, retryable: bool,
-               jitter: float, outcome: str = "failed") -> str | None:
+async def fail(
+    conn: AsyncConn,
+    fence: Fence,
+    error: Mapping[str, Any],
+    *,
+    retryable: bool,
+    jitter: float,
+    outcome: str = "failed",
+) -> str | None:
     """Failed attempt: 'ready' (retry after backoff) or 'failed' (for good); None = lease lost."""
     q = async_queries()
     async with conn.transaction():
-        row = await q.step_fail(conn, step_id=fence.step_id, worker=fence.worker, token=fence.token,
-                                error=Jsonb(dict(error)), retryable=retryable, jitter=jitter,
-                                outcome=outcome)
+        row = await q.step_fail(
+            conn,
+            step_id=fence.step_id,
+            worker=fence.worker,
+            token=fence.token,
+            error=Jsonb(dict(error)),
+            retryable=retryable,
+            jitter=jitter,
+            outcome=outcome,
+        )
         if row is None:
             return None
         _, run_id, key, status, _ = row
@@ -64,8 +84,9 @@ async def fail(conn: AsyncConn, fence: Fence, error: Mapping[str, Any], *, retry
 async def cancelled(conn: AsyncConn, fence: Fence) -> bool:
     q = async_queries()
     async with conn.transaction():
-        row = await q.step_cancelled(conn, step_id=fence.step_id, worker=fence.worker,
-                                     token=fence.token)
+        row = await q.step_cancelled(
+            conn, step_id=fence.step_id, worker=fence.worker, token=fence.token
+        )
         if row is None:
             return False
         await q.run_refresh(conn, run_id=row[1])
@@ -78,8 +99,11 @@ async def release(conn: AsyncConn, worker: str, leases: Sequence[tuple[int, UUID
         return []
     q = async_queries()
     async with conn.transaction():
-        rows = await fetch_all(q.step_release(conn, worker=worker, step_ids=[s for s, _ in leases],
-                                              tokens=[t for _, t in leases]))
+        rows = await fetch_all(
+            q.step_release(
+                conn, worker=worker, step_ids=[s for s, _ in leases], tokens=[t for _, t in leases]
+            )
+        )
         return [r[0] for r in rows]
 
 

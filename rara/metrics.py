@@ -14,19 +14,26 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram, make_wsgi_app
 
 LEASES = Counter("rara_leases_total", "Step attempts leased", ["capability"])
-COMPLETIONS = Counter("rara_completions_total", "Attempts ended, by outcome",
-                      ["capability", "outcome"])
+COMPLETIONS = Counter(
+    "rara_completions_total", "Attempts ended, by outcome", ["capability", "outcome"]
+)
 RETRIES = Counter("rara_retries_total", "Attempts that failed and will be retried", ["capability"])
 LEASE_EXPIRIES = Counter("rara_lease_expiries_total", "Expired leases recovered by this reaper")
 LEASES_LOST = Counter("rara_leases_lost_total", "Attempts stopped because their lease was lost")
-STEP_DURATION = Histogram("rara_step_duration_seconds", "Attempt wall time", ["capability"],
-                          buckets=(0.001, 0.005, 0.02, 0.1, 0.5, 2, 10, 60, 300, 1800, 7200))
+STEP_DURATION = Histogram(
+    "rara_step_duration_seconds",
+    "Attempt wall time",
+    ["capability"],
+    buckets=(0.001, 0.005, 0.02, 0.1, 0.5, 2, 10, 60, 300, 1800, 7200),
+)
 RUNNING = Gauge("rara_attempts_running", "Attempts running in this process")
-BACKLOG = Gauge("rara_backlog_steps", "Ready and running steps per capability",
-                ["capability", "state"])
+BACKLOG = Gauge(
+    "rara_backlog_steps", "Ready and running steps per capability", ["capability", "state"]
+)
 EXECUTOR_STREAMS = Gauge("rara_executor_streams", "Open Execute streams (executor side)")
-EXECUTOR_JOBS = Counter("rara_executor_jobs_total", "Jobs run by this executor, by outcome",
-                        ["capability", "outcome"])
+EXECUTOR_JOBS = Counter(
+    "rara_executor_jobs_total", "Jobs run by this executor, by outcome", ["capability", "outcome"]
+)
 
 
 class _QuietHandler(WSGIRequestHandler):
@@ -45,7 +52,9 @@ def serve(port: int, host: str = "0.0.0.0", ready: Callable[[], bool] = lambda: 
             return [b"ok\n"]
         if path == "/readyz":
             ok = ready()
-            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+            start_response(
+                "200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")]
+            )
             return [b"ready\n" if ok else b"not ready\n"]
         return metrics_app(environ, start_response)  # type: ignore[no-any-return]
 

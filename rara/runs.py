@@ -66,19 +66,32 @@ def start_run(
             missing = {s.capability for s in spec.steps} - served
             if missing:
                 raise CapabilityUnavailable(missing)
-        inserted = q.run_insert(conn, definition_version_id=version_id, input=Jsonb(run_input),
-                                idempotency_key=idempotency_key)
+        inserted = q.run_insert(
+            conn,
+            definition_version_id=version_id,
+            input=Jsonb(run_input),
+            idempotency_key=idempotency_key,
+        )
         if inserted is None:
             return StartedRun(q.run_by_key(conn, idempotency_key=idempotency_key), created=False)
         run_id = inserted[0]
         steps = [
             {
-                "key": s.key, "depends_on": s.depends_on, "capability": s.capability,
-                "executor": s.executor, "priority": s.priority,
-                "payload": {"input": s.input, "secrets": {k: v.model_dump() for k, v in s.secrets.items()}},
-                "max_attempts": s.retry.max_attempts, "retry_initial_ms": s.retry.initial_delay,
-                "retry_max_ms": s.retry.max_delay, "retry_coefficient": s.retry.backoff_coefficient,
-                "timeout_ms": s.timeout, "heartbeat_timeout_ms": s.heartbeat_timeout,
+                "key": s.key,
+                "depends_on": s.depends_on,
+                "capability": s.capability,
+                "executor": s.executor,
+                "priority": s.priority,
+                "payload": {
+                    "input": s.input,
+                    "secrets": {k: v.model_dump() for k, v in s.secrets.items()},
+                },
+                "max_attempts": s.retry.max_attempts,
+                "retry_initial_ms": s.retry.initial_delay,
+                "retry_max_ms": s.retry.max_delay,
+                "retry_coefficient": s.retry.backoff_coefficient,
+                "timeout_ms": s.timeout,
+                "heartbeat_timeout_ms": s.heartbeat_timeout,
             }
             for s in spec.steps
         ]

@@ -27,14 +27,19 @@ _PATTERNS: dict[str, re.Pattern[str]] = {
     "Slack token": re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b"),
     "OpenAI-style API key": re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"),
     "Hugging Face token": re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"),
-    "JSON web token": re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),
+    "JSON web token": re.compile(
+        r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"
+    ),
     "password in URL": re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@"),
     "password assignment": re.compile(
-        r"(?i)\b(password|passwd|secret|api[_-]?key|access[_-]?token)\s*[=:]\s*['\"]?[^\s'\"]{6,}"),
+        r"(?i)\b(password|passwd|secret|api[_-]?key|access[_-]?token)\s*[=:]\s*['\"]?[^\s'\"]{6,}"
+    ),
 }
 # Keys whose value is sensitive whatever it looks like.
-_SENSITIVE_KEYS = re.compile(r"(?i)^(password|passwd|secret|token|api[_-]?key|private[_-]?key|"
-                             r"access[_-]?key|client[_-]?secret|authorization)$")
+_SENSITIVE_KEYS = re.compile(
+    r"(?i)^(password|passwd|secret|token|api[_-]?key|private[_-]?key|"
+    r"access[_-]?key|client[_-]?secret|authorization)$"
+)
 MASK = "[REDACTED]"
 
 
@@ -42,8 +47,13 @@ class SecretNotFound(LookupError):
     pass
 
 
-def resolve(name: str, key: str | None = None, *, env: Mapping[str, str] | None = None,
-            secrets_dir: str | None = None) -> str:
+def resolve(
+    name: str,
+    key: str | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    secrets_dir: str | None = None,
+) -> str:
     """The value of a secret reference; the error names the reference, never a value."""
     env = os.environ if env is None else env
     directory = secrets_dir or env.get("RARA_SECRETS_DIR")
@@ -57,7 +67,9 @@ def resolve(name: str, key: str | None = None, *, env: Mapping[str, str] | None 
     if var in env:
         return env[var]
     where = f"{directory}/{name}/{key or 'value'} or " if directory else ""
-    raise SecretNotFound(f"secret {name!r}{f' key {key!r}' if key else ''} not found ({where}${var})")
+    raise SecretNotFound(
+        f"secret {name!r}{f' key {key!r}' if key else ''} not found ({where}${var})"
+    )
 
 
 def find_credentials(value: Any, path: str = "$") -> Iterator[str]:
@@ -99,8 +111,10 @@ def redact_value(value: Any) -> Any:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, Mapping):
-        return {k: MASK if isinstance(k, str) and _SENSITIVE_KEYS.match(k) else redact_value(v)
-                for k, v in value.items()}
+        return {
+            k: MASK if isinstance(k, str) and _SENSITIVE_KEYS.match(k) else redact_value(v)
+            for k, v in value.items()
+        }
     if isinstance(value, list | tuple):
         return [redact_value(v) for v in value]
     return value

@@ -15,16 +15,25 @@ T = TypeVar("T")
 
 
 def definition(name: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"apiVersion": "rara.dev/v1alpha1", "kind": "WorkflowDefinition",
-            "metadata": {"name": name}, "spec": {"steps": steps}}
+    return {
+        "apiVersion": "rara.dev/v1alpha1",
+        "kind": "WorkflowDefinition",
+        "metadata": {"name": name},
+        "spec": {"steps": steps},
+    }
 
 
 def apply(conn: psycopg.Connection[Any], name: str, steps: list[dict[str, Any]]) -> AppliedVersion:
     return apply_definition(conn, definition_from_object(definition(name, steps)))
 
 
-def wait_for(condition: Callable[[], T], *, timeout: float = 30.0, interval: float = 0.02,
-             what: str = "condition") -> T:
+def wait_for(
+    condition: Callable[[], T],
+    *,
+    timeout: float = 30.0,
+    interval: float = 0.02,
+    what: str = "condition",
+) -> T:
     """Poll a condition against a deadline (for state in another process or the database)."""
     deadline = time.monotonic() + timeout
     while True:

@@ -32,15 +32,21 @@ def test_credentials_in_run_input_are_refused(value: str) -> None:
 
 def test_sensitive_keys_and_ordinary_values() -> None:
     assert list(find_credentials({"token": "x"})) == ["$.token (a 'token' field)"]
-    ordinary = {"digest": "sha256:" + "a" * 64, "query": "what is a decorator?", "k": 10,
-                "url": "https://example.org/docs", "paths": ["/data/a.txt"]}
+    ordinary = {
+        "digest": "sha256:" + "a" * 64,
+        "query": "what is a decorator?",
+        "k": 10,
+        "url": "https://example.org/docs",
+        "paths": ["/data/a.txt"],
+    }
     assert list(find_credentials(ordinary)) == []
 
 
 def test_redaction() -> None:
     line = "connecting to postgresql://app:hunter2secret@db/x with ghp_" + "z" * 36
     masked = redact(line)
-    assert "hunter2secret" not in masked and "ghp_" not in masked
+    assert "hunter2secret" not in masked
+    assert "ghp_" not in masked
     assert redact_value({"password": "p", "n": 1}) == {"password": "[REDACTED]", "n": 1}
 
 
@@ -53,10 +59,22 @@ def test_resolve_from_mounted_dir_then_env(tmp_path: Any) -> None:
         resolve("missing", env={})
 
 
-def test_definition_with_secret_in_static_input_writes_nothing(conn: psycopg.Connection[Any]) -> None:
+def test_definition_with_secret_in_static_input_writes_nothing(
+    conn: psycopg.Connection[Any],
+) -> None:
     with pytest.raises(InputInvalid, match="step 'a' input"):
         apply(conn, "s", [{"key": "a", "capability": "x@1", "input": {"api_key": "abcdefgh"}}])
     assert conn.execute("SELECT count(*) FROM rara_definition_versions").fetchone() == (0,)
-    apply(conn, "s", [{"key": "a", "capability": "x@1", "secrets": {"HF_TOKEN": {"name": "hf", "key": "token"}}}])
+    apply(
+        conn,
+        "s",
+        [
+            {
+                "key": "a",
+                "capability": "x@1",
+                "secrets": {"HF_TOKEN": {"name": "hf", "key": "token"}},
+            }
+        ],
+    )
     with pytest.raises(InputInvalid):
         start_run(conn, "s", input={"password": "letmein99"}, queue_anyway=True)

@@ -27,8 +27,13 @@ class GcReport:
     tmp_removed: int = 0
 
 
-def collect_garbage(conn: psycopg.Connection[Any], store: LocalArtifactStore, *,
-                    grace_seconds: float = 24 * 3600, dry_run: bool = False) -> GcReport:
+def collect_garbage(
+    conn: psycopg.Connection[Any],
+    store: LocalArtifactStore,
+    *,
+    grace_seconds: float = 24 * 3600,
+    dry_run: bool = False,
+) -> GcReport:
     q = sync_queries()
     # Read the references *after* listing blobs would race a commit landing in between; read
     # them first: a blob referenced later than this read is younger than the grace anyway.

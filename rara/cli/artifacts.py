@@ -16,14 +16,18 @@ from rara.pg.connect import database_url
 
 app = typer.Typer(help="Content-addressed artifacts.", no_args_is_help=True)
 
-RootOption = Annotated[Path, typer.Option("--root", envvar="RARA_ARTIFACT_ROOT",
-                                          help="artifact store root")]
+RootOption = Annotated[
+    Path, typer.Option("--root", envvar="RARA_ARTIFACT_ROOT", help="artifact store root")
+]
 
 
 @app.command()
 @reports_errors
-def get(digest: str, output: Annotated[Path, typer.Option("-o", "--output")],
-        root: RootOption = Path(".rara/artifacts")) -> None:
+def get(
+    digest: str,
+    output: Annotated[Path, typer.Option("-o", "--output")],
+    root: RootOption = Path(".rara/artifacts"),
+) -> None:
     """Write a blob to FILE, verifying its sha256 as it writes (nothing is left on mismatch)."""
     try:
         ref = LocalArtifactStore(root).get_file(digest, output)
@@ -35,13 +39,21 @@ def get(digest: str, output: Annotated[Path, typer.Option("-o", "--output")],
 
 @app.command()
 @reports_errors
-def gc(root: RootOption = Path(".rara/artifacts"),
-       grace: Annotated[float, typer.Option(help="keep unreferenced blobs younger than this (s)")] = 86400,
-       dry_run: Annotated[bool, typer.Option("--dry-run")] = False) -> None:
+def gc(
+    root: RootOption = Path(".rara/artifacts"),
+    grace: Annotated[
+        float, typer.Option(help="keep unreferenced blobs younger than this (s)")
+    ] = 86400,
+    dry_run: Annotated[bool, typer.Option("--dry-run")] = False,
+) -> None:
     """Remove blobs no manifest or checkpoint references (after a grace period)."""
     with psycopg.connect(database_url(), autocommit=True) as conn:
-        report = collect_garbage(conn, LocalArtifactStore(root), grace_seconds=grace, dry_run=dry_run)
+        report = collect_garbage(
+            conn, LocalArtifactStore(root), grace_seconds=grace, dry_run=dry_run
+        )
     verb = "would delete" if dry_run else "deleted"
-    console.print(f"{verb} {len(report.deleted)} blobs ({report.deleted_bytes} bytes); kept "
-                  f"{report.kept_referenced} referenced and {report.kept_young} younger than the grace; "
-                  f"{report.tmp_removed} stale temp files")
+    console.print(
+        f"{verb} {len(report.deleted)} blobs ({report.deleted_bytes} bytes); kept "
+        f"{report.kept_referenced} referenced and {report.kept_young} younger than the grace; "
+        f"{report.tmp_removed} stale temp files"
+    )

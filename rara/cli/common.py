@@ -32,7 +32,9 @@ def reports_errors(fn: Callable[P, R]) -> Callable[P, R]:
             err_console.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
             raise typer.Exit(2) from None
         except psycopg.OperationalError as exc:
-            err_console.print(f"[red]error:[/red] cannot reach the database: {exc}", highlight=False)
+            err_console.print(
+                f"[red]error:[/red] cannot reach the database: {exc}", highlight=False
+            )
             raise typer.Exit(3) from None
 
     return wrapper

@@ -9,8 +9,10 @@ from rara.pg.connect import database_url
 from rara.pg.embedded import EmbeddedPostgresError, project_server
 from rara.pg.migrate import MigrationError, migrate
 
-app = typer.Typer(help="The project's embedded PostgreSQL (used when DATABASE_URL is unset).",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="The project's embedded PostgreSQL (used when DATABASE_URL is unset).",
+    no_args_is_help=True,
+)
 
 
 def _fail(exc: Exception) -> None:

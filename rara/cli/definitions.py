@@ -18,7 +18,9 @@ app = typer.Typer(help="Workflow definitions and their immutable versions.", no_
 
 @app.command()
 @reports_errors
-def apply(file: Annotated[Path, typer.Option("-f", "--file", help="YAML document ('-' for stdin)")]) -> None:
+def apply(
+    file: Annotated[Path, typer.Option("-f", "--file", help="YAML document ('-' for stdin)")],
+) -> None:
     """Register a definition: the same spec gives the same version, a changed one N+1."""
     try:
         text = typer.get_text_stream("stdin").read() if str(file) == "-" else file.read_text()
@@ -26,7 +28,9 @@ def apply(file: Annotated[Path, typer.Option("-f", "--file", help="YAML document
         raise InputInvalid(f"cannot read {file}: {exc.strerror}") from exc
     applied = Client().apply_definition(text)
     state = "created" if applied.created else "unchanged"
-    console.print(f"{applied.name} version {applied.version} {applied.digest} ({state})", highlight=False)
+    console.print(
+        f"{applied.name} version {applied.version} {applied.digest} ({state})", highlight=False
+    )
 
 
 @app.command("list")
@@ -35,14 +39,21 @@ def list_() -> None:
     """Every definition with its latest version."""
     table = Table("name", "latest", "versions", "digest", "retired")
     for row in Client().list_definitions():
-        table.add_row(row["name"], str(row["latest_version"]), str(row["versions"]),
-                      row["digest"][:19] + "…", str(row["retired_at"] or ""))
+        table.add_row(
+            row["name"],
+            str(row["latest_version"]),
+            str(row["versions"]),
+            row["digest"][:19] + "…",
+            str(row["retired_at"] or ""),
+        )
     console.print(table)
 
 
 @app.command()
 @reports_errors
-def show(name: str, version: Annotated[int | None, typer.Option(help="default: latest")] = None) -> None:
+def show(
+    name: str, version: Annotated[int | None, typer.Option(help="default: latest")] = None
+) -> None:
     """A version's canonical spec."""
     row = Client().get_definition(name, version)
     console.print(f"{row['name']} version {row['version']} {row['digest']}", highlight=False)

@@ -6,8 +6,11 @@ import typer
 
 from rara.cli import artifacts, db, definitions, runs, status
 
-app = typer.Typer(help="rara: a durable workflow runtime for ML/RAG pipelines on PostgreSQL.",
-                  no_args_is_help=True, pretty_exceptions_enable=False)
+app = typer.Typer(
+    help="rara: a durable workflow runtime for ML/RAG pipelines on PostgreSQL.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
 app.add_typer(db.app, name="db")
 app.add_typer(definitions.app, name="definitions")
 app.add_typer(runs.app, name="runs")

@@ -18,27 +18,45 @@ app = typer.Typer(help="Runs of workflow definitions.", no_args_is_help=True)
 @reports_errors
 def start(
     definition: str,
-    version: Annotated[int | None, typer.Option(help="definition version (default: latest)")] = None,
+    version: Annotated[
+        int | None, typer.Option(help="definition version (default: latest)")
+    ] = None,
     input: Annotated[str | None, typer.Option("--input", help="JSON object, or @file")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="same key → same run")] = None,
-    queue_anyway: Annotated[bool, typer.Option(help="start even if no live worker serves a capability")] = False,
+    queue_anyway: Annotated[
+        bool, typer.Option(help="start even if no live worker serves a capability")
+    ] = False,
 ) -> None:
     """Start a run (refused when no live worker serves one of its capabilities)."""
-    started = Client().start_run(definition, version=version, input=parse_json_arg(input, "--input"),
-                                 idempotency_key=idempotency_key, queue_anyway=queue_anyway)
-    console.print(f"run {started.run_id} " + ("started" if started.created else "(existing run for this key)"))
+    started = Client().start_run(
+        definition,
+        version=version,
+        input=parse_json_arg(input, "--input"),
+        idempotency_key=idempotency_key,
+        queue_anyway=queue_anyway,
+    )
+    console.print(
+        f"run {started.run_id} " + ("started" if started.created else "(existing run for this key)")
+    )
 
 
 @app.command("list")
 @reports_errors
-def list_(status: Annotated[RunStatus | None, typer.Option()] = None,
-          limit: Annotated[int, typer.Option(min=1, max=1000)] = 50) -> None:
+def list_(
+    status: Annotated[RunStatus | None, typer.Option()] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+) -> None:
     """Recent runs."""
     table = Table("run", "definition", "status", "steps", "created", "finished")
     for r in Client().list_runs(status, limit):
-        table.add_row(str(r["id"]), f"{r['definition']}@{r['version']}", r["status"],
-                      f"{r['done']}/{r['total']}", f"{r['created_at']:%Y-%m-%d %H:%M:%S}",
-                      f"{r['finished_at']:%H:%M:%S}" if r["finished_at"] else "")
+        table.add_row(
+            str(r["id"]),
+            f"{r['definition']}@{r['version']}",
+            r["status"],
+            f"{r['done']}/{r['total']}",
+            f"{r['created_at']:%Y-%m-%d %H:%M:%S}",
+            f"{r['finished_at']:%H:%M:%S}" if r["finished_at"] else "",
+        )
     console.print(table)
 
 
@@ -51,9 +69,15 @@ def print_run(view: RunView) -> None:
         took = ""
         if s["started_at"] and s["finished_at"]:
             took = f"{(s['finished_at'] - s['started_at']).total_seconds():.2f}s"
-        table.add_row(s["key"], s["capability"], s["executor"], s["status"],
-                      f"{s['attempt']}/{s['max_attempts']}",
-                      f"{s['started_at']:%H:%M:%S}" if s["started_at"] else "", took)
+        table.add_row(
+            s["key"],
+            s["capability"],
+            s["executor"],
+            s["status"],
+            f"{s['attempt']}/{s['max_attempts']}",
+            f"{s['started_at']:%H:%M:%S}" if s["started_at"] else "",
+            took,
+        )
     console.print(table)
 
 
@@ -76,7 +100,9 @@ def cancel(run_id: int) -> None:
 
 @app.command()
 @reports_errors
-def wait(run_id: int, timeout: Annotated[float | None, typer.Option(help="seconds")] = None) -> None:
+def wait(
+    run_id: int, timeout: Annotated[float | None, typer.Option(help="seconds")] = None
+) -> None:
     """Wait until the run ends; exit code 1 unless it succeeded."""
     view = Client().wait(run_id, timeout)
     print_run(view)

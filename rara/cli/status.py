@@ -30,7 +30,9 @@ def status(failures: Annotated[int, typer.Option(help="recent failures to show")
     for cap, ready, running in backlog:
         table.add_row(cap, str(ready), str(running))
     console.print(table)
-    table = Table("run", "step", "capability", "attempts", "failed at", "error", title="recent failures")
+    table = Table(
+        "run", "step", "capability", "attempts", "failed at", "error", title="recent failures"
+    )
     for run_id, key, cap, attempt, at, error in failed:
         message = (error or {}).get("message", "") if isinstance(error, dict) else str(error)
         table.add_row(str(run_id), key, cap, str(attempt), f"{at:%H:%M:%S}", message[:80])

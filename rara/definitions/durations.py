@@ -22,7 +22,7 @@ def parse_duration_ms(value: object) -> int:
     total = sum(float(n) * _MS[unit] for n, unit in _PART.findall(text))
     if total <= 0:
         raise ValueError(f"duration {value!r} must be greater than zero")
-    return int(round(total))
+    return round(total)
 
 
 def format_duration_ms(ms: int) -> str:

@@ -132,7 +132,7 @@ def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
         path.append(node)
         for dep in graph[node]:
             if state.get(dep) == 1:
-                return [*path[path.index(dep):], dep]
+                return [*path[path.index(dep) :], dep]
             if dep not in state and (found := visit(dep)):
                 return found
         path.pop()
@@ -143,5 +143,3 @@ def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
         if node not in state and (found := visit(node)):
             return found
     return None
-
-

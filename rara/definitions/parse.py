@@ -24,13 +24,17 @@ def load_definition(text: str | bytes) -> WorkflowDefinition:
     except yaml.YAMLError as exc:
         raise DefinitionInvalid([f"document: not valid YAML: {exc}"]) from exc
     if len(docs) != 1:
-        raise DefinitionInvalid([f"document: expected exactly one YAML document, found {len(docs)}"])
+        raise DefinitionInvalid(
+            [f"document: expected exactly one YAML document, found {len(docs)}"]
+        )
     return definition_from_object(docs[0])
 
 
 def definition_from_object(obj: Any) -> WorkflowDefinition:
     if not isinstance(obj, dict):
-        raise DefinitionInvalid([f"document: a definition must be a mapping, got {type(obj).__name__}"])
+        raise DefinitionInvalid(
+            [f"document: a definition must be a mapping, got {type(obj).__name__}"]
+        )
     try:
         return WorkflowDefinition.model_validate(obj)
     except ValidationError as exc:

@@ -22,7 +22,9 @@ class AppliedVersion:
     created: bool  # False: this exact spec already existed as `version`
 
 
-def apply_definition(conn: psycopg.Connection[Any], definition: WorkflowDefinition) -> AppliedVersion:
+def apply_definition(
+    conn: psycopg.Connection[Any], definition: WorkflowDefinition
+) -> AppliedVersion:
     """Register the definition's spec as a version (idempotent). One transaction."""
     q = sync_queries()
     for step in definition.spec.steps:

@@ -111,7 +111,9 @@ class EmbeddedPostgres:
     def url(self, database: str = DATABASE) -> str:
         state = self._read_state()
         if state is None:
-            raise EmbeddedPostgresError(f"no embedded PostgreSQL under {self.base}: run `rara db up`")
+            raise EmbeddedPostgresError(
+                f"no embedded PostgreSQL under {self.base}: run `rara db up`"
+            )
         return f"postgresql://{SUPERUSER}@127.0.0.1:{state['port']}/{database}"
 
     def _read_state(self) -> dict[str, object] | None:
@@ -124,7 +126,12 @@ class EmbeddedPostgres:
         state = self._read_state()
         if state is None:
             return False
-        return self._run(self._bin("pg_ctl"), "status", "-D", str(state["data"]), check=False).returncode == 0
+        return (
+            self._run(
+                self._bin("pg_ctl"), "status", "-D", str(state["data"]), check=False
+            ).returncode
+            == 0
+        )
 
     def _bin(self, name: str) -> Path:
         return find_pg_bin() / name
@@ -137,8 +144,17 @@ class EmbeddedPostgres:
             data = self._data_root() / "pgdata"
             self._prepare_dirs(data.parent)
             if not (data / "PG_VERSION").exists():
-                self._run(self._bin("initdb"), "-D", data, "-U", SUPERUSER, "--auth=trust",
-                          "--encoding=UTF8", "--locale=C.UTF-8", "--no-instructions")
+                self._run(
+                    self._bin("initdb"),
+                    "-D",
+                    data,
+                    "-U",
+                    SUPERUSER,
+                    "--auth=trust",
+                    "--encoding=UTF8",
+                    "--locale=C.UTF-8",
+                    "--no-instructions",
+                )
             port = _free_port()
             self._start(data, port)
             self._state_file.write_text(json.dumps({"data": str(data), "port": port}))
@@ -154,18 +170,26 @@ class EmbeddedPostgres:
                 os.chown(path, entry.pw_uid, entry.pw_gid)
 
     def _start(self, data: Path, port: int) -> None:
-        settings = dict(_BASE_SETTINGS, port=str(port), unix_socket_directories=str(data.parent / "sock"))
+        settings = dict(
+            _BASE_SETTINGS, port=str(port), unix_socket_directories=str(data.parent / "sock")
+        )
         if self.fast:
             settings.update(_FAST_SETTINGS)
         options = " ".join(f"-c {key}={value}" for key, value in settings.items())
         log = data.parent / "server.log"
-        self._run(self._bin("pg_ctl"), "start", "-w", "-t", "60", "-D", data, "-l", log, "-o", options)
+        self._run(
+            self._bin("pg_ctl"), "start", "-w", "-t", "60", "-D", data, "-l", log, "-o", options
+        )
 
     def _ensure_database(self, port: int) -> None:
         import psycopg
 
-        with psycopg.connect(f"postgresql://{SUPERUSER}@127.0.0.1:{port}/postgres", autocommit=True) as conn:
-            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)).fetchone()
+        with psycopg.connect(
+            f"postgresql://{SUPERUSER}@127.0.0.1:{port}/postgres", autocommit=True
+        ) as conn:
+            exists = conn.execute(
+                "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE,)
+            ).fetchone()
             if not exists:
                 with contextlib.suppress(psycopg.errors.DuplicateDatabase):
                     conn.execute(f'CREATE DATABASE "{DATABASE}"')

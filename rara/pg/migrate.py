@@ -62,7 +62,9 @@ def migrate(url: str) -> list[Migration]:
                    version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,
                    applied_at timestamptz NOT NULL DEFAULT now())"""
         )
-        applied = dict(conn.execute("SELECT version, checksum FROM rara_schema_migrations").fetchall())
+        applied: dict[int, str] = dict(
+            conn.execute("SELECT version, checksum FROM rara_schema_migrations").fetchall()
+        )
         done = []
         for migration in available():
             if migration.version in applied:

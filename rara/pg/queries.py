@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from functools import cache
 from importlib.resources import files
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiosql

@@ -22,21 +22,47 @@ def _age(path: Path, seconds: float) -> None:
     os.utime(path, (past, past))
 
 
-def test_gc_removes_only_old_unreferenced_blobs(conn: psycopg.Connection[Any], tmp_path: Path) -> None:
+def test_gc_removes_only_old_unreferenced_blobs(
+    conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
     store = LocalArtifactStore(tmp_path)
-    kept, checkpointed, orphan, young = (store.put_bytes(b) for b in (b"kept", b"ckpt", b"orphan", b"young"))
+    kept, checkpointed, orphan, young = (
+        store.put_bytes(b) for b in (b"kept", b"ckpt", b"orphan", b"young")
+    )
     apply(conn, "g", [{"key": "a", "capability": "x@1"}])
     run = start_run(conn, "g", queue_anyway=True).run_id
     step = conn.execute("SELECT id FROM rara_steps WHERE run_id = %s", (run,)).fetchone()
     assert step is not None
     q = sync_queries()
-    q.artifacts_record(conn, step_id=step[0], artifacts=Jsonb([
-        {"name": "out", "digest": kept.digest, "size": kept.size, "media_type": "text/plain"},
-        {"name": "orphan-once", "digest": orphan.digest, "size": orphan.size, "media_type": "text/plain"}]))
+    q.artifacts_record(
+        conn,
+        step_id=step[0],
+        artifacts=Jsonb(
+            [
+                {
+                    "name": "out",
+                    "digest": kept.digest,
+                    "size": kept.size,
+                    "media_type": "text/plain",
+                },
+                {
+                    "name": "orphan-once",
+                    "digest": orphan.digest,
+                    "size": orphan.size,
+                    "media_type": "text/plain",
+                },
+            ]
+        ),
+    )
     conn.execute("DELETE FROM rara_step_artifacts WHERE name = 'orphan-once'")
-    conn.execute("INSERT INTO rara_artifacts (digest, size) VALUES (%s, %s)", (checkpointed.digest, 4))
-    conn.execute("INSERT INTO rara_checkpoints (step_id, attempt, seq, state, digest) "
-                 "VALUES (%s, 1, 1, '{}', %s)", (step[0], checkpointed.digest))
+    conn.execute(
+        "INSERT INTO rara_artifacts (digest, size) VALUES (%s, %s)", (checkpointed.digest, 4)
+    )
+    conn.execute(
+        "INSERT INTO rara_checkpoints (step_id, attempt, seq, state, digest) "
+        "VALUES (%s, 1, 1, '{}', %s)",
+        (step[0], checkpointed.digest),
+    )
     for ref in (kept, checkpointed, orphan):
         _age(store.path_of(ref), 7200)
     stale_tmp = store.tmp_dir / "leftover"
@@ -49,5 +75,18 @@ def test_gc_removes_only_old_unreferenced_blobs(conn: psycopg.Connection[Any], t
 
     assert report.deleted == [orphan.digest]
     assert (report.kept_referenced, report.kept_young, report.tmp_removed) == (2, 1, 1)
-    assert not store.exists(orphan) and store.exists(kept) and store.exists(checkpointed) and store.exists(young)
-    assert conn.execute("SELECT count(*) FROM rara_artifacts WHERE digest = %s", (orphan.digest,)).fetchone() == (0,)
+    assert (
+        not store.exists(orphan)
+    )
+    assert (
+        store.exists(kept)
+    )
+    assert (
+        store.exists(checkpointed)
+    )
+    assert (
+        store.exists(young)
+    )
+    assert conn.execute(
+        "SELECT count(*) FROM rara_artifacts WHERE digest = %s", (orphan.digest,)
+    ).fetchone() == (0,)

@@ -53,14 +53,23 @@ def _step(**fields: Any) -> dict[str, Any]:
 
 # (document, words the error must contain)
 MALFORMED: list[tuple[Any, list[str]]] = [
-    (definition("w", [_step(), _step(key="b", dependsOn=["nope"])]), ["'b'", "unknown step 'nope'"]),
-    (definition("w", [_step(dependsOn=["b"]), _step(key="b", dependsOn=["a"])]), ["cycle", "a -> b -> a"]),
+    (
+        definition("w", [_step(), _step(key="b", dependsOn=["nope"])]),
+        ["'b'", "unknown step 'nope'"],
+    ),
+    (
+        definition("w", [_step(dependsOn=["b"]), _step(key="b", dependsOn=["a"])]),
+        ["cycle", "a -> b -> a"],
+    ),
     (definition("w", [_step(), _step()]), ["duplicate step key 'a'"]),
     (definition("w", [_step(capability="corpus.collect")]), ["step 'a'", "capability", "pattern"]),
     (definition("w", [_step(capability="Corpus@x")]), ["capability"]),
     (definition("w", [_step(timeout="5 minutes")]), ["step 'a'", "timeout", "not a duration"]),
     (definition("w", [_step(timeout=30)]), ["timeout", "duration string"]),
-    (definition("w", [_step(retry={"maxAttempts": 0})]), ["retry.maxAttempts", "greater than or equal to 1"]),
+    (
+        definition("w", [_step(retry={"maxAttempts": 0})]),
+        ["retry.maxAttempts", "greater than or equal to 1"],
+    ),
     (definition("w", [_step(executor="docker")]), ["executor", "'inprocess' or 'grpc'"]),
     (definition("w", [_step(dependsOn=["a"])]), ["depends on itself"]),
     (definition("w", []), ["spec.steps", "at least 1"]),
@@ -68,7 +77,10 @@ MALFORMED: list[tuple[Any, list[str]]] = [
     (definition("w", [_step(key="Bad Key")]), ["key", "pattern"]),
     (definition("W_bad", [_step()]), ["metadata.name"]),
     ({**definition("w", [_step()]), "apiVersion": "rara.dev/v2"}, ["apiVersion"]),
-    (definition("w", [_step(retry={"initialDelay": "1m", "maxDelay": "1s"})]), ["maxDelay must be >= initialDelay"]),
+    (
+        definition("w", [_step(retry={"initialDelay": "1m", "maxDelay": "1s"})]),
+        ["maxDelay must be >= initialDelay"],
+    ),
     (definition("w", [_step(resources={"gpu": -1})]), ["resources.gpu"]),
     ("just a string", ["must be a mapping"]),
 ]

@@ -22,7 +22,8 @@ def _schema(url: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(url) as conn:
         return conn.execute(
             "SELECT table_name, column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = 'public' ORDER BY 1, 2").fetchall()
+            "WHERE table_schema = 'public' ORDER BY 1, 2"
+        ).fetchall()
 
 
 def test_migrate_twice_is_a_noop(pg_admin_url: str) -> None:
@@ -61,6 +62,15 @@ def test_concurrent_migrators_apply_once(pg_admin_url: str) -> None:
 def test_every_named_query_loads_for_both_drivers() -> None:
     names = set(sync_queries().available_queries)
     assert names == set(async_queries().available_queries)
-    for expected in ("step_lease", "step_heartbeat", "step_complete", "step_fail", "steps_reap",
-                     "step_release", "run_refresh", "run_insert", "definition_version_insert"):
+    for expected in (
+        "step_lease",
+        "step_heartbeat",
+        "step_complete",
+        "step_fail",
+        "steps_reap",
+        "step_release",
+        "run_refresh",
+        "run_insert",
+        "definition_version_insert",
+    ):
         assert expected in names

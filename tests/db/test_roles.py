@@ -33,25 +33,37 @@ def login_as(conn: psycopg.Connection[Any], database_url: str) -> Iterator[Any]:
         conn.execute(f"DROP ROLE {name}")
 
 
-def test_worker_role_leases_but_cannot_touch_definitions(conn: psycopg.Connection[Any], login_as: Any) -> None:
+def test_worker_role_leases_but_cannot_touch_definitions(
+    conn: psycopg.Connection[Any], login_as: Any
+) -> None:
     apply(conn, "r", [{"key": "a", "capability": "x@1"}])
     start_run(conn, "r", queue_anyway=True)
     with login_as("rara_worker") as worker:
-        rows = list(sync_queries().step_lease(worker, capabilities=["x@1"], limit=5, worker="w",
-                                              lease_seconds=30))
+        rows = list(
+            sync_queries().step_lease(
+                worker, capabilities=["x@1"], limit=5, worker="w", lease_seconds=30
+            )
+        )
         assert len(rows) == 1
-        for statement in ("INSERT INTO rara_definitions (name) VALUES ('evil')",
-                          "UPDATE rara_definitions SET retired_at = now()",
-                          "DELETE FROM rara_steps",
-                          "INSERT INTO rara_runs (definition_version_id) VALUES (1)"):
+        for statement in (
+            "INSERT INTO rara_definitions (name) VALUES ('evil')",
+            "UPDATE rara_definitions SET retired_at = now()",
+            "DELETE FROM rara_steps",
+            "INSERT INTO rara_runs (definition_version_id) VALUES (1)",
+        ):
             with pytest.raises(psycopg.errors.InsufficientPrivilege):
                 worker.execute(statement)
 
 
-def test_operator_role_registers_but_cannot_lease(conn: psycopg.Connection[Any], login_as: Any) -> None:
+def test_operator_role_registers_but_cannot_lease(
+    conn: psycopg.Connection[Any], login_as: Any
+) -> None:
     with login_as("rara_operator") as operator:
         apply(operator, "op", [{"key": "a", "capability": "x@1"}])
         start_run(operator, "op", queue_anyway=True)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            list(sync_queries().step_lease(operator, capabilities=["x@1"], limit=5, worker="w",
-                                           lease_seconds=30))
+            list(
+                sync_queries().step_lease(
+                    operator, capabilities=["x@1"], limit=5, worker="w", lease_seconds=30
+                )
+            )

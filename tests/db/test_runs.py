@@ -25,7 +25,9 @@ CHAIN = [
 ]
 
 
-def test_idempotent_run_creation_under_a_race(conn: psycopg.Connection[Any], database_url: str) -> None:
+def test_idempotent_run_creation_under_a_race(
+    conn: psycopg.Connection[Any], database_url: str
+) -> None:
     apply(conn, "race", CHAIN)
     clients = 24
     barrier = threading.Barrier(clients)
@@ -63,8 +65,9 @@ def test_start_refuses_unserved_capabilities_and_bad_input(conn: psycopg.Connect
 
 
 def _lease(conn: psycopg.Connection[Any]) -> dict[str, Fence]:
-    rows = sync_queries().step_lease(conn, capabilities=["x@1"], limit=100, worker="w",
-                                     lease_seconds=60)
+    rows = sync_queries().step_lease(
+        conn, capabilities=["x@1"], limit=100, worker="w", lease_seconds=60
+    )
     return {r[2]: Fence(r[0], "w", UUID(str(r[8]))) for r in rows}
 
 
@@ -74,8 +77,11 @@ async def _with_async(url: str, fn: Any) -> Any:
 
 
 def _statuses(conn: psycopg.Connection[Any], run_id: int) -> dict[str, str]:
-    return dict(conn.execute("SELECT key, status::text FROM rara_steps WHERE run_id = %s",
-                             (run_id,)).fetchall())
+    return dict(
+        conn.execute(
+            "SELECT key, status::text FROM rara_steps WHERE run_id = %s", (run_id,)
+        ).fetchall()
+    )
 
 
 def _run_status(conn: psycopg.Connection[Any], run_id: int) -> str:
@@ -92,31 +98,55 @@ def test_all_steps_succeed_run_succeeds(conn: psycopg.Connection[Any], database_
         leased = _lease(conn)
         assert _run_status(conn, run) == "running"
         for fence in leased.values():
-            assert asyncio.run(_with_async(database_url, lambda c, f=fence: lifecycle.complete(c, f, {"ok": True})))
+            assert asyncio.run(
+                _with_async(database_url, lambda c, f=fence: lifecycle.complete(c, f, {"ok": True}))
+            )
     assert set(_statuses(conn, run).values()) == {"succeeded"}
     assert _run_status(conn, run) == "succeeded"
 
 
-def test_terminal_failure_fails_run_and_cancels_dependants(conn: psycopg.Connection[Any], database_url: str) -> None:
+def test_terminal_failure_fails_run_and_cancels_dependants(
+    conn: psycopg.Connection[Any], database_url: str
+) -> None:
     apply(conn, "bad", CHAIN)
     run = start_run(conn, "bad", queue_anyway=True).run_id
     leased = _lease(conn)
-    status = asyncio.run(_with_async(database_url, lambda c: lifecycle.fail(
-        c, leased["a"], {"code": "X", "message": "boom"}, retryable=True, jitter=0.0)))
+    status = asyncio.run(
+        _with_async(
+            database_url,
+            lambda c: lifecycle.fail(
+                c, leased["a"], {"code": "X", "message": "boom"}, retryable=True, jitter=0.0
+            ),
+        )
+    )
     assert status == "failed"  # maxAttempts 1: retryable but no attempts left
-    assert _statuses(conn, run) == {"a": "failed", "b": "cancelled", "c": "cancelled", "side": "running"}
+    assert _statuses(conn, run) == {
+        "a": "failed",
+        "b": "cancelled",
+        "c": "cancelled",
+        "side": "running",
+    }
     assert _run_status(conn, run) == "running"  # the independent branch still runs
     asyncio.run(_with_async(database_url, lambda c: lifecycle.complete(c, leased["side"], None)))
     assert _run_status(conn, run) == "failed"
 
 
-def test_cancel_cancels_waiting_steps_and_flags_running(conn: psycopg.Connection[Any], database_url: str) -> None:
+def test_cancel_cancels_waiting_steps_and_flags_running(
+    conn: psycopg.Connection[Any], database_url: str
+) -> None:
     apply(conn, "cx", CHAIN)
     run = start_run(conn, "cx", queue_anyway=True).run_id
     leased = _lease(conn)
     assert cancel_run(conn, run)
-    assert _statuses(conn, run) == {"a": "running", "b": "cancelled", "c": "cancelled", "side": "running"}
-    flags = conn.execute("SELECT key FROM rara_steps WHERE run_id = %s AND cancel_requested", (run,)).fetchall()
+    assert _statuses(conn, run) == {
+        "a": "running",
+        "b": "cancelled",
+        "c": "cancelled",
+        "side": "running",
+    }
+    flags = conn.execute(
+        "SELECT key FROM rara_steps WHERE run_id = %s AND cancel_requested", (run,)
+    ).fetchall()
     assert sorted(k for (k,) in flags) == ["a", "side"]
     for fence in leased.values():
         assert asyncio.run(_with_async(database_url, lambda c, f=fence: lifecycle.cancelled(c, f)))

@@ -28,8 +28,11 @@ def _step_columns(status: StepStatus) -> str:
     """Columns a step row needs to be legal in `status` (lease and finish constraints)."""
     cols = ["status = %(status)s"]
     if status is StepStatus.RUNNING:
-        cols += ["leased_by = 'w'", "lease_token = gen_random_uuid()",
-                 "lease_expires_at = now() + interval '1 min'"]
+        cols += [
+            "leased_by = 'w'",
+            "lease_token = gen_random_uuid()",
+            "lease_expires_at = now() + interval '1 min'",
+        ]
     else:
         cols += ["leased_by = NULL", "lease_token = NULL", "lease_expires_at = NULL"]
     cols.append("finished_at = now()" if status.terminal else "finished_at = NULL")
@@ -40,8 +43,10 @@ def _force_step(conn: psycopg.Connection[Any], step_id: int, status: StepStatus)
     """Put a step in `status` bypassing the transition trigger (test set-up only)."""
     conn.execute("ALTER TABLE rara_steps DISABLE TRIGGER rara_steps_transition")
     try:
-        conn.execute(f"UPDATE rara_steps SET {_step_columns(status)} WHERE id = %(id)s",
-                     {"status": status.value, "id": step_id})
+        conn.execute(
+            f"UPDATE rara_steps SET {_step_columns(status)} WHERE id = %(id)s",
+            {"status": status.value, "id": step_id},
+        )
     finally:
         conn.execute("ALTER TABLE rara_steps ENABLE TRIGGER rara_steps_transition")
 
@@ -102,8 +107,10 @@ def test_run_transitions_database(conn: psycopg.Connection[Any], step_id: int) -
         if old == new:
             continue
         conn.execute("ALTER TABLE rara_runs DISABLE TRIGGER rara_runs_transition")
-        conn.execute(f"UPDATE rara_runs SET {columns(old)} WHERE id = %(id)s",
-                     {"s": old.value, "id": run_id[0]})
+        conn.execute(
+            f"UPDATE rara_runs SET {columns(old)} WHERE id = %(id)s",
+            {"s": old.value, "id": run_id[0]},
+        )
         conn.execute("ALTER TABLE rara_runs ENABLE TRIGGER rara_runs_transition")
         update = f"UPDATE rara_runs SET {columns(new)} WHERE id = %(id)s"
         if (old, new) in RUN_TRANSITIONS:
@@ -132,6 +139,8 @@ def test_database_table_matches_code(conn: psycopg.Connection[Any]) -> None:
     }
     assert allowed_runs == RUN_TRANSITIONS
     assert {s.value for s in StepStatus} == {
-        r[0] for r in conn.execute("SELECT unnest(enum_range(NULL::rara_step_status))::text")}
+        r[0] for r in conn.execute("SELECT unnest(enum_range(NULL::rara_step_status))::text")
+    }
     assert {s.value for s in RunStatus} == {
-        r[0] for r in conn.execute("SELECT unnest(enum_range(NULL::rara_run_status))::text")}
+        r[0] for r in conn.execute("SELECT unnest(enum_range(NULL::rara_run_status))::text")
+    }

@@ -1,0 +1,110 @@
+"""The StepContext an executor plugin sees.
+
+It reports through the job's Outbox instead of a database: progress becomes coalesced
+Progress events, ``save_checkpoint`` a Checkpoint event (the worker makes it durable), and
+artifacts go straight to the shared content-addressed store, whose refs travel in the
+result's manifest.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from datetime import datetime
+
+from rara.artifacts.ref import ArtifactRef
+from rara.context import JSON, ArtifactStoreAPI, Checkpoint
+from rara.executor.outbox import Outbox
+from rara.executor.wire import JobSpec, dumps, ref_to_pb
+from rara.v1 import executor_pb2 as pb
+
+
+class ExecutorStepContext:
+    """Implements ``rara.context.StepContext`` for one job attempt on this executor."""
+
+    def __init__(
+        self,
+        spec: JobSpec,
+        store: ArtifactStoreAPI,
+        outbox: Outbox,
+        is_cancelled: Callable[[], bool],
+    ) -> None:
+        self._spec = spec
+        self._store = store
+        self._outbox = outbox
+        self._is_cancelled = is_cancelled
+        self._loop_thread = threading.get_ident()
+
+    @property
+    def run_id(self) -> int:
+        return self._spec.run_id
+
+    @property
+    def step_id(self) -> int:
+        return self._spec.step_id
+
+    @property
+    def step_key(self) -> str:
+        return self._spec.step_key
+
+    @property
+    def attempt(self) -> int:
+        return self._spec.attempt
+
+    @property
+    def idempotency_key(self) -> str:
+        return self._spec.idempotency_key
+
+    @property
+    def capability(self) -> str:
+        return self._spec.capability
+
+    @property
+    def input(self) -> Mapping[str, JSON]:
+        return self._spec.payload
+
+    @property
+    def inputs(self) -> Mapping[str, ArtifactRef]:
+        return self._spec.inputs
+
+    @property
+    def deadline(self) -> datetime | None:
+        return self._spec.deadline
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        return self._spec.checkpoint
+
+    @property
+    def artifacts(self) -> ArtifactStoreAPI:
+        return self._store
+
+    def cancelled(self) -> bool:
+        return self._is_cancelled()
+
+    def progress(
+        self,
+        fraction: float | None = None,
+        message: str = "",
+        metrics: Mapping[str, float] | None = None,
+    ) -> None:
+        event = pb.JobProgress(message=message, metrics=dict(metrics or {}))
+        if fraction is not None:
+            event.fraction = fraction
+        self._outbox.put_progress(event)
+
+    def save_checkpoint(
+        self, state: Mapping[str, JSON], artifact: ArtifactRef | None = None
+    ) -> None:
+        # Serialise here so a non-JSON state fails in the plugin that produced it.
+        event = pb.JobCheckpoint(state_json=dumps(dict(state)))
+        if artifact is not None:
+            event.artifact.CopyFrom(ref_to_pb(artifact))
+        if threading.get_ident() == self._loop_thread:
+            # An async plugin cannot block the loop that sends the event; ordering still
+            # guarantees the checkpoint goes out before the terminal event.
+            self._outbox.put(pb.ExecuteResponse(checkpoint=event))
+            return
+        written = threading.Event()
+        self._outbox.put(pb.ExecuteResponse(checkpoint=event), written)
+        written.wait()

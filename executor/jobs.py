@@ -1,0 +1,172 @@
+"""One job attempt, from ``accepted`` to its single terminal event.
+
+Stopping is two-stage, like a pod: a stop request (Cancel, client disconnect, deadline,
+shutdown) first makes ``ctx.cancelled()`` true so the plugin can finish cleanly; after the
+grace period the plugin is stopped hard (its task is cancelled; a sync plugin's thread
+cannot be killed in Python, so it is abandoned as a daemon and its later reports dropped).
+Either way the stop reason, not whatever the plugin did afterwards, picks the terminal event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import threading
+from collections.abc import Awaitable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, cast
+
+import structlog
+
+from rara.context import StepContext, StepOutcome
+from rara.executor.context import ExecutorStepContext
+from rara.executor.errors import error_from_exception
+from rara.executor.outbox import Outbox
+from rara.executor.plugins import RegisteredPlugin
+from rara.executor.wire import JobSpec, dumps, ref_to_pb
+from rara.v1 import executor_pb2 as pb
+
+log = structlog.get_logger(__name__)
+
+
+class StopReason(enum.Enum):
+    CANCEL = "cancel"
+    DISCONNECT = "disconnect"
+    DEADLINE = "deadline"
+    SHUTDOWN = "shutdown"
+
+
+def failed(
+    code: pb.ErrorCode.ValueType, message: str, *, retryable: bool, seq: int = 0
+) -> pb.ExecuteResponse:
+    error = pb.Error(code=code, message=message, retryable=retryable)
+    return pb.ExecuteResponse(seq=seq, failed=pb.JobFailed(error=error))
+
+
+class RunningJob:
+    def __init__(
+        self, spec: JobSpec, plugin: RegisteredPlugin, store: Any, *, grace: float
+    ) -> None:
+        self.spec = spec
+        self.outbox = Outbox()
+        self._plugin = plugin
+        self._grace = grace
+        self._stop = asyncio.Event()
+        self._reason: StopReason | None = None
+        self._reason_text = ""
+        self.ctx = ExecutorStepContext(spec, store, self.outbox, self._stop_asked)
+        self.log = log.bind(idempotency_key=spec.idempotency_key, attempt=spec.attempt,
+                            capability=spec.capability)
+
+    def _stop_asked(self) -> bool:  # read from plugin threads: a plain attribute read
+        return self._reason is not None
+
+    def request_stop(self, reason: StopReason, text: str = "") -> None:
+        """Ask the job to stop (loop thread). The first reason wins."""
+        if self._reason is None:
+            self._reason, self._reason_text = reason, text or reason.value
+            self._stop.set()
+
+    def _start_plugin(self) -> asyncio.Future[Any]:
+        fn, ctx = self._plugin.fn, self.ctx
+        if self._plugin.is_async:
+            return asyncio.ensure_future(cast(Awaitable[Any], fn(ctx)))
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            if not fut.done():  # cancelled by a hard stop: the result has no taker
+                fut.set_result(value) if ok else fut.set_exception(value)
+
+        def body() -> None:
+            try:
+                result: tuple[bool, Any] = (True, fn(ctx))
+            except BaseException as exc:  # handed to the loop, which reports it
+                result = (False, exc)
+            with contextlib.suppress(RuntimeError):  # loop gone: an abandoned thread
+                loop.call_soon_threadsafe(settle, *result)
+
+        # A thread per job, not a shared pool: an abandoned thread must not eat a pool slot.
+        name = f"plugin-{self._plugin.capability}-{self.spec.idempotency_key}"
+        threading.Thread(target=body, name=name, daemon=True).start()
+        return fut
+
+    async def run(self) -> None:
+        """Run the plugin and put every event, the terminal one last, into the outbox."""
+        self.outbox.put(pb.ExecuteResponse(accepted=pb.JobAccepted()))
+        self.outbox.put(pb.ExecuteResponse(running=pb.JobRunning()))
+        plugin = self._start_plugin()
+        plugin.add_done_callback(_retrieve)
+        stop = asyncio.ensure_future(self._stop.wait())
+        timeout = None
+        if self.spec.deadline is not None:
+            timeout = max(0.0, (self.spec.deadline - datetime.now(UTC)).total_seconds())
+        try:
+            done, _ = await asyncio.wait(
+                {plugin, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if plugin in done:
+                self.outbox.put(self._outcome(plugin))
+                return
+            self.request_stop(StopReason.DEADLINE)  # no-op if another reason came first
+            await asyncio.wait({plugin}, timeout=self._grace)
+            if not plugin.done():
+                self.log.warning("plugin ignored stop; stopping it hard", grace=self._grace)
+                plugin.cancel()
+            self.outbox.put(self._stopped())
+        except asyncio.CancelledError:
+            plugin.cancel()
+            self.outbox.put(failed(pb.ERROR_CODE_UNAVAILABLE, "executor stopped", retryable=True))
+            raise
+        finally:
+            stop.cancel()
+
+    def _outcome(self, plugin: asyncio.Future[Any]) -> pb.ExecuteResponse:
+        exc = plugin.exception()
+        if exc is not None:
+            self.log.info("plugin failed", error=repr(exc))
+            return pb.ExecuteResponse(failed=pb.JobFailed(error=error_from_exception(exc)))
+        outcome = plugin.result()
+        if outcome is None:
+            outcome = StepOutcome()
+        if not isinstance(outcome, StepOutcome):
+            return failed(pb.ERROR_CODE_HANDLER_ERROR, "plugin returned "
+                          f"{type(outcome).__name__}, expected StepOutcome", retryable=False)
+        try:
+            result = dumps(outcome.result)
+        except (TypeError, ValueError) as e:
+            return failed(pb.ERROR_CODE_HANDLER_ERROR, f"result is not JSON: {e}", retryable=False)
+        for art in outcome.artifacts:
+            if not self.ctx.artifacts.exists(art.ref):
+                return failed(pb.ERROR_CODE_HANDLER_ERROR, f"artifact {art.name!r} "
+                              f"({art.ref.digest}) is not in the store", retryable=False)
+        manifest = [ref_to_pb(a.ref, a.name) for a in outcome.artifacts]
+        for entry, art in zip(manifest, outcome.artifacts, strict=True):
+            entry.media_type = art.media_type
+        return pb.ExecuteResponse(
+            succeeded=pb.JobSucceeded(result_json=result, artifacts=manifest)
+        )
+
+    def _stopped(self) -> pb.ExecuteResponse:
+        match self._reason:
+            case StopReason.DEADLINE:
+                return failed(pb.ERROR_CODE_DEADLINE_EXCEEDED,
+                              f"deadline {self.spec.deadline} passed", retryable=True)
+            case StopReason.SHUTDOWN:
+                return failed(pb.ERROR_CODE_UNAVAILABLE, "executor is shutting down",
+                              retryable=True)
+            case _:
+                return pb.ExecuteResponse(cancelled=pb.JobCancelled(reason=self._reason_text))
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    # Mark a stopped plugin's exception as seen so asyncio does not log it at GC.
+    if not fut.cancelled():
+        fut.exception()
+
+
+if TYPE_CHECKING:  # a static check that the context satisfies the shared protocol
+
+    def _implements_protocol(ctx: ExecutorStepContext) -> StepContext:
+        return ctx

@@ -1,0 +1,190 @@
+"""The gRPC ExecutorService: admission, job bookkeeping and graceful shutdown.
+
+Admission order for Execute, cheapest refusal first and never after work started:
+draining -> UNAVAILABLE status; incompatible job -> a single non-retryable Failed event;
+same attempt already running -> ALREADY_EXISTS; no free slot -> RESOURCE_EXHAUSTED.
+A slot is held by the job task, not the RPC, so a job still stopping after its client went
+away keeps counting against the limit until it really ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from rara import __version__
+from rara.context import ArtifactStoreAPI
+from rara.executor import auth
+from rara.executor.errors import IncompatibleJob
+from rara.executor.jobs import RunningJob, StopReason, failed
+from rara.executor.plugins import PluginRegistry
+from rara.executor.wire import decode_job
+from rara.v1 import executor_pb2 as pb
+from rara.v1 import executor_pb2_grpc as pb_grpc
+
+log = structlog.get_logger(__name__)
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["ExecutorService"].full_name
+
+
+class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
+    def __init__(
+        self,
+        registry: PluginRegistry,
+        store: ArtifactStoreAPI,
+        *,
+        max_concurrency: int,
+        cancel_grace: float,
+    ) -> None:
+        self._registry = registry
+        self._store = store
+        self._max = max_concurrency
+        self._cancel_grace = cancel_grace
+        self._jobs: dict[tuple[str, int], RunningJob] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.draining = asyncio.Event()  # set once shutdown began; new jobs are refused
+
+    async def GetCapabilities(
+        self, request: pb.GetCapabilitiesRequest, context: Any
+    ) -> pb.GetCapabilitiesResponse:
+        return pb.GetCapabilitiesResponse(
+            capabilities=[p.to_proto() for p in self._registry.plugins()],
+            max_concurrency=self._max,
+            active_jobs=len(self._tasks),
+            executor_version=f"rara-executor/{__version__}",
+        )
+
+    async def Execute(
+        self, request: pb.ExecuteRequest, context: Any
+    ) -> AsyncIterator[pb.ExecuteResponse]:
+        if self.draining.is_set():
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "executor is shutting down")
+        try:
+            plugin = self._registry.resolve(request.job.capability)
+            spec = decode_job(request.job)
+        except IncompatibleJob as exc:
+            log.info("job refused", capability=request.job.capability, error=exc.message)
+            yield pb.ExecuteResponse(seq=1, failed=pb.JobFailed(error=exc.to_proto()))
+            return
+        if spec.deadline is not None and spec.deadline <= datetime.now(UTC):
+            # Retryable, unlike the refusals above: the next attempt gets a fresh deadline.
+            yield failed(pb.ERROR_CODE_DEADLINE_EXCEEDED,
+                         f"deadline {spec.deadline} passed before the job started",
+                         retryable=True, seq=1)
+            return
+        if spec.key in self._jobs:
+            await context.abort(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"attempt {spec.attempt} of {spec.idempotency_key!r} is already running here",
+            )
+        if len(self._tasks) >= self._max:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"executor is full: {len(self._tasks)} of {self._max} job slots busy; "
+                "retry later or on another executor",
+            )
+        job = RunningJob(spec, plugin, self._store, grace=self._cancel_grace)
+        self._admit(job)
+        try:
+            async for event in job.outbox.stream():
+                yield event
+        finally:
+            # Client disconnect (this generator cancelled or closed early) cancels the job.
+            if not job.outbox.terminal_sent:
+                job.request_stop(StopReason.DISCONNECT, "client disconnected")
+
+    def _admit(self, job: RunningJob) -> None:
+        task = asyncio.create_task(job.run(), name=f"job-{job.spec.idempotency_key}")
+        self._jobs[job.spec.key] = job
+        self._tasks.add(task)
+
+        def forget(_: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
+            if self._jobs.get(job.spec.key) is job:
+                del self._jobs[job.spec.key]
+
+        task.add_done_callback(forget)
+
+    async def Cancel(self, request: pb.CancelRequest, context: Any) -> pb.CancelResponse:
+        job = self._jobs.get((request.idempotency_key, request.attempt))
+        if job is None:
+            return pb.CancelResponse(found=False)
+        job.request_stop(StopReason.CANCEL, request.reason or "cancel requested")
+        return pb.CancelResponse(found=True)
+
+    async def wait_idle(self) -> None:
+        """Return once no job holds a slot (tests and shutdown wait on this)."""
+        while self._tasks:
+            await asyncio.wait(set(self._tasks))
+
+    async def drain(self, grace: float) -> None:
+        """Refuse new jobs, let running ones finish for ``grace``, then stop the rest."""
+        self.draining.set()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=grace)
+        for job in list(self._jobs.values()):
+            job.request_stop(StopReason.SHUTDOWN)
+        if self._tasks:
+            # Each job hard-stops its plugin after cancel_grace; the margin is for the loop.
+            await asyncio.wait(set(self._tasks), timeout=self._cancel_grace + 1.0)
+
+
+class ExecutorServer:
+    """A started-or-not gRPC server with the executor and health services on it."""
+
+    def __init__(self, server: Any, servicer: ExecutorServicer, health_servicer: Any) -> None:
+        self.grpc_server = server
+        self.servicer = servicer
+        self.health = health_servicer
+
+    async def start(self) -> None:
+        await self.grpc_server.start()
+        for name in ("", SERVICE_NAME):
+            await self.health.set(name, health_pb2.HealthCheckResponse.SERVING)
+
+    async def stop(self, grace: float) -> None:
+        """Graceful: NOT_SERVING first (load balancers stop sending), drain, then stop."""
+        started = time.monotonic()
+        await self.health.enter_graceful_shutdown()
+        await self.servicer.drain(grace)
+        # What is left is flushing terminal events; give it at least a moment.
+        await self.grpc_server.stop(max(0.5, grace - (time.monotonic() - started)))
+
+    async def wait_for_termination(self) -> None:
+        await self.grpc_server.wait_for_termination()
+
+
+def create_server(
+    registry: PluginRegistry,
+    store: ArtifactStoreAPI,
+    *,
+    listen: str = "127.0.0.1:0",
+    auth_config: auth.AuthConfig,
+    max_concurrency: int = 16,
+    cancel_grace: float = 5.0,
+) -> tuple[ExecutorServer, int]:
+    """Build (not start) the server; returns it and the bound port (``listen`` may say 0)."""
+    auth.check(auth_config, listen)
+    if max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
+    interceptors = []
+    if auth_config.token is not None:
+        interceptors.append(auth.BearerTokenInterceptor(auth_config.token))
+    server = grpc.aio.server(interceptors=interceptors)
+    servicer = ExecutorServicer(
+        registry, store, max_concurrency=max_concurrency, cancel_grace=cancel_grace
+    )
+    pb_grpc.add_ExecutorServiceServicer_to_server(servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    if auth_config.tls is not None:
+        port = server.add_secure_port(listen, auth.server_credentials(auth_config.tls))
+    else:
+        port = server.add_insecure_port(listen)
+    return ExecutorServer(server, servicer, health_servicer), port

@@ -1,0 +1,96 @@
+"""Plugins for tests and conformance runs (``--plugins rara.executor.testing_plugins``).
+
+Any executor implementation that wants ``run_conformance`` to pass serves these under the
+same names and behaviour; they exercise each part of the contract with no real work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from rara.context import OutputArtifact, StepContext, StepOutcome
+from rara.executor.errors import JobError
+from rara.executor.plugins import PluginRegistry
+
+
+async def echo(ctx: StepContext) -> StepOutcome:
+    """Return what the job carried; optionally save a checkpoint and store an artifact.
+
+    payload: ``checkpoint`` (object) -> saved as a checkpoint first;
+    ``artifact_text`` (string) -> stored and returned as artifact ``echo.txt``.
+    """
+    payload = dict(ctx.input)
+    if isinstance(payload.get("checkpoint"), dict):
+        ctx.save_checkpoint(payload["checkpoint"])
+    artifacts = []
+    if isinstance(payload.get("artifact_text"), str):
+        ref = ctx.artifacts.put_bytes(payload["artifact_text"].encode())
+        artifacts.append(OutputArtifact("echo.txt", ref, "text/plain"))
+    checkpoint = ctx.checkpoint
+    return StepOutcome(
+        result={
+            "input": payload,
+            "attempt": ctx.attempt,
+            "idempotency_key": ctx.idempotency_key,
+            "step_key": ctx.step_key,
+            "inputs": {name: ref.digest for name, ref in ctx.inputs.items()},
+            "resumed_from": None if checkpoint is None else dict(checkpoint.state),
+        },
+        artifacts=artifacts,
+    )
+
+
+def sleep(ctx: StepContext) -> StepOutcome:
+    """Sync (runs in a thread): sleep ``seconds`` in ``steps`` ticks, reporting progress.
+
+    Honours cancel unless ``ignore_cancel`` is true (then only a hard stop ends it).
+    """
+    seconds = float(ctx.input.get("seconds", 1.0))
+    steps = max(1, int(ctx.input.get("steps", 10)))
+    ignore_cancel = bool(ctx.input.get("ignore_cancel", False))
+    pause = threading.Event()  # never set: wait() is a sleep
+    started = time.monotonic()
+    for i in range(steps):
+        step_ends = started + seconds * (i + 1) / steps
+        # Look at cancelled() every 20 ms, as a real plugin would between batches.
+        while (left := step_ends - time.monotonic()) > 0:
+            if ctx.cancelled() and not ignore_cancel:
+                return StepOutcome(result={"completed_steps": i, "stopped": True})
+            pause.wait(min(left, 0.02))
+        ctx.progress((i + 1) / steps, f"step {i + 1}/{steps}", {"step": float(i + 1)})
+    return StepOutcome(result={"completed_steps": steps, "stopped": False})
+
+
+async def hang(ctx: StepContext) -> StepOutcome:
+    """Async and deaf to cancel: only a hard stop (task cancellation) ends it."""
+    ctx.progress(0.0, "hanging")
+    await asyncio.sleep(float(ctx.input.get("seconds", 3600.0)))
+    return StepOutcome(result={"hung": False})
+
+
+def fail(ctx: StepContext) -> StepOutcome:
+    """Raise a structured error; ``retryable`` and ``message`` come from the payload."""
+    raise JobError(
+        str(ctx.input.get("message", "test.fail failed as asked")),
+        retryable=bool(ctx.input.get("retryable", False)),
+        details={"plugin": "test.fail"},
+    )
+
+
+def flood(ctx: StepContext) -> StepOutcome:
+    """Report ``count`` progress updates as fast as possible (coalescing check)."""
+    count = int(ctx.input.get("count", 10000))
+    started = time.monotonic()
+    for i in range(count):
+        ctx.progress((i + 1) / count, f"{i + 1}")
+    return StepOutcome(result={"count": count, "seconds": time.monotonic() - started})
+
+
+def register(registry: PluginRegistry) -> None:
+    registry.register("test.echo", 1, echo)
+    registry.register("test.sleep", 1, sleep)
+    registry.register("test.hang", 1, hang)
+    registry.register("test.fail", 1, fail)
+    registry.register("test.flood", 1, flood)

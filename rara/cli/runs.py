@@ -83,9 +83,60 @@ def print_run(view: RunView) -> None:
 
 @app.command()
 @reports_errors
-def show(run_id: int) -> None:
+def show(
+    run_id: int,
+    events: Annotated[bool, typer.Option("--events", help="also every progress event")] = False,
+    attempts: Annotated[bool, typer.Option("--attempts", help="also every attempt")] = False,
+) -> None:
     """A run and each of its steps: status, attempts, timings."""
-    print_run(Client().get_run(run_id))
+    client = Client()
+    print_run(client.get_run(run_id))
+    if attempts:
+        table = Table("step", "attempt", "worker", "outcome", "started", "ended", "error")
+        for a in client.run_attempts(run_id):
+            table.add_row(
+                a["key"],
+                str(a["attempt"]),
+                a["worker"],
+                a["outcome"],
+                f"{a['started_at']:%H:%M:%S.%f}"[:-3],
+                f"{a['ended_at']:%H:%M:%S.%f}"[:-3] if a["ended_at"] else "",
+                str((a["error"] or {}).get("message", ""))[:60],
+            )
+        console.print(table)
+    if events:
+        table = Table("time", "step", "attempt", "seq", "kind", "fraction", "message", "metrics")
+        for e in client.run_events(run_id):
+            fraction = "" if e["fraction"] is None else f"{e['fraction']:.2f}"
+            metrics = ", ".join(f"{k}={v:.4g}" for k, v in (e["metrics"] or {}).items())
+            table.add_row(
+                f"{e['created_at']:%H:%M:%S.%f}"[:-3],
+                e["key"],
+                str(e["attempt"]),
+                str(e["seq"]),
+                e["kind"],
+                fraction,
+                e["message"],
+                metrics,
+            )
+        console.print(table)
+
+
+@app.command()
+@reports_errors
+def watch(
+    run_id: int, timeout: Annotated[float | None, typer.Option(help="seconds")] = None
+) -> None:
+    """Live per-step progress until the run ends, then a summary; exit 1 unless it succeeded."""
+    from rara.watch import summary
+    from rara.watch import watch as watch_run
+
+    client = Client()
+    client.get_run(run_id)  # a clear error for an unknown run before the live view starts
+    status = watch_run(client.url, run_id, console, timeout)
+    console.print(summary(client.url, run_id))
+    if status is not RunStatus.SUCCEEDED:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -1,0 +1,8 @@
+"""The RAG refresh demo: capabilities over ``rara.rag`` and the ``make demo`` driver.
+
+``handlers`` (worker, in-process): ``corpus.collect@1``, ``corpus.clean@1``.
+``plugins`` (executor, gRPC): ``index.build@1``, ``eval.retrieval@1``, ``adapt.lora@1``.
+Artifacts flow between steps by name (``documents.jsonl``, ``passages.jsonl``, ``index.bm25``,
+``queries.jsonl``, ``adapter.tar.gz``); the deterministic steps produce identical digests on
+every run, whatever crashed in between.
+"""

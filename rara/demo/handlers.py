@@ -1,0 +1,69 @@
+"""In-process handlers of the demo (``rara worker --handlers rara.demo.handlers``)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import Any
+
+from rara.context import OutputArtifact, StepContext, StepOutcome
+from rara.demo.artifacts import read_input
+from rara.errors import TerminalError
+from rara.rag import corpus
+from rara.worker.registry import Registry
+
+registry = Registry()
+
+
+@registry.handler("corpus.collect@1")
+def collect(ctx: StepContext) -> StepOutcome:
+    """Read the corpus: ``paths`` (files or directories) or Python's own documentation topics.
+    ``limit`` keeps the first N documents (by id), for quick runs."""
+    paths = ctx.input.get("paths")
+    limit = ctx.input.get("limit")
+    try:
+        docs = corpus.collect(paths)
+    except corpus.CorpusError as exc:
+        raise TerminalError(str(exc), code="BAD_CORPUS") from exc
+    if limit is not None:
+        if not isinstance(limit, int) or limit < 1:
+            raise TerminalError(f"input 'limit' must be a positive integer, got {limit!r}")
+        docs = docs[:limit]
+    ctx.progress(1.0, f"{len(docs)} documents")
+    data = b"".join(
+        json.dumps(asdict(d), sort_keys=True, ensure_ascii=False).encode() + b"\n" for d in docs
+    )
+    ref = ctx.artifacts.put_bytes(data, media_type="application/x-ndjson")
+    return StepOutcome(
+        result={"documents": len(docs), "characters": sum(len(d.text) for d in docs)},
+        artifacts=[OutputArtifact("documents.jsonl", ref, "application/x-ndjson")],
+    )
+
+
+@registry.handler("corpus.clean@1")
+def clean(ctx: StepContext) -> StepOutcome:
+    """Normalise, split into passages, deduplicate by content hash."""
+    raw = read_input(ctx, "documents.jsonl")
+    docs = [corpus.Document(**json.loads(line)) for line in raw.decode().splitlines() if line]
+    words = _positive_int(ctx.input, "words", 100)
+    overlap = _positive_int(ctx.input, "overlap", 20, allow_zero=True)
+    try:
+        passages = corpus.clean(docs, words=words, overlap=overlap)
+    except corpus.CorpusError as exc:
+        raise TerminalError(str(exc), code="BAD_CORPUS") from exc
+    ctx.progress(1.0, f"{len(passages)} passages")
+    ref = ctx.artifacts.put_bytes(
+        corpus.passages_to_jsonl(passages), media_type="application/x-ndjson"
+    )
+    return StepOutcome(
+        result={"documents": len(docs), "passages": len(passages)},
+        artifacts=[OutputArtifact("passages.jsonl", ref, "application/x-ndjson")],
+    )
+
+
+def _positive_int(values: Any, name: str, default: int, allow_zero: bool = False) -> int:
+    value = values.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < (0 if allow_zero else 1):
+        kind = "non-negative" if allow_zero else "positive"
+        raise TerminalError(f"input {name!r} must be a {kind} integer, got {value!r}")
+    return value

@@ -1,0 +1,132 @@
+"""Executor plugins of the demo (``rara executor --plugins rara.demo.plugins``).
+
+Indexing, evaluation and adaptation need the ML stack (the ``ml`` extra) and, on Kubernetes,
+run in the GPU executor pool. Each is deterministic given its inputs and seed.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from rara.context import OutputArtifact, StepContext, StepOutcome
+from rara.demo.artifacts import read_input
+from rara.errors import TerminalError
+from rara.executor.plugins import PluginRegistry
+from rara.rag import corpus, index
+from rara.rag import evaluate as ev
+from rara.rag.packing import pack_dir, unpack
+
+
+def register(registry: PluginRegistry) -> None:
+    registry.register("index.build", 1, build_index)
+    registry.register("eval.retrieval", 1, evaluate_retrieval)
+    registry.register("adapt.lora", 1, adapt_lora, gpu=1)
+
+
+def _passages(ctx: StepContext) -> list[corpus.Passage]:
+    passages = corpus.passages_from_jsonl(read_input(ctx, "passages.jsonl"))
+    if not passages:
+        raise TerminalError("passages.jsonl is empty", code="BAD_INPUT")
+    return passages
+
+
+def build_index(ctx: StepContext) -> StepOutcome:
+    """A BM25 index over the cleaned passages (bm25s), serialised deterministically."""
+    passages = _passages(ctx)
+    ctx.progress(0.1, f"indexing {len(passages)} passages")
+    blob = index.build(passages).to_bytes()
+    ref = ctx.artifacts.put_bytes(blob, media_type="application/vnd.rara.bm25")
+    return StepOutcome(
+        result={"passages": len(passages), "index_bytes": len(blob)},
+        artifacts=[OutputArtifact("index.bm25", ref, "application/vnd.rara.bm25")],
+    )
+
+
+def _query_set(ctx: StepContext, passages: list[corpus.Passage]) -> ev.QuerySet:
+    seed = ctx.input.get("seed", 0)
+    train = ctx.input.get("train")
+    if not isinstance(seed, int) or (train is not None and not isinstance(train, int)):
+        raise TerminalError("inputs 'seed' and 'train' must be integers")
+    return ev.build_query_set(passages, seed=seed, max_train=train)
+
+
+def evaluate_retrieval(ctx: StepContext) -> StepOutcome:
+    """recall@k and MRR of the BM25 index on the held-out split of the labelled query set."""
+    passages = _passages(ctx)
+    read_input(ctx, "index.bm25")  # the index this evaluation is about must exist and verify
+    ks = tuple(ctx.input.get("ks", (1, 5, 10)))
+    qs = _query_set(ctx, passages)
+    ctx.progress(0.3, f"{len(qs.queries)} labelled queries")
+    metrics = ev.evaluate_bm25(qs, ks=ks)
+    data = b"".join(json.dumps(asdict(q), sort_keys=True).encode() + b"\n" for q in qs.queries)
+    ref = ctx.artifacts.put_bytes(data, media_type="application/x-ndjson")
+    return StepOutcome(
+        result={"bm25": metrics, "queries": len(qs.queries)},
+        artifacts=[OutputArtifact("queries.jsonl", ref, "application/x-ndjson")],
+    )
+
+
+def adapt_lora(ctx: StepContext) -> StepOutcome:
+    """LoRA (QLoRA on CUDA with bitsandbytes) of all-MiniLM-L6-v2's query tower on the train
+    split; checkpoints through the checkpoint API and resumes from the latest one."""
+    from rara.rag import adapt
+
+    passages = _passages(ctx)
+    qs = _query_set(ctx, passages)
+    config = adapt.AdaptConfig(
+        epochs=_int(ctx, "epochs", 2),
+        batch_size=_int(ctx, "batch_size", 16),
+        seed=_int(ctx, "seed", 0),
+        checkpoint_every=_int(ctx, "checkpoint_every", 10),
+    )
+    with tempfile.TemporaryDirectory(prefix="rara-adapt-") as tmp:
+        work = Path(tmp)
+        resume_from = _restore_checkpoint(ctx, work / "resume")
+
+        def save_checkpoint(state: dict[str, Any], directory: Path) -> None:
+            ref = ctx.artifacts.put_bytes(pack_dir(directory), media_type="application/gzip")
+            ctx.save_checkpoint(state, ref)
+
+        try:
+            result = adapt.adapt_query_set(
+                qs,
+                work / "out",
+                config=config,
+                resume_from=resume_from,
+                progress=ctx.progress,
+                save_checkpoint=save_checkpoint,
+                cancelled=ctx.cancelled,
+            )
+        except adapt.ResumeMismatch as exc:
+            raise TerminalError(f"checkpoint does not match this step's inputs: {exc}") from exc
+        ref = ctx.artifacts.put_bytes(result.adapter_bytes(), media_type="application/gzip")
+    return StepOutcome(
+        result={
+            "steps": result.steps,
+            "resumed_from_step": result.resumed_from_step,
+            "device": result.device,
+            "quantized": result.quantized,
+            "final_loss": result.losses[-1] if result.losses else None,
+            "metrics": result.metrics,
+        },
+        artifacts=[OutputArtifact("adapter.tar.gz", ref, "application/gzip")],
+    )
+
+
+def _restore_checkpoint(ctx: StepContext, dest: Path) -> Path | None:
+    checkpoint = ctx.checkpoint
+    if checkpoint is None or checkpoint.artifact is None:
+        return None
+    ctx.progress(None, f"resuming from checkpoint {checkpoint.seq} of attempt {checkpoint.attempt}")
+    return unpack(ctx.artifacts.get_bytes(checkpoint.artifact), dest)
+
+
+def _int(ctx: StepContext, name: str, default: int) -> int:
+    value = ctx.input.get(name, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise TerminalError(f"input {name!r} must be a non-negative integer, got {value!r}")
+    return value

@@ -1,0 +1,125 @@
+"""`rara runs watch`: live per-step progress bars, woken by LISTEN/NOTIFY, then a summary."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from rara.pg.queries import sync_queries
+from rara.states import RunStatus
+
+_DONE_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
+
+
+def fetch(
+    conn: psycopg.Connection[Any], run_id: int
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    q = sync_queries()
+    conn.row_factory = dict_row
+    run = q.run_get(conn, run_id=run_id)
+    steps = [dict(s) for s in q.run_progress(conn, run_id=run_id)]
+    return dict(run), steps
+
+
+def watch(url: str, run_id: int, console: Console, timeout: float | None = None) -> RunStatus:
+    """Show live progress until the run ends; returns its final status."""
+    progress = Progress(
+        TextColumn("{task.fields[key]:<10}"),
+        BarColumn(),
+        TextColumn("{task.fields[status]:<9}"),
+        TimeElapsedColumn(),
+        TextColumn("{task.fields[message]}"),
+        console=console,
+    )
+    tasks: dict[str, TaskID] = {}
+    deadline = None if timeout is None else time.monotonic() + timeout
+    with (
+        psycopg.connect(url, autocommit=True) as conn,
+        psycopg.connect(url, autocommit=True) as listener,
+        Live(Group(progress), console=console, refresh_per_second=8, transient=False),
+    ):
+        listener.execute("LISTEN rara_run")
+        listener.execute("LISTEN rara_progress")
+        while True:
+            run, steps = fetch(conn, run_id)
+            for step in steps:
+                _update(progress, tasks, step)
+            status = RunStatus(run["status"])
+            if status.terminal:
+                return status
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"run {run_id} still {status} after {timeout}s")
+            # NOTIFY wakes us at once; the timeout is the polling fallback.
+            for _ in listener.notifies(timeout=0.5, stop_after=1):
+                pass
+
+
+def _update(progress: Progress, tasks: dict[str, TaskID], step: dict[str, Any]) -> None:
+    key = step["key"]
+    if key not in tasks:
+        tasks[key] = progress.add_task(key, total=1.0, key=key, status="", message="")
+        progress.stop_task(tasks[key])
+    status = step["status"]
+    fraction = 1.0 if status == "succeeded" else (step["fraction"] or 0.0)
+    message = step["message"] or ""
+    if status == "running" and step["attempt"] > 1:
+        message = f"attempt {step['attempt']}/{step['max_attempts']} {message}"
+    if status in ("failed", "cancelled") and step["error"]:
+        message = str(step["error"].get("message", ""))[:60]
+    style = _DONE_STYLE.get(status)
+    if status == "running" and not progress.tasks[tasks[key]].started:
+        progress.start_task(tasks[key])
+    if style and not progress.tasks[tasks[key]].finished:
+        progress.stop_task(tasks[key])
+    progress.update(
+        tasks[key],
+        completed=fraction,
+        message=message,
+        status=f"[{style}]{status}[/{style}]" if style else status,
+    )
+
+
+def summary(url: str, run_id: int) -> Table:
+    """Per step: status, attempts, duration, key result fields, and the artifacts."""
+    q = sync_queries()
+    with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
+        steps = [dict(s) for s in q.run_progress(conn, run_id=run_id)]
+        artifacts: dict[str, list[str]] = {}
+        for a in q.run_artifacts(conn, run_id=run_id):
+            artifacts.setdefault(a["key"], []).append(
+                f"{a['name']} {a['digest'][7:19]}… {a['size']}B"
+            )
+    table = Table(
+        "step", "status", "attempts", "time", "result", "artifacts", title=f"run {run_id}"
+    )
+    for s in steps:
+        took = ""
+        if s["started_at"] and s["finished_at"]:
+            took = f"{(s['finished_at'] - s['started_at']).total_seconds():.1f}s"
+        table.add_row(
+            s["key"],
+            s["status"],
+            f"{s['attempt']}/{s['max_attempts']}",
+            took,
+            _brief(s["result"] if s["status"] == "succeeded" else s["error"]),
+            "\n".join(artifacts.get(s["key"], [])),
+        )
+    return table
+
+
+def _brief(value: Any, limit: int = 70) -> str:
+    if not isinstance(value, dict):
+        return "" if value is None else str(value)[:limit]
+    parts = [
+        f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+        for k, v in value.items()
+        if not isinstance(v, dict | list)
+    ]
+    return ", ".join(parts)[:limit]

@@ -6,6 +6,7 @@ need=()
 command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v go >/dev/null || need+=(golang-go)
 command -v runuser >/dev/null || need+=(util-linux)
+command -v openssl >/dev/null || need+=(openssl)
 if ((${#need[@]})); then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

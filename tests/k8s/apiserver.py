@@ -9,6 +9,9 @@ order: ``RARA_KUBE_APISERVER`` / ``RARA_ETCD`` env vars, then the paths the scri
 (``.ci/k8s-binaries.sh env``), then ``PATH``. When they are missing, :func:`locate_binaries`
 returns a reason that names the script; the fixture skips with it.
 
+``RARA_K8S_READY_TIMEOUT`` (seconds, default 180) bounds start-up; ``RARA_KEEP_K8S_DIR=1``
+keeps the work dir (logs, certs, kubeconfig) after the session.
+
 ``RARA_TEST_KUBECONFIG=/path/to/kubeconfig`` uses an existing cluster instead (opt-in on
 purpose: a plain ``KUBECONFIG`` is never picked up, so tests cannot touch a cluster by
 accident).
@@ -46,7 +49,10 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / ".ci" / "k8s-binaries.sh"
-BUILD_HINT = f"run `{BUILD_SCRIPT.relative_to(REPO_ROOT)}` (builds etcd + kube-apiserver from the Go module proxy)"
+BUILD_HINT = (
+    f"run `{BUILD_SCRIPT.relative_to(REPO_ROOT)}` "
+    "(builds etcd + kube-apiserver from the Go module proxy)"
+)
 
 ADMIN_USER = "rara-admin"
 ADMIN_GROUP = "system:masters"
@@ -119,9 +125,7 @@ def locate_binaries() -> Binaries:
                 found[name] = Path(cand)
                 break
         else:
-            looked.append(
-                f"{name} (${env_var}, {from_script.get(key, '<script cache>')}, $PATH)"
-            )
+            looked.append(f"{name} (${env_var}, {from_script.get(key, '<script cache>')}, $PATH)")
     if looked:
         raise KubeUnavailable(
             f"missing {'; '.join(looked)}: {BUILD_HINT}, "
@@ -216,9 +220,12 @@ def write_kubeconfig(
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Linux: SIGTERM the child if the test process dies (no orphaned etcd after kill -9)."""
+    """Linux: SIGKILL the child if the test process dies (no orphans after `kill -9 pytest`).
+
+    SIGKILL, not SIGTERM: the data is throw-away, and a kube-apiserver whose etcd vanished
+    first spends a long time in graceful termination."""
     with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _tail(path: Path, lines: int = 40) -> str:
@@ -237,7 +244,7 @@ class _Proc:
             stdin=subprocess.DEVNULL,
             stdout=self._fh,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )
 
     def check_alive(self) -> None:
@@ -295,12 +302,31 @@ def _http_ok(url: str, *, context: ssl.SSLContext | None = None, token: str | No
 
 # --------------------------------------------------------------------------- the server
 
+WORKDIR_PREFIX = "rara-kube-"
+
+
+def _sweep_stale_workdirs() -> None:
+    """Remove work dirs left by a test process that was killed (its owner pid is gone)."""
+    for d in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*"):
+        try:
+            pid = int((d / "owner.pid").read_text())
+        except (OSError, ValueError):
+            continue  # not ours, or still being created
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:
+            continue
+
 
 @contextlib.contextmanager
 def local_apiserver(
     binaries: Binaries | None = None,
     *,
-    ready_timeout: float = 120.0,
+    ready_timeout: float | None = None,
     workdir: Path | None = None,
     keep_workdir: bool | None = None,
     extra_apiserver_args: list[str] | None = None,
@@ -312,9 +338,14 @@ def local_apiserver(
     between, start-up is retried (up to `attempts` times) with fresh ports.
     """
     binaries = binaries or locate_binaries()
+    if ready_timeout is None:  # generous: a loaded 2-core CI machine is slow to start it
+        ready_timeout = float(os.environ.get("RARA_K8S_READY_TIMEOUT", "180"))
     if keep_workdir is None:
         keep_workdir = bool(os.environ.get("RARA_KEEP_K8S_DIR"))
-    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="rara-kube-"))
+    if workdir is None:
+        _sweep_stale_workdirs()
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix=WORKDIR_PREFIX))
+    (root / "owner.pid").write_text(str(os.getpid()))
     pki = root / "pki"
     generate_pki(pki)
     token = secrets.token_hex(24)
@@ -390,6 +421,8 @@ def _start(
             f"--etcd-servers={etcd_url}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
+            # the `kubernetes` Service endpoints would point at loopback, which v1.37 refuses
+            "--endpoint-reconciler-type=none",
             f"--secure-port={secure_port}",
             f"--cert-dir={root / 'apiserver-certs'}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",

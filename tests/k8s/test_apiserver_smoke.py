@@ -7,11 +7,9 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -19,7 +17,6 @@ from .conftest import KubeFixture
 
 pytestmark = pytest.mark.k8s
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 T = TypeVar("T")
 
 
@@ -279,29 +276,6 @@ def _try_scale(apps: client.AppsV1Api, namespace: str) -> Any:
         if exc.status == 403:
             return None
         raise
-
-
-def test_repo_crds_are_accepted(kube_api: KubeFixture) -> None:
-    """Every CRD shipped in crds/ is a valid, structural apiextensions/v1 CRD."""
-    files = sorted((REPO_ROOT / "crds").glob("*.y*ml"))
-    docs = [
-        d
-        for f in files
-        for d in yaml.safe_load_all(f.read_text())
-        if d and d.get("kind") == "CustomResourceDefinition"
-    ]
-    if not docs:
-        pytest.skip("no CustomResourceDefinition in crds/ yet")
-    ext = client.ApiextensionsV1Api(kube_api.api_client)
-    for doc in docs:
-        name = doc["metadata"]["name"]
-        try:
-            ext.create_custom_resource_definition(doc)
-        except ApiException as exc:
-            if exc.status != 409 or not kube_api.external:
-                raise
-            ext.patch_custom_resource_definition(name, doc)
-        wait_established(ext, name)
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")

@@ -47,7 +47,7 @@ async def complete(
             return False
         if artifacts:
             await q.artifacts_record(conn, step_id=fence.step_id, artifacts=Jsonb(list(artifacts)))
-        await q.run_refresh(conn, run_id=row[0])
+        await _refresh_run(conn, row[0])
         return True
 
 
@@ -89,7 +89,7 @@ async def cancelled(conn: AsyncConn, fence: Fence) -> bool:
         )
         if row is None:
             return False
-        await q.run_refresh(conn, run_id=row[1])
+        await _refresh_run(conn, row[1])
         return True
 
 
@@ -112,7 +112,8 @@ async def reap(conn: AsyncConn, worker: str, *, limit: int, jitter: float) -> li
     q = async_queries()
     async with conn.transaction():
         rows = await fetch_all(q.steps_reap(conn, worker=worker, limit=limit, jitter=jitter))
-        for _, run_id, key, status in rows:
+        # Runs in id order: two reapers locking the same runs (run_lock) never wait in a cycle.
+        for _, run_id, key, status in sorted(rows, key=lambda r: r[1]):
             if status == "failed":
                 await _step_failed_for_good(conn, run_id, key)
         return [(r[0], r[3]) for r in rows]
@@ -121,4 +122,12 @@ async def reap(conn: AsyncConn, worker: str, *, limit: int, jitter: float) -> li
 async def _step_failed_for_good(conn: AsyncConn, run_id: int, key: str) -> None:
     q = async_queries()
     await fetch_all(q.steps_cancel_dependants(conn, run_id=run_id, key=key))
+    await _refresh_run(conn, run_id)
+
+
+async def _refresh_run(conn: AsyncConn, run_id: int) -> None:
+    """Aggregate the run after a step change, serialised per run (see run_lock in the SQL):
+    without the lock, siblings finishing together each miss the other and the run never ends."""
+    q = async_queries()
+    await q.run_lock(conn, run_id=run_id)
     await q.run_refresh(conn, run_id=run_id)

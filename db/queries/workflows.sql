@@ -540,3 +540,12 @@ FROM rara_steps s
 JOIN rara_step_artifacts a ON a.step_id = s.id AND a.attempt = s.attempt
 WHERE s.run_id = :run_id AND s.status = 'succeeded'
 ORDER BY s.id, a.name;
+
+-- name: run_lock$
+-- Serialises the aggregation of one run. Taken just before run_refresh in the transaction of
+-- a step change: under READ COMMITTED, run_refresh's snapshot is taken when its statement
+-- starts, so two sibling steps finishing in concurrent transactions would each miss the
+-- other's commit and leave the run `running` forever. With the lock, the second waits for the
+-- first's commit and its refresh then sees both. Always the last lock a transaction takes
+-- (after its step rows), so it cannot take part in a lock cycle.
+SELECT id FROM rara_runs WHERE id = :run_id FOR NO KEY UPDATE;

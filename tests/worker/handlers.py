@@ -1,0 +1,155 @@
+"""Handlers for the worker tests, served by real worker processes
+(``python -m rara.worker --handlers tests.worker.handlers``) and by in-process workers.
+
+Inputs come from the run input (``ctx.input``). ``SEEN`` records, per idempotency key, what an
+in-process handler observed (e.g. when it saw the cancel), for tests running the worker in a
+thread of the test process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psycopg
+
+from rara.context import OutputArtifact, StepContext, StepOutcome
+from rara.errors import RetryableError, TerminalError
+from rara.worker.registry import Registry
+
+registry = Registry()
+SEEN: dict[str, dict[str, Any]] = {}
+
+
+def _seen(ctx: StepContext, what: str) -> None:
+    SEEN.setdefault(ctx.idempotency_key, {})[what] = time.monotonic()
+
+
+@registry.handler("test.noop@1")
+async def noop(ctx: StepContext) -> Any:
+    return None
+
+
+@registry.handler("test.echo@1")
+def echo(ctx: StepContext) -> Any:
+    return {"input": dict(ctx.input), "attempt": ctx.attempt, "key": ctx.idempotency_key}
+
+
+async def _cooperative_sleep(ctx: StepContext, seconds: float) -> bool:
+    """Sleep, watching ctx.cancelled(); True if it slept the whole time."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if ctx.cancelled():
+            _seen(ctx, "cancelled")
+            return False
+        await asyncio.sleep(0.01)
+    return True
+
+
+@registry.handler("test.sleep@1")
+async def sleep(ctx: StepContext) -> Any:
+    """Sleeps ``seconds`` on attempts up to ``slow_attempts`` (default: all), else returns."""
+    _seen(ctx, "started")
+    if ctx.attempt <= ctx.input.get("slow_attempts", 1_000_000):
+        if ctx.input.get("ignore_cancel"):
+            await asyncio.sleep(ctx.input["seconds"])
+        else:
+            await _cooperative_sleep(ctx, ctx.input["seconds"])
+    return {"attempt": ctx.attempt}
+
+
+@registry.handler("test.sleep_sync@1")
+def sleep_sync(ctx: StepContext) -> Any:
+    """In a thread; ``ignore_cancel``: a handler that never looks at ctx.cancelled()."""
+    _seen(ctx, "started")
+    if ctx.attempt > ctx.input.get("slow_attempts", 1_000_000):
+        return {"attempt": ctx.attempt}
+    if ctx.input.get("ignore_cancel"):
+        time.sleep(ctx.input["seconds"])
+        return {"attempt": ctx.attempt}
+    end = time.monotonic() + ctx.input["seconds"]
+    while time.monotonic() < end:
+        if ctx.cancelled():
+            _seen(ctx, "cancelled")
+            raise TerminalError("stopped on cancel")
+        time.sleep(0.01)
+    return {"attempt": ctx.attempt}
+
+
+@registry.handler("test.fail@1")
+async def fail(ctx: StepContext) -> Any:
+    """Fails attempts up to ``fail`` (retryable, or terminal with ``terminal: true``)."""
+    if ctx.attempt <= ctx.input.get("fail", 1_000_000):
+        try:
+            raise KeyError("root cause")
+        except KeyError as cause:
+            if ctx.input.get("terminal"):
+                raise TerminalError("bad input", code="BAD_INPUT") from cause
+            if ctx.input.get("plain"):
+                raise ValueError(f"plain failure on attempt {ctx.attempt}") from cause
+            raise RetryableError(f"flaky on attempt {ctx.attempt}", code="FLAKY") from cause
+    return {"attempt": ctx.attempt}
+
+
+@registry.handler("test.ledger@1")
+async def ledger(ctx: StepContext) -> Any:
+    """Records one effect per execution in ``test_ledger`` keyed by the idempotency key."""
+    if ctx.input.get("seconds"):
+        await asyncio.sleep(ctx.input["seconds"])
+    async with await psycopg.AsyncConnection.connect(ctx.input["ledger_dsn"], autocommit=True) as c:
+        await c.execute(
+            "INSERT INTO test_ledger (key, executions) VALUES (%s, 1) ON CONFLICT (key) "
+            "DO UPDATE SET executions = test_ledger.executions + 1", (ctx.idempotency_key,))
+    return {"key": ctx.idempotency_key}
+
+
+@registry.handler("test.chatty@1")
+async def chatty(ctx: StepContext) -> Any:
+    """Reports progress ``calls`` times over ``seconds``; the last report is fraction 1.0."""
+    calls, seconds = ctx.input["calls"], ctx.input["seconds"]
+    for i in range(1, calls + 1):
+        ctx.progress(i / calls, f"item {i}", {"items": float(i)})
+        if i % (calls // 100 or 1) == 0:
+            await asyncio.sleep(seconds / 100)
+    return {"calls": calls}
+
+
+@registry.handler("test.silent@1")
+async def silent(ctx: StepContext) -> Any:
+    """Reports progress once, then goes quiet for ``seconds`` (heartbeatTimeout test)."""
+    ctx.progress(0.1, "started")
+    await asyncio.sleep(ctx.input["seconds"])
+    return None
+
+
+def _checkpointing(ctx: StepContext) -> Any:
+    start = int(ctx.checkpoint.state["next"]) if ctx.checkpoint else 0
+    for item in range(start, ctx.input["items"]):
+        if ctx.attempt == 1 and item == ctx.input.get("crash_at"):
+            raise RetryableError(f"crashed at item {item}")
+        ctx.save_checkpoint({"next": item + 1})
+    return {"resumed_from": start, "attempt": ctx.attempt}
+
+
+@registry.handler("test.checkpoint_sync@1")
+def checkpoint_sync(ctx: StepContext) -> Any:
+    return _checkpointing(ctx)
+
+
+@registry.handler("test.checkpoint_async@1")
+async def checkpoint_async(ctx: StepContext) -> Any:
+    return _checkpointing(ctx)  # save_checkpoint on the loop thread: the synchronous path
+
+
+@registry.handler("test.produce@1")
+def produce(ctx: StepContext) -> StepOutcome:
+    ref = ctx.artifacts.put_bytes(ctx.input["text"].encode())
+    return StepOutcome(result={"digest": ref.digest},
+                       artifacts=[OutputArtifact("corpus.txt", ref, "text/plain")])
+
+
+@registry.handler("test.consume@1")
+def consume(ctx: StepContext) -> Any:
+    data = ctx.artifacts.get_bytes(ctx.inputs["corpus.txt"])
+    return {"text": data.decode(), "inputs": sorted(ctx.inputs)}

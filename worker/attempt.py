@@ -1,0 +1,159 @@
+"""One attempt, from lease to its one final write.
+
+The supervisor runs the executor in a task and watches it: the per-attempt deadline
+(``timeout`` → TIMEOUT), the heartbeat timeout (no progress or checkpoint for that long →
+HEARTBEAT_TIMEOUT), cancel (cooperative first: ``ctx.cancelled()`` turns true, then the task
+is cancelled after a short grace), lost lease and shutdown. Then exactly one ending is written
+through ``rara.lifecycle`` (fenced), shielded from cancellation:
+
+    handler returned        → complete (result + artifact manifest)
+    handler raised          → fail (TerminalError: for good; anything else: retry)
+    deadline / heartbeat    → fail, outcome timed_out, retryable
+    cancel asked            → cancelled (whatever the handler did meanwhile)
+    shutdown                → release (not a failure; back to ready at once)
+    lease lost              → nothing: someone else owns the step now
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+
+from rara.context import StepContext, StepOutcome
+from rara.worker.context import AttemptState, LeaseLost
+from rara.worker.dispatch import Executor
+from rara.worker.failures import error_json, is_retryable, timeout_json
+from rara.worker.retry import persist
+from rara.worker.settings import WorkerSettings
+from rara.worker.store import WorkerStore
+
+log = structlog.get_logger("rara.worker")
+
+_CANCEL_WAIT = 1.0  # how long a cancelled handler task may take to unwind before we move on
+
+
+def _next_stop(state: AttemptState, cancel_at: float | None,
+               now: float) -> tuple[str | None, float | None]:
+    """Why the handler must stop now (or None), and when to look again."""
+    if state.stop_reason is not None:
+        return state.stop_reason, None
+    if state.lease_lost:
+        return "lease_lost", None
+    checks: list[tuple[str, float]] = []
+    if state.deadline is not None:
+        checks.append(("timeout", state.deadline))
+    if state.step.heartbeat_timeout_ms is not None:
+        silence = state.step.heartbeat_timeout_ms / 1000
+        checks.append(("heartbeat_timeout", state.last_report + silence))
+    if cancel_at is not None:
+        checks.append(("cancel", cancel_at))
+    for reason, at in checks:
+        if now >= at:
+            return reason, None
+    return None, min((at for _, at in checks), default=None)
+
+
+async def supervise(state: AttemptState, executor: Executor, ctx: StepContext,
+                    settings: WorkerSettings, store: WorkerStore,
+                    flush_progress: Callable[[list[AttemptState]], Awaitable[None]]) -> str:
+    """Run the attempt to its end and write that end. Returns what was written."""
+    step = state.step
+    bound = log.bind(run_id=step.run_id, step_id=step.id, step_key=step.key,
+                     attempt=step.attempt, capability=step.capability)
+    task = asyncio.create_task(executor.run(ctx, step), name=f"step-{step.id}-{step.attempt}")
+    cancel_at: float | None = None
+    reason: str | None = None
+    while not task.done():
+        now = time.monotonic()
+        if state.cancel_requested and cancel_at is None:
+            cancel_at = now + settings.cancel_grace_seconds
+        reason, wake_at = _next_stop(state, cancel_at, now)
+        if reason is not None:
+            state.stop_reason = reason
+            task.cancel()
+            await asyncio.wait({task}, timeout=_CANCEL_WAIT)
+            break
+        waiter = asyncio.ensure_future(state.wake.wait())
+        timeout = None if wake_at is None else max(0.0, wake_at - now)
+        await asyncio.wait({task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        state.wake.clear()
+    ending = asyncio.ensure_future(
+        _end(state, task, reason, settings, store, flush_progress, bound))
+    return await asyncio.shield(ending)  # a hard stop must not cut the final write in half
+
+
+async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: str | None,
+               settings: WorkerSettings, store: WorkerStore,
+               flush_progress: Callable[[list[AttemptState]], Awaitable[None]],
+               bound: Any) -> str:
+    exc: BaseException | None = None
+    if not task.done():  # it ignored cancellation: leave it, but never let its error go unseen
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())
+    elif task.cancelled():
+        if reason is None:  # cancelled from inside the handler: an ordinary, retryable error
+            exc = RuntimeError("the handler's task was cancelled")
+    else:
+        exc = task.exception()
+    if state.lease_lost or reason == "lease_lost" or isinstance(exc, LeaseLost):
+        bound.warning("lease lost; the attempt writes nothing more")
+        return "lease_lost"
+    fence = state.fence
+    # The final write may wait out a database outage, but not forever: once the lease has
+    # surely expired another worker owns the step and the fence would match nothing anyway.
+    patience = max(settings.lease_seconds * 2, 10.0)
+    try:  # the latest progress lands before the end (best effort: the end matters more)
+        await persist("progress", lambda: flush_progress([state]), give_up_after=patience)
+    except Exception as error:
+        bound.warning("could not write the final progress", error=str(error))
+    if state.lease_lost:
+        return "lease_lost"
+
+    async def write() -> str:
+        if reason == "shutdown":
+            released = await store.release([(fence.step_id, fence.token)])
+            return "released" if released else "lease_lost"
+        if state.cancel_requested:
+            return "cancelled" if await store.cancelled(fence) else "lease_lost"
+        if reason in ("timeout", "heartbeat_timeout"):
+            code, what = (("TIMEOUT", f"attempt exceeded its timeout of {state.step.timeout_ms} ms")
+                          if reason == "timeout" else
+                          ("HEARTBEAT_TIMEOUT", "no progress reported for "
+                           f"{state.step.heartbeat_timeout_ms} ms"))
+            status = await store.fail(fence, timeout_json(code, what), retryable=True,
+                                      jitter=settings.jitter, outcome="timed_out")
+            return f"timed_out:{status}" if status else "lease_lost"
+        if exc is not None:
+            status = await store.fail(fence, error_json(exc), retryable=is_retryable(exc),
+                                      jitter=settings.jitter, outcome="failed")
+            return f"failed:{status}" if status else "lease_lost"
+        outcome = task.result()
+        try:
+            json.dumps(outcome.result, allow_nan=False)
+        except (TypeError, ValueError) as bad:
+            error = {**error_json(bad), "code": "RESULT_INVALID", "retryable": False}
+            status = await store.fail(fence, error, retryable=False, jitter=settings.jitter,
+                                      outcome="failed")
+            return f"failed:{status}" if status else "lease_lost"
+        manifest = [{"name": a.name, "digest": a.ref.digest, "size": a.ref.size,
+                     "media_type": a.media_type} for a in outcome.artifacts]
+        done = await store.complete(fence, outcome.result, manifest)
+        return "succeeded" if done else "lease_lost"
+
+    try:
+        ended = await persist("attempt end", write, give_up_after=patience)
+    except Exception:
+        bound.exception("could not write the end of the attempt; its lease will expire")
+        return "abandoned"
+    if exc is not None and not ended.startswith("lease_lost"):
+        bound.info("attempt failed", ended=ended, error=str(exc), error_type=type(exc).__name__)
+    elif ended == "lease_lost":
+        bound.warning("lease lost before the attempt ended")
+    else:
+        bound.debug("attempt ended", ended=ended)
+    return ended

@@ -1,0 +1,208 @@
+"""The worker's gRPC executor adapter: steps with ``executor: grpc`` run in executor services.
+
+The worker keeps its lease (heartbeats go on in the worker's loops) while it maps the job's
+event stream onto persistent state: progress → coalesced progress writes, checkpoint → a
+fenced checkpoint row, succeeded → result + artifact manifest (written by the worker, fenced),
+failed → retryable or terminal by the executor's own verdict. Cancel, timeout and lost leases
+reach the executor by cancelling the call (a client disconnect cancels the job) and an
+explicit ``Cancel``. Transport failures: UNAVAILABLE before the job was accepted → the next
+endpoint; a stream broken mid-job (executor killed) → a retryable failure, so the attempt is
+retried and resumes from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import structlog
+
+from rara.artifacts.ref import ArtifactRef
+from rara.context import OutputArtifact, StepContext, StepOutcome
+from rara.errors import RetryableError, StepError, TerminalError
+from rara.executor.client import ExecutorClient, make_job
+from rara.v1 import executor_pb2 as pb
+from rara.worker.dispatch import LeasedStep
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class _Endpoint:
+    address: str
+    client: ExecutorClient
+    capabilities: set[str] = field(default_factory=set)
+    alive: bool = False
+
+
+class GrpcExecutor:
+    """Routes ``grpc`` steps to the endpoints that serve their capability (round robin)."""
+
+    kind = "grpc"
+
+    def __init__(
+        self, endpoints: list[str], *, token: str | None, refresh_seconds: float = 10.0
+    ) -> None:
+        if not endpoints:
+            raise ValueError("GrpcExecutor needs at least one endpoint")
+        self._endpoints = [_Endpoint(a, ExecutorClient(a, token=token)) for a in endpoints]
+        self._refresh_seconds = refresh_seconds
+        self._turn = itertools.count()
+        self._changed = asyncio.Event()
+
+    @classmethod
+    def from_token_file(
+        cls, endpoints: list[str], token_file: Path | None, refresh_seconds: float = 10.0
+    ) -> GrpcExecutor:
+        token = token_file.read_text().strip() if token_file is not None else None
+        return cls(endpoints, token=token, refresh_seconds=refresh_seconds)
+
+    def capabilities(self) -> set[str]:
+        """What live endpoints serve now (the worker leases only these)."""
+        return set().union(*(e.capabilities for e in self._endpoints if e.alive))
+
+    async def refresh(self) -> None:
+        """Ask every endpoint what it serves; an endpoint that does not answer is not live."""
+        for endpoint in self._endpoints:
+            try:
+                response = await endpoint.client.get_capabilities(rpc_timeout=3.0)
+            except grpc.aio.AioRpcError as exc:
+                if endpoint.alive:
+                    log.warning(
+                        "executor unreachable", endpoint=endpoint.address, code=exc.code().name
+                    )
+                endpoint.alive = False
+                continue
+            served = {f"{c.name}@{c.major}" for c in response.capabilities}
+            if not endpoint.alive or served != endpoint.capabilities:
+                log.info(
+                    "executor capabilities", endpoint=endpoint.address, capabilities=sorted(served)
+                )
+            endpoint.capabilities, endpoint.alive = served, True
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Refresh periodically (sooner after a failure) until ``stop``."""
+        while not stop.is_set():
+            await self.refresh()
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._refresh_seconds):
+                    await self._changed.wait()
+
+    async def close(self) -> None:
+        for endpoint in self._endpoints:
+            await endpoint.client.close()
+
+    def _candidates(self, capability: str) -> list[_Endpoint]:
+        serving = [e for e in self._endpoints if e.alive and capability in e.capabilities]
+        if not serving:
+            return []
+        start = next(self._turn) % len(serving)
+        return serving[start:] + serving[:start]
+
+    async def run(self, ctx: StepContext, step: LeasedStep) -> StepOutcome:
+        job = make_job(
+            capability=step.capability,
+            idempotency_key=ctx.idempotency_key,
+            payload=dict(ctx.input),
+            attempt=ctx.attempt,
+            run_id=ctx.run_id,
+            step_id=ctx.step_id,
+            step_key=ctx.step_key,
+            inputs=dict(ctx.inputs),
+            deadline=ctx.deadline,
+            checkpoint=ctx.checkpoint,
+        )
+        for endpoint in self._candidates(step.capability):
+            try:
+                return await self._stream(endpoint, job, ctx)
+            except _Unreachable as exc:
+                endpoint.alive = False
+                self._changed.set()
+                log.warning(
+                    "executor unavailable, trying the next",
+                    endpoint=endpoint.address,
+                    detail=str(exc),
+                )
+        raise RetryableError(
+            f"no live executor serves {step.capability}", code="EXECUTOR_UNAVAILABLE"
+        )
+
+    async def _stream(self, endpoint: _Endpoint, job: pb.Job, ctx: StepContext) -> StepOutcome:
+        accepted = False
+        try:
+            async for event in endpoint.client.execute(job):
+                kind = event.WhichOneof("event")
+                if kind == "accepted":
+                    accepted = True
+                elif kind == "progress":
+                    p = event.progress
+                    ctx.progress(
+                        p.fraction if p.HasField("fraction") else None, p.message, dict(p.metrics)
+                    )
+                elif kind == "checkpoint":
+                    await _save_checkpoint(ctx, event.checkpoint)
+                elif kind == "succeeded":
+                    return _outcome(event.succeeded)
+                elif kind == "failed":
+                    raise _error(event.failed.error)
+                elif kind == "cancelled":
+                    raise RetryableError(
+                        f"executor cancelled the job: {event.cancelled.reason}",
+                        code="EXECUTOR_CANCELLED",
+                    )
+        except asyncio.CancelledError:
+            # Cancel, timeout or a lost lease: leaving the stream disconnects (which cancels
+            # the job); the explicit Cancel makes it prompt even if the disconnect is slow.
+            with contextlib.suppress(grpc.aio.AioRpcError, TimeoutError):
+                async with asyncio.timeout(2.0):
+                    await endpoint.client.cancel(job.idempotency_key, job.attempt, "worker stopped")
+            raise
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            if code == grpc.StatusCode.UNAVAILABLE and not accepted:
+                raise _Unreachable(exc.details() or code.name) from exc
+            raise RetryableError(
+                f"executor {endpoint.address}: {code.name}: {exc.details()}",
+                code=f"EXECUTOR_{code.name}",
+            ) from exc
+        raise RetryableError(
+            f"executor {endpoint.address} ended the stream without a verdict",
+            code="EXECUTOR_STREAM_BROKEN",
+        )
+
+
+class _Unreachable(Exception):
+    pass
+
+
+async def _save_checkpoint(ctx: StepContext, checkpoint: pb.JobCheckpoint) -> None:
+    state = json.loads(checkpoint.state_json or b"{}")
+    artifact = _ref(checkpoint.artifact) if checkpoint.HasField("artifact") else None
+    # save_checkpoint blocks until the fenced row is written; keep the event loop free.
+    await asyncio.to_thread(ctx.save_checkpoint, state, artifact)
+
+
+def _outcome(succeeded: pb.JobSucceeded) -> StepOutcome:
+    result: Any = json.loads(succeeded.result_json) if succeeded.result_json else None
+    artifacts = [
+        OutputArtifact(a.name, _ref(a), a.media_type or "application/octet-stream")
+        for a in succeeded.artifacts
+    ]
+    return StepOutcome(result=result, artifacts=artifacts)
+
+
+def _ref(ref: pb.ArtifactRef) -> ArtifactRef:
+    return ArtifactRef(ref.digest, ref.size, ref.media_type or "application/octet-stream")
+
+
+def _error(error: pb.Error) -> StepError:
+    code = pb.ErrorCode.Name(error.code).removeprefix("ERROR_CODE_")
+    kind = RetryableError if error.retryable else TerminalError
+    return kind(error.message, code=code, details=dict(error.details))

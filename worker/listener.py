@@ -1,0 +1,46 @@
+"""LISTEN on a dedicated connection: ``rara_ready`` wakes the lease loop, ``rara_cancel``
+(payload: step id) reaches a running attempt sooner than its next heartbeat.
+
+NOTIFY is a hint, never the only path: a dropped connection is re-opened with backoff, and on
+every (re)connect the lease loop is woken because notifications sent meanwhile are gone. A
+silent network partition is caught by a ping every ``ping_seconds`` of quiet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import psycopg
+import structlog
+
+from rara.worker.retry import TRANSIENT, Backoff
+
+log = structlog.get_logger("rara.worker")
+
+READY, CANCEL = "rara_ready", "rara_cancel"
+
+
+async def listen(url: str, *, on_ready: Callable[[str], None], on_cancel: Callable[[int], None],
+                 on_connect: Callable[[], None], ping_seconds: float = 15.0) -> None:
+    backoff = Backoff()
+    while True:
+        try:
+            conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+            async with conn:
+                await conn.execute(f"LISTEN {READY}")
+                await conn.execute(f"LISTEN {CANCEL}")
+                backoff.reset()
+                on_connect()
+                while True:
+                    async for note in conn.notifies(timeout=ping_seconds):
+                        if note.channel == READY:
+                            on_ready(note.payload)
+                        elif note.channel == CANCEL and note.payload.isdigit():
+                            on_cancel(int(note.payload))
+                    await conn.execute("SELECT 1")  # quiet for a while: is anyone there?
+        except TRANSIENT as exc:
+            delay = backoff.next_delay()
+            log.warning("listen connection lost, reconnecting", error=str(exc),
+                        retry_in=round(delay, 3))
+            await asyncio.sleep(delay)

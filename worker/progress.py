@@ -1,0 +1,90 @@
+"""Writing what handlers report: progress (coalesced, batched, rate-limited) and checkpoints.
+
+Progress: ``ctx.progress()`` only stores the latest state on the attempt; every
+1/``progress_per_second`` s one statement writes the latest state of every attempt that
+reported (so ≤ 5 rows/s per attempt by default), and the supervisor flushes once more before
+the attempt's end. Each row gets the next per-attempt ``seq``; the statement is fenced per
+attempt and attempts it does not return have lost their lease.
+
+Checkpoints block the handler until written: from a thread through the event loop (the pool),
+from the loop thread through one small synchronous connection (see ``rara.worker.context``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from rara.artifacts.ref import ArtifactRef
+from rara.pg.queries import sync_queries
+from rara.worker.context import AttemptState
+from rara.worker.retry import TRANSIENT, persist
+from rara.worker.store import WorkerStore
+
+
+class ProgressWriter:
+    def __init__(self, store: WorkerStore, attempts: Mapping[int, AttemptState]) -> None:
+        self.store = store
+        self.attempts = attempts
+
+    async def flush(self, states: list[AttemptState]) -> None:
+        batch = []
+        for st in states:
+            pending = st.pending_progress
+            if pending is None or st.lease_lost:
+                continue
+            st.pending_progress = None
+            batch.append((st, next(st.progress_seq), pending))
+        if not batch:
+            return
+        try:
+            owned = await self.store.write_progress(
+                [(st.fence.step_id, st.fence.token, seq, p[0], p[1], p[2]) for st, seq, p in batch])
+        except TRANSIENT:
+            for st, _, pending in batch:  # keep it for the next round unless newer came in
+                if st.pending_progress is None:
+                    st.pending_progress = pending
+            raise
+        for st, _, _ in batch:
+            if st.step.id not in owned:
+                st.lose()
+
+
+class CheckpointWriters:
+    def __init__(self, store: WorkerStore, url: str) -> None:
+        self.store = store
+        self.url = url
+        self._sync: psycopg.Connection[Any] | None = None
+        self._lock = threading.Lock()
+
+    async def write(self, st: AttemptState, seq: int, state: Mapping[str, Any],
+                    ref: ArtifactRef | None) -> bool:
+        return await persist("checkpoint", lambda: self.store.write_checkpoint(
+            st.fence.step_id, st.fence.token, seq, state, ref), give_up_after=30.0)
+
+    def write_sync(self, st: AttemptState, seq: int, state: Mapping[str, Any],
+                   ref: ArtifactRef | None) -> bool:
+        """Blocking write for async handlers (on the loop thread): one short statement."""
+        with self._lock:
+            for attempt in range(2):  # a connection broken by a restart is replaced once
+                try:
+                    if self._sync is None or self._sync.closed:
+                        self._sync = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
+                    return bool(sync_queries().step_checkpoint_write(
+                        self._sync, step_id=st.fence.step_id, worker=st.fence.worker,
+                        token=st.fence.token, seq=seq, state=Jsonb(dict(state)),
+                        digest=ref.digest if ref else None, size=ref.size if ref else None))
+                except TRANSIENT:
+                    self.close()
+                    if attempt == 1:
+                        raise
+            raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self._sync is not None:
+            self._sync.close()
+            self._sync = None

@@ -1,0 +1,269 @@
+"""The worker: lease loop, listener, heartbeats, reaper and progress writer around attempts.
+
+Stopping is an event, not a cancel: ``stop()`` (SIGTERM/SIGINT) ends leasing, running attempts
+get ``shutdown_grace_seconds`` to finish, the rest are stopped and their leases released (back
+to ready at once), and the worker's row is marked stopped. Side loops are watched with
+``asyncio.wait(FIRST_COMPLETED)``: one that dies unexpectedly stops the worker rather than
+leaving it half alive. SIGKILL needs nothing here: lease expiry plus any worker's reaper is
+the recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Coroutine, Sequence
+from typing import Any
+
+import structlog
+
+from rara.artifacts.store import LocalArtifactStore
+from rara.lifecycle import Fence
+from rara.worker.attempt import supervise
+from rara.worker.context import AttemptState, WorkerStepContext
+from rara.worker.dispatch import Executor, LeasedStep
+from rara.worker.listener import listen
+from rara.worker.progress import CheckpointWriters, ProgressWriter
+from rara.worker.retry import TRANSIENT, Backoff, persist
+from rara.worker.settings import WorkerSettings
+from rara.worker.store import WorkerStore, make_pool
+
+log = structlog.get_logger("rara.worker")
+
+
+class Worker:
+    def __init__(self, settings: WorkerSettings, executors: Sequence[Executor], url: str) -> None:
+        self.settings = settings
+        self.url = url
+        self.executors = {e.kind: e for e in executors}
+        self.attempts: dict[int, AttemptState] = {}
+        self.stopping = asyncio.Event()
+        self.aborting = asyncio.Event()  # second signal: skip the grace period
+        self.wake = asyncio.Event()
+        self.pool = make_pool(url, settings.concurrency + 4)
+        self.store = WorkerStore(self.pool, settings.id)
+        self.progress = ProgressWriter(self.store, self.attempts)
+        self.checkpoints = CheckpointWriters(self.store, url)
+        self.artifacts = LocalArtifactStore(settings.artifact_root)
+        self.log = log.bind(worker=settings.id)
+        self._supervisors: set[asyncio.Task[str]] = set()
+
+    @property
+    def pairs(self) -> list[tuple[str, str]]:
+        """(capability, executor kind) served now: asked of the executors each time, since a
+        remote executor's capabilities change as its endpoints come and go."""
+        wanted = self.settings.capabilities
+        return sorted((cap, e.kind) for e in self.executors.values() for cap in e.capabilities()
+                      if wanted is None or cap in wanted)
+
+    @property
+    def capabilities(self) -> list[str]:
+        return sorted({cap for cap, _ in self.pairs})
+
+    def stop(self) -> None:
+        """Begin a graceful stop (a second call skips the remaining grace)."""
+        if self.stopping.is_set():
+            self.aborting.set()
+        self.stopping.set()
+        self.wake.set()
+
+    async def run(self) -> None:
+        s = self.settings
+        await self.pool.open(wait=False)
+        try:
+            await persist("register", lambda: self.store.register(self.capabilities),
+                          give_up_after=float("inf"))
+            if not self.pairs:
+                self.log.warning("no capabilities served (pass --handlers); only reaping")
+            self.log.info("worker started", capabilities=self.capabilities,
+                          concurrency=s.concurrency, lease_seconds=s.lease_seconds)
+            side = [self._spawn(self._lease_loop()), self._spawn(self._heartbeat_loop()),
+                    self._spawn(self._reaper_loop()), self._spawn(self._progress_loop())]
+            if s.listen:
+                side.append(self._spawn(listen(self.url, on_ready=self._on_ready,
+                                               on_cancel=self._on_cancel,
+                                               on_connect=self.wake.set)))
+            stop_waiter = self._spawn(self.stopping.wait())
+            done, _ = await asyncio.wait([stop_waiter, *side], return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stop_waiter and not task.cancelled() and task.exception():
+                    self.log.error("worker loop died; stopping", exc_info=task.exception())
+            if not self.stopping.is_set():  # a loop died: stop as if signalled (once)
+                self.stop()
+            self.wake.set()
+            await asyncio.wait([side[0]], timeout=15.0)  # the lease loop: no new attempts
+            await self._drain()
+            for task in side:
+                task.cancel()
+            await asyncio.gather(*side, return_exceptions=True)
+        finally:
+            try:
+                await asyncio.shield(persist("stop", self.store.stop, give_up_after=5.0))
+            except Exception as exc:  # the row ages out by its heartbeat anyway
+                self.log.warning("could not mark the worker stopped", error=str(exc))
+            self.checkpoints.close()
+            await self.pool.close()
+            self.log.info("worker stopped")
+
+    async def _drain(self) -> None:
+        """Grace for running attempts, then stop and release the rest."""
+        if self._supervisors:
+            self.log.info("stopping: waiting for running attempts", running=len(self._supervisors),
+                          grace=self.settings.shutdown_grace_seconds)
+            abort = self._spawn(self.aborting.wait())
+            all_done = self._spawn(asyncio.wait(set(self._supervisors)))
+            await asyncio.wait({abort, all_done}, timeout=self.settings.shutdown_grace_seconds,
+                               return_when=asyncio.FIRST_COMPLETED)
+            abort.cancel()
+            all_done.cancel()
+        for state in list(self.attempts.values()):
+            state.stop_reason = state.stop_reason or "shutdown"
+            state.poke()
+        if self._supervisors:
+            await asyncio.wait(set(self._supervisors))
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        return asyncio.get_running_loop().create_task(coro)
+
+    # -- notifications --------------------------------------------------------------------
+
+    def _on_ready(self, capability: str) -> None:
+        if capability in self.capabilities:
+            self.wake.set()
+
+    def _on_cancel(self, step_id: int) -> None:
+        state = self.attempts.get(step_id)
+        if state is not None:
+            state.request_cancel()
+
+    # -- leasing --------------------------------------------------------------------------
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep until woken, stopped or ``seconds`` passed."""
+        if seconds > 0 and not self.wake.is_set() and not self.stopping.is_set():
+            waiter = self._spawn(self.wake.wait())
+            await asyncio.wait({waiter}, timeout=seconds)
+            waiter.cancel()
+
+    async def _lease_loop(self) -> None:
+        s = self.settings
+        backoff = Backoff()
+        while not self.stopping.is_set():
+            free = s.concurrency - len(self.attempts)
+            pairs = self.pairs
+            if free <= 0 or not pairs:
+                await self._sleep(s.poll_seconds)
+                self.wake.clear()
+                continue
+            self.wake.clear()  # before the query: a NOTIFY arriving meanwhile is not lost
+            sent = time.monotonic()
+            try:
+                leased = await self.store.lease(pairs, free, s.lease_seconds)
+                delay = s.poll_seconds
+                if len(leased) < free:
+                    soon = await self.store.next_available(pairs)
+                    if soon is not None and soon > 0:
+                        delay = min(delay, soon)
+                backoff.reset()
+            except TRANSIENT as exc:
+                delay = backoff.next_delay()
+                self.log.warning("lease failed, retrying", error=str(exc), retry_in=round(delay, 3))
+                await asyncio.sleep(delay)
+                continue
+            for step in leased:
+                self._start(step, sent)
+            self.log.debug("leased", n=len(leased), free=free, sleep=delay)
+            if len(leased) < free:
+                await self._sleep(delay)
+
+    def _start(self, step: LeasedStep, sent: float) -> None:
+        fence = Fence(step.id, self.settings.id, step.lease_token)
+        state = AttemptState(step=step, fence=fence, loop=asyncio.get_running_loop(),
+                             lease_valid_until=sent + self.settings.lease_seconds)
+        if step.timeout_ms is not None:
+            state.deadline = state.started + step.timeout_ms / 1000
+        if self.stopping.is_set():  # leased as the stop began: give it straight back
+            state.stop_reason = "shutdown"
+        self.attempts[step.id] = state
+        task = self._spawn(self._run_attempt(state))
+        self._supervisors.add(task)
+
+        def finished(t: asyncio.Task[str]) -> None:
+            self._supervisors.discard(t)
+            self.attempts.pop(step.id, None)
+            self.wake.set()  # a slot is free
+            if not t.cancelled() and t.exception() is not None:
+                self.log.error("attempt supervisor failed", step_id=step.id,
+                               exc_info=t.exception())
+
+        task.add_done_callback(finished)
+
+    async def _run_attempt(self, state: AttemptState) -> str:
+        step = state.step
+        executor = self.executors[step.executor]
+        patience = self.settings.lease_seconds
+        checkpoint = None
+        if step.attempt > 1:
+            checkpoint = await persist("checkpoint", lambda: self.store.latest_checkpoint(
+                step.id, step.attempt), give_up_after=patience)
+        inputs = {}
+        if step.depends_on:
+            inputs = await persist("inputs", lambda: self.store.inputs(
+                step.run_id, step.depends_on), give_up_after=patience)
+        ctx = WorkerStepContext(state, checkpoint=checkpoint, inputs=inputs,
+                                artifacts=self.artifacts, write_checkpoint=self.checkpoints.write,
+                                write_checkpoint_sync=self.checkpoints.write_sync)
+        return await supervise(state, executor, ctx, self.settings, self.store,
+                               self.progress.flush)
+
+    # -- keeping leases -------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        s = self.settings
+        while True:
+            await asyncio.sleep(s.heartbeat_interval * random.uniform(0.9, 1.0))
+            states = list(self.attempts.values())
+            sent = time.monotonic()
+            try:
+                await self.store.worker_heartbeat(self.capabilities)
+                if states:
+                    answer = await self.store.heartbeat(
+                        [(st.fence.step_id, st.fence.token) for st in states], s.lease_seconds)
+                    for st in states:
+                        if st.step.id not in answer:
+                            st.lose()
+                        else:
+                            st.lease_valid_until = sent + s.lease_seconds
+                            if answer[st.step.id]:
+                                st.request_cancel()
+            except TRANSIENT as exc:
+                self.log.warning("heartbeat failed", error=str(exc))
+            # Without an answer we cannot know whether a reaper took our steps: once the lease
+            # surely expired, stop as if lost rather than risk two owners doing the work.
+            now = time.monotonic()
+            for st in list(self.attempts.values()):
+                if now > st.lease_valid_until:
+                    st.lose()
+
+    async def _reaper_loop(self) -> None:
+        s = self.settings
+        while not self.stopping.is_set():
+            try:
+                reaped = await self.store.reap(s.reaper_batch, s.jitter)
+                if reaped:
+                    self.log.info("reaped expired leases", steps=[r[0] for r in reaped])
+                if len(reaped) == s.reaper_batch:
+                    continue  # more may be waiting
+            except TRANSIENT as exc:
+                self.log.warning("reaper failed", error=str(exc))
+            await asyncio.sleep(s.reaper_seconds * random.uniform(0.8, 1.2))
+
+    async def _progress_loop(self) -> None:
+        period = 1.0 / self.settings.progress_per_second
+        while True:
+            await asyncio.sleep(period)
+            try:
+                await self.progress.flush(list(self.attempts.values()))
+            except TRANSIENT as exc:
+                self.log.warning("progress write failed", error=str(exc))

@@ -1,0 +1,63 @@
+"""Bulk enqueueing for tests and benchmarks (not used by the runtime).
+
+``start_run`` is one transaction per run with validation and routing checks; filling a queue
+with thousands of single-step runs that way measures the client, not the worker. This writes
+the same rows in two statements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from rara.context import StepContext
+from rara.worker.registry import Registry
+
+_ENQUEUE = """
+WITH runs AS (
+    INSERT INTO rara_runs (definition_version_id, input)
+    SELECT v.id, %(input)s FROM rara_definition_versions v, generate_series(1, %(n)s)
+    WHERE v.name = %(name)s AND v.version = %(version)s
+    RETURNING id
+)
+INSERT INTO rara_steps (run_id, key, capability, executor, payload, max_attempts,
+                        retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
+                        heartbeat_timeout_ms, status)
+SELECT id, %(key)s, %(capability)s, %(executor)s, %(payload)s, %(max_attempts)s,
+       %(initial_ms)s, %(max_ms)s, 2, NULL, NULL, 'ready'
+FROM runs
+RETURNING run_id
+"""
+
+
+def enqueue_single_step_runs(conn: psycopg.Connection[Any], *, definition: str, version: int,
+                             key: str, capability: str, n: int, executor: str = "inprocess",
+                             input: dict[str, Any] | None = None, max_attempts: int = 3,
+                             initial_ms: int = 1000, max_ms: int = 60_000) -> list[int]:
+    """``n`` runs of a one-step definition, ready at once; returns the run ids."""
+    with conn.transaction():
+        rows = conn.execute(_ENQUEUE, {
+            "input": Jsonb(input or {}), "n": n, "name": definition, "version": version,
+            "key": key, "capability": capability, "executor": executor,
+            "payload": Jsonb({"input": {}, "secrets": {}}), "max_attempts": max_attempts,
+            "initial_ms": initial_ms, "max_ms": max_ms}).fetchall()
+    return [r[0] for r in rows]
+
+
+# Handlers for benchmarks and smoke tests: ``--handlers rara.worker.testing``.
+registry = Registry()
+
+
+@registry.handler("bench.noop@1")
+async def noop(ctx: StepContext) -> None:
+    return None
+
+
+@registry.handler("bench.sleep@1")
+async def sleep(ctx: StepContext) -> None:
+    """Sleeps ``seconds`` on the first attempt only: a later attempt (after a crash) is quick."""
+    if ctx.attempt == 1:
+        await asyncio.sleep(float(ctx.input.get("seconds", 0)))

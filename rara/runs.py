@@ -102,10 +102,23 @@ def start_run(
 def cancel_run(conn: psycopg.Connection[Any], run_id: int) -> bool:
     """Cancel waiting steps now; flag running ones (NOTIFY + heartbeat answer tell their worker).
     Returns False when the run had already ended."""
+    for attempt in range(3):
+        try:
+            return _cancel_once(conn, run_id)
+        except psycopg.errors.DeadlockDetected:
+            # A step of an unusual graph (a dependant with a lower id than its dependency)
+            # can still cross lock orders with a completion; PostgreSQL aborted us: try again.
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _cancel_once(conn: psycopg.Connection[Any], run_id: int) -> bool:
     q = sync_queries()
     with conn.transaction():
         if q.run_get(conn, run_id=run_id) is None:
             raise NotFound(f"no run {run_id}")
+        q.run_steps_lock(conn, run_id=run_id)
         if q.run_cancel_request(conn, run_id=run_id) is None:
             return False
         q.run_cancel_waiting_steps(conn, run_id=run_id)

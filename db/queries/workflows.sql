@@ -549,3 +549,8 @@ ORDER BY s.id, a.name;
 -- first's commit and its refresh then sees both. Always the last lock a transaction takes
 -- (after its step rows), so it cannot take part in a lock cycle.
 SELECT id FROM rara_runs WHERE id = :run_id FOR NO KEY UPDATE;
+
+-- name: run_steps_lock!
+-- Cancel takes the run's step rows first, in id order, then the run row: the order a step
+-- outcome takes them (its step, then run_lock), so the two cannot wait on each other in a cycle.
+SELECT id FROM rara_steps WHERE run_id = :run_id ORDER BY id FOR UPDATE;

@@ -10,29 +10,50 @@ import signal
 
 import structlog
 
-from rara import logs
+from rara import logs, metrics
 from rara.pg.connect import database_url
 from rara.worker.dispatch import Executor, InProcessExecutor
+from rara.worker.grpc_executor import GrpcExecutor
 from rara.worker.registry import load_registry
 from rara.worker.runner import Worker
 from rara.worker.settings import WorkerSettings
 
 
 def build_executors(settings: WorkerSettings) -> list[Executor]:
-    """The executors of this process. A gRPC executor joins here once it exists; until then
-    ``executor: grpc`` steps are simply not leased by this worker."""
-    return [InProcessExecutor(load_registry(settings.handlers))]
+    """The executors of this process: the in-process registry, and a gRPC executor when
+    endpoints are configured (without one, ``executor: grpc`` steps are not leased here)."""
+    executors: list[Executor] = [InProcessExecutor(load_registry(settings.handlers))]
+    if settings.executor_endpoints:
+        executors.append(GrpcExecutor.from_token_file(
+            settings.executor_endpoints, settings.executor_token_file,
+            refresh_seconds=settings.executor_refresh_seconds))
+    return executors
 
 
 async def serve(settings: WorkerSettings) -> None:
     url = database_url(settings.database_url)
-    worker = Worker(settings, build_executors(settings), url)
+    executors = build_executors(settings)
+    worker = Worker(settings, executors, url)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.stop)
+    if settings.metrics_port is not None:
+        metrics.serve(settings.metrics_port)
+    # Executors ask their endpoints what they serve now and then; the worker leases by that.
+    stop_watching = asyncio.Event()
+    remote = [e for e in executors if isinstance(e, GrpcExecutor)]
+    for executor in remote:
+        await executor.refresh()
+    watchers = [asyncio.create_task(e.watch(stop_watching)) for e in remote]
     try:
         await worker.run()
     finally:
+        stop_watching.set()
+        for task in watchers:
+            task.cancel()
+        await asyncio.gather(*watchers, return_exceptions=True)
+        for executor in remote:
+            await executor.close()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
 

@@ -50,10 +50,15 @@ class WorkerSettings(BaseSettings):
     progress_per_second: float = Field(default=5.0, gt=0)
     listen: bool = True  # LISTEN/NOTIFY wake-ups (off only to test the polling/heartbeat paths)
     artifact_root: Path = Path(".rara/artifacts")
+    # gRPC executors (host:port each) for `executor: grpc` steps, and the bearer token file.
+    executor_endpoints: StrList = Field(default_factory=list)
+    executor_token_file: Path | None = None
+    executor_refresh_seconds: float = Field(default=10.0, gt=0)
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)  # /metrics, /healthz, /readyz
     log_level: str = "info"
     log_json: bool | None = None  # None: JSON when stderr is not a TTY
 
-    @field_validator("handlers", "capabilities", mode="before")
+    @field_validator("handlers", "capabilities", "executor_endpoints", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
         if isinstance(value, str):

@@ -29,6 +29,11 @@ def worker(
     reaper_seconds: Annotated[float | None, Opt(help="Reaper interval")] = None,
     reaper_batch: Annotated[int | None, Opt(help="Leases recovered per reaper pass")] = None,
     artifact_root: Annotated[Path | None, Opt(help="Local artifact store root")] = None,
+    executor_endpoints: Annotated[list[str] | None, Opt("--executor-endpoint", help="gRPC "
+                                  "executor host:port (repeatable)")] = None,
+    executor_token_file: Annotated[Path | None, Opt(help="File holding the executor's bearer "
+                                   "token")] = None,
+    metrics_port: Annotated[int | None, Opt(help="Serve /metrics, /healthz, /readyz here")] = None,
     listen: Annotated[bool | None, Opt("--listen/--no-listen", help="NOTIFY wake-ups")] = None,
     log_level: Annotated[str | None, Opt(help="debug, info, warning, error")] = None,
     config: Annotated[Path | None, Opt(help="Settings file (YAML or TOML)")] = None,
@@ -48,7 +53,9 @@ def worker(
             shutdown_grace_seconds=shutdown_grace_seconds,
             cancel_grace_seconds=cancel_grace_seconds, poll_seconds=poll_seconds,
             reaper_seconds=reaper_seconds, reaper_batch=reaper_batch,
-            artifact_root=artifact_root, listen=listen, log_level=log_level)
+            artifact_root=artifact_root, listen=listen, log_level=log_level,
+            executor_endpoints=executor_endpoints or None, executor_token_file=executor_token_file,
+            metrics_port=metrics_port)
         run(settings)
     except (ValidationError, RegistryError, FileNotFoundError, ImportError) as exc:
         typer.echo(f"rara worker: {exc}", err=True)

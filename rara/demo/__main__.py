@@ -177,7 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         run = client.start_run(applied.name, input=run_input)
         console.print(f"run [bold]{run.run_id}[/bold] started; logs in {home}")
         if args.chaos:
-            monkey = ChaosMonkey([worker, executor], seed=args.seed, console=console)
+            monkey = ChaosMonkey(
+                [worker, executor], url=url, run_id=run.run_id, seed=args.seed, console=console
+            )
             monkey.start()
         status = watch(url, run.run_id, console, timeout=args.timeout)
     finally:
@@ -205,16 +207,7 @@ def _chaos_checks(client: Client, run_id: int, run_input: dict[str, Any], consol
     adapt = next(s for s in client.get_run(run_id).steps if s["key"] == "adapt")
     resumed = (adapt["result"] or {}).get("resumed_from_step", 0)
     console.print(f"adapt: {adapt['attempt']} attempt(s), resumed from step {resumed}")
-    return same and (
-        adapt["attempt"] == 1 or resumed > 0 or _no_checkpoint_before_kill(client, run_id)
-    )
-
-
-def _no_checkpoint_before_kill(client: Client, run_id: int) -> bool:
-    """A retried adapt that found no checkpoint (killed before its first one) starts at 0."""
-    return not any(
-        e["kind"] == "checkpoint" for e in client.run_events(run_id) if e["key"] == "adapt"
-    )
+    return same and resumed > 0
 
 
 if __name__ == "__main__":

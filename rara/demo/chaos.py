@@ -13,23 +13,30 @@ from rara.demo.processes import Child
 
 
 class ChaosMonkey:
-    """Every few seconds, SIGKILL one of the children and start it again after a pause."""
+    """SIGKILLs at random, then one aimed kill: the executor, once adaptation has checkpointed.
+
+    The random phase kills any child every few seconds; the aimed kill proves the point of
+    checkpoints — the retried adaptation must resume from the checkpoint, not from step 0.
+    """
 
     def __init__(
         self,
         children: list[Child],
         *,
+        url: str,
+        run_id: int,
         seed: int | None,
         console: Console,
-        interval: tuple[float, float] = (4.0, 12.0),
-        max_kills: int = 6,
+        interval: tuple[float, float] = (3.0, 8.0),
+        random_kills: int = 3,
     ) -> None:
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         self.random = random.Random(self.seed)
-        self.children = children
+        self.children = {c.name: c for c in children}
+        self.url, self.run_id = url, run_id
         self.console = console
         self.interval = interval
-        self.max_kills = max_kills
+        self.random_kills = random_kills
         self.kills: Counter[str] = Counter()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos", daemon=True)
@@ -41,21 +48,42 @@ class ChaosMonkey:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
-        for child in self.children:  # whatever was down comes back for a clean shutdown
+        for child in self.children.values():  # whatever was down comes back for a clean stop
             if not child.alive():
                 child.start()
 
+    def _kill(self, victim: Child, why: str) -> bool:
+        victim.kill()
+        self.kills[victim.name] += 1
+        self.console.print(f"chaos: SIGKILL {victim.name} ({why})")
+        if self._stop.wait(self.random.uniform(0.5, 2.0)):
+            return False
+        victim.start()
+        return True
+
     def _run(self) -> None:
-        while sum(self.kills.values()) < self.max_kills:
+        for _ in range(self.random_kills):
             if self._stop.wait(self.random.uniform(*self.interval)):
                 return
-            victim = self.random.choice(self.children)
-            victim.kill()
-            self.kills[victim.name] += 1
-            self.console.print(f"chaos: SIGKILL {victim.name}")
-            if self._stop.wait(self.random.uniform(0.5, 2.0)):
+            victim = self.random.choice(sorted(self.children.values(), key=lambda c: c.name))
+            if not self._kill(victim, "random"):
                 return
-            victim.start()
+        while not self._stop.wait(0.5):
+            if self._adapt_checkpointed():
+                self._kill(self.children["executor"], "adaptation has a checkpoint")
+                return
+
+    def _adapt_checkpointed(self) -> bool:
+        import psycopg
+
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM rara_checkpoints c JOIN rara_steps s ON s.id = c.step_id "
+                "WHERE s.run_id = %s AND s.key = 'adapt' AND c.attempt = s.attempt "
+                "AND s.status = 'running'",
+                (self.run_id,),
+            ).fetchone()
+        return bool(row and row[0])
 
     def report(self) -> str:
         kills = ", ".join(f"{n} {name}" for name, n in sorted(self.kills.items())) or "none"

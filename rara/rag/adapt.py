@@ -175,11 +175,18 @@ def adapt(
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
 
+    def stop_if_cancelled() -> None:
+        # The set-up phases take seconds each; a cancelled job must not finish them first
+        # (an executor cannot kill a plugin thread, it can only ask).
+        if cancelled is not None and cancelled():
+            raise AdaptCancelled(0, None)
+
     threads = embed.limit_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
     device, quant = _quantization(cfg)
     enc = embed.load(model_path, device=device, quantization_config=quant)
     timings["time/load_s"] = time.perf_counter() - t0
+    stop_if_cancelled()
 
     # Frozen passage tower: embed each distinct positive and the eval pool once.
     t = time.perf_counter()
@@ -190,6 +197,7 @@ def adapt(
     queries = [q for q, _ in pairs]
     pool_emb = embed.encode(enc, [p.text for p in eval_pool], max_length=cfg.max_passage_length)
     timings["time/embed_passages_s"] = time.perf_counter() - t
+    stop_if_cancelled()
 
     def evaluate(prefix: str) -> dict[str, float]:
         if not eval_queries or not eval_pool:
@@ -203,6 +211,7 @@ def adapt(
     t = time.perf_counter()
     metrics.update(evaluate("before"))
     timings["time/eval_before_s"] = time.perf_counter() - t
+    stop_if_cancelled()
     report(0.0, "baseline evaluated", metrics or None)
 
     if quant is not None:

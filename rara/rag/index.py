@@ -59,8 +59,16 @@ class BM25Index:
         if not passages:
             raise ValueError("cannot index an empty passage list")
         retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
+        # Our own vocabulary, sorted: bm25s builds one from a set when given strings, whose
+        # order follows Python's per-process string hashing — the saved index (and so the
+        # artifact digest) would differ from one process to the next.
+        docs = [tokenize(p.text) for p in passages]
+        vocab = {token: i for i, token in enumerate(sorted({t for doc in docs for t in doc}))}
+        tokenized = bm25s.tokenization.Tokenized(
+            ids=[[vocab[t] for t in doc] for doc in docs], vocab=vocab
+        )
         # Every passage gets at least the empty token, so an all-stopword passage is indexable.
-        retriever.index([tokenize(p.text) for p in passages], show_progress=False)
+        retriever.index(tokenized, show_progress=False)
         return cls(retriever, passages, {"k1": k1, "b": b, "method": "lucene"})
 
     def scores(self, query: str) -> np.ndarray[Any, np.dtype[np.float32]]:

@@ -59,3 +59,26 @@ def test_bad_bytes_and_empty_input_are_clear_errors() -> None:
         index.BM25Index.from_bytes(b"not gzip")
     with pytest.raises(ValueError, match="empty"):
         index.build([])
+
+
+def test_index_bytes_identical_across_processes() -> None:
+    """The digest of the index artifact must not depend on the process's string hashing."""
+    import subprocess
+    import sys
+
+    code = (
+        "import hashlib; from rara.rag import corpus, index; "
+        "docs = corpus.collect()[:20]; "
+        "print(hashlib.sha256(index.build(corpus.clean(docs)).to_bytes()).hexdigest())"
+    )
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            check=True,
+            capture_output=True,
+            text=True,
+            env={**__import__("os").environ, "PYTHONHASHSEED": seed},
+        ).stdout.strip()
+        for seed in ("1", "2", "3")
+    }
+    assert len(digests) == 1

@@ -1,0 +1,124 @@
+"""The RAG refresh pipeline end to end at small scale: a real worker and executor process,
+the real capabilities, then bad input that must fail terminally with a clear error."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rara.artifacts.store import LocalArtifactStore
+from rara.client import Client
+from rara.demo.__main__ import DEFINITION, services, wait_until_served
+from rara.demo.processes import Child
+from rara.executor.client import ExecutorClient, make_job
+from rara.states import RunStatus
+
+pytest.importorskip("torch", reason="the demo's adaptation step needs the `ml` extra")
+
+SMALL = {"limit": 12, "train": 32, "epochs": 1}
+
+
+@dataclass
+class Fleet:
+    client: Client
+    artifacts: Path
+    executor: Child
+
+    def flag(self, name: str) -> str:
+        return self.executor.argv[self.executor.argv.index(name) + 1]
+
+
+@pytest.fixture
+def fleet(database_url: str, tmp_path: Path) -> Iterator[Fleet]:
+    client = Client(database_url)
+    client.apply_definition(DEFINITION.read_text())
+    artifacts = tmp_path / "artifacts"
+    executor, worker = services(tmp_path, database_url, artifacts, lease_seconds=5.0)
+    for child in (executor, worker):
+        child.start()
+    try:
+        wait_until_served(client, time.monotonic() + 90)
+        yield Fleet(client, artifacts, executor)
+    finally:
+        worker.terminate()
+        executor.terminate()
+
+
+def _step(client: Client, run_id: int, key: str) -> dict[str, Any]:
+    return next(s for s in client.get_run(run_id).steps if s["key"] == key)
+
+
+@pytest.mark.timeout(600)
+def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None:
+    client, artifacts = fleet.client, fleet.artifacts
+    run = client.start_run("rag-refresh", input=SMALL)
+    final = client.wait(run.run_id, timeout=420)
+    assert final.status is RunStatus.SUCCEEDED, final.steps
+    assert {s["key"] for s in final.steps} == {"collect", "clean", "index", "evaluate", "adapt"}
+
+    # Metrics within plausible ranges.
+    bm25 = _step(client, run.run_id, "evaluate")["result"]["bm25"]
+    assert 0.0 < bm25["recall@10"] <= 1.0
+    assert 0.0 < bm25["mrr@10"] <= bm25["recall@10"]
+    adapt = _step(client, run.run_id, "adapt")["result"]
+    assert adapt["steps"] >= 1
+    for prefix in ("before", "after"):
+        assert 0.0 <= adapt["metrics"][f"{prefix}/recall@10"] <= 1.0
+    # Every artifact verifies against its digest.
+    store = LocalArtifactStore(artifacts)
+    produced = client.run_artifacts(run.run_id)
+    assert {a["name"] for a in produced} == {
+        "documents.jsonl",
+        "passages.jsonl",
+        "index.bm25",
+        "queries.jsonl",
+        "adapter.tar.gz",
+    }
+    for artifact in produced:
+        assert len(store.get_bytes(artifact["digest"])) == artifact["size"]
+
+    # Bad input: a clear terminal error on the first attempt, dependants cancelled, no retries.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "blank.txt").write_text("   \n")
+    unreadable = tmp_path / "bad.txt"
+    unreadable.write_bytes(b"\xff\xfe\x00not utf-8")
+    cases = {
+        "missing path": ({"paths": [str(tmp_path / "nope")]}, "does not exist"),
+        "empty corpus": ({"paths": [str(empty)]}, "corpus is empty"),
+        "unreadable file": ({"paths": [str(unreadable)]}, "cannot read corpus file"),
+        "bad limit": ({"limit": -3}, "'limit' must be a positive integer"),
+    }
+    for name, (run_input, message) in cases.items():
+        bad = client.start_run("rag-refresh", input=run_input)
+        view = client.wait(bad.run_id, timeout=60)
+        assert view.status is RunStatus.FAILED, name
+        collect = _step(client, bad.run_id, "collect")
+        assert collect["attempt"] == 1, f"{name}: retried a terminal error"
+        assert message in collect["error"]["message"], (name, collect["error"])
+        assert {s["status"] for s in view.steps if s["key"] != "collect"} == {"cancelled"}
+
+
+def test_executor_fails_a_job_missing_its_upstream_artifact(fleet: Fleet) -> None:
+    """No retry storm: the missing input is named and the failure is not retryable."""
+
+    token = Path(fleet.flag("--token-file")).read_text().strip()
+
+    async def run_job() -> list[Any]:
+        async with ExecutorClient(fleet.flag("--listen"), token=token) as executor:
+            job = make_job(
+                capability="index.build@1", idempotency_key="t:index", attempt=1, step_key="index"
+            )
+            return [e async for e in executor.execute(job)]
+
+    events = asyncio.run(run_job())
+    error = events[-1].failed.error
+    assert events[-1].WhichOneof("event") == "failed"
+    assert not error.retryable
+    assert "needs upstream artifact 'passages.jsonl'" in error.message

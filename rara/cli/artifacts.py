@@ -11,7 +11,7 @@ import typer
 from rara.artifacts.errors import ArtifactError
 from rara.artifacts.gc import collect_garbage
 from rara.artifacts.store import LocalArtifactStore
-from rara.cli.common import console, err_console, reports_errors
+from rara.cli.common import console, fail, reports_errors
 from rara.pg.connect import database_url
 
 app = typer.Typer(help="Content-addressed artifacts.", no_args_is_help=True)
@@ -32,8 +32,7 @@ def get(
     try:
         ref = LocalArtifactStore(root).get_file(digest, output)
     except (ArtifactError, ValueError) as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        raise fail(str(exc)) from None
     console.print(f"{output}: {ref.digest} verified")
 
 

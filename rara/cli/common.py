@@ -1,4 +1,9 @@
-"""What every CLI command shares: error reporting and the console."""
+"""What every CLI command shares: error reporting, JSON/file arguments and the console.
+
+Exit codes: 0 ok; 1 the command ran but the run did not succeed (or a wait timed out);
+2 bad input or a refused request (one ``error: …`` line on stderr, never a traceback);
+3 the database cannot be reached.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +11,43 @@ import functools
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 import psycopg
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from rara.errors import InputInvalid, RaraError
+from rara.errors import DefinitionInvalid, InputInvalid, RaraError
+from rara.secrets import redact
 
 console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def one_line(text: str) -> str:
+    """Collapse a multi-line message (a YAML error with its source excerpt) onto one line."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
+
+
+def error_message(exc: BaseException) -> str:
+    if isinstance(exc, DefinitionInvalid):
+        return "invalid workflow definition: " + "; ".join(one_line(p) for p in exc.problems)
+    return one_line(str(exc)) or type(exc).__name__
+
+
+def fail(message: str, code: int = 2) -> typer.Exit:
+    """Print ``error: message`` on stderr; returns the Exit to raise.
+
+    The message is escaped: it may quote user input, and rich would read ``[/x]`` in it as
+    markup (and raise on an unmatched tag, which is a traceback). Credential-looking text
+    is masked: a connection error quotes the URL, password included.
+    """
+    err_console.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False)
+    return typer.Exit(code)
 
 
 def reports_errors(fn: Callable[P, R]) -> Callable[P, R]:
@@ -29,29 +58,51 @@ def reports_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except RaraError as exc:
-            err_console.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
-            raise typer.Exit(2) from None
+            raise fail(error_message(exc)) from None
+        except TimeoutError as exc:
+            raise fail(error_message(exc), code=1) from None
         except psycopg.OperationalError as exc:
-            err_console.print(
-                f"[red]error:[/red] cannot reach the database: {exc}", highlight=False
-            )
-            raise typer.Exit(3) from None
+            raise fail(f"cannot reach the database: {error_message(exc)}", code=3) from None
+        except psycopg.DataError as exc:  # a value PostgreSQL refuses: still the caller's input
+            raise fail(f"the database refused a value: {error_message(exc)}") from None
 
     return wrapper
 
 
-def parse_json_arg(value: str | None, what: str) -> Any:
+def read_text_arg(path: Path, what: str, max_bytes: int | None = None) -> str:
+    """A file's text, or InputInvalid naming the file and what is wrong with it."""
+    try:
+        if max_bytes is not None and (size := path.stat().st_size) > max_bytes:
+            raise InputInvalid(f"{what}: {path} is {size} bytes; the limit is {max_bytes}")
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InputInvalid(f"{what}: cannot read {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise InputInvalid(f"{what}: {path} is not UTF-8 text ({exc.reason})") from exc
+
+
+def parse_json_arg(value: str | None, what: str, max_bytes: int | None = None) -> Any:
     """A JSON argument given inline or as @file."""
     if value is None:
         return None
     text = value
     if value.startswith("@"):
-        path = Path(value[1:])
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise InputInvalid(f"{what}: cannot read {path}: {exc.strerror}") from exc
+        text = read_text_arg(Path(value[1:]), what, max_bytes)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputInvalid(f"{what} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise InputInvalid(f"{what} nests too deeply") from exc
+
+
+def parse_json_object_arg(
+    value: str | None, what: str, max_bytes: int | None = None
+) -> dict[str, Any] | None:
+    """Like ``parse_json_arg``, but only a JSON object (``[]`` or ``null`` must not pass as
+    "no input")."""
+    parsed = parse_json_arg(value, what, max_bytes)
+    if value is not None and not isinstance(parsed, dict):
+        kind = "null" if parsed is None else type(parsed).__name__
+        raise InputInvalid(f"{what} must be a JSON object, got {kind}")
+    return cast(dict[str, Any] | None, parsed)

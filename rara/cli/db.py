@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rara.cli.common import console, err_console, reports_errors
+from rara.cli.common import console, error_message, fail, reports_errors
 from rara.pg.connect import database_url
 from rara.pg.embedded import EmbeddedPostgresError, project_server
 from rara.pg.migrate import MigrationError, migrate
@@ -16,8 +16,7 @@ app = typer.Typer(
 
 
 def _fail(exc: Exception) -> None:
-    err_console.print(f"[red]error:[/red] {exc}")
-    raise typer.Exit(2)
+    raise fail(error_message(exc))
 
 
 @app.command()

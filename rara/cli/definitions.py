@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rara.cli.common import console, reports_errors
+from rara.cli.common import console, read_text_arg, reports_errors
 from rara.client import Client
-from rara.errors import InputInvalid
+from rara.definitions.parse import MAX_DOCUMENT_BYTES
 
 app = typer.Typer(help="Workflow definitions and their immutable versions.", no_args_is_help=True)
 
@@ -22,10 +22,10 @@ def apply(
     file: Annotated[Path, typer.Option("-f", "--file", help="YAML document ('-' for stdin)")],
 ) -> None:
     """Register a definition: the same spec gives the same version, a changed one N+1."""
-    try:
-        text = typer.get_text_stream("stdin").read() if str(file) == "-" else file.read_text()
-    except OSError as exc:
-        raise InputInvalid(f"cannot read {file}: {exc.strerror}") from exc
+    if str(file) == "-":
+        text = typer.get_text_stream("stdin").read()
+    else:
+        text = read_text_arg(file, "-f", max_bytes=MAX_DOCUMENT_BYTES)
     applied = Client().apply_definition(text)
     state = "created" if applied.created else "unchanged"
     console.print(

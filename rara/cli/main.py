@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from rara.cli import artifacts, db, definitions, executor, runs, status, worker
+from rara.cli import artifacts, db, definitions, executor, operator, runs, status, worker
 
 app = typer.Typer(
     help="rara: a durable workflow runtime for ML/RAG pipelines on PostgreSQL.",
@@ -22,3 +22,4 @@ app.command("executor", context_settings=executor.EXECUTOR_SETTINGS, add_help_op
 )
 app.command("executor-conformance")(executor.conformance)
 app.command("worker")(worker.worker)
+app.command("operator")(operator.operator_command)

@@ -7,8 +7,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rara.cli.common import console, parse_json_arg, reports_errors
+from rara.cli.common import console, parse_json_object_arg, reports_errors
 from rara.client import Client, RunView
+from rara.runs import MAX_INPUT_BYTES
 from rara.states import RunStatus
 
 app = typer.Typer(help="Runs of workflow definitions.", no_args_is_help=True)
@@ -31,7 +32,9 @@ def start(
     started = Client().start_run(
         definition,
         version=version,
-        input=parse_json_arg(input, "--input"),
+        # The file cap only stops a huge file being read whole; the input limit itself is
+        # checked on the compact JSON by start_run.
+        input=parse_json_object_arg(input, "--input", max_bytes=4 * MAX_INPUT_BYTES),
         idempotency_key=idempotency_key,
         queue_anyway=queue_anyway,
     )

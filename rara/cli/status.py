@@ -15,7 +15,9 @@ from rara.runs import LIVE_WORKER_SECONDS
 
 
 @reports_errors
-def status(failures: Annotated[int, typer.Option(help="recent failures to show")] = 10) -> None:
+def status(
+    failures: Annotated[int, typer.Option(min=0, max=1000, help="recent failures to show")] = 10,
+) -> None:
     """What the fleet is doing now."""
     q = sync_queries()
     with psycopg.connect(database_url(), autocommit=True) as conn:

@@ -1,0 +1,80 @@
+"""The operator's wiring: one kopf registry built from a config, and how to run it.
+
+A registry of our own (not kopf's global default) so that importing this package registers
+nothing, tests build one per operator with their own intervals, and two operators in one
+test process do not share handlers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import kopf
+
+from rara.operator import definitions, login, pools, runs
+from rara.operator.models import GROUP, VERSION
+from rara.operator.runtime import OperatorConfig, open_runtime
+
+FINALIZER = "rara.dev/operator"
+ANNOTATION_PREFIX = "operator.rara.dev"
+
+
+def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+        configure_settings(settings)
+        memo.runtime = open_runtime(config)
+
+    def close(memo: kopf.Memo, **_: Any) -> None:
+        runtime = getattr(memo, "runtime", None)
+        if runtime is not None:
+            runtime.close()
+
+    kopf.on.startup(registry=registry)(configure)
+    kopf.on.cleanup(registry=registry)(close)
+    kopf.on.login(registry=registry)(login.login)
+
+    wfd = (GROUP, VERSION, "workflowdefinitions")
+    for register in (kopf.on.create, kopf.on.update, kopf.on.resume):
+        register(*wfd, registry=registry)(definitions.reconcile_definition)
+    kopf.on.delete(*wfd, registry=registry)(definitions.retire_definition)
+
+    wfr = (GROUP, VERSION, "workflowruns")
+    for register in (kopf.on.create, kopf.on.resume):
+        register(*wfr, registry=registry)(runs.start_workflow_run)
+    kopf.timer(*wfr, interval=config.run_sync_interval, registry=registry)(runs.sync_workflow_run)
+
+    kopf.timer(GROUP, VERSION, "workerpools", interval=config.scale_interval,
+               registry=registry)(pools.scale_pool)
+    return registry
+
+
+def configure_settings(settings: kopf.OperatorSettings) -> None:
+    # Namespaced and strict: no cluster-wide list/watch of CRDs and namespaces (RBAC the
+    # chart does not grant), and no peering objects: the chart runs one replica, standalone.
+    settings.scanning.disabled = True
+    settings.peering.standalone = True
+    # Progress and diff-base in annotations under our prefix: the CRD status schemas are
+    # closed (no status.kopf), so kopf's default status storage would be pruned away.
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
+
+
+def run(config: OperatorConfig, *, liveness_endpoint: str | None = None,
+        stop_flag: threading.Event | None = None) -> None:
+    """Run until SIGTERM/SIGINT (or stop_flag). Blocks."""
+    registry = build_registry(config)
+    asyncio.run(kopf.operator(
+        registry=registry,
+        namespaces=list(config.namespaces),
+        clusterwide=not config.namespaces,
+        standalone=True,
+        liveness_endpoint=liveness_endpoint,
+        stop_flag=stop_flag,
+    ))

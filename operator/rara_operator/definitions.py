@@ -1,0 +1,65 @@
+"""WorkflowDefinition handlers: a valid spec becomes an immutable version in PostgreSQL.
+
+Re-applying the same spec (a resume after restart, a touched annotation) finds the version by
+digest and writes nothing. An invalid spec is reported in the status (condition Invalid, the
+message naming step and field) and nothing reaches PostgreSQL; it is not an error to retry,
+because only a new spec can fix it. Delete retires the name; its versions stay, so runs that
+pinned them keep working and history is kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from rara.definitions.parse import definition_from_object
+from rara.definitions.registry import apply_definition
+from rara.errors import DefinitionInvalid
+from rara.operator import conditions
+from rara.operator.runtime import connection
+from rara.pg.queries import sync_queries
+
+MAX_MESSAGE = 1000  # condition messages stay readable in `kubectl describe`
+
+
+def reconcile_definition(
+    body: kopf.Body, name: str, meta: kopf.Meta, status: kopf.Status,
+    patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any,
+) -> None:
+    generation = meta.get("generation")
+    document = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
+                "metadata": {"name": name}, "spec": dict(body.get("spec") or {})}
+    try:
+        definition = definition_from_object(document)
+    except DefinitionInvalid as exc:
+        message = "; ".join(exc.problems)[:MAX_MESSAGE]
+        logger.warning(f"definition {name} is invalid: {message}")
+        kopf.warn(body, reason="SpecInvalid", message=message)
+        patch.status["observedGeneration"] = generation
+        patch.status["conditions"] = conditions.merge(
+            status.get("conditions"),
+            conditions.condition("Invalid", True, "SpecInvalid", message, generation),
+            conditions.condition("Ready", False, "SpecInvalid", message, generation),
+        )
+        return
+    with connection(memo) as conn:
+        applied = apply_definition(conn, definition)
+    verb = "registered" if applied.created else "already registered as"
+    logger.info(f"definition {name} {verb} version {applied.version} ({applied.digest})")
+    patch.status["observedGeneration"] = generation
+    patch.status["version"] = applied.version
+    patch.status["digest"] = applied.digest
+    patch.status["conditions"] = conditions.merge(
+        status.get("conditions"),
+        conditions.condition("Invalid", False, "SpecValid", "", generation),
+        conditions.condition("Ready", True, "VersionRegistered",
+                             f"version {applied.version} registered", generation),
+    )
+
+
+def retire_definition(name: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    with connection(memo) as conn:
+        retired = sync_queries().definition_retire(conn, name=name)
+    # None: the name never reached PostgreSQL (it was always invalid): nothing to retire.
+    logger.info(f"definition {name} " + ("retired" if retired else "was never registered"))

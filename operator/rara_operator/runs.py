@@ -1,0 +1,92 @@
+"""WorkflowRun handlers: start the run once, then mirror its state into the status.
+
+The resource's uid is the idempotency key, so a retried or resumed handler (operator restart,
+lost status patch) finds the run it already started instead of starting another.
+queue_anyway: workers may be scaled to zero, and the WorkerPool scaler starts them *because*
+steps wait; refusing the run for lack of a live worker would deadlock that.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from rara.errors import InputInvalid, NotFound
+from rara.operator import conditions
+from rara.operator.models import WorkflowRunSpec
+from rara.operator.runtime import connection
+from rara.pg.queries import sync_queries
+from rara.runs import start_run
+
+NOT_FOUND_RETRY_SECONDS = 10.0  # the definition may be applied in the same `kubectl apply`
+TERMINAL = {"Succeeded", "Failed", "Cancelled"}
+
+
+def idempotency_key(uid: str) -> str:
+    return f"k8s:{uid}"
+
+
+def start_workflow_run(
+    body: kopf.Body, spec: kopf.Spec, uid: str, name: str, meta: kopf.Meta, status: kopf.Status,
+    patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any,
+) -> None:
+    generation = meta.get("generation")
+    try:
+        run_spec = WorkflowRunSpec.model_validate(dict(spec))
+        with connection(memo) as conn:
+            started = start_run(conn, run_spec.definition, version=run_spec.version,
+                                input=run_spec.input, idempotency_key=idempotency_key(uid),
+                                queue_anyway=True)
+            refresh_status(conn, started.run_id, status, patch)
+    except (ValidationError, InputInvalid) as exc:
+        # Not retried: only a new WorkflowRun (the spec is immutable) can fix it.
+        _accepted(patch, status, False, "SpecInvalid", str(exc)[:1000], generation)
+        kopf.warn(body, reason="SpecInvalid", message=str(exc)[:1000])
+        return
+    except NotFound as exc:
+        _accepted(patch, status, False, "DefinitionNotFound", str(exc), generation)
+        raise kopf.TemporaryError(str(exc), delay=NOT_FOUND_RETRY_SECONDS) from exc
+    logger.info(f"run {name} is rara run {started.run_id}"
+                + ("" if started.created else " (already started)"))
+    patch.status["observedGeneration"] = generation
+    _accepted(patch, status, True, "RunStarted", f"rara run {started.run_id}", generation)
+
+
+def sync_workflow_run(status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    """Timer: copy the run's phase and progress from PostgreSQL until it has ended."""
+    run_id = status.get("runId")
+    if run_id is None or status.get("phase") in TERMINAL:
+        return
+    with connection(memo) as conn:
+        refresh_status(conn, int(run_id), status, patch)
+
+
+def refresh_status(conn: Any, run_id: int, status: kopf.Status, patch: kopf.Patch) -> None:
+    q = sync_queries()
+    run = q.run_get(conn, run_id=run_id)
+    if run is None:  # deleted from PostgreSQL by hand: nothing left to mirror
+        return
+    steps = list(q.run_steps(conn, run_id=run_id))
+    done = sum(1 for s in steps if s[5] == "succeeded")
+    new = {
+        "runId": run_id, "phase": str(run[1]).capitalize(), "version": run[10],
+        "stepsDone": done, "stepsTotal": len(steps), "progress": f"{done}/{len(steps)}",
+        "startedAt": _stamp(run[7]), "finishedAt": _stamp(run[8]),
+    }
+    # Patch only what changed: an unchanged status must not cost an API write per tick.
+    for key, value in new.items():
+        if status.get(key) != value:
+            patch.status[key] = value
+
+
+def _accepted(patch: kopf.Patch, status: kopf.Status, ok: bool, reason: str, message: str,
+              generation: int | None) -> None:
+    patch.status["conditions"] = conditions.merge(
+        status.get("conditions"), conditions.condition("Accepted", ok, reason, message, generation))
+
+
+def _stamp(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

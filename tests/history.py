@@ -7,7 +7,18 @@
   3. a succeeded step has exactly one succeeded attempt, and it is the step's last attempt;
      a step that did not succeed has none;
   4. attempt numbers of a step are 1..n without gaps, and only a running step has an open one.
-Reused by the chaos suite (tests/e2e).
+
+``check_writes(conn)`` (also run by ``check_history(conn, writes=True)``) proves that the
+fenced writes of an attempt stayed inside its ownership:
+  5. every event and checkpoint row names an attempt that exists, and was created after that
+     attempt's lease (``started_at``) and before the next attempt of the step began — strict:
+     a fenced write holds the step row FOR SHARE, so it commits before the statement that
+     ends the attempt, which commits before the next lease — and not after the attempt ended
+     (``ended_at``, give or take ``late_tolerance_s``: both are transaction start times);
+  6. artifact manifest rows belong to the succeeded attempt of a succeeded step only.
+
+``check_progress_seq(conn)`` checks that the progress events of every succeeded attempt are
+numbered 1..n without gaps. Reused by the chaos suite (tests/e2e).
 """
 
 from __future__ import annotations
@@ -42,8 +53,10 @@ def load_attempts(conn: psycopg.Connection[Any]) -> dict[int, list[Attempt]]:
     return by_step
 
 
-def check_history(conn: psycopg.Connection[Any], *, limit: int = 10) -> dict[str, int]:
-    """Assert the invariants above; returns counts (steps, attempts, succeeded) for reports."""
+def check_history(conn: psycopg.Connection[Any], *, limit: int = 10,
+                  writes: bool = False) -> dict[str, int]:
+    """Assert the invariants above (5 and 6 too with ``writes``); returns counts (steps, attempts,
+    succeeded) for reports."""
     by_step = load_attempts(conn)
     steps = {r[0]: (r[1], r[2]) for r in conn.execute(
         "SELECT id, status::text, attempt FROM rara_steps").fetchall()}
@@ -76,5 +89,71 @@ def check_history(conn: psycopg.Connection[Any], *, limit: int = 10) -> dict[str
         if open_ and status != "running":
             problems.append(f"step {step_id}: {status} with open attempts {open_}")
     assert not problems, f"{len(problems)} history violations:\n  " + "\n  ".join(problems[:limit])
+    if writes:
+        check_writes(conn, limit=limit)
     return {"steps": len(by_step), "attempts": sum(len(a) for a in by_step.values()),
             "succeeded": succeeded}
+
+
+def write_violations(conn: psycopg.Connection[Any], *,
+                     late_tolerance_s: float = 1.0) -> list[str]:
+    """Invariants 5 and 6: fenced writes outside their attempt's ownership, as messages."""
+    problems: list[str] = []
+    for table in ("rara_events", "rara_checkpoints"):
+        rows = conn.execute(f"""
+            SELECT w.step_id, w.attempt, w.seq, w.created_at, a.worker, a.started_at,
+                   a.ended_at, a.outcome::text, n.started_at AS next_started_at
+            FROM {table} w
+            LEFT JOIN rara_attempts a ON a.step_id = w.step_id AND a.attempt = w.attempt
+            LEFT JOIN rara_attempts n ON n.step_id = w.step_id AND n.attempt = w.attempt + 1
+            WHERE a.step_id IS NULL
+               OR w.created_at <= a.started_at
+               OR w.created_at >= n.started_at
+               OR w.created_at > a.ended_at + make_interval(secs => %s)
+            ORDER BY w.step_id, w.attempt, w.seq""", (late_tolerance_s,)).fetchall()
+        for step_id, attempt, seq, created, worker, started, ended, outcome, nxt in rows:
+            if worker is None:
+                problems.append(f"{table} step {step_id} attempt {attempt} seq {seq}: "
+                                "no such attempt")
+            else:
+                problems.append(f"{table} step {step_id} attempt {attempt} ({worker}, "
+                                f"{outcome}) seq {seq} written at {created}, outside its "
+                                f"ownership [{started}, {ended}] (next attempt from {nxt})")
+    rows = conn.execute("""
+        SELECT m.step_id, m.attempt, m.name, s.status::text, s.attempt, a.outcome::text
+        FROM rara_step_artifacts m JOIN rara_steps s ON s.id = m.step_id
+        LEFT JOIN rara_attempts a ON a.step_id = m.step_id AND a.attempt = m.attempt
+        WHERE s.status <> 'succeeded' OR m.attempt <> s.attempt
+           OR a.outcome IS DISTINCT FROM 'succeeded'
+        ORDER BY m.step_id, m.attempt""").fetchall()
+    for step_id, attempt, name, status, last, outcome in rows:
+        problems.append(f"manifest {name!r} of step {step_id} attempt {attempt} ({outcome}): "
+                        f"the step is {status} at attempt {last}")
+    return problems
+
+
+def check_writes(conn: psycopg.Connection[Any], *, limit: int = 10,
+                 late_tolerance_s: float = 1.0) -> None:
+    problems = write_violations(conn, late_tolerance_s=late_tolerance_s)
+    assert not problems, (f"{len(problems)} fenced writes outside their attempt:\n  "
+                          + "\n  ".join(problems[:limit]))
+
+
+def progress_gaps(conn: psycopg.Connection[Any]) -> list[str]:
+    """Succeeded attempts whose progress events are not numbered 1..n."""
+    rows = conn.execute("""
+        SELECT a.step_id, a.attempt, array_agg(e.seq ORDER BY e.seq)
+        FROM rara_attempts a JOIN rara_events e
+          ON e.step_id = a.step_id AND e.attempt = a.attempt AND e.kind = 'progress'
+        WHERE a.outcome = 'succeeded'
+        GROUP BY a.step_id, a.attempt
+        HAVING min(e.seq) <> 1 OR max(e.seq) <> count(*)
+        ORDER BY a.step_id""").fetchall()
+    return [f"step {step_id} attempt {attempt}: progress seqs {seqs}"
+            for step_id, attempt, seqs in rows]
+
+
+def check_progress_seq(conn: psycopg.Connection[Any], *, limit: int = 10) -> None:
+    problems = progress_gaps(conn)
+    assert not problems, (f"{len(problems)} attempts with progress seq gaps:\n  "
+                          + "\n  ".join(problems[:limit]))

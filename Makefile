@@ -45,8 +45,10 @@ proto: setup ## regenerate rara/v1 from api/proto (never edit generated code)
 bench: setup ## benchmarks against peers on this machine; prints a table, writes bench/results/
 	$(PY) bench/run.py
 
-chaos: setup ## restart smoke under chaos; CHAOS_SECONDS=120 make chaos
-	RARA_CHAOS_SECONDS=$${CHAOS_SECONDS:-60} $(PY) -m pytest tests/e2e/test_restart_smoke.py -s -q
+chaos: setup ## restart smoke under chaos; CHAOS_SECONDS=120 CHAOS_SEED=42 make chaos
+	RARA_CHAOS_SECONDS=$${CHAOS_SECONDS:-60} RARA_CHAOS_SEED=$${CHAOS_SEED:-} \
+	RARA_CHAOS_REPORT=$${CHAOS_REPORT:-.rara/chaos-report.json} \
+	$(PY) -m pytest tests/e2e/test_restart_smoke.py -s -q
 
 db-up: setup ## start the embedded PostgreSQL under .rara/
 	$(VENV)/bin/rara db up

@@ -14,9 +14,14 @@ from datetime import datetime
 
 from rara.artifacts.ref import ArtifactRef
 from rara.context import JSON, ArtifactStoreAPI, Checkpoint
+from rara.executor import limits
+from rara.executor.errors import JobError
 from rara.executor.outbox import Outbox
-from rara.executor.wire import JobSpec, dumps, ref_to_pb
+from rara.executor.wire import JobSpec, credential_problem, dumps, ref_to_pb
+from rara.secrets import redact
 from rara.v1 import executor_pb2 as pb
+
+MAX_PROGRESS_MESSAGE = 4096  # characters; a progress line is a status, not a log
 
 
 class ExecutorStepContext:
@@ -88,7 +93,10 @@ class ExecutorStepContext:
         message: str = "",
         metrics: Mapping[str, float] | None = None,
     ) -> None:
-        event = pb.JobProgress(message=message, metrics=dict(metrics or {}))
+        # Progress leaves the process (stored by the worker, shown by `rara runs show`):
+        # mask credential-looking text, in metric names too, and bound the message.
+        masked = {redact(k): v for k, v in (metrics or {}).items()}
+        event = pb.JobProgress(message=redact(message)[:MAX_PROGRESS_MESSAGE], metrics=masked)
         if fraction is not None:
             event.fraction = fraction
         self._outbox.put_progress(event)
@@ -96,8 +104,15 @@ class ExecutorStepContext:
     def save_checkpoint(
         self, state: Mapping[str, JSON], artifact: ArtifactRef | None = None
     ) -> None:
-        # Serialise here so a non-JSON state fails in the plugin that produced it.
-        event = pb.JobCheckpoint(state_json=dumps(dict(state)))
+        # Check here so a bad state fails in the plugin that produced it (JobError, terminal):
+        # the worker persists checkpoints, so no credential and nothing over the wire limit.
+        state_json = dumps(dict(state))
+        problem = credential_problem(dict(state), "checkpoint state")
+        if problem is None and len(state_json) > limits.MAX_MESSAGE_BYTES // 2:
+            problem = "checkpoint state: " + limits.describe(len(state_json))
+        if problem is not None:
+            raise JobError(problem, code=pb.ERROR_CODE_HANDLER_ERROR, retryable=False)
+        event = pb.JobCheckpoint(state_json=state_json)
         if artifact is not None:
             event.artifact.CopyFrom(ref_to_pb(artifact))
         if threading.get_ident() == self._loop_thread:

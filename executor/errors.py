@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from rara.secrets import redact, redact_value
 from rara.v1 import executor_pb2 as pb
 
 
@@ -54,13 +55,21 @@ class IncompatibleJob(JobError):
 
 
 def error_from_exception(exc: BaseException) -> pb.Error:
-    """The structured error for whatever a plugin raised."""
+    """The structured error for whatever a plugin raised, credential-looking text masked:
+    exception messages quote what failed (a connection URL, a header), and this one leaves
+    the process to be stored and shown."""
     if isinstance(exc, JobError):
-        return exc.to_proto()
-    retryable = getattr(exc, "retryable", True)
-    return pb.Error(
-        code=pb.ERROR_CODE_HANDLER_ERROR,
-        message=str(exc) or type(exc).__name__,
-        retryable=retryable if isinstance(retryable, bool) else True,
-        details={"exception": f"{type(exc).__module__}.{type(exc).__qualname__}"},
-    )
+        error = exc.to_proto()
+    else:
+        retryable = getattr(exc, "retryable", True)
+        error = pb.Error(
+            code=pb.ERROR_CODE_HANDLER_ERROR,
+            message=str(exc) or type(exc).__name__,
+            retryable=retryable if isinstance(retryable, bool) else True,
+            details={"exception": f"{type(exc).__module__}.{type(exc).__qualname__}"},
+        )
+    error.message = redact(error.message)
+    masked = redact_value(dict(error.details))
+    error.details.clear()
+    error.details.update(masked)
+    return error

@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any, cast
 import structlog
 
 from rara.context import StepContext, StepOutcome
+from rara.executor import limits
 from rara.executor.context import ExecutorStepContext
 from rara.executor.errors import error_from_exception
 from rara.executor.outbox import Outbox
 from rara.executor.plugins import RegisteredPlugin
-from rara.executor.wire import JobSpec, dumps, ref_to_pb
+from rara.executor.wire import JobSpec, credential_problem, dumps, ref_to_pb
 from rara.v1 import executor_pb2 as pb
 
 log = structlog.get_logger(__name__)
@@ -56,8 +57,17 @@ class RunningJob:
         self._reason: StopReason | None = None
         self._reason_text = ""
         self.ctx = ExecutorStepContext(spec, store, self.outbox, self._stop_asked)
+        self.outcome: str | None = None  # the terminal event's kind, once it was put
         self.log = log.bind(idempotency_key=spec.idempotency_key, attempt=spec.attempt,
                             capability=spec.capability)
+
+    @property
+    def plugin_capability(self) -> str:
+        return self._plugin.capability
+
+    def _finish(self, event: pb.ExecuteResponse) -> None:
+        self.outcome = event.WhichOneof("event")
+        self.outbox.put(event)
 
     def _stop_asked(self) -> bool:  # read from plugin threads: a plain attribute read
         return self._reason is not None
@@ -107,17 +117,17 @@ class RunningJob:
                 {plugin, stop}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
             if plugin in done:
-                self.outbox.put(self._outcome(plugin))
+                self._finish(self._outcome(plugin))
                 return
             self.request_stop(StopReason.DEADLINE)  # no-op if another reason came first
             await asyncio.wait({plugin}, timeout=self._grace)
             if not plugin.done():
                 self.log.warning("plugin ignored stop; stopping it hard", grace=self._grace)
                 plugin.cancel()
-            self.outbox.put(self._stopped())
+            self._finish(self._stopped())
         except asyncio.CancelledError:
             plugin.cancel()
-            self.outbox.put(failed(pb.ERROR_CODE_UNAVAILABLE, "executor stopped", retryable=True))
+            self._finish(failed(pb.ERROR_CODE_UNAVAILABLE, "executor stopped", retryable=True))
             raise
         finally:
             stop.cancel()
@@ -137,6 +147,12 @@ class RunningJob:
             result = dumps(outcome.result)
         except (TypeError, ValueError) as e:
             return failed(pb.ERROR_CODE_HANDLER_ERROR, f"result is not JSON: {e}", retryable=False)
+        # The worker stores the result in PostgreSQL: a credential must not get there.
+        if (problem := credential_problem(outcome.result, "the plugin's result")) is not None:
+            return failed(pb.ERROR_CODE_HANDLER_ERROR, problem, retryable=False)
+        if len(result) > limits.MAX_MESSAGE_BYTES - 64 * 1024:  # room for the manifest
+            return failed(pb.ERROR_CODE_HANDLER_ERROR, "result: " + limits.describe(len(result)),
+                          retryable=False)
         for art in outcome.artifacts:
             if not self.ctx.artifacts.exists(art.ref):
                 return failed(pb.ERROR_CODE_HANDLER_ERROR, f"artifact {art.name!r} "

@@ -17,6 +17,7 @@ from typing import Any
 
 import structlog
 
+from rara import metrics
 from rara.artifacts.store import LocalArtifactStore
 from rara.executor import auth
 from rara.executor.plugins import PluginRegistry, load_plugin_modules
@@ -58,6 +59,7 @@ async def serve_async(
     max_concurrency: int = 16,
     grace: float = 30.0,
     cancel_grace: float = 5.0,
+    metrics_port: int | None = None,
 ) -> None:
     """Run until SIGTERM/SIGINT, then shut down gracefully."""
     config = _auth_config(token_file, tls_cert, tls_key, tls_client_ca, insecure_loopback)
@@ -76,6 +78,12 @@ async def serve_async(
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await server.start()
+    metrics_server = None
+    if metrics_port is not None:
+        # /readyz turns 503 as soon as draining starts, like the gRPC health service.
+        draining = server.servicer.draining
+        metrics_server = metrics.serve(metrics_port, ready=lambda: not draining.is_set())
+        print(f"rara executor metrics on port {metrics_server.server_port}", flush=True)
     address = f"{listen.rsplit(':', 1)[0]}:{port}"
     log.info("executor listening", address=address, capabilities=[
         p.capability for p in registry.plugins()], max_concurrency=max_concurrency)
@@ -84,12 +92,21 @@ async def serve_async(
     await stop.wait()
     log.info("executor shutting down", grace=grace)
     await server.stop(grace)
+    if metrics_server is not None:
+        metrics_server.shutdown()
     log.info("executor stopped")
 
 
 def serve(**kwargs: Any) -> None:
     """Blocking form of :func:`serve_async` (same keyword arguments)."""
     asyncio.run(serve_async(**kwargs))
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0..65535, got {port}")
+    return port
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -109,6 +126,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                    help="seconds running jobs get to finish on SIGTERM")
     p.add_argument("--cancel-grace", type=float, default=5.0,
                    help="seconds a plugin gets to honour a cancel before a hard stop")
+    p.add_argument("--metrics-port", type=_port, default=None,
+                   help="serve /metrics, /healthz and /readyz over HTTP on this port (0: any)")
     return p.parse_args(argv)
 
 
@@ -118,6 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         serve(**vars(args))
     except auth.InsecureConfigError as exc:
+        print(f"rara executor: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a missing token or certificate file, a metrics port in use
         print(f"rara executor: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -24,7 +24,8 @@ from rara.v1 import executor_pb2 as pb
 
 Plugin = Callable[[StepContext], Awaitable[StepOutcome | None] | StepOutcome | None]
 
-_NAME = re.compile(r"^[a-z][a-z0-9_.-]*$")
+_NAME = re.compile(r"^[a-z][a-z0-9_.-]*\Z")  # \Z: "$" would let "name\n" through
+_MAJOR = re.compile(r"^[0-9]{1,9}\Z")  # as definitions' name@major, bounded to fit an int32
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,9 @@ class RegisteredPlugin:
 def parse_capability(capability: str) -> tuple[str, int]:
     """``"adapt.lora@1"`` -> ``("adapt.lora", 1)``; IncompatibleJob when malformed."""
     name, sep, major = capability.rpartition("@")
-    if not sep or not _NAME.match(name) or not major.isdigit():
+    # ASCII digits only: str.isdigit() accepts "²", which int() then refuses (a crash found
+    # by tests/executor/test_executor_fuzz.py), and Arabic-Indic digits, which int() reads.
+    if not sep or not _NAME.match(name) or not _MAJOR.match(major):
         raise IncompatibleJob(f"capability must look like name@major, got {capability!r}")
     return name, int(major)
 

@@ -1,8 +1,11 @@
 """The gRPC ExecutorService: admission, job bookkeeping and graceful shutdown.
 
 Admission order for Execute, cheapest refusal first and never after work started:
-draining -> UNAVAILABLE status; incompatible job -> a single non-retryable Failed event;
-same attempt already running -> ALREADY_EXISTS; no free slot -> RESOURCE_EXHAUSTED.
+draining -> UNAVAILABLE status; malformed or incompatible job (missing field, bad JSON,
+credential-looking payload, unknown capability or major) -> a single non-retryable Failed
+event naming the field; same attempt already running -> ALREADY_EXISTS; no free slot ->
+RESOURCE_EXHAUSTED. Messages over ``limits.MAX_MESSAGE_BYTES`` never reach the handler:
+gRPC refuses them with RESOURCE_EXHAUSTED, naming both sizes.
 A slot is held by the job task, not the RPC, so a job still stopping after its client went
 away keeps counting against the limit until it really ended.
 """
@@ -10,8 +13,9 @@ away keeps counting against the limit until it really ended.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,9 +23,10 @@ import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from rara import __version__
+from rara import __version__, tracing
+from rara import metrics as m
 from rara.context import ArtifactStoreAPI
-from rara.executor import auth
+from rara.executor import auth, limits
 from rara.executor.errors import IncompatibleJob
 from rara.executor.jobs import RunningJob, StopReason, failed
 from rara.executor.plugins import PluginRegistry
@@ -60,20 +65,43 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             executor_version=f"rara-executor/{__version__}",
         )
 
+    def _label(self, capability: str) -> str:
+        # Only capabilities served here become label values (bounded cardinality).
+        try:
+            return self._registry.resolve(capability).capability
+        except IncompatibleJob:
+            return "unknown"
+
     async def Execute(
         self, request: pb.ExecuteRequest, context: Any
     ) -> AsyncIterator[pb.ExecuteResponse]:
+        m.EXECUTOR_STREAMS.inc()
+        try:
+            # aclosing: a disconnect must reach the inner generator's finally at once (it
+            # cancels the job), not whenever the garbage collector gets to it.
+            async with contextlib.aclosing(self._execute(request, context)) as events:
+                async for event in events:
+                    yield event
+        finally:
+            m.EXECUTOR_STREAMS.dec()
+
+    async def _execute(
+        self, request: pb.ExecuteRequest, context: Any
+    ) -> AsyncGenerator[pb.ExecuteResponse, None]:
         if self.draining.is_set():
             await context.abort(grpc.StatusCode.UNAVAILABLE, "executor is shutting down")
         try:
-            plugin = self._registry.resolve(request.job.capability)
+            # Shape first (required fields, JSON, secrets), then whether it is served here.
             spec = decode_job(request.job)
+            plugin = self._registry.resolve(spec.capability)
         except IncompatibleJob as exc:
             log.info("job refused", capability=request.job.capability, error=exc.message)
+            m.EXECUTOR_JOBS.labels(self._label(request.job.capability), "refused").inc()
             yield pb.ExecuteResponse(seq=1, failed=pb.JobFailed(error=exc.to_proto()))
             return
         if spec.deadline is not None and spec.deadline <= datetime.now(UTC):
             # Retryable, unlike the refusals above: the next attempt gets a fresh deadline.
+            m.EXECUTOR_JOBS.labels(plugin.capability, "failed").inc()
             yield failed(pb.ERROR_CODE_DEADLINE_EXCEEDED,
                          f"deadline {spec.deadline} passed before the job started",
                          retryable=True, seq=1)
@@ -90,7 +118,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
                 "retry later or on another executor",
             )
         job = RunningJob(spec, plugin, self._store, grace=self._cancel_grace)
-        self._admit(job)
+        self._admit(job, context.invocation_metadata())
         try:
             async for event in job.outbox.stream():
                 yield event
@@ -99,15 +127,27 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             if not job.outbox.terminal_sent:
                 job.request_stop(StopReason.DISCONNECT, "client disconnected")
 
-    def _admit(self, job: RunningJob) -> None:
-        task = asyncio.create_task(job.run(), name=f"job-{job.spec.idempotency_key}")
+    def _admit(self, job: RunningJob, metadata: Any = None) -> None:
+        spec = job.spec
+        attributes: dict[str, str | int] = {
+            "rara.capability": spec.capability, "rara.step_key": spec.step_key,
+            "rara.run_id": spec.run_id, "rara.attempt": spec.attempt,
+        }
+        traced = tracing.traced(job.run(), "rara.executor.job", metadata, attributes)
+        task = asyncio.create_task(traced, name=f"job-{spec.idempotency_key}")
         self._jobs[job.spec.key] = job
         self._tasks.add(task)
+        m.EXECUTOR_JOBS_RUNNING.set(len(self._tasks))
+        started = time.monotonic()
 
         def forget(_: asyncio.Task[None]) -> None:
             self._tasks.discard(task)
             if self._jobs.get(job.spec.key) is job:
                 del self._jobs[job.spec.key]
+            capability = job.plugin_capability
+            m.EXECUTOR_JOBS_RUNNING.set(len(self._tasks))
+            m.EXECUTOR_JOBS.labels(capability, job.outcome or "failed").inc()
+            m.EXECUTOR_JOB_DURATION.labels(capability).observe(time.monotonic() - started)
 
         task.add_done_callback(forget)
 
@@ -176,7 +216,7 @@ def create_server(
     interceptors = []
     if auth_config.token is not None:
         interceptors.append(auth.BearerTokenInterceptor(auth_config.token))
-    server = grpc.aio.server(interceptors=interceptors)
+    server = grpc.aio.server(interceptors=interceptors, options=limits.GRPC_OPTIONS)
     servicer = ExecutorServicer(
         registry, store, max_concurrency=max_concurrency, cancel_grace=cancel_grace
     )

@@ -18,6 +18,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from rara.artifacts.ref import ArtifactRef
 from rara.context import JSON, Checkpoint
 from rara.executor.errors import IncompatibleJob
+from rara.secrets import find_credentials
 from rara.v1 import executor_pb2 as pb
 
 
@@ -47,17 +48,60 @@ def dumps(value: JSON) -> bytes:
     return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
 
 
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):  # "1e999": valid syntax, but jsonb refuses it
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
+
+
 def loads_object(data: bytes, what: str) -> dict[str, Any]:
-    """Decode a JSON object; empty bytes mean ``{}``."""
+    """Decode a JSON object strictly (no NaN/Infinity, as PostgreSQL); empty bytes mean ``{}``."""
     if not data:
         return {}
     try:
-        value = json.loads(data)
+        value = json.loads(data, parse_constant=_refuse_constant, parse_float=_finite_float)
     except (UnicodeDecodeError, ValueError) as exc:
         raise IncompatibleJob(f"{what} is not valid UTF-8 JSON: {exc}") from None
+    except RecursionError:
+        raise IncompatibleJob(f"{what} nests too deeply") from None
     if not isinstance(value, dict):
         raise IncompatibleJob(f"{what} must be a JSON object, got {type(value).__name__}")
     return value
+
+
+def credential_problem(value: Any, what: str) -> str | None:
+    """A message naming the JSON path of each credential-looking value (never the value).
+
+    Secrets travel by reference (``secretRef``) and are resolved inside the plugin; a value
+    in a job, result or checkpoint would be persisted in PostgreSQL and printed in logs.
+    """
+    try:
+        found = list(find_credentials(value))
+    except RecursionError:
+        return f"{what} nests too deeply"
+    if not found:
+        return None
+    return (
+        f"{what} holds what looks like a secret at {', '.join(found)}; "
+        "secrets travel by reference (secretRef), never by value"
+    )
+
+
+def _deadline(job: pb.Job) -> datetime | None:
+    if not job.HasField("deadline"):
+        return None
+    try:
+        return job.deadline.ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError, OSError):
+        raise IncompatibleJob(
+            f"job.deadline is out of range (seconds={job.deadline.seconds}, "
+            f"nanos={job.deadline.nanos})"
+        ) from None
 
 
 def ref_from_pb(ref: pb.ArtifactRef) -> ArtifactRef:
@@ -86,14 +130,23 @@ def _inputs(refs: Iterable[pb.ArtifactRef]) -> dict[str, ArtifactRef]:
 
 
 def decode_job(job: pb.Job) -> JobSpec:
+    """Validate and convert; every refusal is an IncompatibleJob naming the field at fault."""
     if not job.idempotency_key:
         raise IncompatibleJob("job.idempotency_key is required")
+    if not job.capability:
+        raise IncompatibleJob("job.capability is required (name@major)")
+    if job.attempt < 1:
+        # Attempts count from 1 (the lease sets attempt+1); 0 means the field was not set.
+        raise IncompatibleJob(f"job.attempt must be >= 1, got {job.attempt}")
     checkpoint = None
     if job.HasField("last_checkpoint"):
         cp = job.last_checkpoint
         artifact = ref_from_pb(cp.artifact) if cp.HasField("artifact") else None
         state = loads_object(cp.state_json, "last_checkpoint.state_json")
         checkpoint = Checkpoint(attempt=cp.attempt, seq=cp.seq, state=state, artifact=artifact)
+    payload = loads_object(job.payload_json, "payload_json")
+    if (problem := credential_problem(payload, "payload_json")) is not None:
+        raise IncompatibleJob(problem)
     return JobSpec(
         run_id=job.run_id,
         step_id=job.step_id,
@@ -101,9 +154,9 @@ def decode_job(job: pb.Job) -> JobSpec:
         attempt=job.attempt,
         idempotency_key=job.idempotency_key,
         capability=job.capability,
-        payload=loads_object(job.payload_json, "payload_json"),
+        payload=payload,
         inputs=_inputs(job.inputs),
-        deadline=job.deadline.ToDatetime(tzinfo=UTC) if job.HasField("deadline") else None,
+        deadline=_deadline(job),
         checkpoint=checkpoint,
     )
 

@@ -3,39 +3,55 @@
 Processes bind the ids they work on (``log.bind(run_id=…, step_id=…, attempt=…)``) so every
 line of an attempt can be found by id; ``structlog.contextvars`` carries ids across awaits.
 Tests use ``structlog.testing.capture_logs()``, which works whatever is configured here.
+
+Every line passes ``rara.secrets.redacting_processor`` just before it is rendered, so a
+credential that slipped into an event, a bound id or an exception message is masked. That is
+also why tracebacks are formatted to text (``format_exc_info``) in both modes: the console
+renderer's own pretty tracebacks are drawn after the last processor, where nothing could
+redact them.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+from typing import TextIO
 
 import structlog
+
+from rara.secrets import redacting_processor
 
 _configured = False
 
 
-def configure(level: str = "info", *, json: bool | None = None) -> None:
+def processors(*, json: bool) -> list[structlog.types.Processor]:
+    """The processor chain ``configure`` installs (public so tests can run it as is)."""
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer() if json else structlog.dev.ConsoleRenderer()
+    )
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+        redacting_processor,  # last before rendering: sees everything that will be written
+        renderer,
+    ]
+
+
+def configure(level: str = "info", *, json: bool | None = None, file: TextIO | None = None) -> None:
     """Set up structlog for this process (idempotent: the first call wins)."""
     global _configured
     if _configured:
         return
     _configured = True
-    as_json = (not sys.stderr.isatty()) if json is None else json
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if as_json else structlog.dev.ConsoleRenderer()
-    )
+    out = sys.stderr if file is None else file
+    as_json = (not out.isatty()) if json is None else json
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info if as_json else structlog.dev.set_exc_info,
-            renderer,
-        ],
+        processors=processors(json=as_json),
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=True,
     )

@@ -20,19 +20,30 @@ COMPLETIONS = Counter(
 RETRIES = Counter("rara_retries_total", "Attempts that failed and will be retried", ["capability"])
 LEASE_EXPIRIES = Counter("rara_lease_expiries_total", "Expired leases recovered by this reaper")
 LEASES_LOST = Counter("rara_leases_lost_total", "Attempts stopped because their lease was lost")
+# From a millisecond in-process step to a two-hour adaptation.
+DURATION_BUCKETS = (0.001, 0.005, 0.02, 0.1, 0.5, 2, 10, 60, 300, 1800, 7200)
 STEP_DURATION = Histogram(
-    "rara_step_duration_seconds",
-    "Attempt wall time",
-    ["capability"],
-    buckets=(0.001, 0.005, 0.02, 0.1, 0.5, 2, 10, 60, 300, 1800, 7200),
+    "rara_step_duration_seconds", "Attempt wall time", ["capability"], buckets=DURATION_BUCKETS
 )
 RUNNING = Gauge("rara_attempts_running", "Attempts running in this process")
 BACKLOG = Gauge(
     "rara_backlog_steps", "Ready and running steps per capability", ["capability", "state"]
 )
 EXECUTOR_STREAMS = Gauge("rara_executor_streams", "Open Execute streams (executor side)")
+# outcome: succeeded | failed | cancelled (the terminal event), or refused (never started:
+# incompatible or malformed job). capability is "unknown" when the job named none served
+# here, so a caller cannot grow the label set with made-up names.
 EXECUTOR_JOBS = Counter(
     "rara_executor_jobs_total", "Jobs run by this executor, by outcome", ["capability", "outcome"]
+)
+EXECUTOR_JOBS_RUNNING = Gauge(
+    "rara_executor_jobs_running", "Job slots in use on this executor (of --max-concurrency)"
+)
+EXECUTOR_JOB_DURATION = Histogram(
+    "rara_executor_job_duration_seconds",
+    "Wall time of jobs on this executor, accepted to terminal event",
+    ["capability"],
+    buckets=DURATION_BUCKETS,
 )
 
 

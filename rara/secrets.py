@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -20,19 +20,26 @@ from rara.errors import InputInvalid
 
 # Patterns of well-known credential formats. Each is specific enough not to flag ordinary
 # prose, ids or digests (a sha256 hex string is not a credential).
+# Linear time matters as much: these run on every run input, job payload and log line, and
+# an unbounded prefix such as the old URL scheme ``[a-z][a-z0-9+.-]*://`` rescanned the rest
+# of the string from every letter, which is quadratic (a 20 kB string of letters took 2 s).
+# Hence: a bounded URL scheme, and possessive ``{n,}+`` runs after fixed prefixes, so a start
+# that fails costs at most the run it is in. tests/hardening/test_redaction.py times them.
 _PATTERNS: dict[str, re.Pattern[str]] = {
-    "private key": re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----"),
+    "private key": re.compile(r"-----BEGIN [A-Z ]{0,40}PRIVATE KEY-----"),
     "AWS access key id": re.compile(r"\b(AKIA|ASIA)[0-9A-Z]{16}\b"),
-    "GitHub token": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}\b"),
-    "Slack token": re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}\b"),
-    "OpenAI-style API key": re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"),
-    "Hugging Face token": re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"),
+    "GitHub token": re.compile(r"\bgh[pousr]_[A-Za-z0-9]{36,}+\b"),
+    "Slack token": re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}+"),
+    "OpenAI-style API key": re.compile(r"\bsk-[A-Za-z0-9_-]{20,}+"),
+    "Hugging Face token": re.compile(r"\bhf_[A-Za-z0-9]{30,}+\b"),
+    # The header segment is bounded (a JOSE header is short): "eyJ-eyJ-…" with no dot would
+    # otherwise be scanned to its end from every "eyJ".
     "JSON web token": re.compile(
-        r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"
+        r"\beyJ[A-Za-z0-9_-]{10,256}+\.eyJ[A-Za-z0-9_-]{10,}+\.[A-Za-z0-9_-]{10,}+"
     ),
-    "password in URL": re.compile(r"[a-z][a-z0-9+.-]*://[^/\s:@]+:[^/\s@]+@"),
+    "password in URL": re.compile(r"\b[a-z][a-z0-9+.-]{0,31}://[^/\s:@]++:[^/\s@]++@"),
     "password assignment": re.compile(
-        r"(?i)\b(password|passwd|secret|api[_-]?key|access[_-]?token)\s*[=:]\s*['\"]?[^\s'\"]{6,}"
+        r"(?i)\b(password|passwd|secret|api[_-]?key|access[_-]?token)\s*+[=:]\s*+['\"]?[^\s'\"]{6,}"
     ),
 }
 # Keys whose value is sensitive whatever it looks like.
@@ -108,6 +115,7 @@ def redact(text: str) -> str:
 
 
 def redact_value(value: Any) -> Any:
+    """A copy with credential-looking strings masked and sensitive keys' values replaced."""
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, Mapping):
@@ -117,9 +125,18 @@ def redact_value(value: Any) -> Any:
         }
     if isinstance(value, list | tuple):
         return [redact_value(v) for v in value]
-    return value
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    # Any other object (an exception, a URL object, a dataclass) is rendered through str()
+    # or repr() by the log renderer, which would print a credential inside it verbatim.
+    text = str(value)
+    masked = redact(text)
+    return value if masked == text else masked
 
 
-def redacting_processor(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-    """structlog processor: mask credential-looking values in every log line."""
-    return {k: redact_value(v) for k, v in event_dict.items()}
+def redacting_processor(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> dict[str, Any]:
+    """structlog processor: mask credential-looking values in every log line, including the
+    value of a sensitive top-level key (``log.info("login", password=...)``)."""
+    return dict(redact_value(event_dict))

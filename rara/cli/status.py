@@ -26,7 +26,7 @@ def status(
         failed = list(q.steps_recent_failures(conn, limit=failures))
     table = Table("worker", "capabilities", "up since", "last heartbeat", title="live workers")
     for wid, caps, started, beat in workers:
-        table.add_row(wid, ", ".join(caps), f"{started:%H:%M:%S}", f"{beat:%H:%M:%S}")
+        table.add_row(wid, ", ".join(sorted(caps)), f"{started:%H:%M:%S}", f"{beat:%H:%M:%S}")
     console.print(table)
     table = Table("capability", "ready", "running", title="backlog")
     for cap, ready, running in backlog:

@@ -52,7 +52,39 @@ async def not_an_outcome(ctx: StepContext) -> Any:
     return {"oops": 1}
 
 
+# A credential-looking value no real system accepts, built at run time so this file holds none.
+LEAKED = "ghp_" + "Z9" * 18
+
+
+async def leaky_progress(ctx: StepContext) -> StepOutcome:
+    ctx.progress(0.5, f"pushing with {LEAKED}", {f"rate {LEAKED}": 1.0, "loss": 0.25})
+    await asyncio.sleep(0.1)  # past the outbox's progress spacing, so it is sent on its own
+    return StepOutcome(result={"ok": True})
+
+
+async def leaky_result(ctx: StepContext) -> StepOutcome:
+    return StepOutcome(result={"config": {"auth": LEAKED}})
+
+
+def leaky_error(ctx: StepContext) -> StepOutcome:
+    raise ConnectionError(f"cannot reach postgresql://app:{LEAKED}@db:5432/x")
+
+
+def leaky_checkpoint(ctx: StepContext) -> StepOutcome:
+    ctx.save_checkpoint({"resume": {"password": "hunter2hunter2"}})
+    return StepOutcome(result="unreachable")
+
+
+async def huge_result(ctx: StepContext) -> StepOutcome:
+    return StepOutcome(result={"blob": "x" * (17 * 1024 * 1024)})
+
+
 def extra_plugins(registry: PluginRegistry) -> None:
+    registry.register("t.leaky-progress", 1, leaky_progress)
+    registry.register("t.leaky-result", 1, leaky_result)
+    registry.register("t.leaky-error", 1, leaky_error)
+    registry.register("t.leaky-checkpoint", 1, leaky_checkpoint)
+    registry.register("t.huge-result", 1, huge_result)
     registry.register("t.ckpt-thread", 1, checkpoint_in_thread)
     registry.register("t.flood-loop", 1, flood_in_loop)
     registry.register("t.raise-plain", 1, raise_plain)

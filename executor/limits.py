@@ -1,0 +1,24 @@
+"""Size limits on the executor wire, set explicitly on both ends.
+
+gRPC's defaults differ by direction (4 MiB to receive, unlimited to send), so an oversized
+job used to fail only on the far side with a bare RESOURCE_EXHAUSTED. One explicit number on
+server and client makes the limit part of the contract: large data travels as artifacts
+(content-addressed, by reference), never inside a message.
+"""
+
+from __future__ import annotations
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+GRPC_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+)
+
+
+def describe(size: int) -> str:
+    """The sentence every size refusal uses, so the limit is always named the same way."""
+    return (
+        f"message is {size} bytes; the executor wire limit is {MAX_MESSAGE_BYTES} bytes "
+        f"({MAX_MESSAGE_BYTES // (1024 * 1024)} MiB): pass large data as artifacts"
+    )

@@ -1,0 +1,72 @@
+"""`rara status` against a real database: live workers, backlog per capability, failures."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from typer.testing import CliRunner
+
+from rara import lifecycle
+from rara.cli.main import app
+from rara.lifecycle import Fence
+from rara.pg.queries import sync_queries
+from rara.runs import start_run
+from tests.helpers import apply
+
+
+async def _fail(url: str, fence: Fence) -> str | None:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        error = {"code": "HANDLER_ERROR", "message": "tokenizer exploded", "retryable": False}
+        return await lifecycle.fail(conn, fence, error, retryable=False, jitter=0.0)
+
+
+def test_status_shows_workers_backlog_and_failures(
+    conn: psycopg.Connection[Any], database_url: str
+) -> None:
+    q = sync_queries()
+    q.worker_register(conn, worker="gpu-worker-7", capabilities=["embed@1", "adapt.lora@1"])
+    apply(conn, "rag", [
+        {"key": "embed", "capability": "embed@1", "retry": {"maxAttempts": 1}},
+        {"key": "adapt", "capability": "adapt.lora@1", "dependsOn": ["embed"]},
+    ])
+    failing = start_run(conn, "rag").run_id
+    start_run(conn, "rag")
+    rows = list(q.step_lease(conn, capabilities=["embed@1"], limit=1, worker="gpu-worker-7",
+                             lease_seconds=60))
+    assert [(r[1], r[2]) for r in rows] == [(failing, "embed")]
+    fence = Fence(rows[0][0], "gpu-worker-7", UUID(str(rows[0][8])))
+    assert asyncio.run(_fail(database_url, fence)) == "failed"
+
+    result = CliRunner(env={"DATABASE_URL": database_url, "COLUMNS": "200"}).invoke(
+        app, ["status"])
+    assert result.exit_code == 0, result.output
+    rows_out = [_cells(line) for line in result.stdout.splitlines() if "│" in line]
+    worker = next(r for r in rows_out if r[0] == "gpu-worker-7")
+    assert worker[:2] == ["gpu-worker-7", "adapt.lora@1, embed@1"]
+    # Backlog: the second run's embed is ready (its adapt waits on it, blocked: not backlog);
+    # the first run's embed failed for good and its adapt was cancelled.
+    assert ["embed@1", "1", "0"] in rows_out
+    assert not any(r[0] == "adapt.lora@1" for r in rows_out)
+    failure = next(r for r in rows_out if r and r[-1] == "tokenizer exploded")
+    assert failure[:4] == [str(failing), "embed", "embed@1", "1"], failure
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("│").split("│")]
+
+
+def test_status_on_an_empty_database(database_url: str) -> None:
+    result = CliRunner(env={"DATABASE_URL": database_url}).invoke(app, ["status"])
+    assert result.exit_code == 0, result.output
+    for title in ("live workers", "backlog", "recent failures"):
+        assert title in result.stdout
+
+
+def test_status_refuses_a_negative_limit(database_url: str) -> None:
+    result = CliRunner(env={"DATABASE_URL": database_url}).invoke(
+        app, ["status", "--failures", "-1"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output

@@ -49,7 +49,7 @@ def start_run(
 ) -> StartedRun:
     """Create a run and its steps in one transaction; the same idempotency key → the same run."""
     q = sync_queries()
-    run_input = validate_input(input or {})
+    run_input = validate_input({} if input is None else input)
     if idempotency_key is not None and not (0 < len(idempotency_key) <= 200):
         raise InputInvalid("idempotency key must be 1..200 characters")
     with conn.transaction():

@@ -16,7 +16,8 @@ from rara.definitions.durations import DurationMs, format_duration_ms
 API_VERSION = "rara.dev/v1alpha1"
 KIND = "WorkflowDefinition"
 
-CAPABILITY_PATTERN = r"^[a-z0-9][a-z0-9._-]*@[0-9]+$"
+# name@major: the same rule the executor applies (a name starts with a letter; no leading zeros)
+CAPABILITY_PATTERN = r"^[a-z][a-z0-9._-]*@(0|[1-9][0-9]*)$"
 STEP_KEY_PATTERN = r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$"
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$"
 

@@ -4,7 +4,7 @@
 #   api/buf.sh lint       lint api/proto (STANDARD rules, see api/proto/buf.yaml)
 #   api/buf.sh breaking   compare api/proto with the previous commit's (FILE rules)
 #
-# buf is built once with `go install` into .rara/bin (ignored by git) and reused; delete
+# buf is built once with `go install` into the user's tool cache (every clone reuses it); delete
 # it to rebuild. BUF_AGAINST overrides what `breaking` compares with (any buf input, e.g.
 # ".git#branch=main,subdir=api/proto" in a pull request).
 set -euo pipefail
@@ -12,7 +12,7 @@ set -euo pipefail
 BUF_VERSION=v1.75.0
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-bin="$root/.rara/bin"
+bin="${RARA_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rara/bin}"
 buf="$bin/buf"
 
 ensure_buf() {
@@ -20,7 +20,7 @@ ensure_buf() {
     if [[ -x "$buf" ]] && [[ "$("$buf" --version 2>/dev/null)" == "${BUF_VERSION#v}" ]]; then
         return
     fi
-    echo "building buf $BUF_VERSION into .rara/bin (once)" >&2
+    echo "building buf $BUF_VERSION into $bin (once)" >&2
     GOBIN="$bin" go install "github.com/bufbuild/buf/cmd/buf@$BUF_VERSION"
 }
 

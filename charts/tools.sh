@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the chart tooling (helm) from its Go module into .rara/bin, once.
+# Build the chart tooling (helm) from its Go module into the user's tool cache, once.
 #
 # Why from source: CI and dev machines reach the Go module proxy but not release downloads
 # (get.helm.sh). `go install` verifies checksums against sum.golang.org and is cached by
@@ -11,7 +11,8 @@ set -euo pipefail
 
 HELM_VERSION="${RARA_HELM_VERSION:-v3.22.0}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="${ROOT}/.rara/bin"
+# A per-user cache, not the work tree: every clone (CI clones afresh) reuses one build.
+BIN="${RARA_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rara/bin}"
 # The version in the file name: a bumped pin rebuilds instead of reusing an old binary.
 HELM="${BIN}/helm-${HELM_VERSION}"
 

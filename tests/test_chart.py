@@ -1,6 +1,6 @@
 """The Helm chart: lint, render, and validate what it renders.
 
-helm comes from ``charts/tools.sh`` (built once from its Go module into .rara/bin); without
+helm comes from ``charts/tools.sh`` (built once from its Go module into ~/.cache/rara/bin); without
 Go or the module proxy these tests skip and say so. Rendered manifests are validated against
 the Kubernetes 1.37 OpenAPI schemas bundled in kubernetes-validate (strict: unknown fields
 fail); the API server's own server-side dry run of the same manifests is in

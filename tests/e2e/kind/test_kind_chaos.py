@@ -25,7 +25,7 @@ What it does (every step a real command, each bounded by a timeout):
 Running it::
 
     # needs: kind, docker (engine reachable: `docker info`), helm (PATH, or charts/tools.sh
-    # builds it into .rara/bin), kubectl
+    # builds it into ~/.cache/rara/bin), kubectl
     RARA_E2E_KIND=1 .venv/bin/python -m pytest tests/e2e/kind -m slow -v -s
 
 Knobs (env): ``RARA_E2E_RUNS`` (20), ``RARA_E2E_CHAOS_SECONDS`` (180), ``RARA_E2E_SEED``
@@ -89,8 +89,10 @@ def _env_int(name: str, default: int) -> int:
 
 
 def find_helm() -> str | None:
-    """helm on PATH, or the pinned one charts/tools.sh builds into .rara/bin."""
-    built = sorted((REPO_ROOT / ".rara" / "bin").glob("helm-*"))
+    """helm on PATH, or the pinned one charts/tools.sh builds into the user's tool cache."""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    tools = Path(os.environ.get("RARA_TOOLS_DIR") or Path(cache) / "rara" / "bin")
+    built = sorted(tools.glob("helm-*"))
     return shutil.which("helm") or (str(built[-1]) if built else None)
 
 

@@ -16,7 +16,10 @@ import psycopg
 from bench.common import bench_database, bulk_ready_steps, noop_definition, percentiles
 from rara.pg.queries import sync_queries
 
-PARAMS = {"capabilities": ["bench.noop@1"], "limit": 10, "worker": "bench", "lease_seconds": 30}
+# The worker's lease statement (routed by capability and executor kind, with the checkpoint and
+# inputs folded in).
+PARAMS = {"capabilities": ["bench.noop@1"], "executors": ["inprocess"], "limit": 10,
+          "worker": "bench", "lease_seconds": 30}
 
 
 def measure(conn: psycopg.Connection[Any], samples: int) -> dict[str, float]:
@@ -25,17 +28,39 @@ def measure(conn: psycopg.Connection[Any], samples: int) -> dict[str, float]:
     for _ in range(samples):
         with conn.transaction(force_rollback=True):
             t0 = time.perf_counter()
-            rows = list(q.step_lease(conn, **PARAMS))
+            rows = list(q.step_lease_routed(conn, **PARAMS))
             times.append((time.perf_counter() - t0) * 1000)
             assert len(rows) == 10
     return percentiles(times)
 
 
 def explain(conn: psycopg.Connection[Any]) -> str:
-    sql = sync_queries().step_lease.sql
+    sql = sync_queries().step_lease_routed.sql
     with conn.transaction(force_rollback=True):
         plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, PARAMS).fetchall()
     return "\n".join(line for (line,) in plan)
+
+
+def measure_depths(conn: psycopg.Connection[Any], depths: list[int], samples: int,
+                   log: Any = print) -> dict[str, Any]:
+    """Fill the queue of ``conn``'s (migrated, empty) database up to each depth in turn and
+    time the lease there; the p50 ratio deepest / shallowest, and the plan at the deepest."""
+    results: dict[str, Any] = {}
+    noop_definition(conn)
+    depth = 0
+    for target in depths:
+        bulk_ready_steps(conn, target - depth)
+        depth = target
+        measure(conn, 20)  # warm caches and prepared statements
+        results[str(depth)] = measure(conn, samples)
+        log(
+            f"depth {depth:>9,}: lease batch of 10  p50 {results[str(depth)]['p50']:.3f} ms"
+            f"  p99 {results[str(depth)]['p99']:.3f} ms"
+        )
+    results["plan"] = explain(conn)
+    first, last = str(depths[0]), str(depths[-1])
+    results["ratio"] = results[last]["p50"] / results[first]["p50"]
+    return results
 
 
 def main() -> dict[str, Any]:
@@ -43,26 +68,10 @@ def main() -> dict[str, Any]:
     parser.add_argument("--depths", default="1000,100000,1000000")
     parser.add_argument("--samples", type=int, default=200)
     args = parser.parse_args()
-    results: dict[str, Any] = {}
     with bench_database() as url, psycopg.connect(url, autocommit=True) as conn:
-        noop_definition(conn)
-        depth = 0
-        for target in [int(d) for d in args.depths.split(",")]:
-            bulk_ready_steps(conn, target - depth)
-            depth = target
-            measure(conn, 20)  # warm caches and prepared statements
-            results[str(depth)] = measure(conn, args.samples)
-            print(
-                f"depth {depth:>9,}: lease batch of 10  p50 {results[str(depth)]['p50']:.3f} ms"
-                f"  p99 {results[str(depth)]['p99']:.3f} ms"
-            )
-        plan = explain(conn)
-        print(f"\nEXPLAIN ANALYZE at depth {depth:,}:\n{plan}")
-        results["plan"] = plan
-    first, last = next(iter(results)), [k for k in results if k != "plan"][-1]
-    ratio = results[last]["p50"] / results[first]["p50"]
-    print(f"\nratio p50 {last} / {first}: {ratio:.2f}")
-    results["ratio"] = ratio
+        results = measure_depths(conn, [int(d) for d in args.depths.split(",")], args.samples)
+    print(f"\nEXPLAIN ANALYZE at the deepest queue:\n{results['plan']}")
+    print(f"\nratio p50 deepest / shallowest: {results['ratio']:.2f}")
     return results
 
 

@@ -27,20 +27,28 @@ async def event_throughput(url: str, events: int) -> float:
     with psycopg.connect(url, autocommit=True) as conn:
         noop_definition(conn, name="events", capability="bench.events@1")
         bulk_ready_steps(conn, 1000, capability="bench.events@1")
-        leased = list(sync_queries().step_lease(conn, capabilities=["bench.events@1"], limit=1000,
-                                                worker="bench", lease_seconds=600))
+        leased = list(
+            sync_queries().step_lease(
+                conn, capabilities=["bench.events@1"], limit=1000, worker="bench", lease_seconds=600
+            )
+        )
     q = async_queries()
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
         seq, written, started = 0, 0, time.perf_counter()
         while written < events:
             seq += 1
             for i in range(0, len(leased), 100):
-                batch = leased[i:i + 100]
+                batch = leased[i : i + 100]
                 rows = q.step_progress_write(
-                    aconn, worker="bench", step_ids=[r[0] for r in batch],
-                    tokens=[r[8] for r in batch], seqs=[seq] * len(batch),
-                    fractions=[0.5] * len(batch), messages=["working"] * len(batch),
-                    metrics=[Jsonb({"loss": 0.1})] * len(batch))
+                    aconn,
+                    worker="bench",
+                    step_ids=[r[0] for r in batch],
+                    tokens=[r[8] for r in batch],
+                    seqs=[seq] * len(batch),
+                    fractions=[0.5] * len(batch),
+                    messages=["working"] * len(batch),
+                    metrics=[Jsonb({"loss": 0.1})] * len(batch),
+                )
                 written += len([r async for r in rows])
         return written / (time.perf_counter() - started)
 
@@ -50,27 +58,47 @@ def drain_rate(url: str, capability: str, steps: int) -> float:
     import sys
 
     with psycopg.connect(url, autocommit=True) as conn:
-        noop_definition(conn, name=capability.split("@")[0].replace(".", "-"), capability=capability)
+        noop_definition(
+            conn, name=capability.split("@")[0].replace(".", "-"), capability=capability
+        )
         bulk_ready_steps(conn, steps, capability=capability)
-        proc = subprocess.Popen([sys.executable, "-m", "rara.worker", "--handlers",
-                                 "bench.progress_handlers", "--database-url", url,
-                                 "--log-level", "warning", "--concurrency", "32"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "rara.worker",
+                "--handlers",
+                "bench.progress_handlers",
+                "--database-url",
+                url,
+                "--log-level",
+                "warning",
+                "--concurrency",
+                "32",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
-                (left,) = conn.execute("SELECT count(*) FROM rara_steps WHERE capability = %s "
-                                       "AND status <> 'succeeded'", (capability,)).fetchone() or (1,)
+                (left,) = conn.execute(
+                    "SELECT count(*) FROM rara_steps WHERE capability = %s "
+                    "AND status <> 'succeeded'",
+                    (capability,),
+                ).fetchone() or (1,)
                 if left == 0:
                     break
                 time.sleep(0.05)
             first, last = conn.execute(
                 "SELECT min(started_at), max(finished_at) FROM rara_steps WHERE capability = %s",
-                (capability,)).fetchone() or (None, None)
+                (capability,),
+            ).fetchone() or (None, None)
         finally:
             proc.terminate()
             proc.wait(30)
-    assert first is not None and last is not None
+    assert first is not None
+    assert last is not None
     return steps / (last - first).total_seconds()
 
 
@@ -83,9 +111,11 @@ def main() -> dict[str, Any]:
     with bench_database() as url:
         out["events_per_s"] = asyncio.run(event_throughput(url, args.events))
         print(f"event writes: {out['events_per_s']:,.0f} events/s (batches of 100, one connection)")
-        for label, capability in (("no progress", "bench.silent@1"),
-                                  ("progress once", "bench.progress1@1"),
-                                  ("progress x100", "bench.progress100@1")):
+        for label, capability in (
+            ("no progress", "bench.silent@1"),
+            ("progress once", "bench.progress1@1"),
+            ("progress x100", "bench.progress100@1"),
+        ):
             out[label] = drain_rate(url, capability, args.steps)
             print(f"no-op step, {label:<14}: {out[label]:,.0f} steps/s (1 worker)")
     return out

@@ -4,13 +4,17 @@ Each function is one transaction: the fenced step write, then the consequences t
 with it — dependants unblocked or cancelled, and the run's aggregated status. ``None``/empty
 results mean the fence did not match: the caller no longer owns the lease and must write
 nothing more for the attempt.
+
+``end_many`` ends many attempts of one worker in one transaction (the worker's completion
+batcher): each step is fenced on its own, so a lost lease in a batch affects only that step,
+and the runs touched are aggregated once, in run id order, after every step row was written.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 import psycopg
@@ -28,6 +32,84 @@ class Fence:
     step_id: int
     worker: str
     token: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """One attempt's end, for ``end_many``: ``succeeded`` (result, artifact manifest),
+    ``failed`` (error, retryable, jitter, attempt outcome) or ``cancelled``. ``run_id`` is the
+    step's run (known from the lease), aggregated in the same transaction."""
+
+    fence: Fence
+    run_id: int
+    kind: Literal["succeeded", "failed", "cancelled"]
+    result: Any = None
+    artifacts: Sequence[Mapping[str, Any]] = ()
+    error: Mapping[str, Any] | None = None
+    retryable: bool = True
+    jitter: float = 0.0
+    outcome: str = "failed"
+
+
+async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[str | None]:
+    """End many attempts (all fenced by one worker) in one transaction.
+
+    Per ending, in order: ``'succeeded'``, ``'ready'`` (retry after backoff), ``'failed'``,
+    ``'cancelled'``, or ``None`` when its fence matched nothing (lease lost: nothing was written
+    for that step). Successes are one statement; failures and cancels (rare) one each; then the
+    runs are locked in id order (always the last locks taken, see run_lock) and aggregated by
+    one statement whose snapshot follows the locks. Errors roll the whole batch back.
+    """
+    if not endings:
+        return []
+    q = async_queries()
+    worker = endings[0].fence.worker
+    if any(e.fence.worker != worker for e in endings):
+        raise ValueError("end_many: every ending must be fenced by the same worker")
+    answers: list[str | None] = [None] * len(endings)
+    wins = [i for i, e in enumerate(endings) if e.kind == "succeeded"]
+    rest = [i for i, e in enumerate(endings) if e.kind != "succeeded"]
+    run_ids = sorted({e.run_id for e in endings})
+    complete = {
+        "worker": worker,
+        "step_ids": [endings[i].fence.step_id for i in wins],
+        "tokens": [endings[i].fence.token for i in wins],
+        "results": [Jsonb(endings[i].result) for i in wins],
+        "manifests": [Jsonb(list(endings[i].artifacts)) for i in wins]}
+    if not rest:
+        # Only successes (the common case): nothing depends on an answer before the commit, so
+        # the whole transaction goes in one round trip (pipeline mode).
+        async with conn.pipeline(), conn.transaction():
+            cur = await conn.execute(q.steps_complete_many.sql, complete)
+            await conn.execute(q.runs_lock.sql, {"run_ids": run_ids})
+            await conn.execute(q.runs_refresh.sql, {"run_ids": run_ids})
+        done = {row[0] for row in await cur.fetchall()}
+        return ["succeeded" if e.fence.step_id in done else None for e in endings]
+    async with conn.transaction():
+        if wins:
+            cur = await conn.execute(q.steps_complete_many.sql, complete)
+            done = {row[0] for row in await cur.fetchall()}
+            for i in wins:
+                if endings[i].fence.step_id in done:
+                    answers[i] = "succeeded"
+        for i in rest:
+            e = endings[i]
+            if e.kind == "cancelled":
+                row = await q.step_cancelled(conn, step_id=e.fence.step_id, worker=worker,
+                                             token=e.fence.token)
+                answers[i] = None if row is None else "cancelled"
+                continue
+            row = await q.step_fail(conn, step_id=e.fence.step_id, worker=worker,
+                                    token=e.fence.token, error=Jsonb(dict(e.error or {})),
+                                    retryable=e.retryable, jitter=e.jitter, outcome=e.outcome)
+            if row is not None:
+                _, run_id, key, status, _ = row
+                if status == "failed":
+                    await fetch_all(q.steps_cancel_dependants(conn, run_id=run_id, key=key))
+                answers[i] = str(status)
+        await conn.execute(q.runs_lock.sql, {"run_ids": run_ids})
+        await conn.execute(q.runs_refresh.sql, {"run_ids": run_ids})
+    return answers
 
 
 async def complete(

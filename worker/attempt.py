@@ -4,7 +4,9 @@ The supervisor runs the executor in a task and watches it: the per-attempt deadl
 (``timeout`` → TIMEOUT), the heartbeat timeout (no progress or checkpoint for that long →
 HEARTBEAT_TIMEOUT), cancel (cooperative first: ``ctx.cancelled()`` turns true, then the task
 is cancelled after a short grace), lost lease and shutdown. Then exactly one ending is written
-through ``rara.lifecycle`` (fenced), shielded from cancellation:
+through ``rara.lifecycle`` (fenced): successes, failures and cancels by the worker's completion
+batcher (``rara.worker.batcher``: many attempts per transaction, each fenced on its own, the
+write beyond the reach of a cancelled attempt), a release on its own, shielded:
 
     handler returned        → complete (result + artifact manifest)
     handler raised          → fail (TerminalError: for good; anything else: retry)
@@ -25,6 +27,7 @@ from typing import Any
 import structlog
 
 from rara.context import StepContext, StepOutcome
+from rara.lifecycle import Ending
 from rara.worker.context import AttemptState, LeaseLost
 from rara.worker.dispatch import Executor
 from rara.worker.failures import error_json, is_retryable, timeout_json
@@ -44,7 +47,13 @@ def _next_stop(state: AttemptState, cancel_at: float | None,
         return state.stop_reason, None
     if state.lease_lost:
         return "lease_lost", None
-    checks: list[tuple[str, float]] = []
+    if now >= state.lease_valid_until:
+        # No heartbeat confirmed the lease in time (a hung or failing heartbeat): it may have
+        # expired in the database and another worker may own the step now. Stop, as if lost.
+        state.lease_lost = True
+        return "lease_lost", None
+    # The lease horizon is a wake-up too, so a hung heartbeat cannot keep the handler running.
+    checks: list[tuple[str, float]] = [("lease_horizon", state.lease_valid_until)]
     if state.deadline is not None:
         checks.append(("timeout", state.deadline))
     if state.step.heartbeat_timeout_ms is not None:
@@ -58,14 +67,23 @@ def _next_stop(state: AttemptState, cancel_at: float | None,
     return None, min((at for _, at in checks), default=None)
 
 
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+Submit = Callable[[Ending], Awaitable[str | None]]
+
+
 async def supervise(state: AttemptState, executor: Executor, ctx: StepContext,
                     settings: WorkerSettings, store: WorkerStore,
-                    flush_progress: Callable[[list[AttemptState]], Awaitable[None]]) -> str:
-    """Run the attempt to its end and write that end. Returns what was written."""
+                    flush_progress: Callable[[list[AttemptState]], Awaitable[None]],
+                    submit: Submit) -> str:
+    """Run the attempt to its end and write that end (``submit``: the completion batcher).
+    Returns what was written."""
     step = state.step
-    bound = log.bind(run_id=step.run_id, step_id=step.id, step_key=step.key,
-                     attempt=step.attempt, capability=step.capability)
-    task = asyncio.create_task(executor.run(ctx, step), name=f"step-{step.id}-{step.attempt}")
+    loop = state.loop
+    task = loop.create_task(executor.run(ctx, step))
     cancel_at: float | None = None
     reason: str | None = None
     while not task.done():
@@ -78,20 +96,41 @@ async def supervise(state: AttemptState, executor: Executor, ctx: StepContext,
             task.cancel()
             await asyncio.wait({task}, timeout=_CANCEL_WAIT)
             break
-        waiter = asyncio.ensure_future(state.wake.wait())
-        timeout = None if wake_at is None else max(0.0, wake_at - now)
-        await asyncio.wait({task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        waiter.cancel()
-        state.wake.clear()
-    ending = asyncio.ensure_future(
-        _end(state, task, reason, settings, store, flush_progress, bound))
-    return await asyncio.shield(ending)  # a hard stop must not cut the final write in half
+        if state.woken:  # poked since we last looked: look again
+            state.woken = False
+            continue
+        # Sleep until the handler ends, a poke (cancel, lost lease, stop) or the next check.
+        waiter: asyncio.Future[None] = loop.create_future()
+        state.waiter = waiter
+        done_cb = lambda _t, w=waiter: _resolve(w)  # noqa: E731
+        task.add_done_callback(done_cb)
+        timer = None if wake_at is None else loop.call_later(max(0.0, wake_at - now),
+                                                             _resolve, waiter)
+        try:
+            await waiter
+        finally:
+            state.waiter = None
+            task.remove_done_callback(done_cb)
+            if timer is not None:
+                timer.cancel()
+        state.woken = False
+    # A hard stop (this task cancelled) cannot cut the final write in half: the ending is
+    # written by the completion batcher's flush, one transaction that this task only waits
+    # for, and a release runs shielded.
+    return await _end(state, task, reason, settings, store, flush_progress, submit)
+
+
+def _bound(state: AttemptState) -> Any:
+    """The attempt's logger, bound only when something is logged (not on the hot path)."""
+    step = state.step
+    return log.bind(run_id=step.run_id, step_id=step.id, step_key=step.key,
+                    attempt=step.attempt, capability=step.capability)
 
 
 async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: str | None,
                settings: WorkerSettings, store: WorkerStore,
                flush_progress: Callable[[list[AttemptState]], Awaitable[None]],
-               bound: Any) -> str:
+               submit: Submit) -> str:
     exc: BaseException | None = None
     if not task.done():  # it ignored cancellation: leave it, but never let its error go unseen
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -101,59 +140,65 @@ async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: str
     else:
         exc = task.exception()
     if state.lease_lost or reason == "lease_lost" or isinstance(exc, LeaseLost):
-        bound.warning("lease lost; the attempt writes nothing more")
+        _bound(state).warning("lease lost; the attempt writes nothing more")
         return "lease_lost"
     fence = state.fence
+    run_id = state.step.run_id
     # The final write may wait out a database outage, but not forever: once the lease has
     # surely expired another worker owns the step and the fence would match nothing anyway.
     patience = max(settings.lease_seconds * 2, 10.0)
-    try:  # the latest progress lands before the end (best effort: the end matters more)
-        await persist("progress", lambda: flush_progress([state]), give_up_after=patience)
-    except Exception as error:
-        bound.warning("could not write the final progress", error=str(error))
-    if state.lease_lost:
-        return "lease_lost"
+    if state.pending_progress is not None:  # the latest progress lands before the end
+        try:  # best effort: the end matters more
+            await persist("progress", lambda: flush_progress([state]), give_up_after=patience)
+        except Exception as error:
+            _bound(state).warning("could not write the final progress", error=str(error))
+        if state.lease_lost:
+            return "lease_lost"
+
+    async def failed(error: dict[str, Any], retryable: bool, outcome: str) -> str | None:
+        return await submit(Ending(fence, run_id, "failed", error=error, retryable=retryable,
+                                   jitter=settings.jitter, outcome=outcome))
 
     async def write() -> str:
         if reason == "shutdown":
-            released = await store.release([(fence.step_id, fence.token)])
+            released = await asyncio.shield(state.loop.create_task(
+                store.release([(fence.step_id, fence.token)])))
             return "released" if released else "lease_lost"
         if state.cancel_requested:
-            return "cancelled" if await store.cancelled(fence) else "lease_lost"
+            done = await submit(Ending(fence, run_id, "cancelled"))
+            return "cancelled" if done else "lease_lost"
         if reason in ("timeout", "heartbeat_timeout"):
             code, what = (("TIMEOUT", f"attempt exceeded its timeout of {state.step.timeout_ms} ms")
                           if reason == "timeout" else
                           ("HEARTBEAT_TIMEOUT", "no progress reported for "
                            f"{state.step.heartbeat_timeout_ms} ms"))
-            status = await store.fail(fence, timeout_json(code, what), retryable=True,
-                                      jitter=settings.jitter, outcome="timed_out")
+            status = await failed(timeout_json(code, what), True, "timed_out")
             return f"timed_out:{status}" if status else "lease_lost"
         if exc is not None:
-            status = await store.fail(fence, error_json(exc), retryable=is_retryable(exc),
-                                      jitter=settings.jitter, outcome="failed")
+            status = await failed(error_json(exc), is_retryable(exc), "failed")
             return f"failed:{status}" if status else "lease_lost"
         outcome = task.result()
-        try:
-            json.dumps(outcome.result, allow_nan=False)
-        except (TypeError, ValueError) as bad:
-            error = {**error_json(bad), "code": "RESULT_INVALID", "retryable": False}
-            status = await store.fail(fence, error, retryable=False, jitter=settings.jitter,
-                                      outcome="failed")
-            return f"failed:{status}" if status else "lease_lost"
+        if outcome.result is not None:
+            try:
+                json.dumps(outcome.result, allow_nan=False)
+            except (TypeError, ValueError) as bad:
+                error = {**error_json(bad), "code": "RESULT_INVALID", "retryable": False}
+                status = await failed(error, False, "failed")
+                return f"failed:{status}" if status else "lease_lost"
         manifest = [{"name": a.name, "digest": a.ref.digest, "size": a.ref.size,
                      "media_type": a.media_type} for a in outcome.artifacts]
-        done = await store.complete(fence, outcome.result, manifest)
+        done = await submit(Ending(fence, run_id, "succeeded", result=outcome.result,
+                                   artifacts=manifest))
         return "succeeded" if done else "lease_lost"
 
     try:
         ended = await persist("attempt end", write, give_up_after=patience)
     except Exception:
-        bound.exception("could not write the end of the attempt; its lease will expire")
+        _bound(state).exception("could not write the end of the attempt; its lease will expire")
         return "abandoned"
     if exc is not None and not ended.startswith("lease_lost"):
-        bound.info("attempt failed", ended=ended, error=str(exc), error_type=type(exc).__name__)
+        _bound(state).info("attempt failed", ended=ended, error=str(exc),
+                           error_type=type(exc).__name__)
     elif ended == "lease_lost":
-        bound.warning("lease lost before the attempt ended")
-    else:
-        bound.debug("attempt ended", ended=ended)
+        _bound(state).warning("lease lost before the attempt ended")
     return ended

@@ -51,14 +51,23 @@ class AttemptState:
     last_report: float = field(default_factory=time.monotonic)  # progress or checkpoint
     progress_seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     checkpoint_seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # The supervisor's wake-up: ``woken`` when poked while it was not waiting, else ``waiter``
+    # (a plain future, cheaper than an Event's wait task) is resolved.
+    woken: bool = False
+    waiter: asyncio.Future[None] | None = None
 
     def poke(self) -> None:
         """Wake the attempt's supervisor (from any thread)."""
         if _on_loop(self.loop):
-            self.wake.set()
+            self._wake_up()
         else:
-            self.loop.call_soon_threadsafe(self.wake.set)
+            self.loop.call_soon_threadsafe(self._wake_up)
+
+    def _wake_up(self) -> None:
+        self.woken = True
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def request_cancel(self) -> None:
         if not self.cancel_requested:

@@ -12,13 +12,14 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
-from rara.context import StepContext, StepOutcome
+from rara.artifacts.ref import ArtifactRef
+from rara.context import Checkpoint, StepContext, StepOutcome
 from rara.worker.registry import Registry
 
 
@@ -41,10 +42,43 @@ class LeasedStep:
     depends_on: Sequence[str]
     run_input: Mapping[str, Any]
     leased_at: datetime  # database clock at lease time
+    # Folded into the lease (no round trip at attempt start): what a retry resumes from, and
+    # the upstream artifacts as ``"<step>/<name>"`` (and the bare name when unique).
+    checkpoint: Checkpoint | None = None
+    inputs: Mapping[str, ArtifactRef] = field(default_factory=dict)
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> LeasedStep:
-        return cls(*row)
+        (id_, run_id, key, capability, executor, payload, attempt, max_attempts, token, expires,
+         timeout_ms, heartbeat_timeout_ms, depends_on, run_input, leased_at, *more) = row
+        return cls(id_, run_id, key, capability, executor, payload, attempt, max_attempts, token,
+                   expires, timeout_ms, heartbeat_timeout_ms, depends_on, run_input, leased_at,
+                   checkpoint=checkpoint_from_json(more[0]) if more else None,
+                   inputs=inputs_from_rows(more[1]) if more and more[1] else {})
+
+
+def checkpoint_from_json(value: Mapping[str, Any] | None) -> Checkpoint | None:
+    if value is None:
+        return None
+    digest = value.get("digest")
+    ref = ArtifactRef(digest, int(value["size"])) if digest is not None else None
+    return Checkpoint(attempt=value["attempt"], seq=value["seq"], state=value["state"],
+                      artifact=ref)
+
+
+def inputs_from_rows(rows: Iterable[Sequence[Any]]) -> dict[str, ArtifactRef]:
+    """Upstream manifest rows ``(step key, name, digest, size, media type)`` as the inputs map:
+    ``"<step>/<name>"`` for every artifact, and the bare name when it is unique."""
+    found: dict[str, ArtifactRef] = {}
+    bare: dict[str, list[ArtifactRef]] = {}
+    for key, name, digest, size, media_type in rows:
+        ref = ArtifactRef(digest, int(size), media_type)
+        found[f"{key}/{name}"] = ref
+        bare.setdefault(name, []).append(ref)
+    for name, refs in bare.items():
+        if len(refs) == 1 and name not in found:
+            found[name] = refs[0]
+    return found
 
 
 class Executor(Protocol):

@@ -30,6 +30,14 @@ class ProgressWriter:
     def __init__(self, store: WorkerStore, attempts: Mapping[int, AttemptState]) -> None:
         self.store = store
         self.attempts = attempts
+        # A seq whose write failed transiently may or may not have committed: the next write
+        # of that attempt reuses it (the statement keeps the newest state of a replayed seq),
+        # so the attempt's events have no gap and no report is stored twice.
+        self._unconfirmed: dict[tuple[int, int], int] = {}
+
+    def _seq(self, st: AttemptState) -> int:
+        key = (st.fence.step_id, st.step.attempt)
+        return self._unconfirmed.pop(key, None) or next(st.progress_seq)
 
     async def flush(self, states: list[AttemptState]) -> None:
         batch = []
@@ -38,14 +46,15 @@ class ProgressWriter:
             if pending is None or st.lease_lost:
                 continue
             st.pending_progress = None
-            batch.append((st, next(st.progress_seq), pending))
+            batch.append((st, self._seq(st), pending))
         if not batch:
             return
         try:
             owned = await self.store.write_progress(
                 [(st.fence.step_id, st.fence.token, seq, p[0], p[1], p[2]) for st, seq, p in batch])
         except TRANSIENT:
-            for st, _, pending in batch:  # keep it for the next round unless newer came in
+            for st, seq, pending in batch:  # keep it for the next round unless newer came in
+                self._unconfirmed[(st.fence.step_id, st.step.attempt)] = seq
                 if st.pending_progress is None:
                     st.pending_progress = pending
             raise

@@ -1,5 +1,10 @@
 """The worker: lease loop, listener, heartbeats, reaper and progress writer around attempts.
 
+Hot path, per step: leased in batches (``lease_batch``, checkpoint and upstream inputs folded
+into the lease), run, and its end handed to the completion batcher, which writes every end that
+is ready in one transaction; the leases and those flushes have connections of their own
+(``WorkerStore``). Metrics (``rara.metrics``) are labelled by capability only.
+
 Stopping is an event, not a cancel: ``stop()`` (SIGTERM/SIGINT) ends leasing, running attempts
 get ``shutdown_grace_seconds`` to finish, the rest are stopped and their leases released (back
 to ready at once), and the worker's row is marked stopped. Side loops are watched with
@@ -18,9 +23,11 @@ from typing import Any
 
 import structlog
 
+from rara import metrics
 from rara.artifacts.store import LocalArtifactStore
 from rara.lifecycle import Fence
 from rara.worker.attempt import supervise
+from rara.worker.batcher import CompletionBatcher
 from rara.worker.context import AttemptState, WorkerStepContext
 from rara.worker.dispatch import Executor, LeasedStep
 from rara.worker.listener import listen
@@ -42,7 +49,10 @@ class Worker:
         self.aborting = asyncio.Event()  # second signal: skip the grace period
         self.wake = asyncio.Event()
         self.pool = make_pool(url, settings.concurrency + 4)
-        self.store = WorkerStore(self.pool, settings.id)
+        self.store = WorkerStore(self.pool, settings.id, own_url=url)
+        self.batcher = CompletionBatcher(self.store.end_many, max_batch=settings.completion_batch,
+                                         window=settings.completion_window_seconds)
+        self.metrics = _Metrics()
         self.progress = ProgressWriter(self.store, self.attempts)
         self.checkpoints = CheckpointWriters(self.store, url)
         self.artifacts = LocalArtifactStore(settings.artifact_root)
@@ -103,6 +113,7 @@ class Worker:
             except Exception as exc:  # the row ages out by its heartbeat anyway
                 self.log.warning("could not mark the worker stopped", error=str(exc))
             self.checkpoints.close()
+            await self.store.close()
             await self.pool.close()
             self.log.info("worker stopped")
 
@@ -157,24 +168,30 @@ class Worker:
                 self.wake.clear()
                 continue
             self.wake.clear()  # before the query: a NOTIFY arriving meanwhile is not lost
+            # Lease in bounded batches: with many free slots the next lease overlaps the
+            # running attempts' completions instead of waiting for all of them.
+            limit = min(free, s.lease_batch)
             sent = time.monotonic()
             try:
-                leased = await self.store.lease(pairs, free, s.lease_seconds)
-                delay = s.poll_seconds
-                if len(leased) < free:
-                    soon = await self.store.next_available(pairs)
-                    if soon is not None and soon > 0:
-                        delay = min(delay, soon)
+                leased = await self.store.lease(pairs, limit, s.lease_seconds)
                 backoff.reset()
             except TRANSIENT as exc:
                 delay = backoff.next_delay()
                 self.log.warning("lease failed, retrying", error=str(exc), retry_in=round(delay, 3))
                 await asyncio.sleep(delay)
                 continue
-            for step in leased:
+            for step in leased:  # start them before asking anything else of the database
                 self._start(step, sent)
-            self.log.debug("leased", n=len(leased), free=free, sleep=delay)
-            if len(leased) < free:
+            if leased:
+                self.metrics.leased(leased, len(self.attempts))
+            if len(leased) < limit:  # the queue is empty for us: wait for a wake-up or the poll
+                delay = s.poll_seconds
+                try:
+                    soon = await self.store.next_available(pairs)
+                    if soon is not None and soon > 0:
+                        delay = min(delay, soon)
+                except TRANSIENT as exc:
+                    self.log.warning("could not ask for the next retry time", error=str(exc))
                 await self._sleep(delay)
 
     def _start(self, step: LeasedStep, sent: float) -> None:
@@ -191,31 +208,29 @@ class Worker:
 
         def finished(t: asyncio.Task[str]) -> None:
             self._supervisors.discard(t)
-            self.attempts.pop(step.id, None)
+            # Only its own entry: a lost attempt still winding down must not drop the state of
+            # a newer attempt of the same step that this worker leased meanwhile.
+            if self.attempts.get(step.id) is state:
+                del self.attempts[step.id]
             self.wake.set()  # a slot is free
             if not t.cancelled() and t.exception() is not None:
                 self.log.error("attempt supervisor failed", step_id=step.id,
                                exc_info=t.exception())
+            else:
+                self.metrics.ended(step.capability, None if t.cancelled() else t.result(),
+                                   time.monotonic() - state.started, len(self.attempts))
 
         task.add_done_callback(finished)
 
     async def _run_attempt(self, state: AttemptState) -> str:
         step = state.step
         executor = self.executors[step.executor]
-        patience = self.settings.lease_seconds
-        checkpoint = None
-        if step.attempt > 1:
-            checkpoint = await persist("checkpoint", lambda: self.store.latest_checkpoint(
-                step.id, step.attempt), give_up_after=patience)
-        inputs = {}
-        if step.depends_on:
-            inputs = await persist("inputs", lambda: self.store.inputs(
-                step.run_id, step.depends_on), give_up_after=patience)
-        ctx = WorkerStepContext(state, checkpoint=checkpoint, inputs=inputs,
+        # The latest checkpoint and the upstream inputs came with the lease (step_lease_routed).
+        ctx = WorkerStepContext(state, checkpoint=step.checkpoint, inputs=step.inputs,
                                 artifacts=self.artifacts, write_checkpoint=self.checkpoints.write,
                                 write_checkpoint_sync=self.checkpoints.write_sync)
         return await supervise(state, executor, ctx, self.settings, self.store,
-                               self.progress.flush)
+                               self.progress.flush, self.batcher.submit)
 
     # -- keeping leases -------------------------------------------------------------------
 
@@ -226,10 +241,11 @@ class Worker:
             states = list(self.attempts.values())
             sent = time.monotonic()
             try:
-                await self.store.worker_heartbeat(self.capabilities)
+                # One statement: the worker's row and every lease it holds.
+                answer = await self.store.heartbeat_all(
+                    self.capabilities, [(st.fence.step_id, st.fence.token) for st in states],
+                    s.lease_seconds)
                 if states:
-                    answer = await self.store.heartbeat(
-                        [(st.fence.step_id, st.fence.token) for st in states], s.lease_seconds)
                     for st in states:
                         if st.step.id not in answer:
                             st.lose()
@@ -252,6 +268,7 @@ class Worker:
             try:
                 reaped = await self.store.reap(s.reaper_batch, s.jitter)
                 if reaped:
+                    metrics.LEASE_EXPIRIES.inc(len(reaped))
                     self.log.info("reaped expired leases", steps=[r[0] for r in reaped])
                 if len(reaped) == s.reaper_batch:
                     continue  # more may be waiting
@@ -267,3 +284,46 @@ class Worker:
                 await self.progress.flush(list(self.attempts.values()))
             except TRANSIENT as exc:
                 self.log.warning("progress write failed", error=str(exc))
+
+
+class _Metrics:
+    """The worker's Prometheus metrics (``rara.metrics``), labelled by capability only; the
+    labelled children are cached so the hot path does no label lookups."""
+
+    def __init__(self) -> None:
+        self._leases: dict[str, Any] = {}
+        self._completions: dict[tuple[str, str], Any] = {}
+        self._retries: dict[str, Any] = {}
+        self._durations: dict[str, Any] = {}
+
+    def leased(self, steps: Sequence[LeasedStep], running: int) -> None:
+        counts: dict[str, int] = {}
+        for step in steps:
+            counts[step.capability] = counts.get(step.capability, 0) + 1
+        for capability, n in counts.items():
+            child = self._leases.get(capability)
+            if child is None:
+                child = self._leases[capability] = metrics.LEASES.labels(capability)
+            child.inc(n)
+        metrics.RUNNING.set(running)
+
+    def ended(self, capability: str, ended: str | None, seconds: float, running: int) -> None:
+        """``ended``: what the supervisor wrote (``succeeded``, ``failed:ready``, …)."""
+        outcome, _, status = (ended or "abandoned").partition(":")
+        key = (capability, outcome)
+        child = self._completions.get(key)
+        if child is None:
+            child = self._completions[key] = metrics.COMPLETIONS.labels(capability, outcome)
+        child.inc()
+        if status == "ready":
+            retry = self._retries.get(capability)
+            if retry is None:
+                retry = self._retries[capability] = metrics.RETRIES.labels(capability)
+            retry.inc()
+        elif outcome == "lease_lost":
+            metrics.LEASES_LOST.inc()
+        duration = self._durations.get(capability)
+        if duration is None:
+            duration = self._durations[capability] = metrics.STEP_DURATION.labels(capability)
+        duration.observe(seconds)
+        metrics.RUNNING.set(running)

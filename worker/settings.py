@@ -39,6 +39,7 @@ class WorkerSettings(BaseSettings):
     handlers: StrList = Field(default_factory=list)  # dotted module paths exposing `registry`
     capabilities: StrList | None = None  # None: everything the executors serve
     concurrency: int = Field(default=10, ge=1, le=1000)
+    lease_batch: int = Field(default=100, ge=1, le=1000)  # most steps leased by one statement
     lease_seconds: float = Field(default=30.0, gt=0)
     heartbeat_seconds: float | None = Field(default=None, gt=0)  # None: lease / 3
     jitter: float = Field(default=0.2, ge=0, le=1)
@@ -48,6 +49,10 @@ class WorkerSettings(BaseSettings):
     reaper_seconds: float = Field(default=5.0, gt=0)
     reaper_batch: int = Field(default=100, ge=1)
     progress_per_second: float = Field(default=5.0, gt=0)
+    # Completion batching (group commit): attempts that end while a batch is being written go
+    # into the next one, up to completion_batch; the window (0: none) waits for more first.
+    completion_batch: int = Field(default=500, ge=1, le=10_000)
+    completion_window_seconds: float = Field(default=0.0, ge=0, le=1.0)
     listen: bool = True  # LISTEN/NOTIFY wake-ups (off only to test the polling/heartbeat paths)
     artifact_root: Path = Path(".rara/artifacts")
     # gRPC executors (host:port each) for `executor: grpc` steps, and the bearer token file.

@@ -8,6 +8,7 @@ the same rows in two statements.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import psycopg
@@ -61,3 +62,10 @@ async def sleep(ctx: StepContext) -> None:
     """Sleeps ``seconds`` on the first attempt only: a later attempt (after a crash) is quick."""
     if ctx.attempt == 1:
         await asyncio.sleep(float(ctx.input.get("seconds", 0)))
+
+
+@registry.handler("bench.stamp@1")
+async def stamp(ctx: StepContext) -> dict[str, float]:
+    """When the handler started (CLOCK_MONOTONIC, shared by the processes of one machine): the
+    benchmark's start latency is this minus the client's clock before it started the run."""
+    return {"started": time.monotonic()}

@@ -216,6 +216,59 @@ WITH done AS (
 )
 SELECT run_id FROM done;
 
+-- name: steps_complete_many
+-- Many successes in one statement (the worker's completion batcher), each fenced on its own:
+-- the steps returned succeeded; any other step given has lost its lease and nothing was written
+-- for it. Like step_complete, it closes the attempts and unblocks dependants, and it records
+-- each step's artifact manifest (:manifests, '[]' for none) in the same statement. The caller
+-- aggregates the runs afterwards in the same transaction (runs_lock, then runs_refresh).
+WITH given AS (
+    SELECT * FROM unnest(CAST(:step_ids AS bigint[]), CAST(:tokens AS uuid[]),
+                         CAST(:results AS jsonb[]), CAST(:manifests AS jsonb[]))
+        AS g(id, token, result, manifest)
+), done AS (
+    -- The fence, per step: a row whose owner or token changed is simply not matched.
+    UPDATE rara_steps s SET
+        status = 'succeeded', result = g.result, finished_at = now(), error = NULL,
+        leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+    FROM given g
+    -- (= ANY as well: primary key look-ups, not a scan of every running step of the worker)
+    WHERE s.id = ANY (CAST(:step_ids AS bigint[])) AND s.id = g.id
+      AND s.leased_by = :worker AND s.lease_token = g.token AND s.status = 'running'
+    RETURNING s.id, s.run_id, s.key, s.attempt
+), closed AS (
+    UPDATE rara_attempts a SET outcome = 'succeeded', ended_at = now(), ended_by = :worker
+    FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
+), unblocked AS (
+    -- A dependant several of whose dependencies finish in this batch is updated once, by
+    -- their count (an UPDATE applies one joined row per target row). A concurrent change of
+    -- the dependant is waited for and re-read (pending_deps of the newest version).
+    UPDATE rara_steps s SET
+        pending_deps = s.pending_deps - d.n,
+        status = CASE WHEN s.pending_deps = d.n THEN 'ready' ELSE 'blocked' END::rara_step_status,
+        available_at = now()
+    FROM (SELECT b.id, count(*)::integer AS n
+          FROM done JOIN rara_steps b ON b.run_id = done.run_id AND b.status = 'blocked'
+           AND done.key = ANY (b.depends_on)
+          GROUP BY b.id) AS d
+    WHERE s.id = d.id AND s.status = 'blocked'
+), manifest AS (
+    SELECT done.id, done.attempt, m.name, m.digest, m.size, m.media_type
+    FROM done JOIN given g ON g.id = done.id
+    CROSS JOIN LATERAL jsonb_to_recordset(g.manifest)
+        AS m(name text, digest text, size bigint, media_type text)
+), blobs AS (
+    -- Blobs are known once; the manifest rows below reference them in the same statement.
+    INSERT INTO rara_artifacts (digest, size)
+    SELECT DISTINCT digest, size FROM manifest
+    ON CONFLICT (digest) DO NOTHING
+), recorded AS (
+    INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, media_type)
+    SELECT id, attempt, name, digest, size, media_type FROM manifest
+    ON CONFLICT (step_id, attempt, name) DO NOTHING
+)
+SELECT id, run_id FROM done;
+
 -- name: step_fail^
 -- Failure, fenced: back to ready after the backoff while attempts remain and the error is
 -- retryable, otherwise failed for good. The attempt records :outcome (failed or timed_out).
@@ -334,6 +387,21 @@ ON CONFLICT (id) DO UPDATE SET capabilities = EXCLUDED.capabilities, heartbeat_a
 -- name: worker_heartbeat!
 UPDATE rara_workers SET heartbeat_at = now(), capabilities = :capabilities WHERE id = :worker;
 
+-- name: worker_heartbeat_steps
+-- The worker's heartbeat in one statement: its own row (what it serves, that it is alive) and
+-- every lease it still holds extended (as step_heartbeat; empty arrays when it runs nothing).
+-- The answer carries the cancel requests; attempts missing from it have lost their lease.
+WITH me AS (
+    UPDATE rara_workers SET heartbeat_at = now(), capabilities = :capabilities
+    WHERE id = :worker
+)
+UPDATE rara_steps s SET
+    lease_expires_at = now() + make_interval(secs => :lease_seconds), heartbeat_at = now()
+FROM unnest(CAST(:step_ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
+WHERE s.id = h.id AND s.lease_token = h.token AND s.leased_by = :worker
+  AND s.status = 'running'
+RETURNING s.id, s.cancel_requested;
+
 -- name: worker_stop!
 UPDATE rara_workers SET stopped_at = now() WHERE id = :worker;
 
@@ -402,7 +470,9 @@ WITH candidates AS (
         lease_expires_at = now() + make_interval(secs => :lease_seconds),
         heartbeat_at = now(), started_at = coalesce(s.started_at, now()),
         cancel_requested = false
-    FROM candidates WHERE s.id = candidates.id
+    -- (= ANY (ARRAY(…)) and the scalar subqueries below: primary key probes, whatever the
+    -- planner guesses of the number of rows leased)
+    WHERE s.id = ANY (ARRAY(SELECT id FROM candidates))
     RETURNING s.id, s.run_id, s.key, s.capability, s.executor, s.payload, s.attempt,
               s.max_attempts, s.lease_token, s.lease_expires_at, s.timeout_ms,
               s.heartbeat_timeout_ms, s.depends_on
@@ -412,12 +482,32 @@ WITH candidates AS (
     SELECT id, attempt, run_id, :worker, lease_token FROM leased
 ), started_runs AS (
     UPDATE rara_runs SET status = 'running', started_at = now()
-    WHERE id IN (SELECT run_id FROM leased) AND status = 'pending'
+    WHERE id = ANY (ARRAY(SELECT run_id FROM leased)) AND status = 'pending'
 )
 SELECT l.id, l.run_id, l.key, l.capability, l.executor, l.payload, l.attempt, l.max_attempts,
        l.lease_token, l.lease_expires_at, l.timeout_ms, l.heartbeat_timeout_ms, l.depends_on,
-       r.input AS run_input, now() AS leased_at
-FROM leased l JOIN rara_runs r ON r.id = l.run_id;
+       (SELECT r.input FROM rara_runs r WHERE r.id = l.run_id) AS run_input, now() AS leased_at,
+       -- What the attempt starts from, folded in so it starts without another round trip.
+       -- Each is a subquery evaluated only when it can find something (a first attempt has no
+       -- checkpoint, a step without dependencies no inputs), so the common case costs nothing.
+       CASE WHEN l.attempt > 1 THEN (
+           -- The latest checkpoint of an earlier attempt: what a retry resumes from.
+           SELECT jsonb_build_object('attempt', c.attempt, 'seq', c.seq, 'state', c.state,
+                                     'digest', c.digest, 'size', a.size)
+           FROM rara_checkpoints c LEFT JOIN rara_artifacts a USING (digest)
+           WHERE c.step_id = l.id AND c.attempt < l.attempt
+           ORDER BY c.attempt DESC, c.seq DESC LIMIT 1) END AS checkpoint,
+       CASE WHEN cardinality(l.depends_on) > 0 THEN (
+           -- Upstream artifacts: the manifests of the succeeded dependencies. The snapshot sees
+           -- them: a step is ready only once the transaction that finished its last dependency
+           -- (and wrote its manifest) committed.
+           SELECT jsonb_agg(jsonb_build_array(u.key, m.name, m.digest, m.size, m.media_type)
+                            ORDER BY u.key, m.name)
+           FROM rara_steps u
+           JOIN rara_step_artifacts m ON m.step_id = u.id AND m.attempt = u.attempt
+           WHERE u.run_id = l.run_id AND u.key = ANY (l.depends_on) AND u.status = 'succeeded')
+       END AS inputs
+FROM leased l;
 
 -- name: steps_next_available$
 -- Seconds until the earliest backing-off ready step of the served pairs becomes leasable (NULL:
@@ -433,7 +523,8 @@ CROSS JOIN LATERAL (
 -- name: step_progress_write
 -- The latest progress of many attempts in one statement, fenced per attempt. FOR SHARE orders
 -- the write after a concurrent reap or cancel of the step, so no event lands for an attempt
--- that no longer owns it. Returns the steps still owned; a replayed seq is one row.
+-- that no longer owns it. Returns the steps still owned. A replayed seq (its first write
+-- failed in flight) is one row holding the newest state: no gap, no duplicate.
 WITH p AS (
     SELECT * FROM unnest(CAST(:step_ids AS bigint[]), CAST(:tokens AS uuid[]),
                          CAST(:seqs AS integer[]), CAST(:fractions AS double precision[]),
@@ -447,7 +538,8 @@ WITH p AS (
 ), written AS (
     INSERT INTO rara_events (step_id, attempt, seq, kind, fraction, message, metrics)
     SELECT step_id, attempt, seq, 'progress', fraction, message, metrics FROM owned
-    ON CONFLICT DO NOTHING
+    ON CONFLICT (step_id, attempt, seq) DO UPDATE SET
+        fraction = EXCLUDED.fraction, message = EXCLUDED.message, metrics = EXCLUDED.metrics
 )
 SELECT step_id FROM owned;
 
@@ -549,6 +641,44 @@ ORDER BY s.id, a.name;
 -- first's commit and its refresh then sees both. Always the last lock a transaction takes
 -- (after its step rows), so it cannot take part in a lock cycle.
 SELECT id FROM rara_runs WHERE id = :run_id FOR NO KEY UPDATE;
+
+-- name: runs_lock
+-- run_lock for the runs of a batch of step changes, in id order (so two batches, or a batch
+-- and a reaper, never wait on each other in a cycle). Taken after every step row of the
+-- transaction, like run_lock, and followed by runs_refresh in a later statement, whose snapshot
+-- then sees the commits of sibling steps that held these locks before us.
+SELECT id FROM rara_runs WHERE id = ANY (CAST(:run_ids AS bigint[])) ORDER BY id
+FOR NO KEY UPDATE;
+
+-- name: runs_refresh
+-- run_refresh for many runs in one statement (the same rule, per run). A run whose steps did
+-- not change is left as it is.
+WITH agg AS (
+    SELECT run_id,
+           bool_and(status IN ('succeeded', 'failed', 'cancelled')) AS all_terminal,
+           bool_or(status = 'failed') AS any_failed,
+           bool_or(status = 'cancelled') AS any_cancelled,
+           bool_or(attempt > 0) AS any_started
+    FROM rara_steps WHERE run_id = ANY (CAST(:run_ids AS bigint[])) GROUP BY run_id
+), next AS (
+    SELECT r.id, CASE
+        WHEN NOT agg.all_terminal THEN
+            CASE WHEN agg.any_started THEN 'running' ELSE r.status END
+        WHEN agg.any_failed THEN 'failed'
+        WHEN r.cancel_requested OR agg.any_cancelled THEN 'cancelled'
+        ELSE 'succeeded' END::rara_run_status AS status
+    FROM rara_runs r JOIN agg ON agg.run_id = r.id
+    WHERE r.id = ANY (CAST(:run_ids AS bigint[]))  -- an index probe, in a generic plan too
+)
+UPDATE rara_runs r SET
+    status = next.status,
+    started_at = CASE WHEN next.status <> 'cancelled' OR r.started_at IS NOT NULL
+                      THEN coalesce(r.started_at, now()) END,
+    finished_at = CASE WHEN next.status IN ('succeeded', 'failed', 'cancelled') THEN now() END
+FROM next
+WHERE r.id = next.id AND r.id = ANY (CAST(:run_ids AS bigint[]))
+  AND r.status IN ('pending', 'running') AND r.status <> next.status
+RETURNING r.id, r.status::text;
 
 -- name: run_steps_lock!
 -- Cancel takes the run's step rows first, in id order, then the run row: the order a step

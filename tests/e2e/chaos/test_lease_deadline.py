@@ -39,6 +39,20 @@ LEASE = 1.0
 HANDLERS = ["tests.e2e.chaos.handlers"]
 
 
+def _hang_heartbeats(monkeypatch: pytest.MonkeyPatch, hang: asyncio.Event) -> None:
+    """Every heartbeat statement of the worker "partitioned" waits for ``hang`` (forever, unless
+    set): the lease is no longer extended, as in a network partition."""
+    for name in ("heartbeat", "heartbeat_all"):
+        real = getattr(WorkerStore, name)
+
+        async def hung(self: WorkerStore, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            if self.worker == "partitioned":
+                await hang.wait()
+            return await _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(WorkerStore, name, hung)
+
+
 @pytest.fixture
 def conn(database_url: str) -> Iterator[psycopg.Connection[Any]]:
     with psycopg.connect(database_url, autocommit=True) as connection:
@@ -50,14 +64,7 @@ def test_handler_stops_when_the_lease_surely_expired_even_if_heartbeats_hang(
         monkeypatch: pytest.MonkeyPatch) -> None:
     TICKS.clear()
     hang = asyncio.Event()  # never set: a heartbeat that gets no answer
-    real_heartbeat = WorkerStore.heartbeat
-
-    async def heartbeat(self: WorkerStore, *args: Any, **kwargs: Any) -> Any:
-        if self.worker == "partitioned":
-            await hang.wait()
-        return await real_heartbeat(self, *args, **kwargs)
-
-    monkeypatch.setattr(WorkerStore, "heartbeat", heartbeat)
+    _hang_heartbeats(monkeypatch, hang)
     apply(conn, "slow", [{"key": "s", "capability": "chaos.tick@1",
                           "retry": {"maxAttempts": 3, "initialDelay": "1ms"}}])
     run_id = start(conn, "slow", {"seconds": 8})
@@ -107,14 +114,7 @@ def test_a_worker_that_leases_a_step_again_keeps_tracking_the_new_attempt(
     """
     TICKS.clear()
     hang = asyncio.Event()
-    real_heartbeat = WorkerStore.heartbeat
-
-    async def heartbeat(self: WorkerStore, *args: Any, **kwargs: Any) -> Any:
-        if self.worker == "partitioned":
-            await hang.wait()
-        return await real_heartbeat(self, *args, **kwargs)
-
-    monkeypatch.setattr(WorkerStore, "heartbeat", heartbeat)
+    _hang_heartbeats(monkeypatch, hang)
     apply(conn, "slow", [{"key": "s", "capability": "chaos.tick@1",
                           "retry": {"maxAttempts": 5, "initialDelay": "1ms"}}])
     run_id = start(conn, "slow", {"seconds": 3})

@@ -1,0 +1,516 @@
+"""rara's benchmark, side by side with its peers, in one run (``make bench``).
+
+    .venv/bin/python bench/run.py [--quick] [--skip peers,depth,...] [--out FILE]
+
+Starts its own PostgreSQL (``bench.common.bench_database``: fsync off, as the peers are run),
+then measures, each scenario in a fresh database cloned from the migrated one:
+
+throughput   no-op single-step runs and the no-op steps of 10-step chains, drained by 1, 2
+             and 4 worker processes (steps/s on the database clock, first lease to last
+             completion); the same through the gRPC path (an executor process, no-op plugin)
+latency      start of a run (client clock before ``start_run``) to its handler running
+             (``bench.stamp@1`` reports CLOCK_MONOTONIC), into an idle worker: p50/p99 ms
+grpc         attempt time (lease to completion, database clock) of a no-op step in process
+             and through the gRPC executor, one at a time: p50/p99 ms and the difference
+depth        lease cost (batch of 10) with 1k / 100k / 1M ready steps (``--quick``: to 100k)
+horizon      throughput while another connection holds the xmin horizon (an open REPEATABLE
+             READ transaction that did a SELECT) for 60 s (``--quick``: 15 s) vs without
+peers        PgQueuer (asyncpg, psycopg) and Procrastinate on the same server
+             (``bench.peers.run_all``), and the pgbench single-row UPDATE ceiling
+
+Prints a table and writes everything as JSON to ``bench/results/<timestamp>.json``. The
+machine is shared: the load average before and after is recorded; treat one run as noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(1, str(ROOT))  # after the script's folder: never before the stdlib's operator
+
+import psycopg  # noqa: E402
+from psycopg import sql  # noqa: E402
+
+from bench.common import bench_database, noop_definition, percentiles  # noqa: E402
+from bench.lease_depth import measure_depths  # noqa: E402
+from bench.peers import run_all  # noqa: E402
+from bench.pgbench_ceiling import measure_ceiling  # noqa: E402
+from rara.runs import start_run  # noqa: E402
+
+Conn = psycopg.Connection[Any]
+TOKEN = "bench-token"
+# Worker configuration for no-op drains: many attempts in flight, leased 100 at a time (the
+# peers get their best configuration too, see bench/peers/run_peer.py).
+CONCURRENCY = 128
+LEASE_BATCH = 100
+
+_ENQUEUE = """
+WITH runs AS (
+    INSERT INTO rara_runs (definition_version_id)
+    SELECT v.id FROM rara_definition_versions v, generate_series(1, %(runs)s)
+    WHERE v.name = %(name)s
+    RETURNING id
+)
+INSERT INTO rara_steps (run_id, key, depends_on, pending_deps, capability, executor, payload,
+                        max_attempts, retry_initial_ms, retry_max_ms, retry_coefficient, status)
+SELECT r.id, 's' || i, CASE WHEN i = 0 THEN '{}'::text[] ELSE ARRAY['s' || (i - 1)] END,
+       least(i, 1), %(capability)s, %(executor)s, '{"input": {}, "secrets": {}}', 3, 1000,
+       60000, 2, CASE WHEN i = 0 THEN 'ready' ELSE 'blocked' END::rara_step_status
+FROM runs r, generate_series(0, %(steps)s - 1) AS i
+ORDER BY r.id, i
+"""
+
+
+def log(message: str) -> None:
+    print(message, flush=True)
+
+
+class Server:
+    """The bench server: fresh databases cloned from the migrated one."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.template = url.rsplit("/", 1)[1]
+        self.admin = url.rsplit("/", 1)[0] + "/postgres"
+
+    def fresh(self, name: str) -> str:
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(self.template)))
+        return self.url.rsplit("/", 1)[0] + "/" + name
+
+    def drop(self, name: str) -> None:
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+
+
+def _wait(condition: Callable[[], bool], timeout: float, what: str, every: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(every)
+
+
+def _scalar(conn: Conn, query: str, params: Any = None) -> Any:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+@contextmanager
+def executor_process(tmp: Path, streams: int = 512) -> Iterator[str]:
+    """``python -m rara.executor.main`` with the no-op test plugins; yields its address."""
+    (tmp / "token").write_text(TOKEN)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rara.executor.main", "--listen", "127.0.0.1:0",
+         "--token-file", str(tmp / "token"), "--artifact-root", str(tmp / "artifacts"),
+         "--plugins", "rara.executor.testing_plugins", "--max-concurrency", str(streams)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    try:
+        address = None
+        deadline = time.monotonic() + 60
+        while address is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
+            if ready:
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                if "listening on " in line:
+                    address = line.strip().rsplit("listening on ", 1)[1].split()[0]
+        if address is None:
+            raise RuntimeError("the executor did not start")
+        # Keep its stdout drained so its logging never blocks on a full pipe.
+        drain = subprocess.Popen(["cat"], stdin=proc.stdout, stdout=subprocess.DEVNULL)
+        try:
+            yield address
+        finally:
+            drain.kill()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextmanager
+def workers(url: str, names: list[str], logs: Path, endpoint: str | None = None,
+            concurrency: int = CONCURRENCY, tmp: Path | None = None) -> Iterator[None]:
+    procs = []
+    env = {**os.environ, "RARA_WORKER_LOG_JSON": "true",
+           "RARA_WORKER_LEASE_BATCH": str(LEASE_BATCH)}
+    for name in names:
+        args = [sys.executable, "-m", "rara.worker", "--handlers", "rara.worker.testing",
+                "--database-url", url, "--id", name, "--log-level", "warning",
+                "--concurrency", str(concurrency)]
+        if endpoint is not None:
+            assert tmp is not None
+            args += ["--executor-endpoint", endpoint, "--executor-token-file",
+                     str(tmp / "token")]
+        with open(logs / f"{name}.log", "ab") as out:
+            procs.append(subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=out, env=env))
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            _wait(lambda: _scalar(conn, "SELECT count(*) FROM rara_workers WHERE id = ANY(%s)",
+                                  (names,)) == len(names), 60, "workers to register")
+        yield
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _enqueue(conn: Conn, name: str, runs: int, steps: int, capability: str,
+             executor: str) -> None:
+    conn.execute(_ENQUEUE, {"runs": runs, "name": name, "steps": steps,
+                            "capability": capability, "executor": executor})
+    # Statistics, and the insert-triggered autovacuum done now rather than during the measure.
+    conn.execute("VACUUM ANALYZE")
+
+
+def drain(server: Server, logs: Path, *, n_workers: int, runs: int, steps: int,
+          executor: str = "inprocess", endpoint: str | None = None,
+          tmp: Path | None = None) -> dict[str, Any]:
+    """``runs`` runs of ``steps`` chained no-op steps, drained by ``n_workers`` processes."""
+    name = f"bench_drain_{executor}_{steps}_{n_workers}"
+    url = server.fresh(name)
+    capability = "bench.noop@1" if executor == "inprocess" else "test.echo@1"
+    total = runs * steps
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            noop_definition(conn, "noop", steps=steps, capability=capability, executor=executor)
+            _enqueue(conn, "noop", runs, steps, capability, executor)
+            names = [f"{name}-{i}" for i in range(n_workers)]
+            with workers(url, names, logs, endpoint=endpoint, tmp=tmp):
+                _wait(lambda: _scalar(conn, "SELECT count(*) FROM rara_runs WHERE status IN "
+                                            "('pending', 'running')") == 0,
+                      900, f"{name} to drain", every=0.1)
+            seconds, count = conn.execute(
+                "SELECT extract(epoch FROM max(ended_at) - min(started_at))::float8, count(*) "
+                "FROM rara_attempts WHERE outcome = 'succeeded'").fetchone() or (0.0, 0)
+            failed = _scalar(conn, "SELECT count(*) FROM rara_steps WHERE status <> 'succeeded'")
+        assert count == total, (count, total)
+        assert failed == 0, failed
+        return {"workers": n_workers, "steps": total, "seconds": round(seconds, 3),
+                "steps_per_s": round(total / seconds, 1)}
+    finally:
+        server.drop(name)
+
+
+def _wait_run(listener: Conn, run_id: int, timeout: float = 30.0) -> None:
+    wanted = f"{run_id}:succeeded"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for note in listener.notifies(timeout=max(0.01, deadline - time.monotonic())):
+            if note.payload == wanted:
+                return
+            if note.payload.startswith(f"{run_id}:") and not note.payload.endswith("running"):
+                raise RuntimeError(f"run {run_id} ended {note.payload}")
+    raise TimeoutError(f"run {run_id} did not finish")
+
+
+def start_latency(server: Server, logs: Path, samples: int, warmup: int = 5) -> dict[str, Any]:
+    """Client clock before start_run → the handler's clock when it runs, one run at a time
+    into an idle worker (as the peers' latency mode: 20 ms of idle before each)."""
+    url = server.fresh("bench_latency")
+    try:
+        with psycopg.connect(url, autocommit=True) as conn, \
+                psycopg.connect(url, autocommit=True) as listener:
+            noop_definition(conn, "stamp", capability="bench.stamp@1")
+            listener.execute("LISTEN rara_run")
+            ms, client, worker = [], [], []
+            with workers(url, ["latency"], logs, concurrency=10):
+                time.sleep(1.0)
+                for i in range(warmup + samples):
+                    time.sleep(0.02)
+                    t0 = time.monotonic()
+                    run_id = start_run(conn, "stamp", queue_anyway=True).run_id
+                    t1 = time.monotonic()
+                    _wait_run(listener, run_id)
+                    started = _scalar(conn, "SELECT (result->>'started')::float8 FROM rara_steps "
+                                            "WHERE run_id = %s", (run_id,))
+                    if i >= warmup:
+                        ms.append((started - t0) * 1000)
+                        client.append((t1 - t0) * 1000)
+                        worker.append((started - t1) * 1000)
+        # The parts: start_run itself (the client's transaction), then commit → handler.
+        return {"samples": samples, **{k: round(v, 3) for k, v in percentiles(ms).items()},
+                "start_run": {k: round(v, 3) for k, v in percentiles(client).items()},
+                "commit_to_handler": {k: round(v, 3) for k, v in percentiles(worker).items()}}
+    finally:
+        server.drop("bench_latency")
+
+
+def grpc_overhead(server: Server, logs: Path, tmp: Path, endpoint: str,
+                  samples: int) -> dict[str, Any]:
+    """Attempt time (database clock, lease to completion) of a no-op step in process and
+    through the gRPC executor, one run at a time on an idle worker."""
+    url = server.fresh("bench_grpc_overhead")
+    out: dict[str, Any] = {}
+    try:
+        with psycopg.connect(url, autocommit=True) as conn, \
+                psycopg.connect(url, autocommit=True) as listener:
+            noop_definition(conn, "local", capability="bench.noop@1")
+            noop_definition(conn, "remote", capability="test.echo@1", executor="grpc")
+            listener.execute("LISTEN rara_run")
+            with workers(url, ["grpc-overhead"], logs, endpoint=endpoint, tmp=tmp,
+                         concurrency=10):
+                time.sleep(1.0)
+                for name in ("local", "remote"):
+                    ids = []
+                    for i in range(samples + 5):
+                        time.sleep(0.01)
+                        run_id = start_run(conn, name, queue_anyway=True).run_id
+                        _wait_run(listener, run_id)
+                        if i >= 5:
+                            ids.append(run_id)
+                    ms = [row[0] for row in conn.execute(
+                        "SELECT extract(epoch FROM ended_at - started_at)::float8 * 1000 "
+                        "FROM rara_attempts WHERE run_id = ANY(%s)", (ids,)).fetchall()]
+                    out["inprocess" if name == "local" else "grpc"] = {
+                        k: round(v, 3) for k, v in percentiles(ms).items()}
+        out["overhead_p50_ms"] = round(out["grpc"]["p50"] - out["inprocess"]["p50"], 3)
+        out["overhead_p99_ms"] = round(out["grpc"]["p99"] - out["inprocess"]["p99"], 3)
+        return out
+    finally:
+        server.drop("bench_grpc_overhead")
+
+
+def horizon(server: Server, logs: Path, seconds: float, rate_hint: float,
+            n_workers: int) -> dict[str, Any]:
+    """Steps/s over ``seconds`` of a deep queue, without and then with an open REPEATABLE READ
+    transaction (that did a SELECT) holding back the xmin horizon of the database."""
+    out: dict[str, Any] = {"seconds": seconds, "workers": n_workers}
+    # Enough not to drain within the window (a deep queue is slower than a drain's 20k, so the
+    # drain's rate over-provisions), capped: filling the queue is not what is measured.
+    runs = min(int(rate_hint * (seconds + 15) * 1.2) + 1000, 300_000)
+    out["queue_depth"] = runs
+    for held in (False, True):
+        name = f"bench_horizon_{'held' if held else 'normal'}"
+        url = server.fresh(name)
+        try:
+            with psycopg.connect(url, autocommit=True) as conn, psycopg.connect(url) as holder:
+                noop_definition(conn, "noop")
+                _enqueue(conn, "noop", runs, 1, "bench.noop@1", "inprocess")
+                if held:
+                    holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                    holder.execute("SELECT count(*) FROM rara_runs").fetchone()
+                names = [f"{name}-{i}" for i in range(n_workers)]
+                with workers(url, names, logs):
+                    time.sleep(2.0)  # past start-up
+                    t0 = _scalar(conn, "SELECT clock_timestamp()")
+                    time.sleep(seconds)
+                    t1 = _scalar(conn, "SELECT clock_timestamp()")
+                    done = _scalar(conn, "SELECT count(*) FROM rara_attempts WHERE ended_at "
+                                         "BETWEEN %s AND %s", (t0, t1))
+                    left = _scalar(conn, "SELECT count(*) FROM rara_steps WHERE status = 'ready'")
+                if held:
+                    dead = _scalar(conn, "SELECT n_dead_tup FROM pg_stat_user_tables "
+                                         "WHERE relname = 'rara_steps'")
+                    holder.rollback()
+                    out["dead_tuples_steps"] = dead
+            rate = done / (t1 - t0).total_seconds()
+            out["held" if held else "normal"] = {"steps_per_s": round(rate, 1),
+                                                 "queue_left": left}
+        finally:
+            server.drop(name)
+    out["ratio"] = round(out["held"]["steps_per_s"] / out["normal"]["steps_per_s"], 3)
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller everything (~4 minutes)")
+    parser.add_argument("--skip", default="", help="comma-separated: throughput,latency,grpc,"
+                                                   "depth,horizon,peers")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args(argv)
+    skip = set(filter(None, args.skip.split(",")))
+    quick = args.quick
+    single_runs = 5_000 if quick else 20_000
+    chain_runs = 300 if quick else 1_500
+    grpc_runs = 2_000 if quick else 5_000
+    worker_counts = [1, 2] if quick else [1, 2, 4]
+    results: dict[str, Any] = {
+        "started_at": datetime.now(UTC).isoformat(), "quick": quick,
+        "machine": {"cpus": os.cpu_count(), "loadavg_before": os.getloadavg()},
+        "config": {"concurrency": CONCURRENCY, "lease_batch": LEASE_BATCH}}
+    logs = Path(tempfile.mkdtemp(prefix="rara-bench-logs-"))
+    tmp = Path(tempfile.mkdtemp(prefix="rara-bench-"))
+    t_start = time.monotonic()
+    with bench_database() as url:
+        server = Server(url)
+        if "throughput" not in skip:
+            log("== throughput (steps/s)")
+            tp: dict[str, Any] = {"single": [], "chain10": [], "grpc": []}
+            for n in worker_counts:
+                tp["single"].append(drain(server, logs, n_workers=n, runs=single_runs, steps=1))
+                log(f"  single-step no-op, {n} worker(s): {tp['single'][-1]['steps_per_s']:>8.0f}")
+            for n in worker_counts:
+                tp["chain10"].append(drain(server, logs, n_workers=n, runs=chain_runs, steps=10))
+                log(f"  10-step chain,     {n} worker(s): {tp['chain10'][-1]['steps_per_s']:>8.0f}")
+            with executor_process(tmp) as endpoint:
+                for n in worker_counts[:2]:
+                    tp["grpc"].append(drain(server, logs, n_workers=n, runs=grpc_runs, steps=1,
+                                            executor="grpc", endpoint=endpoint, tmp=tmp))
+                    log(f"  gRPC no-op,        {n} worker(s): "
+                        f"{tp['grpc'][-1]['steps_per_s']:>8.0f}")
+            results["throughput"] = tp
+        if "latency" not in skip:
+            results["latency"] = start_latency(server, logs, 50 if quick else 200)
+            log(f"== start latency into an idle worker: p50 {results['latency']['p50']:.2f} ms, "
+                f"p99 {results['latency']['p99']:.2f} ms")
+        if "grpc" not in skip:
+            with executor_process(tmp) as endpoint:
+                results["grpc_overhead"] = grpc_overhead(server, logs, tmp, endpoint,
+                                                         50 if quick else 200)
+            g = results["grpc_overhead"]
+            log(f"== attempt time, in process p50 {g['inprocess']['p50']:.2f} / p99 "
+                f"{g['inprocess']['p99']:.2f} ms; gRPC p50 {g['grpc']['p50']:.2f} / p99 "
+                f"{g['grpc']['p99']:.2f} ms; overhead p50 {g['overhead_p50_ms']:.2f} ms")
+        if "depth" not in skip:
+            log("== lease cost vs queue depth")
+            depths = [1_000, 100_000] if quick else [1_000, 100_000, 1_000_000]
+            url_depth = server.fresh("bench_depth")
+            try:
+                with psycopg.connect(url_depth, autocommit=True) as conn:
+                    results["lease_depth"] = measure_depths(
+                        conn, depths, 100 if quick else 200, log=lambda m: log("  " + m))
+            finally:
+                server.drop("bench_depth")
+            log(f"  ratio p50 deepest / 1k: {results['lease_depth']['ratio']:.2f}")
+        if "horizon" not in skip:
+            best = max(results.get("throughput", {}).get("single", []),
+                       key=lambda r: r["steps_per_s"], default={"workers": 1,
+                                                                "steps_per_s": 2000.0})
+            results["horizon"] = horizon(server, logs, 15.0 if quick else 60.0,
+                                         best["steps_per_s"], best["workers"])
+            h = results["horizon"]
+            log(f"== held xmin horizon ({h['seconds']:.0f} s, {h['workers']} worker(s)): "
+                f"{h['held']['steps_per_s']:.0f} vs {h['normal']['steps_per_s']:.0f} steps/s "
+                f"normal (ratio {h['ratio']:.2f})")
+        if "peers" not in skip:
+            log("== peers (same server)")
+            jobs = ({"pgqueuer-asyncpg": 5_000, "pgqueuer-psycopg": 5_000, "procrastinate": 1_000}
+                    if quick else None)
+            lat = ({"pgqueuer-asyncpg": 50, "pgqueuer-psycopg": 10, "procrastinate": 50}
+                   if quick else None)
+            results["peers"] = run_all(url, jobs=jobs, latency_samples=lat)
+            for row in results["peers"]:
+                log(f"  {row['peer']:<18} {row.get('jobs_per_s', float('nan')):>8.0f} jobs/s "
+                    f"({row.get('workers', '?')} workers)  start p50 "
+                    f"{row.get('p50_ms', float('nan')):.2f} ms p99 "
+                    f"{row.get('p99_ms', float('nan')):.2f} ms"
+                    + (f"  error: {row['error'][:200]}" if "error" in row else ""))
+            results["pgbench"] = measure_ceiling(url, seconds=5 if quick else 10)
+            log(f"  pgbench single-row UPDATE ceiling: {results['pgbench'].get('tps', 0):.0f} tps")
+    results["machine"]["loadavg_after"] = os.getloadavg()
+    results["wall_seconds"] = round(time.monotonic() - t_start, 1)
+    results["summary"] = summary(results)
+    print_table(results)
+    out = args.out or ROOT / "bench" / "results" / (
+        datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + ".json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=str))
+    log(f"\nwrote {out} (worker logs: {logs})")
+    return results
+
+
+def summary(r: dict[str, Any]) -> dict[str, Any]:
+    """The goals, as ratios (None where a part was skipped or failed)."""
+    out: dict[str, Any] = {}
+    peers = {row["peer"]: row for row in r.get("peers", [])}
+    best_peer = max((row.get("jobs_per_s", 0.0) for row in peers.values()), default=0.0)
+    single = r.get("throughput", {}).get("single", [])
+    if single and best_peer:
+        out["drain_vs_best_peer"] = round(max(x["steps_per_s"] for x in single) / best_peer, 3)
+    pgq = peers.get("pgqueuer-asyncpg", {})
+    if "latency" in r and pgq.get("p50_ms"):
+        out["latency_p50_vs_pgqueuer"] = round(r["latency"]["p50"] / pgq["p50_ms"], 3)
+        out["latency_p99_vs_pgqueuer"] = round(r["latency"]["p99"] / pgq["p99_ms"], 3)
+    if "lease_depth" in r:
+        out["lease_depth_ratio"] = round(r["lease_depth"]["ratio"], 3)
+    if "horizon" in r:
+        out["horizon_ratio"] = r["horizon"]["ratio"]
+    return out
+
+
+def print_table(r: dict[str, Any]) -> None:
+    rows: list[tuple[str, str]] = []
+    tp = r.get("throughput", {})
+    for kind, label in (("single", "no-op single-step"), ("chain10", "no-op 10-step chain"),
+                        ("grpc", "gRPC no-op single-step")):
+        for x in tp.get(kind, []):
+            rows.append((f"{label}, {x['workers']} worker(s)", f"{x['steps_per_s']:.0f} steps/s"))
+    if "latency" in r:
+        lat = r["latency"]
+        rows.append(("start latency, idle worker",
+                     f"p50 {lat['p50']:.2f} ms  p99 {lat['p99']:.2f} ms"))
+        rows.append(("  of which start_run (client)", f"p50 {lat['start_run']['p50']:.2f} ms  "
+                                                      f"p99 {lat['start_run']['p99']:.2f} ms"))
+        part = lat["commit_to_handler"]
+        rows.append(("  of which commit → handler",
+                     f"p50 {part['p50']:.2f} ms  p99 {part['p99']:.2f} ms"))
+    if "grpc_overhead" in r:
+        g = r["grpc_overhead"]
+        rows.append(("attempt time in process", f"p50 {g['inprocess']['p50']:.2f} ms  "
+                                                f"p99 {g['inprocess']['p99']:.2f} ms"))
+        rows.append(("attempt time via gRPC", f"p50 {g['grpc']['p50']:.2f} ms  "
+                                              f"p99 {g['grpc']['p99']:.2f} ms"))
+        rows.append(("gRPC overhead per step", f"p50 {g['overhead_p50_ms']:.2f} ms  "
+                                               f"p99 {g['overhead_p99_ms']:.2f} ms"))
+    for depth, x in r.get("lease_depth", {}).items():
+        if isinstance(x, dict):
+            rows.append((f"lease (10) at depth {int(depth):,}",
+                         f"p50 {x['p50']:.3f} ms  p99 {x['p99']:.3f} ms"))
+    if "horizon" in r:
+        h = r["horizon"]
+        rows.append(("throughput, normal", f"{h['normal']['steps_per_s']:.0f} steps/s"))
+        rows.append((f"throughput, xmin held {h['seconds']:.0f} s",
+                     f"{h['held']['steps_per_s']:.0f} steps/s"))
+    for row in r.get("peers", []):
+        value = (f"{row['jobs_per_s']:.0f} jobs/s" if "jobs_per_s" in row else "error")
+        if "p50_ms" in row:
+            value += f"  start p50 {row['p50_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms"
+        rows.append((f"peer {row['peer']} ({row.get('workers', '?')} workers)", value))
+    if "pgbench" in r:
+        rows.append(("pgbench 1-row UPDATE ceiling", f"{r['pgbench'].get('tps', 0):.0f} tps"))
+    for key, value in r.get("summary", {}).items():
+        rows.append((key, f"{value}"))
+    rows.append(("load average before / after",
+                 " / ".join(f"{a:.2f}" for a in (r["machine"]["loadavg_before"][0],
+                                                 r["machine"]["loadavg_after"][0]))))
+    width = max(len(a) for a, _ in rows)
+    print("\n" + "-" * (width + 40))
+    for a, b in rows:
+        print(f"{a:<{width}}  {b}")
+    print("-" * (width + 40))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""The completion batch path: ``rara.lifecycle.end_many`` (many attempts' ends in one
+transaction, each fenced on its own) and the worker's ``CompletionBatcher`` around it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+from prometheus_client import REGISTRY
+
+from rara import lifecycle
+from rara.lifecycle import Ending, Fence
+from rara.worker.batcher import CompletionBatcher
+from rara.worker.dispatch import LeasedStep
+from rara.worker.store import WorkerStore, make_pool
+from tests.helpers import wait_for
+from tests.history import check_history
+from tests.worker.conftest import attempts_of, define, run_status, start, steps_of, wait_run
+
+PAIRS = [("test.echo@1", "inprocess")]
+ONE_TRY = {"maxAttempts": 1}
+_TOKEN = UUID(int=1)
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[WorkerStore]:
+    pool = make_pool(database_url, 4)
+    await pool.open()
+    try:
+        yield WorkerStore(pool, "batcher")
+    finally:
+        await pool.close()
+
+
+async def _lease(store: WorkerStore, n: int = 50) -> dict[tuple[int, str], LeasedStep]:
+    return {(s.run_id, s.key): s for s in await store.lease(PAIRS, n, lease_seconds=30)}
+
+
+def _won(step: LeasedStep, result: Any = None, artifacts: Sequence[dict[str, Any]] = ()
+         ) -> Ending:
+    return Ending(Fence(step.id, "batcher", step.lease_token), step.run_id, "succeeded",
+                  result=result, artifacts=artifacts)
+
+
+def _lost(step: LeasedStep, *, retryable: bool) -> Ending:
+    return Ending(Fence(step.id, "batcher", step.lease_token), step.run_id, "failed",
+                  error={"code": "X", "message": "boom"}, retryable=retryable, jitter=0.0)
+
+
+async def test_a_lost_fence_in_a_batch_affects_only_that_step(
+        conn: psycopg.Connection[Any], store: WorkerStore) -> None:
+    define(conn, "one", [{"key": "s", "capability": "test.echo@1"}])
+    runs = [start(conn, "one") for _ in range(3)]
+    leased = await _lease(store)
+    # Another owner took the middle run's step behind our back (as after a partition + reap).
+    conn.execute("UPDATE rara_steps SET leased_by = 'intruder' WHERE run_id = %s", (runs[1],))
+    answers = await store.end_many([_won(leased[(r, "s")], {"run": r}) for r in runs])
+    assert answers == ["succeeded", None, "succeeded"]
+    for run in (runs[0], runs[2]):
+        [step] = steps_of(conn, run)
+        assert (step["status"], step["result"]) == ("succeeded", {"run": run})
+        assert run_status(conn, run) == "succeeded"
+        assert [a["outcome"] for a in attempts_of(conn, run)] == ["succeeded"]
+    [taken] = steps_of(conn, runs[1])
+    assert (taken["status"], taken["leased_by"], taken["result"]) == ("running", "intruder", None)
+    assert [a["outcome"] for a in attempts_of(conn, runs[1])] == ["running"]
+    assert run_status(conn, runs[1]) == "running"
+
+
+async def test_siblings_in_one_batch_unblock_their_dependant_and_finish_the_run(
+        conn: psycopg.Connection[Any], store: WorkerStore) -> None:
+    define(conn, "fan", [{"key": "a", "capability": "test.echo@1"},
+                         {"key": "b", "capability": "test.echo@1"},
+                         {"key": "c", "capability": "test.echo@1", "dependsOn": ["a", "b"]}])
+    define(conn, "pair", [{"key": "a", "capability": "test.echo@1"},
+                          {"key": "b", "capability": "test.echo@1"}])
+    fan, pair = start(conn, "fan"), start(conn, "pair")
+    leased = await _lease(store)
+    assert set(leased) == {(fan, "a"), (fan, "b"), (pair, "a"), (pair, "b")}
+    assert await store.end_many([_won(s) for s in leased.values()]) == ["succeeded"] * 4
+    # Both dependencies of c finished in one statement: c counted down by two, now ready.
+    c = conn.execute("SELECT status::text, pending_deps FROM rara_steps WHERE run_id = %s "
+                     "AND key = 'c'", (fan,)).fetchone()
+    assert c == ("ready", 0)
+    assert run_status(conn, pair) == "succeeded"
+    assert run_status(conn, fan) == "running"
+    [(_, last)] = (await _lease(store)).items()
+    assert await store.end_many([_won(last)]) == ["succeeded"]
+    assert run_status(conn, fan) == "succeeded"
+    check_history(conn)
+
+
+async def test_failures_in_a_batch(conn: psycopg.Connection[Any], store: WorkerStore) -> None:
+    define(conn, "mixed", [{"key": "a", "capability": "test.echo@1", "retry": ONE_TRY},
+                           {"key": "b", "capability": "test.echo@1", "retry": ONE_TRY},
+                           {"key": "d", "capability": "test.echo@1", "dependsOn": ["b"]}])
+    define(conn, "flaky", [{"key": "s", "capability": "test.echo@1",
+                            "retry": {"maxAttempts": 3, "initialDelay": "1h",
+                                      "maxDelay": "1h"}}])
+    mixed, flaky = start(conn, "mixed"), start(conn, "flaky")
+    leased = await _lease(store)
+    batch = [_won(leased[(mixed, "a")]), _lost(leased[(mixed, "b")], retryable=False),
+             _lost(leased[(flaky, "s")], retryable=True)]
+    assert await store.end_many(batch) == ["succeeded", "failed", "ready"]
+    statuses = {s["key"]: s["status"] for s in steps_of(conn, mixed)}
+    assert statuses == {"a": "succeeded", "b": "failed", "d": "cancelled"}
+    assert run_status(conn, mixed) == "failed"
+    [retry] = steps_of(conn, flaky)
+    assert (retry["status"], retry["error"]["code"]) == ("ready", "X")
+    assert run_status(conn, flaky) == "running"
+    outcomes = {a["key"]: a["outcome"] for a in attempts_of(conn, mixed)}
+    assert outcomes == {"a": "succeeded", "b": "failed"}
+    check_history(conn)
+
+
+async def test_artifacts_in_a_batch_land_with_their_step(
+        conn: psycopg.Connection[Any], store: WorkerStore) -> None:
+    define(conn, "one", [{"key": "s", "capability": "test.echo@1"}])
+    runs = [start(conn, "one") for _ in range(2)]
+    leased = await _lease(store)
+    digest = "sha256:" + "ab" * 32
+    manifest = [{"name": "out.txt", "digest": digest, "size": 3, "media_type": "text/plain"}]
+    conn.execute("UPDATE rara_steps SET leased_by = 'intruder' WHERE run_id = %s", (runs[1],))
+    answers = await store.end_many([_won(leased[(r, "s")], artifacts=manifest) for r in runs])
+    assert answers == ["succeeded", None]
+    rows = conn.execute("SELECT s.run_id, a.name, a.attempt FROM rara_step_artifacts a "
+                        "JOIN rara_steps s ON s.id = a.step_id").fetchall()
+    assert rows == [(runs[0], "out.txt", 1)]  # the lost step recorded nothing
+
+
+async def test_sibling_batches_in_concurrent_transactions_end_the_run(
+        conn: psycopg.Connection[Any], database_url: str, store: WorkerStore) -> None:
+    """The race run_lock exists for: two batches each finishing one sibling, concurrently. Both
+    write their step first, then queue on the run's lock (held here); the second to get it
+    must see the first's commit, or the run stays running forever."""
+    define(conn, "pair", [{"key": "a", "capability": "test.echo@1"},
+                          {"key": "b", "capability": "test.echo@1"}])
+    run = start(conn, "pair")
+    leased = await _lease(store)
+    async with await psycopg.AsyncConnection.connect(database_url) as holder:
+        await holder.execute("SELECT id FROM rara_runs WHERE id = %s FOR NO KEY UPDATE", (run,))
+        first = asyncio.create_task(_end_alone(database_url, _won(leased[(run, "a")])))
+        second = asyncio.create_task(_end_alone(database_url, _won(leased[(run, "b")])))
+        await _until_waiting_on_locks(conn, 2)
+        await holder.commit()
+        assert await first == ["succeeded"]
+        assert await second == ["succeeded"]
+    assert run_status(conn, run) == "succeeded"
+
+
+async def _end_alone(url: str, ending: Ending) -> list[str | None]:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as c:
+        return await lifecycle.end_many(c, [ending])
+
+
+async def _until_waiting_on_locks(conn: psycopg.Connection[Any], n: int) -> None:
+    for _ in range(500):
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                           "current_database() AND wait_event_type = 'Lock'").fetchone()
+        if row and row[0] >= n:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the batches never queued on the run lock")
+
+
+async def test_batcher_groups_what_ends_together_and_splits_a_bad_batch() -> None:
+    seen: list[list[int]] = []
+
+    async def end_many(endings: Sequence[Ending]) -> list[str | None]:
+        ids = [e.fence.step_id for e in endings]
+        seen.append(ids)
+        await asyncio.sleep(0.01)  # a flush in flight: what ends meanwhile waits for the next
+        if 13 in ids:
+            raise ValueError("a row the database refuses")
+        return ["succeeded" if i % 2 else None for i in ids]
+
+    batcher = CompletionBatcher(end_many, max_batch=4)
+
+    def ending(i: int) -> Ending:
+        return Ending(Fence(i, "w", _TOKEN), 1, "succeeded")
+
+    answers = await asyncio.gather(*(batcher.submit(ending(i)) for i in range(1, 7)))
+    assert answers == ["succeeded", None, "succeeded", None, "succeeded", None]
+    assert seen == [[1, 2, 3, 4], [5, 6]]  # one flush at a time, size capped
+    seen.clear()
+    results = await asyncio.gather(*(batcher.submit(ending(i)) for i in (11, 12, 13)),
+                                   return_exceptions=True)
+    assert results[:2] == ["succeeded", None]  # the bad one fails alone
+    assert isinstance(results[2], ValueError)
+    assert seen == [[11, 12, 13], [11], [12], [13]]
+
+
+async def test_batcher_hands_transient_errors_to_every_attempt() -> None:
+    async def end_many(endings: Sequence[Ending]) -> list[str | None]:
+        raise psycopg.OperationalError("connection lost")
+
+    batcher = CompletionBatcher(end_many)
+    results = await asyncio.gather(*(batcher.submit(Ending(Fence(i, "w", _TOKEN), 1,
+                                                           "succeeded")) for i in range(3)),
+                                   return_exceptions=True)
+    assert all(isinstance(r, psycopg.OperationalError) for r in results)
+
+
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_worker_batches_completions_and_counts_them(conn: psycopg.Connection[Any],
+                                                    thread_worker: Any) -> None:
+    define(conn, "noop", [{"key": "s", "capability": "test.noop@1"}])
+    runs = [start(conn, "noop") for _ in range(60)]
+    cap = {"capability": "test.noop@1"}
+    before = (_sample("rara_leases_total", **cap),
+              _sample("rara_completions_total", **cap, outcome="succeeded"),
+              _sample("rara_step_duration_seconds_count", **cap))
+    worker = thread_worker(concurrency=60)
+    for run in runs:
+        wait_run(conn, run, status="succeeded")
+    assert worker.worker is not None
+    assert worker.worker.batcher.batches < len(runs)  # several ends per transaction
+    check_history(conn)
+    wait_for(lambda: not worker.worker.attempts, what="attempts to finish")
+    after = (_sample("rara_leases_total", **cap),
+             _sample("rara_completions_total", **cap, outcome="succeeded"),
+             _sample("rara_step_duration_seconds_count", **cap))
+    assert [a - b for a, b in zip(after, before, strict=True)] == [60, 60, 60]
+    assert _sample("rara_attempts_running") == 0
+
+

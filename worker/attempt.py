@@ -39,6 +39,9 @@ log = structlog.get_logger("rara.worker")
 
 _CANCEL_WAIT = 1.0  # how long a cancelled handler task may take to unwind before we move on
 
+# A step's JSON result lives in its row; anything bigger belongs in the artifact store.
+MAX_RESULT_BYTES = 1024 * 1024
+
 
 def _next_stop(state: AttemptState, cancel_at: float | None,
                now: float) -> tuple[str | None, float | None]:
@@ -180,9 +183,17 @@ async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: str
         outcome = task.result()
         if outcome.result is not None:
             try:
-                json.dumps(outcome.result, allow_nan=False)
+                encoded = json.dumps(outcome.result, allow_nan=False)
             except (TypeError, ValueError) as bad:
                 error = {**error_json(bad), "code": "RESULT_INVALID", "retryable": False}
+                status = await failed(error, False, "failed")
+                return f"failed:{status}" if status else "lease_lost"
+            if len(encoded) > MAX_RESULT_BYTES:
+                # Retrying would produce the same result: a terminal failure naming the limit.
+                error = {"code": "RESULT_TOO_LARGE", "retryable": False, "type": "ResultTooLarge",
+                         "message": f"result of step {state.step.key!r} is {len(encoded)} bytes "
+                                    f"of JSON; the limit is {MAX_RESULT_BYTES} — store large "
+                                    "outputs as artifacts (ctx.artifacts) and return their refs"}
                 status = await failed(error, False, "failed")
                 return f"failed:{status}" if status else "lease_lost"
         manifest = [{"name": a.name, "digest": a.ref.digest, "size": a.ref.size,

@@ -153,3 +153,11 @@ def produce(ctx: StepContext) -> StepOutcome:
 def consume(ctx: StepContext) -> Any:
     data = ctx.artifacts.get_bytes(ctx.inputs["corpus.txt"])
     return {"text": data.decode(), "inputs": sorted(ctx.inputs)}
+
+
+@registry.handler("test.big@1")
+def big(ctx: StepContext) -> StepOutcome:
+    """An artifact plus a result of ``bytes`` characters (to cross the result size limit)."""
+    ref = ctx.artifacts.put_bytes(b"partial output")
+    return StepOutcome(result={"blob": "x" * int(ctx.input["bytes"])},
+                       artifacts=[OutputArtifact("out.txt", ref, "text/plain")])

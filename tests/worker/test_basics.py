@@ -126,3 +126,25 @@ def test_parallel_steps_finishing_together_end_their_run(conn: psycopg.Connectio
     runs = [start(conn, "fan") for _ in range(40)]
     for run_id in runs:
         wait_run(conn, run_id, status="succeeded", timeout=30)
+
+
+def test_result_over_the_limit_fails_for_good_with_nothing_written(
+        conn: psycopg.Connection[Any], thread_worker: Any) -> None:
+    from rara.worker.attempt import MAX_RESULT_BYTES
+
+    define(conn, "big", [{"key": "b", "capability": "test.big@1"}])
+    thread_worker()
+    ok = start(conn, "big", {"bytes": 1000})
+    too_big = start(conn, "big", {"bytes": MAX_RESULT_BYTES + 1})
+    wait_run(conn, ok, status="succeeded")
+    wait_run(conn, too_big, status="failed")
+    [step] = steps_of(conn, too_big)
+    assert step["attempt"] == 1  # not retried
+    assert step["result"] is None
+    assert step["error"]["code"] == "RESULT_TOO_LARGE"
+    assert f"the limit is {MAX_RESULT_BYTES}" in step["error"]["message"]
+    manifests = conn.execute(
+        "SELECT r.id, count(a.name) FROM rara_runs r JOIN rara_steps s ON s.run_id = r.id "
+        "LEFT JOIN rara_step_artifacts a ON a.step_id = s.id GROUP BY r.id ORDER BY r.id"
+    ).fetchall()
+    assert manifests == [(ok, 1), (too_big, 0)]  # result and manifest together, or neither

@@ -16,6 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from rara import metrics
 from rara.operator.models import WorkerPoolSpec
 from rara.operator.runtime import connection, runtime_of
 from rara.operator.scaling import Decision, Policy, Window, decide
@@ -35,7 +36,10 @@ def scale_pool(
         _record(patch, status, lastDecision=f"invalid spec: {exc}"[:1000])
         return
     with connection(memo) as conn:
-        rows = sync_queries().backlog_by_capability(conn)
+        rows = list(sync_queries().backlog_by_capability(conn))
+    for cap, ready, running in rows:  # exported for dashboards and alerts (rara_backlog_steps)
+        metrics.BACKLOG.labels(cap, "ready").set(int(ready))
+        metrics.BACKLOG.labels(cap, "running").set(int(running))
     served = set(pool.capabilities)
     backlog = sum(int(ready) + int(running) for cap, ready, running in rows if cap in served)
 

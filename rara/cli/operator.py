@@ -39,6 +39,9 @@ def operator_command(
     liveness: Annotated[
         str | None, typer.Option(help="Serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz.")
     ] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option(help="Serve Prometheus /metrics (backlog per capability) here.")
+    ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v")] = False,
 ) -> None:
     """Turn WorkflowDefinitions into versions, start WorkflowRuns, scale WorkerPools."""
@@ -48,6 +51,10 @@ def operator_command(
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if metrics_port is not None:
+        from rara import metrics
+
+        metrics.serve(metrics_port)
     namespaces: tuple[str, ...] = ()
     if not all_namespaces:
         namespaces = tuple(namespace or ()) or _own_namespace()

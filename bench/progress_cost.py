@@ -28,8 +28,13 @@ async def event_throughput(url: str, events: int) -> float:
         noop_definition(conn, name="events", capability="bench.events@1")
         bulk_ready_steps(conn, 1000, capability="bench.events@1")
         leased = list(
-            sync_queries().step_lease(
-                conn, capabilities=["bench.events@1"], limit=1000, worker="bench", lease_seconds=600
+            sync_queries().step_lease_routed(
+                conn,
+                capabilities=["bench.events@1"],
+                executors=["inprocess"],
+                limit=1000,
+                worker="bench",
+                lease_seconds=600,
             )
         )
     q = async_queries()

@@ -143,48 +143,6 @@ SELECT pg_notify('rara_run', :payload);
 -- =============================================================================================
 -- Steps: the lease protocol
 
--- name: step_lease
--- Lease up to :limit ready steps of the capabilities this worker serves, in one statement.
-WITH candidates AS (
-    -- One index range scan per served capability (rara_steps_ready is ordered by capability
-    -- then lease order), SKIP LOCKED so concurrent workers never wait on each other, then the
-    -- global lease order across capabilities.
-    SELECT c.id
-    FROM unnest(CAST(:capabilities AS text[])) AS cap(name)
-    CROSS JOIN LATERAL (
-        SELECT id, priority, available_at FROM rara_steps
-        WHERE status = 'ready' AND capability = cap.name AND available_at <= now()
-        ORDER BY priority DESC, available_at, id
-        LIMIT :limit
-        FOR UPDATE SKIP LOCKED
-    ) AS c
-    ORDER BY c.priority DESC, c.available_at, c.id
-    LIMIT :limit
-), leased AS (
-    -- The attempt starts: a fresh token fences every later write of this attempt.
-    UPDATE rara_steps s SET
-        status = 'running', attempt = s.attempt + 1, leased_by = :worker,
-        lease_token = gen_random_uuid(),
-        lease_expires_at = now() + make_interval(secs => :lease_seconds),
-        heartbeat_at = now(), started_at = coalesce(s.started_at, now()),
-        cancel_requested = false
-    FROM candidates WHERE s.id = candidates.id
-    RETURNING s.id, s.run_id, s.key, s.capability, s.executor, s.payload, s.attempt,
-              s.max_attempts, s.lease_token, s.lease_expires_at, s.timeout_ms,
-              s.heartbeat_timeout_ms, s.depends_on
-), history AS (
-    -- Ownership history, read by the checker that proves no two owners overlapped.
-    INSERT INTO rara_attempts (step_id, attempt, run_id, worker, lease_token)
-    SELECT id, attempt, run_id, :worker, lease_token FROM leased
-), started_runs AS (
-    UPDATE rara_runs SET status = 'running', started_at = now()
-    WHERE id IN (SELECT run_id FROM leased) AND status = 'pending'
-)
-SELECT l.id, l.run_id, l.key, l.capability, l.executor, l.payload, l.attempt, l.max_attempts,
-       l.lease_token, l.lease_expires_at, l.timeout_ms, l.heartbeat_timeout_ms, l.depends_on,
-       r.input AS run_input
-FROM leased l JOIN rara_runs r ON r.id = l.run_id;
-
 -- name: step_heartbeat
 -- Extend every lease this worker still holds, in one statement; the answer carries the cancel
 -- requests. Attempts missing from the answer have lost their lease.
@@ -324,11 +282,6 @@ WITH released AS (
     FROM released r WHERE a.step_id = r.id AND a.attempt = r.attempt
 )
 SELECT id FROM released;
-
--- name: step_lease_alive$
--- Fenced check used before side effects that cannot be rolled back.
-SELECT EXISTS (SELECT 1 FROM rara_steps WHERE id = :step_id AND leased_by = :worker
-               AND lease_token = :token AND status = 'running');
 
 -- name: steps_reap
 -- Recover expired leases, in bounded batches, safely from every worker at once: SKIP LOCKED

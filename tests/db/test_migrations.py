@@ -63,7 +63,7 @@ def test_every_named_query_loads_for_both_drivers() -> None:
     names = set(sync_queries().available_queries)
     assert names == set(async_queries().available_queries)
     for expected in (
-        "step_lease",
+        "step_lease_routed",
         "step_heartbeat",
         "step_complete",
         "step_fail",

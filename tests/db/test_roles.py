@@ -40,8 +40,13 @@ def test_worker_role_leases_but_cannot_touch_definitions(
     start_run(conn, "r", queue_anyway=True)
     with login_as("rara_worker") as worker:
         rows = list(
-            sync_queries().step_lease(
-                worker, capabilities=["x@1"], limit=5, worker="w", lease_seconds=30
+            sync_queries().step_lease_routed(
+                worker,
+                capabilities=["x@1"],
+                executors=["inprocess"],
+                limit=5,
+                worker="w",
+                lease_seconds=30,
             )
         )
         assert len(rows) == 1
@@ -63,7 +68,12 @@ def test_operator_role_registers_but_cannot_lease(
         start_run(operator, "op", queue_anyway=True)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             list(
-                sync_queries().step_lease(
-                    operator, capabilities=["x@1"], limit=5, worker="w", lease_seconds=30
+                sync_queries().step_lease_routed(
+                    operator,
+                    capabilities=["x@1"],
+                    executors=["inprocess"],
+                    limit=5,
+                    worker="w",
+                    lease_seconds=30,
                 )
             )

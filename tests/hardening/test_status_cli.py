@@ -28,20 +28,31 @@ def test_status_shows_workers_backlog_and_failures(
 ) -> None:
     q = sync_queries()
     q.worker_register(conn, worker="gpu-worker-7", capabilities=["embed@1", "adapt.lora@1"])
-    apply(conn, "rag", [
-        {"key": "embed", "capability": "embed@1", "retry": {"maxAttempts": 1}},
-        {"key": "adapt", "capability": "adapt.lora@1", "dependsOn": ["embed"]},
-    ])
+    apply(
+        conn,
+        "rag",
+        [
+            {"key": "embed", "capability": "embed@1", "retry": {"maxAttempts": 1}},
+            {"key": "adapt", "capability": "adapt.lora@1", "dependsOn": ["embed"]},
+        ],
+    )
     failing = start_run(conn, "rag").run_id
     start_run(conn, "rag")
-    rows = list(q.step_lease(conn, capabilities=["embed@1"], limit=1, worker="gpu-worker-7",
-                             lease_seconds=60))
+    rows = list(
+        q.step_lease_routed(
+            conn,
+            capabilities=["embed@1"],
+            executors=["inprocess"],
+            limit=1,
+            worker="gpu-worker-7",
+            lease_seconds=60,
+        )
+    )
     assert [(r[1], r[2]) for r in rows] == [(failing, "embed")]
     fence = Fence(rows[0][0], "gpu-worker-7", UUID(str(rows[0][8])))
     assert asyncio.run(_fail(database_url, fence)) == "failed"
 
-    result = CliRunner(env={"DATABASE_URL": database_url, "COLUMNS": "200"}).invoke(
-        app, ["status"])
+    result = CliRunner(env={"DATABASE_URL": database_url, "COLUMNS": "200"}).invoke(app, ["status"])
     assert result.exit_code == 0, result.output
     rows_out = [_cells(line) for line in result.stdout.splitlines() if "│" in line]
     worker = next(r for r in rows_out if r[0] == "gpu-worker-7")
@@ -67,6 +78,7 @@ def test_status_on_an_empty_database(database_url: str) -> None:
 
 def test_status_refuses_a_negative_limit(database_url: str) -> None:
     result = CliRunner(env={"DATABASE_URL": database_url}).invoke(
-        app, ["status", "--failures", "-1"])
+        app, ["status", "--failures", "-1"]
+    )
     assert result.exit_code == 2
     assert "Traceback" not in result.output

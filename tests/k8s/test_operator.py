@@ -59,8 +59,12 @@ class Operator:
     """Start and stop the operator (kopf's KopfRunner in a thread) for one namespace."""
 
     def __init__(self, kube: KubeFixture, namespace: str, database_url: str) -> None:
-        self.config = OperatorConfig(database_url=database_url, namespaces=(namespace,),
-                                     run_sync_interval=0.3, scale_interval=0.3)
+        self.config = OperatorConfig(
+            database_url=database_url,
+            namespaces=(namespace,),
+            run_sync_interval=0.3,
+            scale_interval=0.3,
+        )
         self.namespace = namespace
         self._runner: KopfRunner | None = None
 
@@ -74,8 +78,9 @@ class Operator:
         # After rara's own startup handler: a test that stops the operator mid-start would
         # race kopf's cleanup against the startup thread and leak the database pool.
         kopf.on.startup(registry=registry)(signal_started)
-        self._runner = KopfRunner(["run", "--standalone", "--namespace", self.namespace],
-                                  registry=registry, timeout=30)
+        self._runner = KopfRunner(
+            ["run", "--standalone", "--namespace", self.namespace], registry=registry, timeout=30
+        )
         self._runner.__enter__()
         assert started.wait(DEADLINE), "operator did not start"
 
@@ -96,8 +101,13 @@ class Operator:
 
 
 @pytest.fixture
-def operator(kube_api: KubeFixture, rara_crds: None, namespace: str, database_url: str,
-             monkeypatch: pytest.MonkeyPatch) -> Iterator[Operator]:
+def operator(
+    kube_api: KubeFixture,
+    rara_crds: None,
+    namespace: str,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Operator]:
     monkeypatch.setenv("KUBECONFIG", str(kube_api.kubeconfig))  # kopf's own login reads it
     op = Operator(kube_api, namespace, database_url)
     op.start()
@@ -119,23 +129,30 @@ class Objects:
         self.namespace = namespace
 
     def create(self, plural: str, kind: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name},
-                "spec": spec}
-        return dict(self.api.create_namespaced_custom_object(
-            GROUP, VERSION, self.namespace, plural, body))
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": kind,
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+        return dict(
+            self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, body)
+        )
 
     def get(self, plural: str, name: str) -> dict[str, Any] | None:
         try:
-            return dict(self.api.get_namespaced_custom_object(
-                GROUP, VERSION, self.namespace, plural, name))
+            return dict(
+                self.api.get_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, name)
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return None
             raise
 
     def patch(self, plural: str, name: str, body: dict[str, Any]) -> None:
-        self.api.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, name,
-                                                body, _content_type=MERGE)
+        self.api.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, plural, name, body, _content_type=MERGE
+        )
 
     def delete(self, plural: str, name: str) -> None:
         self.api.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, plural, name)
@@ -154,23 +171,35 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
 
 
 def versions(db: psycopg.Connection[Any], name: str) -> list[tuple[int, str]]:
-    return [(r[0], r[1]) for r in db.execute(
-        "SELECT version, digest FROM rara_definition_versions WHERE name = %s ORDER BY version",
-        (name,))]
+    return [
+        (r[0], r[1])
+        for r in db.execute(
+            "SELECT version, digest FROM rara_definition_versions WHERE name = %s ORDER BY version",
+            (name,),
+        )
+    ]
 
 
-STEPS = [{"key": "collect", "capability": "demo.collect@1"},
-         {"key": "index", "capability": "demo.index@1", "dependsOn": ["collect"]}]
+STEPS = [
+    {"key": "collect", "capability": "demo.collect@1"},
+    {"key": "index", "capability": "demo.index@1", "dependsOn": ["collect"]},
+]
 WFD = ("workflowdefinitions", "WorkflowDefinition")
 
 
-def test_definition_lifecycle(operator: Operator, objects: Objects,
-                              db: psycopg.Connection[Any]) -> None:
+def test_definition_lifecycle(
+    operator: Operator, objects: Objects, db: psycopg.Connection[Any]
+) -> None:
     created = time.monotonic()
     objects.create(*WFD, "rag", {"steps": STEPS})
-    status = eventually(lambda: (s := objects.status("workflowdefinitions", "rag"))
-                        and condition(s, "Ready").get("status") == "True" and s,
-                        what="definition Ready")
+    status = eventually(
+        lambda: (
+            (s := objects.status("workflowdefinitions", "rag"))
+            and condition(s, "Ready").get("status") == "True"
+            and s
+        ),
+        what="definition Ready",
+    )
     ready_after = time.monotonic() - created
     measure(f"WorkflowDefinition create -> Ready: {ready_after:.3f}s")
     assert status["version"] == 1
@@ -180,26 +209,51 @@ def test_definition_lifecycle(operator: Operator, objects: Objects,
 
     # A change that is not to the spec (a label) reaches the handler and changes nothing.
     objects.patch("workflowdefinitions", "rag", {"metadata": {"labels": {"team": "search"}}})
-    eventually(lambda: (objects.get("workflowdefinitions", "rag") or {}).get("metadata", {})
-               .get("annotations", {}).get("operator.rara.dev/last-handled-configuration", "")
-               .count("search"), what="label change handled")
+    eventually(
+        lambda: (
+            (objects.get("workflowdefinitions", "rag") or {})
+            .get("metadata", {})
+            .get("annotations", {})
+            .get("operator.rara.dev/last-handled-configuration", "")
+            .count("search")
+        ),
+        what="label change handled",
+    )
     assert versions(db, "rag") == [(1, status["digest"])]
 
     # A changed spec is version 2.
-    objects.patch("workflowdefinitions", "rag",
-                  {"spec": {"steps": [*STEPS, {"key": "eval", "capability": "demo.eval@1",
-                                               "dependsOn": ["index"]}]}})
-    status = eventually(lambda: (s := objects.status("workflowdefinitions", "rag"))
-                        .get("observedGeneration") == 2 and s, what="generation 2 handled")
+    objects.patch(
+        "workflowdefinitions",
+        "rag",
+        {
+            "spec": {
+                "steps": [
+                    *STEPS,
+                    {"key": "eval", "capability": "demo.eval@1", "dependsOn": ["index"]},
+                ]
+            }
+        },
+    )
+    status = eventually(
+        lambda: (
+            (s := objects.status("workflowdefinitions", "rag")).get("observedGeneration") == 2 and s
+        ),
+        what="generation 2 handled",
+    )
     assert status["version"] == 2
     assert [v for v, _ in versions(db, "rag")] == [1, 2]
 
     # Invalid (only the model can tell): Invalid names step and field; nothing written.
-    bad = [{"key": "a", "capability": "demo.a@1",
-            "retry": {"initialDelay": "1m", "maxDelay": "1s"}}]
+    bad = [
+        {"key": "a", "capability": "demo.a@1", "retry": {"initialDelay": "1m", "maxDelay": "1s"}}
+    ]
     objects.patch("workflowdefinitions", "rag", {"spec": {"steps": bad}})
-    status = eventually(lambda: (s := objects.status("workflowdefinitions", "rag"))
-                        .get("observedGeneration") == 3 and s, what="invalid spec handled")
+    status = eventually(
+        lambda: (
+            (s := objects.status("workflowdefinitions", "rag")).get("observedGeneration") == 3 and s
+        ),
+        what="invalid spec handled",
+    )
     invalid = condition(status, "Invalid")
     assert invalid["status"] == "True"
     assert "spec.steps[0] (step 'a').retry" in invalid["message"]
@@ -209,22 +263,27 @@ def test_definition_lifecycle(operator: Operator, objects: Objects,
 
     # Delete: the name is retired, its versions stay.
     objects.delete("workflowdefinitions", "rag")
-    eventually(lambda: objects.get("workflowdefinitions", "rag") is None,
-               what="definition deleted (finalizer released)")
+    eventually(
+        lambda: objects.get("workflowdefinitions", "rag") is None,
+        what="definition deleted (finalizer released)",
+    )
     retired = db.execute("SELECT retired_at FROM rara_definitions WHERE name = 'rag'").fetchone()
     assert retired is not None
     assert retired[0] is not None
     assert [v for v, _ in versions(db, "rag")] == [1, 2]
 
 
-def test_same_spec_again_is_the_same_version(operator: Operator, objects: Objects,
-                                             db: psycopg.Connection[Any]) -> None:
+def test_same_spec_again_is_the_same_version(
+    operator: Operator, objects: Objects, db: psycopg.Connection[Any]
+) -> None:
     """A definition already registered (by `rara definitions apply`) is found, not re-added;
     and a restarted operator resuming it writes nothing."""
     applied = apply(db, "pre", STEPS)
     objects.create(*WFD, "pre", {"steps": STEPS})
-    status = eventually(lambda: (s := objects.status("workflowdefinitions", "pre"))
-                        .get("version") and s, what="definition handled")
+    status = eventually(
+        lambda: (s := objects.status("workflowdefinitions", "pre")).get("version") and s,
+        what="definition handled",
+    )
     assert (status["version"], status["digest"]) == (applied.version, applied.digest)
     operator.stop()
     operator.start()  # on.resume runs the handler again for the same generation
@@ -237,52 +296,80 @@ def runs_count(db: psycopg.Connection[Any]) -> int:
     return int(row[0])
 
 
-def test_workflow_run_is_started_once_and_mirrored(operator: Operator, objects: Objects,
-                                                   db: psycopg.Connection[Any]) -> None:
+def test_workflow_run_is_started_once_and_mirrored(
+    operator: Operator, objects: Objects, db: psycopg.Connection[Any]
+) -> None:
     apply(db, "rag", STEPS)
-    body = objects.create("workflowruns", "WorkflowRun", "nightly",
-                          {"definition": "rag", "input": {"corpus": "wiki"}})
-    status = eventually(lambda: (s := objects.status("workflowruns", "nightly"))
-                        .get("runId") and s, what="run started")
+    body = objects.create(
+        "workflowruns", "WorkflowRun", "nightly", {"definition": "rag", "input": {"corpus": "wiki"}}
+    )
+    status = eventually(
+        lambda: (s := objects.status("workflowruns", "nightly")).get("runId") and s,
+        what="run started",
+    )
     assert status["phase"] == "Pending"
     assert status["progress"] == "0/2"
     assert condition(status, "Accepted")["status"] == "True"
     run_id = status["runId"]
-    key = db.execute("SELECT idempotency_key, input FROM rara_runs WHERE id = %s",
-                     (run_id,)).fetchone()
+    key = db.execute(
+        "SELECT idempotency_key, input FROM rara_runs WHERE id = %s", (run_id,)
+    ).fetchone()
     assert key == (f"k8s:{body['metadata']['uid']}", {"corpus": "wiki"})
 
     # A worker leases and finishes the first step: the status follows.
     q = sync_queries()
-    (leased,) = list(q.step_lease(db, capabilities=["demo.collect@1"], worker="w1", limit=1,
-                                  lease_seconds=60))
-    eventually(lambda: objects.status("workflowruns", "nightly").get("phase") == "Running",
-               what="phase Running")
+    (leased,) = list(
+        q.step_lease_routed(
+            db,
+            capabilities=["demo.collect@1"],
+            executors=["inprocess"],
+            worker="w1",
+            limit=1,
+            lease_seconds=60,
+        )
+    )
+    eventually(
+        lambda: objects.status("workflowruns", "nightly").get("phase") == "Running",
+        what="phase Running",
+    )
     with db.transaction():
         q.step_complete(db, step_id=leased[0], worker="w1", token=leased[8], result=Jsonb({}))
         q.run_refresh(db, run_id=run_id)
-    eventually(lambda: objects.status("workflowruns", "nightly").get("progress") == "1/2",
-               what="progress 1/2")
+    eventually(
+        lambda: objects.status("workflowruns", "nightly").get("progress") == "1/2",
+        what="progress 1/2",
+    )
 
     # Restart: the resumed handler finds the run by the uid; still one run.
     operator.stop()
     operator.start()
     cancel_run(db, run_id)
-    status = eventually(lambda: (s := objects.status("workflowruns", "nightly"))
-                        .get("phase") == "Cancelled" and s, what="phase Cancelled")
+    status = eventually(
+        lambda: (s := objects.status("workflowruns", "nightly")).get("phase") == "Cancelled" and s,
+        what="phase Cancelled",
+    )
     assert status["finishedAt"]
     assert runs_count(db) == 1
 
 
-def test_run_waits_for_its_definition(operator: Operator, objects: Objects,
-                                      db: psycopg.Connection[Any]) -> None:
+def test_run_waits_for_its_definition(
+    operator: Operator, objects: Objects, db: psycopg.Connection[Any]
+) -> None:
     objects.create("workflowruns", "WorkflowRun", "early", {"definition": "later"})
-    eventually(lambda: condition(objects.status("workflowruns", "early"), "Accepted")
-               .get("reason") == "DefinitionNotFound", what="DefinitionNotFound reported")
+    eventually(
+        lambda: (
+            condition(objects.status("workflowruns", "early"), "Accepted").get("reason")
+            == "DefinitionNotFound"
+        ),
+        what="DefinitionNotFound reported",
+    )
     assert runs_count(db) == 0
     objects.create(*WFD, "later", {"steps": STEPS})
-    eventually(lambda: objects.status("workflowruns", "early").get("runId"),
-               timeout=60, what="run started once the definition exists")
+    eventually(
+        lambda: objects.status("workflowruns", "early").get("runId"),
+        timeout=60,
+        what="run started once the definition exists",
+    )
     assert runs_count(db) == 1
 
 
@@ -291,26 +378,46 @@ def deployment(name: str, replicas: int) -> client.V1Deployment:
     return client.V1Deployment(
         metadata=client.V1ObjectMeta(name=name),
         spec=client.V1DeploymentSpec(
-            replicas=replicas, selector=client.V1LabelSelector(match_labels=labels),
+            replicas=replicas,
+            selector=client.V1LabelSelector(match_labels=labels),
             template=client.V1PodTemplateSpec(
                 metadata=client.V1ObjectMeta(labels=labels),
-                spec=client.V1PodSpec(containers=[client.V1Container(name="w", image="w")]))))
+                spec=client.V1PodSpec(containers=[client.V1Container(name="w", image="w")]),
+            ),
+        ),
+    )
 
 
-def test_pool_scales_with_backlog(operator: Operator, objects: Objects, kube_api: KubeFixture,
-                                  namespace: str, db: psycopg.Connection[Any]) -> None:
+def test_pool_scales_with_backlog(
+    operator: Operator,
+    objects: Objects,
+    kube_api: KubeFixture,
+    namespace: str,
+    db: psycopg.Connection[Any],
+) -> None:
     apps = client.AppsV1Api(kube_api.api_client)
     apps.create_namespaced_deployment(namespace, deployment("workers", 0))
     cooldown = 2
-    objects.create("workerpools", "WorkerPool", "workers", {
-        "deploymentName": "workers", "capabilities": ["demo.fan@1"], "minReplicas": 0,
-        "maxReplicas": 4, "targetBacklogPerReplica": 2, "cooldownSeconds": cooldown})
+    objects.create(
+        "workerpools",
+        "WorkerPool",
+        "workers",
+        {
+            "deploymentName": "workers",
+            "capabilities": ["demo.fan@1"],
+            "minReplicas": 0,
+            "maxReplicas": 4,
+            "targetBacklogPerReplica": 2,
+            "cooldownSeconds": cooldown,
+        },
+    )
 
     def replicas() -> int:
         return int(apps.read_namespaced_deployment_scale("workers", namespace).spec.replicas or 0)
 
-    eventually(lambda: objects.status("workerpools", "workers").get("lastDecision"),
-               what="first decision")
+    eventually(
+        lambda: objects.status("workerpools", "workers").get("lastDecision"), what="first decision"
+    )
     assert replicas() == 0
 
     fan = [{"key": f"s{i}", "capability": "demo.fan@1"} for i in range(3)]
@@ -320,8 +427,10 @@ def test_pool_scales_with_backlog(operator: Operator, objects: Objects, kube_api
     eventually(lambda: replicas() == 3, what="scale up to ceil(6/2) = 3")
     measure(f"backlog 6 -> 3 replicas after {time.monotonic() - t_backlog:.2f}s")
     # The status patch follows the scale patch (kopf applies it after the handler returns).
-    status = eventually(lambda: (s := objects.status("workerpools", "workers"))
-                        .get("replicas") == 3 and s, what="scale-up recorded")
+    status = eventually(
+        lambda: (s := objects.status("workerpools", "workers")).get("replicas") == 3 and s,
+        what="scale-up recorded",
+    )
     assert (status["backlog"], status["desiredReplicas"]) == (6, 3)
     assert status["lastScaleTime"]
     measure(f"scale-up decision: {status['lastDecision']}")
@@ -330,8 +439,10 @@ def test_pool_scales_with_backlog(operator: Operator, objects: Objects, kube_api
     for run_id in runs:
         cancel_run(db, run_id)
     t_idle = time.monotonic()
-    held = eventually(lambda: (s := objects.status("workerpools", "workers"))
-                      .get("scaleDownSince") and s, what="cooldown window opened")
+    held = eventually(
+        lambda: (s := objects.status("workerpools", "workers")).get("scaleDownSince") and s,
+        what="cooldown window opened",
+    )
     assert held["replicas"] == 3
     assert "cooldown" in held["lastDecision"]
     measure(f"idle decision: {held['lastDecision']}")
@@ -339,15 +450,23 @@ def test_pool_scales_with_backlog(operator: Operator, objects: Objects, kube_api
     waited = time.monotonic() - t_idle
     measure(f"backlog 0 -> 0 replicas after {waited:.2f}s (cooldown {cooldown}s)")
     assert waited >= cooldown
-    final = eventually(lambda: (s := objects.status("workerpools", "workers"))
-                       .get("replicas") == 0 and s, what="scale-down recorded")
+    final = eventually(
+        lambda: (s := objects.status("workerpools", "workers")).get("replicas") == 0 and s,
+        what="scale-down recorded",
+    )
     assert final["desiredReplicas"] == 0
     assert final.get("scaleDownSince") is None
     measure(f"scale-down decision: {final['lastDecision']}")
 
 
 def test_pool_without_deployment_says_so(operator: Operator, objects: Objects) -> None:
-    objects.create("workerpools", "WorkerPool", "ghost",
-                   {"deploymentName": "missing", "capabilities": ["demo.x@1"]})
-    eventually(lambda: "not found" in objects.status("workerpools", "ghost")
-               .get("lastDecision", ""), what="missing Deployment reported")
+    objects.create(
+        "workerpools",
+        "WorkerPool",
+        "ghost",
+        {"deploymentName": "missing", "capabilities": ["demo.x@1"]},
+    )
+    eventually(
+        lambda: "not found" in objects.status("workerpools", "ghost").get("lastDecision", ""),
+        what="missing Deployment reported",
+    )

@@ -60,6 +60,8 @@ def db_effects(conn: psycopg.Connection[Any]) -> dict[str, list[Effect]]:
 def file_effects(directory: Path) -> dict[str, list[Effect]]:
     found: dict[str, list[Effect]] = defaultdict(list)
     for name in os.listdir(directory):
+        if name.startswith(".tmp-"):  # plugins.TMP_PREFIX: an effect that never happened
+            continue
         key, _, attempt = name.rpartition(".")
         stamp = float((directory / name).read_text().split()[1])
         found[key].append(Effect(key, int(attempt), None, datetime.fromtimestamp(stamp, UTC)))

@@ -23,6 +23,8 @@ from rara.context import OutputArtifact, StepContext, StepOutcome
 from rara.executor.errors import JobError
 from rara.executor.plugins import PluginRegistry
 
+TMP_PREFIX = ".tmp-"  # never an effect: a write the executor was killed in the middle of
+
 
 def _ledger() -> Path:
     return Path(os.environ["RARA_CHAOS_FILE_LEDGER"])
@@ -37,10 +39,15 @@ def record_effect(ctx: StepContext) -> bool:
         raise JobError("stopped before the effect", retryable=True)
     if effect_files(ctx.idempotency_key):
         return False  # an earlier attempt did it
+    # The effect appears whole or not at all, even under SIGKILL: write a temporary file, then
+    # link it to its name (link refuses an existing name, like O_EXCL) and drop the temporary.
     path = _ledger() / f"{ctx.idempotency_key}.{ctx.attempt}"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    with os.fdopen(fd, "w") as out:
-        out.write(f"{os.getpid()} {time.time():.6f}\n")
+    tmp = _ledger() / f"{TMP_PREFIX}{os.getpid()}.{time.monotonic_ns()}"
+    tmp.write_text(f"{os.getpid()} {time.time():.6f}\n")
+    try:
+        os.link(tmp, path)
+    finally:
+        tmp.unlink()
     return True
 
 

@@ -57,7 +57,7 @@ async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[str | Non
     Per ending, in order: ``'succeeded'``, ``'ready'`` (retry after backoff), ``'failed'``,
     ``'cancelled'``, or ``None`` when its fence matched nothing (lease lost: nothing was written
     for that step). Successes are one statement; failures and cancels (rare) one each; then the
-    runs are locked in id order (always the last locks taken, see run_lock) and aggregated by
+    runs are locked in id order (always the last locks taken, see runs_lock) and aggregated by
     one statement whose snapshot follows the locks. Errors roll the whole batch back.
     """
     if not endings:
@@ -81,8 +81,7 @@ async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[str | Non
         # the whole transaction goes in one round trip (pipeline mode).
         async with conn.pipeline(), conn.transaction():
             cur = await conn.execute(q.steps_complete_many.sql, complete)
-            await conn.execute(q.runs_lock.sql, {"run_ids": run_ids})
-            await conn.execute(q.runs_refresh.sql, {"run_ids": run_ids})
+            await _aggregate(conn, run_ids)
         done = {row[0] for row in await cur.fetchall()}
         return ["succeeded" if e.fence.step_id in done else None for e in endings]
     async with conn.transaction():
@@ -107,8 +106,7 @@ async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[str | Non
                 if status == "failed":
                     await fetch_all(q.steps_cancel_dependants(conn, run_id=run_id, key=key))
                 answers[i] = str(status)
-        await conn.execute(q.runs_lock.sql, {"run_ids": run_ids})
-        await conn.execute(q.runs_refresh.sql, {"run_ids": run_ids})
+        await _aggregate(conn, run_ids)
     return answers
 
 
@@ -194,7 +192,7 @@ async def reap(conn: AsyncConn, worker: str, *, limit: int, jitter: float) -> li
     q = async_queries()
     async with conn.transaction():
         rows = await fetch_all(q.steps_reap(conn, worker=worker, limit=limit, jitter=jitter))
-        # Runs in id order: two reapers locking the same runs (run_lock) never wait in a cycle.
+        # Runs in id order: two reapers locking the same runs (runs_lock) never wait in a cycle.
         for _, run_id, key, status in sorted(rows, key=lambda r: r[1]):
             if status == "failed":
                 await _step_failed_for_good(conn, run_id, key)
@@ -208,8 +206,12 @@ async def _step_failed_for_good(conn: AsyncConn, run_id: int, key: str) -> None:
 
 
 async def _refresh_run(conn: AsyncConn, run_id: int) -> None:
-    """Aggregate the run after a step change, serialised per run (see run_lock in the SQL):
+    await _aggregate(conn, [run_id])
+
+
+async def _aggregate(conn: AsyncConn, run_ids: list[int]) -> None:
+    """Aggregate runs after step changes, serialised per run (see runs_lock in the SQL):
     without the lock, siblings finishing together each miss the other and the run never ends."""
     q = async_queries()
-    await q.run_lock(conn, run_id=run_id)
-    await q.run_refresh(conn, run_id=run_id)
+    await conn.execute(q.runs_lock.sql, {"run_ids": run_ids})
+    await conn.execute(q.runs_refresh.sql, {"run_ids": run_ids})

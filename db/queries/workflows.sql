@@ -110,33 +110,6 @@ WITH flagged AS (
 )
 SELECT id, pg_notify('rara_cancel', id::text) FROM flagged;
 
--- name: run_refresh$
--- Parent aggregation, the one rule: a run ends when all its steps are terminal — failed if any
--- step failed, else cancelled if cancel was asked or a step was cancelled, else succeeded.
-WITH agg AS (
-    SELECT bool_and(status IN ('succeeded', 'failed', 'cancelled')) AS all_terminal,
-           bool_or(status = 'failed') AS any_failed,
-           bool_or(status = 'cancelled') AS any_cancelled,
-           bool_or(attempt > 0) AS any_started
-    FROM rara_steps WHERE run_id = :run_id
-), next AS (
-    SELECT CASE
-        WHEN NOT agg.all_terminal THEN
-            CASE WHEN agg.any_started THEN 'running' ELSE r.status END
-        WHEN agg.any_failed THEN 'failed'
-        WHEN r.cancel_requested OR agg.any_cancelled THEN 'cancelled'
-        ELSE 'succeeded' END::rara_run_status AS status
-    FROM rara_runs r, agg WHERE r.id = :run_id
-)
-UPDATE rara_runs r SET
-    status = next.status,
-    started_at = CASE WHEN next.status <> 'cancelled' OR r.started_at IS NOT NULL
-                      THEN coalesce(r.started_at, now()) END,
-    finished_at = CASE WHEN next.status IN ('succeeded', 'failed', 'cancelled') THEN now() END
-FROM next
-WHERE r.id = :run_id AND r.status IN ('pending', 'running') AND r.status <> next.status
-RETURNING r.status::text;
-
 -- name: run_notify!
 SELECT pg_notify('rara_run', :payload);
 
@@ -586,25 +559,20 @@ JOIN rara_step_artifacts a ON a.step_id = s.id AND a.attempt = s.attempt
 WHERE s.run_id = :run_id AND s.status = 'succeeded'
 ORDER BY s.id, a.name;
 
--- name: run_lock$
--- Serialises the aggregation of one run. Taken just before run_refresh in the transaction of
--- a step change: under READ COMMITTED, run_refresh's snapshot is taken when its statement
--- starts, so two sibling steps finishing in concurrent transactions would each miss the
--- other's commit and leave the run `running` forever. With the lock, the second waits for the
--- first's commit and its refresh then sees both. Always the last lock a transaction takes
--- (after its step rows), so it cannot take part in a lock cycle.
-SELECT id FROM rara_runs WHERE id = :run_id FOR NO KEY UPDATE;
-
 -- name: runs_lock
--- run_lock for the runs of a batch of step changes, in id order (so two batches, or a batch
--- and a reaper, never wait on each other in a cycle). Taken after every step row of the
--- transaction, like run_lock, and followed by runs_refresh in a later statement, whose snapshot
--- then sees the commits of sibling steps that held these locks before us.
+-- Serialises the aggregation of runs. Taken just before runs_refresh in the transaction of step
+-- changes: under READ COMMITTED, runs_refresh's snapshot is taken when its statement starts, so
+-- two sibling steps finishing in concurrent transactions would each miss the other's commit and
+-- leave the run `running` forever. With the lock the second waits for the first's commit, and
+-- its refresh (a later statement, a later snapshot) sees both. In id order and always the last
+-- locks a transaction takes (after its step rows), so they cannot take part in a lock cycle.
 SELECT id FROM rara_runs WHERE id = ANY (CAST(:run_ids AS bigint[])) ORDER BY id
 FOR NO KEY UPDATE;
 
 -- name: runs_refresh
--- run_refresh for many runs in one statement (the same rule, per run). A run whose steps did
+-- Parent aggregation, the one rule, for the given runs: a run ends when all its steps are
+-- terminal — failed if any step failed, else cancelled if cancel was asked or a step was
+-- cancelled, else succeeded; a run with a started step is running. A run whose aggregate did
 -- not change is left as it is.
 WITH agg AS (
     SELECT run_id,
@@ -635,5 +603,5 @@ RETURNING r.id, r.status::text;
 
 -- name: run_steps_lock!
 -- Cancel takes the run's step rows first, in id order, then the run row: the order a step
--- outcome takes them (its step, then run_lock), so the two cannot wait on each other in a cycle.
+-- outcome takes them (its step, then runs_lock), so the two cannot wait on each other in a cycle.
 SELECT id FROM rara_steps WHERE run_id = :run_id ORDER BY id FOR UPDATE;

@@ -69,7 +69,7 @@ def test_every_named_query_loads_for_both_drivers() -> None:
         "step_fail",
         "steps_reap",
         "step_release",
-        "run_refresh",
+        "runs_refresh",
         "run_insert",
         "definition_version_insert",
     ):

@@ -334,7 +334,7 @@ def test_workflow_run_is_started_once_and_mirrored(
     )
     with db.transaction():
         q.step_complete(db, step_id=leased[0], worker="w1", token=leased[8], result=Jsonb({}))
-        q.run_refresh(db, run_id=run_id)
+        list(q.runs_refresh(db, run_ids=[run_id]))
     eventually(
         lambda: objects.status("workflowruns", "nightly").get("progress") == "1/2",
         what="progress 1/2",

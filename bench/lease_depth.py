@@ -19,7 +19,8 @@ from rara.pg.queries import sync_queries
 # The worker's lease statement (routed by capability and executor kind, with the checkpoint and
 # inputs folded in).
 PARAMS = {"capabilities": ["bench.noop@1"], "executors": ["inprocess"], "limit": 10,
-          "worker": "bench", "lease_seconds": 30}
+          "worker": "bench", "lease_seconds": 30,
+          "after_ranks": None, "after_ats": None, "after_ids": None}  # from the start
 
 
 def measure(conn: psycopg.Connection[Any], samples: int) -> dict[str, float]:

@@ -33,6 +33,7 @@ async def event_throughput(url: str, events: int) -> float:
                 capabilities=["bench.events@1"],
                 executors=["inprocess"],
                 limit=1000,
+                after_ranks=None, after_ats=None, after_ids=None,  # from the start
                 worker="bench",
                 lease_seconds=600,
             )

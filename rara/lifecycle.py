@@ -12,6 +12,7 @@ and the runs touched are aggregated once, in run id order, after every step row 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -70,12 +71,7 @@ async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[str | Non
     wins = [i for i, e in enumerate(endings) if e.kind == "succeeded"]
     rest = [i for i, e in enumerate(endings) if e.kind != "succeeded"]
     run_ids = sorted({e.run_id for e in endings})
-    complete = {
-        "worker": worker,
-        "step_ids": [endings[i].fence.step_id for i in wins],
-        "tokens": [endings[i].fence.token for i in wins],
-        "results": [Jsonb(endings[i].result) for i in wins],
-        "manifests": [Jsonb(list(endings[i].artifacts)) for i in wins]}
+    complete = {"worker": worker, "endings": _successes_json([endings[i] for i in wins])}
     if not rest:
         # Only successes (the common case): nothing depends on an answer before the commit, so
         # the whole transaction goes in one round trip (pipeline mode).
@@ -108,6 +104,15 @@ async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[str | Non
                 answers[i] = str(status)
         await _aggregate(conn, run_ids)
     return answers
+
+
+def _successes_json(wins: Sequence[Ending]) -> str:
+    """The batch for steps_complete_many as one JSON array: one C-encoded ``json.dumps`` for
+    the whole batch (per-element dumping of typed arrays was a measured hot spot)."""
+    return json.dumps([
+        {"id": e.fence.step_id, "token": str(e.fence.token), "result": e.result,
+         **({"manifest": list(e.artifacts)} if e.artifacts else {})}
+        for e in wins], allow_nan=False, separators=(",", ":"))
 
 
 async def complete(

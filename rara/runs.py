@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import json
+import threading
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg.types.json import Jsonb
 
+from rara.definitions.model import WorkflowSpec
 from rara.definitions.parse import spec_from_object
-from rara.errors import CapabilityUnavailable, InputInvalid, NotFound
+from rara.errors import CapabilityUnavailable, InputInvalid, NotFound, RaraError
 from rara.pg.queries import sync_queries
 from rara.secrets import refuse_credentials
 
 MAX_INPUT_BYTES = 256 * 1024
 LIVE_WORKER_SECONDS = 30.0
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
 
 @dataclass(frozen=True)
@@ -47,56 +54,130 @@ def start_run(
     idempotency_key: str | None = None,
     queue_anyway: bool = False,
 ) -> StartedRun:
-    """Create a run and its steps in one transaction; the same idempotency key → the same run."""
-    q = sync_queries()
+    """Create a run and its steps atomically; the same idempotency key → the same run.
+    One statement (one round trip) when this process has seen the definition's spec before."""
     run_input = validate_input({} if input is None else input)
     if idempotency_key is not None and not (0 < len(idempotency_key) <= 200):
         raise InputInvalid("idempotency key must be 1..200 characters")
-    with conn.transaction():
-        row = q.definition_version_get(conn, name=definition, version=version)
+    with _atomic(conn):
+        return _start(conn, definition, version, run_input, idempotency_key, queue_anyway)
+
+
+def _atomic(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:
+    """In autocommit mode run_start is its own transaction (a cache miss inserts nothing, so
+    its retry needs none either), and inside the caller's transaction it is part of it: no
+    BEGIN/COMMIT round trips. An idle non-autocommit connection commits on return, as before."""
+    if conn.autocommit or conn.info.transaction_status != TransactionStatus.IDLE:
+        return nullcontext()
+    return conn.transaction()
+
+
+def _start(
+    conn: psycopg.Connection[Any],
+    definition: str,
+    version: int | None,
+    run_input: dict[str, Any],
+    idempotency_key: str | None,
+    queue_anyway: bool,
+) -> StartedRun:
+    q = sync_queries()
+    digest = _DIGEST_HINTS.get((definition, version))
+    steps = _STEP_ROWS.get(digest) if digest is not None else None
+    for _ in range(2):
+        row = q.run_start(
+            conn,
+            name=definition,
+            version=version,
+            digest=digest if steps is not None else None,
+            steps=None if steps is None else Jsonb(steps),
+            input=Jsonb(run_input),
+            idempotency_key=idempotency_key,
+            check_capabilities=not queue_anyway,
+            alive_seconds=LIVE_WORKER_SECONDS,
+        )
         if row is None:
             what = f"{definition} version {version}" if version else definition
             raise NotFound(f"no workflow definition {what}")
-        version_id, spec_json, retired_at = row[0], row[4], row[6]
+        _version_id, digest, retired_at, spec_json, missing, run_id = row
         if retired_at is not None and version is None:
             raise NotFound(f"workflow definition {definition} is retired")
-        spec = spec_from_object(spec_json)
-        if not queue_anyway:
-            served = {r[0] for r in q.capabilities_served(conn, alive_seconds=LIVE_WORKER_SECONDS)}
-            missing = {s.capability for s in spec.steps} - served
-            if missing:
-                raise CapabilityUnavailable(missing)
-        inserted = q.run_insert(
-            conn,
-            definition_version_id=version_id,
-            input=Jsonb(run_input),
-            idempotency_key=idempotency_key,
-        )
-        if inserted is None:
-            return StartedRun(q.run_by_key(conn, idempotency_key=idempotency_key), created=False)
-        run_id = inserted[0]
-        steps = [
-            {
-                "key": s.key,
-                "depends_on": s.depends_on,
-                "capability": s.capability,
-                "executor": s.executor,
-                "priority": s.priority,
-                "payload": {
-                    "input": s.input,
-                    "secrets": {k: v.model_dump() for k, v in s.secrets.items()},
-                },
-                "max_attempts": s.retry.max_attempts,
-                "retry_initial_ms": s.retry.initial_delay,
-                "retry_max_ms": s.retry.max_delay,
-                "retry_coefficient": s.retry.backoff_coefficient,
-                "timeout_ms": s.timeout,
-                "heartbeat_timeout_ms": s.heartbeat_timeout,
-            }
-            for s in spec.steps
-        ]
-        q.steps_insert(conn, run_id=run_id, steps=Jsonb(steps))
+        if spec_json is None:  # our digest matched: the statement did (or refused) the start
+            return _started(conn, run_id, missing, idempotency_key)
+        # Unknown or stale digest: nothing was inserted; build the steps and go again.
+        steps = _remember(definition, version, digest, spec_json)
+    # Only a version applied between our two calls (latest wanted) gets here.
+    raise RaraError(f"workflow definition {definition} changed while starting a run; try again")
+
+
+def _started(
+    conn: psycopg.Connection[Any],
+    run_id: int | None,
+    missing: list[str] | None,
+    idempotency_key: str | None,
+) -> StartedRun:
+    if missing:  # only checked (and only refused) without queue_anyway
+        raise CapabilityUnavailable(missing)
+    if run_id is not None:
         return StartedRun(run_id, created=True)
+    if idempotency_key is None:
+        raise AssertionError("run_start inserted no run and reported no reason")
+    # The key exists: read its run in a new statement. run_start's own snapshot predates a
+    # concurrent winner's commit (ON CONFLICT waited for it but cannot return its row).
+    existing = sync_queries().run_by_key(conn, idempotency_key=idempotency_key)
+    return StartedRun(existing, created=False)
+
+
+# Step rows by spec digest, and the digest last seen per (name, version). The digest hashes
+# the spec's content, so a cached entry is right for any database this process talks to (tests
+# clone databases whose version ids repeat with other specs); a stale hint costs one call more.
+_STEP_ROWS: dict[str, list[dict[str, Any]]] = {}
+_DIGEST_HINTS: dict[tuple[str, int | None], str] = {}
+_CACHE_LIMIT = 512  # entries per map; the oldest goes first (a process sees few definitions)
+_CACHE_LOCK = threading.Lock()  # writers only: dict reads are atomic
+
+
+def _remember(
+    definition: str, version: int | None, digest: str, spec_json: Any
+) -> list[dict[str, Any]]:
+    """The step rows of the spec with this digest (parsed unless cached: only the hint was
+    stale), cached with the hint for the next start of (definition, version)."""
+    steps = _STEP_ROWS.get(digest)
+    if steps is None:
+        steps = _step_rows(spec_from_object(spec_json))
+    with _CACHE_LOCK:
+        _put(_STEP_ROWS, digest, steps)
+        _put(_DIGEST_HINTS, (definition, version), digest)
+    return steps
+
+
+def _put(cache: dict[_K, _V], key: _K, value: _V) -> None:
+    if key not in cache and len(cache) >= _CACHE_LIMIT:
+        del cache[next(iter(cache))]
+    cache[key] = value
+
+
+def _step_rows(spec: WorkflowSpec) -> list[dict[str, Any]]:
+    """One element per step, in the columns run_start reads with jsonb_to_recordset."""
+    return [
+        {
+            "key": s.key,
+            "depends_on": s.depends_on,
+            "capability": s.capability,
+            "executor": s.executor,
+            "priority": s.priority,
+            "payload": {
+                "input": s.input,
+                "secrets": {k: v.model_dump() for k, v in s.secrets.items()},
+            },
+            "max_attempts": s.retry.max_attempts,
+            "retry_initial_ms": s.retry.initial_delay,
+            "retry_max_ms": s.retry.max_delay,
+            "retry_coefficient": s.retry.backoff_coefficient,
+            "timeout_ms": s.timeout,
+            "heartbeat_timeout_ms": s.heartbeat_timeout,
+        }
+        for s in spec.steps
+    ]
 
 
 def cancel_run(conn: psycopg.Connection[Any], run_id: int) -> bool:

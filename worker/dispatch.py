@@ -46,15 +46,21 @@ class LeasedStep:
     # the upstream artifacts as ``"<step>/<name>"`` (and the bare name when unique).
     checkpoint: Checkpoint | None = None
     inputs: Mapping[str, ArtifactRef] = field(default_factory=dict)
+    # Its lease key (-priority, available_at, id): where the worker's next lease scan of the
+    # pair may start (rara.worker.lease_cursor).
+    rank: int = 0
+    available_at: datetime | None = None
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> LeasedStep:
         (id_, run_id, key, capability, executor, payload, attempt, max_attempts, token, expires,
-         timeout_ms, heartbeat_timeout_ms, depends_on, run_input, leased_at, *more) = row
+         timeout_ms, heartbeat_timeout_ms, depends_on, run_input, leased_at, checkpoint, inputs,
+         rank, available_at) = row
         return cls(id_, run_id, key, capability, executor, payload, attempt, max_attempts, token,
                    expires, timeout_ms, heartbeat_timeout_ms, depends_on, run_input, leased_at,
-                   checkpoint=checkpoint_from_json(more[0]) if more else None,
-                   inputs=inputs_from_rows(more[1]) if more and more[1] else {})
+                   checkpoint=checkpoint_from_json(checkpoint),
+                   inputs=inputs_from_rows(inputs) if inputs else {},
+                   rank=rank, available_at=available_at)
 
 
 def checkpoint_from_json(value: Mapping[str, Any] | None) -> Checkpoint | None:

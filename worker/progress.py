@@ -12,6 +12,7 @@ from the loop thread through one small synchronous connection (see ``rara.worker
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -34,12 +35,21 @@ class ProgressWriter:
         # of that attempt reuses it (the statement keeps the newest state of a replayed seq),
         # so the attempt's events have no gap and no report is stored twice.
         self._unconfirmed: dict[tuple[int, int], int] = {}
+        # One flush at a time: the supervisor's last flush before an attempt's end must not
+        # overtake a periodic one still in flight — if that one then failed, its seq would be
+        # re-used by nobody (the attempt has ended) and the events would have a gap. Found by
+        # the restart smoke test: seqs [1, 2, 4] after a PostgreSQL restart.
+        self._one_at_a_time = asyncio.Lock()
 
     def _seq(self, st: AttemptState) -> int:
         key = (st.fence.step_id, st.step.attempt)
         return self._unconfirmed.pop(key, None) or next(st.progress_seq)
 
     async def flush(self, states: list[AttemptState]) -> None:
+        async with self._one_at_a_time:
+            await self._flush(states)
+
+    async def _flush(self, states: list[AttemptState]) -> None:
         batch = []
         for st in states:
             pending = st.pending_progress

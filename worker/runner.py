@@ -30,6 +30,7 @@ from rara.worker.attempt import supervise
 from rara.worker.batcher import CompletionBatcher
 from rara.worker.context import AttemptState, WorkerStepContext
 from rara.worker.dispatch import Executor, LeasedStep
+from rara.worker.lease_cursor import LeaseCursors
 from rara.worker.listener import listen
 from rara.worker.progress import CheckpointWriters, ProgressWriter
 from rara.worker.retry import TRANSIENT, Backoff, persist
@@ -48,6 +49,7 @@ class Worker:
         self.stopping = asyncio.Event()
         self.aborting = asyncio.Event()  # second signal: skip the grace period
         self.wake = asyncio.Event()
+        self.cursors = LeaseCursors(settings.lease_rescan_seconds)
         self.pool = make_pool(url, settings.concurrency + 4)
         self.store = WorkerStore(self.pool, settings.id, own_url=url)
         self.batcher = CompletionBatcher(self.store.end_many, max_batch=settings.completion_batch,
@@ -173,7 +175,7 @@ class Worker:
             limit = min(free, s.lease_batch)
             sent = time.monotonic()
             try:
-                leased = await self.store.lease(pairs, limit, s.lease_seconds)
+                leased = await self._lease(pairs, limit)
                 backoff.reset()
             except TRANSIENT as exc:
                 delay = backoff.next_delay()
@@ -193,6 +195,20 @@ class Worker:
                 except TRANSIENT as exc:
                     self.log.warning("could not ask for the next retry time", error=str(exc))
                 await self._sleep(delay)
+
+    async def _lease(self, pairs: list[tuple[str, str]], limit: int) -> list[LeasedStep]:
+        """Lease after the cursors, or from the start of the ranges when that is due
+        (rara.worker.lease_cursor). A short answer after the cursors means the queue past them
+        is empty; what may wait behind them is found by the next scan from the start."""
+        cursors = self.cursors
+        from_start = cursors.due()
+        began = time.monotonic()
+        leased = await self.store.lease(pairs, limit, self.settings.lease_seconds,
+                                        cursors.after(pairs, from_start=from_start))
+        if from_start:
+            cursors.scanned_from_start(time.monotonic() - began)
+        cursors.advance(leased)
+        return leased
 
     def _start(self, step: LeasedStep, sent: float) -> None:
         fence = Fence(step.id, self.settings.id, step.lease_token)

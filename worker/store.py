@@ -79,9 +79,15 @@ class WorkerStore:
             if own is not None:
                 await own.close()
 
-    async def lease(self, pairs: Pairs, limit: int, lease_seconds: float) -> list[LeasedStep]:
+    async def lease(self, pairs: Pairs, limit: int, lease_seconds: float,
+                    after: Mapping[str, Sequence[Any] | None] | None = None
+                    ) -> list[LeasedStep]:
+        """Lease up to ``limit`` steps; ``after``: the per-pair cursors
+        (``LeaseCursors.after``), None to scan every range from the start."""
+        if after is None:  # NULL arrays: unnest pads them with NULLs
+            after = {"after_ranks": None, "after_ats": None, "after_ids": None}
         params = {"capabilities": [c for c, _ in pairs], "executors": [e for _, e in pairs],
-                  "limit": limit, "worker": self.worker, "lease_seconds": lease_seconds}
+                  "limit": limit, "worker": self.worker, "lease_seconds": lease_seconds, **after}
         if self._lease_conn is None:
             async with self.pool.connection() as conn:
                 cur = await conn.execute(self.q.step_lease_routed.sql, params)

@@ -46,30 +46,62 @@ RETURNING name;
 -- =============================================================================================
 -- Runs
 
--- name: run_insert^
+-- name: run_start^
+-- A run and its steps in one round trip (rara.runs.start_run). Resolves the version as
+-- definition_version_get does (:version, or the latest when null) and inserts only when that
+-- version's digest is :digest, the caller's cached digest whose step rows :steps are (built
+-- by rara.runs, one element per step), and nothing refuses the start: a retired definition
+-- without an explicit :version, or with :check_capabilities a step capability that no live
+-- worker serves (heartbeat within :alive_seconds, as capabilities_served). The spec comes
+-- back only when the digest differs, so a stale or empty cache costs one more call and no
+-- extra fetch. No row: no such definition. run_id is null when nothing was inserted;
 -- ON CONFLICT makes racing clients with one idempotency key create one run: the loser waits
 -- for the winner's commit, inserts nothing, and reads the winner's row with run_by_key.
-INSERT INTO rara_runs (definition_version_id, input, idempotency_key)
-VALUES (:definition_version_id, :input, :idempotency_key)
-ON CONFLICT (idempotency_key) DO NOTHING
-RETURNING id;
+WITH resolved AS (
+    SELECT v.id, v.digest, v.spec, d.retired_at,
+           coalesce(v.digest = CAST(:digest AS text), false) AS matched
+    FROM rara_definition_versions v JOIN rara_definitions d USING (name)
+    WHERE v.name = :name AND (CAST(:version AS integer) IS NULL OR v.version = :version)
+    ORDER BY v.version DESC LIMIT 1
+), step_rows AS (
+    SELECT s.* FROM resolved, jsonb_to_recordset(CAST(:steps AS jsonb)) AS s(
+        key text, depends_on text[], capability text, executor text, priority integer,
+        payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
+        retry_coefficient double precision, timeout_ms integer, heartbeat_timeout_ms integer)
+    WHERE resolved.matched
+), missing AS (
+    -- One row always (an aggregate): null when nothing is missing or nothing was checked.
+    SELECT array_agg(DISTINCT s.capability ORDER BY s.capability) AS capabilities
+    FROM step_rows s
+    WHERE CAST(:check_capabilities AS boolean) AND NOT EXISTS (
+        SELECT FROM rara_workers w
+        WHERE s.capability = ANY (w.capabilities) AND w.stopped_at IS NULL
+          AND w.heartbeat_at > now() - make_interval(secs => :alive_seconds))
+), run AS (
+    INSERT INTO rara_runs (definition_version_id, input, idempotency_key)
+    SELECT resolved.id, CAST(:input AS jsonb), CAST(:idempotency_key AS text)
+    FROM resolved, missing
+    WHERE resolved.matched AND missing.capabilities IS NULL
+      AND (resolved.retired_at IS NULL OR CAST(:version AS integer) IS NOT NULL)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING id
+), steps AS (
+    INSERT INTO rara_steps (run_id, key, depends_on, pending_deps, capability, executor,
+                            priority, payload, max_attempts, retry_initial_ms, retry_max_ms,
+                            retry_coefficient, timeout_ms, heartbeat_timeout_ms, status)
+    SELECT run.id, s.key, s.depends_on, cardinality(s.depends_on), s.capability, s.executor,
+           s.priority, s.payload, s.max_attempts, s.retry_initial_ms, s.retry_max_ms,
+           s.retry_coefficient, s.timeout_ms, s.heartbeat_timeout_ms,
+           CASE WHEN cardinality(s.depends_on) = 0 THEN 'ready' ELSE 'blocked' END::rara_step_status
+    FROM run, step_rows s
+)
+SELECT resolved.id, resolved.digest, resolved.retired_at,
+       CASE WHEN resolved.matched THEN NULL ELSE resolved.spec END AS spec,
+       missing.capabilities AS missing, (SELECT id FROM run) AS run_id
+FROM resolved, missing;
 
 -- name: run_by_key$
 SELECT id FROM rara_runs WHERE idempotency_key = :idempotency_key;
-
--- name: steps_insert!
--- All steps of a new run in one statement, from a JSON array built by rara.runs.
-INSERT INTO rara_steps (run_id, key, depends_on, pending_deps, capability, executor, priority,
-                        payload, max_attempts, retry_initial_ms, retry_max_ms, retry_coefficient,
-                        timeout_ms, heartbeat_timeout_ms, status)
-SELECT :run_id, s.key, s.depends_on, cardinality(s.depends_on), s.capability, s.executor,
-       s.priority, s.payload, s.max_attempts, s.retry_initial_ms, s.retry_max_ms,
-       s.retry_coefficient, s.timeout_ms, s.heartbeat_timeout_ms,
-       CASE WHEN cardinality(s.depends_on) = 0 THEN 'ready' ELSE 'blocked' END::rara_step_status
-FROM jsonb_to_recordset(:steps) AS s(
-    key text, depends_on text[], capability text, executor text, priority integer,
-    payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
-    retry_coefficient double precision, timeout_ms integer, heartbeat_timeout_ms integer);
 
 -- name: run_get^
 SELECT r.id, r.status, r.input, r.idempotency_key, r.cancel_requested, r.error, r.created_at,
@@ -151,12 +183,13 @@ SELECT run_id FROM done;
 -- Many successes in one statement (the worker's completion batcher), each fenced on its own:
 -- the steps returned succeeded; any other step given has lost its lease and nothing was written
 -- for it. Like step_complete, it closes the attempts and unblocks dependants, and it records
--- each step's artifact manifest (:manifests, '[]' for none) in the same statement. The caller
+-- each step's artifact manifest (an absent or empty `manifest`: none) in the same statement. The caller
 -- aggregates the runs afterwards in the same transaction (runs_lock, then runs_refresh).
-WITH given AS (
-    SELECT * FROM unnest(CAST(:step_ids AS bigint[]), CAST(:tokens AS uuid[]),
-                         CAST(:results AS jsonb[]), CAST(:manifests AS jsonb[]))
-        AS g(id, token, result, manifest)
+WITH given AS MATERIALIZED (
+    -- One JSON array for the whole batch ({id, token, result, manifest} each): encoded by one
+    -- json.dumps in the worker, where four typed arrays cost a Python dumper call per element.
+    SELECT * FROM jsonb_to_recordset(CAST(:endings AS jsonb))
+        AS g(id bigint, token uuid, result jsonb, manifest jsonb)
 ), done AS (
     -- The fence, per step: a row whose owner or token changed is simply not matched.
     UPDATE rara_steps s SET
@@ -164,7 +197,7 @@ WITH given AS (
         leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
     FROM given g
     -- (= ANY as well: primary key look-ups, not a scan of every running step of the worker)
-    WHERE s.id = ANY (CAST(:step_ids AS bigint[])) AND s.id = g.id
+    WHERE s.id = ANY (ARRAY(SELECT id FROM given)) AND s.id = g.id
       AND s.leased_by = :worker AND s.lease_token = g.token AND s.status = 'running'
     RETURNING s.id, s.run_id, s.key, s.attempt
 ), closed AS (
@@ -186,7 +219,7 @@ WITH given AS (
 ), manifest AS (
     SELECT done.id, done.attempt, m.name, m.digest, m.size, m.media_type
     FROM done JOIN given g ON g.id = done.id
-    CROSS JOIN LATERAL jsonb_to_recordset(g.manifest)
+    CROSS JOIN LATERAL jsonb_to_recordset(coalesce(g.manifest, '[]'))
         AS m(name text, digest text, size bigint, media_type text)
 ), blobs AS (
     -- Blobs are known once; the manifest rows below reference them in the same statement.
@@ -372,21 +405,34 @@ ON CONFLICT (step_id, attempt, name) DO NOTHING;
 -- name: step_lease_routed
 -- step_lease, routed: the worker serves (capability, executor kind) pairs — a worker without a
 -- gRPC executor must not lease `executor: grpc` steps of a capability its registry also has.
+-- Per pair an optional cursor (:after_ranks, :after_ats, :after_ids; NULL: from the start) —
+-- the lease key (-priority, available_at, id) of the last step the worker leased of that pair:
+-- the scan starts after it, so the entries of steps already leased are not walked over again
+-- (dead ones that a held xmin horizon keeps in the index). What it skips — a higher priority
+-- or an earlier available_at that arrived behind the cursor — the worker's periodic scan from
+-- the start finds (rara.worker.lease_cursor).
 WITH candidates AS (
     -- One index range scan per served pair (rara_steps_ready is ordered by capability then
     -- lease order; the executor kind is a filter on the same rows), SKIP LOCKED so concurrent
     -- workers never wait on each other, then the global lease order across pairs.
     SELECT c.id
-    FROM unnest(CAST(:capabilities AS text[]), CAST(:executors AS text[])) AS cap(name, executor)
+    FROM unnest(CAST(:capabilities AS text[]), CAST(:executors AS text[]),
+                CAST(:after_ranks AS integer[]), CAST(:after_ats AS timestamptz[]),
+                CAST(:after_ids AS bigint[]))
+        AS cap(name, executor, after_rank, after_at, after_id)
     CROSS JOIN LATERAL (
-        SELECT id, priority, available_at FROM rara_steps
+        SELECT id, -priority AS rank, available_at FROM rara_steps
         WHERE status = 'ready' AND capability = cap.name AND executor = cap.executor
           AND available_at <= now()
-        ORDER BY priority DESC, available_at, id
+          -- the index range starts here (-1001: below every rank, see migration 0004)
+          AND (-priority, available_at, id) > (coalesce(cap.after_rank, -1001),
+                                               coalesce(cap.after_at, '-infinity'),
+                                               coalesce(cap.after_id, 0))
+        ORDER BY -priority, available_at, id
         LIMIT :limit
         FOR UPDATE SKIP LOCKED
     ) AS c
-    ORDER BY c.priority DESC, c.available_at, c.id
+    ORDER BY c.rank, c.available_at, c.id
     LIMIT :limit
 ), leased AS (
     -- The attempt starts: a fresh token fences every later write of this attempt.
@@ -401,7 +447,7 @@ WITH candidates AS (
     WHERE s.id = ANY (ARRAY(SELECT id FROM candidates))
     RETURNING s.id, s.run_id, s.key, s.capability, s.executor, s.payload, s.attempt,
               s.max_attempts, s.lease_token, s.lease_expires_at, s.timeout_ms,
-              s.heartbeat_timeout_ms, s.depends_on
+              s.heartbeat_timeout_ms, s.depends_on, -s.priority AS rank, s.available_at
 ), history AS (
     -- Ownership history, read by the checker that proves no two owners overlapped.
     INSERT INTO rara_attempts (step_id, attempt, run_id, worker, lease_token)
@@ -432,7 +478,8 @@ SELECT l.id, l.run_id, l.key, l.capability, l.executor, l.payload, l.attempt, l.
            FROM rara_steps u
            JOIN rara_step_artifacts m ON m.step_id = u.id AND m.attempt = u.attempt
            WHERE u.run_id = l.run_id AND u.key = ANY (l.depends_on) AND u.status = 'succeeded')
-       END AS inputs
+       END AS inputs,
+       l.rank, l.available_at  -- the worker's next cursor
 FROM leased l;
 
 -- name: steps_next_available$

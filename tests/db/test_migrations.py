@@ -70,7 +70,7 @@ def test_every_named_query_loads_for_both_drivers() -> None:
         "steps_reap",
         "step_release",
         "runs_refresh",
-        "run_insert",
+        "run_start",
         "definition_version_insert",
     ):
         assert expected in names

@@ -45,6 +45,7 @@ def test_worker_role_leases_but_cannot_touch_definitions(
                 capabilities=["x@1"],
                 executors=["inprocess"],
                 limit=5,
+                after_ranks=None, after_ats=None, after_ids=None,  # from the start
                 worker="w",
                 lease_seconds=30,
             )
@@ -73,6 +74,7 @@ def test_operator_role_registers_but_cannot_lease(
                     capabilities=["x@1"],
                     executors=["inprocess"],
                     limit=5,
+                    after_ranks=None, after_ats=None, after_ids=None,  # from the start
                     worker="w",
                     lease_seconds=30,
                 )

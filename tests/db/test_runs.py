@@ -66,7 +66,8 @@ def test_start_refuses_unserved_capabilities_and_bad_input(conn: psycopg.Connect
 
 def _lease(conn: psycopg.Connection[Any]) -> dict[str, Fence]:
     rows = sync_queries().step_lease_routed(
-        conn, capabilities=["x@1"], executors=["inprocess"], limit=100, worker="w", lease_seconds=60
+        conn, capabilities=["x@1"], executors=["inprocess"], limit=100, worker="w",
+        lease_seconds=60, after_ranks=None, after_ats=None, after_ids=None,
     )
     return {r[2]: Fence(r[0], "w", UUID(str(r[8]))) for r in rows}
 

@@ -44,6 +44,7 @@ def test_status_shows_workers_backlog_and_failures(
             capabilities=["embed@1"],
             executors=["inprocess"],
             limit=1,
+            after_ranks=None, after_ats=None, after_ids=None,  # from the start
             worker="gpu-worker-7",
             lease_seconds=60,
         )

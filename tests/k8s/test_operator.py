@@ -325,6 +325,7 @@ def test_workflow_run_is_started_once_and_mirrored(
             executors=["inprocess"],
             worker="w1",
             limit=1,
+            after_ranks=None, after_ats=None, after_ids=None,  # from the start
             lease_seconds=60,
         )
     )

@@ -41,14 +41,18 @@ class FlakyStore:
         return {item[0] for item in items}
 
 
-async def test_a_retried_progress_write_keeps_its_seq() -> None:
+def _attempt() -> AttemptState:
     step = LeasedStep(id=7, run_id=1, key="s", capability="x.y@1", executor="inprocess",
                       payload={}, attempt=1, max_attempts=3, lease_token=uuid4(),
                       lease_expires_at=datetime.now(UTC), timeout_ms=None,
                       heartbeat_timeout_ms=None, depends_on=[], run_input={},
                       leased_at=datetime.now(UTC))
-    state = AttemptState(step=step, fence=Fence(7, "w", step.lease_token),
-                         loop=asyncio.get_running_loop())
+    return AttemptState(step=step, fence=Fence(7, "w", step.lease_token),
+                        loop=asyncio.get_running_loop())
+
+
+async def test_a_retried_progress_write_keeps_its_seq() -> None:
+    state = _attempt()
     store = FlakyStore()
     writer = ProgressWriter(store, {7: state})  # type: ignore[arg-type]
     state.pending_progress = (0.5, "half", {})
@@ -57,3 +61,36 @@ async def test_a_retried_progress_write_keeps_its_seq() -> None:
     assert state.pending_progress is not None  # the report was kept for the retry ...
     await writer.flush([state])
     assert store.written == [1], f"... but it was written as seq {store.written}, not 1"
+
+
+class SlowFlakyStore(FlakyStore):
+    """The first write is slow and then fails (a PostgreSQL restart mid-statement); the ones
+    after it succeed at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.first_sent = asyncio.Event()
+
+    async def write_progress(self, items: list[tuple[Any, ...]]) -> set[int]:
+        if self.failures:
+            self.first_sent.set()
+            await asyncio.sleep(0.05)
+        return await super().write_progress(items)
+
+
+async def test_the_last_flush_does_not_overtake_a_failing_one() -> None:
+    """Found by the restart smoke (seqs [1, 2, 4]): the periodic flush writes seq n and is in
+    flight; the handler reports again and ends, and the supervisor's last flush takes n+1 and
+    commits; then seq n fails, and nobody writes it any more. Flushes must be serialised, so
+    the last one re-uses the failed seq for the newest report."""
+    state = _attempt()
+    store = SlowFlakyStore()
+    writer = ProgressWriter(store, {7: state})  # type: ignore[arg-type]
+    state.pending_progress = (0.5, "half", {})
+    periodic = asyncio.ensure_future(writer.flush([state]))
+    await store.first_sent.wait()
+    state.pending_progress = (1.0, "done", {})  # reported while the first write is in flight
+    await writer.flush([state])  # the supervisor's last flush before the end
+    with contextlib.suppress(psycopg.OperationalError):
+        await periodic
+    assert store.written == [1], f"events written as seqs {store.written}, expected [1]"

@@ -1,0 +1,66 @@
+"""Where the next lease scan starts, per (capability, executor) pair.
+
+The lease walks ``rara_steps_ready`` in lease order. Every step leased leaves its old entry in
+that index until vacuum removes it, and vacuum may not while any snapshot older than the lease
+is open (a long report, a forgotten ``BEGIN``, a lagging replica slot): the entries pile up at
+the front of the range, and a scan from the start visits all of them, every lease. So the
+worker resumes after the key ``(-priority, available_at, id)`` of the last step it leased of
+the pair — its cursor — and scans from the start of the range only periodically: a step can
+arrive behind the cursor — a higher priority, or an ``available_at`` from a transaction that
+began before the cursor's step was leased (a retry's or a new step's ``available_at`` is later
+than any leased step's, so those arrive ahead). The period is ``rescan_seconds``, stretched to
+``rescan_factor`` times the cost of the last scan from the start, so a range full of dead
+entries is not walked back-to-back (a worker then spends at most ~1/rescan_factor of its lease
+time there). So a step behind the cursor waits at most about one period.
+
+Skipping is always safe: the cursor only moves where the scan starts, SKIP LOCKED and the
+status check still decide what is leased.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from rara.worker.dispatch import LeasedStep
+
+Pair = tuple[str, str]  # (capability, executor kind)
+Key = tuple[int, datetime, int]  # (-priority, available_at, id): the lease order
+
+
+class LeaseCursors:
+    def __init__(self, rescan_seconds: float = 1.0, rescan_factor: float = 20.0) -> None:
+        self.rescan_seconds = rescan_seconds
+        self.rescan_factor = rescan_factor
+        self._after: dict[Pair, Key] = {}
+        self._rescan_at = 0.0  # monotonic: the first lease scans from the start
+
+    def due(self, now: float | None = None) -> bool:
+        """Whether the next lease should scan from the start of every range."""
+        return (time.monotonic() if now is None else now) >= self._rescan_at
+
+    def after(self, pairs: Sequence[Pair], *, from_start: bool) -> dict[str, list[Any]]:
+        """The cursor parameters of ``step_lease_routed`` (NULLs: from the start)."""
+        keys = [None if from_start else self._after.get(pair) for pair in pairs]
+        return {"after_ranks": [k[0] if k else None for k in keys],
+                "after_ats": [k[1] if k else None for k in keys],
+                "after_ids": [k[2] if k else None for k in keys]}
+
+    def scanned_from_start(self, seconds: float, now: float | None = None) -> None:
+        """A scan from the start took ``seconds``: schedule the next one."""
+        now = time.monotonic() if now is None else now
+        self._rescan_at = now + max(self.rescan_seconds, self.rescan_factor * seconds)
+
+    def advance(self, steps: Sequence[LeasedStep]) -> None:
+        """Move each pair's cursor to the last step leased of it (the lease returns them in
+        lease order per pair, but take the maximum anyway: order across pairs is global)."""
+        for step in steps:
+            if step.available_at is None:
+                continue
+            pair = (step.capability, step.executor)
+            key = (step.rank, step.available_at, step.id)
+            current = self._after.get(pair)
+            if current is None or key > current:
+                self._after[pair] = key

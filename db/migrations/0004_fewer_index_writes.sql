@@ -27,3 +27,14 @@ ALTER TABLE rara_steps ADD CONSTRAINT rara_steps_priority_range
 DROP INDEX rara_steps_ready;
 CREATE INDEX rara_steps_ready ON rara_steps (capability, (-priority), available_at, id)
     WHERE status = 'ready';
+
+-- The reaper's index, with a predicate no fenced write implies. With `status = 'running'` as
+-- its predicate, the planner matched it to the fenced batch statements (completion, heartbeat:
+-- `... AND s.status = 'running'`) and scanned every running step for the ids given instead of
+-- probing the primary key — and while a held xmin horizon keeps the dead entries of finished
+-- attempts in it, that scan grew to thousands of pages per completion batch (measured: 8 ms
+-- of a 10 ms batch). `lease_expires_at IS NOT NULL` holds for exactly the same rows (CHECK
+-- rara_steps_lease_iff_running) and is implied by the reaper's `lease_expires_at < now()`.
+DROP INDEX rara_steps_running_expiry;
+CREATE INDEX rara_steps_running_expiry ON rara_steps (lease_expires_at)
+    WHERE lease_expires_at IS NOT NULL;

@@ -161,3 +161,18 @@ def test_cancel_of_pending_run(conn: psycopg.Connection[Any]) -> None:
     assert cancel_run(conn, run)
     assert _run_status(conn, run) == "cancelled"
     assert set(_statuses(conn, run).values()) == {"cancelled"}
+
+
+def test_deleting_a_run_deletes_its_steps_and_their_attempt_history(
+        conn: psycopg.Connection[Any]) -> None:
+    """rara_attempts has no foreign key (migration 0004: the lease, its only writer, inserts
+    for rows it has just updated); a trigger keeps the cascade the key gave."""
+    apply(conn, "two", [{"key": "a", "capability": "x@1"}, {"key": "b", "capability": "x@1"}])
+    keep = start_run(conn, "two", queue_anyway=True).run_id
+    gone = start_run(conn, "two", queue_anyway=True).run_id
+    _lease(conn)
+    assert conn.execute("SELECT count(*) FROM rara_attempts").fetchone() == (4,)
+    conn.execute("DELETE FROM rara_runs WHERE id = %s", (gone,))
+    left = conn.execute("SELECT DISTINCT run_id FROM rara_attempts").fetchall()
+    assert left == [(keep,)]
+    assert conn.execute("SELECT count(*) FROM rara_attempts").fetchone() == (2,)

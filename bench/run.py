@@ -207,9 +207,11 @@ def drain(server: Server, logs: Path, *, n_workers: int, runs: int, steps: int,
             _enqueue(conn, "noop", runs, steps, capability, executor)
             names = [f"{name}-{i}" for i in range(n_workers)]
             with workers(url, names, logs, endpoint=endpoint, tmp=tmp):
+                # The rate comes from the attempts' own timestamps, not from this poll: poll
+                # seldom, so that counting the runs left takes no CPU from the drain.
                 _wait(lambda: _scalar(conn, "SELECT count(*) FROM rara_runs WHERE status IN "
                                             "('pending', 'running')") == 0,
-                      900, f"{name} to drain", every=0.1)
+                      900, f"{name} to drain", every=0.5)
             seconds, count = conn.execute(
                 "SELECT extract(epoch FROM max(ended_at) - min(started_at))::float8, count(*) "
                 "FROM rara_attempts WHERE outcome = 'succeeded'").fetchone() or (0.0, 0)

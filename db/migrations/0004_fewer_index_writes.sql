@@ -75,3 +75,13 @@ END $$;
 CREATE TRIGGER rara_steps_delete_attempts AFTER DELETE ON rara_steps
     REFERENCING OLD TABLE AS gone
     FOR EACH STATEMENT EXECUTE FUNCTION rara_delete_attempts_of_deleted_steps();
+
+-- Run notifications for ends only. Who listens on rara_run waits for a run to end (the client's
+-- wait, `rara runs watch`, which also polls what is running every half second); a `running`
+-- notification per run woke them for nothing and doubled the notification traffic of a drain
+-- (every listening backend reads every notification of its database).
+DROP TRIGGER rara_runs_notify ON rara_runs;
+CREATE TRIGGER rara_runs_notify AFTER UPDATE OF status ON rara_runs
+    FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status
+                       AND NEW.status IN ('succeeded', 'failed', 'cancelled'))
+    EXECUTE FUNCTION rara_notify_run();

@@ -188,12 +188,17 @@ class Worker:
                 self.metrics.leased(leased, len(self.attempts))
             if len(leased) < limit:  # the queue is empty for us: wait for a wake-up or the poll
                 delay = s.poll_seconds
-                try:
-                    soon = await self.store.next_available(pairs)
-                    if soon is not None and soon > 0:
-                        delay = min(delay, soon)
-                except TRANSIENT as exc:
-                    self.log.warning("could not ask for the next retry time", error=str(exc))
+                # When to wake for a step still backing off: asked after an empty lease only.
+                # After a short one the attempts just started end soon and wake this loop (a
+                # slot is free), whose next lease comes back empty and asks; asking now would
+                # put a round trip between the lease and the start of its handlers.
+                if not leased:
+                    try:
+                        soon = await self.store.next_available(pairs)
+                        if soon is not None and soon > 0:
+                            delay = min(delay, soon)
+                    except TRANSIENT as exc:
+                        self.log.warning("could not ask for the next retry time", error=str(exc))
                 await self._sleep(delay)
 
     async def _lease(self, pairs: list[tuple[str, str]], limit: int) -> list[LeasedStep]:

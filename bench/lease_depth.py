@@ -1,7 +1,8 @@
 """Lease cost against queue depth: ms per lease batch with 1k, 100k and 1M ready steps.
 
 Each sample leases a batch of 10 inside a transaction that is rolled back, so the depth stays
-the same for every sample. Prints the plan (EXPLAIN ANALYZE) at the deepest queue.
+the same for every sample, on a session set up as the worker's lease connection
+(``HOT_PATH_SESSION``). Prints the plan (EXPLAIN ANALYZE) at the deepest queue.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import psycopg
 
 from bench.common import bench_database, bulk_ready_steps, noop_definition, percentiles
 from rara.pg.queries import sync_queries
+from rara.worker.store import HOT_PATH_SESSION
 
 # The worker's lease statement (routed by capability and executor kind, with the checkpoint and
 # inputs folded in).
@@ -69,7 +71,8 @@ def main() -> dict[str, Any]:
     parser.add_argument("--depths", default="1000,100000,1000000")
     parser.add_argument("--samples", type=int, default=200)
     args = parser.parse_args()
-    with bench_database() as url, psycopg.connect(url, autocommit=True) as conn:
+    with bench_database() as url, psycopg.connect(url, autocommit=True,
+                                                  **HOT_PATH_SESSION) as conn:
         results = measure_depths(conn, [int(d) for d in args.depths.split(",")], args.samples)
     print(f"\nEXPLAIN ANALYZE at the deepest queue:\n{results['plan']}")
     print(f"\nratio p50 deepest / shallowest: {results['ratio']:.2f}")

@@ -50,6 +50,7 @@ from bench.lease_depth import measure_depths  # noqa: E402
 from bench.peers import run_all  # noqa: E402
 from bench.pgbench_ceiling import measure_ceiling  # noqa: E402
 from rara.runs import start_run  # noqa: E402
+from rara.worker.store import HOT_PATH_SESSION  # noqa: E402
 
 Conn = psycopg.Connection[Any]
 TOKEN = "bench-token"
@@ -400,7 +401,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             depths = [1_000, 100_000] if quick else [1_000, 100_000, 1_000_000]
             url_depth = server.fresh("bench_depth")
             try:
-                with psycopg.connect(url_depth, autocommit=True) as conn:
+                with psycopg.connect(url_depth, autocommit=True, **HOT_PATH_SESSION) as conn:
                     results["lease_depth"] = measure_depths(
                         conn, depths, 100 if quick else 200, log=lambda m: log("  " + m))
             finally:

@@ -33,21 +33,24 @@ def make_pool(url: str, size: int) -> Pool:
                                open=False, timeout=10.0, name="rara-worker")
 
 
+# The hot paths' sessions (and the lease benchmark's): statements prepared on first use and
+# planned once — generic plans — without JIT, whatever the database's defaults (see WorkerStore).
+HOT_PATH_SESSION: dict[str, Any] = {
+    "prepare_threshold": 0, "options": "-c plan_cache_mode=force_generic_plan -c jit=off"}
+
+
 class _OwnConnection:
     """A connection of its own for one sequential caller (the lease loop, the completion
-    batcher), re-opened after a failure; its statements prepared at once, with generic plans
-    and without JIT whatever the database's defaults (see WorkerStore)."""
+    batcher), re-opened after a failure; a hot path's session (``HOT_PATH_SESSION``)."""
 
-    def __init__(self, url: str, plan_cache_mode: str = "force_generic_plan") -> None:
+    def __init__(self, url: str) -> None:
         self.url = url
-        self.plan_cache_mode = plan_cache_mode
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     async def get(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
             self._conn = await psycopg.AsyncConnection.connect(
-                self.url, autocommit=True, prepare_threshold=0, connect_timeout=10,
-                options=f"-c plan_cache_mode={self.plan_cache_mode} -c jit=off")
+                self.url, autocommit=True, connect_timeout=10, **HOT_PATH_SESSION)
         return self._conn
 
     async def close(self) -> None:

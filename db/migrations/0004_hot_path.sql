@@ -1,4 +1,6 @@
--- rara 0004: fewer index writes on the hot path (bench/run.py measures it).
+-- rara 0004: the hot path (issue 9; bench/run.py measures it). Fewer index writes per step,
+-- a lease index a cursor can start in, a reaper index no fenced write can be planned onto, no
+-- JIT, no per-attempt foreign key check, run notifications for ends only.
 --
 -- A step is written twice per attempt (lease, end) and its run once or twice; every one of
 -- those updates changes `status`, so none of them can be HOT while an index mentions `status`,

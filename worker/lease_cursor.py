@@ -5,13 +5,19 @@ that index until vacuum removes it, and vacuum may not while any snapshot older 
 is open (a long report, a forgotten ``BEGIN``, a lagging replica slot): the entries pile up at
 the front of the range, and a scan from the start visits all of them, every lease. So the
 worker resumes after the key ``(-priority, available_at, id)`` of the last step it leased of
-the pair — its cursor — and scans from the start of the range only periodically: a step can
-arrive behind the cursor — a higher priority, or an ``available_at`` from a transaction that
-began before the cursor's step was leased (a retry's or a new step's ``available_at`` is later
-than any leased step's, so those arrive ahead). The period is ``rescan_seconds``, stretched to
-``rescan_factor`` times the cost of the last scan from the start, so a range full of dead
-entries is not walked back-to-back (a worker then spends at most ~1/rescan_factor of its lease
-time there). So a step behind the cursor waits at most about one period.
+the pair — its cursor — and scans from the start of the range when something may have
+arrived behind the cursor.
+
+A step becomes ready with ``available_at = now()``, its transaction's start, and is seen at
+its commit; so a step started or unblocked by a transaction that was open while this worker
+leased later-made steps sorts behind them, as does a step of higher priority. Such commits
+announce themselves (``rara_ready`` NOTIFY): after one, the next lease scans from the start —
+but not sooner than ``rescan_factor`` times the cost of the last scan from the start after it,
+so a range full of dead entries is not walked back-to-back (a worker then spends at most
+~1/rescan_factor of its lease time there; with a clean index that is a few milliseconds). And
+every ``rescan_seconds`` (stretched the same way) whatever was announced: NOTIFY is a hint.
+A retry's, a release's or a reaped step's ``available_at`` is later than any leased step's:
+those arrive ahead of the cursor.
 
 Skipping is always safe: the cursor only moves where the scan starts, SKIP LOCKED and the
 status check still decide what is leased.
@@ -35,11 +41,23 @@ class LeaseCursors:
         self.rescan_seconds = rescan_seconds
         self.rescan_factor = rescan_factor
         self._after: dict[Pair, Key] = {}
-        self._rescan_at = 0.0  # monotonic: the first lease scans from the start
+        # All monotonic. The first lease scans from the start.
+        self._rescan_at = 0.0  # when the periodic scan from the start is due
+        self._scan_sent = float("-inf")  # when the last scan from the start was sent
+        self._heard = float("-inf")  # when the last arrival was announced
+        self._heard_ok_at = 0.0  # from when an announced arrival may be looked for
+
+    def announced(self, now: float | None = None) -> None:
+        """Ready steps were committed (a NOTIFY): they may sort behind the cursors."""
+        self._heard = time.monotonic() if now is None else now
 
     def due(self, now: float | None = None) -> bool:
-        """Whether the next lease should scan from the start of every range."""
-        return (time.monotonic() if now is None else now) >= self._rescan_at
+        """Whether the next lease should scan from the start of every range: periodically,
+        and after an arrival announced since the last such scan was sent (one announced
+        while it was in flight may have missed its snapshot)."""
+        now = time.monotonic() if now is None else now
+        return now >= self._rescan_at or (self._heard >= self._scan_sent
+                                          and now >= self._heard_ok_at)
 
     def after(self, pairs: Sequence[Pair], *, from_start: bool) -> dict[str, list[Any]]:
         """The cursor parameters of ``step_lease_routed`` (NULLs: from the start)."""
@@ -48,10 +66,12 @@ class LeaseCursors:
                 "after_ats": [k[1] if k else None for k in keys],
                 "after_ids": [k[2] if k else None for k in keys]}
 
-    def scanned_from_start(self, seconds: float, now: float | None = None) -> None:
-        """A scan from the start took ``seconds``: schedule the next one."""
-        now = time.monotonic() if now is None else now
-        self._rescan_at = now + max(self.rescan_seconds, self.rescan_factor * seconds)
+    def scanned_from_start(self, sent: float, seconds: float) -> None:
+        """A scan from the start, sent at ``sent``, took ``seconds``: schedule the next."""
+        done = sent + seconds
+        self._scan_sent = sent
+        self._heard_ok_at = done + self.rescan_factor * seconds
+        self._rescan_at = done + max(self.rescan_seconds, self.rescan_factor * seconds)
 
     def advance(self, steps: Sequence[LeasedStep]) -> None:
         """Move each pair's cursor to the last step leased of it (the lease returns them in

@@ -143,6 +143,7 @@ class Worker:
 
     def _on_ready(self, capability: str) -> None:
         if capability in self.capabilities:
+            self.cursors.announced()  # it may sort behind the cursors: look from the start
             self.wake.set()
 
     def _on_cancel(self, step_id: int) -> None:
@@ -211,7 +212,7 @@ class Worker:
         leased = await self.store.lease(pairs, limit, self.settings.lease_seconds,
                                         cursors.after(pairs, from_start=from_start))
         if from_start:
-            cursors.scanned_from_start(time.monotonic() - began)
+            cursors.scanned_from_start(began, time.monotonic() - began)
         cursors.advance(leased)
         return leased
 

@@ -47,8 +47,7 @@ class WorkerSettings(BaseSettings):
     cancel_grace_seconds: float = Field(default=2.0, ge=0)
     poll_seconds: float = Field(default=1.0, gt=0)
     # How often at least a lease scans the queue from its start rather than after the last
-    # step leased (a step of higher priority arriving behind that waits at most this long
-    # while a backlog lasts; rara.worker.lease_cursor).
+    # step leased, NOTIFY or not (rara.worker.lease_cursor).
     lease_rescan_seconds: float = Field(default=1.0, gt=0)
     reaper_seconds: float = Field(default=5.0, gt=0)
     reaper_batch: int = Field(default=100, ge=1)

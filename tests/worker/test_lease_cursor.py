@@ -101,12 +101,32 @@ async def test_a_step_behind_the_cursor_is_found_by_the_scan_from_the_start(
 def test_the_rescan_is_due_at_first_then_stretched_by_its_cost() -> None:
     cursors = LeaseCursors(rescan_seconds=1.0, rescan_factor=20.0)
     assert cursors.due(now=0.0)
-    cursors.scanned_from_start(0.001, now=10.0)  # cheap: the period
+    cursors.scanned_from_start(sent=10.0, seconds=0.001)  # cheap: the period
     assert not cursors.due(now=10.9)
-    assert cursors.due(now=11.0)
-    cursors.scanned_from_start(0.25, now=20.0)  # walked many dead entries: 20x its cost
+    assert cursors.due(now=11.01)
+    cursors.scanned_from_start(sent=20.0, seconds=0.25)  # walked many dead entries: 20x it
     assert not cursors.due(now=24.9)
-    assert cursors.due(now=25.0)
+    assert cursors.due(now=25.25)
+
+
+def test_an_announced_arrival_brings_the_rescan_forward_but_not_back_to_back() -> None:
+    """A NOTIFY (ready steps committed) may mean a step behind the cursor: the next lease scans
+    from the start, no sooner than 20x the last such scan's cost after it."""
+    cursors = LeaseCursors(rescan_seconds=1.0, rescan_factor=20.0)
+    cursors.scanned_from_start(sent=10.0, seconds=0.005)  # ends at 10.005
+    assert not cursors.due(now=10.2)
+    cursors.announced(now=10.2)
+    assert cursors.due(now=10.2)  # past 10.005 + 20 x 0.005
+    cursors.scanned_from_start(sent=10.2, seconds=0.05)  # expensive: ends at 10.25
+    cursors.announced(now=10.3)
+    assert not cursors.due(now=11.0)  # not before 10.25 + 20 x 0.05 = 11.25
+    assert cursors.due(now=11.25)
+    # Heard while a scan from the start was in flight: that scan may have missed it.
+    cursors.scanned_from_start(sent=12.0, seconds=0.001)
+    cursors.announced(now=11.9)
+    assert not cursors.due(now=12.5)  # heard before the scan was sent: covered by it
+    cursors.announced(now=12.0005)
+    assert cursors.due(now=12.5)
 
 
 def test_the_cursor_keeps_the_furthest_key_per_pair() -> None:

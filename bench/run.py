@@ -49,6 +49,7 @@ from bench.common import bench_database, noop_definition, percentiles  # noqa: E
 from bench.lease_depth import measure_depths  # noqa: E402
 from bench.peers import run_all  # noqa: E402
 from bench.pgbench_ceiling import measure_ceiling  # noqa: E402
+from rara.pg.clone import clone_database  # noqa: E402
 from rara.runs import start_run  # noqa: E402
 from rara.worker.store import HOT_PATH_SESSION  # noqa: E402
 
@@ -92,8 +93,7 @@ class Server:
         with psycopg.connect(self.admin, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                 sql.Identifier(name)))
-            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
-                sql.Identifier(name), sql.Identifier(self.template)))
+            clone_database(conn, self.template, name)
         return self.url.rsplit("/", 1)[0] + "/" + name
 
     def drop(self, name: str) -> None:

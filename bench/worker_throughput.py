@@ -33,6 +33,7 @@ sys.path.insert(1, str(ROOT))  # after the script's folder: never before the std
 
 from rara.definitions.parse import definition_from_object  # noqa: E402
 from rara.definitions.registry import apply_definition  # noqa: E402
+from rara.pg.clone import clone_database  # noqa: E402
 from rara.pg.embedded import temporary_server  # noqa: E402
 from rara.pg.migrate import migrate  # noqa: E402
 from rara.worker.testing import enqueue_single_step_runs  # noqa: E402
@@ -90,7 +91,7 @@ def _registered(conn: Conn, names: list[str]) -> bool:
 
 def _fresh_db(admin: Conn, template: str, name: str, base_url: str) -> str:
     admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    admin.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+    clone_database(admin, template, name)
     return base_url.rsplit("/", 1)[0] + "/" + name
 
 

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
+from rara.pg.clone import clone_database
 from rara.pg.embedded import EmbeddedPostgres, temporary_server
 from rara.pg.migrate import migrate
 
@@ -60,7 +61,7 @@ def database_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
     """A freshly migrated database of its own for one test."""
     name = f"rara_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name} TEMPLATE {template_db}")
+        clone_database(conn, template_db, name)
     try:
         yield _with_database(pg_admin_url, name)
     finally:

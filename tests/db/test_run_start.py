@@ -14,6 +14,7 @@ import pytest
 
 from rara import runs
 from rara.errors import CapabilityUnavailable, NotFound, RaraError
+from rara.pg.clone import clone_database
 from rara.pg.queries import sync_queries
 from rara.runs import start_run
 from tests.helpers import apply
@@ -97,7 +98,7 @@ def other_database(pg_admin_url: str, template_db: str) -> Iterator[str]:
     """A second fresh database beside `database_url`: same version ids, other specs."""
     name = f"rara_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name} TEMPLATE {template_db}")
+        clone_database(admin, template_db, name)
     try:
         yield urlunsplit(urlsplit(pg_admin_url)._replace(path="/" + name))
     finally:

@@ -20,24 +20,16 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from bench.common import bench_database, bulk_ready_steps, noop_definition
-from rara.pg.queries import async_queries, sync_queries
+from rara.pg.queries import async_queries
+from rara.worker.testing import lease_now
 
 
 async def event_throughput(url: str, events: int) -> float:
     with psycopg.connect(url, autocommit=True) as conn:
         noop_definition(conn, name="events", capability="bench.events@1")
         bulk_ready_steps(conn, 1000, capability="bench.events@1")
-        leased = list(
-            sync_queries().step_lease_routed(
-                conn,
-                capabilities=["bench.events@1"],
-                executors=["inprocess"],
-                limit=1000,
-                after_ranks=None, after_ats=None, after_ids=None,  # from the start
-                worker="bench",
-                lease_seconds=600,
-            )
-        )
+        leased = lease_now(conn, ["bench.events@1"], worker="bench", limit=1000,
+                           lease_seconds=600)
     q = async_queries()
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
         seq, written, started = 0, 0, time.perf_counter()

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import select
-import signal
 import subprocess
 import sys
 import tempfile
@@ -45,7 +44,12 @@ sys.path.insert(1, str(ROOT))  # after the script's folder: never before the std
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from bench.common import bench_database, noop_definition, percentiles  # noqa: E402
+from bench.common import (  # noqa: E402
+    bench_database,
+    noop_definition,
+    percentiles,
+    worker_processes,
+)
 from bench.lease_depth import measure_depths  # noqa: E402
 from bench.peers import run_all  # noqa: E402
 from bench.pgbench_ceiling import measure_ceiling  # noqa: E402
@@ -156,34 +160,16 @@ def executor_process(tmp: Path, streams: int = 512) -> Iterator[str]:
 @contextmanager
 def workers(url: str, names: list[str], logs: Path, endpoint: str | None = None,
             concurrency: int = CONCURRENCY, tmp: Path | None = None) -> Iterator[None]:
-    procs = []
-    env = {**os.environ, "RARA_WORKER_LOG_JSON": "true",
-           "RARA_WORKER_LEASE_BATCH": str(LEASE_BATCH)}
-    for name in names:
-        args = [sys.executable, "-m", "rara.worker", "--handlers", "rara.worker.testing",
-                "--database-url", url, "--id", name, "--log-level", "warning",
-                "--concurrency", str(concurrency)]
-        if endpoint is not None:
-            assert tmp is not None
-            args += ["--executor-endpoint", endpoint, "--executor-token-file",
-                     str(tmp / "token")]
-        with open(logs / f"{name}.log", "ab") as out:
-            procs.append(subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=out, env=env))
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            _wait(lambda: _scalar(conn, "SELECT count(*) FROM rara_workers WHERE id = ANY(%s)",
-                                  (names,)) == len(names), 60, "workers to register")
+    """Worker processes as configured for the drains (``worker_processes``), registered."""
+    flags: dict[str, Any] = {"concurrency": concurrency}
+    if endpoint is not None:
+        assert tmp is not None
+        flags.update(executor_endpoint=endpoint, executor_token_file=tmp / "token")
+    with worker_processes(url, names, logs, env={"RARA_WORKER_LEASE_BATCH": str(LEASE_BATCH)},
+                          **flags), psycopg.connect(url, autocommit=True) as conn:
+        _wait(lambda: _scalar(conn, "SELECT count(*) FROM rara_workers WHERE id = ANY(%s)",
+                              (names,)) == len(names), 60, "workers to register")
         yield
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def _enqueue(conn: Conn, name: str, runs: int, steps: int, capability: str,

@@ -14,15 +14,12 @@ the step succeeding elsewhere, median and max over ``--trials``.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +28,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(1, str(ROOT))  # after the script's folder: never before the stdlib's operator
 
+from bench.common import worker_processes  # noqa: E402
 from rara.definitions.parse import definition_from_object  # noqa: E402
 from rara.definitions.registry import apply_definition  # noqa: E402
 from rara.pg.clone import clone_database  # noqa: E402
@@ -57,32 +55,6 @@ def _define(conn: Conn, name: str, capability: str) -> int:
     return apply_definition(conn, definition_from_object(doc)).version
 
 
-@contextmanager
-def _workers(url: str, names: list[str], logs: Path,
-             **flags: Any) -> Iterator[list[subprocess.Popen[bytes]]]:
-    procs = []
-    for name in names:
-        args = [sys.executable, "-m", "rara.worker", "--handlers", "rara.worker.testing",
-                "--database-url", url, "--id", name, "--log-level", "warning"]
-        for key, value in flags.items():
-            args += [f"--{key.replace('_', '-')}", str(value)]
-        with open(logs / f"{name}.log", "ab") as out:
-            procs.append(subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=out,
-                                          env={**os.environ, "RARA_WORKER_LOG_JSON": "true"}))
-    try:
-        yield procs
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
 def _registered(conn: Conn, names: list[str]) -> bool:
     row = conn.execute("SELECT count(*) FROM rara_workers WHERE id = ANY(%s) "
                        "AND stopped_at IS NULL", (names,)).fetchone()
@@ -103,7 +75,7 @@ def throughput(admin: Conn, base_url: str, logs: Path, steps: int, workers: int,
         enqueue_single_step_runs(conn, definition="noop", version=version, key="s",
                                  capability="bench.noop@1", n=steps)
         names = [f"tp{workers}-{i}" for i in range(workers)]
-        with _workers(url, names, logs, concurrency=concurrency):
+        with worker_processes(url, names, logs, concurrency=concurrency):
             _wait(lambda: (conn.execute("SELECT count(*) FROM rara_steps WHERE status = "
                                         "'succeeded'").fetchone() or (0,))[0] == steps,
                   timeout=600, what="the queue to drain")
@@ -121,7 +93,7 @@ def recovery(admin: Conn, base_url: str, logs: Path, sig: int, trial: int,
         version = _define(conn, "sleepy", "bench.sleep@1")
         flags = {"lease_seconds": lease, "reaper_seconds": lease / 4,
                  "shutdown_grace_seconds": 0}
-        with _workers(url, ["victim"], logs, **flags) as (victim,):
+        with worker_processes(url, ["victim"], logs, **flags) as (victim,):
             _wait(lambda: _registered(conn, ["victim"]), 30, "victim")
             [run_id] = enqueue_single_step_runs(conn, definition="sleepy", version=version,
                                                 key="s", capability="bench.sleep@1", n=1,
@@ -129,7 +101,7 @@ def recovery(admin: Conn, base_url: str, logs: Path, sig: int, trial: int,
             _wait(lambda: conn.execute("SELECT 1 FROM rara_steps WHERE run_id = %s AND "
                                        "status = 'running'", (run_id,)).fetchone() is not None,
                   30, "the step to be leased")
-            with _workers(url, ["rescuer"], logs, **flags):
+            with worker_processes(url, ["rescuer"], logs, **flags):
                 _wait(lambda: _registered(conn, ["rescuer"]), 30, "rescuer")
                 victim.send_signal(sig)
                 t0 = time.monotonic()

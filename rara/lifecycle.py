@@ -71,7 +71,8 @@ async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[str | Non
     wins = [i for i, e in enumerate(endings) if e.kind == "succeeded"]
     rest = [i for i, e in enumerate(endings) if e.kind != "succeeded"]
     run_ids = sorted({e.run_id for e in endings})
-    complete = {"worker": worker, "endings": _successes_json([endings[i] for i in wins])}
+    complete = {"worker": worker, "endings": _successes_json(
+        [(endings[i].fence, endings[i].result, endings[i].artifacts) for i in wins])}
     if not rest:
         # Only successes (the common case): nothing depends on an answer before the commit, so
         # the whole transaction goes in one round trip (pipeline mode).
@@ -106,33 +107,29 @@ async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[str | Non
     return answers
 
 
-def _successes_json(wins: Sequence[Ending]) -> str:
-    """The batch for steps_complete_many as one JSON array: one C-encoded ``json.dumps`` for
-    the whole batch (per-element dumping of typed arrays was a measured hot spot)."""
+def _successes_json(wins: Sequence[tuple[Fence, Any, Sequence[Mapping[str, Any]]]]) -> str:
+    """(fence, result, artifact manifest) of successes as the one JSON array steps_complete_many
+    reads: one C-encoded ``json.dumps`` for the whole batch (per-element dumping of typed arrays
+    was a measured hot spot)."""
     return json.dumps([
-        {"id": e.fence.step_id, "token": str(e.fence.token), "result": e.result,
-         **({"manifest": list(e.artifacts)} if e.artifacts else {})}
-        for e in wins], allow_nan=False, separators=(",", ":"))
+        {"id": fence.step_id, "token": str(fence.token), "result": result,
+         **({"manifest": list(artifacts)} if artifacts else {})}
+        for fence, result, artifacts in wins], allow_nan=False, separators=(",", ":"))
 
 
 async def complete(
     conn: AsyncConn, fence: Fence, result: Any, artifacts: Sequence[Mapping[str, Any]] = ()
 ) -> bool:
-    """Succeeded: result and artifact manifest together, or nothing (lease lost → False)."""
+    """Succeeded: result and artifact manifest together, or nothing (lease lost → False). One
+    attempt through the batch statement (the worker's batcher uses ``end_many``)."""
     q = async_queries()
     async with conn.transaction():
-        row = await q.step_complete(
-            conn,
-            step_id=fence.step_id,
-            worker=fence.worker,
-            token=fence.token,
-            result=Jsonb(result),
-        )
+        cur = await conn.execute(q.steps_complete_many.sql, {
+            "worker": fence.worker, "endings": _successes_json([(fence, result, artifacts)])})
+        row = await cur.fetchone()
         if row is None:
             return False
-        if artifacts:
-            await q.artifacts_record(conn, step_id=fence.step_id, artifacts=Jsonb(list(artifacts)))
-        await _refresh_run(conn, row[0])
+        await _refresh_run(conn, row[1])
         return True
 
 

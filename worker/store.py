@@ -113,22 +113,14 @@ class WorkerStore:
 
     async def heartbeat_all(self, capabilities: Sequence[str], leases: Sequence[tuple[int, UUID]],
                             lease_seconds: float) -> dict[int, bool]:
-        """The worker's row and every lease it holds, in one statement; answer as ``heartbeat``."""
+        """The worker's row and every lease it holds, in one statement. Answer: step id →
+        cancel requested, for the leases still held (a lease missing from it is lost)."""
         async with self.pool.connection() as conn:
             cur = await conn.execute(self.q.worker_heartbeat_steps.sql, {
                 "worker": self.worker, "capabilities": list(capabilities),
                 "step_ids": [s for s, _ in leases], "tokens": [t for _, t in leases],
                 "lease_seconds": lease_seconds})
             return {r[0]: bool(r[1]) for r in await cur.fetchall()}
-
-    async def heartbeat(self, leases: Sequence[tuple[int, UUID]],
-                        lease_seconds: float) -> dict[int, bool]:
-        """Extend leases; answer: step id → cancel requested, for the leases still held."""
-        async with self.pool.connection() as conn:
-            rows = await fetch_all(self.q.step_heartbeat(
-                conn, step_ids=[s for s, _ in leases], tokens=[t for _, t in leases],
-                worker=self.worker, lease_seconds=lease_seconds))
-            return {r[0]: bool(r[1]) for r in rows}
 
     async def write_progress(self, items: Sequence[tuple[int, UUID, int, float | None, str,
                                                          Mapping[str, float]]]) -> set[int]:
@@ -204,10 +196,6 @@ class WorkerStore:
     async def register(self, capabilities: Sequence[str]) -> None:
         async with self.pool.connection() as conn:
             await self.q.worker_register(conn, worker=self.worker, capabilities=list(capabilities))
-
-    async def worker_heartbeat(self, capabilities: Sequence[str]) -> None:
-        async with self.pool.connection() as conn:
-            await self.q.worker_heartbeat(conn, worker=self.worker, capabilities=list(capabilities))
 
     async def stop(self) -> None:
         async with self.pool.connection() as conn:

@@ -1,4 +1,4 @@
-"""Bulk enqueueing for tests and benchmarks (not used by the runtime).
+"""Bulk enqueueing and leasing by hand, for tests and benchmarks (not used by the runtime).
 
 ``start_run`` is one transaction per run with validation and routing checks; filling a queue
 with thousands of single-step runs that way measures the client, not the worker. This writes
@@ -15,6 +15,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from rara.context import StepContext
+from rara.pg.queries import sync_queries
 from rara.worker.registry import Registry
 
 _ENQUEUE = """
@@ -46,6 +47,17 @@ def enqueue_single_step_runs(conn: psycopg.Connection[Any], *, definition: str, 
             "payload": Jsonb({"input": {}, "secrets": {}}), "max_attempts": max_attempts,
             "initial_ms": initial_ms, "max_ms": max_ms}).fetchall()
     return [r[0] for r in rows]
+
+
+def lease_now(conn: psycopg.Connection[Any], capabilities: list[str], *, worker: str,
+              limit: int, lease_seconds: float = 30, executor: str = "inprocess"
+              ) -> list[tuple[Any, ...]]:
+    """Lease as a worker does (``step_lease_routed``), scanning every range from the start:
+    the rows of the steps leased, for tests and benchmarks that take steps by hand."""
+    return list(sync_queries().step_lease_routed(
+        conn, capabilities=capabilities, executors=[executor] * len(capabilities),
+        limit=limit, worker=worker, lease_seconds=lease_seconds,
+        after_ranks=None, after_ats=None, after_ids=None))
 
 
 # Handlers for benchmarks and smoke tests: ``--handlers rara.worker.testing``.

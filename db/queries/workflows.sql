@@ -148,41 +148,10 @@ SELECT pg_notify('rara_run', :payload);
 -- =============================================================================================
 -- Steps: the lease protocol
 
--- name: step_heartbeat
--- Extend every lease this worker still holds, in one statement; the answer carries the cancel
--- requests. Attempts missing from the answer have lost their lease.
-UPDATE rara_steps s SET
-    lease_expires_at = now() + make_interval(secs => :lease_seconds), heartbeat_at = now()
-FROM unnest(CAST(:step_ids AS bigint[]), CAST(:tokens AS uuid[])) AS h(id, token)
-WHERE s.id = h.id AND s.lease_token = h.token AND s.leased_by = :worker
-  AND s.status = 'running'
-RETURNING s.id, s.cancel_requested;
-
--- name: step_complete^
--- Success, fenced. Closes the attempt and unblocks dependants whose last dependency this was.
-WITH done AS (
-    UPDATE rara_steps SET
-        status = 'succeeded', result = :result, finished_at = now(), error = NULL,
-        leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
-    WHERE id = :step_id AND leased_by = :worker AND lease_token = :token AND status = 'running'
-    RETURNING id, run_id, key, attempt
-), closed AS (
-    UPDATE rara_attempts a SET outcome = 'succeeded', ended_at = now(), ended_by = :worker
-    FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
-), unblocked AS (
-    UPDATE rara_steps s SET
-        pending_deps = s.pending_deps - 1,
-        status = CASE WHEN s.pending_deps = 1 THEN 'ready' ELSE 'blocked' END::rara_step_status,
-        available_at = now()
-    FROM done
-    WHERE s.run_id = done.run_id AND s.status = 'blocked' AND done.key = ANY (s.depends_on)
-)
-SELECT run_id FROM done;
-
 -- name: steps_complete_many
 -- Many successes in one statement (the worker's completion batcher), each fenced on its own:
 -- the steps returned succeeded; any other step given has lost its lease and nothing was written
--- for it. Like step_complete, it closes the attempts and unblocks dependants, and it records
+-- for it. It closes the attempts and unblocks dependants, and it records
 -- each step's artifact manifest (an absent or empty `manifest`: none) in the same statement. The caller
 -- aggregates the runs afterwards in the same transaction (runs_lock, then runs_refresh).
 WITH given AS MATERIALIZED (
@@ -343,12 +312,9 @@ INSERT INTO rara_workers (id, capabilities) VALUES (:worker, :capabilities)
 ON CONFLICT (id) DO UPDATE SET capabilities = EXCLUDED.capabilities, heartbeat_at = now(),
     stopped_at = NULL;
 
--- name: worker_heartbeat!
-UPDATE rara_workers SET heartbeat_at = now(), capabilities = :capabilities WHERE id = :worker;
-
 -- name: worker_heartbeat_steps
 -- The worker's heartbeat in one statement: its own row (what it serves, that it is alive) and
--- every lease it still holds extended (as step_heartbeat; empty arrays when it runs nothing).
+-- every lease it still holds extended (empty arrays when it runs nothing), fenced per lease.
 -- The answer carries the cancel requests; attempts missing from it have lost their lease.
 WITH me AS (
     UPDATE rara_workers SET heartbeat_at = now(), capabilities = :capabilities
@@ -379,25 +345,6 @@ ORDER BY id;
 SELECT capability, count(*) FILTER (WHERE status = 'ready') AS ready,
        count(*) FILTER (WHERE status = 'running') AS running
 FROM rara_steps WHERE status IN ('ready', 'running') GROUP BY capability ORDER BY capability;
-
--- =============================================================================================
--- Artifacts
-
--- name: artifacts_record!
--- The manifest of a succeeded attempt, in the transaction of its result. Blobs are known
--- once (ON CONFLICT); a replayed manifest row is one row.
-WITH manifest AS (
-    SELECT * FROM jsonb_to_recordset(:artifacts)
-        AS a(name text, digest text, size bigint, media_type text)
-), blobs AS (
-    INSERT INTO rara_artifacts (digest, size)
-    SELECT DISTINCT digest, size FROM manifest
-    ON CONFLICT (digest) DO NOTHING
-)
-INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, media_type)
-SELECT :step_id, s.attempt, m.name, m.digest, m.size, m.media_type
-FROM manifest m, rara_steps s WHERE s.id = :step_id
-ON CONFLICT (step_id, attempt, name) DO NOTHING;
 
 -- =============================================================================================
 -- Worker (rara.worker): routed lease, progress, checkpoints, inputs

@@ -8,11 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from rara.artifacts.gc import collect_garbage
 from rara.artifacts.store import LocalArtifactStore
-from rara.pg.queries import sync_queries
 from rara.runs import start_run
 from tests.helpers import apply
 
@@ -33,27 +31,13 @@ def test_gc_removes_only_old_unreferenced_blobs(
     run = start_run(conn, "g", queue_anyway=True).run_id
     step = conn.execute("SELECT id FROM rara_steps WHERE run_id = %s", (run,)).fetchone()
     assert step is not None
-    q = sync_queries()
-    q.artifacts_record(
-        conn,
-        step_id=step[0],
-        artifacts=Jsonb(
-            [
-                {
-                    "name": "out",
-                    "digest": kept.digest,
-                    "size": kept.size,
-                    "media_type": "text/plain",
-                },
-                {
-                    "name": "orphan-once",
-                    "digest": orphan.digest,
-                    "size": orphan.size,
-                    "media_type": "text/plain",
-                },
-            ]
-        ),
-    )
+    # A manifest (what a succeeded attempt records with its result), written as fixture rows.
+    for name, ref in (("out", kept), ("orphan-once", orphan)):
+        conn.execute("INSERT INTO rara_artifacts (digest, size) VALUES (%s, %s)",
+                     (ref.digest, ref.size))
+        conn.execute("INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, "
+                     "media_type) VALUES (%s, 0, %s, %s, %s, 'text/plain')",
+                     (step[0], name, ref.digest, ref.size))
     conn.execute("DELETE FROM rara_step_artifacts WHERE name = 'orphan-once'")
     conn.execute(
         "INSERT INTO rara_artifacts (digest, size) VALUES (%s, %s)", (checkpointed.digest, 4)

@@ -64,8 +64,8 @@ def test_every_named_query_loads_for_both_drivers() -> None:
     assert names == set(async_queries().available_queries)
     for expected in (
         "step_lease_routed",
-        "step_heartbeat",
-        "step_complete",
+        "worker_heartbeat_steps",
+        "steps_complete_many",
         "step_fail",
         "steps_reap",
         "step_release",

@@ -10,8 +10,8 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 import pytest
 
-from rara.pg.queries import sync_queries
 from rara.runs import start_run
+from rara.worker.testing import lease_now
 from tests.helpers import apply
 
 
@@ -39,17 +39,7 @@ def test_worker_role_leases_but_cannot_touch_definitions(
     apply(conn, "r", [{"key": "a", "capability": "x@1"}])
     start_run(conn, "r", queue_anyway=True)
     with login_as("rara_worker") as worker:
-        rows = list(
-            sync_queries().step_lease_routed(
-                worker,
-                capabilities=["x@1"],
-                executors=["inprocess"],
-                limit=5,
-                after_ranks=None, after_ats=None, after_ids=None,  # from the start
-                worker="w",
-                lease_seconds=30,
-            )
-        )
+        rows = lease_now(worker, ["x@1"], worker="w", limit=5)
         assert len(rows) == 1
         for statement in (
             "INSERT INTO rara_definitions (name) VALUES ('evil')",
@@ -68,14 +58,4 @@ def test_operator_role_registers_but_cannot_lease(
         apply(operator, "op", [{"key": "a", "capability": "x@1"}])
         start_run(operator, "op", queue_anyway=True)
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
-            list(
-                sync_queries().step_lease_routed(
-                    operator,
-                    capabilities=["x@1"],
-                    executors=["inprocess"],
-                    limit=5,
-                    after_ranks=None, after_ats=None, after_ids=None,  # from the start
-                    worker="w",
-                    lease_seconds=30,
-                )
-            )
+            lease_now(operator, ["x@1"], worker="w", limit=5)

@@ -13,8 +13,8 @@ import pytest
 from rara import lifecycle
 from rara.errors import CapabilityUnavailable, InputInvalid, NotFound
 from rara.lifecycle import Fence
-from rara.pg.queries import sync_queries
 from rara.runs import cancel_run, start_run
+from rara.worker.testing import lease_now
 from tests.helpers import apply
 
 CHAIN = [
@@ -65,10 +65,7 @@ def test_start_refuses_unserved_capabilities_and_bad_input(conn: psycopg.Connect
 
 
 def _lease(conn: psycopg.Connection[Any]) -> dict[str, Fence]:
-    rows = sync_queries().step_lease_routed(
-        conn, capabilities=["x@1"], executors=["inprocess"], limit=100, worker="w",
-        lease_seconds=60, after_ranks=None, after_ats=None, after_ids=None,
-    )
+    rows = lease_now(conn, ["x@1"], worker="w", limit=100, lease_seconds=60)
     return {r[2]: Fence(r[0], "w", UUID(str(r[8]))) for r in rows}
 
 

@@ -14,6 +14,7 @@ from rara.cli.main import app
 from rara.lifecycle import Fence
 from rara.pg.queries import sync_queries
 from rara.runs import start_run
+from rara.worker.testing import lease_now
 from tests.helpers import apply
 
 
@@ -38,17 +39,7 @@ def test_status_shows_workers_backlog_and_failures(
     )
     failing = start_run(conn, "rag").run_id
     start_run(conn, "rag")
-    rows = list(
-        q.step_lease_routed(
-            conn,
-            capabilities=["embed@1"],
-            executors=["inprocess"],
-            limit=1,
-            after_ranks=None, after_ats=None, after_ids=None,  # from the start
-            worker="gpu-worker-7",
-            lease_seconds=60,
-        )
-    )
+    rows = lease_now(conn, ["embed@1"], worker="gpu-worker-7", limit=1, lease_seconds=60)
     assert [(r[1], r[2]) for r in rows] == [(failing, "embed")]
     fence = Fence(rows[0][0], "gpu-worker-7", UUID(str(rows[0][8])))
     assert asyncio.run(_fail(database_url, fence)) == "failed"

@@ -3,6 +3,7 @@ test's own PostgreSQL database. Every wait is on a condition with a deadline."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import sys
 import threading
@@ -17,12 +18,12 @@ import pytest
 from kopf.testing import KopfRunner
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from psycopg.types.json import Jsonb
 
+from rara.lifecycle import Fence, complete
 from rara.operator.app import build_registry
 from rara.operator.runtime import OperatorConfig
-from rara.pg.queries import sync_queries
 from rara.runs import cancel_run, start_run
+from rara.worker.testing import lease_now
 from tests.helpers import apply
 
 from .conftest import KubeFixture
@@ -35,6 +36,10 @@ T = TypeVar("T")
 MERGE = "application/merge-patch+json"
 DEADLINE = 30.0
 
+
+async def _complete(dsn: str, fence: Fence, result: Any) -> bool:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        return await complete(conn, fence, result)
 
 def measure(line: str) -> None:
     """Report a timing on the real stdout: KopfRunner's click runner swaps sys.stdout."""
@@ -317,25 +322,12 @@ def test_workflow_run_is_started_once_and_mirrored(
     assert key == (f"k8s:{body['metadata']['uid']}", {"corpus": "wiki"})
 
     # A worker leases and finishes the first step: the status follows.
-    q = sync_queries()
-    (leased,) = list(
-        q.step_lease_routed(
-            db,
-            capabilities=["demo.collect@1"],
-            executors=["inprocess"],
-            worker="w1",
-            limit=1,
-            after_ranks=None, after_ats=None, after_ids=None,  # from the start
-            lease_seconds=60,
-        )
-    )
+    (leased,) = lease_now(db, ["demo.collect@1"], worker="w1", limit=1, lease_seconds=60)
     eventually(
         lambda: objects.status("workflowruns", "nightly").get("phase") == "Running",
         what="phase Running",
     )
-    with db.transaction():
-        q.step_complete(db, step_id=leased[0], worker="w1", token=leased[8], result=Jsonb({}))
-        list(q.runs_refresh(db, run_ids=[run_id]))
+    assert asyncio.run(_complete(db.info.dsn, Fence(leased[0], "w1", leased[8]), {}))
     eventually(
         lambda: objects.status("workflowruns", "nightly").get("progress") == "1/2",
         what="progress 1/2",

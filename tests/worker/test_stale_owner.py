@@ -62,7 +62,7 @@ async def test_stale_owner_writes_nothing(conn: psycopg.Connection[Any],
     assert await old.complete(stale, {"late": True}, []) is False
     assert await old.fail(stale, {"code": "X"}, retryable=True, jitter=0, outcome="failed") is None
     assert await old.cancelled(stale) is False
-    assert await old.heartbeat([(mine.id, token)], 30) == {}
+    assert await old.heartbeat_all(["test.echo@1"], [(mine.id, token)], 30) == {}
     assert await old.write_progress([(mine.id, token, 1, 0.5, "late", {})]) == set()
     assert await old.write_checkpoint(mine.id, token, 1, {"late": True}, None) is False
     assert await old.release([(mine.id, token)]) == []

@@ -5,7 +5,7 @@ The worker knows when its lease surely expires (``AttemptState.lease_valid_until
 monotonic time a heartbeat was *sent* plus the lease) and the heartbeat loop means to stop
 such attempts ("once the lease surely expired, stop as if lost rather than risk two owners
 doing the work", worker/runner.py ``_heartbeat_loop``). But that check runs only *after*
-``await self.store.heartbeat(...)`` returns, and neither that call nor the supervisor
+``await self.store.heartbeat_all(...)`` returns, and neither that call nor the supervisor
 (worker/attempt.py ``_next_stop``, which never looks at ``lease_valid_until``) bounds it: a
 heartbeat that hangs — a network partition, a half-open TCP connection to a failed-over
 server, a pool waiting out its 10 s timeout for a connection while PostgreSQL restarts — lets
@@ -42,15 +42,14 @@ HANDLERS = ["tests.e2e.chaos.handlers"]
 def _hang_heartbeats(monkeypatch: pytest.MonkeyPatch, hang: asyncio.Event) -> None:
     """Every heartbeat statement of the worker "partitioned" waits for ``hang`` (forever, unless
     set): the lease is no longer extended, as in a network partition."""
-    for name in ("heartbeat", "heartbeat_all"):
-        real = getattr(WorkerStore, name)
+    real = WorkerStore.heartbeat_all
 
-        async def hung(self: WorkerStore, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
-            if self.worker == "partitioned":
-                await hang.wait()
-            return await _real(self, *args, **kwargs)
+    async def hung(self: WorkerStore, *args: Any, **kwargs: Any) -> Any:
+        if self.worker == "partitioned":
+            await hang.wait()
+        return await real(self, *args, **kwargs)
 
-        monkeypatch.setattr(WorkerStore, name, hung)
+    monkeypatch.setattr(WorkerStore, "heartbeat_all", hung)
 
 
 @pytest.fixture

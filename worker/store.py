@@ -35,8 +35,12 @@ def make_pool(url: str, size: int) -> Pool:
 
 # The hot paths' sessions (and the lease benchmark's): statements prepared on first use and
 # planned once — generic plans — without JIT, whatever the database's defaults (see WorkerStore).
+# Without sequential scans too: every statement there finds its rows by an index, but a plan
+# made while a table was nearly empty (a fresh database) would scan it, and keep scanning it
+# as it grew.
 HOT_PATH_SESSION: dict[str, Any] = {
-    "prepare_threshold": 0, "options": "-c plan_cache_mode=force_generic_plan -c jit=off"}
+    "prepare_threshold": 0,
+    "options": "-c plan_cache_mode=force_generic_plan -c jit=off -c enable_seqscan=off"}
 
 
 class _OwnConnection:

@@ -186,9 +186,11 @@ WITH given AS MATERIALIZED (
           GROUP BY b.id) AS d
     WHERE s.id = d.id AND s.status = 'blocked'
 ), manifest AS (
+    -- Only the successes that name artifacts (most name none): nothing joined for the rest.
     SELECT done.id, done.attempt, m.name, m.digest, m.size, m.media_type
-    FROM done JOIN given g ON g.id = done.id
-    CROSS JOIN LATERAL jsonb_to_recordset(coalesce(g.manifest, '[]'))
+    FROM (SELECT id, manifest FROM given WHERE manifest IS NOT NULL) AS g
+    JOIN done ON done.id = g.id
+    CROSS JOIN LATERAL jsonb_to_recordset(g.manifest)
         AS m(name text, digest text, size bigint, media_type text)
 ), blobs AS (
     -- Blobs are known once; the manifest rows below reference them in the same statement.

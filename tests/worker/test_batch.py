@@ -231,3 +231,38 @@ def test_worker_batches_completions_and_counts_them(conn: psycopg.Connection[Any
     assert _sample("rara_attempts_running") == 0
 
 
+
+
+async def test_hot_path_plans_made_on_empty_tables_never_scan_them(
+        conn: psycopg.Connection[Any], database_url: str) -> None:
+    """The worker's lease and completion connections plan each statement once (generic plans,
+    ``HOT_PATH_SESSION``), often on a fresh database: a plan that scans a table because it was
+    empty then kept scanning it as it grew (the attempts update of every completion batch read
+    the whole attempts table, ~25 µs a step by a 20,000-step drain)."""
+    define(conn, "pair", [{"key": "a", "capability": "test.echo@1"},
+                          {"key": "b", "capability": "test.echo@1", "dependsOn": ["a"]}])
+    runs = [start(conn, "pair") for _ in range(2)]
+    pool = make_pool(database_url, 2)
+    await pool.open()
+    hot = WorkerStore(pool, "batcher", own_url=database_url)
+    plans: list[str] = []
+    try:
+        for own in (hot._lease_conn, hot._end_conn):
+            assert own is not None
+            c = await own.get()
+            c.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
+            for setting in ("auto_explain.log_min_duration = 0", "auto_explain.log_level = notice",
+                            "auto_explain.log_nested_statements = on"):
+                await c.execute("LOAD 'auto_explain'")
+                await c.execute(f"SET {setting}")
+        for _ in range(2):  # a, then the b it unblocked
+            leased = await hot.lease(PAIRS, 10, lease_seconds=30)
+            assert len(leased) == len(runs)
+            assert await hot.end_many([_won(s) for s in leased]) == ["succeeded"] * len(runs)
+    finally:
+        await hot.close()
+        await pool.close()
+    assert [run_status(conn, r) for r in runs] == ["succeeded"] * len(runs)
+    assert len(plans) >= 4
+    scans = [p for p in plans if "Seq Scan on rara_" in p]
+    assert scans == [], scans[0]

@@ -20,6 +20,7 @@ from rara.pg.embedded import temporary_server
 from rara.pg.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @contextmanager
@@ -114,3 +115,49 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
     return {"p50": pick(0.50), "p99": pick(0.99), "mean": statistics.fmean(ordered)}
+
+
+class CpuMeter:
+    """CPU seconds (user + system, from ``/proc``; Linux) spent by the server's processes and
+    by given processes between ``start()`` and ``stop()``: where a drain's steps cost.
+
+    ``postgres`` counts every process named ``postgres`` on the machine (the bench's server is
+    the only one while it runs); a process that exits in between takes its share with it, so
+    measure while the connections doing the work are open."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self._before: tuple[float, float] = (0.0, 0.0)
+        self.postgres = self.processes = 0.0
+
+    @staticmethod
+    def _cpu(pid: int) -> float:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
+
+    def _sample(self) -> tuple[float, float]:
+        server = 0.0
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if (entry / "comm").read_text().strip() == "postgres":
+                        server += self._cpu(int(entry.name))
+                except OSError:
+                    continue
+        return server, sum(self._cpu(pid) for pid in self.pids)
+
+    def start(self) -> None:
+        self._before = self._sample()
+
+    def stop(self) -> None:
+        after = self._sample()
+        self.postgres = after[0] - self._before[0]
+        self.processes = after[1] - self._before[1]
+
+    def per(self, units: int) -> dict[str, float]:
+        """Microseconds per unit of work (``units`` steps), of each side."""
+        return {"postgres_us": round(self.postgres / units * 1e6, 1),
+                "workers_us": round(self.processes / units * 1e6, 1)}

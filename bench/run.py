@@ -7,7 +7,8 @@ then measures, each scenario in a fresh database cloned from the migrated one:
 
 throughput   no-op single-step runs and the no-op steps of 10-step chains, drained by 1, 2
              and 4 worker processes (steps/s on the database clock, first lease to last
-             completion); the same through the gRPC path (an executor process, no-op plugin)
+             completion); the same through the gRPC path (an executor process, no-op plugin);
+             with the CPU per step of the server's and of the worker processes (/proc)
 latency      start of a run (client clock before ``start_run``) to its handler running
              (``bench.stamp@1`` reports CLOCK_MONOTONIC), into an idle worker: p50/p99 ms
 grpc         attempt time (lease to completion, database clock) of a no-op step in process
@@ -45,6 +46,7 @@ import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402
 
 from bench.common import (  # noqa: E402
+    CpuMeter,
     bench_database,
     noop_definition,
     percentiles,
@@ -159,17 +161,18 @@ def executor_process(tmp: Path, streams: int = 512) -> Iterator[str]:
 
 @contextmanager
 def workers(url: str, names: list[str], logs: Path, endpoint: str | None = None,
-            concurrency: int = CONCURRENCY, tmp: Path | None = None) -> Iterator[None]:
-    """Worker processes as configured for the drains (``worker_processes``), registered."""
+            concurrency: int = CONCURRENCY, tmp: Path | None = None) -> Iterator[list[int]]:
+    """Worker processes as configured for the drains (``worker_processes``), registered;
+    yields their pids."""
     flags: dict[str, Any] = {"concurrency": concurrency}
     if endpoint is not None:
         assert tmp is not None
         flags.update(executor_endpoint=endpoint, executor_token_file=tmp / "token")
     with worker_processes(url, names, logs, env={"RARA_WORKER_LEASE_BATCH": str(LEASE_BATCH)},
-                          **flags), psycopg.connect(url, autocommit=True) as conn:
+                          **flags) as procs, psycopg.connect(url, autocommit=True) as conn:
         _wait(lambda: _scalar(conn, "SELECT count(*) FROM rara_workers WHERE id = ANY(%s)",
                               (names,)) == len(names), 60, "workers to register")
-        yield
+        yield [p.pid for p in procs]
 
 
 def _enqueue(conn: Conn, name: str, runs: int, steps: int, capability: str,
@@ -193,12 +196,15 @@ def drain(server: Server, logs: Path, *, n_workers: int, runs: int, steps: int,
             noop_definition(conn, "noop", steps=steps, capability=capability, executor=executor)
             _enqueue(conn, "noop", runs, steps, capability, executor)
             names = [f"{name}-{i}" for i in range(n_workers)]
-            with workers(url, names, logs, endpoint=endpoint, tmp=tmp):
+            with workers(url, names, logs, endpoint=endpoint, tmp=tmp) as pids:
+                cpu = CpuMeter(pids)  # the workers' (not the executor's) and the server's
+                cpu.start()
                 # The rate comes from the attempts' own timestamps, not from this poll: poll
                 # seldom, so that counting the runs left takes no CPU from the drain.
                 _wait(lambda: _scalar(conn, "SELECT count(*) FROM rara_runs WHERE status IN "
                                             "('pending', 'running')") == 0,
                       900, f"{name} to drain", every=0.5)
+                cpu.stop()
             seconds, count = conn.execute(
                 "SELECT extract(epoch FROM max(ended_at) - min(started_at))::float8, count(*) "
                 "FROM rara_attempts WHERE outcome = 'succeeded'").fetchone() or (0.0, 0)
@@ -206,7 +212,7 @@ def drain(server: Server, logs: Path, *, n_workers: int, runs: int, steps: int,
         assert count == total, (count, total)
         assert failed == 0, failed
         return {"workers": n_workers, "steps": total, "seconds": round(seconds, 3),
-                "steps_per_s": round(total / seconds, 1)}
+                "steps_per_s": round(total / seconds, 1), "cpu_per_step": cpu.per(total)}
     finally:
         server.drop(name)
 
@@ -359,16 +365,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             tp: dict[str, Any] = {"single": [], "chain10": [], "grpc": []}
             for n in worker_counts:
                 tp["single"].append(drain(server, logs, n_workers=n, runs=single_runs, steps=1))
-                log(f"  single-step no-op, {n} worker(s): {tp['single'][-1]['steps_per_s']:>8.0f}")
+                log(f"  single-step no-op, {n} worker(s): {_rate(tp['single'][-1])}")
             for n in worker_counts:
                 tp["chain10"].append(drain(server, logs, n_workers=n, runs=chain_runs, steps=10))
-                log(f"  10-step chain,     {n} worker(s): {tp['chain10'][-1]['steps_per_s']:>8.0f}")
+                log(f"  10-step chain,     {n} worker(s): {_rate(tp['chain10'][-1])}")
             with executor_process(tmp) as endpoint:
                 for n in worker_counts[:2]:
                     tp["grpc"].append(drain(server, logs, n_workers=n, runs=grpc_runs, steps=1,
                                             executor="grpc", endpoint=endpoint, tmp=tmp))
-                    log(f"  gRPC no-op,        {n} worker(s): "
-                        f"{tp['grpc'][-1]['steps_per_s']:>8.0f}")
+                    log(f"  gRPC no-op,        {n} worker(s): {_rate(tp['grpc'][-1])}")
             results["throughput"] = tp
         if "latency" not in skip:
             results["latency"] = start_latency(server, logs, 50 if quick else 200)
@@ -430,6 +435,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return results
 
 
+def _rate(x: dict[str, Any]) -> str:
+    """A drain's steps/s and where each step's CPU went (server, worker processes)."""
+    cpu = x["cpu_per_step"]
+    return (f"{x['steps_per_s']:>8.0f} steps/s  (CPU per step: PostgreSQL "
+            f"{cpu['postgres_us']:.0f} us, workers {cpu['workers_us']:.0f} us)")
+
+
 def summary(r: dict[str, Any]) -> dict[str, Any]:
     """The goals, as ratios (None where a part was skipped or failed)."""
     out: dict[str, Any] = {}
@@ -455,7 +467,7 @@ def print_table(r: dict[str, Any]) -> None:
     for kind, label in (("single", "no-op single-step"), ("chain10", "no-op 10-step chain"),
                         ("grpc", "gRPC no-op single-step")):
         for x in tp.get(kind, []):
-            rows.append((f"{label}, {x['workers']} worker(s)", f"{x['steps_per_s']:.0f} steps/s"))
+            rows.append((f"{label}, {x['workers']} worker(s)", _rate(x).strip()))
     if "latency" in r:
         lat = r["latency"]
         rows.append(("start latency, idle worker",

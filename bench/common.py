@@ -14,13 +14,13 @@ from typing import Any
 
 import psycopg
 
+from bench.proc_cpu import process_cpu, server_cpu
 from rara.definitions.parse import definition_from_object
 from rara.definitions.registry import apply_definition
 from rara.pg.embedded import temporary_server
 from rara.pg.migrate import migrate
 
 ROOT = Path(__file__).resolve().parents[1]
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @contextmanager
@@ -118,36 +118,16 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 class CpuMeter:
-    """CPU seconds (user + system, from ``/proc``; Linux) spent by the server's processes and
-    by given processes between ``start()`` and ``stop()``: where a drain's steps cost.
-
-    ``postgres`` counts every process named ``postgres`` on the machine (the bench's server is
-    the only one while it runs); a process that exits in between takes its share with it, so
-    measure while the connections doing the work are open."""
+    """CPU seconds spent by the server and by given processes (the workers) between
+    ``start()`` and ``stop()`` (``bench.proc_cpu``): where a drain's steps cost."""
 
     def __init__(self, pids: list[int]) -> None:
         self.pids = pids
-        self._before: tuple[float, float] = (0.0, 0.0)
+        self._before = (0.0, 0.0)
         self.postgres = self.processes = 0.0
 
-    @staticmethod
-    def _cpu(pid: int) -> float:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            return 0.0
-        return (int(fields[11]) + int(fields[12])) / _TICK  # utime, stime
-
     def _sample(self) -> tuple[float, float]:
-        server = 0.0
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    if (entry / "comm").read_text().strip() == "postgres":
-                        server += self._cpu(int(entry.name))
-                except OSError:
-                    continue
-        return server, sum(self._cpu(pid) for pid in self.pids)
+        return server_cpu(), sum(process_cpu(pid) for pid in self.pids)
 
     def start(self) -> None:
         self._before = self._sample()

@@ -419,7 +419,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 log(f"  {row['peer']:<18} {row.get('jobs_per_s', float('nan')):>8.0f} jobs/s "
                     f"({row.get('workers', '?')} workers)  start p50 "
                     f"{row.get('p50_ms', float('nan')):.2f} ms p99 "
-                    f"{row.get('p99_ms', float('nan')):.2f} ms"
+                    f"{row.get('p99_ms', float('nan')):.2f} ms" + _peer_cpu(row)
                     + (f"  error: {row['error'][:200]}" if "error" in row else ""))
             results["pgbench"] = measure_ceiling(url, seconds=5 if quick else 10)
             log(f"  pgbench single-row UPDATE ceiling: {results['pgbench'].get('tps', 0):.0f} tps")
@@ -440,6 +440,12 @@ def _rate(x: dict[str, Any]) -> str:
     cpu = x["cpu_per_step"]
     return (f"{x['steps_per_s']:>8.0f} steps/s  (CPU per step: PostgreSQL "
             f"{cpu['postgres_us']:.0f} us, workers {cpu['workers_us']:.0f} us)")
+
+
+def _peer_cpu(row: dict[str, Any]) -> str:
+    cpu = row.get("cpu_per_job")
+    return (f"  (CPU per job: PostgreSQL {cpu['postgres_us']:.0f} us, workers "
+            f"{cpu['workers_us']:.0f} us)" if cpu else "")
 
 
 def summary(r: dict[str, Any]) -> dict[str, Any]:
@@ -498,6 +504,7 @@ def print_table(r: dict[str, Any]) -> None:
         value = (f"{row['jobs_per_s']:.0f} jobs/s" if "jobs_per_s" in row else "error")
         if "p50_ms" in row:
             value += f"  start p50 {row['p50_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms"
+        value += _peer_cpu(row)
         rows.append((f"peer {row['peer']} ({row.get('workers', '?')} workers)", value))
     if "pgbench" in r:
         rows.append(("pgbench 1-row UPDATE ceiling", f"{r['pgbench'].get('tps', 0):.0f} tps"))

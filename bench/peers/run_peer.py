@@ -31,7 +31,11 @@ import statistics
 import sys
 import time
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # bench.proc_cpu (imports no rara)
+from bench.proc_cpu import process_cpu, server_cpu
 
 PEERS = ("pgqueuer-asyncpg", "pgqueuer-psycopg", "procrastinate")
 
@@ -302,7 +306,12 @@ def drain(peer: str, dsn: str, jobs: int, workers: int, timeout: float) -> dict[
         raise RuntimeError(f"{peer}: the database already holds {queued} unfinished jobs")
     asyncio.run(_setup(peer, dsn, jobs))
     procs, go, _starts, done = _spawn(peer, dsn, workers, latency=False)
+    # CPU over the drain, measured as rara's is (bench.proc_cpu): the server's, and the worker
+    # processes' (their time at the release subtracted; after they exit it is in ours).
+    children = os.times()
+    workers_cpu = -sum(process_cpu(p.pid) for p in procs if p.pid is not None)
     try:
+        server_before = server_cpu()
         t0 = time.monotonic()
         go.set()
         ends = []
@@ -312,8 +321,12 @@ def drain(peer: str, dsn: str, jobs: int, workers: int, timeout: float) -> dict[
                 raise RuntimeError(f"worker {pid} failed: {value}")
             ends.append(value)
         seconds = max(ends) - t0
+        server = server_cpu() - server_before
     finally:
         _stop(procs)
+    after = os.times()
+    workers_cpu += (after.children_user + after.children_system
+                    - children.children_user - children.children_system)
     completed, left = asyncio.run(_count_done(peer, dsn))
     completed -= before
     if completed != jobs or left:
@@ -326,6 +339,8 @@ def drain(peer: str, dsn: str, jobs: int, workers: int, timeout: float) -> dict[
         "seconds": round(seconds, 4),
         "jobs_per_s": round(jobs / seconds, 1),
         "completed_in_db": completed,
+        "cpu_per_job": {"postgres_us": round(server / jobs * 1e6, 1),
+                        "workers_us": round(workers_cpu / jobs * 1e6, 1)},
     }
 
 

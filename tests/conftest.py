@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -57,16 +57,28 @@ def template_db(pg_admin_url: str) -> str:
 
 
 @pytest.fixture
-def database_url(pg_admin_url: str, template_db: str) -> Iterator[str]:
-    """A freshly migrated database of its own for one test."""
-    name = f"rara_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
-        clone_database(conn, template_db, name)
-    try:
-        yield _with_database(pg_admin_url, name)
-    finally:
+def fresh_database(pg_admin_url: str, template_db: str) -> Iterator[Callable[[], str]]:
+    """Makes freshly migrated databases (clones of the template), as many as a test asks for;
+    all dropped after it."""
+    names: list[str] = []
+
+    def make() -> str:
+        name = f"rara_test_{uuid.uuid4().hex[:12]}"
         with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+            clone_database(conn, template_db, name)
+        names.append(name)
+        return _with_database(pg_admin_url, name)
+
+    yield make
+    with psycopg.connect(pg_admin_url, autocommit=True) as conn:
+        for name in names:
             conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def database_url(fresh_database: Callable[[], str]) -> str:
+    """A freshly migrated database of its own for one test."""
+    return fresh_database()
 
 
 @pytest.fixture

@@ -25,10 +25,10 @@ WITH runs AS (
     WHERE v.name = %(name)s AND v.version = %(version)s
     RETURNING id
 )
-INSERT INTO rara_steps (run_id, key, capability, executor, payload, max_attempts,
+INSERT INTO rara_steps (run_id, key, capability, executor, payload, priority, max_attempts,
                         retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                         heartbeat_timeout_ms, status)
-SELECT id, %(key)s, %(capability)s, %(executor)s, %(payload)s, %(max_attempts)s,
+SELECT id, %(key)s, %(capability)s, %(executor)s, %(payload)s, %(priority)s, %(max_attempts)s,
        %(initial_ms)s, %(max_ms)s, 2, NULL, NULL, 'ready'
 FROM runs
 RETURNING run_id
@@ -38,14 +38,15 @@ RETURNING run_id
 def enqueue_single_step_runs(conn: psycopg.Connection[Any], *, definition: str, version: int,
                              key: str, capability: str, n: int, executor: str = "inprocess",
                              input: dict[str, Any] | None = None, max_attempts: int = 3,
-                             initial_ms: int = 1000, max_ms: int = 60_000) -> list[int]:
+                             initial_ms: int = 1000, max_ms: int = 60_000,
+                             priority: int = 0) -> list[int]:
     """``n`` runs of a one-step definition, ready at once; returns the run ids."""
     with conn.transaction():
         rows = conn.execute(_ENQUEUE, {
             "input": Jsonb(input or {}), "n": n, "name": definition, "version": version,
             "key": key, "capability": capability, "executor": executor,
             "payload": Jsonb({"input": {}, "secrets": {}}), "max_attempts": max_attempts,
-            "initial_ms": initial_ms, "max_ms": max_ms}).fetchall()
+            "initial_ms": initial_ms, "max_ms": max_ms, "priority": priority}).fetchall()
     return [r[0] for r in rows]
 
 

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import re
 import tempfile
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 
 from rara import runs
 from rara.errors import CapabilityUnavailable, NotFound, RaraError
-from rara.pg.clone import clone_database
 from rara.pg.queries import sync_queries
 from rara.runs import start_run
 from tests.helpers import apply
@@ -94,16 +91,9 @@ def test_a_new_latest_version_is_picked_up(conn: psycopg.Connection[Any]) -> Non
 
 
 @pytest.fixture
-def other_database(pg_admin_url: str, template_db: str) -> Iterator[str]:
+def other_database(fresh_database: Callable[[], str]) -> str:
     """A second fresh database beside `database_url`: same version ids, other specs."""
-    name = f"rara_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-        clone_database(admin, template_db, name)
-    try:
-        yield urlunsplit(urlsplit(pg_admin_url)._replace(path="/" + name))
-    finally:
-        with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    return fresh_database()
 
 
 def test_two_databases_with_one_version_id_get_their_own_steps(

@@ -9,7 +9,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from rara.worker.dispatch import InProcessExecutor
 from rara.worker.registry import load_registry
 from rara.worker.runner import Worker
 from rara.worker.settings import WorkerSettings
+from rara.worker.store import WorkerStore, make_pool
 from tests.helpers import apply, wait_for
 from tests.worker.handlers import SEEN
 
@@ -68,6 +70,22 @@ class ThreadWorker:
         assert not self.thread.is_alive(), "worker thread did not stop"
         if self.error is not None:
             raise self.error
+
+
+@asynccontextmanager
+async def worker_store(url: str, worker: str, *, pool_size: int = 2,
+                       hot: bool = False) -> AsyncIterator[WorkerStore]:
+    """A worker's statements (``WorkerStore``) over a pool of their own, for tests that lease
+    and end attempts by hand; ``hot``: with the worker's own lease and completion connections
+    (``HOT_PATH_SESSION``), as a running worker has them."""
+    pool = make_pool(url, pool_size)
+    await pool.open()
+    store = WorkerStore(pool, worker, own_url=url if hot else None)
+    try:
+        yield store
+    finally:
+        await store.close()
+        await pool.close()
 
 
 @pytest.fixture(autouse=True)

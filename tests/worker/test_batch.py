@@ -16,10 +16,18 @@ from rara import lifecycle
 from rara.lifecycle import Ending, Fence
 from rara.worker.batcher import CompletionBatcher
 from rara.worker.dispatch import LeasedStep
-from rara.worker.store import WorkerStore, make_pool
+from rara.worker.store import WorkerStore
 from tests.helpers import wait_for
 from tests.history import check_history
-from tests.worker.conftest import attempts_of, define, run_status, start, steps_of, wait_run
+from tests.worker.conftest import (
+    attempts_of,
+    define,
+    run_status,
+    start,
+    steps_of,
+    wait_run,
+    worker_store,
+)
 
 PAIRS = [("test.echo@1", "inprocess")]
 ONE_TRY = {"maxAttempts": 1}
@@ -28,12 +36,8 @@ _TOKEN = UUID(int=1)
 
 @pytest.fixture
 async def store(database_url: str) -> AsyncIterator[WorkerStore]:
-    pool = make_pool(database_url, 4)
-    await pool.open()
-    try:
-        yield WorkerStore(pool, "batcher")
-    finally:
-        await pool.close()
+    async with worker_store(database_url, "batcher", pool_size=4) as store:
+        yield store
 
 
 async def _lease(store: WorkerStore, n: int = 50) -> dict[tuple[int, str], LeasedStep]:
@@ -242,11 +246,8 @@ async def test_hot_path_plans_made_on_empty_tables_never_scan_them(
     define(conn, "pair", [{"key": "a", "capability": "test.echo@1"},
                           {"key": "b", "capability": "test.echo@1", "dependsOn": ["a"]}])
     runs = [start(conn, "pair") for _ in range(2)]
-    pool = make_pool(database_url, 2)
-    await pool.open()
-    hot = WorkerStore(pool, "batcher", own_url=database_url)
     plans: list[str] = []
-    try:
+    async with worker_store(database_url, "batcher", hot=True) as hot:
         for own in (hot._lease_conn, hot._end_conn):
             assert own is not None
             c = await own.get()
@@ -259,9 +260,6 @@ async def test_hot_path_plans_made_on_empty_tables_never_scan_them(
             leased = await hot.lease(PAIRS, 10, lease_seconds=30)
             assert len(leased) == len(runs)
             assert await hot.end_many([_won(s) for s in leased]) == ["succeeded"] * len(runs)
-    finally:
-        await hot.close()
-        await pool.close()
     assert [run_status(conn, r) for r in runs] == ["succeeded"] * len(runs)
     assert len(plans) >= 4
     scans = [p for p in plans if "Seq Scan on rara_" in p]

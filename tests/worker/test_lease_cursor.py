@@ -14,32 +14,23 @@ import pytest
 
 from rara.pg.queries import sync_queries
 from rara.worker.lease_cursor import LeaseCursors
-from rara.worker.store import WorkerStore, make_pool
-from tests.worker.conftest import define
+from rara.worker.store import WorkerStore
+from rara.worker.testing import enqueue_single_step_runs
+from tests.worker.conftest import define, worker_store
 
 PAIRS = [("test.echo@1", "inprocess")]
 
 
 @pytest.fixture
 async def store(database_url: str) -> AsyncIterator[WorkerStore]:
-    pool = make_pool(database_url, 2)
-    await pool.open()
-    try:
-        yield WorkerStore(pool, "cursor")
-    finally:
-        await pool.close()
+    async with worker_store(database_url, "cursor") as store:
+        yield store
 
 
 def _enqueue(conn: psycopg.Connection[Any], n: int, priority: int = 0) -> None:
-    """``n`` ready single-step runs at once (set-wise, like a bulk producer)."""
-    conn.execute("""
-        WITH runs AS (
-            INSERT INTO rara_runs (definition_version_id)
-            SELECT id FROM rara_definition_versions, generate_series(1, %s) RETURNING id)
-        INSERT INTO rara_steps (run_id, key, capability, executor, priority, max_attempts,
-                                retry_initial_ms, retry_max_ms, retry_coefficient, status)
-        SELECT id, 's', 'test.echo@1', 'inprocess', %s, 3, 10, 100, 2, 'ready' FROM runs""",
-                 (n, priority))
+    """``n`` ready single-step runs of "one" at once (set-wise, like a bulk producer)."""
+    enqueue_single_step_runs(conn, definition="one", version=1, key="s",
+                             capability="test.echo@1", n=n, priority=priority)
 
 
 def _lease_scan_buffers(conn: psycopg.Connection[Any], after: dict[str, Any]) -> int:

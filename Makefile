@@ -6,6 +6,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# The roots of the `rara` namespace besides the repository's own (pyproject.toml explains the
+# layout): tools that read the tree by path (lint-imports) need them on their path.
+NAMESPACE_ROOTS := worker:executor:operator
 # Extras installed by `make setup`: dev tools always; the ML stack for the demo's training step.
 EXTRAS ?= dev,ml
 
@@ -34,10 +37,14 @@ test: setup ## the whole test suite (starts its own PostgreSQL and Kubernetes AP
 lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, generated code current
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/lint-imports
+	PYTHONPATH=$(NAMESPACE_ROOTS) $(VENV)/bin/lint-imports
+	charts/crds.sh --check
 	api/gen.sh --check
 	api/buf.sh lint
 	api/buf.sh breaking
+
+crds: ## copy crds/ into the chart (charts/rara/crds is never edited by hand)
+	charts/crds.sh
 
 proto: setup ## regenerate rara/v1 from api/proto (never edit generated code)
 	api/gen.sh
@@ -59,4 +66,4 @@ db-down: ## stop the embedded PostgreSQL
 clean: db-down ## stop the database and remove .rara/ (data, artifacts) and the venv
 	rm -rf .rara $(VENV)
 
-.PHONY: help setup demo demo-chaos test lint proto bench chaos db-up db-down clean
+.PHONY: help setup demo demo-chaos test lint crds proto bench chaos db-up db-down clean

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(1, str(ROOT))  # after the script's folder: never before the stdlib's operator
+sys.path.insert(1, str(ROOT))  # bench.* from the repository root
 
 import psycopg  # noqa: E402
 from psycopg import sql  # noqa: E402

@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(1, str(ROOT))  # after the script's folder: never before the stdlib's operator
+sys.path.insert(1, str(ROOT))  # bench.* from the repository root
 
 from bench.common import worker_processes  # noqa: E402
 from rara.definitions.parse import definition_from_object  # noqa: E402

@@ -123,8 +123,7 @@ class WorkerProcess:
             flag = key.replace("_", "-")
             args += [f"--{flag}" if value else f"--no-{flag}"] if isinstance(value, bool) else [
                 f"--{flag}", str(value)]
-        # No PYTHONPATH=ROOT: the top-level operator/ folder would shadow the stdlib module;
-        # `-m` puts the working directory on sys.path after start-up, which is enough.
+        # `-m` puts the working directory on sys.path, which is enough for the tests' modules.
         env = {**os.environ, "RARA_WORKER_LOG_JSON": "true"}
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=out, stderr=out)

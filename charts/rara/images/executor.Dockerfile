@@ -21,6 +21,7 @@ FROM python AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python3.11 -m venv /opt/rara
 WORKDIR /src
+# The rara namespace spans these folders (pyproject.toml [tool.setuptools] lists them).
 COPY pyproject.toml README.md* ./
 COPY rara/ rara/
 COPY worker/ worker/

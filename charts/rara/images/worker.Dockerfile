@@ -10,7 +10,7 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/rara
 WORKDIR /src
-# The rara package maps worker/, executor/, operator/ and db/ through symlinks: copy them all.
+# The rara namespace spans these folders (pyproject.toml [tool.setuptools] lists them).
 COPY pyproject.toml README.md* ./
 COPY rara/ rara/
 COPY worker/ worker/

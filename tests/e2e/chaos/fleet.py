@@ -56,7 +56,7 @@ class Service:
         self.identity = f"{self.slot}.{self.generation}"
         self.logs.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **self.env, "RARA_WORKER_ID": self.identity}
-        env.pop("PYTHONPATH", None)  # the top-level operator/ folder would shadow the stdlib
+        env.pop("PYTHONPATH", None)  # the installed rara, as a deployment runs it
         with open(self.logs / f"{self.identity}.log", "wb") as out:
             self.proc = subprocess.Popen([sys.executable, *self.argv(self.identity)], cwd=ROOT,
                                          env=env, stdout=out, stderr=subprocess.STDOUT,

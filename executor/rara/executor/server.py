@@ -17,14 +17,15 @@ import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import UTC, datetime
+from importlib.metadata import version
 from typing import Any
 
 import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from rara import __version__, tracing
 from rara import metrics as m
+from rara import tracing
 from rara.context import ArtifactStoreAPI
 from rara.executor import auth, limits
 from rara.executor.errors import IncompatibleJob
@@ -62,7 +63,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             capabilities=[p.to_proto() for p in self._registry.plugins()],
             max_concurrency=self._max,
             active_jobs=len(self._tasks),
-            executor_version=f"rara-executor/{__version__}",
+            executor_version=f"rara-executor/{version('rara')}",
         )
 
     def _label(self, capability: str) -> str:

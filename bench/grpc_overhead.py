@@ -33,7 +33,7 @@ async def start_executor(tmp: Path, streams: int) -> tuple[asyncio.subprocess.Pr
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "rara.executor.main", "--listen", "127.0.0.1:0",
         "--token-file", str(tmp / "token"), "--artifact-root", str(tmp / "artifacts"),
-        "--plugins", "rara.executor.testing_plugins", "--max-concurrency", str(streams),
+        "--plugins", "rara.executor.conformance_plugins", "--max-concurrency", str(streams),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
     )
     assert proc.stdout is not None

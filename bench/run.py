@@ -129,7 +129,7 @@ def executor_process(tmp: Path, streams: int = 512) -> Iterator[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "rara.executor.main", "--listen", "127.0.0.1:0",
          "--token-file", str(tmp / "token"), "--artifact-root", str(tmp / "artifacts"),
-         "--plugins", "rara.executor.testing_plugins", "--max-concurrency", str(streams)],
+         "--plugins", "rara.executor.conformance_plugins", "--max-concurrency", str(streams)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
     try:

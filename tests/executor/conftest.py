@@ -1,4 +1,4 @@
-"""A real executor on loopback (port 0) per test, with the testing plugins and a few more."""
+"""A real executor on loopback (port 0) per test, with the test plugins and a few more."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from rara.artifacts.store import LocalArtifactStore
-from rara.executor import testing_plugins
 from rara.executor.auth import AuthConfig
 from rara.executor.client import ExecutorClient
 from rara.executor.plugins import PluginRegistry
 from rara.executor.server import create_server
+from tests.executor import plugins as test_plugins
 from tests.executor.support import TOKEN, Executor, StartExecutor, extra_plugins
 
 
@@ -26,7 +26,7 @@ async def start_executor(tmp_path: Path) -> AsyncIterator[StartExecutor]:
         *, auth_config: AuthConfig | None = None, token: str | None = TOKEN, **kwargs: Any
     ) -> Executor:
         registry = PluginRegistry()
-        testing_plugins.register(registry)
+        test_plugins.register(registry)
         extra_plugins(registry)
         store = LocalArtifactStore(tmp_path / "artifacts", durable=False)
         kwargs.setdefault("max_concurrency", 4)

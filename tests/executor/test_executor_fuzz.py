@@ -9,9 +9,9 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rara.executor.conformance_plugins import register
 from rara.executor.errors import IncompatibleJob
 from rara.executor.plugins import PluginRegistry
-from rara.executor.testing_plugins import register
 from rara.executor.wire import decode_job, dumps
 from rara.secrets import find_credentials
 from rara.v1 import executor_pb2 as pb

@@ -34,7 +34,7 @@ async def process(tmp_path: Path) -> AsyncIterator[tuple[asyncio.subprocess.Proc
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     proc = await _spawn("--listen", "127.0.0.1:0", "--token-file", str(token_file),
-                        "--plugins", "rara.executor.testing_plugins",
+                        "--plugins", "rara.executor.conformance_plugins",
                         "--artifact-root", str(tmp_path / "artifacts"),
                         "--grace", "20", "--cancel-grace", "0.5")
     assert proc.stdout is not None

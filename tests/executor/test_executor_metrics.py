@@ -26,7 +26,7 @@ async def process(tmp_path: Path) -> AsyncIterator[tuple[asyncio.subprocess.Proc
     token_file.write_text(TOKEN + "\n")
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "rara.executor.main", "--listen", "127.0.0.1:0",
-        "--token-file", str(token_file), "--plugins", "rara.executor.testing_plugins",
+        "--token-file", str(token_file), "--plugins", "rara.executor.conformance_plugins",
         "--artifact-root", str(tmp_path / "artifacts"), "--metrics-port", "0", "--grace", "5",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )

@@ -9,5 +9,6 @@ the database (the worker that holds the lease writes what it hears). Modules:
 - ``jobs``: one job attempt from accepted to its single terminal event
 - ``server`` / ``auth`` / ``main``: the gRPC service, its security and its entry point
 - ``client``: the async client the worker adapter uses
-- ``testing_plugins`` / ``conformance``: checks any implementation against the contract
+- ``conformance`` / ``conformance_plugins``: checks any implementation against the contract,
+  and the probe plugins an endpoint serves for it
 """

@@ -2,7 +2,7 @@
 
 ``run_conformance("host:port", token)`` runs every check in ``conformance_checks``
 against a live endpoint and returns a report; ``rara executor conformance ADDRESS`` will
-print it. The endpoint must serve the plugins of ``rara.executor.testing_plugins`` under the
+print it. The endpoint must serve the plugins of ``rara.executor.conformance_plugins`` under the
 same names and behaviour, and nothing else should use it meanwhile: some checks count the
 executor's active jobs.
 

@@ -1,7 +1,16 @@
-"""Plugins for tests and conformance runs (``--plugins rara.executor.testing_plugins``).
+"""The probe plugins of ``rara executor-conformance``.
 
-Any executor implementation that wants ``run_conformance`` to pass serves these under the
-same names and behaviour; they exercise each part of the contract with no real work.
+Serve them with ``rara executor --plugins rara.executor.conformance_plugins``.
+
+The conformance suite (``conformance_checks``) reaches an executor by address only and drives
+the contract through these four capabilities: ``test.echo@1`` (ordering, checkpoints,
+artifacts), ``test.sleep@1`` (progress, deadline, cancel, disconnect, admission),
+``test.hang@1`` (hard stop) and ``test.fail@1`` (structured errors). Any executor
+implementation that wants ``run_conformance`` to pass serves them under the same names and
+behaviour; they do no real work. They ship with the runtime because the conformance command
+does: an executor serving them is the reference endpoint the suite is proven against (and
+``bench/`` times the wire with them). Plugins that only rara's own tests use live under
+``tests/executor/``.
 """
 
 from __future__ import annotations
@@ -79,18 +88,8 @@ def fail(ctx: StepContext) -> StepOutcome:
     )
 
 
-def flood(ctx: StepContext) -> StepOutcome:
-    """Report ``count`` progress updates as fast as possible (coalescing check)."""
-    count = int(ctx.input.get("count", 10000))
-    started = time.monotonic()
-    for i in range(count):
-        ctx.progress((i + 1) / count, f"{i + 1}")
-    return StepOutcome(result={"count": count, "seconds": time.monotonic() - started})
-
-
 def register(registry: PluginRegistry) -> None:
     registry.register("test.echo", 1, echo)
     registry.register("test.sleep", 1, sleep)
     registry.register("test.hang", 1, hang)
     registry.register("test.fail", 1, fail)
-    registry.register("test.flood", 1, flood)

@@ -9,26 +9,30 @@ STAMP  := $(VENV)/.installed
 # The roots of the `rara` namespace besides the repository's own (pyproject.toml explains the
 # layout): tools that read the tree by path (lint-imports) need them on their path.
 NAMESPACE_ROOTS := worker:executor:operator
-# Extras installed by `make setup`: dev tools always; the ML stack for the demo's training step.
-EXTRAS ?= dev,ml
+# Extras of rara installed by `make setup` (dev tools). The demo is its own distribution,
+# rara-rag in examples/rag (its dependencies are the ML stack; its `gpu` extra adds
+# bitsandbytes for QLoRA on CUDA): `make setup` installs it after rara.
+EXTRAS ?= dev
+DEMO   := examples/rag
 
 help: ## list the targets
 	@grep -E '^[a-z][a-z-]*:.*## ' $(MAKEFILE_LIST) | awk -F ':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-setup: $(STAMP) ## create .venv and install rara with its extras (idempotent)
-$(STAMP): pyproject.toml
+setup: $(STAMP) ## create .venv and install rara with its extras, then the demo (idempotent)
+$(STAMP): pyproject.toml $(DEMO)/pyproject.toml
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
 	  { echo "PostgreSQL server binaries missing: run .ci/install-system-deps.sh (or apt-get install postgresql)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip==26.3
 	$(VENV)/bin/pip install --quiet -e '.[$(EXTRAS)]'
+	$(VENV)/bin/pip install --quiet -e $(DEMO)
 	touch $@
 
 demo: setup ## run the RAG refresh pipeline end to end on the embedded PostgreSQL
-	$(PY) -m rara.demo
+	$(PY) -m rara_rag.demo
 
 demo-chaos: setup ## the demo while worker and executor are SIGKILLed and restarted at random
-	$(PY) -m rara.demo --chaos
+	$(PY) -m rara_rag.demo --chaos
 
 test: setup ## the whole test suite (starts its own PostgreSQL and Kubernetes API server)
 	.ci/k8s-binaries.sh || echo "warning: Kubernetes API server build failed; operator tests will skip"

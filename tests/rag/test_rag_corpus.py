@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rara.rag import corpus
-from rara.rag.corpus import CorpusError, Document
+from rara_rag import corpus
+from rara_rag.corpus import CorpusError, Document
 
 
 def test_default_corpus_is_pydoc_topics() -> None:

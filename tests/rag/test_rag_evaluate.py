@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("bm25s", reason="bm25s not installed: install the 'ml' extra")
+pytest.importorskip("bm25s", reason="bm25s not installed: pip install -e examples/rag")
 
-from rara.rag import corpus
-from rara.rag import evaluate as ev
+from rara_rag import corpus
+from rara_rag import evaluate as ev
 
 
 @pytest.fixture(scope="module")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("bm25s", reason="bm25s not installed: install the 'ml' extra")
+pytest.importorskip("bm25s", reason="bm25s not installed: pip install -e examples/rag")
 
-from rara.rag import corpus, index
-from rara.rag.corpus import Document
+from rara_rag import corpus, index
+from rara_rag.corpus import Document
 
 DOCS = [
     Document("cats", "Cats purr when content. A cat sleeps most of the day.", "t"),
@@ -67,7 +67,7 @@ def test_index_bytes_identical_across_processes() -> None:
     import sys
 
     code = (
-        "import hashlib; from rara.rag import corpus, index; "
+        "import hashlib; from rara_rag import corpus, index; "
         "docs = corpus.collect()[:20]; "
         "print(hashlib.sha256(index.build(corpus.clean(docs)).to_bytes()).hexdigest())"
     )

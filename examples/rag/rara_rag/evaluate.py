@@ -38,13 +38,13 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-from rara.rag.corpus import Passage, split_sentences
-from rara.rag.index import BM25Index
+from rara_rag.corpus import Passage, split_sentences
+from rara_rag.index import BM25Index
 
 if TYPE_CHECKING:
     import torch
 
-    from rara.rag.embed import Encoder
+    from rara_rag.embed import Encoder
 
 Split = Literal["train", "test"]
 DEFAULT_KS = (1, 5, 10)
@@ -236,7 +236,7 @@ def evaluate_embeddings(
     max_passage_length: int = 128,
 ) -> dict[str, float]:
     """Dense retrieval with MiniLM (base model unless ``encoder`` carries an adapter)."""
-    from rara.rag import embed
+    from rara_rag import embed
 
     enc = encoder or embed.load()
     pool = qs.pool(split)

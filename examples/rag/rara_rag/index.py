@@ -24,8 +24,8 @@ import bm25s
 import numpy as np
 from bm25s.stopwords import STOPWORDS_EN
 
-from rara.rag.corpus import Passage, passages_from_jsonl, passages_to_jsonl
-from rara.rag.packing import pack_dir, unpack
+from rara_rag.corpus import Passage, passages_from_jsonl, passages_to_jsonl
+from rara_rag.packing import pack_dir, unpack
 
 FORMAT = "rara.bm25/1"
 MEDIA_TYPE = "application/vnd.rara.bm25+tar+gzip"

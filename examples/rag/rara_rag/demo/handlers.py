@@ -1,4 +1,4 @@
-"""In-process handlers of the demo (``rara worker --handlers rara.demo.handlers``)."""
+"""In-process handlers of the demo (``rara worker --handlers rara_rag.demo.handlers``)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from dataclasses import asdict
 from typing import Any
 
 from rara.context import OutputArtifact, StepContext, StepOutcome
-from rara.demo.artifacts import read_input
 from rara.errors import TerminalError
-from rara.rag import corpus
 from rara.worker.registry import Registry
+from rara_rag import corpus
+from rara_rag.demo.artifacts import read_input
 
 registry = Registry()
 

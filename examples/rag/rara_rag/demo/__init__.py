@@ -1,4 +1,4 @@
-"""The RAG refresh demo: capabilities over ``rara.rag`` and the ``make demo`` driver.
+"""The RAG refresh demo: capabilities over ``rara_rag`` and the ``make demo`` driver.
 
 ``handlers`` (worker, in-process): ``corpus.collect@1``, ``corpus.clean@1``.
 ``plugins`` (executor, gRPC): ``index.build@1``, ``eval.retrieval@1``, ``adapt.lora@1``.

@@ -1,9 +1,9 @@
 """Demo-scale run of the whole refresh computation, printing one JSON line of numbers.
 
-``python -m rara.rag.bench [--train 256] [--epochs 2] [--threads N]`` — collect the pydoc
+``python -m rara_rag.bench [--train 256] [--epochs 2] [--threads N]`` — collect the pydoc
 corpus, clean, index, derive the query set, evaluate BM25, adapt MiniLM with LoRA and
 evaluate it before/after on the held-out split. Used to produce the numbers in the report
-and as a smoke test of the ``ml`` extra on a new machine.
+and as a smoke test of the ML stack (``rara-rag``'s dependencies) on a new machine.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import json
 import tempfile
 import time
 
-from rara.rag import corpus, index
-from rara.rag import evaluate as ev
+from rara_rag import corpus, index
+from rara_rag import evaluate as ev
 
 
 def main(argv: list[str] | None = None) -> dict[str, float | str]:
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> dict[str, float | str]:
     out.update(ev.prefixed(ev.evaluate_bm25(qs), "bm25"))
     out["time/prepare_s"] = time.perf_counter() - t
     if not args.no_adapt:
-        from rara.rag import adapt
+        from rara_rag import adapt
 
         overrides = {
             k: v

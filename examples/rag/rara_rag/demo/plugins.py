@@ -1,7 +1,7 @@
-"""Executor plugins of the demo (``rara executor --plugins rara.demo.plugins``).
+"""Executor plugins of the demo (``rara executor --plugins rara_rag.demo.plugins``).
 
-Indexing, evaluation and adaptation need the ML stack (the ``ml`` extra) and, on Kubernetes,
-run in the GPU executor pool. Each is deterministic given its inputs and seed.
+Indexing, evaluation and adaptation need the ML stack (``rara-rag``'s dependencies) and, on
+Kubernetes, run in the GPU executor pool. Each is deterministic given its inputs and seed.
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from rara.context import OutputArtifact, StepContext, StepOutcome
-from rara.demo.artifacts import read_input
 from rara.errors import TerminalError
 from rara.executor.plugins import PluginRegistry
-from rara.rag import corpus, index
-from rara.rag import evaluate as ev
-from rara.rag.packing import pack_dir, unpack
+from rara_rag import corpus, index
+from rara_rag import evaluate as ev
+from rara_rag.demo.artifacts import read_input
+from rara_rag.packing import pack_dir, unpack
 
 
 def register(registry: PluginRegistry) -> None:
@@ -73,7 +73,7 @@ def evaluate_retrieval(ctx: StepContext) -> StepOutcome:
 def adapt_lora(ctx: StepContext) -> StepOutcome:
     """LoRA (QLoRA on CUDA with bitsandbytes) of all-MiniLM-L6-v2's query tower on the train
     split; checkpoints through the checkpoint API and resumes from the latest one."""
-    from rara.rag import adapt
+    from rara_rag import adapt
 
     passages = _passages(ctx)
     qs = _query_set(ctx, passages)

@@ -22,14 +22,16 @@ from rich.console import Console
 from rich.table import Table
 
 from rara.client import Client
-from rara.demo.chaos import ChaosMonkey, deterministic_digests
-from rara.demo.processes import Child
 from rara.pg.connect import database_url
 from rara.pg.migrate import migrate
 from rara.states import RunStatus
 from rara.watch import summary, watch
+from rara_rag.demo.chaos import ChaosMonkey, deterministic_digests
+from rara_rag.demo.processes import Child
 
-DEFINITION = Path(__file__).resolve().parents[2] / "examples" / "rag-refresh.yaml"
+# examples/rag/rara_rag/demo/__main__.py -> examples/rag-refresh.yaml: the demo runs from the
+# repository's editable install (`make demo`), beside the document the README applies by hand.
+DEFINITION = Path(__file__).resolve().parents[3] / "rag-refresh.yaml"
 CAPABILITIES = {
     "corpus.collect@1",
     "corpus.clean@1",
@@ -61,7 +63,7 @@ def services(home: Path, url: str, artifacts: Path, lease_seconds: float) -> tup
             "--token-file",
             str(token),
             "--plugins",
-            "rara.demo.plugins",
+            "rara_rag.demo.plugins",
             "--artifact-root",
             str(artifacts),
             "--grace",
@@ -75,7 +77,7 @@ def services(home: Path, url: str, artifacts: Path, lease_seconds: float) -> tup
             "-m",
             "rara.worker",
             "--handlers",
-            "rara.demo.handlers",
+            "rara_rag.demo.handlers",
             "--executor-endpoint",
             endpoint,
             "--executor-token-file",
@@ -140,7 +142,7 @@ def _fmt(values: dict[str, Any], key: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rara.demo", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m rara_rag.demo", description=__doc__)
     parser.add_argument("--chaos", action="store_true", help="SIGKILL/restart services at random")
     parser.add_argument("--limit", type=int, default=None, help="first N corpus documents only")
     parser.add_argument("--train", type=int, default=None, help="training pairs for LoRA")

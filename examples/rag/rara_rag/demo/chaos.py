@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
-from rara.demo.processes import Child
+from rara_rag.demo.processes import Child
 
 
 class ChaosMonkey:
@@ -96,7 +96,7 @@ def deterministic_digests(limit: Any = None) -> dict[tuple[str, str], str]:
     import json
     from dataclasses import asdict
 
-    from rara.rag import corpus, index
+    from rara_rag import corpus, index
 
     docs = corpus.collect(None)
     if isinstance(limit, int):

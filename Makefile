@@ -44,6 +44,7 @@ lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, gener
 	PYTHONPATH=$(NAMESPACE_ROOTS) $(VENV)/bin/lint-imports
 	charts/crds.sh --check
 	api/gen.sh --check
+	db/schema.sh --check
 	api/buf.sh lint
 	api/buf.sh breaking
 
@@ -52,6 +53,9 @@ crds: ## copy crds/ into the chart (charts/rara/crds is never edited by hand)
 
 proto: setup ## regenerate rara/v1 from api/proto (never edit generated code)
 	api/gen.sh
+
+schema: setup ## regenerate db/schema.sql from db/migrations (a fresh database, pg_dump)
+	db/schema.sh
 
 bench: setup ## benchmarks against peers on this machine; prints a table, writes bench/results/
 	$(PY) bench/run.py

@@ -4,6 +4,9 @@
 -- rara/states.py (one table in code); the triggers here refuse any transition the table does
 -- not allow, so a bug in a client cannot corrupt a run. tests/db/test_state_machines.py tries
 -- every (from, to) pair against both.
+--
+-- 0004 drops or replaces some of what this file makes; each such object says so where it is
+-- made, "(0004: …)". db/schema.sql shows the schema all migrations leave.
 
 CREATE TYPE rara_run_status AS ENUM (
     'pending',    -- created, no step leased yet
@@ -67,6 +70,7 @@ CREATE TRIGGER rara_definition_versions_no_truncate
 
 CREATE TABLE rara_runs (
     id                     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    -- (0004: drops this foreign key; a version can never go away.)
     definition_version_id  bigint NOT NULL REFERENCES rara_definition_versions (id),
     input                  jsonb NOT NULL DEFAULT '{}',
     status                 rara_run_status NOT NULL DEFAULT 'pending',
@@ -82,6 +86,7 @@ CREATE TABLE rara_runs (
     CONSTRAINT rara_runs_started_unless_pending
         CHECK ((status = 'pending') = (started_at IS NULL) OR status = 'cancelled')
 );
+-- Runs not yet ended. (0004: dropped; its status predicate kept run updates from being HOT.)
 CREATE INDEX rara_runs_active ON rara_runs (id) WHERE status IN ('pending', 'running');
 
 -- Steps are the hot table: fillfactor leaves room on each page so the lease/heartbeat/complete
@@ -94,7 +99,7 @@ CREATE TABLE rara_steps (
     pending_deps          integer NOT NULL DEFAULT 0 CHECK (pending_deps >= 0),
     capability            text NOT NULL CHECK (capability ~ '^[a-z0-9][a-z0-9._-]*@[0-9]+$'),
     executor              text NOT NULL CHECK (executor IN ('inprocess', 'grpc')),
-    priority              integer NOT NULL DEFAULT 0,
+    priority              integer NOT NULL DEFAULT 0,  -- (0004: bounded to -1000..1000)
     payload               jsonb NOT NULL DEFAULT '{}',
     max_attempts          integer NOT NULL CHECK (max_attempts >= 1),
     retry_initial_ms      integer NOT NULL CHECK (retry_initial_ms >= 0),
@@ -129,15 +134,19 @@ CREATE TABLE rara_steps (
 
 -- The lease: one index range per capability, already in lease order, only ready rows, so the
 -- lease stays an index scan however deep the queue (a million ready steps).
+-- (0004: rebuilt on (capability, -priority, available_at, id), so a lease cursor can start
+-- its range.)
 CREATE INDEX rara_steps_ready ON rara_steps (capability, priority DESC, available_at, id)
     WHERE status = 'ready';
--- The reaper: running rows by expiry.
+-- The reaper: running rows by expiry. (0004: rebuilt with the predicate
+-- `lease_expires_at IS NOT NULL`, which no fenced write implies.)
 CREATE INDEX rara_steps_running_expiry ON rara_steps (lease_expires_at) WHERE status = 'running';
--- Cancel and aggregation by run.
+-- Cancel and aggregation by run. (0004: dropped; the (run_id, key) unique index serves both.)
 CREATE INDEX rara_steps_run ON rara_steps (run_id);
 
--- Attempt history: one row per lease taken. The ownership checker (tests/e2e/history.py) reads it.
+-- Attempt history: one row per lease taken. The ownership checker (tests/history.py) reads it.
 CREATE TABLE rara_attempts (
+    -- (0004: drops this foreign key; a trigger deletes the attempts of deleted steps.)
     step_id      bigint NOT NULL REFERENCES rara_steps (id) ON DELETE CASCADE,
     attempt      integer NOT NULL CHECK (attempt >= 1),
     run_id       bigint NOT NULL,
@@ -274,6 +283,7 @@ RETURNS interval LANGUAGE sql VOLATILE AS $$
 $$;
 
 -- Tell watchers (clients waiting on a run, `rara runs watch`) that a run changed status.
+-- (0004: rebuilds the trigger to fire for ends only: succeeded, failed, cancelled.)
 CREATE FUNCTION rara_notify_run() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM pg_notify('rara_run', NEW.id::text || ':' || NEW.status::text);

@@ -6,6 +6,7 @@
 -- 8x slower (progress write of 100 attempts: 5.8 ms custom, 49.6 ms generic). Custom plans
 -- keep the parse saved by preparing and plan each execution for its real arrays.
 -- Per database (needs its owner); skipped with a notice otherwise.
+-- (0004 resets plan_cache_mode and turns JIT off instead: the time was JIT compilation.)
 DO $$
 BEGIN
     EXECUTE format('ALTER DATABASE %I SET plan_cache_mode = force_custom_plan', current_database());

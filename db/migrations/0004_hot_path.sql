@@ -22,7 +22,7 @@ ALTER TABLE rara_runs SET (fillfactor = 80);
 -- at. The lease resumes there instead of walking again over the entries of the steps it
 -- already leased: while an old snapshot holds the xmin horizon back, those entries stay in
 -- the index as dead ones that no vacuum may remove, and a scan from the start of the range
--- visits every one of them (see step_lease_routed and docs/lease-protocol.md). The range
+-- visits every one of them (see the lease statement and docs/lease-protocol.md). The range
 -- check makes -priority safe from overflow (the definition model allows -1000..1000).
 ALTER TABLE rara_steps ADD CONSTRAINT rara_steps_priority_range
     CHECK (priority BETWEEN -1000 AND 1000);

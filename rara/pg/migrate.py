@@ -1,25 +1,68 @@
-"""Apply the numbered SQL files of ``db/migrations`` in order, once each.
+"""Apply the numbered SQL files of ``db/migrations`` in order, once each; dump the schema they
+leave (``db/schema.sql``).
 
 Why a small runner and not a migration library: the schema is plain SQL files applied
 forward-only, and what matters is (a) each file applied exactly once, (b) safe when many
 processes start at once (workers, operator, CLI), (c) a changed applied file is an error. An
 advisory lock held for the whole transaction gives (b); a table of applied versions with each
-file's sha256 gives (a) and (c). Libraries such as yoyo or alembic add a second configuration
+file's checksum gives (a) and (c). Libraries such as yoyo or alembic add a second configuration
 and engine layer for no gain here.
+
+What the checksum covers: the file's *statements*, not its bytes. Comments are dropped and
+every run of whitespace outside literals becomes one space (``canonical_sql``); string literals,
+quoted identifiers and dollar-quoted bodies (function bodies, ``DO`` blocks) are kept verbatim,
+because PostgreSQL stores those as written. So a migration's comments can be corrected after it
+was applied — they must say what the migration does, and they go stale when a later migration
+replaces what an earlier one made — while any change to what the database executes is still
+refused. Stored as ``stmt-sha256:<hex>``.
+
+The runner before this one stored the sha256 of each file's bytes (a bare hex digest). A
+database it migrated holds those digests for 0001-0004; ``_RELEASED`` records each of them
+with the statement checksum of that same file, and the runner accepts such a row when the
+file's statements are still those (only comments or layout changed), then re-stamps the row in
+the new form. Any other bare digest is refused as a changed file. The re-stamp is one-way,
+like the migrations: a ``rara migrate`` older than this runner then refuses the database.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 
 import psycopg
 
+from rara.pg.embedded import find_pg_bin
+
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _LOCK_KEY = 0x7261726100  # "rara\0": one advisory lock for all migrators of a database
+_PREFIX = "stmt-sha256:"
+
+# version -> (sha256 of the file's bytes as the byte-checksum runner stamped it, the statement
+# checksum of that file). Computed from the files at commit b1ae7b0; never extended: newer
+# migrations are only ever stamped by statement checksum.
+_RELEASED: dict[int, tuple[str, str]] = {
+    1: (
+        "c363be227bd00d5aa60536ea5fc1019d8a3d7e104687fdcc30bb5403dbc4c225",
+        "stmt-sha256:79abdde967b4d93024fff4aec67541445b7e3a7759d8469b5721261407973b95",
+    ),
+    2: (
+        "7d13475c8909672883334d20a7afc68e1bc89f01b5a4498a97d8faabcfbe50a0",
+        "stmt-sha256:a008582053e4b63bbe7b1473e7c9fc8cbfaed803a8c4218a9a0544433b5cd2a0",
+    ),
+    3: (
+        "a7fa1e1ad0b425dd35ed28f5aae0fc40b9e85f8be62bdbbff27d6a0e2847e288",
+        "stmt-sha256:90bff2e118e1f12696fd930de447d9f602d948fe3a6f2de28a35acc75764cba0",
+    ),
+    4: (
+        "e5cc6e231f41427720d1556918ecfb51231f3362d8c26a1eac4cd935b7a1358c",
+        "stmt-sha256:852bf188131298e555c8880d93fd619a158322266c37ed3e45b63c73c53c2c14",
+    ),
+}
 
 
 class MigrationError(RuntimeError):
@@ -34,7 +77,80 @@ class Migration:
 
     @property
     def checksum(self) -> str:
-        return hashlib.sha256(self.sql.encode()).hexdigest()
+        return _PREFIX + hashlib.sha256(canonical_sql(self.sql).encode()).hexdigest()
+
+
+_DOLLAR_TAG = re.compile(r"\$(?:[^\W\d][\w]*)?\$")  # $$, $body$ (a tag takes no `$`)
+_WORD = re.compile(r"\w[\w$]*")
+
+
+def canonical_sql(sql: str) -> str:
+    """``sql`` without its comments, each run of whitespace outside literals as one space.
+
+    A lexer for what PostgreSQL's own does between statements: ``--`` and (nested) ``/* */``
+    comments count as whitespace; ``'…'`` (``''`` escapes; backslash escapes in ``E'…'``),
+    ``"…"`` and ``$tag$…$tag$`` are copied as they stand.
+    """
+    out: list[str] = []
+    gap = False  # whitespace or a comment since the last token
+    i, n = 0, len(sql)
+
+    def emit(text: str) -> None:
+        nonlocal gap
+        if gap and out:
+            out.append(" ")
+        gap = False
+        out.append(text)
+
+    while i < n:
+        c = sql[i]
+        if c.isspace():
+            gap, i = True, i + 1
+        elif sql.startswith("--", i):
+            end = sql.find("\n", i)
+            gap, i = True, (n if end < 0 else end)
+        elif sql.startswith("/*", i):
+            depth, i = 1, i + 2
+            while depth:
+                if i >= n:
+                    raise MigrationError("unterminated /* comment")
+                if sql.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif sql.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+            gap = True
+        elif c in "'\"":
+            backslashes = c == "'" and not gap and bool(out) and out[-1] in ("E", "e")
+            j = i + 1
+            while True:
+                if j >= n:
+                    raise MigrationError(f"unterminated {c} literal")
+                if backslashes and sql[j] == "\\":
+                    j += 2
+                elif sql[j] == c:
+                    if sql.startswith(c, j + 1):  # a doubled quote stands for itself
+                        j += 2
+                    else:
+                        break
+                else:
+                    j += 1
+            emit(sql[i : j + 1])
+            i = j + 1
+        elif tag := _DOLLAR_TAG.match(sql, i):
+            end = sql.find(tag[0], tag.end())
+            if end < 0:
+                raise MigrationError(f"unterminated {tag[0]} quote")
+            emit(sql[i : end + len(tag[0])])
+            i = end + len(tag[0])
+        elif word := _WORD.match(sql, i):  # keyword, name, number (`a$b` is one name)
+            emit(word[0])
+            i = word.end()
+        else:
+            emit(c)
+            i += 1
+    return "".join(out)
 
 
 def available() -> list[Migration]:
@@ -53,8 +169,9 @@ def available() -> list[Migration]:
     return found
 
 
-def migrate(url: str) -> list[Migration]:
-    """Apply pending migrations; returns those applied now (empty when up to date)."""
+def migrate(url: str, migrations: Sequence[Migration] | None = None) -> list[Migration]:
+    """Apply pending migrations (``available()`` unless given); returns those applied now
+    (empty when up to date)."""
     with psycopg.connect(url) as conn, conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
         conn.execute(
@@ -66,13 +183,20 @@ def migrate(url: str) -> list[Migration]:
             conn.execute("SELECT version, checksum FROM rara_schema_migrations").fetchall()
         )
         done = []
-        for migration in available():
+        for migration in available() if migrations is None else migrations:
             if migration.version in applied:
-                if applied[migration.version] != migration.checksum:
+                stored = applied[migration.version]
+                if stored == migration.checksum:
+                    continue
+                if _RELEASED.get(migration.version) != (stored, migration.checksum):
                     raise MigrationError(
                         f"migration {migration.version:04d}_{migration.name} was changed after it "
                         "was applied; add a new migration instead"
                     )
+                conn.execute(  # stamped by the byte-checksum runner; same statements since
+                    "UPDATE rara_schema_migrations SET checksum = %s WHERE version = %s",
+                    (migration.checksum, migration.version),
+                )
                 continue
             conn.execute(migration.sql.encode())  # bytes: run the whole file as a script
             conn.execute(
@@ -81,3 +205,100 @@ def migrate(url: str) -> list[Migration]:
             )
             done.append(migration)
         return done
+
+
+_SCHEMA_HEADER = """\
+-- The current schema of rara's database: what db/migrations/*.sql leave, applied in order.
+--
+-- Generated by db/schema.sh (`make schema`) from a freshly migrated database with pg_dump
+-- --schema-only; never edited by hand. Change the schema with a new migration, then
+-- regenerate. `make lint` (db/schema.sh --check) and tests/db/test_schema.py fail while this
+-- file and the migrations disagree. Why each object is as it is: the migrations' comments.
+-- The GRANTs name the cluster-wide roles 0002 creates.
+"""
+
+# Lines of pg_dump's output that say how it ran, not what the schema is: version lines, the
+# random key of \restrict (PostgreSQL 13.22, 14.19, 15.14, 16.10, 17.6 and later), and the
+# session settings of a restore (which also differ between versions).
+_DUMP_NOISE = re.compile(
+    r"^(-- Dumped (from|by) .*|\\(un)?restrict \w+"
+    r"|SET (statement_timeout|lock_timeout|idle_in_transaction_session_timeout"
+    r"|transaction_timeout|client_encoding|standard_conforming_strings|check_function_bodies"
+    r"|xmloption|client_min_messages|row_security|default_table_access_method"
+    r"|default_tablespace|default_with_oids) = .*;"
+    r"|SELECT pg_catalog\.set_config\('search_path', '', false\);)$"
+)
+# pg_dump's heading of each object, three lines, becomes `-- TYPE: name`; its title goes.
+_TOC = re.compile(
+    r"^--\n-- Name: (?P<name>.*); Type: (?P<type>[^;\n]*); Schema: [^;\n]*; Owner: .*\n--$",
+    re.MULTILINE,
+)
+_TITLE = re.compile(r"^--\n-- PostgreSQL database dump( complete)?\n--$", re.MULTILINE)
+
+
+def schema_dump(url: str) -> str:
+    """The schema of the database at ``url`` as ``db/schema.sql`` holds it: ``pg_dump
+    --schema-only`` without owners and without the lines that vary between runs and versions,
+    each object under a one-line ``-- TYPE: name`` heading, then the per-database settings
+    (``ALTER DATABASE … SET``, which pg_dump leaves out) as statements.
+
+    pg_dump comes from the same directory as the embedded server's binaries and must be of the
+    server's major version (an older one refuses a newer server, a newer one writes other SQL).
+    """
+    pg_dump = find_pg_bin() / "pg_dump"
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT current_setting('server_version_num')::int / 10000").fetchone()
+        server_major = int(row[0]) if row else 0
+        settings = conn.execute(
+            "SELECT unnest(s.setconfig) FROM pg_db_role_setting s JOIN pg_database d"
+            " ON d.oid = s.setdatabase WHERE d.datname = current_database() AND s.setrole = 0"
+            " ORDER BY 1"
+        ).fetchall()
+    version = subprocess.run(
+        [str(pg_dump), "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    found = re.search(r"\(PostgreSQL\) (\d+)", version)
+    dump_major = int(found[1]) if found else 0
+    if dump_major != server_major:
+        raise MigrationError(
+            f"{pg_dump} is PostgreSQL {dump_major}, the server {server_major}: dump the schema "
+            "with the server's own major version (RARA_PG_BIN names the binaries' directory)"
+        )
+    dumped = subprocess.run(
+        [str(pg_dump), "--schema-only", "--no-owner", "--no-tablespaces", "--dbname", url],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if dumped.returncode != 0:
+        raise MigrationError(f"pg_dump failed: {dumped.stderr.strip()}")
+    return _normalise(dumped.stdout, [s for (s,) in settings])
+
+
+def _normalise(dump: str, settings: list[str]) -> str:
+    dump = _TITLE.sub("", _TOC.sub(lambda m: f"-- {m['type']}: {m['name']}", dump))
+    lines: list[str] = []
+    for line in dump.splitlines():
+        if _DUMP_NOISE.match(line):
+            continue
+        if line == "" and (not lines or lines[-1] == ""):
+            continue  # one blank line between objects
+        lines.append(line)
+    while lines and lines[-1] == "":
+        lines.pop()
+    body = "\n".join(lines)
+    if settings:
+        body += "\n\n-- DATABASE SETTINGS: ALTER DATABASE (rara's database) SET …\n\n"
+        body += "\n".join(_setting_statement(setting) for setting in settings)
+    return f"{_SCHEMA_HEADER}\n{body}\n"
+
+
+def _setting_statement(setting: str) -> str:
+    """``key=value`` of pg_db_role_setting as a statement that sets it on the current database
+    (``ALTER DATABASE`` takes no ``current_database()``: a DO block names it)."""
+    key, _, value = setting.partition("=")
+    literal = "'" + value.replace("'", "''") + "'"
+    return (
+        "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET %s = %L', current_database(), "
+        f"'{key}', {literal}); END $$;"
+    )

@@ -1,13 +1,24 @@
-"""Migrations: applied once, re-running is a no-op, safe when many processes race."""
+"""Migrations: applied once, re-running is a no-op, safe when many processes race; an applied
+file may change its comments, never its statements."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
+from dataclasses import replace
 from typing import Any
 
 import psycopg
+import pytest
 
-from rara.pg.migrate import available, migrate
+from rara.pg.migrate import (
+    _RELEASED,
+    Migration,
+    MigrationError,
+    available,
+    canonical_sql,
+    migrate,
+)
 from rara.pg.queries import async_queries, sync_queries
 
 
@@ -101,3 +112,99 @@ def test_fenced_batch_writes_are_never_planned_onto_the_reaper_index(
     for plan in plans:
         text = "\n".join(row[0] for row in plan.fetchall())
         assert "rara_steps_running_expiry" not in text, text
+
+
+_FILE = """-- A table.
+CREATE TABLE t (a text DEFAULT 'x  -- not a comment', "B" int);  /* a /* nested */ comment */
+CREATE FUNCTION f(n int) RETURNS int LANGUAGE sql AS $body$ SELECT n + 1 -- inside the body
+$body$;
+SELECT E'it\\'s -- still the literal', $1;
+"""
+
+
+def _migration(sql: str) -> Migration:
+    return Migration(1, "example", sql)
+
+
+def test_canonical_sql_drops_comments_and_layout_keeps_literals_as_written() -> None:
+    assert canonical_sql(_FILE) == (
+        "CREATE TABLE t (a text DEFAULT 'x  -- not a comment', \"B\" int); "
+        "CREATE FUNCTION f(n int) RETURNS int LANGUAGE sql AS $body$ SELECT n + 1 -- inside the "
+        "body\n$body$; SELECT E'it\\'s -- still the literal', $1;"
+    )
+
+
+@pytest.mark.parametrize("edited", [
+    _FILE.replace("-- A table.", "-- The table t: one text column.\n--\n-- (Reworded.)"),
+    _FILE.replace("CREATE TABLE t (", "CREATE  TABLE\n    t\n("),
+    _FILE.replace("/* a /* nested */ comment */", "-- a comment of another kind"),
+    "\n\n" + _FILE + "\n-- trailing words\n",
+])
+def test_comment_and_layout_edits_keep_the_checksum(edited: str) -> None:
+    assert _migration(edited).checksum == _migration(_FILE).checksum
+
+
+@pytest.mark.parametrize("edited", [
+    _FILE.replace("'x  -- not a comment'", "'x -- not a comment'"),  # inside a literal
+    _FILE.replace('"B"', '"b"'),                                    # a quoted name
+    _FILE.replace("-- inside the body", "-- inside the function"),  # stored with the function
+    _FILE.replace("n + 1", "n + 2"),
+    _FILE.replace("text DEFAULT", "varchar DEFAULT"),
+])
+def test_statement_edits_change_the_checksum(edited: str) -> None:
+    assert _migration(edited).checksum != _migration(_FILE).checksum
+
+
+def _checksums(url: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT version, checksum FROM rara_schema_migrations ORDER BY 1").fetchall()
+
+
+def test_an_applied_migration_may_change_its_comments(database_url: str) -> None:
+    first, *rest = available()
+    reworded = first.sql.replace(
+        "-- A definition name; retiring it keeps every version (runs pin versions).",
+        "-- Definition names.\n--\n-- Retiring one keeps its versions: runs pin them.",
+    ).replace("CREATE TABLE rara_definitions (", "CREATE TABLE\n    rara_definitions\n(")
+    assert reworded != first.sql
+    before = _checksums(database_url)
+    assert migrate(database_url, [replace(first, sql=reworded), *rest]) == []
+    assert _checksums(database_url) == before
+
+
+def test_an_applied_migration_may_not_change_its_statements(database_url: str) -> None:
+    first, *rest = available()
+    changed = first.sql.replace("WITH (fillfactor = 70)", "WITH (fillfactor = 75)")
+    assert changed != first.sql
+    with pytest.raises(MigrationError, match="0001_workflow_state was changed after it"):
+        migrate(database_url, [replace(first, sql=changed), *rest])
+
+
+def _stamp_file_checksums(url: str, checksums: dict[int, str]) -> None:
+    """What the runner before statement checksums stored: sha256 of each file's bytes."""
+    with psycopg.connect(url) as conn:
+        for version, checksum in checksums.items():
+            conn.execute("UPDATE rara_schema_migrations SET checksum = %s WHERE version = %s",
+                         (checksum, version))
+
+
+def test_file_checksums_of_the_released_migrations_are_accepted_and_restamped(
+        database_url: str) -> None:
+    _stamp_file_checksums(database_url, {v: raw for v, (raw, _) in _RELEASED.items()})
+    assert migrate(database_url) == []
+    assert _checksums(database_url) == [(m.version, m.checksum) for m in available()]
+    assert all(m.checksum.startswith("stmt-sha256:") for m in available())
+
+
+def test_file_checksums_are_refused_unless_the_statements_are_those_released(
+        database_url: str) -> None:
+    first, *rest = available()
+    _stamp_file_checksums(database_url, {1: hashlib.sha256(b"another file").hexdigest()})
+    with pytest.raises(MigrationError, match="0001_workflow_state was changed after it"):
+        migrate(database_url)
+    _stamp_file_checksums(database_url, {1: _RELEASED[1][0]})
+    changed = replace(first, sql=first.sql.replace("fillfactor = 70", "fillfactor = 75"))
+    with pytest.raises(MigrationError, match="0001_workflow_state was changed after it"):
+        migrate(database_url, [changed, *rest])
+    assert migrate(database_url) == []  # as released: accepted

@@ -19,6 +19,7 @@ from rara.definitions.parse import definition_from_object
 from rara.definitions.registry import apply_definition
 from rara.pg.embedded import temporary_server
 from rara.pg.migrate import migrate
+from rara.pg.runs import enqueue_many
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,22 +93,13 @@ def noop_definition(
 
 
 def bulk_ready_steps(
-    conn: psycopg.Connection[Any], count: int, capability: str = "bench.noop@1"
+    conn: psycopg.Connection[Any], count: int, capability: str = "bench.noop@1",
+    definition: str = "noop",
 ) -> None:
-    """`count` ready steps in one run, inserted set-wise (bench fixture, not the runtime path)."""
-    version = conn.execute("SELECT id FROM rara_definition_versions ORDER BY id LIMIT 1").fetchone()
-    assert version is not None
-    run = conn.execute(
-        "INSERT INTO rara_runs (definition_version_id) VALUES (%s) RETURNING id", (version[0],)
-    ).fetchone()
-    assert run is not None
-    conn.execute(
-        """INSERT INTO rara_steps (run_id, key, capability, executor, max_attempts,
-               retry_initial_ms, retry_max_ms, retry_coefficient, status)
-           SELECT %s, 's' || g, %s, 'inprocess', 3, 1000, 60000, 2, 'ready'
-           FROM generate_series(1, %s) g""",
-        (run[0], capability, count),
-    )
+    """`count` ready steps in one run of ``definition``, inserted set-wise (run_enqueue_many:
+    a bench fixture, not the runtime path)."""
+    enqueue_many(conn, definition=definition, version=None, runs=1, steps=count, key="s",
+                 capability=capability)
     conn.execute("ANALYZE rara_steps")
 
 

@@ -15,7 +15,8 @@ from typing import Any
 import psycopg
 
 from bench.common import bench_database, bulk_ready_steps, noop_definition, percentiles
-from rara.pg.queries import sync_queries
+from rara.pg.queries import many, sql
+from rara.worker.dispatch import LEASED
 from rara.worker.store import HOT_PATH_SESSION
 
 # The worker's lease statement (routed by capability and executor kind, with the checkpoint and
@@ -26,21 +27,20 @@ PARAMS = {"capabilities": ["bench.noop@1"], "executors": ["inprocess"], "limit":
 
 
 def measure(conn: psycopg.Connection[Any], samples: int) -> dict[str, float]:
-    q = sync_queries()
     times = []
     for _ in range(samples):
         with conn.transaction(force_rollback=True):
             t0 = time.perf_counter()
-            rows = list(q.step_lease_routed(conn, **PARAMS))
+            rows = many(conn, "step_lease", LEASED, **PARAMS)
             times.append((time.perf_counter() - t0) * 1000)
             assert len(rows) == 10
     return percentiles(times)
 
 
 def explain(conn: psycopg.Connection[Any]) -> str:
-    sql = sync_queries().step_lease_routed.sql
     with conn.transaction(force_rollback=True):
-        plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql, PARAMS).fetchall()
+        plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql("step_lease"),
+                            PARAMS).fetchall()
     return "\n".join(line for (line,) in plan)
 
 

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.progress_cost [--steps 3000] [--events 50000]
 
-1. Events/s: ``step_progress_write`` (the worker's batched, fenced progress statement) for
+1. Events/s: ``step_progress_many`` (the worker's batched, fenced progress statement) for
    1,000 running attempts, batches of 100 attempts per statement, on one connection.
 2. Cost on a no-op step: one worker process drains the same number of single-step runs whose
    handler does nothing, reports progress once, or reports 100 times (coalesced).
@@ -17,37 +17,39 @@ import time
 from typing import Any
 
 import psycopg
+from psycopg.rows import scalar_row
 from psycopg.types.json import Jsonb
 
 from bench.common import bench_database, bulk_ready_steps, noop_definition
-from rara.pg.queries import async_queries
+from rara.pg.queries import amany
 from rara.worker.testing import lease_now
 
 
 async def event_throughput(url: str, events: int) -> float:
     with psycopg.connect(url, autocommit=True) as conn:
         noop_definition(conn, name="events", capability="bench.events@1")
-        bulk_ready_steps(conn, 1000, capability="bench.events@1")
+        bulk_ready_steps(conn, 1000, capability="bench.events@1", definition="events")
         leased = lease_now(conn, ["bench.events@1"], worker="bench", limit=1000,
                            lease_seconds=600)
-    q = async_queries()
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
         seq, written, started = 0, 0, time.perf_counter()
         while written < events:
             seq += 1
             for i in range(0, len(leased), 100):
                 batch = leased[i : i + 100]
-                rows = q.step_progress_write(
+                rows = await amany(
                     aconn,
+                    "step_progress_many",
+                    scalar_row,
                     worker="bench",
-                    step_ids=[r[0] for r in batch],
-                    tokens=[r[8] for r in batch],
+                    step_ids=[r.id for r in batch],
+                    tokens=[r.lease_token for r in batch],
                     seqs=[seq] * len(batch),
                     fractions=[0.5] * len(batch),
                     messages=["working"] * len(batch),
                     metrics=[Jsonb({"loss": 0.1})] * len(batch),
                 )
-                written += len([r async for r in rows])
+                written += len(rows)
         return written / (time.perf_counter() - started)
 
 
@@ -56,10 +58,9 @@ def drain_rate(url: str, capability: str, steps: int) -> float:
     import sys
 
     with psycopg.connect(url, autocommit=True) as conn:
-        noop_definition(
-            conn, name=capability.split("@")[0].replace(".", "-"), capability=capability
-        )
-        bulk_ready_steps(conn, steps, capability=capability)
+        name = capability.split("@")[0].replace(".", "-")
+        noop_definition(conn, name=name, capability=capability)
+        bulk_ready_steps(conn, steps, capability=capability, definition=name)
         proc = subprocess.Popen(
             [
                 sys.executable,

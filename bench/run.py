@@ -56,6 +56,7 @@ from bench.lease_depth import measure_depths  # noqa: E402
 from bench.peers import run_all  # noqa: E402
 from bench.pgbench_ceiling import measure_ceiling  # noqa: E402
 from rara.pg.clone import clone_database  # noqa: E402
+from rara.pg.runs import enqueue_many  # noqa: E402
 from rara.runs import start_run  # noqa: E402
 from rara.worker.store import HOT_PATH_SESSION  # noqa: E402
 
@@ -65,22 +66,6 @@ TOKEN = "bench-token"
 # peers get their best configuration too, see bench/peers/run_peer.py).
 CONCURRENCY = 128
 LEASE_BATCH = 100
-
-_ENQUEUE = """
-WITH runs AS (
-    INSERT INTO rara_runs (definition_version_id)
-    SELECT v.id FROM rara_definition_versions v, generate_series(1, %(runs)s)
-    WHERE v.name = %(name)s
-    RETURNING id
-)
-INSERT INTO rara_steps (run_id, key, depends_on, pending_deps, capability, executor, payload,
-                        max_attempts, retry_initial_ms, retry_max_ms, retry_coefficient, status)
-SELECT r.id, 's' || i, CASE WHEN i = 0 THEN '{}'::text[] ELSE ARRAY['s' || (i - 1)] END,
-       least(i, 1), %(capability)s, %(executor)s, '{"input": {}, "secrets": {}}', 3, 1000,
-       60000, 2, CASE WHEN i = 0 THEN 'ready' ELSE 'blocked' END::rara_step_status
-FROM runs r, generate_series(0, %(steps)s - 1) AS i
-ORDER BY r.id, i
-"""
 
 
 def log(message: str) -> None:
@@ -177,8 +162,9 @@ def workers(url: str, names: list[str], logs: Path, endpoint: str | None = None,
 
 def _enqueue(conn: Conn, name: str, runs: int, steps: int, capability: str,
              executor: str) -> None:
-    conn.execute(_ENQUEUE, {"runs": runs, "name": name, "steps": steps,
-                            "capability": capability, "executor": executor})
+    # Keys s0, s1, … (s when one step): the chain noop_definition declares.
+    enqueue_many(conn, definition=name, version=None, runs=runs, steps=steps, key="s",
+                 capability=capability, executor=executor, chained=True)
     # Statistics, and the insert-triggered autovacuum done now rather than during the measure.
     conn.execute("VACUUM ANALYZE")
 

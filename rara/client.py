@@ -11,19 +11,18 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 
 from rara.definitions.model import WorkflowDefinition
 from rara.definitions.parse import definition_from_object, load_definition
 from rara.definitions.registry import AppliedVersion, apply_definition
 from rara.errors import NotFound
+from rara.pg import artifacts, definitions, events, runs, steps
 from rara.pg.connect import database_url
-from rara.pg.queries import sync_queries
 from rara.runs import StartedRun, cancel_run, start_run
 from rara.states import RunStatus
 
@@ -42,6 +41,26 @@ class RunView:
     started_at: datetime | None
     finished_at: datetime | None
     steps: list[Row]
+
+
+def load_run(conn: psycopg.Connection[Any], run_id: int) -> RunView | None:
+    """A run and its steps (None: no such run): the one reader of a run's state, for the
+    client and the operator alike."""
+    run = runs.get(conn, run_id)
+    if run is None:
+        return None
+    return RunView(
+        id=run.id,
+        status=run.status,
+        definition=run.definition,
+        version=run.version,
+        input=run.input,
+        error=run.error,
+        created_at=run.created_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        steps=[asdict(s) for s in steps.list_for_run(conn, run_id)],
+    )
 
 
 class Client:
@@ -66,18 +85,16 @@ class Client:
 
     def list_definitions(self) -> list[Row]:
         with self._conn() as conn:
-            conn.row_factory = dict_row
-            return list(sync_queries().definition_list(conn))
+            return [asdict(d) for d in definitions.list_all(conn)]
 
     def get_definition(self, name: str, version: int | None = None) -> Row:
         with self._conn() as conn:
-            conn.row_factory = dict_row
-            row = sync_queries().definition_version_get(conn, name=name, version=version)
+            row = definitions.version_get(conn, name, version)
         if row is None:
             raise NotFound(
                 f"no workflow definition {name}" + (f" version {version}" if version else "")
             )
-        return dict(row)
+        return asdict(row)
 
     # -- runs --------------------------------------------------------------------------------
     def start_run(
@@ -100,50 +117,27 @@ class Client:
             )
 
     def get_run(self, run_id: int) -> RunView:
-        q = sync_queries()
         with self._conn() as conn:
-            conn.row_factory = dict_row
-            run = q.run_get(conn, run_id=run_id)
-            if run is None:
-                raise NotFound(f"no run {run_id}")
-            steps = [dict(s) for s in q.run_steps(conn, run_id=run_id)]
-        return RunView(
-            id=run["id"],
-            status=RunStatus(run["status"]),
-            definition=run["definition"],
-            version=run["version"],
-            input=run["input"],
-            error=run["error"],
-            created_at=run["created_at"],
-            started_at=run["started_at"],
-            finished_at=run["finished_at"],
-            steps=steps,
-        )
+            view = load_run(conn, run_id)
+        if view is None:
+            raise NotFound(f"no run {run_id}")
+        return view
 
     def list_runs(self, status: RunStatus | None = None, limit: int = 50) -> list[Row]:
         with self._conn() as conn:
-            conn.row_factory = dict_row
-            return [
-                dict(r)
-                for r in sync_queries().run_list(
-                    conn, status=status.value if status else None, limit=limit
-                )
-            ]
+            return [asdict(r) for r in runs.list_recent(conn, status, limit)]
 
     def run_events(self, run_id: int) -> list[Row]:
         with self._conn() as conn:
-            conn.row_factory = dict_row
-            return [dict(r) for r in sync_queries().run_events(conn, run_id=run_id)]
+            return [asdict(r) for r in events.list_events(conn, run_id)]
 
     def run_attempts(self, run_id: int) -> list[Row]:
         with self._conn() as conn:
-            conn.row_factory = dict_row
-            return [dict(r) for r in sync_queries().run_attempts(conn, run_id=run_id)]
+            return [asdict(r) for r in events.list_attempts(conn, run_id)]
 
     def run_artifacts(self, run_id: int) -> list[Row]:
         with self._conn() as conn:
-            conn.row_factory = dict_row
-            return [dict(r) for r in sync_queries().run_artifacts(conn, run_id=run_id)]
+            return [asdict(r) for r in artifacts.list_for_run(conn, run_id)]
 
     def cancel_run(self, run_id: int) -> bool:
         with self._conn() as conn:

@@ -19,11 +19,33 @@ from typing import Any, Literal
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import class_row, scalar_row
 from psycopg.types.json import Jsonb
 
-from rara.pg.queries import async_queries, fetch_all
+from rara.pg import runs as run_sql
+from rara.pg import steps as step_sql
+from rara.pg.queries import amany, aone, sql
 
 AsyncConn = psycopg.AsyncConnection[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A step whose attempt a fenced end matched (step_fail, step_cancel, step_reap_expired):
+    its run, key and new status."""
+
+    id: int
+    run_id: int
+    key: str
+    status: str
+
+
+@dataclass(frozen=True, slots=True)
+class Completed:
+    """A row of step_complete_many."""
+
+    id: int
+    run_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +80,11 @@ async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[str | Non
     Per ending, in order: ``'succeeded'``, ``'ready'`` (retry after backoff), ``'failed'``,
     ``'cancelled'``, or ``None`` when its fence matched nothing (lease lost: nothing was written
     for that step). Successes are one statement; failures and cancels (rare) one each; then the
-    runs are locked in id order (always the last locks taken, see runs_lock) and aggregated by
+    runs are locked in id order (always the last locks taken, see run_lock_many) and aggregated by
     one statement whose snapshot follows the locks. Errors roll the whole batch back.
     """
     if not endings:
         return []
-    q = async_queries()
     worker = endings[0].fence.worker
     if any(e.fence.worker != worker for e in endings):
         raise ValueError("end_many: every ending must be fenced by the same worker")
@@ -77,38 +98,37 @@ async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[str | Non
         # Only successes (the common case): nothing depends on an answer before the commit, so
         # the whole transaction goes in one round trip (pipeline mode).
         async with conn.pipeline(), conn.transaction():
-            cur = await conn.execute(q.steps_complete_many.sql, complete)
-            await _aggregate(conn, run_ids)
-        done = {row[0] for row in await cur.fetchall()}
+            cur = conn.cursor(row_factory=scalar_row)  # the first column: the step id
+            await cur.execute(sql("step_complete_many"), complete)
+            await run_sql.aggregate(conn, run_ids)
+        done = set(await cur.fetchall())
         return ["succeeded" if e.fence.step_id in done else None for e in endings]
     async with conn.transaction():
         if wins:
-            cur = await conn.execute(q.steps_complete_many.sql, complete)
-            done = {row[0] for row in await cur.fetchall()}
+            done = set(await amany(conn, "step_complete_many", scalar_row, **complete))
             for i in wins:
                 if endings[i].fence.step_id in done:
                     answers[i] = "succeeded"
         for i in rest:
             e = endings[i]
             if e.kind == "cancelled":
-                row = await q.step_cancelled(conn, step_id=e.fence.step_id, worker=worker,
-                                             token=e.fence.token)
+                row = await aone(conn, "step_cancel", class_row(Ended), step_id=e.fence.step_id,
+                                 worker=worker, token=e.fence.token)
                 answers[i] = None if row is None else "cancelled"
                 continue
-            row = await q.step_fail(conn, step_id=e.fence.step_id, worker=worker,
-                                    token=e.fence.token, error=Jsonb(dict(e.error or {})),
-                                    retryable=e.retryable, jitter=e.jitter, outcome=e.outcome)
+            row = await aone(conn, "step_fail", class_row(Ended), step_id=e.fence.step_id,
+                             worker=worker, token=e.fence.token, error=Jsonb(dict(e.error or {})),
+                             retryable=e.retryable, jitter=e.jitter, outcome=e.outcome)
             if row is not None:
-                _, run_id, key, status, _ = row
-                if status == "failed":
-                    await fetch_all(q.steps_cancel_dependants(conn, run_id=run_id, key=key))
-                answers[i] = str(status)
-        await _aggregate(conn, run_ids)
+                if row.status == "failed":
+                    await step_sql.cancel_dependants(conn, row.run_id, row.key)
+                answers[i] = row.status
+        await run_sql.aggregate(conn, run_ids)
     return answers
 
 
 def _successes_json(wins: Sequence[tuple[Fence, Any, Sequence[Mapping[str, Any]]]]) -> str:
-    """(fence, result, artifact manifest) of successes as the one JSON array steps_complete_many
+    """(fence, result, artifact manifest) of successes as the one JSON array step_complete_many
     reads: one C-encoded ``json.dumps`` for the whole batch (per-element dumping of typed arrays
     was a measured hot spot)."""
     return json.dumps([
@@ -122,14 +142,12 @@ async def complete(
 ) -> bool:
     """Succeeded: result and artifact manifest together, or nothing (lease lost → False). One
     attempt through the batch statement (the worker's batcher uses ``end_many``)."""
-    q = async_queries()
     async with conn.transaction():
-        cur = await conn.execute(q.steps_complete_many.sql, {
-            "worker": fence.worker, "endings": _successes_json([(fence, result, artifacts)])})
-        row = await cur.fetchone()
+        row = await aone(conn, "step_complete_many", class_row(Completed), worker=fence.worker,
+                         endings=_successes_json([(fence, result, artifacts)]))
         if row is None:
             return False
-        await _refresh_run(conn, row[1])
+        await _refresh_run(conn, row.run_id)
         return True
 
 
@@ -143,10 +161,11 @@ async def fail(
     outcome: str = "failed",
 ) -> str | None:
     """Failed attempt: 'ready' (retry after backoff) or 'failed' (for good); None = lease lost."""
-    q = async_queries()
     async with conn.transaction():
-        row = await q.step_fail(
+        row = await aone(
             conn,
+            "step_fail",
+            class_row(Ended),
             step_id=fence.step_id,
             worker=fence.worker,
             token=fence.token,
@@ -157,21 +176,18 @@ async def fail(
         )
         if row is None:
             return None
-        _, run_id, key, status, _ = row
-        if status == "failed":
-            await _step_failed_for_good(conn, run_id, key)
-        return str(status)
+        if row.status == "failed":
+            await _step_failed_for_good(conn, row.run_id, row.key)
+        return row.status
 
 
 async def cancelled(conn: AsyncConn, fence: Fence) -> bool:
-    q = async_queries()
     async with conn.transaction():
-        row = await q.step_cancelled(
-            conn, step_id=fence.step_id, worker=fence.worker, token=fence.token
-        )
+        row = await aone(conn, "step_cancel", class_row(Ended), step_id=fence.step_id,
+                         worker=fence.worker, token=fence.token)
         if row is None:
             return False
-        await _refresh_run(conn, row[1])
+        await _refresh_run(conn, row.run_id)
         return True
 
 
@@ -179,41 +195,27 @@ async def release(conn: AsyncConn, worker: str, leases: Sequence[tuple[int, UUID
     """Give leases back on graceful shutdown; returns the step ids released."""
     if not leases:
         return []
-    q = async_queries()
     async with conn.transaction():
-        rows = await fetch_all(
-            q.step_release(
-                conn, worker=worker, step_ids=[s for s, _ in leases], tokens=[t for _, t in leases]
-            )
-        )
-        return [r[0] for r in rows]
+        return await amany(conn, "step_release_many", scalar_row, worker=worker,
+                           step_ids=[s for s, _ in leases], tokens=[t for _, t in leases])
 
 
 async def reap(conn: AsyncConn, worker: str, *, limit: int, jitter: float) -> list[tuple[int, str]]:
     """Recover expired leases (bounded batch); returns (step id, new status) pairs."""
-    q = async_queries()
     async with conn.transaction():
-        rows = await fetch_all(q.steps_reap(conn, worker=worker, limit=limit, jitter=jitter))
-        # Runs in id order: two reapers locking the same runs (runs_lock) never wait in a cycle.
-        for _, run_id, key, status in sorted(rows, key=lambda r: r[1]):
-            if status == "failed":
-                await _step_failed_for_good(conn, run_id, key)
-        return [(r[0], r[3]) for r in rows]
+        rows = await amany(conn, "step_reap_expired", class_row(Ended), worker=worker,
+                           limit=limit, jitter=jitter)
+        # Runs in id order: two reapers locking the same runs (run_lock_many) never wait in a cycle.
+        for row in sorted(rows, key=lambda r: r.run_id):
+            if row.status == "failed":
+                await _step_failed_for_good(conn, row.run_id, row.key)
+        return [(r.id, r.status) for r in rows]
 
 
 async def _step_failed_for_good(conn: AsyncConn, run_id: int, key: str) -> None:
-    q = async_queries()
-    await fetch_all(q.steps_cancel_dependants(conn, run_id=run_id, key=key))
+    await step_sql.cancel_dependants(conn, run_id, key)
     await _refresh_run(conn, run_id)
 
 
 async def _refresh_run(conn: AsyncConn, run_id: int) -> None:
-    await _aggregate(conn, [run_id])
-
-
-async def _aggregate(conn: AsyncConn, run_ids: list[int]) -> None:
-    """Aggregate runs after step changes, serialised per run (see runs_lock in the SQL):
-    without the lock, siblings finishing together each miss the other and the run never ends."""
-    q = async_queries()
-    await conn.execute(q.runs_lock.sql, {"run_ids": run_ids})
-    await conn.execute(q.runs_refresh.sql, {"run_ids": run_ids})
+    await run_sql.aggregate(conn, [run_id])

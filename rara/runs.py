@@ -1,4 +1,5 @@
-"""Starting and cancelling runs, and the parent aggregation that follows step changes."""
+"""Starting and cancelling runs. (The parent aggregation that follows step changes is the
+statement run_refresh_many, db/queries/runs.sql.)"""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg.pq import TransactionStatus
-from psycopg.types.json import Jsonb
 
 from rara.definitions.model import WorkflowSpec
 from rara.definitions.parse import spec_from_object
 from rara.errors import CapabilityUnavailable, InputInvalid, NotFound, RaraError
-from rara.pg.queries import sync_queries
+from rara.pg import runs as run_sql
+from rara.pg import steps as step_sql
 from rara.secrets import refuse_credentials
 
 MAX_INPUT_BYTES = 256 * 1024
@@ -80,17 +81,16 @@ def _start(
     idempotency_key: str | None,
     queue_anyway: bool,
 ) -> StartedRun:
-    q = sync_queries()
     digest = _DIGEST_HINTS.get((definition, version))
     steps = _STEP_ROWS.get(digest) if digest is not None else None
     for _ in range(2):
-        row = q.run_start(
+        row = run_sql.start(
             conn,
             name=definition,
             version=version,
             digest=digest if steps is not None else None,
-            steps=None if steps is None else Jsonb(steps),
-            input=Jsonb(run_input),
+            steps=steps,
+            input=run_input,
             idempotency_key=idempotency_key,
             check_capabilities=not queue_anyway,
             alive_seconds=LIVE_WORKER_SECONDS,
@@ -98,13 +98,13 @@ def _start(
         if row is None:
             what = f"{definition} version {version}" if version else definition
             raise NotFound(f"no workflow definition {what}")
-        _version_id, digest, retired_at, spec_json, missing, run_id = row
-        if retired_at is not None and version is None:
+        if row.retired_at is not None and version is None:
             raise NotFound(f"workflow definition {definition} is retired")
-        if spec_json is None:  # our digest matched: the statement did (or refused) the start
-            return _started(conn, run_id, missing, idempotency_key)
+        if row.spec is None:  # our digest matched: the statement did (or refused) the start
+            return _started(conn, row.run_id, row.missing, idempotency_key)
         # Unknown or stale digest: nothing was inserted; build the steps and go again.
-        steps = _remember(definition, version, digest, spec_json)
+        digest = row.digest
+        steps = _remember(definition, version, digest, row.spec)
     # Only a version applied between our two calls (latest wanted) gets here.
     raise RaraError(f"workflow definition {definition} changed while starting a run; try again")
 
@@ -123,7 +123,9 @@ def _started(
         raise AssertionError("run_start inserted no run and reported no reason")
     # The key exists: read its run in a new statement. run_start's own snapshot predates a
     # concurrent winner's commit (ON CONFLICT waited for it but cannot return its row).
-    existing = sync_queries().run_by_key(conn, idempotency_key=idempotency_key)
+    existing = run_sql.id_by_key(conn, idempotency_key)
+    if existing is None:
+        raise AssertionError("run_start found the idempotency key taken but no run has it")
     return StartedRun(existing, created=False)
 
 
@@ -195,14 +197,13 @@ def cancel_run(conn: psycopg.Connection[Any], run_id: int) -> bool:
 
 
 def _cancel_once(conn: psycopg.Connection[Any], run_id: int) -> bool:
-    q = sync_queries()
     with conn.transaction():
-        if q.run_get(conn, run_id=run_id) is None:
+        if run_sql.get(conn, run_id) is None:
             raise NotFound(f"no run {run_id}")
-        q.run_steps_lock(conn, run_id=run_id)
-        if q.run_cancel_request(conn, run_id=run_id) is None:
+        step_sql.lock_by_run(conn, run_id)
+        if not run_sql.cancel_request(conn, run_id):
             return False
-        q.run_cancel_waiting_steps(conn, run_id=run_id)
-        list(q.run_cancel_running_steps(conn, run_id=run_id))
-        list(q.runs_refresh(conn, run_ids=[run_id]))  # the run row is ours already: no lock
+        step_sql.cancel_waiting(conn, run_id)
+        step_sql.request_cancel(conn, run_id)
+        run_sql.refresh_many(conn, [run_id])  # the run row is ours already: no lock
         return True

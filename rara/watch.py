@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import time
+from dataclasses import asdict
 from typing import Any
 
 import psycopg
-from psycopg.rows import dict_row
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from rara.pg.queries import sync_queries
+from rara.errors import NotFound
+from rara.pg import artifacts, runs
+from rara.pg import steps as step_sql
 from rara.states import RunStatus
 
 _DONE_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
@@ -21,11 +23,10 @@ _DONE_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
 def fetch(
     conn: psycopg.Connection[Any], run_id: int
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    q = sync_queries()
-    conn.row_factory = dict_row
-    run = q.run_get(conn, run_id=run_id)
-    steps = [dict(s) for s in q.run_progress(conn, run_id=run_id)]
-    return dict(run), steps
+    run = runs.get(conn, run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id}")
+    return asdict(run), [asdict(s) for s in step_sql.list_progress(conn, run_id)]
 
 
 def watch(url: str, run_id: int, console: Console, timeout: float | None = None) -> RunStatus:
@@ -45,8 +46,7 @@ def watch(url: str, run_id: int, console: Console, timeout: float | None = None)
         psycopg.connect(url, autocommit=True) as listener,
         Live(Group(progress), console=console, refresh_per_second=8, transient=False),
     ):
-        listener.execute("LISTEN rara_run")
-        listener.execute("LISTEN rara_progress")
+        listener.execute("LISTEN rara_run")  # run ends; progress is polled
         while True:
             run, steps = fetch(conn, run_id)
             for step in steps:
@@ -88,28 +88,25 @@ def _update(progress: Progress, tasks: dict[str, TaskID], step: dict[str, Any]) 
 
 def summary(url: str, run_id: int) -> Table:
     """Per step: status, attempts, duration, key result fields, and the artifacts."""
-    q = sync_queries()
-    with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
-        steps = [dict(s) for s in q.run_progress(conn, run_id=run_id)]
-        artifacts: dict[str, list[str]] = {}
-        for a in q.run_artifacts(conn, run_id=run_id):
-            artifacts.setdefault(a["key"], []).append(
-                f"{a['name']} {a['digest'][7:19]}… {a['size']}B"
-            )
+    with psycopg.connect(url, autocommit=True) as conn:
+        steps = step_sql.list_progress(conn, run_id)
+        made: dict[str, list[str]] = {}
+        for a in artifacts.list_for_run(conn, run_id):
+            made.setdefault(a.key, []).append(f"{a.name} {a.digest[7:19]}… {a.size}B")
     table = Table(
         "step", "status", "attempts", "time", "result", "artifacts", title=f"run {run_id}"
     )
     for s in steps:
         took = ""
-        if s["started_at"] and s["finished_at"]:
-            took = f"{(s['finished_at'] - s['started_at']).total_seconds():.1f}s"
+        if s.started_at and s.finished_at:
+            took = f"{(s.finished_at - s.started_at).total_seconds():.1f}s"
         table.add_row(
-            s["key"],
-            s["status"],
-            f"{s['attempt']}/{s['max_attempts']}",
+            s.key,
+            s.status,
+            f"{s.attempt}/{s.max_attempts}",
             took,
-            _brief(s["result"] if s["status"] == "succeeded" else s["error"]),
-            "\n".join(artifacts.get(s["key"], [])),
+            _brief(s.result if s.status == "succeeded" else s.error),
+            "\n".join(made.get(s.key, [])),
         )
     return table
 

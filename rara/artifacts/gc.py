@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from rara.artifacts.store import LocalArtifactStore, is_in_flight
-from rara.pg.queries import sync_queries
+from rara.pg import artifacts as sql
 
 
 @dataclass
@@ -34,10 +34,9 @@ def collect_garbage(
     grace_seconds: float = 24 * 3600,
     dry_run: bool = False,
 ) -> GcReport:
-    q = sync_queries()
     # Read the references *after* listing blobs would race a commit landing in between; read
     # them first: a blob referenced later than this read is younger than the grace anyway.
-    referenced = {row[0] for row in q.artifacts_referenced(conn)}
+    referenced = sql.referenced(conn)
     horizon = time.time() - grace_seconds
     report = GcReport()
     for blob in store.iter_blobs():
@@ -50,7 +49,7 @@ def collect_garbage(
                 report.deleted_bytes += blob.size
             report.deleted.append(blob.digest)
     if report.deleted and not dry_run:
-        q.artifacts_forget(conn, digests=report.deleted)
+        sql.forget(conn, report.deleted)
     for entry in os.scandir(store.tmp_dir) if store.tmp_dir.exists() else ():
         if entry.stat().st_mtime < horizon and not is_in_flight(entry.path):
             if not dry_run:

@@ -9,8 +9,8 @@ import typer
 from rich.table import Table
 
 from rara.cli.common import console, reports_errors
+from rara.pg import steps, workers
 from rara.pg.connect import database_url
-from rara.pg.queries import sync_queries
 from rara.runs import LIVE_WORKER_SECONDS
 
 
@@ -19,23 +19,25 @@ def status(
     failures: Annotated[int, typer.Option(min=0, max=1000, help="recent failures to show")] = 10,
 ) -> None:
     """What the fleet is doing now."""
-    q = sync_queries()
     with psycopg.connect(database_url(), autocommit=True) as conn:
-        workers = list(q.workers_live(conn, alive_seconds=LIVE_WORKER_SECONDS))
-        backlog = list(q.backlog_by_capability(conn))
-        failed = list(q.steps_recent_failures(conn, limit=failures))
+        live = workers.list_live(conn, LIVE_WORKER_SECONDS)
+        backlog = steps.backlog(conn)
+        failed = steps.list_failed(conn, failures)
     table = Table("worker", "capabilities", "up since", "last heartbeat", title="live workers")
-    for wid, caps, started, beat in workers:
-        table.add_row(wid, ", ".join(sorted(caps)), f"{started:%H:%M:%S}", f"{beat:%H:%M:%S}")
+    for w in live:
+        table.add_row(w.id, ", ".join(sorted(w.capabilities)), f"{w.started_at:%H:%M:%S}",
+                      f"{w.heartbeat_at:%H:%M:%S}")
     console.print(table)
     table = Table("capability", "ready", "running", title="backlog")
-    for cap, ready, running in backlog:
-        table.add_row(cap, str(ready), str(running))
+    for b in backlog:
+        table.add_row(b.capability, str(b.ready), str(b.running))
     console.print(table)
     table = Table(
         "run", "step", "capability", "attempts", "failed at", "error", title="recent failures"
     )
-    for run_id, key, cap, attempt, at, error in failed:
+    for f in failed:
+        error = f.error
         message = (error or {}).get("message", "") if isinstance(error, dict) else str(error)
-        table.add_row(str(run_id), key, cap, str(attempt), f"{at:%H:%M:%S}", message[:80])
+        table.add_row(str(f.run_id), f.key, f.capability, str(f.attempt),
+                      f"{f.finished_at:%H:%M:%S}", message[:80])
     console.print(table)

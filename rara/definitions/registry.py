@@ -6,11 +6,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from rara.definitions.model import WorkflowDefinition
 from rara.definitions.parse import canonical_spec, spec_digest
-from rara.pg.queries import sync_queries
+from rara.pg import definitions as sql
 from rara.secrets import refuse_credentials
 
 
@@ -26,19 +25,16 @@ def apply_definition(
     conn: psycopg.Connection[Any], definition: WorkflowDefinition
 ) -> AppliedVersion:
     """Register the definition's spec as a version (idempotent). One transaction."""
-    q = sync_queries()
     for step in definition.spec.steps:
         refuse_credentials(step.input, f"step {step.key!r} input")
     digest = spec_digest(definition.spec)
     with conn.transaction():
         # Two appliers of one name must not both pick version N+1; the lock orders them and the
         # second one finds the first one's row by digest.
-        q.definition_lock(conn, name=definition.name)
-        q.definition_upsert_name(conn, name=definition.name)
-        existing = q.definition_version_by_digest(conn, name=definition.name, digest=digest)
-        if existing:
-            return AppliedVersion(definition.name, existing[2], digest, created=False)
-        row = q.definition_version_insert(
-            conn, name=definition.name, digest=digest, spec=Jsonb(canonical_spec(definition.spec))
-        )
-        return AppliedVersion(definition.name, row[2], digest, created=True)
+        sql.lock(conn, definition.name)
+        sql.upsert(conn, definition.name)
+        existing = sql.version_by_digest(conn, definition.name, digest)
+        if existing is not None:
+            return AppliedVersion(definition.name, existing.version, digest, created=False)
+        row = sql.version_insert(conn, definition.name, digest, canonical_spec(definition.spec))
+        return AppliedVersion(definition.name, row.version, digest, created=True)

@@ -19,7 +19,7 @@ from rara.pg.migrate import (
     canonical_sql,
     migrate,
 )
-from rara.pg.queries import async_queries, sync_queries
+from rara.pg.queries import sql
 
 
 def _fresh(admin_url: str, name: str) -> str:
@@ -70,23 +70,6 @@ def test_concurrent_migrators_apply_once(pg_admin_url: str) -> None:
     assert count == (len(available()),)
 
 
-def test_every_named_query_loads_for_both_drivers() -> None:
-    names = set(sync_queries().available_queries)
-    assert names == set(async_queries().available_queries)
-    for expected in (
-        "step_lease_routed",
-        "worker_heartbeat_steps",
-        "steps_complete_many",
-        "step_fail",
-        "steps_reap",
-        "step_release",
-        "runs_refresh",
-        "run_start",
-        "definition_version_insert",
-    ):
-        assert expected in names
-
-
 def test_rara_database_sessions_run_without_jit(conn: psycopg.Connection[Any]) -> None:
     """Migration 0004: JIT compiled generic plans for longer than they ran (53 of 58 ms).
     (``conn``'s database is a clone of the migrated template: rara.pg.clone copies it.)"""
@@ -99,12 +82,11 @@ def test_fenced_batch_writes_are_never_planned_onto_the_reaper_index(
     """Migration 0004: with `status = 'running'` as the reaper index's predicate the planner
     scanned every running step for a completion batch's ids (and, under a held xmin horizon,
     every dead entry of finished attempts); its predicate now is one no fence implies."""
-    q = sync_queries()
     plans = [
-        conn.execute("EXPLAIN " + q.steps_complete_many.sql,
+        conn.execute("EXPLAIN " + sql("step_complete_many"),
                      {"worker": "w", "endings": '[{"id": 1, "token": "'
                                                  '00000000-0000-0000-0000-000000000001"}]'}),
-        conn.execute("EXPLAIN " + q.worker_heartbeat_steps.sql,
+        conn.execute("EXPLAIN " + sql("step_heartbeat"),
                      {"worker": "w", "capabilities": ["x@1"], "step_ids": [1, 2],
                       "tokens": ["00000000-0000-0000-0000-000000000001"] * 2,
                       "lease_seconds": 30}),

@@ -12,7 +12,8 @@ import pytest
 
 from rara import runs
 from rara.errors import CapabilityUnavailable, NotFound, RaraError
-from rara.pg.queries import sync_queries
+from rara.pg import definitions
+from rara.pg import runs as run_sql
 from rara.runs import start_run
 from tests.helpers import apply
 
@@ -45,9 +46,9 @@ def step_keys(conn: psycopg.Connection[Any], run_id: int) -> list[str]:
 
 
 def run_version(conn: psycopg.Connection[Any], run_id: int) -> int:
-    row = sync_queries().run_get(conn, run_id=run_id)
+    row = run_sql.get(conn, run_id)
     assert row is not None
-    return int(row[10])
+    return row.version
 
 
 def test_a_cached_start_is_one_statement(conn: psycopg.Connection[Any]) -> None:
@@ -121,7 +122,7 @@ def test_a_retired_definition_is_refused_unless_pinned(
     apply(conn, "old", [{"key": "a", "capability": "x@1"}])
     if warm:
         start_run(conn, "old", queue_anyway=True)
-    sync_queries().definition_retire(conn, name="old")
+    definitions.retire(conn, "old")
     before = conn.execute("SELECT count(*) FROM rara_runs").fetchone()
     with pytest.raises(NotFound, match="workflow definition old is retired"):
         start_run(conn, "old", queue_anyway=True)

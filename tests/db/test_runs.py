@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import threading
 from typing import Any
-from uuid import UUID
 
 import psycopg
 import pytest
@@ -66,7 +65,7 @@ def test_start_refuses_unserved_capabilities_and_bad_input(conn: psycopg.Connect
 
 def _lease(conn: psycopg.Connection[Any]) -> dict[str, Fence]:
     rows = lease_now(conn, ["x@1"], worker="w", limit=100, lease_seconds=60)
-    return {r[2]: Fence(r[0], "w", UUID(str(r[8]))) for r in rows}
+    return {r.key: Fence(r.id, "w", r.lease_token) for r in rows}
 
 
 async def _with_async(url: str, fn: Any) -> Any:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any
-from uuid import UUID
 
 import psycopg
 from typer.testing import CliRunner
@@ -12,7 +11,7 @@ from typer.testing import CliRunner
 from rara import lifecycle
 from rara.cli.main import app
 from rara.lifecycle import Fence
-from rara.pg.queries import sync_queries
+from rara.pg.queries import run
 from rara.runs import start_run
 from rara.worker.testing import lease_now
 from tests.helpers import apply
@@ -27,8 +26,7 @@ async def _fail(url: str, fence: Fence) -> str | None:
 def test_status_shows_workers_backlog_and_failures(
     conn: psycopg.Connection[Any], database_url: str
 ) -> None:
-    q = sync_queries()
-    q.worker_register(conn, worker="gpu-worker-7", capabilities=["embed@1", "adapt.lora@1"])
+    run(conn, "worker_register", worker="gpu-worker-7", capabilities=["embed@1", "adapt.lora@1"])
     apply(
         conn,
         "rag",
@@ -40,8 +38,8 @@ def test_status_shows_workers_backlog_and_failures(
     failing = start_run(conn, "rag").run_id
     start_run(conn, "rag")
     rows = lease_now(conn, ["embed@1"], worker="gpu-worker-7", limit=1, lease_seconds=60)
-    assert [(r[1], r[2]) for r in rows] == [(failing, "embed")]
-    fence = Fence(rows[0][0], "gpu-worker-7", UUID(str(rows[0][8])))
+    assert [(r.run_id, r.key) for r in rows] == [(failing, "embed")]
+    fence = Fence(rows[0].id, "gpu-worker-7", rows[0].lease_token)
     assert asyncio.run(_fail(database_url, fence)) == "failed"
 
     result = CliRunner(env={"DATABASE_URL": database_url, "COLUMNS": "200"}).invoke(app, ["status"])

@@ -327,7 +327,7 @@ def test_workflow_run_is_started_once_and_mirrored(
         lambda: objects.status("workflowruns", "nightly").get("phase") == "Running",
         what="phase Running",
     )
-    assert asyncio.run(_complete(db.info.dsn, Fence(leased[0], "w1", leased[8]), {}))
+    assert asyncio.run(_complete(db.info.dsn, Fence(leased.id, "w1", leased.lease_token), {}))
     eventually(
         lambda: objects.status("workflowruns", "nightly").get("progress") == "1/2",
         what="progress 1/2",

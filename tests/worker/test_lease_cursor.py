@@ -12,7 +12,7 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from rara.pg.queries import sync_queries
+from rara.pg.queries import sql
 from rara.worker.lease_cursor import LeaseCursors
 from rara.worker.store import WorkerStore
 from rara.worker.testing import enqueue_single_step_runs
@@ -36,8 +36,7 @@ def _enqueue(conn: psycopg.Connection[Any], n: int, priority: int = 0) -> None:
 def _lease_scan_buffers(conn: psycopg.Connection[Any], after: dict[str, Any]) -> int:
     """Leases one step as the worker does (EXPLAIN ANALYZE runs it) and returns the pages
     its scan of the lease index touched: index and heap pages of every entry it walked."""
-    sql = sync_queries().step_lease_routed.sql
-    [[plan]] = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, {
+    [[plan]] = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql("step_lease"), {
         "capabilities": [c for c, _ in PAIRS], "executors": [e for _, e in PAIRS], "limit": 1,
         "worker": "cursor", "lease_seconds": 30, **after}).fetchone() or [[None]]
 

@@ -18,7 +18,7 @@ from rara.definitions.registry import apply_definition
 from rara.errors import DefinitionInvalid
 from rara.operator import conditions
 from rara.operator.runtime import connection
-from rara.pg.queries import sync_queries
+from rara.pg import definitions as sql
 
 MAX_MESSAGE = 1000  # condition messages stay readable in `kubectl describe`
 
@@ -60,6 +60,6 @@ def reconcile_definition(
 
 def retire_definition(name: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     with connection(memo) as conn:
-        retired = sync_queries().definition_retire(conn, name=name)
+        retired = sql.retire(conn, name)
     # None: the name never reached PostgreSQL (it was always invalid): nothing to retire.
     logger.info(f"definition {name} " + ("retired" if retired else "was never registered"))

@@ -20,7 +20,7 @@ from rara import metrics
 from rara.operator.models import WorkerPoolSpec
 from rara.operator.runtime import connection, runtime_of
 from rara.operator.scaling import Decision, Policy, Window, decide
-from rara.pg.queries import sync_queries
+from rara.pg import steps
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -36,12 +36,12 @@ def scale_pool(
         _record(patch, status, lastDecision=f"invalid spec: {exc}"[:1000])
         return
     with connection(memo) as conn:
-        rows = list(sync_queries().backlog_by_capability(conn))
-    for cap, ready, running in rows:  # exported for dashboards and alerts (rara_backlog_steps)
-        metrics.BACKLOG.labels(cap, "ready").set(int(ready))
-        metrics.BACKLOG.labels(cap, "running").set(int(running))
+        rows = steps.backlog(conn)
+    for row in rows:  # exported for dashboards and alerts (rara_backlog_steps)
+        metrics.BACKLOG.labels(row.capability, "ready").set(row.ready)
+        metrics.BACKLOG.labels(row.capability, "running").set(row.running)
     served = set(pool.capabilities)
-    backlog = sum(int(ready) + int(running) for cap, ready, running in rows if cap in served)
+    backlog = sum(row.ready + row.running for row in rows if row.capability in served)
 
     if namespace is None:
         raise kopf.PermanentError("WorkerPool must be namespaced")

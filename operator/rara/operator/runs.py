@@ -14,12 +14,13 @@ from typing import Any
 import kopf
 from pydantic import ValidationError
 
+from rara.client import load_run
 from rara.errors import InputInvalid, NotFound
 from rara.operator import conditions
 from rara.operator.models import WorkflowRunSpec
 from rara.operator.runtime import connection
-from rara.pg.queries import sync_queries
 from rara.runs import start_run
+from rara.states import StepStatus
 
 NOT_FOUND_RETRY_SECONDS = 10.0  # the definition may be applied in the same `kubectl apply`
 TERMINAL = {"Succeeded", "Failed", "Cancelled"}
@@ -65,16 +66,15 @@ def sync_workflow_run(status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, *
 
 
 def refresh_status(conn: Any, run_id: int, status: kopf.Status, patch: kopf.Patch) -> None:
-    q = sync_queries()
-    run = q.run_get(conn, run_id=run_id)
+    run = load_run(conn, run_id)
     if run is None:  # deleted from PostgreSQL by hand: nothing left to mirror
         return
-    steps = list(q.run_steps(conn, run_id=run_id))
-    done = sum(1 for s in steps if s[5] == "succeeded")
+    done = sum(1 for s in run.steps if s["status"] == StepStatus.SUCCEEDED)
+    total = len(run.steps)
     new = {
-        "runId": run_id, "phase": str(run[1]).capitalize(), "version": run[10],
-        "stepsDone": done, "stepsTotal": len(steps), "progress": f"{done}/{len(steps)}",
-        "startedAt": _stamp(run[7]), "finishedAt": _stamp(run[8]),
+        "runId": run_id, "phase": run.status.value.capitalize(), "version": run.version,
+        "stepsDone": done, "stepsTotal": total, "progress": f"{done}/{total}",
+        "startedAt": _stamp(run.started_at), "finishedAt": _stamp(run.finished_at),
     }
     # Patch only what changed: an unchanged status must not cost an API write per tick.
     for key, value in new.items():

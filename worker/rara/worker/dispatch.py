@@ -18,6 +18,8 @@ from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
 
+from psycopg.rows import kwargs_row
+
 from rara.artifacts.ref import ArtifactRef
 from rara.context import Checkpoint, StepContext, StepOutcome
 from rara.worker.registry import Registry
@@ -25,7 +27,8 @@ from rara.worker.registry import Registry
 
 @dataclass(frozen=True, slots=True)
 class LeasedStep:
-    """One attempt as leased (a row of ``step_lease_routed``)."""
+    """One attempt as leased: a row of ``step_lease``, whose columns are these fields' names
+    (``from_columns`` builds it from them, see ``LEASED``)."""
 
     id: int
     run_id: int
@@ -52,15 +55,15 @@ class LeasedStep:
     available_at: datetime | None = None
 
     @classmethod
-    def from_row(cls, row: Sequence[Any]) -> LeasedStep:
-        (id_, run_id, key, capability, executor, payload, attempt, max_attempts, token, expires,
-         timeout_ms, heartbeat_timeout_ms, depends_on, run_input, leased_at, checkpoint, inputs,
-         rank, available_at) = row
-        return cls(id_, run_id, key, capability, executor, payload, attempt, max_attempts, token,
-                   expires, timeout_ms, heartbeat_timeout_ms, depends_on, run_input, leased_at,
-                   checkpoint=checkpoint_from_json(checkpoint),
-                   inputs=inputs_from_rows(inputs) if inputs else {},
-                   rank=rank, available_at=available_at)
+    def from_columns(cls, *, checkpoint: Mapping[str, Any] | None,
+                     inputs: Sequence[Mapping[str, Any]] | None, **columns: Any) -> LeasedStep:
+        """From ``step_lease``'s columns by name; the checkpoint and inputs come as JSON."""
+        return cls(**columns, checkpoint=checkpoint_from_json(checkpoint),
+                   inputs=inputs_from_rows(inputs) if inputs else {})
+
+
+# The row factory of step_lease: each row becomes a LeasedStep, by column name.
+LEASED = kwargs_row(LeasedStep.from_columns)
 
 
 def checkpoint_from_json(value: Mapping[str, Any] | None) -> Checkpoint | None:
@@ -72,14 +75,15 @@ def checkpoint_from_json(value: Mapping[str, Any] | None) -> Checkpoint | None:
                       artifact=ref)
 
 
-def inputs_from_rows(rows: Iterable[Sequence[Any]]) -> dict[str, ArtifactRef]:
-    """Upstream manifest rows ``(step key, name, digest, size, media type)`` as the inputs map:
+def inputs_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, ArtifactRef]:
+    """Upstream manifest entries ``{key, name, digest, size, media_type}`` as the inputs map:
     ``"<step>/<name>"`` for every artifact, and the bare name when it is unique."""
     found: dict[str, ArtifactRef] = {}
     bare: dict[str, list[ArtifactRef]] = {}
-    for key, name, digest, size, media_type in rows:
-        ref = ArtifactRef(digest, int(size), media_type)
-        found[f"{key}/{name}"] = ref
+    for row in rows:
+        name = row["name"]
+        ref = ArtifactRef(row["digest"], int(row["size"]), row["media_type"])
+        found[f"{row['key']}/{name}"] = ref
         bare.setdefault(name, []).append(ref)
     for name, refs in bare.items():
         if len(refs) == 1 and name not in found:

@@ -60,7 +60,7 @@ class LeaseCursors:
                                           and now >= self._heard_ok_at)
 
     def after(self, pairs: Sequence[Pair], *, from_start: bool) -> dict[str, list[Any]]:
-        """The cursor parameters of ``step_lease_routed`` (NULLs: from the start)."""
+        """The cursor parameters of ``step_lease`` (NULLs: from the start)."""
         keys = [None if from_start else self._after.get(pair) for pair in pairs]
         return {"after_ranks": [k[0] if k else None for k in keys],
                 "after_ats": [k[1] if k else None for k in keys],

@@ -21,7 +21,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from rara.artifacts.ref import ArtifactRef
-from rara.pg.queries import sync_queries
+from rara.pg.queries import value
 from rara.worker.context import AttemptState
 from rara.worker.retry import TRANSIENT, persist
 from rara.worker.store import WorkerStore
@@ -93,10 +93,11 @@ class CheckpointWriters:
                 try:
                     if self._sync is None or self._sync.closed:
                         self._sync = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
-                    return bool(sync_queries().step_checkpoint_write(
-                        self._sync, step_id=st.fence.step_id, worker=st.fence.worker,
-                        token=st.fence.token, seq=seq, state=Jsonb(dict(state)),
-                        digest=ref.digest if ref else None, size=ref.size if ref else None))
+                    return bool(value(
+                        self._sync, "step_checkpoint", bool, step_id=st.fence.step_id,
+                        worker=st.fence.worker, token=st.fence.token, seq=seq,
+                        state=Jsonb(dict(state)), digest=ref.digest if ref else None,
+                        size=ref.size if ref else None))
                 except TRANSIENT:
                     self.close()
                     if attempt == 1:

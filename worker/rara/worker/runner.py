@@ -247,7 +247,7 @@ class Worker:
     async def _run_attempt(self, state: AttemptState) -> str:
         step = state.step
         executor = self.executors[step.executor]
-        # The latest checkpoint and the upstream inputs came with the lease (step_lease_routed).
+        # The latest checkpoint and the upstream inputs came with the lease (step_lease).
         ctx = WorkerStepContext(state, checkpoint=step.checkpoint, inputs=step.inputs,
                                 artifacts=self.artifacts, write_checkpoint=self.checkpoints.write,
                                 write_checkpoint_sync=self.checkpoints.write_sync)

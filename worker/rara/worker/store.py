@@ -11,18 +11,20 @@ one) and retry the statement. The LISTEN connection is separate (``rara.worker.l
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg.rows import class_row, scalar_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from rara import lifecycle
 from rara.artifacts.ref import ArtifactRef
-from rara.context import Checkpoint
-from rara.pg.queries import async_queries, fetch_all
-from rara.worker.dispatch import LeasedStep, inputs_from_rows
+from rara.pg import steps as step_sql
+from rara.pg.queries import amany, avalue, sql
+from rara.worker.dispatch import LEASED, LeasedStep
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
 Pairs = Sequence[tuple[str, str]]  # (capability, executor kind)
@@ -41,6 +43,20 @@ def make_pool(url: str, size: int) -> Pool:
 HOT_PATH_SESSION: dict[str, Any] = {
     "prepare_threshold": 0,
     "options": "-c plan_cache_mode=force_generic_plan -c jit=off -c enable_seqscan=off"}
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLease:
+    """A row of ``step_heartbeat``: a lease still held, and whether cancel was asked."""
+
+    id: int
+    cancel_requested: bool
+
+
+async def _lease(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> list[LeasedStep]:
+    async with conn.cursor(row_factory=LEASED) as cur:
+        await cur.execute(sql("step_lease"), params)
+        return await cur.fetchall()
 
 
 class _OwnConnection:
@@ -79,7 +95,6 @@ class WorkerStore:
     def __init__(self, pool: Pool, worker: str, own_url: str | None = None) -> None:
         self.pool = pool
         self.worker = worker
-        self.q = async_queries()
         self._lease_conn = _OwnConnection(own_url) if own_url else None
         self._end_conn = _OwnConnection(own_url) if own_url else None
 
@@ -99,65 +114,45 @@ class WorkerStore:
                   "limit": limit, "worker": self.worker, "lease_seconds": lease_seconds, **after}
         if self._lease_conn is None:
             async with self.pool.connection() as conn:
-                cur = await conn.execute(self.q.step_lease_routed.sql, params)
-                return [LeasedStep.from_row(r) for r in await cur.fetchall()]
+                return await _lease(conn, params)
         try:
-            conn = await self._lease_conn.get()
-            cur = await conn.execute(self.q.step_lease_routed.sql, params)
-            return [LeasedStep.from_row(r) for r in await cur.fetchall()]
+            return await _lease(await self._lease_conn.get(), params)
         except psycopg.OperationalError:
             await self._lease_conn.close()  # a new connection next time
             raise
 
     async def next_available(self, pairs: Pairs) -> float | None:
         async with self.pool.connection() as conn:
-            value = await self.q.steps_next_available(
-                conn, capabilities=[c for c, _ in pairs], executors=[e for _, e in pairs])
-            return None if value is None else float(value)
+            return await step_sql.next_available(conn, list(pairs))
 
     async def heartbeat_all(self, capabilities: Sequence[str], leases: Sequence[tuple[int, UUID]],
                             lease_seconds: float) -> dict[int, bool]:
         """The worker's row and every lease it holds, in one statement. Answer: step id →
         cancel requested, for the leases still held (a lease missing from it is lost)."""
         async with self.pool.connection() as conn:
-            cur = await conn.execute(self.q.worker_heartbeat_steps.sql, {
-                "worker": self.worker, "capabilities": list(capabilities),
-                "step_ids": [s for s, _ in leases], "tokens": [t for _, t in leases],
-                "lease_seconds": lease_seconds})
-            return {r[0]: bool(r[1]) for r in await cur.fetchall()}
+            held = await amany(conn, "step_heartbeat", class_row(HeldLease), worker=self.worker,
+                               capabilities=list(capabilities), step_ids=[s for s, _ in leases],
+                               tokens=[t for _, t in leases], lease_seconds=lease_seconds)
+            return {r.id: r.cancel_requested for r in held}
 
     async def write_progress(self, items: Sequence[tuple[int, UUID, int, float | None, str,
                                                          Mapping[str, float]]]) -> set[int]:
         """Progress rows (step, token, seq, fraction, message, metrics); the steps still owned."""
         async with self.pool.connection() as conn:
-            rows = await fetch_all(self.q.step_progress_write(
-                conn, worker=self.worker, step_ids=[i[0] for i in items],
-                tokens=[i[1] for i in items], seqs=[i[2] for i in items],
-                fractions=[i[3] for i in items], messages=[i[4] for i in items],
-                metrics=[Jsonb(dict(i[5])) for i in items]))
-            return {r[0] for r in rows}
+            owned = await amany(conn, "step_progress_many", scalar_row, worker=self.worker,
+                                step_ids=[i[0] for i in items], tokens=[i[1] for i in items],
+                                seqs=[i[2] for i in items], fractions=[i[3] for i in items],
+                                messages=[i[4] for i in items],
+                                metrics=[Jsonb(dict(i[5])) for i in items])
+            return {int(r) for r in owned}
 
     async def write_checkpoint(self, step_id: int, token: UUID, seq: int,
                                state: Mapping[str, Any], ref: ArtifactRef | None) -> bool:
         async with self.pool.connection() as conn:
-            return bool(await self.q.step_checkpoint_write(
-                conn, step_id=step_id, worker=self.worker, token=token, seq=seq,
-                state=Jsonb(dict(state)), digest=ref.digest if ref else None,
+            return bool(await avalue(
+                conn, "step_checkpoint", bool, step_id=step_id, worker=self.worker, token=token,
+                seq=seq, state=Jsonb(dict(state)), digest=ref.digest if ref else None,
                 size=ref.size if ref else None))
-
-    async def latest_checkpoint(self, step_id: int, attempt: int) -> Checkpoint | None:
-        async with self.pool.connection() as conn:
-            row = await self.q.step_checkpoint_latest(conn, step_id=step_id, attempt=attempt)
-        if row is None:
-            return None
-        ref = ArtifactRef(row[3], int(row[4])) if row[3] is not None else None
-        return Checkpoint(attempt=row[0], seq=row[1], state=row[2], artifact=ref)
-
-    async def inputs(self, run_id: int, keys: Sequence[str]) -> dict[str, ArtifactRef]:
-        """``"<step>/<name>"`` for every upstream artifact, and the bare name when unique."""
-        async with self.pool.connection() as conn:
-            rows = await fetch_all(self.q.step_inputs(conn, run_id=run_id, keys=list(keys)))
-        return inputs_from_rows(rows)
 
     # -- the end of an attempt: rara.lifecycle, one transaction each --------------------------
 
@@ -199,8 +194,9 @@ class WorkerStore:
 
     async def register(self, capabilities: Sequence[str]) -> None:
         async with self.pool.connection() as conn:
-            await self.q.worker_register(conn, worker=self.worker, capabilities=list(capabilities))
+            await conn.execute(sql("worker_register"),
+                               {"worker": self.worker, "capabilities": list(capabilities)})
 
     async def stop(self) -> None:
         async with self.pool.connection() as conn:
-            await self.q.worker_stop(conn, worker=self.worker)
+            await conn.execute(sql("worker_stop"), {"worker": self.worker})

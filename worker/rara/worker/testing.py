@@ -2,7 +2,7 @@
 
 ``start_run`` is one transaction per run with validation and routing checks; filling a queue
 with thousands of single-step runs that way measures the client, not the worker. This writes
-the same rows in two statements.
+the same rows in one statement (``run_enqueue_many``, db/queries/runs.sql).
 """
 
 from __future__ import annotations
@@ -12,27 +12,12 @@ import time
 from typing import Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from rara.context import StepContext
-from rara.pg.queries import sync_queries
+from rara.pg import runs
+from rara.pg.queries import many
+from rara.worker.dispatch import LEASED, LeasedStep
 from rara.worker.registry import Registry
-
-_ENQUEUE = """
-WITH runs AS (
-    INSERT INTO rara_runs (definition_version_id, input)
-    SELECT v.id, %(input)s FROM rara_definition_versions v, generate_series(1, %(n)s)
-    WHERE v.name = %(name)s AND v.version = %(version)s
-    RETURNING id
-)
-INSERT INTO rara_steps (run_id, key, capability, executor, payload, priority, max_attempts,
-                        retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
-                        heartbeat_timeout_ms, status)
-SELECT id, %(key)s, %(capability)s, %(executor)s, %(payload)s, %(priority)s, %(max_attempts)s,
-       %(initial_ms)s, %(max_ms)s, 2, NULL, NULL, 'ready'
-FROM runs
-RETURNING run_id
-"""
 
 
 def enqueue_single_step_runs(conn: psycopg.Connection[Any], *, definition: str, version: int,
@@ -41,24 +26,20 @@ def enqueue_single_step_runs(conn: psycopg.Connection[Any], *, definition: str, 
                              initial_ms: int = 1000, max_ms: int = 60_000,
                              priority: int = 0) -> list[int]:
     """``n`` runs of a one-step definition, ready at once; returns the run ids."""
-    with conn.transaction():
-        rows = conn.execute(_ENQUEUE, {
-            "input": Jsonb(input or {}), "n": n, "name": definition, "version": version,
-            "key": key, "capability": capability, "executor": executor,
-            "payload": Jsonb({"input": {}, "secrets": {}}), "max_attempts": max_attempts,
-            "initial_ms": initial_ms, "max_ms": max_ms, "priority": priority}).fetchall()
-    return [r[0] for r in rows]
+    return runs.enqueue_many(conn, definition=definition, version=version, runs=n, steps=1,
+                             key=key, capability=capability, executor=executor, input=input,
+                             priority=priority, max_attempts=max_attempts,
+                             retry_initial_ms=initial_ms, retry_max_ms=max_ms)
 
 
 def lease_now(conn: psycopg.Connection[Any], capabilities: list[str], *, worker: str,
               limit: int, lease_seconds: float = 30, executor: str = "inprocess"
-              ) -> list[tuple[Any, ...]]:
-    """Lease as a worker does (``step_lease_routed``), scanning every range from the start:
-    the rows of the steps leased, for tests and benchmarks that take steps by hand."""
-    return list(sync_queries().step_lease_routed(
-        conn, capabilities=capabilities, executors=[executor] * len(capabilities),
-        limit=limit, worker=worker, lease_seconds=lease_seconds,
-        after_ranks=None, after_ats=None, after_ids=None))
+              ) -> list[LeasedStep]:
+    """Lease as a worker does (``step_lease``), scanning every range from the start: the
+    steps leased, for tests and benchmarks that take steps by hand."""
+    return many(conn, "step_lease", LEASED, capabilities=capabilities,
+                executors=[executor] * len(capabilities), limit=limit, worker=worker,
+                lease_seconds=lease_seconds, after_ranks=None, after_ats=None, after_ids=None)
 
 
 # Handlers for benchmarks and smoke tests: ``--handlers rara.worker.testing``.

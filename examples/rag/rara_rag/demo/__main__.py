@@ -98,11 +98,11 @@ def services(home: Path, url: str, artifacts: Path, lease_seconds: float) -> tup
 def wait_until_served(client: Client, deadline: float) -> None:
     import psycopg
 
-    from rara.pg.queries import sync_queries
+    from rara.pg import workers
 
     while time.monotonic() < deadline:
         with psycopg.connect(client.url, autocommit=True) as conn:
-            served = {r[0] for r in sync_queries().capabilities_served(conn, alive_seconds=30)}
+            served = workers.capabilities(conn, alive_seconds=30)
         if served >= CAPABILITIES:
             return
         time.sleep(0.2)

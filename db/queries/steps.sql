@@ -1,0 +1,81 @@
+-- Steps (rara_steps) outside an attempt: reads for clients, the operator and the worker's idle
+-- loop, and the cascades that cancel steps (run cancel, a dependency failed for good).
+-- Typed: rara.pg.steps.
+-- Loaded by rara.pg.queries with every other file of this folder: one name space, each name
+-- object first, then verb (`step_lease`, `run_cancel_request`); `_many` takes arrays.
+-- aiosql suffixes: ^ one row, $ one value, ! no result; none: all rows. No literal percent
+-- signs: statements go to psycopg's %-style placeholders.
+
+-- name: step_list
+SELECT id, key, depends_on, capability, executor, status, attempt, max_attempts, available_at,
+       started_at, finished_at, result, error, leased_by
+FROM rara_steps WHERE run_id = :run_id ORDER BY id;
+
+-- name: step_list_progress
+-- Each step of a run with its latest progress event (of its current attempt).
+SELECT s.id, s.key, s.capability, s.executor, s.status::text AS status, s.attempt,
+       s.max_attempts, s.started_at, s.finished_at, s.result, s.error,
+       e.fraction, e.message, e.metrics
+FROM rara_steps s
+LEFT JOIN LATERAL (
+    SELECT fraction, message, metrics FROM rara_events
+    WHERE step_id = s.id AND attempt = s.attempt
+    ORDER BY seq DESC LIMIT 1
+) e ON true
+WHERE s.run_id = :run_id ORDER BY s.id;
+
+-- name: step_next_available$
+-- Seconds until the earliest backing-off ready step of the served pairs becomes leasable (NULL:
+-- none). Asked only when a lease came back short, so a retry runs when its backoff ends
+-- instead of at the next poll.
+SELECT extract(epoch FROM min(n.available_at) - now())::double precision
+FROM unnest(CAST(:capabilities AS text[]), CAST(:executors AS text[])) AS cap(name, executor)
+CROSS JOIN LATERAL (
+    SELECT min(available_at) AS available_at FROM rara_steps
+    WHERE status = 'ready' AND capability = cap.name AND executor = cap.executor
+) AS n;
+
+-- name: step_cancel_dependants
+-- A step failed for good: every step downstream of it in the run can never run; cancel them.
+WITH RECURSIVE downstream(key) AS (
+    SELECT CAST(:key AS text)
+    UNION
+    SELECT s.key FROM rara_steps s JOIN downstream d ON d.key = ANY (s.depends_on)
+    WHERE s.run_id = :run_id
+)
+UPDATE rara_steps s SET status = 'cancelled', finished_at = now(),
+    error = jsonb_build_object('code', 'UPSTREAM_FAILED',
+                               'message', 'dependency ' || :key || ' failed')
+FROM downstream d
+WHERE s.run_id = :run_id AND s.key = d.key AND s.status IN ('blocked', 'ready')
+RETURNING s.id;
+
+-- name: step_lock_by_run!
+-- Cancel takes the run's step rows first, in id order, then the run row: the order a step
+-- outcome takes them (its step, then run_lock_many), so the two cannot wait on each other in a cycle.
+SELECT id FROM rara_steps WHERE run_id = :run_id ORDER BY id FOR UPDATE;
+
+-- name: step_cancel_waiting!
+UPDATE rara_steps SET status = 'cancelled', finished_at = now(),
+       error = jsonb_build_object('code', 'CANCELLED', 'message', 'run cancelled')
+WHERE run_id = :run_id AND status IN ('blocked', 'ready');
+
+-- name: step_request_cancel
+-- Running steps learn of the cancel through NOTIFY now and their next heartbeat otherwise.
+WITH flagged AS (
+    UPDATE rara_steps SET cancel_requested = true
+    WHERE run_id = :run_id AND status = 'running'
+    RETURNING id
+)
+SELECT id, pg_notify('rara_cancel', id::text) FROM flagged;
+
+-- name: step_backlog
+-- Ready + running steps per capability: what the operator scales pools by.
+SELECT capability, count(*) FILTER (WHERE status = 'ready') AS ready,
+       count(*) FILTER (WHERE status = 'running') AS running
+FROM rara_steps WHERE status IN ('ready', 'running') GROUP BY capability ORDER BY capability;
+
+-- name: step_list_failed
+SELECT s.run_id, s.key, s.capability, s.attempt, s.finished_at, s.error
+FROM rara_steps s WHERE s.status = 'failed'
+ORDER BY s.finished_at DESC LIMIT :limit;

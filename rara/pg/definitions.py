@@ -1,0 +1,79 @@
+"""Typed access to ``db/queries/definitions.sql``: definition names and immutable versions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+
+from rara.pg.queries import Conn, many, one, run, value
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRow:
+    id: int
+    name: str
+    version: int
+    digest: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class VersionSpecRow:
+    """A version with its spec, and when its definition was retired (None: live)."""
+
+    id: int
+    name: str
+    version: int
+    digest: str
+    spec: dict[str, Any]
+    created_at: datetime
+    retired_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class DefinitionRow:
+    name: str
+    latest_version: int
+    versions: int
+    digest: str
+    retired_at: datetime | None
+
+
+def lock(conn: Conn, name: str) -> None:
+    """Serialise version numbering of ``name`` until the transaction ends."""
+    run(conn, "definition_lock", name=name)
+
+
+def upsert(conn: Conn, name: str) -> None:
+    run(conn, "definition_upsert", name=name)
+
+
+def version_by_digest(conn: Conn, name: str, digest: str) -> VersionRow | None:
+    return one(conn, "definition_version_get_by_digest", class_row(VersionRow),
+               name=name, digest=digest)
+
+
+def version_insert(conn: Conn, name: str, digest: str, spec: dict[str, Any]) -> VersionRow:
+    row = one(conn, "definition_version_insert", class_row(VersionRow),
+              name=name, digest=digest, spec=Jsonb(spec))
+    assert row is not None  # an INSERT … SELECT of an aggregate: always one row
+    return row
+
+
+def version_get(conn: Conn, name: str, version: int | None = None) -> VersionSpecRow | None:
+    """``version`` of ``name``, or its latest when None."""
+    return one(conn, "definition_version_get", class_row(VersionSpecRow),
+               name=name, version=version)
+
+
+def list_all(conn: Conn) -> list[DefinitionRow]:
+    return many(conn, "definition_list", class_row(DefinitionRow))
+
+
+def retire(conn: Conn, name: str) -> bool:
+    """False: no definition of that name."""
+    return value(conn, "definition_retire", str, name=name) is not None

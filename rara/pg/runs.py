@@ -1,0 +1,124 @@
+"""Typed access to ``db/queries/runs.sql``: runs, their start and cancel, and the parent
+aggregation (``lock_many`` then ``refresh_many``, in the transaction of the step changes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import class_row, scalar_row
+from psycopg.types.json import Jsonb
+
+from rara.pg.queries import AsyncConn, Conn, arun, many, one, run, value
+from rara.states import RunStatus
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    id: int
+    status: RunStatus
+    input: dict[str, Any]
+    idempotency_key: str | None
+    cancel_requested: bool
+    error: Any
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    definition: str
+    version: int
+    digest: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", RunStatus(self.status))
+
+
+@dataclass(frozen=True, slots=True)
+class RunSummary:
+    """A line of ``run_list``: a run and how many of its steps succeeded."""
+
+    id: int
+    status: RunStatus
+    definition: str
+    version: int
+    created_at: datetime
+    finished_at: datetime | None
+    done: int
+    total: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", RunStatus(self.status))
+
+
+@dataclass(frozen=True, slots=True)
+class StartAnswer:
+    """What ``run_start`` did (see the statement): ``run_id`` None when nothing was inserted."""
+
+    id: int
+    digest: str
+    retired_at: datetime | None
+    spec: dict[str, Any] | None
+    missing: list[str] | None
+    run_id: int | None
+
+
+def start(conn: Conn, *, name: str, version: int | None, digest: str | None,
+          steps: list[dict[str, Any]] | None, input: dict[str, Any],
+          idempotency_key: str | None, check_capabilities: bool,
+          alive_seconds: float) -> StartAnswer | None:
+    """One round trip (``rara.runs.start_run``); None: no such definition (version)."""
+    return one(conn, "run_start", class_row(StartAnswer), name=name, version=version,
+               digest=digest, steps=None if steps is None else Jsonb(steps), input=Jsonb(input),
+               idempotency_key=idempotency_key, check_capabilities=check_capabilities,
+               alive_seconds=alive_seconds)
+
+
+def id_by_key(conn: Conn, idempotency_key: str) -> int | None:
+    return value(conn, "run_get_by_key", int, idempotency_key=idempotency_key)
+
+
+def get(conn: Conn, run_id: int) -> RunRow | None:
+    return one(conn, "run_get", class_row(RunRow), run_id=run_id)
+
+
+def list_recent(conn: Conn, status: RunStatus | None, limit: int) -> list[RunSummary]:
+    return many(conn, "run_list", class_row(RunSummary),
+                status=None if status is None else status.value, limit=limit)
+
+
+def cancel_request(conn: Conn, run_id: int) -> bool:
+    """Mark the run cancelled-on-request; False when it had already ended."""
+    return value(conn, "run_cancel_request", int, run_id=run_id) is not None
+
+
+def refresh_many(conn: Conn, run_ids: list[int]) -> None:
+    """Parent aggregation of runs whose rows the transaction holds already."""
+    run(conn, "run_refresh_many", run_ids=run_ids)
+
+
+async def aggregate(conn: AsyncConn, run_ids: list[int]) -> None:
+    """Lock the runs (id order), then aggregate them: after step changes, in their transaction
+    (see run_lock_many: without the lock, siblings finishing together each miss the other)."""
+    await arun(conn, "run_lock_many", run_ids=run_ids)
+    await arun(conn, "run_refresh_many", run_ids=run_ids)
+
+
+def enqueue_many(conn: Conn, *, definition: str, version: int | None, runs: int, steps: int,
+                 key: str, capability: str, executor: str = "inprocess", chained: bool = False,
+                 input: dict[str, Any] | None = None, priority: int = 0, max_attempts: int = 3,
+                 retry_initial_ms: int = 1000, retry_max_ms: int = 60_000,
+                 numbered: bool | None = None) -> list[int]:
+    """Runs inserted set-wise for tests and benchmarks (``run_enqueue_many``); the run ids, one
+    per run in order. Step keys are ``key`` itself, or ``key0``, ``key1``… when ``numbered``
+    (by default when there are several steps or they are chained)."""
+    if numbered is None:
+        numbered = steps > 1 or chained
+    rows = many(conn, "run_enqueue_many", scalar_row, name=definition, version=version,
+                runs=runs, steps=steps, key=key, capability=capability, executor=executor,
+                chained=chained, numbered=numbered, input=Jsonb(input or {}),
+                payload=Jsonb({"input": {}, "secrets": {}}), priority=priority,
+                max_attempts=max_attempts, retry_initial_ms=retry_initial_ms,
+                retry_max_ms=retry_max_ms)
+    return list(dict.fromkeys(int(r) for r in rows))
+
+

@@ -1,0 +1,119 @@
+"""Typed access to ``db/queries/steps.sql``: steps outside an attempt (reads for clients, the
+operator and the worker's idle loop; the cancels of run cancel and of a failed dependency)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import class_row, scalar_row
+
+from rara.pg.queries import AsyncConn, Conn, amany, avalue, many, run
+from rara.states import StepStatus
+
+Pairs = list[tuple[str, str]]  # (capability, executor kind)
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    id: int
+    key: str
+    depends_on: list[str]
+    capability: str
+    executor: str
+    status: StepStatus
+    attempt: int
+    max_attempts: int
+    available_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    result: Any
+    error: dict[str, Any] | None
+    leased_by: str | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", StepStatus(self.status))
+
+
+@dataclass(frozen=True, slots=True)
+class StepProgressRow:
+    """A step of a run with the latest progress of its current attempt (``runs watch``)."""
+
+    id: int
+    key: str
+    capability: str
+    executor: str
+    status: StepStatus
+    attempt: int
+    max_attempts: int
+    started_at: datetime | None
+    finished_at: datetime | None
+    result: Any
+    error: dict[str, Any] | None
+    fraction: float | None
+    message: str | None
+    metrics: dict[str, float] | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", StepStatus(self.status))
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    capability: str
+    ready: int
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
+class FailedStep:
+    run_id: int
+    key: str
+    capability: str
+    attempt: int
+    finished_at: datetime
+    error: Any
+
+
+def list_for_run(conn: Conn, run_id: int) -> list[StepRow]:
+    return many(conn, "step_list", class_row(StepRow), run_id=run_id)
+
+
+def list_progress(conn: Conn, run_id: int) -> list[StepProgressRow]:
+    return many(conn, "step_list_progress", class_row(StepProgressRow), run_id=run_id)
+
+
+def backlog(conn: Conn) -> list[Backlog]:
+    """Ready and running steps per capability (what the operator scales by)."""
+    return many(conn, "step_backlog", class_row(Backlog))
+
+
+def list_failed(conn: Conn, limit: int) -> list[FailedStep]:
+    return many(conn, "step_list_failed", class_row(FailedStep), limit=limit)
+
+
+def lock_by_run(conn: Conn, run_id: int) -> None:
+    """The run's step rows, in id order (run cancel takes them before the run row)."""
+    run(conn, "step_lock_by_run", run_id=run_id)
+
+
+def cancel_waiting(conn: Conn, run_id: int) -> None:
+    run(conn, "step_cancel_waiting", run_id=run_id)
+
+
+def request_cancel(conn: Conn, run_id: int) -> list[int]:
+    """Flag the run's running steps and NOTIFY their workers; their ids."""
+    return [int(i) for i in many(conn, "step_request_cancel", scalar_row, run_id=run_id)]
+
+
+async def cancel_dependants(conn: AsyncConn, run_id: int, key: str) -> list[int]:
+    """Step ``key`` failed for good: cancel every waiting step downstream of it."""
+    return [int(i) for i in await amany(conn, "step_cancel_dependants", scalar_row,
+                                        run_id=run_id, key=key)]
+
+
+async def next_available(conn: AsyncConn, pairs: Pairs) -> float | None:
+    """Seconds until the earliest backing-off ready step of ``pairs`` (None: none)."""
+    return await avalue(conn, "step_next_available", float,
+                        capabilities=[c for c, _ in pairs], executors=[e for _, e in pairs])

@@ -1,4 +1,17 @@
-"""Errors raised by the artifact stores. Each names the digest it is about."""
+"""Errors raised by the artifact stores. Each names the digest (or bucket/key) it is about.
+
+::
+
+    ArtifactError                     digest it is about ("" when about the store itself)
+    ├── ArtifactNotFound              permanent: no blob under the digest
+    ├── ArtifactCorrupted             permanent: bytes do not hash to the digest
+    └── ArtifactStoreError            the store could not be used; names bucket/key
+        ├── ArtifactStoreUnavailable  retryable: transient failures outlasted the retries
+        └── ArtifactStoreAccessError  permanent: access denied, bad credentials, no bucket
+
+A step that meets :class:`ArtifactStoreUnavailable` may succeed when retried later; the others
+need a person (or a different digest) before a retry can help.
+"""
 
 from __future__ import annotations
 
@@ -32,3 +45,23 @@ class ArtifactCorrupted(ArtifactError):
         super().__init__(digest, "; ".join(bits))
         self.actual = actual
         self.where = where
+
+
+class ArtifactStoreError(ArtifactError):
+    """The store itself failed; ``where`` is the object (``s3://bucket/key``) or bucket."""
+
+    retryable = False
+
+    def __init__(self, where: str, message: str, digest: str = "") -> None:
+        super().__init__(digest, f"{message} ({where})")
+        self.where = where
+
+
+class ArtifactStoreUnavailable(ArtifactStoreError):
+    """Throttling, timeouts, 5xx or a refused connection, still failing after the retries."""
+
+    retryable = True
+
+
+class ArtifactStoreAccessError(ArtifactStoreError):
+    """Access denied, unknown or wrong credentials, or the bucket does not exist."""

@@ -1,20 +1,20 @@
-"""Garbage collection of blobs no manifest or checkpoint references.
+"""Garbage collection of blobs no manifest or checkpoint references, in any artifact store.
 
 Safe against writers: a blob younger than the grace period is kept (a step may have stored it
-and not yet committed its manifest — storing the same bytes again refreshes the blob's mtime),
-and temporary files still being written are never touched.
+and not yet committed its manifest — storing the same bytes again refreshes the blob's mtime,
+or on S3 its touch marker), and unfinished writes (temp files, multipart uploads) are removed
+only once older than the grace too, and never while their writer may still be producing them.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
 
-from rara.artifacts.store import LocalArtifactStore, is_in_flight
+from rara.artifacts.api import ArtifactStore
 from rara.pg import artifacts as sql
 
 
@@ -29,7 +29,7 @@ class GcReport:
 
 def collect_garbage(
     conn: psycopg.Connection[Any],
-    store: LocalArtifactStore,
+    store: ArtifactStore,
     *,
     grace_seconds: float = 24 * 3600,
     dry_run: bool = False,
@@ -50,9 +50,5 @@ def collect_garbage(
             report.deleted.append(blob.digest)
     if report.deleted and not dry_run:
         sql.forget(conn, report.deleted)
-    for entry in os.scandir(store.tmp_dir) if store.tmp_dir.exists() else ():
-        if entry.stat().st_mtime < horizon and not is_in_flight(entry.path):
-            if not dry_run:
-                os.unlink(entry.path)
-            report.tmp_removed += 1
+    report.tmp_removed = store.remove_stale_temporaries(horizon, dry_run=dry_run)
     return report

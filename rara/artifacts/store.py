@@ -22,8 +22,8 @@ destination and renames it into place only after the digest checked out, so ``de
 never left partially written (and an existing ``dest`` is untouched on failure).
 
 Garbage collection lives elsewhere; it gets :meth:`LocalArtifactStore.iter_blobs`,
-:meth:`LocalArtifactStore.delete`, :attr:`LocalArtifactStore.tmp_dir` and
-:func:`is_in_flight` (temp files a live writer may still be producing).
+:meth:`LocalArtifactStore.delete` and :meth:`LocalArtifactStore.remove_stale_temporaries`
+(which spares temp files a live writer may still be producing: :func:`is_in_flight`).
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Final, NamedTuple, Self
+from typing import TYPE_CHECKING, Final, Self
 
+from rara.artifacts.api import BlobInfo
 from rara.artifacts.errors import ArtifactCorrupted, ArtifactNotFound
 from rara.artifacts.ref import ArtifactRef
 
@@ -71,14 +72,6 @@ _TMP_NAME = re.compile(
 )
 _HOST: Final = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:63] or "localhost"
 _BLOB_MODE: Final = 0o444
-
-
-class BlobInfo(NamedTuple):
-    """One stored blob, as GC sees it."""
-
-    digest: str  # "sha256:<64 hex>"
-    size: int
-    mtime: float  # seconds since the epoch; bumped when a write is deduplicated onto it
 
 
 def parse_digest(ref: ArtifactRef | str) -> str:
@@ -463,9 +456,31 @@ class LocalArtifactStore:
             return False
         return True
 
+    def remove_stale_temporaries(self, older_than: float, *, dry_run: bool = False) -> int:
+        """Remove temp files untouched since ``older_than`` (epoch s) and not in flight."""
+        removed = 0
+        try:
+            entries = list(os.scandir(self.tmp_dir))
+        except FileNotFoundError:
+            return 0
+        for entry in entries:
+            try:
+                old = entry.stat(follow_symlinks=False).st_mtime < older_than
+            except FileNotFoundError:
+                continue
+            if old and not is_in_flight(entry.path):
+                if not dry_run:
+                    _unlink_quietly(Path(entry.path))
+                removed += 1
+        return removed
+
 
 if TYPE_CHECKING:
+    from rara.artifacts.api import ArtifactStore
     from rara.context import ArtifactStoreAPI
 
     def _implements_protocol(store: LocalArtifactStore) -> ArtifactStoreAPI:
+        return store
+
+    def _implements_store(store: LocalArtifactStore) -> ArtifactStore:
         return store

@@ -34,8 +34,8 @@ def one_line(text: str) -> str:
 
 
 def error_message(exc: BaseException) -> str:
-    if isinstance(exc, DefinitionInvalid):
-        return "invalid workflow definition: " + "; ".join(one_line(p) for p in exc.problems)
+    if isinstance(exc, DefinitionInvalid):  # one problem a line, a YAML excerpt kept whole
+        return str(exc)
     return one_line(str(exc)) or type(exc).__name__
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from rara.cli.common import console, read_text_arg, reports_errors
 from rara.client import Client
-from rara.definitions.parse import MAX_DOCUMENT_BYTES
+from rara.definitions.parse import MAX_DOCUMENT_BYTES, load_definition
 
 app = typer.Typer(help="Workflow definitions and their immutable versions.", no_args_is_help=True)
 
@@ -23,10 +23,10 @@ def apply(
 ) -> None:
     """Register a definition: the same spec gives the same version, a changed one N+1."""
     if str(file) == "-":
-        text = typer.get_text_stream("stdin").read()
+        text, source = typer.get_text_stream("stdin").read(), "<stdin>"
     else:
-        text = read_text_arg(file, "-f", max_bytes=MAX_DOCUMENT_BYTES)
-    applied = Client().apply_definition(text)
+        text, source = read_text_arg(file, "-f", max_bytes=MAX_DOCUMENT_BYTES), str(file)
+    applied = Client().apply_definition(load_definition(text, source))
     state = "created" if applied.created else "unchanged"
     console.print(
         f"{applied.name} version {applied.version} {applied.digest} ({state})", highlight=False

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+
 import typer
 
+# typer 0.29 (pinned) vendors click: its usage errors are these classes, not click's.
+from typer._click.exceptions import NoArgsIsHelpError, UsageError
+
 from rara.cli import artifacts, db, definitions, executor, operator, runs, status, worker
+from rara.cli.common import fail
 
 app = typer.Typer(
     help="rara: a durable workflow runtime for ML/RAG pipelines on PostgreSQL.",
@@ -17,9 +23,26 @@ app.add_typer(runs.app, name="runs")
 app.add_typer(artifacts.app, name="artifacts")
 app.command("migrate")(db.migrate_command)
 app.command("status")(status.status)
-app.command("executor", context_settings=executor.EXECUTOR_SETTINGS, add_help_option=False)(
-    executor.executor
-)
+app.command("executor")(executor.executor)
 app.command("executor-conformance")(executor.conformance)
 app.command("worker")(worker.worker)
 app.command("operator")(operator.operator_command)
+
+
+def main() -> None:
+    """The console script: usage errors (a bad flag, ``runs cancel abc``) come out as one
+    ``error: …`` line with exit code 2, like every other refusal, instead of click's box."""
+    command = typer.main.get_command(app)
+    try:
+        code = command.main(prog_name="rara", standalone_mode=False)
+    except NoArgsIsHelpError as exc:  # `rara`, `rara runs`: the help, as click would
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+    except UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx is not None else "rara"
+        message = exc.format_message().rstrip(".")
+        raise SystemExit(fail(f"{message[:1].lower()}{message[1:]} (see: {where} --help)")
+                         .exit_code) from None
+    except typer.Abort:
+        raise SystemExit(fail("aborted", code=1).exit_code) from None
+    sys.exit(code if isinstance(code, int) else 0)

@@ -9,8 +9,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
+from rara.definitions import inputs
 from rara.definitions.durations import DurationMs, format_duration_ms
 
 API_VERSION = "rara.dev/v1alpha1"
@@ -69,11 +77,20 @@ class StepSpec(_Model):
     resources: Resources = Field(default_factory=Resources)
     priority: int = Field(default=0, ge=-1000, le=1000)
     input: dict[str, Any] = Field(default_factory=dict)
+    # A JSON Schema for the run input this step reads (rara.definitions.inputs).
+    input_schema: dict[str, Any] | None = Field(default=None, alias="inputSchema")
     secrets: dict[str, SecretRef] = Field(default_factory=dict)
 
     @field_serializer("timeout", "heartbeat_timeout")
     def _dump_duration(self, ms: int | None) -> str | None:
         return None if ms is None else format_duration_ms(ms)
+
+    @field_validator("input_schema")
+    @classmethod
+    def _schema_is_valid(cls, schema: dict[str, Any] | None) -> dict[str, Any] | None:
+        if schema is not None:
+            inputs.check_schema(schema)
+        return schema
 
     @model_validator(mode="after")
     def _dependencies_unique(self) -> StepSpec:
@@ -112,11 +129,14 @@ class Metadata(BaseModel):
 
 
 class WorkflowDefinition(_Model):
-    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)  # status etc.
+    # Unknown top-level keys are refused like unknown step fields: a typo such as `sepc:` or a
+    # stray block of YAML anchors must not pass as an empty or partial definition.
     api_version: Literal["rara.dev/v1alpha1"] = Field(alias="apiVersion")
     kind: Literal["WorkflowDefinition"]
     metadata: Metadata
     spec: WorkflowSpec
+    # What the API server keeps beside the spec (`kubectl get -o yaml` output): never read.
+    status: dict[str, Any] | None = Field(default=None, exclude=True)
 
     @property
     def name(self) -> str:

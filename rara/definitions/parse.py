@@ -15,25 +15,45 @@ from rara.errors import DefinitionInvalid
 MAX_DOCUMENT_BYTES = 1_000_000
 
 
-def load_definition(text: str | bytes) -> WorkflowDefinition:
-    """Parse one YAML (or JSON) document. Raises DefinitionInvalid listing every problem."""
+# Fields added to the format after its first release enter the canonical form only when set,
+# so that a document written before them keeps its digest (and its version) when re-applied.
+_CANONICAL_ONLY_WHEN_SET = ("inputSchema",)
+
+
+def load_definition(text: str | bytes, source: str = "document") -> WorkflowDefinition:
+    """Parse one YAML (or JSON) document. Raises DefinitionInvalid listing every problem;
+    ``source`` (a file name) is what problems with the text itself are reported against."""
     if len(text) > MAX_DOCUMENT_BYTES:
-        raise DefinitionInvalid([f"document: {len(text)} bytes; the limit is {MAX_DOCUMENT_BYTES}"])
+        raise DefinitionInvalid([f"{source}: {len(text)} bytes; the limit is {MAX_DOCUMENT_BYTES}"])
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise DefinitionInvalid([f"document: not valid YAML: {exc}"]) from exc
+        raise DefinitionInvalid([_yaml_problem(exc, source)]) from exc
     if len(docs) != 1:
         raise DefinitionInvalid(
-            [f"document: expected exactly one YAML document, found {len(docs)}"]
+            [f"{source}: expected exactly one YAML document, found {len(docs)}"]
         )
-    return definition_from_object(docs[0])
+    return definition_from_object(docs[0], source)
 
 
-def definition_from_object(obj: Any) -> WorkflowDefinition:
+def _yaml_problem(exc: yaml.YAMLError, source: str) -> str:
+    """``bad.yaml: not valid YAML at line 3, column 1: <problem> (<context>)`` and the line
+    with a caret under the spot, as PyYAML marks it (its own text names "<unicode string>")."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    context = getattr(exc, "context", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    text = f"{source}: not valid YAML{where}: {problem}" + (f" ({context})" if context else "")
+    snippet = mark.get_snippet() if mark is not None else None
+    if snippet:
+        text += "\n" + "\n".join("  " + line for line in snippet.splitlines())
+    return text
+
+
+def definition_from_object(obj: Any, source: str = "document") -> WorkflowDefinition:
     if not isinstance(obj, dict):
         raise DefinitionInvalid(
-            [f"document: a definition must be a mapping, got {type(obj).__name__}"]
+            [f"{source}: a definition must be a mapping, got {type(obj).__name__}"]
         )
     try:
         return WorkflowDefinition.model_validate(obj)
@@ -50,7 +70,12 @@ def spec_from_object(obj: Any) -> WorkflowSpec:
 
 def canonical_spec(spec: WorkflowSpec) -> dict[str, Any]:
     """The normalised spec: defaults filled, durations in one spelling. Hash and store this."""
-    return spec.model_dump(mode="json", by_alias=True)
+    canonical = spec.model_dump(mode="json", by_alias=True)
+    for step in canonical["steps"]:
+        for key in _CANONICAL_ONLY_WHEN_SET:
+            if step.get(key) is None:
+                step.pop(key, None)
+    return canonical
 
 
 def spec_digest(spec: WorkflowSpec) -> str:

@@ -4,6 +4,8 @@ nothing written to the database."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +26,23 @@ def cli(database_url: str) -> CliRunner:
 
 
 def _refused(cli: CliRunner, *args: str, input: str | None = None) -> str:
+    """The one ``error: …`` line a refused command prints."""
+    text = _refused_text(cli, *args, input=input)
+    lines = text.splitlines()
+    assert len(lines) == 1, text
+    return lines[0]
+
+
+def _refused_text(cli: CliRunner, *args: str, input: str | None = None) -> str:
+    """All a refused command prints: an invalid definition lists one problem a line."""
     result = cli.invoke(app, list(args), input=input)
     assert result.exception is None or isinstance(result.exception, SystemExit), (
         result.exception
     )
     assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
     assert "Traceback" not in result.output + result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: "), lines[0]
-    return lines[0]
+    assert result.stderr.startswith("error: "), result.stderr
+    return result.stderr.rstrip()
 
 
 def _runs(conn: psycopg.Connection[Any]) -> int:
@@ -121,19 +130,29 @@ def test_definitions_apply_bad_files(
         cli, "definitions", "apply", "-f", "missing.yaml")
     assert "Is a directory" in _refused(cli, "definitions", "apply", "-f", str(tmp_path))
     bad = tmp_path / "bad.yaml"
-    bad.write_text("apiVersion: rara.dev/v1alpha1\nspec: {steps: [\n")
-    line = _refused(cli, "definitions", "apply", "-f", str(bad))
-    assert "invalid workflow definition: document: not valid YAML" in line
-    assert "line 3" in line, "the position of the problem is named"
+    bad.write_text("apiVersion: rara.dev/v1alpha1\nmetadata: {name: w}}\n")
+    header, problem, *excerpt = _refused_text(cli, "definitions", "apply", "-f", str(bad)
+                                              ).splitlines()
+    assert header == "error: invalid workflow definition:"
+    # The file and the position are named, and PyYAML's excerpt keeps its caret line.
+    assert problem.startswith(f"  {bad}: not valid YAML at line 2, column 20: "), problem
+    assert excerpt[0].strip() == "metadata: {name: w}}", excerpt
+    assert excerpt[1].index("^") == excerpt[0].index("}}") + 1, excerpt
     invalid = tmp_path / "invalid.yaml"
     invalid.write_text(
         "apiVersion: rara.dev/v1alpha1\nkind: WorkflowDefinition\nmetadata: {name: w}\n"
         "spec:\n  steps:\n    - {key: a, capability: nomajor}\n"
     )
-    line = _refused(cli, "definitions", "apply", "-f", str(invalid))
-    assert "invalid workflow definition:" in line
-    assert "capability" in line
-    assert "invalid workflow definition" in _refused(
+    text = _refused_text(cli, "definitions", "apply", "-f", str(invalid))
+    assert text.splitlines()[0] == "error: invalid workflow definition:"
+    assert "  spec.steps[0] (step 'a').capability:" in text
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("apiVersion: rara.dev/v1alpha1\nkind: WorkflowDefinition\n"
+                    "metadata: {name: w}\nsepc: {steps: [{key: a, capability: x@1}]}\n")
+    text = _refused_text(cli, "definitions", "apply", "-f", str(typo))
+    assert "  spec: Field required" in text
+    assert "  sepc: Extra inputs are not permitted" in text
+    assert "<stdin>: a definition must be a mapping" in _refused_text(
         cli, "definitions", "apply", "-f", "-", input="- just\n- a list\n")
     row = conn.execute("SELECT count(*) FROM rara_definition_versions").fetchone()
     assert row == (0,)
@@ -145,3 +164,22 @@ def test_unreachable_database_is_exit_3_without_the_password(tmp_path: Path) -> 
     assert result.exit_code == 3, result.stderr
     assert result.stderr.startswith("error: cannot reach the database")
     assert "hunter2" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["runs", "cancel", "abc"], "error: invalid value for 'run_id': Input should be a valid "
+                                    "integer, unable to parse string as an integer (see: rara "
+                                    "runs cancel --help)"),
+        (["runs", "cancel"], "error: missing argument 'run_id' (see: rara runs cancel --help)"),
+        (["runs", "show", "1", "--bogus"], "error: no such option: --bogus (see: rara runs show "
+                                           "--help)"),
+        (["nope"], "error: no such command 'nope' (see: rara --help)"),
+    ],
+)
+def test_usage_errors_are_one_line_like_every_refusal(args: list[str], expected: str) -> None:
+    """The console script, not CliRunner: the one-line form is made in rara.cli.main.main."""
+    result = subprocess.run([sys.executable, "-c", "from rara.cli.main import main; main()",
+                             *args], capture_output=True, text=True, timeout=60, check=False)
+    assert (result.returncode, result.stderr.strip(), result.stdout) == (2, expected, "")

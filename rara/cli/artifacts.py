@@ -8,16 +8,19 @@ from typing import Annotated
 import psycopg
 import typer
 
+from rara.artifacts import open_store
 from rara.artifacts.errors import ArtifactError
 from rara.artifacts.gc import collect_garbage
-from rara.artifacts.store import LocalArtifactStore
 from rara.cli.common import console, fail, reports_errors
 from rara.pg.connect import database_url
 
 app = typer.Typer(help="Content-addressed artifacts.", no_args_is_help=True)
 
 RootOption = Annotated[
-    Path, typer.Option("--root", envvar="RARA_ARTIFACT_ROOT", help="artifact store root")
+    str | None,
+    typer.Option("--store", "--root", envvar="RARA_ARTIFACT_ROOT",
+                 help="artifact store: a directory or s3://bucket/prefix?endpoint=… "
+                 "(default: $RARA_ARTIFACTS, else .rara/artifacts)"),
 ]
 
 
@@ -26,11 +29,11 @@ RootOption = Annotated[
 def get(
     digest: str,
     output: Annotated[Path, typer.Option("-o", "--output")],
-    root: RootOption = Path(".rara/artifacts"),
+    root: RootOption = None,
 ) -> None:
     """Write a blob to FILE, verifying its sha256 as it writes (nothing is left on mismatch)."""
     try:
-        ref = LocalArtifactStore(root).get_file(digest, output)
+        ref = open_store(root).get_file(digest, output)
     except (ArtifactError, ValueError) as exc:
         raise fail(str(exc)) from None
     console.print(f"{output}: {ref.digest} verified")
@@ -39,7 +42,7 @@ def get(
 @app.command()
 @reports_errors
 def gc(
-    root: RootOption = Path(".rara/artifacts"),
+    root: RootOption = None,
     grace: Annotated[
         float, typer.Option(help="keep unreferenced blobs younger than this (s)")
     ] = 86400,
@@ -47,9 +50,7 @@ def gc(
 ) -> None:
     """Remove blobs no manifest or checkpoint references (after a grace period)."""
     with psycopg.connect(database_url(), autocommit=True) as conn:
-        report = collect_garbage(
-            conn, LocalArtifactStore(root), grace_seconds=grace, dry_run=dry_run
-        )
+        report = collect_garbage(conn, open_store(root), grace_seconds=grace, dry_run=dry_run)
     verb = "would delete" if dry_run else "deleted"
     console.print(
         f"{verb} {len(report.deleted)} blobs ({report.deleted_bytes} bytes); kept "

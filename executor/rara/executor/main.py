@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from rara import metrics
-from rara.artifacts.store import LocalArtifactStore
+from rara.artifacts import open_store
 from rara.executor import auth
 from rara.executor.plugins import PluginRegistry, load_plugin_modules
 from rara.executor.server import create_server
@@ -49,7 +49,7 @@ def _auth_config(
 async def serve_async(
     *,
     listen: str,
-    artifact_root: str,
+    artifact_root: str | None,
     plugins: Sequence[str],
     token_file: str | None = None,
     tls_cert: str | None = None,
@@ -67,7 +67,7 @@ async def serve_async(
     load_plugin_modules(registry, plugins)
     server, port = create_server(
         registry,
-        LocalArtifactStore(artifact_root),
+        open_store(artifact_root),  # a directory or s3://…; None: RARA_ARTIFACTS
         listen=listen,
         auth_config=config,
         max_concurrency=max_concurrency,
@@ -121,7 +121,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-concurrency", type=int, default=16, help="jobs at once")
     p.add_argument("--plugins", nargs="+", default=[], metavar="MODULE",
                    help="modules whose register(registry) adds plugins")
-    p.add_argument("--artifact-root", required=True, help="shared artifact store directory")
+    p.add_argument("--artifact-root", default=None,
+                   help="shared artifact store: a directory or s3://bucket/prefix?endpoint=… "
+                   "(default: $RARA_ARTIFACTS, else .rara/artifacts)")
     p.add_argument("--grace", type=float, default=30.0,
                    help="seconds running jobs get to finish on SIGTERM")
     p.add_argument("--cancel-grace", type=float, default=5.0,

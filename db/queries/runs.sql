@@ -152,3 +152,7 @@ SELECT r.id, CASE WHEN :numbered THEN :key || i ELSE :key END,
 FROM runs r, generate_series(0, :steps - 1) AS i
 ORDER BY r.id, i
 RETURNING run_id;
+
+-- name: database_now
+-- The database's clock: `rara runs watch` times running steps by it, not by the viewer's.
+SELECT now();

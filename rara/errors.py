@@ -9,12 +9,65 @@ RaraError
     ├── RetryableError       retried with backoff until maxAttempts (the default for
     │                        any other exception a handler raises)
     └── TerminalError        never retried: the step fails for good
+
+``ErrorCode``: the codes rara itself stores in a step's or an attempt's error (``error->>'code'``),
+one enum for the SQL that writes some of them (a test holds db/queries to it), the worker and the
+wire's ``rara.v1.ErrorCode`` (each wire value maps onto the member of its name). Step code may
+raise its own codes as well (``TerminalError("…", code="BAD_INPUT")``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from enum import StrEnum
 from typing import Any
+
+
+class ErrorCode(StrEnum):
+    # An exception of step code that named no code of its own.
+    HANDLER_ERROR = "HANDLER_ERROR"
+    # The worker stopped the attempt itself (retryable).
+    TIMEOUT = "TIMEOUT"
+    HEARTBEAT_TIMEOUT = "HEARTBEAT_TIMEOUT"
+    # The handler's result was refused (terminal: a retry would return the same).
+    RESULT_INVALID = "RESULT_INVALID"
+    RESULT_TOO_LARGE = "RESULT_TOO_LARGE"
+    # Written by SQL: step_reap_expired, step_cancel_dependants, step_cancel(_waiting).
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+    UPSTREAM_FAILED = "UPSTREAM_FAILED"
+    CANCELLED = "CANCELLED"
+    # The gRPC executor adapter: no executor, or the call failed (retryable). A gRPC status
+    # without a member of its own is EXECUTOR_RPC_FAILED (``details.grpc_status`` names it).
+    EXECUTOR_UNAVAILABLE = "EXECUTOR_UNAVAILABLE"
+    EXECUTOR_CANCELLED = "EXECUTOR_CANCELLED"
+    EXECUTOR_STREAM_BROKEN = "EXECUTOR_STREAM_BROKEN"
+    EXECUTOR_DEADLINE_EXCEEDED = "EXECUTOR_DEADLINE_EXCEEDED"
+    EXECUTOR_UNAUTHENTICATED = "EXECUTOR_UNAUTHENTICATED"
+    EXECUTOR_PERMISSION_DENIED = "EXECUTOR_PERMISSION_DENIED"
+    EXECUTOR_RESOURCE_EXHAUSTED = "EXECUTOR_RESOURCE_EXHAUSTED"
+    EXECUTOR_INTERNAL = "EXECUTOR_INTERNAL"
+    EXECUTOR_UNKNOWN = "EXECUTOR_UNKNOWN"
+    EXECUTOR_RPC_FAILED = "EXECUTOR_RPC_FAILED"
+    # An executor's verdict: the wire's ErrorCode without its ERROR_CODE_ prefix
+    # (CANCELLED and HANDLER_ERROR above are wire values too).
+    UNSPECIFIED = "UNSPECIFIED"
+    INTERNAL = "INTERNAL"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    UNKNOWN_CAPABILITY = "UNKNOWN_CAPABILITY"
+    INCOMPATIBLE_VERSION = "INCOMPATIBLE_VERSION"
+    DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    UNAVAILABLE = "UNAVAILABLE"
+
+    @classmethod
+    def from_wire_name(cls, name: str) -> ErrorCode:
+        """The member of a ``rara.v1.ErrorCode`` value's name (``ERROR_CODE_INTERNAL``)."""
+        return cls(name.removeprefix("ERROR_CODE_"))
+
+    @classmethod
+    def of_rpc_status(cls, status: str) -> ErrorCode:
+        """The code of a failed executor call, by its gRPC status name."""
+        return cls.__members__.get(f"EXECUTOR_{status}", cls.EXECUTOR_RPC_FAILED)
 
 
 class RaraError(Exception):
@@ -49,7 +102,7 @@ class StepError(RaraError):
     """An error raised by step code, carried into the step's stored error."""
 
     retryable: bool = True
-    code: str = "HANDLER_ERROR"
+    code: str = ErrorCode.HANDLER_ERROR
 
     def __init__(
         self, message: str, *, code: str | None = None, details: Mapping[str, Any] | None = None

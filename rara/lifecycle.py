@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -25,6 +25,7 @@ from psycopg.types.json import Jsonb
 from rara.pg import runs as run_sql
 from rara.pg import steps as step_sql
 from rara.pg.queries import amany, aone, sql
+from rara.states import AttemptOutcome, StepStatus, check_step_transition
 
 AsyncConn = psycopg.AsyncConnection[Any]
 
@@ -32,12 +33,17 @@ AsyncConn = psycopg.AsyncConnection[Any]
 @dataclass(frozen=True, slots=True)
 class Ended:
     """A step whose attempt a fenced end matched (step_fail, step_cancel, step_reap_expired):
-    its run, key and new status."""
+    its run, key and new status (a legal move from running: checked against rara.states)."""
 
     id: int
     run_id: int
     key: str
-    status: str
+    status: StepStatus
+
+    def __post_init__(self) -> None:
+        status = StepStatus(self.status)
+        check_step_transition(StepStatus.RUNNING, status)
+        object.__setattr__(self, "status", status)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,38 +65,49 @@ class Fence:
 
 @dataclass(frozen=True, slots=True)
 class Ending:
-    """One attempt's end, for ``end_many``: ``succeeded`` (result, artifact manifest),
-    ``failed`` (error, retryable, jitter, attempt outcome) or ``cancelled``. ``run_id`` is the
-    step's run (known from the lease), aggregated in the same transaction."""
+    """One attempt's end, for ``end_many``, by its outcome: ``SUCCEEDED`` (result, artifact
+    manifest), ``FAILED`` or ``TIMED_OUT`` (error, retryable, jitter) or ``CANCELLED``.
+    ``run_id`` is the step's run (known from the lease), aggregated in the same transaction."""
 
     fence: Fence
     run_id: int
-    kind: Literal["succeeded", "failed", "cancelled"]
+    outcome: AttemptOutcome
     result: Any = None
     artifacts: Sequence[Mapping[str, Any]] = ()
     error: Mapping[str, Any] | None = None
     retryable: bool = True
     jitter: float = 0.0
-    outcome: str = "failed"
+
+    def __post_init__(self) -> None:
+        outcome = AttemptOutcome(self.outcome)
+        if outcome not in _ENDINGS:
+            raise ValueError(f"an attempt cannot end as {outcome}")
+        object.__setattr__(self, "outcome", outcome)
 
 
-async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[str | None]:
+# What an attempt's own end may record (released and lease_expired are not endings of its own).
+_ENDINGS = frozenset({AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED, AttemptOutcome.TIMED_OUT,
+                      AttemptOutcome.CANCELLED})
+
+
+async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[StepStatus | None]:
     """End many attempts (all fenced by one worker) in one transaction.
 
-    Per ending, in order: ``'succeeded'``, ``'ready'`` (retry after backoff), ``'failed'``,
-    ``'cancelled'``, or ``None`` when its fence matched nothing (lease lost: nothing was written
-    for that step). Successes are one statement; failures and cancels (rare) one each; then the
-    runs are locked in id order (always the last locks taken, see run_lock_many) and aggregated by
-    one statement whose snapshot follows the locks. Errors roll the whole batch back.
+    Per ending, in order, the step's status after it: ``SUCCEEDED``, ``READY`` (retry after
+    backoff), ``FAILED``, ``CANCELLED``, or ``None`` when its fence matched nothing (lease lost:
+    nothing was written for that step). Successes are one statement; failures and cancels
+    (rare) one each; then the runs are locked in id order (always the last locks taken, see
+    run_lock_many) and aggregated by one statement whose snapshot follows the locks. Errors roll
+    the whole batch back.
     """
     if not endings:
         return []
     worker = endings[0].fence.worker
     if any(e.fence.worker != worker for e in endings):
         raise ValueError("end_many: every ending must be fenced by the same worker")
-    answers: list[str | None] = [None] * len(endings)
-    wins = [i for i, e in enumerate(endings) if e.kind == "succeeded"]
-    rest = [i for i, e in enumerate(endings) if e.kind != "succeeded"]
+    answers: list[StepStatus | None] = [None] * len(endings)
+    wins = [i for i, e in enumerate(endings) if e.outcome is AttemptOutcome.SUCCEEDED]
+    rest = [i for i, e in enumerate(endings) if e.outcome is not AttemptOutcome.SUCCEEDED]
     run_ids = sorted({e.run_id for e in endings})
     complete = {"worker": worker, "endings": _successes_json(
         [(endings[i].fence, endings[i].result, endings[i].artifacts) for i in wins])}
@@ -102,25 +119,25 @@ async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[str | Non
             await cur.execute(sql("step_complete_many"), complete)
             await run_sql.aggregate(conn, run_ids)
         done = set(await cur.fetchall())
-        return ["succeeded" if e.fence.step_id in done else None for e in endings]
+        return [StepStatus.SUCCEEDED if e.fence.step_id in done else None for e in endings]
     async with conn.transaction():
         if wins:
             done = set(await amany(conn, "step_complete_many", scalar_row, **complete))
             for i in wins:
                 if endings[i].fence.step_id in done:
-                    answers[i] = "succeeded"
+                    answers[i] = StepStatus.SUCCEEDED
         for i in rest:
             e = endings[i]
-            if e.kind == "cancelled":
+            if e.outcome is AttemptOutcome.CANCELLED:
                 row = await aone(conn, "step_cancel", class_row(Ended), step_id=e.fence.step_id,
                                  worker=worker, token=e.fence.token)
-                answers[i] = None if row is None else "cancelled"
+                answers[i] = None if row is None else row.status
                 continue
             row = await aone(conn, "step_fail", class_row(Ended), step_id=e.fence.step_id,
                              worker=worker, token=e.fence.token, error=Jsonb(dict(e.error or {})),
                              retryable=e.retryable, jitter=e.jitter, outcome=e.outcome)
             if row is not None:
-                if row.status == "failed":
+                if row.status is StepStatus.FAILED:
                     await step_sql.cancel_dependants(conn, row.run_id, row.key)
                 answers[i] = row.status
         await run_sql.aggregate(conn, run_ids)
@@ -158,8 +175,8 @@ async def fail(
     *,
     retryable: bool,
     jitter: float,
-    outcome: str = "failed",
-) -> str | None:
+    outcome: AttemptOutcome = AttemptOutcome.FAILED,
+) -> StepStatus | None:
     """Failed attempt: 'ready' (retry after backoff) or 'failed' (for good); None = lease lost."""
     async with conn.transaction():
         row = await aone(
@@ -176,7 +193,7 @@ async def fail(
         )
         if row is None:
             return None
-        if row.status == "failed":
+        if row.status is StepStatus.FAILED:
             await _step_failed_for_good(conn, row.run_id, row.key)
         return row.status
 
@@ -200,14 +217,15 @@ async def release(conn: AsyncConn, worker: str, leases: Sequence[tuple[int, UUID
                            step_ids=[s for s, _ in leases], tokens=[t for _, t in leases])
 
 
-async def reap(conn: AsyncConn, worker: str, *, limit: int, jitter: float) -> list[tuple[int, str]]:
+async def reap(conn: AsyncConn, worker: str, *, limit: int,
+               jitter: float) -> list[tuple[int, StepStatus]]:
     """Recover expired leases (bounded batch); returns (step id, new status) pairs."""
     async with conn.transaction():
         rows = await amany(conn, "step_reap_expired", class_row(Ended), worker=worker,
                            limit=limit, jitter=jitter)
         # Runs in id order: two reapers locking the same runs (run_lock_many) never wait in a cycle.
         for row in sorted(rows, key=lambda r: r.run_id):
-            if row.status == "failed":
+            if row.status is StepStatus.FAILED:
                 await _step_failed_for_good(conn, row.run_id, row.key)
         return [(r.id, r.status) for r in rows]
 

@@ -4,14 +4,18 @@ by the code's table and, separately, by the database's trigger."""
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import psycopg
 import pytest
 
+from rara.errors import ErrorCode
+from rara.pg.queries import query_files
 from rara.states import (
     RUN_TRANSITIONS,
     STEP_TRANSITIONS,
+    AttemptOutcome,
     IllegalTransition,
     RunStatus,
     StepStatus,
@@ -144,3 +148,23 @@ def test_database_table_matches_code(conn: psycopg.Connection[Any]) -> None:
     assert {s.value for s in RunStatus} == {
         r[0] for r in conn.execute("SELECT unnest(enum_range(NULL::rara_run_status))::text")
     }
+    assert {o.value for o in AttemptOutcome} == {
+        r[0] for r in conn.execute("SELECT unnest(enum_range(NULL::rara_attempt_outcome))::text")
+    }
+
+
+def test_error_codes_the_sql_writes_are_the_enum() -> None:
+    """The stored codes db/queries writes itself are members of rara.errors.ErrorCode."""
+    written = {code for text in query_files().values()
+               for code in re.findall(r"'code',\s*'([A-Z_]+)'", text)}
+    assert written == {"LEASE_EXPIRED", "UPSTREAM_FAILED", "CANCELLED"}
+    assert written <= {c.value for c in ErrorCode}
+
+
+def test_every_wire_error_code_maps_onto_the_enum() -> None:
+    from rara.v1 import executor_pb2 as pb
+
+    for name in (v.name for v in pb.ErrorCode.DESCRIPTOR.values):
+        assert ErrorCode.from_wire_name(name).value == name.removeprefix("ERROR_CODE_")
+    assert ErrorCode.of_rpc_status("UNAVAILABLE") is ErrorCode.EXECUTOR_UNAVAILABLE
+    assert ErrorCode.of_rpc_status("DATA_LOSS") is ErrorCode.EXECUTOR_RPC_FAILED

@@ -14,6 +14,7 @@ from prometheus_client import REGISTRY
 
 from rara import lifecycle
 from rara.lifecycle import Ending, Fence
+from rara.states import AttemptOutcome, StepStatus
 from rara.worker.batcher import CompletionBatcher
 from rara.worker.dispatch import LeasedStep
 from rara.worker.store import WorkerStore
@@ -46,13 +47,14 @@ async def _lease(store: WorkerStore, n: int = 50) -> dict[tuple[int, str], Lease
 
 def _won(step: LeasedStep, result: Any = None, artifacts: Sequence[dict[str, Any]] = ()
          ) -> Ending:
-    return Ending(Fence(step.id, "batcher", step.lease_token), step.run_id, "succeeded",
-                  result=result, artifacts=artifacts)
+    return Ending(Fence(step.id, "batcher", step.lease_token), step.run_id,
+                  AttemptOutcome.SUCCEEDED, result=result, artifacts=artifacts)
 
 
 def _lost(step: LeasedStep, *, retryable: bool) -> Ending:
-    return Ending(Fence(step.id, "batcher", step.lease_token), step.run_id, "failed",
-                  error={"code": "X", "message": "boom"}, retryable=retryable, jitter=0.0)
+    return Ending(Fence(step.id, "batcher", step.lease_token), step.run_id,
+                  AttemptOutcome.FAILED, error={"code": "X", "message": "boom"},
+                  retryable=retryable, jitter=0.0)
 
 
 async def test_a_lost_fence_in_a_batch_affects_only_that_step(
@@ -156,7 +158,7 @@ async def test_sibling_batches_in_concurrent_transactions_end_the_run(
     assert run_status(conn, run) == "succeeded"
 
 
-async def _end_alone(url: str, ending: Ending) -> list[str | None]:
+async def _end_alone(url: str, ending: Ending) -> list[StepStatus | None]:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as c:
         return await lifecycle.end_many(c, [ending])
 
@@ -174,18 +176,18 @@ async def _until_waiting_on_locks(conn: psycopg.Connection[Any], n: int) -> None
 async def test_batcher_groups_what_ends_together_and_splits_a_bad_batch() -> None:
     seen: list[list[int]] = []
 
-    async def end_many(endings: Sequence[Ending]) -> list[str | None]:
+    async def end_many(endings: Sequence[Ending]) -> list[StepStatus | None]:
         ids = [e.fence.step_id for e in endings]
         seen.append(ids)
         await asyncio.sleep(0.01)  # a flush in flight: what ends meanwhile waits for the next
         if 13 in ids:
             raise ValueError("a row the database refuses")
-        return ["succeeded" if i % 2 else None for i in ids]
+        return [StepStatus.SUCCEEDED if i % 2 else None for i in ids]
 
     batcher = CompletionBatcher(end_many, max_batch=4)
 
     def ending(i: int) -> Ending:
-        return Ending(Fence(i, "w", _TOKEN), 1, "succeeded")
+        return Ending(Fence(i, "w", _TOKEN), 1, AttemptOutcome.SUCCEEDED)
 
     answers = await asyncio.gather(*(batcher.submit(ending(i)) for i in range(1, 7)))
     assert answers == ["succeeded", None, "succeeded", None, "succeeded", None]
@@ -199,12 +201,12 @@ async def test_batcher_groups_what_ends_together_and_splits_a_bad_batch() -> Non
 
 
 async def test_batcher_hands_transient_errors_to_every_attempt() -> None:
-    async def end_many(endings: Sequence[Ending]) -> list[str | None]:
+    async def end_many(endings: Sequence[Ending]) -> list[StepStatus | None]:
         raise psycopg.OperationalError("connection lost")
 
     batcher = CompletionBatcher(end_many)
-    results = await asyncio.gather(*(batcher.submit(Ending(Fence(i, "w", _TOKEN), 1,
-                                                           "succeeded")) for i in range(3)),
+    endings = [Ending(Fence(i, "w", _TOKEN), 1, AttemptOutcome.SUCCEEDED) for i in range(3)]
+    results = await asyncio.gather(*(batcher.submit(e) for e in endings),
                                    return_exceptions=True)
     assert all(isinstance(r, psycopg.OperationalError) for r in results)
 

@@ -12,6 +12,7 @@ import psycopg
 import pytest
 
 from rara.lifecycle import Fence
+from rara.states import AttemptOutcome
 from rara.worker.store import WorkerStore, make_pool
 from tests.helpers import wait_for
 from tests.history import check_history
@@ -60,7 +61,8 @@ async def test_stale_owner_writes_nothing(conn: psycopg.Connection[Any],
     stale = Fence(mine.id, "old-owner", mine.lease_token)
     token = mine.lease_token
     assert await old.complete(stale, {"late": True}, []) is False
-    assert await old.fail(stale, {"code": "X"}, retryable=True, jitter=0, outcome="failed") is None
+    assert await old.fail(stale, {"code": "X"}, retryable=True, jitter=0,
+                          outcome=AttemptOutcome.FAILED) is None
     assert await old.cancelled(stale) is False
     assert await old.heartbeat_all(["test.echo@1"], [(mine.id, token)], 30) == {}
     assert await old.write_progress([(mine.id, token, 1, 0.5, "late", {})]) == set()

@@ -14,6 +14,9 @@ write beyond the reach of a cancelled attempt), a release on its own, shielded:
     cancel asked            → cancelled (whatever the handler did meanwhile)
     shutdown                → release (not a failure; back to ready at once)
     lease lost              → nothing: someone else owns the step now
+
+``supervise`` returns what it wrote as an ``AttemptEnd``: the attempt's outcome (``rara.states``)
+and the step's status after it, or why nothing was written (``Unwritten``).
 """
 
 from __future__ import annotations
@@ -22,13 +25,17 @@ import asyncio
 import json
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import structlog
 
 from rara.context import StepContext, StepOutcome
+from rara.errors import ErrorCode
 from rara.lifecycle import Ending
-from rara.worker.context import AttemptState, LeaseLost
+from rara.states import AttemptOutcome, StepStatus
+from rara.worker.context import AttemptState, LeaseLost, StopReason
 from rara.worker.dispatch import Executor
 from rara.worker.failures import error_json, is_retryable, timeout_json
 from rara.worker.retry import persist
@@ -43,27 +50,52 @@ _CANCEL_WAIT = 1.0  # how long a cancelled handler task may take to unwind befor
 MAX_RESULT_BYTES = 1024 * 1024
 
 
+class Unwritten(StrEnum):
+    """Why an attempt ended without a write of its own."""
+
+    LEASE_LOST = "lease_lost"  # someone else owns the step now (or may: the lease lapsed)
+    ABANDONED = "abandoned"  # the write kept failing; the lease will expire
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnd:
+    """What the supervisor wrote: the attempt's outcome and the step's status after it
+    (``READY``: retried after backoff), or why nothing was written (``step`` None)."""
+
+    outcome: AttemptOutcome | Unwritten
+    step: StepStatus | None = None
+
+    @property
+    def retried(self) -> bool:
+        """Failed (or timed out) and back to ready after the backoff (a release is no retry)."""
+        return self.step is StepStatus.READY and self.outcome is not AttemptOutcome.RELEASED
+
+
+LOST = AttemptEnd(Unwritten.LEASE_LOST)
+ABANDONED = AttemptEnd(Unwritten.ABANDONED)
+
+
 def _next_stop(state: AttemptState, cancel_at: float | None,
-               now: float) -> tuple[str | None, float | None]:
+               now: float) -> tuple[StopReason | None, float | None]:
     """Why the handler must stop now (or None), and when to look again."""
     if state.stop_reason is not None:
         return state.stop_reason, None
     if state.lease_lost:
-        return "lease_lost", None
+        return StopReason.LEASE_LOST, None
     if now >= state.lease_valid_until:
         # No heartbeat confirmed the lease in time (a hung or failing heartbeat): it may have
         # expired in the database and another worker may own the step now. Stop, as if lost.
         state.lease_lost = True
-        return "lease_lost", None
+        return StopReason.LEASE_LOST, None
     # The lease horizon is a wake-up too, so a hung heartbeat cannot keep the handler running.
-    checks: list[tuple[str, float]] = [("lease_horizon", state.lease_valid_until)]
+    checks: list[tuple[StopReason, float]] = [(StopReason.LEASE_HORIZON, state.lease_valid_until)]
     if state.deadline is not None:
-        checks.append(("timeout", state.deadline))
+        checks.append((StopReason.TIMEOUT, state.deadline))
     if state.step.heartbeat_timeout_ms is not None:
         silence = state.step.heartbeat_timeout_ms / 1000
-        checks.append(("heartbeat_timeout", state.last_report + silence))
+        checks.append((StopReason.HEARTBEAT_TIMEOUT, state.last_report + silence))
     if cancel_at is not None:
-        checks.append(("cancel", cancel_at))
+        checks.append((StopReason.CANCEL, cancel_at))
     for reason, at in checks:
         if now >= at:
             return reason, None
@@ -75,20 +107,20 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-Submit = Callable[[Ending], Awaitable[str | None]]
+Submit = Callable[[Ending], Awaitable[StepStatus | None]]
 
 
 async def supervise(state: AttemptState, executor: Executor, ctx: StepContext,
                     settings: WorkerSettings, store: WorkerStore,
                     flush_progress: Callable[[list[AttemptState]], Awaitable[None]],
-                    submit: Submit) -> str:
+                    submit: Submit) -> AttemptEnd:
     """Run the attempt to its end and write that end (``submit``: the completion batcher).
     Returns what was written."""
     step = state.step
     loop = state.loop
     task = loop.create_task(executor.run(ctx, step))
     cancel_at: float | None = None
-    reason: str | None = None
+    reason: StopReason | None = None
     while not task.done():
         now = time.monotonic()
         if state.cancel_requested and cancel_at is None:
@@ -130,10 +162,10 @@ def _bound(state: AttemptState) -> Any:
                     attempt=step.attempt, capability=step.capability)
 
 
-async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: str | None,
+async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: StopReason | None,
                settings: WorkerSettings, store: WorkerStore,
                flush_progress: Callable[[list[AttemptState]], Awaitable[None]],
-               submit: Submit) -> str:
+               submit: Submit) -> AttemptEnd:
     exc: BaseException | None = None
     if not task.done():  # it ignored cancellation: leave it, but never let its error go unseen
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -142,9 +174,9 @@ async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: str
             exc = RuntimeError("the handler's task was cancelled")
     else:
         exc = task.exception()
-    if state.lease_lost or reason == "lease_lost" or isinstance(exc, LeaseLost):
+    if state.lease_lost or reason is StopReason.LEASE_LOST or isinstance(exc, LeaseLost):
         _bound(state).warning("lease lost; the attempt writes nothing more")
-        return "lease_lost"
+        return LOST
     fence = state.fence
     run_id = state.step.run_id
     # The final write may wait out a database outage, but not forever: once the lease has
@@ -156,60 +188,57 @@ async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: str
         except Exception as error:
             _bound(state).warning("could not write the final progress", error=str(error))
         if state.lease_lost:
-            return "lease_lost"
+            return LOST
 
-    async def failed(error: dict[str, Any], retryable: bool, outcome: str) -> str | None:
-        return await submit(Ending(fence, run_id, "failed", error=error, retryable=retryable,
-                                   jitter=settings.jitter, outcome=outcome))
+    async def ended(outcome: AttemptOutcome, **ending: Any) -> AttemptEnd:
+        status = await submit(Ending(fence, run_id, outcome, jitter=settings.jitter, **ending))
+        return LOST if status is None else AttemptEnd(outcome, status)
 
-    async def write() -> str:
-        if reason == "shutdown":
+    async def write() -> AttemptEnd:
+        if reason is StopReason.SHUTDOWN:
             released = await asyncio.shield(state.loop.create_task(
                 store.release([(fence.step_id, fence.token)])))
-            return "released" if released else "lease_lost"
+            return AttemptEnd(AttemptOutcome.RELEASED, StepStatus.READY) if released else LOST
         if state.cancel_requested:
-            done = await submit(Ending(fence, run_id, "cancelled"))
-            return "cancelled" if done else "lease_lost"
-        if reason in ("timeout", "heartbeat_timeout"):
-            code, what = (("TIMEOUT", f"attempt exceeded its timeout of {state.step.timeout_ms} ms")
-                          if reason == "timeout" else
-                          ("HEARTBEAT_TIMEOUT", "no progress reported for "
+            return await ended(AttemptOutcome.CANCELLED)
+        if reason in (StopReason.TIMEOUT, StopReason.HEARTBEAT_TIMEOUT):
+            code, what = ((ErrorCode.TIMEOUT,
+                           f"attempt exceeded its timeout of {state.step.timeout_ms} ms")
+                          if reason is StopReason.TIMEOUT else
+                          (ErrorCode.HEARTBEAT_TIMEOUT, "no progress reported for "
                            f"{state.step.heartbeat_timeout_ms} ms"))
-            status = await failed(timeout_json(code, what), True, "timed_out")
-            return f"timed_out:{status}" if status else "lease_lost"
+            return await ended(AttemptOutcome.TIMED_OUT, error=timeout_json(code, what),
+                               retryable=True)
         if exc is not None:
-            status = await failed(error_json(exc), is_retryable(exc), "failed")
-            return f"failed:{status}" if status else "lease_lost"
+            return await ended(AttemptOutcome.FAILED, error=error_json(exc),
+                               retryable=is_retryable(exc))
         outcome = task.result()
         if outcome.result is not None:
             try:
                 encoded = json.dumps(outcome.result, allow_nan=False)
             except (TypeError, ValueError) as bad:
-                error = {**error_json(bad), "code": "RESULT_INVALID", "retryable": False}
-                status = await failed(error, False, "failed")
-                return f"failed:{status}" if status else "lease_lost"
+                error = {**error_json(bad), "code": ErrorCode.RESULT_INVALID, "retryable": False}
+                return await ended(AttemptOutcome.FAILED, error=error, retryable=False)
             if len(encoded) > MAX_RESULT_BYTES:
                 # Retrying would produce the same result: a terminal failure naming the limit.
-                error = {"code": "RESULT_TOO_LARGE", "retryable": False, "type": "ResultTooLarge",
+                error = {"code": ErrorCode.RESULT_TOO_LARGE, "retryable": False,
+                         "type": "ResultTooLarge",
                          "message": f"result of step {state.step.key!r} is {len(encoded)} bytes "
                                     f"of JSON; the limit is {MAX_RESULT_BYTES} — store large "
                                     "outputs as artifacts (ctx.artifacts) and return their refs"}
-                status = await failed(error, False, "failed")
-                return f"failed:{status}" if status else "lease_lost"
+                return await ended(AttemptOutcome.FAILED, error=error, retryable=False)
         manifest = [{"name": a.name, "digest": a.ref.digest, "size": a.ref.size,
                      "media_type": a.media_type} for a in outcome.artifacts]
-        done = await submit(Ending(fence, run_id, "succeeded", result=outcome.result,
-                                   artifacts=manifest))
-        return "succeeded" if done else "lease_lost"
+        return await ended(AttemptOutcome.SUCCEEDED, result=outcome.result, artifacts=manifest)
 
     try:
-        ended = await persist("attempt end", write, give_up_after=patience)
+        end = await persist("attempt end", write, give_up_after=patience)
     except Exception:
         _bound(state).exception("could not write the end of the attempt; its lease will expire")
-        return "abandoned"
-    if exc is not None and not ended.startswith("lease_lost"):
-        _bound(state).info("attempt failed", ended=ended, error=str(exc),
-                           error_type=type(exc).__name__)
-    elif ended == "lease_lost":
+        return ABANDONED
+    if end is LOST:
         _bound(state).warning("lease lost before the attempt ended")
-    return ended
+    elif exc is not None:
+        _bound(state).info("attempt failed", outcome=end.outcome, step=end.step, error=str(exc),
+                           error_type=type(exc).__name__)
+    return end

@@ -19,9 +19,10 @@ import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
 from rara.lifecycle import Ending
+from rara.states import StepStatus
 from rara.worker.retry import TRANSIENT
 
-EndMany = Callable[[Sequence[Ending]], Awaitable[list[str | None]]]
+EndMany = Callable[[Sequence[Ending]], Awaitable[list[StepStatus | None]]]
 
 
 class CompletionBatcher:
@@ -29,14 +30,14 @@ class CompletionBatcher:
         self._end_many = end_many
         self.max_batch = max_batch
         self.window = window
-        self._queue: list[tuple[Ending, asyncio.Future[str | None]]] = []
+        self._queue: list[tuple[Ending, asyncio.Future[StepStatus | None]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self.batches = 0  # flushes written (for tests and benchmarks)
         self.largest = 0
 
-    async def submit(self, ending: Ending) -> str | None:
+    async def submit(self, ending: Ending) -> StepStatus | None:
         """Write ``ending`` (in some batch); its answer as ``end_many`` gives it."""
-        future: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[StepStatus | None] = asyncio.get_running_loop().create_future()
         self._queue.append((ending, future))
         if self._flusher is None:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_all())
@@ -52,7 +53,7 @@ class CompletionBatcher:
         finally:
             self._flusher = None
 
-    async def _flush(self, batch: list[tuple[Ending, asyncio.Future[str | None]]]) -> None:
+    async def _flush(self, batch: list[tuple[Ending, asyncio.Future[StepStatus | None]]]) -> None:
         self.batches += 1
         self.largest = max(self.largest, len(batch))
         try:
@@ -76,7 +77,7 @@ class CompletionBatcher:
             _settle(future, answer)
 
 
-def _settle(future: asyncio.Future[str | None], answer: str | None = None, *,
+def _settle(future: asyncio.Future[StepStatus | None], answer: StepStatus | None = None, *,
             exc: BaseException | None = None) -> None:
     if future.done():  # its attempt gave up waiting
         return

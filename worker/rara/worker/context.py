@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any
 
 from rara.artifacts.ref import ArtifactRef
@@ -29,6 +30,17 @@ from rara.worker.dispatch import LeasedStep
 
 class LeaseLost(RaraError):
     """The attempt no longer owns its step; nothing more may be written for it."""
+
+
+class StopReason(StrEnum):
+    """Why the supervisor stops a handler before it returned."""
+
+    SHUTDOWN = "shutdown"  # the worker stops: the lease is released
+    LEASE_LOST = "lease_lost"  # a fence matched nothing, or no heartbeat confirmed the lease
+    LEASE_HORIZON = "lease_horizon"  # (a wake-up only: the lease must be confirmed by then)
+    TIMEOUT = "timeout"  # the attempt's deadline
+    HEARTBEAT_TIMEOUT = "heartbeat_timeout"  # no progress or checkpoint for too long
+    CANCEL = "cancel"  # cancel asked and the grace for a cooperative stop is over
 
 
 Progress = tuple[float | None, str, Mapping[str, float]]
@@ -46,7 +58,7 @@ class AttemptState:
     lease_valid_until: float = float("inf")  # monotonic: surely held until then
     cancel_requested: bool = False
     lease_lost: bool = False
-    stop_reason: str | None = None  # set by the worker when it stops the handler itself
+    stop_reason: StopReason | None = None  # set by the worker when it stops the handler itself
     pending_progress: Progress | None = None
     last_report: float = field(default_factory=time.monotonic)  # progress or checkpoint
     progress_seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))

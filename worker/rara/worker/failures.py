@@ -10,7 +10,7 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
-from rara.errors import StepError
+from rara.errors import ErrorCode, StepError
 
 MAX_MESSAGE = 2_000
 MAX_TRACEBACK = 8_000
@@ -39,7 +39,7 @@ def error_json(exc: BaseException) -> dict[str, Any]:
     if len(text) > MAX_TRACEBACK:  # keep the end: the frame that raised is what matters
         text = "…" + text[-MAX_TRACEBACK:]
     return {
-        "code": exc.code if isinstance(exc, StepError) else "HANDLER_ERROR",
+        "code": exc.code if isinstance(exc, StepError) else ErrorCode.HANDLER_ERROR,
         "message": (str(exc) or _type_name(exc))[:MAX_MESSAGE],
         "retryable": is_retryable(exc),
         "type": _type_name(exc),
@@ -49,7 +49,7 @@ def error_json(exc: BaseException) -> dict[str, Any]:
     }
 
 
-def timeout_json(code: str, message: str) -> dict[str, Any]:
+def timeout_json(code: ErrorCode, message: str) -> dict[str, Any]:
     """The error of an attempt the worker stopped itself (TIMEOUT, HEARTBEAT_TIMEOUT)."""
     return {"code": code, "message": message, "retryable": True, "type": "timeout",
             "details": {}, "chain": [], "traceback": ""}

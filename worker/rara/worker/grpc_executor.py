@@ -25,7 +25,7 @@ import structlog
 
 from rara.artifacts.ref import ArtifactRef
 from rara.context import OutputArtifact, StepContext, StepOutcome
-from rara.errors import RetryableError, StepError, TerminalError
+from rara.errors import ErrorCode, RetryableError, StepError, TerminalError
 from rara.executor.client import ExecutorClient, make_job
 from rara.v1 import executor_pb2 as pb
 from rara.worker.dispatch import LeasedStep
@@ -131,7 +131,7 @@ class GrpcExecutor:
                     detail=str(exc),
                 )
         raise RetryableError(
-            f"no live executor serves {step.capability}", code="EXECUTOR_UNAVAILABLE"
+            f"no live executor serves {step.capability}", code=ErrorCode.EXECUTOR_UNAVAILABLE
         )
 
     async def _stream(self, endpoint: _Endpoint, job: pb.Job, ctx: StepContext) -> StepOutcome:
@@ -155,7 +155,7 @@ class GrpcExecutor:
                 elif kind == "cancelled":
                     raise RetryableError(
                         f"executor cancelled the job: {event.cancelled.reason}",
-                        code="EXECUTOR_CANCELLED",
+                        code=ErrorCode.EXECUTOR_CANCELLED,
                     )
         except asyncio.CancelledError:
             # Cancel, timeout or a lost lease: leaving the stream disconnects (which cancels
@@ -170,11 +170,12 @@ class GrpcExecutor:
                 raise _Unreachable(exc.details() or code.name) from exc
             raise RetryableError(
                 f"executor {endpoint.address}: {code.name}: {exc.details()}",
-                code=f"EXECUTOR_{code.name}",
+                code=ErrorCode.of_rpc_status(code.name),
+                details={"grpc_status": code.name},
             ) from exc
         raise RetryableError(
             f"executor {endpoint.address} ended the stream without a verdict",
-            code="EXECUTOR_STREAM_BROKEN",
+            code=ErrorCode.EXECUTOR_STREAM_BROKEN,
         )
 
 
@@ -203,6 +204,6 @@ def _ref(ref: pb.ArtifactRef) -> ArtifactRef:
 
 
 def _error(error: pb.Error) -> StepError:
-    code = pb.ErrorCode.Name(error.code).removeprefix("ERROR_CODE_")
+    code = ErrorCode.from_wire_name(pb.ErrorCode.Name(error.code))
     kind = RetryableError if error.retryable else TerminalError
     return kind(error.message, code=code, details=dict(error.details))

@@ -26,9 +26,9 @@ import structlog
 from rara import metrics
 from rara.artifacts import open_store
 from rara.lifecycle import Fence
-from rara.worker.attempt import supervise
+from rara.worker.attempt import ABANDONED, AttemptEnd, Unwritten, supervise
 from rara.worker.batcher import CompletionBatcher
-from rara.worker.context import AttemptState, WorkerStepContext
+from rara.worker.context import AttemptState, StopReason, WorkerStepContext
 from rara.worker.dispatch import Executor, LeasedStep
 from rara.worker.lease_cursor import LeaseCursors
 from rara.worker.listener import listen
@@ -62,7 +62,7 @@ class Worker:
         self.artifacts = open_store(settings.artifact_root
                                     if "artifact_root" in settings.model_fields_set else None)
         self.log = log.bind(worker=settings.id)
-        self._supervisors: set[asyncio.Task[str]] = set()
+        self._supervisors: set[asyncio.Task[AttemptEnd]] = set()
 
     @property
     def pairs(self) -> list[tuple[str, str]]:
@@ -134,7 +134,7 @@ class Worker:
             abort.cancel()
             all_done.cancel()
         for state in list(self.attempts.values()):
-            state.stop_reason = state.stop_reason or "shutdown"
+            state.stop_reason = state.stop_reason or StopReason.SHUTDOWN
             state.poke()
         if self._supervisors:
             await asyncio.wait(set(self._supervisors))
@@ -226,12 +226,12 @@ class Worker:
         if step.timeout_ms is not None:
             state.deadline = state.started + step.timeout_ms / 1000
         if self.stopping.is_set():  # leased as the stop began: give it straight back
-            state.stop_reason = "shutdown"
+            state.stop_reason = StopReason.SHUTDOWN
         self.attempts[step.id] = state
         task = self._spawn(self._run_attempt(state))
         self._supervisors.add(task)
 
-        def finished(t: asyncio.Task[str]) -> None:
+        def finished(t: asyncio.Task[AttemptEnd]) -> None:
             self._supervisors.discard(t)
             # Only its own entry: a lost attempt still winding down must not drop the state of
             # a newer attempt of the same step that this worker leased meanwhile.
@@ -242,12 +242,12 @@ class Worker:
                 self.log.error("attempt supervisor failed", step_id=step.id,
                                exc_info=t.exception())
             else:
-                self.metrics.ended(step.capability, None if t.cancelled() else t.result(),
+                self.metrics.ended(step.capability, ABANDONED if t.cancelled() else t.result(),
                                    time.monotonic() - state.started, len(self.attempts))
 
         task.add_done_callback(finished)
 
-    async def _run_attempt(self, state: AttemptState) -> str:
+    async def _run_attempt(self, state: AttemptState) -> AttemptEnd:
         step = state.step
         executor = self.executors[step.executor]
         # The latest checkpoint and the upstream inputs came with the lease (step_lease).
@@ -332,20 +332,20 @@ class _Metrics:
             child.inc(n)
         metrics.RUNNING.set(running)
 
-    def ended(self, capability: str, ended: str | None, seconds: float, running: int) -> None:
-        """``ended``: what the supervisor wrote (``succeeded``, ``failed:ready``, …)."""
-        outcome, _, status = (ended or "abandoned").partition(":")
+    def ended(self, capability: str, end: AttemptEnd, seconds: float, running: int) -> None:
+        """``end``: what the supervisor wrote; its outcome labels the completion."""
+        outcome = end.outcome.value
         key = (capability, outcome)
         child = self._completions.get(key)
         if child is None:
             child = self._completions[key] = metrics.COMPLETIONS.labels(capability, outcome)
         child.inc()
-        if status == "ready":
+        if end.retried:
             retry = self._retries.get(capability)
             if retry is None:
                 retry = self._retries[capability] = metrics.RETRIES.labels(capability)
             retry.inc()
-        elif outcome == "lease_lost":
+        elif end.outcome is Unwritten.LEASE_LOST:
             metrics.LEASES_LOST.inc()
         duration = self._durations.get(capability)
         if duration is None:

@@ -24,6 +24,7 @@ from rara import lifecycle
 from rara.artifacts.ref import ArtifactRef
 from rara.pg import steps as step_sql
 from rara.pg.queries import amany, avalue, sql
+from rara.states import AttemptOutcome, StepStatus
 from rara.worker.dispatch import LEASED, LeasedStep
 
 Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
@@ -161,7 +162,7 @@ class WorkerStore:
         async with self.pool.connection() as conn:
             return await lifecycle.complete(conn, fence, result, artifacts)
 
-    async def end_many(self, endings: Sequence[lifecycle.Ending]) -> list[str | None]:
+    async def end_many(self, endings: Sequence[lifecycle.Ending]) -> list[StepStatus | None]:
         """Many attempts' ends in one transaction (the completion batcher's flush)."""
         if self._end_conn is None:
             async with self.pool.connection() as conn:
@@ -173,7 +174,7 @@ class WorkerStore:
             raise
 
     async def fail(self, fence: lifecycle.Fence, error: Mapping[str, Any], *, retryable: bool,
-                   jitter: float, outcome: str) -> str | None:
+                   jitter: float, outcome: AttemptOutcome) -> StepStatus | None:
         async with self.pool.connection() as conn:
             return await lifecycle.fail(conn, fence, error, retryable=retryable, jitter=jitter,
                                         outcome=outcome)
@@ -186,7 +187,7 @@ class WorkerStore:
         async with self.pool.connection() as conn:
             return await lifecycle.release(conn, self.worker, leases)
 
-    async def reap(self, limit: int, jitter: float) -> list[tuple[int, str]]:
+    async def reap(self, limit: int, jitter: float) -> list[tuple[int, StepStatus]]:
         async with self.pool.connection() as conn:
             return await lifecycle.reap(conn, self.worker, limit=limit, jitter=jitter)
 

@@ -26,3 +26,10 @@ DELETE FROM rara_artifacts a
 WHERE a.digest = ANY (CAST(:digests AS text[]))
   AND NOT EXISTS (SELECT 1 FROM rara_step_artifacts m WHERE m.digest = a.digest)
   AND NOT EXISTS (SELECT 1 FROM rara_checkpoints c WHERE c.digest = a.digest);
+
+-- name: artifact_find_by_prefix
+-- Digests that start with :prefix (`rara artifacts get` takes unique prefixes, as git does);
+-- at most :limit, so an ambiguous prefix costs no more than a look at a few rows.
+SELECT digest FROM rara_artifacts
+WHERE left(digest, length(:prefix)) = :prefix
+ORDER BY digest LIMIT :limit;

@@ -90,10 +90,21 @@ def show(
     run_id: int,
     events: Annotated[bool, typer.Option("--events", help="also every progress event")] = False,
     attempts: Annotated[bool, typer.Option("--attempts", help="also every attempt")] = False,
+    artifacts: Annotated[bool, typer.Option("--artifacts", help="also every artifact, with its "
+                                            "full digest")] = False,
 ) -> None:
     """A run and each of its steps: status, attempts, timings."""
     client = Client()
     print_run(client.get_run(run_id))
+    if artifacts:
+        table = Table("step", "artifact", "digest", "size", "media type")
+        for art in client.run_artifacts(run_id):
+            # The digest whole, never cut: it is what `rara artifacts get` and scripts take.
+            table.add_row(art["key"], art["name"], art["digest"], str(art["size"]),
+                          art["media_type"])
+        table.columns[2].no_wrap = True
+        table.columns[2].overflow = "ignore"
+        console.print(table)
     if attempts:
         table = Table("step", "attempt", "worker", "outcome", "started", "ended", "error")
         for a in client.run_attempts(run_id):

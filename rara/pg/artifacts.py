@@ -25,6 +25,12 @@ def list_for_run(conn: Conn, run_id: int) -> list[ArtifactRow]:
     return many(conn, "artifact_list", class_row(ArtifactRow), run_id=run_id)
 
 
+def find_by_prefix(conn: Conn, prefix: str, limit: int) -> list[str]:
+    """Up to ``limit`` stored digests starting with ``prefix`` (``sha256:ab12…``)."""
+    return [str(d) for d in many(conn, "artifact_find_by_prefix", scalar_row, prefix=prefix,
+                                 limit=limit)]
+
+
 def referenced(conn: Conn) -> set[str]:
     """Every digest a manifest or a checkpoint still points at."""
     return {str(d) for d in many(conn, "artifact_list_referenced", scalar_row)}

@@ -9,6 +9,12 @@ credential that slipped into an event, a bound id or an exception message is mas
 also why tracebacks are formatted to text (``format_exc_info``) in both modes: the console
 renderer's own pretty tracebacks are drawn after the last processor, where nothing could
 redact them.
+
+Libraries that log through the standard library (kopf, the kubernetes client, psycopg_pool,
+grpc) get the same treatment: ``configure`` puts one handler on the root logger whose
+``structlog.stdlib.ProcessorFormatter`` runs the same chain, so their lines come out in the
+same format, with the logger's name, and redacted. kopf's per-object reference
+(``k8s_ref``: kind, namespace, name, uid) is kept as a field.
 """
 
 from __future__ import annotations
@@ -39,19 +45,37 @@ def processors(*, json: bool) -> list[structlog.types.Processor]:
     ]
 
 
+def stdlib_formatter(*, json: bool) -> structlog.stdlib.ProcessorFormatter:
+    """The formatter of standard-library records: the structlog chain, plus the logger's name
+    and kopf's object reference."""
+    return structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.stdlib.add_logger_name,
+            structlog.stdlib.ExtraAdder(allow=["k8s_ref"]),
+        ],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    *processors(json=json)],
+    )
+
+
 def configure(level: str = "info", *, json: bool | None = None, file: TextIO | None = None) -> None:
-    """Set up structlog for this process (idempotent: the first call wins)."""
+    """Set up structlog and the standard library's root logger for this process (idempotent:
+    the first call wins)."""
     global _configured
     if _configured:
         return
     _configured = True
     out = sys.stderr if file is None else file
     as_json = (not out.isatty()) if json is None else json
+    number = logging.getLevelNamesMapping()[level.upper()]
     structlog.configure(
         processors=processors(json=as_json),
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
+        wrapper_class=structlog.make_filtering_bound_logger(number),
         logger_factory=structlog.PrintLoggerFactory(out),
         cache_logger_on_first_use=True,
     )
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(stdlib_formatter(json=as_json))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]  # no second format beside this one (e.g. basicConfig's)
+    root.setLevel(number)

@@ -145,6 +145,10 @@ def test_pools_are_scaled_by_workerpools(rendered: list[dict[str, Any]]) -> None
         assert "maxUnavailable" in pdb["spec"]
 
 
+def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
 def test_pods_outlive_the_workers_shutdown_grace(rendered: list[dict[str, Any]]) -> None:
     values = yaml.safe_load((CHART / "values.yaml").read_text())
     grace = values["worker"]["shutdownGraceSeconds"]
@@ -157,22 +161,58 @@ def test_pods_outlive_the_workers_shutdown_grace(rendered: list[dict[str, Any]])
         for container in pod["containers"]:
             assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
             assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
-            if container["name"] == "executor":  # its grace is a flag, the same value
-                assert f"--grace={grace}" in container["args"]
+            env = env_of(container)
+            if container["name"] == "executor":  # its grace: the same value
+                assert env["RARA_EXECUTOR_GRACE"]["value"] == str(grace)
                 continue
-            env = {e["name"]: e for e in container.get("env", [])}
             assert env["RARA_WORKER_SHUTDOWN_GRACE_SECONDS"]["value"] == str(grace)
         assert pod["securityContext"]["runAsNonRoot"] is True
 
 
-def test_everything_reads_the_database_url_from_a_secret(rendered: list[dict[str, Any]]) -> None:
+# The env prefix each container's process reads its settings under (rara/settings.py).
+PREFIX = {"worker": "RARA_WORKER_", "executor": "RARA_EXECUTOR_",
+          "operator": "RARA_OPERATOR_", "migrate": ""}
+
+
+def test_every_process_takes_its_settings_from_its_env(rendered: list[dict[str, Any]]) -> None:
+    """One way for all three: no flags, only the process's own RARA_<PROCESS>_* variables
+    (POD_NAME aside), each naming a real setting; `migrate` is a command, not a process."""
+    from rara.executor.settings import ExecutorSettings
+    from rara.operator.settings import OperatorSettings
+    from rara.worker.settings import WorkerSettings
+
+    fields = {"worker": WorkerSettings.model_fields, "executor": ExecutorSettings.model_fields,
+              "operator": OperatorSettings.model_fields}
+    workloads = by_kind(rendered, "Deployment") + by_kind(rendered, "Job")
+    seen = set()
+    for workload in workloads:
+        for container in workload["spec"]["template"]["spec"]["containers"]:
+            name = container["name"]
+            assert container["args"] == [name], workload["metadata"]["name"]
+            if name == "migrate":
+                continue
+            seen.add(name)
+            for var in set(env_of(container)) - {"POD_NAME"}:
+                assert var.startswith(PREFIX[name]), (name, var)
+                assert var.removeprefix(PREFIX[name]).lower() in fields[name], (name, var)
+    assert seen >= {"worker", "operator"}
+
+
+def test_secrets_are_passed_by_reference(rendered: list[dict[str, Any]]) -> None:
+    """The database URL from its Secret (under the reader's own name), tokens as files."""
     workloads = by_kind(rendered, "Deployment") + by_kind(rendered, "Job")
     for workload in workloads:
         for container in workload["spec"]["template"]["spec"]["containers"]:
+            env = env_of(container)
+            for name, entry in env.items():  # never a literal URL or token
+                if name.endswith("DATABASE_URL"):
+                    assert "secretKeyRef" in entry["valueFrom"], (workload["metadata"], name)
+                assert "TOKEN" not in name or name.endswith("_TOKEN_FILE"), name
             if container["name"] == "executor":
                 continue  # executors never touch the database
-            env = {e["name"]: e for e in container["env"]}
-            assert "secretKeyRef" in env["DATABASE_URL"]["valueFrom"], workload["metadata"]
+            var = f"{PREFIX[container['name']]}DATABASE_URL" if container["name"] != "migrate" \
+                else "DATABASE_URL"
+            assert "secretKeyRef" in env[var]["valueFrom"], workload["metadata"]
 
 
 def test_migration_job_is_a_hook_and_its_secret_comes_first(helm: Path) -> None:
@@ -190,22 +230,66 @@ def test_gpu_executor(helm: Path) -> None:
     dep = named(docs, "Deployment", "rara-executor-gpu")
     pod = dep["spec"]["template"]["spec"]
     containers = {c["name"]: c for c in pod["containers"]}
-    executor, worker = containers["executor"], containers["worker"]
-    assert executor["resources"]["limits"]["nvidia.com/gpu"] == 1
+    executor, worker = env_of(containers["executor"]), env_of(containers["worker"])
+    assert containers["executor"]["resources"]["limits"]["nvidia.com/gpu"] == 1
     assert pod["tolerations"][0]["key"] == "nvidia.com/gpu"
     assert pod["nodeSelector"]
-    token = "--token-file=/var/run/rara/executor/token"
-    assert token in executor["args"]
-    assert "--executor-token-file=/var/run/rara/executor/token" in worker["args"]
-    assert "--executor-endpoint=127.0.0.1:50051" in worker["args"]
+    token = "/var/run/rara/executor/token"
+    assert executor["RARA_EXECUTOR_TOKEN_FILE"]["value"] == token
+    assert executor["RARA_EXECUTOR_LISTEN"]["value"] == "0.0.0.0:50051"
+    assert executor["RARA_EXECUTOR_PLUGINS"]["value"] == "rara.demo.plugins"
+    assert worker["RARA_WORKER_EXECUTOR_TOKEN_FILE"]["value"] == token
+    assert worker["RARA_WORKER_EXECUTOR_ENDPOINTS"]["value"] == "127.0.0.1:50051"
+    # Two processes in one pod: the worker's metrics port is the next one.
+    assert int(worker["RARA_WORKER_METRICS_PORT"]["value"]) == \
+        int(executor["RARA_EXECUTOR_METRICS_PORT"]["value"]) + 1
     (volume,) = [v for v in pod["volumes"] if v["name"] == "executor-token"]
     assert volume["secret"]["secretName"] == "rara-executor-token"
+
+
+def test_rendered_env_loads_as_settings(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the chart writes is what the settings classes accept (types, names, lists)."""
+    from rara.executor.settings import ExecutorSettings
+    from rara.operator.settings import OperatorSettings
+    from rara.worker.settings import WorkerSettings
+
+    docs = render(helm)
+    classes = {"worker": WorkerSettings, "executor": ExecutorSettings,
+               "operator": OperatorSettings}
+    loaded = {}
+    for dep in by_kind(docs, "Deployment"):
+        for container in dep["spec"]["template"]["spec"]["containers"]:
+            with monkeypatch.context() as env:
+                for entry in container["env"]:
+                    if "value" in entry:
+                        env.setenv(entry["name"], entry["value"])
+                loaded[dep["metadata"]["name"], container["name"]] = \
+                    classes[container["name"]].load()
+    operator = loaded["rara-operator", "operator"]
+    assert isinstance(operator, OperatorSettings)
+    assert operator.served_namespaces() == ("ml",)
+    assert operator.liveness == "http://0.0.0.0:8080/healthz"
+    executor = loaded["rara-executor-gpu", "executor"]
+    assert isinstance(executor, ExecutorSettings)
+    assert executor.plugins == ["rara.demo.plugins"]
+    assert executor.grace == 60
+    worker = loaded["rara-worker-cpu", "worker"]
+    assert isinstance(worker, WorkerSettings)
+    assert worker.handlers == ["rara.demo.handlers"]
+    assert worker.metrics_port == 9100
 
 
 def test_operator_command(helm: Path) -> None:
     docs = render(helm)
     dep = named(docs, "Deployment", "rara-operator")
     (container,) = dep["spec"]["template"]["spec"]["containers"]
-    assert container["args"][:2] == ["operator", "--namespace=ml"]
+    assert container["args"] == ["operator"]
+    assert env_of(container)["RARA_OPERATOR_NAMESPACES"]["value"] == "ml"
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "rara-operator"
     assert dep["spec"]["strategy"] == {"type": "Recreate"}
+    wide = named(render(helm, "--set", "operator.clusterWide=true"), "Deployment",
+                 "rara-operator")
+    (container,) = wide["spec"]["template"]["spec"]["containers"]
+    env = env_of(container)
+    assert env["RARA_OPERATOR_ALL_NAMESPACES"]["value"] == "true"
+    assert "RARA_OPERATOR_NAMESPACES" not in env

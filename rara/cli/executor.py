@@ -7,18 +7,20 @@ from typing import Annotated
 
 import typer
 
+from rara import settings
 from rara.cli.common import console
+from rara.executor.settings import ExecutorSettings
 
 
-def executor(ctx: typer.Context) -> None:
-    """Run the gRPC executor service (flags: see `rara executor --help`)."""
-    from rara.executor.main import main
+def _run(config: ExecutorSettings) -> int:
+    from rara.executor.main import run  # grpc and the plugins: only when serving
 
-    raise typer.Exit(main(ctx.args))
+    return run(config)
 
 
-EXECUTOR_SETTINGS = {"allow_extra_args": True, "ignore_unknown_options": True,
-                     "help_option_names": []}
+# One flag per setting of ExecutorSettings (flags > RARA_EXECUTOR_* > --config file).
+executor = settings.command(ExecutorSettings, _run,
+                            help="Run the gRPC executor service until SIGTERM/SIGINT.")
 
 
 def conformance(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from rara.worker.registry import Registry, RegistryError, load_registry
-from rara.worker.settings import WorkerSettings, load_settings
+from rara.worker.settings import WorkerSettings
 
 
 def test_settings_defaults_env_file_and_flags(monkeypatch: pytest.MonkeyPatch,
@@ -20,7 +20,7 @@ def test_settings_defaults_env_file_and_flags(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("RARA_WORKER_LEASE_SECONDS", "12")
     file = tmp_path / "worker.yaml"
     file.write_text("lease_seconds: 99\nconcurrency: 3\njitter: 0.5\n")
-    s = load_settings(file, jitter=0.1, concurrency=None)
+    s = WorkerSettings.load(file, jitter=0.1, concurrency=None)
     assert s.handlers == ["one.handlers", "two.handlers"]
     assert s.lease_seconds == 12  # env beats the file
     assert s.concurrency == 3  # file beats the default; None flags are "not given"

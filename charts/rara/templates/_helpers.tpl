@@ -46,12 +46,29 @@ app.kubernetes.io/component: {{ .component }}
 {{- default (printf "%s-executor-token" (include "rara.fullname" .)) .Values.executorToken.existingSecret -}}
 {{- end -}}
 
+{{/*
+How every process gets its settings: environment variables RARA_<PROCESS>_<SETTING>
+(pydantic-settings in rara/settings.py; flags would override them, the chart passes none).
+Call with (dict "prefix" "RARA_WORKER_" "settings" (dict "handlers" "a.b" ...)); list values
+are joined with commas, which the settings split again.
+*/}}
+{{- define "rara.settingsEnv" -}}
+{{- range $key, $value := .settings }}
+- name: {{ printf "%s%s" $.prefix (upper $key) }}
+  value: {{ ternary (join "," $value) (toString $value) (kindIs "slice" $value) | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The database URL, by reference to its Secret, under the env name of the process that reads
+it: (dict "root" $ "name" "RARA_WORKER_DATABASE_URL"). Never a literal value in a pod spec.
+*/}}
 {{- define "rara.databaseEnv" -}}
-- name: DATABASE_URL
+- name: {{ .name }}
   valueFrom:
     secretKeyRef:
-      name: {{ include "rara.databaseSecret" . }}
-      key: {{ .Values.database.secretKey }}
+      name: {{ include "rara.databaseSecret" .root }}
+      key: {{ .root.Values.database.secretKey }}
 {{- end -}}
 
 {{/* Pods stop within the worker's shutdown grace (leases released), plus a margin. */}}
@@ -71,12 +88,19 @@ livenessProbe:
   failureThreshold: 6
 {{- end -}}
 
+{{/*
+A worker's environment: its database by reference, then its settings. Call with
+(dict "root" $ "port" <metrics port> "settings" (dict <process-specific settings>)).
+*/}}
 {{- define "rara.workerEnv" -}}
-{{- /* The worker's settings are RARA_WORKER_* (pydantic-settings, rara/worker/settings.py). */}}
-- name: RARA_WORKER_METRICS_PORT
-  value: {{ .port | quote }}
-- name: RARA_WORKER_SHUTDOWN_GRACE_SECONDS
-  value: {{ .root.Values.worker.shutdownGraceSeconds | quote }}
+{{- $root := .root }}
+{{- include "rara.databaseEnv" (dict "root" $root "name" "RARA_WORKER_DATABASE_URL") }}
+{{- $settings := merge (dict
+      "metrics_port" .port
+      "shutdown_grace_seconds" $root.Values.worker.shutdownGraceSeconds
+      "artifact_root" "/var/lib/rara/artifacts"
+      "log_level" $root.Values.logLevel) .settings }}
+{{- include "rara.settingsEnv" (dict "prefix" "RARA_WORKER_" "settings" $settings) }}
 - name: POD_NAME
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
 {{- end -}}
@@ -106,7 +130,3 @@ single pod (the executor and its sidecar worker).
   {{- end }}
 {{- end -}}
 
-{{- define "rara.artifactsEnv" -}}
-- name: RARA_WORKER_ARTIFACT_ROOT
-  value: /var/lib/rara/artifacts
-{{- end -}}

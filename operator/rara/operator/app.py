@@ -13,9 +13,12 @@ from typing import Any
 
 import kopf
 
+from rara import logs, metrics
 from rara.operator import definitions, login, pools, runs
 from rara.operator.models import GROUP, VERSION
 from rara.operator.runtime import OperatorConfig, open_runtime
+from rara.operator.settings import OperatorSettings
+from rara.pg.connect import database_url
 
 FINALIZER = "rara.dev/operator"
 ANNOTATION_PREFIX = "operator.rara.dev"
@@ -78,3 +81,16 @@ def run(config: OperatorConfig, *, liveness_endpoint: str | None = None,
         liveness_endpoint=liveness_endpoint,
         stop_flag=stop_flag,
     ))
+
+
+def serve(settings: OperatorSettings) -> int:
+    """``rara operator``: logs (kopf's included) as JSON lines, metrics, then :func:`run`."""
+    logs.configure(settings.log_level, json=settings.log_json)
+    if settings.metrics_port is not None:
+        metrics.serve(settings.metrics_port)
+    run(OperatorConfig(database_url=database_url(settings.database_url),
+                       namespaces=settings.served_namespaces(),
+                       scale_interval=settings.scale_interval,
+                       run_sync_interval=settings.run_sync_interval),
+        liveness_endpoint=settings.liveness)
+    return 0

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sys
 
 import structlog
 
 from rara import logs, metrics
 from rara.pg.connect import database_url
+from rara.secrets import redact
 from rara.worker.dispatch import Executor, InProcessExecutor
 from rara.worker.grpc_executor import GrpcExecutor
-from rara.worker.registry import load_registry
+from rara.worker.registry import RegistryError, load_registry
 from rara.worker.runner import Worker
 from rara.worker.settings import WorkerSettings
 
@@ -58,7 +60,8 @@ async def serve(settings: WorkerSettings) -> None:
             loop.remove_signal_handler(sig)
 
 
-def run(settings: WorkerSettings) -> None:
+def run(settings: WorkerSettings) -> int:
+    """Run until SIGTERM/SIGINT; the exit code (2: handlers that cannot be loaded)."""
     logs.configure(settings.log_level, json=settings.log_json)
     structlog.contextvars.bind_contextvars(worker=settings.id)
     # uvloop where it is installed (a pinned dependency off Windows): the worker's hot path is
@@ -67,6 +70,12 @@ def run(settings: WorkerSettings) -> None:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - Windows
-        asyncio.run(serve(settings))
+        start = asyncio.run
     else:
-        uvloop.run(serve(settings))
+        start = uvloop.run
+    try:
+        start(serve(settings))
+    except (RegistryError, ImportError, FileNotFoundError) as exc:
+        print(f"rara worker: {redact(str(exc))}", file=sys.stderr)
+        return 2
+    return 0

@@ -49,17 +49,10 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Final, Self, TypeVar
 from xml.sax.saxutils import escape
 
-import certifi
 import structlog
 import urllib3
 from minio import Minio
-from minio.credentials.providers import (
-    AWSConfigProvider,
-    ChainedProvider,
-    EnvAWSProvider,
-    IamAwsProvider,
-)
-from minio.error import InvalidResponseError, MinioException, S3Error, ServerError
+from minio.error import MinioException, S3Error
 
 from rara.artifacts.api import BlobInfo
 from rara.artifacts.errors import (
@@ -70,6 +63,7 @@ from rara.artifacts.errors import (
 )
 from rara.artifacts.location import S3Config
 from rara.artifacts.ref import ArtifactRef
+from rara.artifacts.s3_client import error_code, is_access_error, is_transient, make_client
 from rara.artifacts.store import CHUNK_SIZE, DEFAULT_MEDIA_TYPE, parse_digest
 
 __all__ = ["S3ArtifactStore", "S3ArtifactWriter", "make_client"]
@@ -80,66 +74,6 @@ T = TypeVar("T")
 MAX_PARTS: Final = 10_000
 _PAGE: Final = 1000
 _BLOB_KEY = re.compile(r"^([0-9a-f]{2})/([0-9a-f]{62})$")
-_TRANSIENT_CODES: Final = frozenset({
-    "SlowDown", "Throttling", "ThrottlingException", "RequestThrottled", "TooManyRequests",
-    "RequestLimitExceeded", "RequestTimeout", "InternalError", "ServiceUnavailable",
-    "OperationAborted", "ConditionalRequestConflict", "XMinioServerNotInitialized",
-})
-_ACCESS_CODES: Final = frozenset({
-    "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled",
-    "InvalidToken", "ExpiredToken", "AccountProblem", "InvalidClientTokenId",
-    "AuthorizationHeaderMalformed", "NoSuchBucket",
-})
-_TRANSIENT_STATUS: Final = frozenset({408, 429, 500, 502, 503, 504})
-
-
-def make_client(cfg: S3Config) -> Minio:
-    """A minio client for ``cfg`` whose credentials come only by reference (module doc of
-    :mod:`rara.artifacts.location`); retries are ours (:meth:`S3ArtifactStore._call`)."""
-    endpoint = urllib3.util.parse_url(cfg.endpoint or "https://s3.amazonaws.com")
-    http = urllib3.PoolManager(
-        timeout=urllib3.Timeout(connect=10, read=120),
-        maxsize=max(10, cfg.concurrency + 2),
-        cert_reqs="CERT_REQUIRED",
-        ca_certs=os.environ.get("SSL_CERT_FILE") or certifi.where(),
-        retries=False,  # one place retries, with backoff: S3ArtifactStore._call
-    )
-    credentials = ChainedProvider([
-        EnvAWSProvider(),
-        AWSConfigProvider(filename=cfg.credentials_file, profile=cfg.profile),
-        IamAwsProvider(),  # web identity token (IRSA), container credentials, instance role
-    ])
-    return Minio(
-        endpoint.netloc or "s3.amazonaws.com",
-        secure=endpoint.scheme != "http",
-        region=cfg.region,
-        http_client=http,
-        credentials=credentials,
-    )
-
-
-def _status(exc: BaseException) -> int | None:
-    if isinstance(exc, S3Error) and exc.response is not None:
-        return int(exc.response.status)
-    if isinstance(exc, ServerError):
-        return exc.status_code
-    if isinstance(exc, InvalidResponseError):
-        return getattr(exc, "_code", None)
-    return None
-
-
-def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
-        return True  # refused, reset, timed out, cut mid-body
-    if isinstance(exc, S3Error) and exc.code in _TRANSIENT_CODES:
-        return True
-    return isinstance(exc, MinioException) and _status(exc) in _TRANSIENT_STATUS
-
-
-def _code(exc: BaseException) -> str | None:
-    return exc.code if isinstance(exc, S3Error) else None
-
-
 class S3ArtifactWriter:
     """Streams a blob in, hashing as it goes; uploads on commit (``S3ArtifactStore.open_writer``).
 
@@ -263,14 +197,14 @@ class S3ArtifactStore:
             try:
                 return fn()
             except (MinioException, urllib3.exceptions.HTTPError, OSError) as exc:
-                code = _code(exc)
-                if code in _ACCESS_CODES or _status(exc) == 403:
+                code = error_code(exc)
+                if is_access_error(exc):
                     what = "bucket does not exist" if code == "NoSuchBucket" else (
                         f"access denied ({code or 'HTTP 403'}): check the credentials and the "
                         "policy")
                     raise ArtifactStoreAccessError(
                         self._where(key), f"S3 {op} failed: {what}", digest) from exc
-                if not _is_transient(exc):
+                if not is_transient(exc):
                     raise
                 if attempt + 1 == attempts:
                     raise ArtifactStoreUnavailable(

@@ -6,9 +6,10 @@ Each process (worker, executor, operator) declares a :class:`ProcessSettings` su
 - ``Settings.load(file, **flags)`` applies the precedence. Flags that are ``None`` (or an empty
   list) count as "not given". The file is YAML, or TOML by its suffix, and sits below the
   environment, so a deployment's env overrides a shared file.
-- :func:`command` turns a settings class into a typer command with one flag per setting (help
-  from the field's description, its env variable and default), plus ``--config FILE`` (env
-  ``RARA_<PROCESS>_CONFIG``). Old flag spellings are kept through the class's ``flag_names``.
+- :func:`command` turns a settings class into a typer command (its help: ``command_help``)
+  with one flag per setting (help from the field's description, its env variable and
+  default), plus ``--config FILE`` (env ``RARA_<PROCESS>_CONFIG``). Old flag spellings are
+  kept through the class's ``flag_names``.
 - A bad value exits 2 with one line naming the field, its flag and its env variable
   (:func:`describe`), credentials masked.
 
@@ -55,6 +56,7 @@ class ProcessSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="forbid")
     # Flag spellings other than --field-name (kept for users and the chart), by field.
     flag_names: ClassVar[Mapping[str, Sequence[str]]] = {}
+    command_help: ClassVar[str] = ""  # what the command taking these settings does
 
     log_level: LogLevel = Field(default="info", description="debug, info, warning or error")
     log_json: bool | None = Field(default=None, description="JSON log lines (default: when "
@@ -134,7 +136,7 @@ def describe(exc: ValidationError, cls: type[ProcessSettings]) -> str:
     return redact("; ".join(lines))
 
 
-def command(cls: type[S], run: Callable[[S], int | None], *, help: str) -> Callable[..., None]:
+def command(cls: type[S], run: Callable[[S], int | None]) -> Callable[..., None]:
     """A typer command taking every setting of ``cls`` as a flag, then calling ``run(settings)``.
 
     ``run`` returns the exit code (None: 0). Settings errors exit 2 with :func:`describe`.
@@ -163,7 +165,7 @@ def command(cls: type[S], run: Callable[[S], int | None], *, help: str) -> Calla
     names = sorted(cls.model_fields, key=lambda name: name in ProcessSettings.model_fields)
     params = [_parameter(cls, name, cls.model_fields[name]) for name in names]
     _command.__signature__ = inspect.Signature([*params, config])  # type: ignore[attr-defined]
-    _command.__doc__ = help
+    _command.__doc__ = cls.command_help
     return _command
 
 

@@ -237,7 +237,7 @@ def test_gpu_executor(helm: Path) -> None:
     token = "/var/run/rara/executor/token"
     assert executor["RARA_EXECUTOR_TOKEN_FILE"]["value"] == token
     assert executor["RARA_EXECUTOR_LISTEN"]["value"] == "0.0.0.0:50051"
-    assert executor["RARA_EXECUTOR_PLUGINS"]["value"] == "rara.demo.plugins"
+    assert executor["RARA_EXECUTOR_PLUGINS"]["value"] == "rara_rag.demo.plugins"
     assert worker["RARA_WORKER_EXECUTOR_TOKEN_FILE"]["value"] == token
     assert worker["RARA_WORKER_EXECUTOR_ENDPOINTS"]["value"] == "127.0.0.1:50051"
     # Two processes in one pod: the worker's metrics port is the next one.
@@ -271,11 +271,11 @@ def test_rendered_env_loads_as_settings(helm: Path, monkeypatch: pytest.MonkeyPa
     assert operator.liveness == "http://0.0.0.0:8080/healthz"
     executor = loaded["rara-executor-gpu", "executor"]
     assert isinstance(executor, ExecutorSettings)
-    assert executor.plugins == ["rara.demo.plugins"]
+    assert executor.plugins == ["rara_rag.demo.plugins"]
     assert executor.grace == 60
     worker = loaded["rara-worker-cpu", "worker"]
     assert isinstance(worker, WorkerSettings)
-    assert worker.handlers == ["rara.demo.handlers"]
+    assert worker.handlers == ["rara_rag.demo.handlers"]
     assert worker.metrics_port == 9100
 
 

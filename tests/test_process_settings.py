@@ -67,7 +67,7 @@ def parse(cls: type[ProcessSettings], *args: str, env: dict[str, str] | None = N
     """The settings the command of ``cls`` hands its process, for these flags and env."""
     seen: list[ProcessSettings] = []
     app = typer.Typer()
-    app.command()(settings.command(cls, seen.append, help="test"))
+    app.command()(settings.command(cls, seen.append))
     result = CliRunner().invoke(app, list(args), env=env)
     assert result.exit_code == 0, result.output
     (parsed,) = seen
@@ -185,11 +185,14 @@ def test_help_lists_every_setting_and_every_old_flag(process: str) -> None:
     assert not missing, f"rara {process} --help lacks {missing}"
 
 
-def test_executor_help_is_the_same_from_python_m() -> None:
-    """``python -m rara.executor.main`` (scripts, tests, the demo) is the same command."""
-    done = subprocess.run([sys.executable, "-m", "rara.executor.main", "--help"],
+@pytest.mark.parametrize(("module", "process"), [("rara.executor.main", "executor"),
+                                               ("rara.worker", "worker")])
+def test_python_m_is_the_same_command(module: str, process: str) -> None:
+    """``python -m rara.executor.main`` and ``python -m rara.worker`` (scripts, tests, the
+    demo) are the commands of ``rara executor`` and ``rara worker``, without the CLI layer."""
+    done = subprocess.run([sys.executable, "-m", module, "--help"],
                           capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
                           env={**os.environ, "COLUMNS": "250"})
     assert done.returncode == 0, done.stderr
-    assert "Usage: rara executor [OPTIONS]" in done.stdout
-    assert "RARA_EXECUTOR_ARTIFACT_ROOT" in done.stdout
+    assert f"Usage: rara {process} [OPTIONS]" in done.stdout
+    assert f"RARA_{process.upper()}_ARTIFACT_ROOT" in done.stdout

@@ -19,8 +19,7 @@ def _run(config: ExecutorSettings) -> int:
 
 
 # One flag per setting of ExecutorSettings (flags > RARA_EXECUTOR_* > --config file).
-executor = settings.command(ExecutorSettings, _run,
-                            help="Run the gRPC executor service until SIGTERM/SIGINT.")
+executor = settings.command(ExecutorSettings, _run)
 
 
 def conformance(

@@ -20,6 +20,4 @@ def _run(config: OperatorSettings) -> int:
     return serve(config)
 
 
-operator_command = settings.command(
-    OperatorSettings, _run,
-    help="Turn WorkflowDefinitions into versions, start WorkflowRuns, scale WorkerPools.")
+operator_command = settings.command(OperatorSettings, _run)

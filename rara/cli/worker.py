@@ -13,9 +13,4 @@ def _run(config: WorkerSettings) -> int:
     return run(config)
 
 
-worker = settings.command(WorkerSettings, _run,
-                          help="Lease and run workflow steps until SIGTERM/SIGINT.")
-
-
-def main() -> None:
-    settings.main(worker, "worker")
+worker = settings.command(WorkerSettings, _run)

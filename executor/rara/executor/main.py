@@ -89,12 +89,9 @@ def run(settings: ExecutorSettings) -> int:
     return 0
 
 
-HELP = "Run the gRPC executor service until SIGTERM/SIGINT."
-
-
 def main() -> None:
     """``python -m rara.executor.main``: the same command as ``rara executor``."""
-    rara_settings.main(rara_settings.command(ExecutorSettings, run, help=HELP), "executor")
+    rara_settings.main(rara_settings.command(ExecutorSettings, run), "executor")
 
 if __name__ == "__main__":
     main()

@@ -8,6 +8,7 @@ The sources, the flags of ``rara executor`` and the error messages come from
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import Field
 from pydantic_settings import SettingsConfigDict
@@ -17,6 +18,7 @@ from rara.settings import ProcessSettings, StrList
 
 class ExecutorSettings(ProcessSettings):
     model_config = SettingsConfigDict(env_prefix="RARA_EXECUTOR_")
+    command_help: ClassVar = "Run the gRPC executor service until SIGTERM/SIGINT."
 
     listen: str = Field(default="127.0.0.1:50051", min_length=1,
                         description="host:port to serve on (port 0: any)")

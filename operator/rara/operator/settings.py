@@ -19,6 +19,8 @@ SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/names
 
 class OperatorSettings(ProcessSettings):
     model_config = SettingsConfigDict(env_prefix="RARA_OPERATOR_")
+    command_help: ClassVar = ("Turn WorkflowDefinitions into versions, start WorkflowRuns, "
+                              "scale WorkerPools.")
     flag_names: ClassVar = {"namespaces": ("--namespace", "-n"),
                             "all_namespaces": ("--all-namespaces/--no-all-namespaces", "-A"),
                             "verbose": ("--verbose/--no-verbose", "-v")}

@@ -12,6 +12,7 @@ import sys
 import structlog
 
 from rara import logs, metrics
+from rara import settings as rara_settings
 from rara.pg.connect import database_url
 from rara.secrets import redact
 from rara.worker.dispatch import Executor, InProcessExecutor
@@ -79,3 +80,8 @@ def run(settings: WorkerSettings) -> int:
         print(f"rara worker: {redact(str(exc))}", file=sys.stderr)
         return 2
     return 0
+
+
+def main() -> None:
+    """``python -m rara.worker``: the same command as ``rara worker``."""
+    rara_settings.main(rara_settings.command(WorkerSettings, run), "worker")

@@ -25,6 +25,7 @@ def default_worker_id() -> str:
 
 class WorkerSettings(ProcessSettings):
     model_config = SettingsConfigDict(env_prefix="RARA_WORKER_")
+    command_help: ClassVar = "Lease and run workflow steps until SIGTERM/SIGINT."
     flag_names: ClassVar = {"handlers": ("--handlers", "-H"), "id": ("--id",),
                             "capabilities": ("--capability", "-c"),
                             "executor_endpoints": ("--executor-endpoint",)}

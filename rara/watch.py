@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
@@ -32,10 +33,14 @@ def fetch(
 
 
 def watch(url: str, run_id: int, console: Console, timeout: float | None = None) -> RunStatus:
-    """Show live progress until the run ends; returns its final status."""
+    """Show live progress until the run ends; returns its final status.
+
+    On a terminal: a bar per step, redrawn in place. In a pipe or a log file (no terminal to
+    redraw): one plain line per change of a step's status or attempt, which reads well in CI
+    logs and `| tee`."""
     progress = Progress(
         TextColumn("{task.fields[key]:<10}"),
-        BarColumn(),
+        BarColumn(bar_width=None if console.width >= 100 else 20),
         TextColumn("{task.fields[status]:<9}"),
         # The step's own time from the database's timestamps, not how long this view has
         # watched it (rich's elapsed column would say 0:00:00 for a step seen already running).
@@ -44,26 +49,52 @@ def watch(url: str, run_id: int, console: Console, timeout: float | None = None)
         console=console,
     )
     tasks: dict[str, TaskID] = {}
+    seen: dict[str, tuple[str, int]] = {}
+    live = console.is_terminal
     deadline = None if timeout is None else time.monotonic() + timeout
     with (
         psycopg.connect(url, autocommit=True) as conn,
         psycopg.connect(url, autocommit=True) as listener,
-        Live(Group(progress), console=console, refresh_per_second=8, transient=False),
+        Live(Group(progress), console=console, refresh_per_second=8, transient=False)
+        if live else nullcontext(),
     ):
         listener.execute("LISTEN rara_run")  # run ends; progress is polled
         while True:
             run, steps = fetch(conn, run_id)
             now = _database_now(conn)
             for step in steps:
-                _update(progress, tasks, step, now)
+                if live:
+                    _update(progress, tasks, step, now)
+                else:
+                    _log_change(console, seen, step, now)
             status = RunStatus(run["status"])
             if status.terminal:
+                if live:
+                    console.print()  # what follows starts on a line of its own
                 return status
             if deadline is not None and time.monotonic() > deadline:
                 raise TimeoutError(f"run {run_id} still {status} after {timeout}s")
             # NOTIFY wakes us at once; the timeout is the polling fallback.
             for _ in listener.notifies(timeout=0.5, stop_after=1):
                 pass
+
+
+def _log_change(console: Console, seen: dict[str, tuple[str, int]], step: dict[str, Any],
+                now: datetime) -> None:
+    """One plain line when a step's status or attempt changes (the pipe form of the view)."""
+    state = (step["status"], step["attempt"])
+    if seen.get(step["key"]) == state:
+        return
+    seen[step["key"]] = state
+    status, attempt = state
+    line = f"{step['key']} {status}"
+    if attempt:
+        line += f" (attempt {attempt}/{step['max_attempts']})"
+    if took := elapsed(step, now):
+        line += f" {took}"
+    if status in ("failed", "cancelled") and step["error"]:
+        line += f": {step['error'].get('message', '')}"
+    console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
 def _database_now(conn: psycopg.Connection[Any]) -> datetime:
@@ -94,7 +125,7 @@ def _update(progress: Progress, tasks: dict[str, TaskID], step: dict[str, Any],
     if status == "running" and step["attempt"] > 1:
         message = f"attempt {step['attempt']}/{step['max_attempts']} {message}"
     if status in ("failed", "cancelled") and step["error"]:
-        message = str(step["error"].get("message", ""))[:60]
+        message = shorten(str(step["error"].get("message", "")), 60)
     style = _DONE_STYLE.get(status)
     if status == "running" and not progress.tasks[tasks[key]].started:
         progress.start_task(tasks[key])
@@ -136,10 +167,22 @@ def summary(url: str, run_id: int) -> Table:
 
 def _brief(value: Any, limit: int = 70) -> str:
     if not isinstance(value, dict):
-        return "" if value is None else str(value)[:limit]
+        return "" if value is None else shorten(str(value), limit)
     parts = [
         f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
         for k, v in value.items()
         if not isinstance(v, dict | list)
     ]
-    return ", ".join(parts)[:limit]
+    return shorten(", ".join(parts), limit, sep=", ")
+
+
+def shorten(text: str, limit: int, sep: str = " ") -> str:
+    """``text`` in at most ``limit`` characters, cut after a whole word (or ``sep``-separated
+    item) and marked with an ellipsis: never a silent cut mid-word (``resumed_from_``)."""
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if text[len(cut):].startswith(sep):  # the cut falls between two items
+        return cut.rstrip(" ,") + "…"
+    at = cut.rfind(sep)
+    return (cut[:at] if at > 0 else cut).rstrip(" ,") + "…"

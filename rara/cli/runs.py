@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -119,21 +119,35 @@ def show(
             )
         console.print(table)
     if events:
-        table = Table("time", "step", "attempt", "seq", "kind", "fraction", "message", "metrics")
-        for e in client.run_events(run_id):
-            fraction = "" if e["fraction"] is None else f"{e['fraction']:.2f}"
-            metrics = ", ".join(f"{k}={v:.4g}" for k, v in (e["metrics"] or {}).items())
-            table.add_row(
-                f"{e['created_at']:%H:%M:%S.%f}"[:-3],
-                e["key"],
-                str(e["attempt"]),
-                str(e["seq"]),
-                e["kind"],
-                fraction,
-                e["message"],
-                metrics,
-            )
+        print_events(client.run_events(run_id))
+
+
+# Eight columns need this much room; narrower (or in a pipe) each event is one plain line.
+EVENT_TABLE_WIDTH = 120
+
+
+def print_events(events: list[dict[str, Any]]) -> None:
+    rows = []
+    for e in events:
+        rows.append((
+            f"{e['created_at']:%H:%M:%S.%f}"[:-3],
+            f"{e['key']}#{e['attempt']}",
+            str(e["seq"]),
+            e["kind"],
+            "" if e["fraction"] is None else f"{e['fraction']:.2f}",
+            e["message"] or "",
+            ", ".join(f"{k}={v:.4g}" for k, v in (e["metrics"] or {}).items()),
+        ))
+    if console.is_terminal and console.width >= EVENT_TABLE_WIDTH:
+        table = Table("time", "step#attempt", "seq", "kind", "fraction", "message", "metrics")
+        for row in rows:
+            table.add_row(*row)
         console.print(table)
+        return
+    for time_, step, seq, kind, fraction, message, metrics in rows:
+        line = " ".join(part for part in (time_, step, f"seq={seq}", kind, fraction) if part)
+        tail = " · ".join(part for part in (message, metrics) if part)
+        console.print(f"{line}  {tail}" if tail else line, highlight=False, markup=False)
 
 
 @app.command()

@@ -1,0 +1,50 @@
+"""Output that reads well anywhere: in a pipe (no terminal) `runs watch` prints a plain line
+per change and `runs show --events` one line per event; cut text ends in an ellipsis."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from typer.testing import CliRunner
+
+from rara.cli.main import app
+from rara.watch import shorten
+from tests.worker.conftest import define, start, wait_run
+
+
+def test_in_a_pipe_watch_and_events_are_plain_lines(
+    conn: psycopg.Connection[Any], thread_worker: Any, database_url: str
+) -> None:
+    thread_worker()
+    define(conn, "lines", [
+        {"key": "first", "capability": "test.produce@1", "input": {"text": "x"}},
+        {"key": "second", "capability": "test.chatty@1", "dependsOn": ["first"],
+         "input": {"calls": 3, "seconds": 0.01}},
+    ])
+    run_id = start(conn, "lines")
+    wait_run(conn, run_id)
+    cli = CliRunner(env={"DATABASE_URL": database_url, "COLUMNS": "80"})
+
+    watched = cli.invoke(app, ["runs", "watch", str(run_id)])
+    assert watched.exit_code == 0, watched.output
+    lines = watched.output.splitlines()
+    assert lines[0].startswith("first succeeded (attempt 1/3) 0:00:0"), lines
+    assert lines[1].startswith("second succeeded (attempt 1/3) 0:00:0"), lines
+    # The summary's title starts a line of its own (it was glued to the last progress line).
+    assert any(line.strip() == f"run {run_id}" for line in lines), watched.output
+
+    shown = cli.invoke(app, ["runs", "show", str(run_id), "--events"])
+    assert shown.exit_code == 0, shown.output
+    event_lines = [line for line in shown.output.splitlines() if " second#1 seq=" in line]
+    assert len(event_lines) >= 1, shown.output
+    assert event_lines[-1].endswith("progress 1.00  item 3 · items=3"), event_lines
+
+
+def test_shorten_cuts_between_words_with_an_ellipsis() -> None:
+    assert shorten("short", 10) == "short"
+    assert shorten("chunks=3, resumed_from_step=12, loss=0.5", 31, sep=", ") == \
+        "chunks=3, resumed_from_step=12…"
+    assert shorten("chunks=3, resumed_from_step=12, loss=0.5", 30, sep=", ") == "chunks=3…"
+    assert shorten("a failure message that goes on", 12) == "a failure…"
+    assert shorten("x" * 20, 8) == "xxxxxxx…"

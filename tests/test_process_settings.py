@@ -110,11 +110,11 @@ def test_lists_from_env_json_and_repeated_flags(monkeypatch: pytest.MonkeyPatch)
 
 def test_bad_values_are_named_by_field_flag_and_env(tmp_path: Path) -> None:
     with pytest.raises(ValidationError) as caught:
-        ExecutorSettings.load(max_concurrency=0)
+        ExecutorSettings.load(artifact_root="/a", max_concurrency=0, grace=-1)
     text = describe(caught.value, ExecutorSettings)
     assert "max_concurrency: Input should be greater than or equal to 1 (got 0)" in text
     assert "[--max-concurrency, env RARA_EXECUTOR_MAX_CONCURRENCY]" in text
-    assert "artifact_root: Field required" in text  # every problem at once
+    assert "grace: Input should be greater than or equal to 0 (got -1)" in text  # all at once
     with pytest.raises(ValidationError) as caught:
         WorkerSettings.load(lease_seconds=1, heartbeat_seconds=2)
     assert describe(caught.value, WorkerSettings) == \

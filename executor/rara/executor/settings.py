@@ -22,7 +22,9 @@ class ExecutorSettings(ProcessSettings):
 
     listen: str = Field(default="127.0.0.1:50051", min_length=1,
                         description="host:port to serve on (port 0: any)")
-    artifact_root: Path = Field(description="Shared artifact store directory")
+    artifact_root: Path | None = Field(default=None, description="Shared artifact store "
+                                       "directory (default: RARA_ARTIFACTS, a directory or "
+                                       "s3://bucket/prefix?endpoint=…; docs/artifacts.md)")
     plugins: StrList = Field(default_factory=list, description="Modules whose "
                              "register(registry) adds plugins (repeatable, or commas)")
     token_file: Path | None = Field(default=None, description="File holding the bearer token "

@@ -27,6 +27,8 @@ def start(
     queue_anyway: Annotated[
         bool, typer.Option(help="start even if no live worker serves a capability")
     ] = False,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print only the run id "
+                                        "(run=$(rara runs start … -q))")] = False,
 ) -> None:
     """Start a run (refused when no live worker serves one of its capabilities)."""
     started = Client().start_run(
@@ -38,6 +40,9 @@ def start(
         idempotency_key=idempotency_key,
         queue_anyway=queue_anyway,
     )
+    if quiet:
+        console.print(started.run_id)
+        return
     console.print(
         f"run {started.run_id} " + ("started" if started.created else "(existing run for this key)")
     )

@@ -48,3 +48,16 @@ def test_shorten_cuts_between_words_with_an_ellipsis() -> None:
     assert shorten("chunks=3, resumed_from_step=12, loss=0.5", 30, sep=", ") == "chunks=3…"
     assert shorten("a failure message that goes on", 12) == "a failure…"
     assert shorten("x" * 20, 8) == "xxxxxxx…"
+
+
+def test_start_quiet_prints_only_the_run_id(conn: psycopg.Connection[Any],
+                                             database_url: str) -> None:
+    """What a script needs to go on without guessing ids: run=$(rara runs start … -q)."""
+    define(conn, "quiet", [{"key": "a", "capability": "test.produce@1", "input": {"text": "x"}}])
+    cli = CliRunner(env={"DATABASE_URL": database_url})
+    result = cli.invoke(app, ["runs", "start", "quiet", "--queue-anyway", "-q"])
+    assert result.exit_code == 0, result.output
+    run_id = int(result.output)
+    row = conn.execute("SELECT d.name FROM rara_runs r JOIN rara_definition_versions d "
+                       "ON d.id = r.definition_version_id WHERE r.id = %s", (run_id,)).fetchone()
+    assert row == ("quiet",)

@@ -293,3 +293,47 @@ def test_operator_command(helm: Path) -> None:
     env = env_of(container)
     assert env["RARA_OPERATOR_ALL_NAMESPACES"]["value"] == "true"
     assert "RARA_OPERATOR_NAMESPACES" not in env
+
+
+def test_artifacts_in_s3_by_url_and_credentials_by_reference(
+    helm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """artifacts.s3: every worker and executor gets RARA_ARTIFACTS (no artifact_root, which
+    would win over it) and the key pair from a Secret; without a Secret, nothing: the pods'
+    identity."""
+    from rara.artifacts.location import S3Config
+    from rara.executor.settings import ExecutorSettings
+    from rara.worker.settings import WorkerSettings
+
+    s3 = ["--set", "artifacts.s3.bucket=arts", "--set", "artifacts.s3.prefix=/team/a/",
+          "--set", "artifacts.s3.endpoint=http://minio.storage:9000",
+          "--set", "artifacts.s3.region=eu-west-1"]
+    for secret in ("s3creds", ""):
+        docs = render(helm, *s3, "--set", f"artifacts.s3.existingSecret={secret}")
+        containers = [c for d in by_kind(docs, "Deployment")
+                      for c in d["spec"]["template"]["spec"]["containers"]
+                      if c["name"] in ("worker", "executor")]
+        assert {c["name"] for c in containers} == {"worker", "executor"}
+        for container in containers:
+            env = env_of(container)
+            url = env["RARA_ARTIFACTS"]["value"]
+            cfg = S3Config.parse(url)
+            assert (cfg.bucket, cfg.prefix, cfg.endpoint, cfg.region) == \
+                ("arts", "team/a/", "http://minio.storage:9000", "eu-west-1")
+            assert not [n for n in env if n.endswith("ARTIFACT_ROOT")]
+            if secret:
+                assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == \
+                    {"name": "s3creds", "key": "AWS_SECRET_ACCESS_KEY"}
+                assert "value" not in env["AWS_ACCESS_KEY_ID"]
+            else:
+                assert not [n for n in env if n.startswith("AWS_")]
+            with monkeypatch.context() as menv:
+                for entry in container["env"]:
+                    if "value" in entry and entry["name"] != "RARA_ARTIFACTS":
+                        menv.setenv(entry["name"], entry["value"])
+                cls = ExecutorSettings if container["name"] == "executor" else WorkerSettings
+                assert "artifact_root" not in cls.load().model_fields_set
+    bad = subprocess.run([str(helm), "template", "rara", str(CHART), *BASE, "--set",
+                          "artifacts.s3.endpoint=http://key:secret@host"],
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert bad.returncode != 0  # the schema refuses credentials in the endpoint

@@ -28,7 +28,7 @@ COPY worker/ worker/
 COPY executor/ executor/
 COPY operator/ operator/
 COPY db/ db/
-RUN /opt/rara/bin/pip install --no-compile ".[ml]"
+RUN /opt/rara/bin/pip install --no-compile ".[ml,s3]"
 
 FROM python
 LABEL org.opencontainers.image.title="rara-executor" \

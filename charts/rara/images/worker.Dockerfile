@@ -43,7 +43,7 @@ COPY examples/ examples/
 # The RAG demo's in-process handlers (corpus.collect, corpus.clean) are pure Python: its
 # distribution (examples/rag, import name rara_rag) goes in WITHOUT its dependencies, so the
 # ML stack stays in the executor image. Older trees kept the demo inside rara itself.
-RUN /opt/rara/bin/pip install --quiet --no-compile . \
+RUN /opt/rara/bin/pip install --quiet --no-compile ".[s3]" \
  && if [ -f examples/rag/pyproject.toml ]; then \
       /opt/rara/bin/pip install --quiet --no-compile --no-deps ./examples/rag; fi \
  && /opt/rara/bin/python -m compileall -q /opt/rara/lib \

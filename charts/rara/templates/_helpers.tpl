@@ -100,7 +100,9 @@ A worker's environment: its database by reference, then its settings. Call with
       "shutdown_grace_seconds" $root.Values.worker.shutdownGraceSeconds
       "artifact_root" "/var/lib/rara/artifacts"
       "log_level" $root.Values.logLevel) .settings }}
+{{- if $root.Values.artifacts.s3.bucket }}{{ $_ := unset $settings "artifact_root" }}{{ end }}
 {{- include "rara.settingsEnv" (dict "prefix" "RARA_WORKER_" "settings" $settings) }}
+{{- include "rara.artifactsEnv" $root }}
 - name: POD_NAME
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
 {{- end -}}
@@ -130,3 +132,31 @@ single pod (the executor and its sidecar worker).
   {{- end }}
 {{- end -}}
 
+
+
+{{/*
+Artifacts in object storage (artifacts.s3.bucket set): RARA_ARTIFACTS, which worker and
+executor both read (rara.artifacts.open_store) when no artifact_root is given, and the
+credentials by reference to a Secret; without one, the pod's identity (web identity token,
+container credentials, instance role). Nothing when the artifacts are on the shared volume.
+*/}}
+{{- define "rara.artifactsEnv" -}}
+{{- with .Values.artifacts.s3 }}{{ if .bucket }}
+- name: RARA_ARTIFACTS
+  value: {{ include "rara.s3Url" . | quote }}
+{{- if .existingSecret }}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom: {secretKeyRef: {name: {{ .existingSecret }}, key: {{ .accessKeyIdKey }}}}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom: {secretKeyRef: {name: {{ .existingSecret }}, key: {{ .secretAccessKeyKey }}}}
+{{- end }}
+{{- end }}{{ end }}
+{{- end -}}
+
+{{/* s3://bucket/prefix?endpoint=…&region=… from artifacts.s3 (no credentials in it). */}}
+{{- define "rara.s3Url" -}}
+{{- $q := list -}}
+{{- if .endpoint }}{{ $q = append $q (printf "endpoint=%s" .endpoint) }}{{ end -}}
+{{- if .region }}{{ $q = append $q (printf "region=%s" .region) }}{{ end -}}
+s3://{{ .bucket }}/{{ .prefix | default "" | trimAll "/" }}{{ if $q }}?{{ join "&" $q }}{{ end }}
+{{- end -}}

@@ -235,3 +235,15 @@ def test_url_refuses_credentials_and_open_store_reads_the_env(
     assert repr(open_store(tmp_path)).startswith("LocalArtifactStore(")  # explicit wins
     with pytest.raises(ValueError, match="unsupported"):
         open_store("gs://bucket")
+
+
+def test_empty_blob_and_a_bucket_without_prefix(s3_env: S3Server, bucket: str) -> None:
+    store = open_store(s3_env.url(bucket))
+    empty = store.put_bytes(b"")
+    assert empty.digest == "sha256:" + hashlib.sha256(b"").hexdigest()
+    assert store.get_bytes(empty) == b""
+    with store.open_writer() as w:
+        pass
+    assert w.ref == empty
+    assert [b.digest for b in store.iter_blobs()] == [empty.digest]
+    assert _keys(s3_env, bucket) == [empty.key, f"touch/{empty.key}"]

@@ -101,5 +101,12 @@ class StepContext(Protocol):
     def save_checkpoint(
         self, state: Mapping[str, JSON], artifact: ArtifactRef | None = None
     ) -> None:
-        """Durably record a checkpoint before returning (blocks until written)."""
+        """Durably record a checkpoint before returning (blocks until written). Async code
+        awaits ``asave_checkpoint`` instead: the loop is never blocked."""
+        ...
+
+    async def asave_checkpoint(
+        self, state: Mapping[str, JSON], artifact: ArtifactRef | None = None
+    ) -> None:
+        """Durably record a checkpoint; returns once it is written."""
         ...

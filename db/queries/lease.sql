@@ -200,7 +200,7 @@ WITH given AS MATERIALIZED (
     SELECT id, attempt, name, digest, size, media_type FROM manifest
     ON CONFLICT (step_id, attempt, name) DO NOTHING
 )
-SELECT id, run_id FROM done;
+SELECT id FROM done;
 
 -- name: step_fail^
 -- Failure, fenced: back to ready after the backoff while attempts remain and the error is

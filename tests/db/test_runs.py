@@ -9,10 +9,11 @@ from typing import Any
 import psycopg
 import pytest
 
-from rara import lifecycle
 from rara.errors import CapabilityUnavailable, InputInvalid, NotFound
-from rara.lifecycle import Fence
 from rara.runs import cancel_run, start_run
+from rara.states import AttemptOutcome, StepStatus
+from rara.worker.dispatch import LeasedStep
+from rara.worker.store import Ending, Fence, end_many
 from rara.worker.testing import lease_now
 from tests.helpers import apply
 
@@ -63,14 +64,20 @@ def test_start_refuses_unserved_capabilities_and_bad_input(conn: psycopg.Connect
     assert conn.execute("SELECT count(*) FROM rara_runs").fetchone() == (0,)
 
 
-def _lease(conn: psycopg.Connection[Any]) -> dict[str, Fence]:
+def _lease(conn: psycopg.Connection[Any]) -> dict[str, LeasedStep]:
     rows = lease_now(conn, ["x@1"], worker="w", limit=100, lease_seconds=60)
-    return {r.key: Fence(r.id, "w", r.lease_token) for r in rows}
+    return {r.key: r for r in rows}
 
 
-async def _with_async(url: str, fn: Any) -> Any:
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
-        return await fn(aconn)
+def _end(url: str, step: LeasedStep, outcome: AttemptOutcome,
+         **ending: Any) -> StepStatus | None:
+    """One attempt's end on the path the worker's batcher takes (``end_many``)."""
+    async def end() -> StepStatus | None:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
+            [status] = await end_many(aconn, [Ending(Fence(step.id, "w", step.lease_token),
+                                                     step.run_id, outcome, **ending)])
+            return status
+    return asyncio.run(end())
 
 
 def _statuses(conn: psycopg.Connection[Any], run_id: int) -> dict[str, str]:
@@ -94,10 +101,8 @@ def test_all_steps_succeed_run_succeeds(conn: psycopg.Connection[Any], database_
     for _ in range(3):  # a, side; then b; then c
         leased = _lease(conn)
         assert _run_status(conn, run) == "running"
-        for fence in leased.values():
-            assert asyncio.run(
-                _with_async(database_url, lambda c, f=fence: lifecycle.complete(c, f, {"ok": True}))
-            )
+        for step in leased.values():
+            assert _end(database_url, step, AttemptOutcome.SUCCEEDED, result={"ok": True})
     assert set(_statuses(conn, run).values()) == {"succeeded"}
     assert _run_status(conn, run) == "succeeded"
 
@@ -108,14 +113,8 @@ def test_terminal_failure_fails_run_and_cancels_dependants(
     apply(conn, "bad", CHAIN)
     run = start_run(conn, "bad", queue_anyway=True).run_id
     leased = _lease(conn)
-    status = asyncio.run(
-        _with_async(
-            database_url,
-            lambda c: lifecycle.fail(
-                c, leased["a"], {"code": "X", "message": "boom"}, retryable=True, jitter=0.0
-            ),
-        )
-    )
+    status = _end(database_url, leased["a"], AttemptOutcome.FAILED,
+                  error={"code": "X", "message": "boom"}, retryable=True, jitter=0.0)
     assert status == "failed"  # maxAttempts 1: retryable but no attempts left
     assert _statuses(conn, run) == {
         "a": "failed",
@@ -124,7 +123,7 @@ def test_terminal_failure_fails_run_and_cancels_dependants(
         "side": "running",
     }
     assert _run_status(conn, run) == "running"  # the independent branch still runs
-    asyncio.run(_with_async(database_url, lambda c: lifecycle.complete(c, leased["side"], None)))
+    _end(database_url, leased["side"], AttemptOutcome.SUCCEEDED, result=None)
     assert _run_status(conn, run) == "failed"
 
 
@@ -145,8 +144,8 @@ def test_cancel_cancels_waiting_steps_and_flags_running(
         "SELECT key FROM rara_steps WHERE run_id = %s AND cancel_requested", (run,)
     ).fetchall()
     assert sorted(k for (k,) in flags) == ["a", "side"]
-    for fence in leased.values():
-        assert asyncio.run(_with_async(database_url, lambda c, f=fence: lifecycle.cancelled(c, f)))
+    for step in leased.values():
+        assert _end(database_url, step, AttemptOutcome.CANCELLED)
     assert _run_status(conn, run) == "cancelled"
     assert not cancel_run(conn, run)  # already ended
 

@@ -8,19 +8,21 @@ from typing import Any
 import psycopg
 from typer.testing import CliRunner
 
-from rara import lifecycle
 from rara.cli.main import app
-from rara.lifecycle import Fence
 from rara.pg.queries import run
 from rara.runs import start_run
+from rara.states import AttemptOutcome, StepStatus
+from rara.worker.store import Ending, Fence, end_many
 from rara.worker.testing import lease_now
 from tests.helpers import apply
 
 
-async def _fail(url: str, fence: Fence) -> str | None:
+async def _fail(url: str, fence: Fence, run_id: int) -> StepStatus | None:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         error = {"code": "HANDLER_ERROR", "message": "tokenizer exploded", "retryable": False}
-        return await lifecycle.fail(conn, fence, error, retryable=False, jitter=0.0)
+        [status] = await end_many(conn, [Ending(fence, run_id, AttemptOutcome.FAILED,
+                                                error=error, retryable=False)])
+        return status
 
 
 def test_status_shows_workers_backlog_and_failures(
@@ -40,7 +42,7 @@ def test_status_shows_workers_backlog_and_failures(
     rows = lease_now(conn, ["embed@1"], worker="gpu-worker-7", limit=1, lease_seconds=60)
     assert [(r.run_id, r.key) for r in rows] == [(failing, "embed")]
     fence = Fence(rows[0].id, "gpu-worker-7", rows[0].lease_token)
-    assert asyncio.run(_fail(database_url, fence)) == "failed"
+    assert asyncio.run(_fail(database_url, fence, failing)) == "failed"
 
     result = CliRunner(env={"DATABASE_URL": database_url, "COLUMNS": "200"}).invoke(app, ["status"])
     assert result.exit_code == 0, result.output

@@ -19,10 +19,12 @@ from kopf.testing import KopfRunner
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from rara.lifecycle import Fence, complete
 from rara.operator.app import build_registry
 from rara.operator.runtime import OperatorConfig
 from rara.runs import cancel_run, start_run
+from rara.states import AttemptOutcome, StepStatus
+from rara.worker.dispatch import LeasedStep
+from rara.worker.store import Ending, Fence, end_many
 from rara.worker.testing import lease_now
 from tests.helpers import apply
 
@@ -37,9 +39,12 @@ MERGE = "application/merge-patch+json"
 DEADLINE = 30.0
 
 
-async def _complete(dsn: str, fence: Fence, result: Any) -> bool:
+async def _complete(dsn: str, step: LeasedStep, worker: str, result: Any) -> bool:
+    """The attempt's success on the path the worker's batcher takes (``end_many``)."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        return await complete(conn, fence, result)
+        ending = Ending(Fence(step.id, worker, step.lease_token), step.run_id,
+                        AttemptOutcome.SUCCEEDED, result=result)
+        return await end_many(conn, [ending]) == [StepStatus.SUCCEEDED]
 
 def measure(line: str) -> None:
     """Report a timing on the real stdout: KopfRunner's click runner swaps sys.stdout."""
@@ -327,7 +332,7 @@ def test_workflow_run_is_started_once_and_mirrored(
         lambda: objects.status("workflowruns", "nightly").get("phase") == "Running",
         what="phase Running",
     )
-    assert asyncio.run(_complete(db.info.dsn, Fence(leased.id, "w1", leased.lease_token), {}))
+    assert asyncio.run(_complete(db.info.dsn, leased, "w1", {}))
     eventually(
         lambda: objects.status("workflowruns", "nightly").get("progress") == "1/2",
         what="progress 1/2",

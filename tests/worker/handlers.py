@@ -139,7 +139,18 @@ def checkpoint_sync(ctx: StepContext) -> Any:
 
 @registry.handler("test.checkpoint_async@1")
 async def checkpoint_async(ctx: StepContext) -> Any:
-    return _checkpointing(ctx)  # save_checkpoint on the loop thread: the synchronous path
+    return _checkpointing(ctx)  # save_checkpoint on the loop thread: queued, never blocking
+
+
+@registry.handler("test.checkpoint_awaited@1")
+async def checkpoint_awaited(ctx: StepContext) -> Any:
+    """The awaitable form: each checkpoint is written when the await returns."""
+    start = int(ctx.checkpoint.state["next"]) if ctx.checkpoint else 0
+    for item in range(start, ctx.input["items"]):
+        if ctx.attempt == 1 and item == ctx.input.get("crash_at"):
+            raise RetryableError(f"crashed at item {item}")
+        await ctx.asave_checkpoint({"next": item + 1})
+    return {"resumed_from": start, "attempt": ctx.attempt}
 
 
 @registry.handler("test.produce@1")

@@ -105,6 +105,21 @@ def test_checkpoints_resume_the_next_attempt(conn: psycopg.Connection[Any],
                            ("sync", 1, 4, 4), ("sync", 2, 2, 2)]
 
 
+def test_awaited_checkpoints_resume_the_next_attempt(conn: psycopg.Connection[Any],
+                                                     thread_worker: Any) -> None:
+    retry = {"maxAttempts": 3, "initialDelay": "10ms", "maxDelay": "10ms"}
+    define(conn, "ackpt", [{"key": "a", "capability": "test.checkpoint_awaited@1",
+                            "retry": retry}])
+    thread_worker()
+    run_id = start(conn, "ackpt", {"items": 6, "crash_at": 4})
+    wait_run(conn, run_id, status="succeeded")
+    assert steps_of(conn, run_id)[0]["result"] == {"resumed_from": 4, "attempt": 2}
+    per_attempt = conn.execute(
+        "SELECT c.attempt, max(c.seq), count(*) FROM rara_checkpoints c GROUP BY 1 ORDER BY 1"
+    ).fetchall()
+    assert per_attempt == [(1, 4, 4), (2, 2, 2)]
+
+
 def test_grpc_steps_are_not_leased_without_a_grpc_executor(conn: psycopg.Connection[Any],
                                                            thread_worker: Any) -> None:
     define(conn, "routed", [{"key": "remote", "capability": "test.echo@1", "executor": "grpc"},

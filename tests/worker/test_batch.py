@@ -1,4 +1,4 @@
-"""The completion batch path: ``rara.lifecycle.end_many`` (many attempts' ends in one
+"""The completion batch path: ``rara.worker.store.end_many`` (many attempts' ends in one
 transaction, each fenced on its own) and the worker's ``CompletionBatcher`` around it."""
 
 from __future__ import annotations
@@ -12,12 +12,10 @@ import psycopg
 import pytest
 from prometheus_client import REGISTRY
 
-from rara import lifecycle
-from rara.lifecycle import Ending, Fence
 from rara.states import AttemptOutcome, StepStatus
 from rara.worker.batcher import CompletionBatcher
 from rara.worker.dispatch import LeasedStep
-from rara.worker.store import WorkerStore
+from rara.worker.store import Ending, Fence, WorkerStore, end_many
 from tests.helpers import wait_for
 from tests.history import check_history
 from tests.worker.conftest import (
@@ -160,7 +158,7 @@ async def test_sibling_batches_in_concurrent_transactions_end_the_run(
 
 async def _end_alone(url: str, ending: Ending) -> list[StepStatus | None]:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as c:
-        return await lifecycle.end_many(c, [ending])
+        return await end_many(c, [ending])
 
 
 async def _until_waiting_on_locks(conn: psycopg.Connection[Any], n: int) -> None:

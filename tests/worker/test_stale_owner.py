@@ -11,9 +11,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from rara.lifecycle import Fence
 from rara.states import AttemptOutcome
-from rara.worker.store import WorkerStore, make_pool
+from rara.worker.store import Ending, Fence, WorkerStore, make_pool
 from tests.helpers import wait_for
 from tests.history import check_history
 from tests.worker.conftest import attempts_of, define, start, steps_of
@@ -60,10 +59,11 @@ async def test_stale_owner_writes_nothing(conn: psycopg.Connection[Any],
     await _until(leased)
     stale = Fence(mine.id, "old-owner", mine.lease_token)
     token = mine.lease_token
-    assert await old.complete(stale, {"late": True}, []) is False
-    assert await old.fail(stale, {"code": "X"}, retryable=True, jitter=0,
-                          outcome=AttemptOutcome.FAILED) is None
-    assert await old.cancelled(stale) is False
+    assert await old.end_many([Ending(stale, run_id, AttemptOutcome.SUCCEEDED,
+                                      result={"late": True})]) == [None]
+    assert await old.end_many([Ending(stale, run_id, AttemptOutcome.FAILED, error={"code": "X"},
+                                      retryable=True, jitter=0)]) == [None]
+    assert await old.end_many([Ending(stale, run_id, AttemptOutcome.CANCELLED)]) == [None]
     assert await old.heartbeat_all(["test.echo@1"], [(mine.id, token)], 30) == {}
     assert await old.write_progress([(mine.id, token, 1, 0.5, "late", {})]) == set()
     assert await old.write_checkpoint(mine.id, token, 1, {"late": True}, None) is False
@@ -73,7 +73,9 @@ async def test_stale_owner_writes_nothing(conn: psycopg.Connection[Any],
     assert conn.execute("SELECT count(*) FROM rara_checkpoints").fetchone() == (0,)
     [step] = steps_of(conn, run_id)
     assert (step["status"], step["leased_by"], step["result"]) == ("running", "new-owner", None)
-    assert await new.complete(Fence(mine.id, "new-owner", taken[0].lease_token), {"ok": 1}, [])
+    assert await new.end_many([Ending(Fence(mine.id, "new-owner", taken[0].lease_token), run_id,
+                                      AttemptOutcome.SUCCEEDED, result={"ok": 1})]) == [
+        "succeeded"]
     first, second = attempts_of(conn, run_id)
     assert (first["outcome"], first["ended_by"]) == ("lease_expired", "reaper:new-owner")
     assert (second["outcome"], second["ended_by"]) == ("succeeded", "new-owner")

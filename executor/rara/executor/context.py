@@ -123,3 +123,10 @@ class ExecutorStepContext:
         written = threading.Event()
         self._outbox.put(pb.ExecuteResponse(checkpoint=event), written)
         written.wait()
+
+    async def asave_checkpoint(
+        self, state: Mapping[str, JSON], artifact: ArtifactRef | None = None
+    ) -> None:
+        # On the job's loop: the event is queued in order, ahead of the verdict, without
+        # blocking the loop that sends it (the sync form's loop-thread path).
+        self.save_checkpoint(state, artifact)

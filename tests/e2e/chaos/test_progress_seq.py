@@ -20,10 +20,10 @@ from uuid import uuid4
 
 import psycopg
 
-from rara.lifecycle import Fence
 from rara.worker.context import AttemptState
 from rara.worker.dispatch import LeasedStep
 from rara.worker.progress import ProgressWriter
+from rara.worker.store import Fence
 
 
 class FlakyStore:

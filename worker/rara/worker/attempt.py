@@ -4,9 +4,11 @@ The supervisor runs the executor in a task and watches it: the per-attempt deadl
 (``timeout`` → TIMEOUT), the heartbeat timeout (no progress or checkpoint for that long →
 HEARTBEAT_TIMEOUT), cancel (cooperative first: ``ctx.cancelled()`` turns true, then the task
 is cancelled after a short grace), lost lease and shutdown. Then exactly one ending is written
-through ``rara.lifecycle`` (fenced): successes, failures and cancels by the worker's completion
-batcher (``rara.worker.batcher``: many attempts per transaction, each fenced on its own, the
-write beyond the reach of a cancelled attempt), a release on its own, shielded:
+through the attempt's ``AttemptIO`` (fenced, ``rara.worker.store``): successes, failures and
+cancels by the worker's completion batcher (``rara.worker.batcher``: many attempts per
+transaction, each fenced on its own, the write beyond the reach of a cancelled attempt), a
+release on its own, shielded. Checkpoints the handler queued and its latest progress land
+first:
 
     handler returned        → complete (result + artifact manifest)
     handler raised          → fail (TerminalError: for good; anything else: retry)
@@ -24,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -33,14 +34,13 @@ import structlog
 
 from rara.context import StepContext, StepOutcome
 from rara.errors import ErrorCode
-from rara.lifecycle import Ending
 from rara.states import AttemptOutcome, StepStatus
+from rara.worker.attempt_io import AttemptIO
 from rara.worker.context import AttemptState, LeaseLost, StopReason
 from rara.worker.dispatch import Executor
 from rara.worker.failures import error_json, is_retryable, timeout_json
 from rara.worker.retry import persist
-from rara.worker.settings import WorkerSettings
-from rara.worker.store import WorkerStore
+from rara.worker.store import Ending
 
 log = structlog.get_logger("rara.worker")
 
@@ -107,15 +107,11 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-Submit = Callable[[Ending], Awaitable[StepStatus | None]]
-
-
 async def supervise(state: AttemptState, executor: Executor, ctx: StepContext,
-                    settings: WorkerSettings, store: WorkerStore,
-                    flush_progress: Callable[[list[AttemptState]], Awaitable[None]],
-                    submit: Submit) -> AttemptEnd:
-    """Run the attempt to its end and write that end (``submit``: the completion batcher).
-    Returns what was written."""
+                    io: AttemptIO) -> AttemptEnd:
+    """Run the attempt to its end and write that end through ``io``. Returns what was
+    written."""
+    settings = io.settings
     step = state.step
     loop = state.loop
     task = loop.create_task(executor.run(ctx, step))
@@ -152,7 +148,7 @@ async def supervise(state: AttemptState, executor: Executor, ctx: StepContext,
     # A hard stop (this task cancelled) cannot cut the final write in half: the ending is
     # written by the completion batcher's flush, one transaction that this task only waits
     # for, and a release runs shielded.
-    return await _end(state, task, reason, settings, store, flush_progress, submit)
+    return await _end(state, task, reason, io)
 
 
 def _bound(state: AttemptState) -> Any:
@@ -163,9 +159,7 @@ def _bound(state: AttemptState) -> Any:
 
 
 async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: StopReason | None,
-               settings: WorkerSettings, store: WorkerStore,
-               flush_progress: Callable[[list[AttemptState]], Awaitable[None]],
-               submit: Submit) -> AttemptEnd:
+               io: AttemptIO) -> AttemptEnd:
     exc: BaseException | None = None
     if not task.done():  # it ignored cancellation: leave it, but never let its error go unseen
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -177,6 +171,14 @@ async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: Sto
     if state.lease_lost or reason is StopReason.LEASE_LOST or isinstance(exc, LeaseLost):
         _bound(state).warning("lease lost; the attempt writes nothing more")
         return LOST
+    if state.queued_checkpoints:  # saved on the loop thread: they land before the end
+        results = await asyncio.gather(*state.queued_checkpoints, return_exceptions=True)
+        if state.lease_lost:
+            return LOST
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if exc is None and failed is not None:  # what a blocking save would have raised
+            exc = failed
+    settings = io.settings
     fence = state.fence
     run_id = state.step.run_id
     # The final write may wait out a database outage, but not forever: once the lease has
@@ -184,20 +186,19 @@ async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: Sto
     patience = max(settings.lease_seconds * 2, 10.0)
     if state.pending_progress is not None:  # the latest progress lands before the end
         try:  # best effort: the end matters more
-            await persist("progress", lambda: flush_progress([state]), give_up_after=patience)
+            await persist("progress", lambda: io.flush_progress(state), give_up_after=patience)
         except Exception as error:
             _bound(state).warning("could not write the final progress", error=str(error))
         if state.lease_lost:
             return LOST
 
     async def ended(outcome: AttemptOutcome, **ending: Any) -> AttemptEnd:
-        status = await submit(Ending(fence, run_id, outcome, jitter=settings.jitter, **ending))
+        status = await io.end(Ending(fence, run_id, outcome, jitter=settings.jitter, **ending))
         return LOST if status is None else AttemptEnd(outcome, status)
 
     async def write() -> AttemptEnd:
         if reason is StopReason.SHUTDOWN:
-            released = await asyncio.shield(state.loop.create_task(
-                store.release([(fence.step_id, fence.token)])))
+            released = await asyncio.shield(state.loop.create_task(io.release(state)))
             return AttemptEnd(AttemptOutcome.RELEASED, StepStatus.READY) if released else LOST
         if state.cancel_requested:
             return await ended(AttemptOutcome.CANCELLED)

@@ -2,7 +2,7 @@
 
 An attempt that ended hands its ``Ending`` to ``submit`` and waits for its answer. One flush
 at a time writes everything queued so far (up to ``max_batch``) through
-``rara.lifecycle.end_many``; whatever ends while a flush is in flight waits for the next one, so
+``rara.worker.store.end_many``; whatever ends while a flush is in flight waits for the next one, so
 under load batches grow by themselves, and an idle worker's lone completion is written at once
 (after ``window`` seconds, 0 by default: just the rest of the current loop iteration).
 
@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
-from rara.lifecycle import Ending
 from rara.states import StepStatus
 from rara.worker.retry import TRANSIENT
+from rara.worker.store import Ending
 
 EndMany = Callable[[Sequence[Ending]], Awaitable[list[StepStatus | None]]]
 

@@ -2,11 +2,19 @@
 behind it.
 
 Everything here is safe from the event loop and from a handler thread: ``progress()`` only
-stores the latest state (the worker's progress loop writes it, coalesced and rate-limited);
-``save_checkpoint()`` blocks until the fenced row is written — from a thread through the
-worker's loop (``run_coroutine_threadsafe``), from the loop thread itself (an async handler)
-through a small synchronous connection, because waiting on the loop from the loop would
-deadlock. A fence that matches nothing marks the lease lost and raises ``LeaseLost``.
+stores the latest state (the worker's progress loop writes it, coalesced and rate-limited).
+Checkpoints are written on the worker's loop, never by a blocking call on it:
+
+- ``await ctx.asave_checkpoint(...)`` (async handlers, the gRPC adapter) returns once the fenced
+  row is written;
+- ``ctx.save_checkpoint(...)`` from a handler thread blocks that thread until then
+  (``run_coroutine_threadsafe``);
+- ``ctx.save_checkpoint(...)`` on the loop thread (an async handler using the sync form) cannot
+  wait without stalling the loop: it queues the write, in order, and returns; the attempt's end
+  waits for every queued write first, so none is lost and none lands after the end.
+
+A fence that matches nothing marks the lease lost and raises ``LeaseLost`` (for a queued write:
+the attempt stops and writes nothing more, as for any lost lease).
 """
 
 from __future__ import annotations
@@ -15,17 +23,20 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rara.artifacts.ref import ArtifactRef
 from rara.context import JSON, ArtifactStoreAPI, Checkpoint
 from rara.errors import RaraError
-from rara.lifecycle import Fence
 from rara.worker.dispatch import LeasedStep
+from rara.worker.store import Fence
+
+if TYPE_CHECKING:
+    from rara.worker.attempt_io import AttemptIO
 
 
 class LeaseLost(RaraError):
@@ -67,6 +78,8 @@ class AttemptState:
     # (a plain future, cheaper than an Event's wait task) is resolved.
     woken: bool = False
     waiter: asyncio.Future[None] | None = None
+    # Checkpoint writes queued by save_checkpoint on the loop thread: the end waits for them.
+    queued_checkpoints: list[asyncio.Task[None]] = field(default_factory=list)
 
     def poke(self) -> None:
         """Wake the attempt's supervisor (from any thread)."""
@@ -99,25 +112,17 @@ def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
         return False
 
 
-CheckpointWriter = Callable[[AttemptState, int, Mapping[str, Any], ArtifactRef | None],
-                            Coroutine[Any, Any, bool]]
-SyncCheckpointWriter = Callable[[AttemptState, int, Mapping[str, Any], ArtifactRef | None], bool]
-
-
 class WorkerStepContext:
     """``rara.context.StepContext`` for an attempt leased by this worker."""
 
-    def __init__(self, state: AttemptState, *, checkpoint: Checkpoint | None,
-                 inputs: Mapping[str, ArtifactRef], artifacts: ArtifactStoreAPI,
-                 write_checkpoint: CheckpointWriter,
-                 write_checkpoint_sync: SyncCheckpointWriter) -> None:
+    def __init__(self, state: AttemptState, io: AttemptIO, artifacts: ArtifactStoreAPI) -> None:
         self._state = state
         self._step = state.step
-        self._checkpoint = checkpoint
-        self._inputs = dict(inputs)
+        # The latest checkpoint and the upstream inputs came with the lease (step_lease).
+        self._checkpoint = state.step.checkpoint
+        self._inputs = dict(state.step.inputs)
         self._artifacts = artifacts
-        self._write = write_checkpoint
-        self._write_sync = write_checkpoint_sync
+        self._io = io
         static = self._step.payload.get("input") or {}
         # The definition's static input, overlaid by the run's input (the run is more specific).
         self._input = {**static, **self._step.run_input}
@@ -181,20 +186,33 @@ class WorkerStepContext:
         self._state.pending_progress = (fraction, message, dict(metrics or {}))
         self._state.last_report = time.monotonic()
 
+    async def asave_checkpoint(self, state: Mapping[str, JSON],
+                               artifact: ArtifactRef | None = None) -> None:
+        """Durably record a checkpoint: returns once the fenced row is written."""
+        s = self._check_owned()
+        await self._written(next(s.checkpoint_seq), state, artifact)
+
     def save_checkpoint(self, state: Mapping[str, JSON],
                         artifact: ArtifactRef | None = None) -> None:
-        s = self._state
-        if s.lease_lost:
-            raise LeaseLost(f"step {self.step_id} attempt {self.attempt} lost its lease")
+        s = self._check_owned()
+        if _on_loop(s.loop):  # never block the loop: queue the write (see the module docstring)
+            write = self._written(next(s.checkpoint_seq), state, artifact)
+            s.queued_checkpoints.append(s.loop.create_task(write))
+            s.last_report = time.monotonic()
+            return
         with self._lock:  # seq order = write order, even with several threads
             seq = next(s.checkpoint_seq)
-            if _on_loop(s.loop):
-                written = self._write_sync(s, seq, state, artifact)
-            else:
-                future = asyncio.run_coroutine_threadsafe(
-                    self._write(s, seq, state, artifact), s.loop)
-                written = future.result()
-        if not written:
+            asyncio.run_coroutine_threadsafe(self._written(seq, state, artifact), s.loop).result()
+
+    def _check_owned(self) -> AttemptState:
+        if self._state.lease_lost:
+            raise LeaseLost(f"step {self.step_id} attempt {self.attempt} lost its lease")
+        return self._state
+
+    async def _written(self, seq: int, state: Mapping[str, JSON],
+                       artifact: ArtifactRef | None) -> None:
+        s = self._state
+        if not await self._io.checkpoint(s, seq, state, artifact):
             s.lose()
             raise LeaseLost(f"step {self.step_id} attempt {self.attempt} lost its lease")
         s.last_report = time.monotonic()

@@ -186,8 +186,7 @@ class _Unreachable(Exception):
 async def _save_checkpoint(ctx: StepContext, checkpoint: pb.JobCheckpoint) -> None:
     state = json.loads(checkpoint.state_json or b"{}")
     artifact = _ref(checkpoint.artifact) if checkpoint.HasField("artifact") else None
-    # save_checkpoint blocks until the fenced row is written; keep the event loop free.
-    await asyncio.to_thread(ctx.save_checkpoint, state, artifact)
+    await ctx.asave_checkpoint(state, artifact)  # on the loop, written before the next event
 
 
 def _outcome(succeeded: pb.JobSucceeded) -> StepOutcome:

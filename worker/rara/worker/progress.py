@@ -1,29 +1,19 @@
-"""Writing what handlers report: progress (coalesced, batched, rate-limited) and checkpoints.
+"""Writing what handlers report: progress, coalesced, batched and rate-limited.
 
 Progress: ``ctx.progress()`` only stores the latest state on the attempt; every
 1/``progress_per_second`` s one statement writes the latest state of every attempt that
 reported (so ≤ 5 rows/s per attempt by default), and the supervisor flushes once more before
 the attempt's end. Each row gets the next per-attempt ``seq``; the statement is fenced per
 attempt and attempts it does not return have lost their lease.
-
-Checkpoints block the handler until written: from a thread through the event loop (the pool),
-from the loop thread through one small synchronous connection (see ``rara.worker.context``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Mapping
-from typing import Any
 
-import psycopg
-from psycopg.types.json import Jsonb
-
-from rara.artifacts.ref import ArtifactRef
-from rara.pg.queries import value
 from rara.worker.context import AttemptState
-from rara.worker.retry import TRANSIENT, persist
+from rara.worker.retry import TRANSIENT
 from rara.worker.store import WorkerStore
 
 
@@ -71,40 +61,3 @@ class ProgressWriter:
         for st, _, _ in batch:
             if st.step.id not in owned:
                 st.lose()
-
-
-class CheckpointWriters:
-    def __init__(self, store: WorkerStore, url: str) -> None:
-        self.store = store
-        self.url = url
-        self._sync: psycopg.Connection[Any] | None = None
-        self._lock = threading.Lock()
-
-    async def write(self, st: AttemptState, seq: int, state: Mapping[str, Any],
-                    ref: ArtifactRef | None) -> bool:
-        return await persist("checkpoint", lambda: self.store.write_checkpoint(
-            st.fence.step_id, st.fence.token, seq, state, ref), give_up_after=30.0)
-
-    def write_sync(self, st: AttemptState, seq: int, state: Mapping[str, Any],
-                   ref: ArtifactRef | None) -> bool:
-        """Blocking write for async handlers (on the loop thread): one short statement."""
-        with self._lock:
-            for attempt in range(2):  # a connection broken by a restart is replaced once
-                try:
-                    if self._sync is None or self._sync.closed:
-                        self._sync = psycopg.connect(self.url, autocommit=True, connect_timeout=5)
-                    return bool(value(
-                        self._sync, "step_checkpoint", bool, step_id=st.fence.step_id,
-                        worker=st.fence.worker, token=st.fence.token, seq=seq,
-                        state=Jsonb(dict(state)), digest=ref.digest if ref else None,
-                        size=ref.size if ref else None))
-                except TRANSIENT:
-                    self.close()
-                    if attempt == 1:
-                        raise
-            raise AssertionError("unreachable")
-
-    def close(self) -> None:
-        if self._sync is not None:
-            self._sync.close()
-            self._sync = None

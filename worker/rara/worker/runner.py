@@ -25,17 +25,17 @@ import structlog
 
 from rara import metrics
 from rara.artifacts import open_store
-from rara.lifecycle import Fence
 from rara.worker.attempt import ABANDONED, AttemptEnd, Unwritten, supervise
+from rara.worker.attempt_io import AttemptIO
 from rara.worker.batcher import CompletionBatcher
 from rara.worker.context import AttemptState, StopReason, WorkerStepContext
 from rara.worker.dispatch import Executor, LeasedStep
 from rara.worker.lease_cursor import LeaseCursors
 from rara.worker.listener import listen
-from rara.worker.progress import CheckpointWriters, ProgressWriter
+from rara.worker.progress import ProgressWriter
 from rara.worker.retry import TRANSIENT, Backoff, persist
 from rara.worker.settings import WorkerSettings
-from rara.worker.store import WorkerStore, make_pool
+from rara.worker.store import Fence, WorkerStore, make_pool
 
 log = structlog.get_logger("rara.worker")
 
@@ -56,7 +56,7 @@ class Worker:
                                          window=settings.completion_window_seconds)
         self.metrics = _Metrics()
         self.progress = ProgressWriter(self.store, self.attempts)
-        self.checkpoints = CheckpointWriters(self.store, url)
+        self.io = AttemptIO(self.store, self.batcher, self.progress, settings)
         # A directory or s3://… (rara.artifacts.location): artifact_root when set, else
         # RARA_ARTIFACTS, else .rara/artifacts.
         self.artifacts = open_store(settings.artifact_root
@@ -117,7 +117,6 @@ class Worker:
                 await asyncio.shield(persist("stop", self.store.stop, give_up_after=5.0))
             except Exception as exc:  # the row ages out by its heartbeat anyway
                 self.log.warning("could not mark the worker stopped", error=str(exc))
-            self.checkpoints.close()
             await self.store.close()
             await self.pool.close()
             self.log.info("worker stopped")
@@ -250,12 +249,8 @@ class Worker:
     async def _run_attempt(self, state: AttemptState) -> AttemptEnd:
         step = state.step
         executor = self.executors[step.executor]
-        # The latest checkpoint and the upstream inputs came with the lease (step_lease).
-        ctx = WorkerStepContext(state, checkpoint=step.checkpoint, inputs=step.inputs,
-                                artifacts=self.artifacts, write_checkpoint=self.checkpoints.write,
-                                write_checkpoint_sync=self.checkpoints.write_sync)
-        return await supervise(state, executor, ctx, self.settings, self.store,
-                               self.progress.flush, self.batcher.submit)
+        ctx = WorkerStepContext(state, self.io, self.artifacts)
+        return await supervise(state, executor, ctx, self.io)
 
     # -- keeping leases -------------------------------------------------------------------
 

@@ -1,15 +1,30 @@
-"""The worker's database access: the named queries it runs, over a connection pool.
+"""The one home of every fenced write of an attempt: lease, heartbeat, progress, checkpoint,
+end (success, failure, cancel), release and reap — the statements of db/queries/lease.sql,
+here and nowhere else. Production and tests take the same path: the module's functions run
+on a connection, one transaction each (``end_many``, ``release``, ``reap``, ``lease``), and
+``WorkerStore`` runs them on the worker's connections.
 
-Why a pool (psycopg_pool) and not one connection per loop: attempts end concurrently (one
-short transaction each) while heartbeats, leases and the reaper run beside them; the pool
-shares a few connections among all of them, and after a server restart it replaces broken
-connections by itself (a connection given back in a bad state is discarded, new ones are made
-on demand). So the loops only need to catch ``psycopg.OperationalError`` (``PoolTimeout`` is
-one) and retry the statement. The LISTEN connection is separate (``rara.worker.listener``).
+Every write after the lease is conditioned on its ``Fence`` (id, leased_by, lease_token,
+status = running); an empty or ``None`` answer means the fence matched nothing: the caller no
+longer owns the lease and must write nothing more for the attempt. An end lands with its
+consequences in one transaction: dependants unblocked (or, after a final failure, cancelled)
+and the run's status aggregated.
+
+``end_many`` ends many attempts of one worker in one transaction (the completion batcher):
+each step is fenced on its own, so a lost lease in a batch affects only that step, and the runs
+touched are aggregated once, in run id order, after every step row was written.
+
+Why a pool (psycopg_pool) and not one connection per loop: attempts end concurrently while
+heartbeats, leases and the reaper run beside them; the pool shares a few connections among
+them, and after a server restart it replaces broken connections by itself. So the loops only
+need to catch ``psycopg.OperationalError`` (``PoolTimeout`` is one) and retry. The two hot
+paths, leases and the batcher's flushes, have a connection each (``HOT_PATH_SESSION``); the
+LISTEN connection is separate (``rara.worker.listener``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,15 +35,17 @@ from psycopg.rows import class_row, scalar_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
-from rara import lifecycle
 from rara.artifacts.ref import ArtifactRef
+from rara.pg import runs as run_sql
 from rara.pg import steps as step_sql
-from rara.pg.queries import amany, avalue, sql
-from rara.states import AttemptOutcome, StepStatus
+from rara.pg.queries import amany, aone, avalue, sql
+from rara.states import AttemptOutcome, StepStatus, check_step_transition
 from rara.worker.dispatch import LEASED, LeasedStep
 
-Pool = AsyncConnectionPool[psycopg.AsyncConnection[Any]]
+AsyncConn = psycopg.AsyncConnection[Any]
+Pool = AsyncConnectionPool[AsyncConn]
 Pairs = Sequence[tuple[str, str]]  # (capability, executor kind)
+Cursors = Mapping[str, Sequence[Any] | None]  # the lease cursors' parameters (LeaseCursors.after)
 
 
 def make_pool(url: str, size: int) -> Pool:
@@ -47,17 +64,165 @@ HOT_PATH_SESSION: dict[str, Any] = {
 
 
 @dataclass(frozen=True, slots=True)
+class Fence:
+    """Who owns an attempt: every write after the lease is conditioned on it."""
+
+    step_id: int
+    worker: str
+    token: UUID
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """One attempt's end, for ``end_many``, by its outcome: ``SUCCEEDED`` (result, artifact
+    manifest), ``FAILED`` or ``TIMED_OUT`` (error, retryable, jitter) or ``CANCELLED``.
+    ``run_id`` is the step's run (known from the lease), aggregated in the same transaction."""
+
+    fence: Fence
+    run_id: int
+    outcome: AttemptOutcome
+    result: Any = None
+    artifacts: Sequence[Mapping[str, Any]] = ()
+    error: Mapping[str, Any] | None = None
+    retryable: bool = True
+    jitter: float = 0.0
+
+    def __post_init__(self) -> None:
+        outcome = AttemptOutcome(self.outcome)
+        if outcome not in _ENDINGS:
+            raise ValueError(f"an attempt cannot end as {outcome}")
+        object.__setattr__(self, "outcome", outcome)
+
+
+# What an attempt's own end may record (released and lease_expired are not endings of its own).
+_ENDINGS = frozenset({AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED, AttemptOutcome.TIMED_OUT,
+                      AttemptOutcome.CANCELLED})
+
+
+async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[StepStatus | None]:
+    """End many attempts (all fenced by one worker) in one transaction.
+
+    Per ending, in order, the step's status after it: ``SUCCEEDED``, ``READY`` (retry after
+    backoff), ``FAILED``, ``CANCELLED``, or ``None`` when its fence matched nothing (lease lost:
+    nothing was written for that step). Successes are one statement; failures and cancels
+    (rare) one each; then the runs are locked in id order (always the last locks taken, see
+    run_lock_many) and aggregated by one statement whose snapshot follows the locks. Errors roll
+    the whole batch back.
+    """
+    if not endings:
+        return []
+    worker = endings[0].fence.worker
+    if any(e.fence.worker != worker for e in endings):
+        raise ValueError("end_many: every ending must be fenced by the same worker")
+    answers: list[StepStatus | None] = [None] * len(endings)
+    wins = [i for i, e in enumerate(endings) if e.outcome is AttemptOutcome.SUCCEEDED]
+    rest = [i for i, e in enumerate(endings) if e.outcome is not AttemptOutcome.SUCCEEDED]
+    run_ids = sorted({e.run_id for e in endings})
+    complete = {"worker": worker, "endings": _successes_json(
+        [(endings[i].fence, endings[i].result, endings[i].artifacts) for i in wins])}
+    if not rest:
+        # Only successes (the common case): nothing depends on an answer before the commit, so
+        # the whole transaction goes in one round trip (pipeline mode).
+        async with conn.pipeline(), conn.transaction():
+            cur = conn.cursor(row_factory=scalar_row)  # the first column: the step id
+            await cur.execute(sql("step_complete_many"), complete)
+            await run_sql.aggregate(conn, run_ids)
+        done = set(await cur.fetchall())
+        return [StepStatus.SUCCEEDED if e.fence.step_id in done else None for e in endings]
+    async with conn.transaction():
+        if wins:
+            done = set(await amany(conn, "step_complete_many", scalar_row, **complete))
+            for i in wins:
+                if endings[i].fence.step_id in done:
+                    answers[i] = StepStatus.SUCCEEDED
+        for i in rest:
+            e = endings[i]
+            if e.outcome is AttemptOutcome.CANCELLED:
+                row = await aone(conn, "step_cancel", class_row(Ended), step_id=e.fence.step_id,
+                                 worker=worker, token=e.fence.token)
+                answers[i] = None if row is None else row.status
+                continue
+            row = await aone(conn, "step_fail", class_row(Ended), step_id=e.fence.step_id,
+                             worker=worker, token=e.fence.token, error=Jsonb(dict(e.error or {})),
+                             retryable=e.retryable, jitter=e.jitter, outcome=e.outcome)
+            if row is not None:
+                if row.status is StepStatus.FAILED:
+                    await step_sql.cancel_dependants(conn, row.run_id, row.key)
+                answers[i] = row.status
+        await run_sql.aggregate(conn, run_ids)
+    return answers
+
+
+def _successes_json(wins: Sequence[tuple[Fence, Any, Sequence[Mapping[str, Any]]]]) -> str:
+    """(fence, result, artifact manifest) of successes as the one JSON array step_complete_many
+    reads: one C-encoded ``json.dumps`` for the whole batch (per-element dumping of typed arrays
+    was a measured hot spot)."""
+    return json.dumps([
+        {"id": fence.step_id, "token": str(fence.token), "result": result,
+         **({"manifest": list(artifacts)} if artifacts else {})}
+        for fence, result, artifacts in wins], allow_nan=False, separators=(",", ":"))
+
+
+
+async def lease(conn: AsyncConn, worker: str, pairs: Pairs, limit: int, lease_seconds: float,
+                after: Cursors | None = None) -> list[LeasedStep]:
+    """Lease up to ``limit`` steps of ``pairs`` (step_lease); ``after``: the per-pair cursors
+    (``LeaseCursors.after``), None to scan every range from the start."""
+    if after is None:  # NULL arrays: unnest pads them with NULLs
+        after = {"after_ranks": None, "after_ats": None, "after_ids": None}
+    async with conn.cursor(row_factory=LEASED) as cur:
+        await cur.execute(sql("step_lease"), {
+            "capabilities": [c for c, _ in pairs], "executors": [e for _, e in pairs],
+            "limit": limit, "worker": worker, "lease_seconds": lease_seconds, **after})
+        return await cur.fetchall()
+
+
+async def release(conn: AsyncConn, worker: str, leases: Sequence[tuple[int, UUID]]) -> list[int]:
+    """Give leases back on graceful shutdown; returns the step ids released."""
+    if not leases:
+        return []
+    async with conn.transaction():
+        return await amany(conn, "step_release_many", scalar_row, worker=worker,
+                           step_ids=[s for s, _ in leases], tokens=[t for _, t in leases])
+
+
+async def reap(conn: AsyncConn, worker: str, *, limit: int,
+               jitter: float) -> list[tuple[int, StepStatus]]:
+    """Recover expired leases (bounded batch); returns (step id, new status) pairs."""
+    async with conn.transaction():
+        rows = await amany(conn, "step_reap_expired", class_row(Ended), worker=worker,
+                           limit=limit, jitter=jitter)
+        # Runs in id order: two reapers locking the same runs (run_lock_many) never wait in a cycle.
+        for row in sorted(rows, key=lambda r: r.run_id):
+            if row.status is StepStatus.FAILED:
+                await step_sql.cancel_dependants(conn, row.run_id, row.key)
+                await run_sql.aggregate(conn, [row.run_id])
+        return [(r.id, r.status) for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A step whose attempt a fenced end matched (step_fail, step_cancel, step_reap_expired):
+    its run, key and new status (a legal move from running: checked against rara.states)."""
+
+    id: int
+    run_id: int
+    key: str
+    status: StepStatus
+
+    def __post_init__(self) -> None:
+        status = StepStatus(self.status)
+        check_step_transition(StepStatus.RUNNING, status)
+        object.__setattr__(self, "status", status)
+
+
+
+@dataclass(frozen=True, slots=True)
 class HeldLease:
     """A row of ``step_heartbeat``: a lease still held, and whether cancel was asked."""
 
     id: int
     cancel_requested: bool
-
-
-async def _lease(conn: psycopg.AsyncConnection[Any], params: dict[str, Any]) -> list[LeasedStep]:
-    async with conn.cursor(row_factory=LEASED) as cur:
-        await cur.execute(sql("step_lease"), params)
-        return await cur.fetchall()
 
 
 class _OwnConnection:
@@ -81,7 +246,7 @@ class _OwnConnection:
 
 
 class WorkerStore:
-    """The worker's statements, over the pool.
+    """The module's fenced writes (and the worker's own row) on the worker's connections.
 
     ``own_url``: the two hot paths — leases and the completion batcher's flushes, each
     sequential — get a connection of their own instead, so they overlap each other and no pool
@@ -105,19 +270,14 @@ class WorkerStore:
                 await own.close()
 
     async def lease(self, pairs: Pairs, limit: int, lease_seconds: float,
-                    after: Mapping[str, Sequence[Any] | None] | None = None
-                    ) -> list[LeasedStep]:
-        """Lease up to ``limit`` steps; ``after``: the per-pair cursors
-        (``LeaseCursors.after``), None to scan every range from the start."""
-        if after is None:  # NULL arrays: unnest pads them with NULLs
-            after = {"after_ranks": None, "after_ats": None, "after_ids": None}
-        params = {"capabilities": [c for c, _ in pairs], "executors": [e for _, e in pairs],
-                  "limit": limit, "worker": self.worker, "lease_seconds": lease_seconds, **after}
+                    after: Cursors | None = None) -> list[LeasedStep]:
+        """``lease`` on the lease loop's own connection (the pool's without one)."""
         if self._lease_conn is None:
             async with self.pool.connection() as conn:
-                return await _lease(conn, params)
+                return await lease(conn, self.worker, pairs, limit, lease_seconds, after)
         try:
-            return await _lease(await self._lease_conn.get(), params)
+            return await lease(await self._lease_conn.get(), self.worker, pairs, limit,
+                               lease_seconds, after)
         except psycopg.OperationalError:
             await self._lease_conn.close()  # a new connection next time
             raise
@@ -155,41 +315,26 @@ class WorkerStore:
                 seq=seq, state=Jsonb(dict(state)), digest=ref.digest if ref else None,
                 size=ref.size if ref else None))
 
-    # -- the end of an attempt: rara.lifecycle, one transaction each --------------------------
+    # -- the end of an attempt: one transaction each ---------------------------------------
 
-    async def complete(self, fence: lifecycle.Fence, result: Any,
-                       artifacts: Sequence[Mapping[str, Any]]) -> bool:
-        async with self.pool.connection() as conn:
-            return await lifecycle.complete(conn, fence, result, artifacts)
-
-    async def end_many(self, endings: Sequence[lifecycle.Ending]) -> list[StepStatus | None]:
-        """Many attempts' ends in one transaction (the completion batcher's flush)."""
+    async def end_many(self, endings: Sequence[Ending]) -> list[StepStatus | None]:
+        """``end_many`` on the batcher's own connection (the completion batcher's flush)."""
         if self._end_conn is None:
             async with self.pool.connection() as conn:
-                return await lifecycle.end_many(conn, endings)
+                return await end_many(conn, endings)
         try:
-            return await lifecycle.end_many(await self._end_conn.get(), endings)
+            return await end_many(await self._end_conn.get(), endings)
         except psycopg.OperationalError:
             await self._end_conn.close()  # a new connection next time
             raise
 
-    async def fail(self, fence: lifecycle.Fence, error: Mapping[str, Any], *, retryable: bool,
-                   jitter: float, outcome: AttemptOutcome) -> StepStatus | None:
-        async with self.pool.connection() as conn:
-            return await lifecycle.fail(conn, fence, error, retryable=retryable, jitter=jitter,
-                                        outcome=outcome)
-
-    async def cancelled(self, fence: lifecycle.Fence) -> bool:
-        async with self.pool.connection() as conn:
-            return await lifecycle.cancelled(conn, fence)
-
     async def release(self, leases: Sequence[tuple[int, UUID]]) -> list[int]:
         async with self.pool.connection() as conn:
-            return await lifecycle.release(conn, self.worker, leases)
+            return await release(conn, self.worker, leases)
 
     async def reap(self, limit: int, jitter: float) -> list[tuple[int, StepStatus]]:
         async with self.pool.connection() as conn:
-            return await lifecycle.reap(conn, self.worker, limit=limit, jitter=jitter)
+            return await reap(conn, self.worker, limit=limit, jitter=jitter)
 
     # -- the worker's own row -------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import typer
@@ -9,10 +10,13 @@ from rich.table import Table
 
 from rara.cli.common import console, parse_json_object_arg, reports_errors
 from rara.client import Client, RunView
+from rara.errors import CapabilityUnavailable
 from rara.runs import MAX_INPUT_BYTES
 from rara.states import RunStatus
 
 app = typer.Typer(help="Runs of workflow definitions.", no_args_is_help=True)
+
+WORKER_POLL_SECONDS = 0.2  # --wait-for-workers: how often to ask again (a CLI, not a hot path)
 
 
 @app.command()
@@ -29,17 +33,27 @@ def start(
     ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print only the run id "
                                         "(run=$(rara runs start … -q))")] = False,
+    wait_for_workers: Annotated[float, typer.Option(
+        help="seconds to wait for a live worker to serve every capability (workers started "
+             "just before, as in a script)", min=0)] = 0,
 ) -> None:
     """Start a run (refused when no live worker serves one of its capabilities)."""
-    started = Client().start_run(
-        definition,
-        version=version,
-        # The file cap only stops a huge file being read whole; the input limit itself is
-        # checked on the compact JSON by start_run.
-        input=parse_json_object_arg(input, "--input", max_bytes=4 * MAX_INPUT_BYTES),
-        idempotency_key=idempotency_key,
-        queue_anyway=queue_anyway,
-    )
+    client = Client()
+    # The file cap only stops a huge file being read whole; the input limit itself is checked
+    # on the compact JSON by start_run.
+    run_input = parse_json_object_arg(input, "--input", max_bytes=4 * MAX_INPUT_BYTES)
+    deadline = time.monotonic() + wait_for_workers
+    while True:
+        try:
+            started = client.start_run(definition, version=version, input=run_input,
+                                       idempotency_key=idempotency_key,
+                                       queue_anyway=queue_anyway)
+            break
+        except CapabilityUnavailable:
+            # Nothing was inserted; a worker registers its capabilities as it starts.
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(WORKER_POLL_SECONDS)
     if quiet:
         console.print(started.run_id)
         return
@@ -102,14 +116,7 @@ def show(
     client = Client()
     print_run(client.get_run(run_id))
     if artifacts:
-        table = Table("step", "artifact", "digest", "size", "media type")
-        for art in client.run_artifacts(run_id):
-            # The digest whole, never cut: it is what `rara artifacts get` and scripts take.
-            table.add_row(art["key"], art["name"], art["digest"], str(art["size"]),
-                          art["media_type"])
-        table.columns[2].no_wrap = True
-        table.columns[2].overflow = "ignore"
-        console.print(table)
+        print_artifacts(client.run_artifacts(run_id))
     if attempts:
         table = Table("step", "attempt", "worker", "outcome", "started", "ended", "error")
         for a in client.run_attempts(run_id):
@@ -125,6 +132,24 @@ def show(
         console.print(table)
     if events:
         print_events(client.run_events(run_id))
+
+
+# A digest is 71 characters: with step, name, size and type a table needs this much room.
+ARTIFACT_TABLE_WIDTH = 140
+
+
+def print_artifacts(artifacts: list[dict[str, Any]]) -> None:
+    """Each artifact with its whole digest: what `rara artifacts get` and scripts take."""
+    if console.is_terminal and console.width >= ARTIFACT_TABLE_WIDTH:
+        table = Table("step", "artifact", "digest", "size", "media type")
+        for art in artifacts:
+            table.add_row(art["key"], art["name"], art["digest"], str(art["size"]),
+                          art["media_type"])
+        console.print(table)
+        return
+    for art in artifacts:
+        console.print(f"{art['key']}/{art['name']} {art['digest']} {art['size']}B "
+                      f"{art['media_type']}", highlight=False, markup=False, soft_wrap=True)
 
 
 # Eight columns need this much room; narrower (or in a pipe) each event is one plain line.

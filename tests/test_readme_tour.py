@@ -1,0 +1,74 @@
+"""The README's CLI tour, run as written: the first ```bash block under "A five-minute tour",
+in a fresh folder (its own embedded PostgreSQL and artifacts) with the repository's virtual
+environment and examples, so the documentation cannot drift from what the commands do."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TOUR_HEADING = "## A five-minute tour of the CLI"
+EXECUTOR_PORT = 50051  # the address the tour gives the executor and the worker
+
+
+def tour_script() -> str:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index(TOUR_HEADING):]
+    match = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
+    assert match, "the tour's ```bash block is missing"
+    return match.group(1)
+
+
+def test_the_tour_block_is_found_and_uses_no_guessed_ids() -> None:
+    script = tour_script()
+    assert "rara runs start" in script
+    assert not re.search(r"rara runs \w+ \d+", script), "run ids come from `runs start -q`"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_readme_tour_runs_as_written(tmp_path: Path) -> None:
+    if not (ROOT / ".venv" / "bin" / "activate").exists():
+        pytest.skip("no .venv: the tour starts with `source .venv/bin/activate` (make setup)")
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", EXECUTOR_PORT))
+        except OSError:
+            pytest.fail(f"127.0.0.1:{EXECUTOR_PORT}, the tour's executor address, is in use")
+    work = tmp_path / "tour"
+    (work / "examples").mkdir(parents=True)
+    shutil.copy(ROOT / "examples" / "rag-refresh.yaml", work / "examples")
+    (work / ".venv").symlink_to(ROOT / ".venv")
+    script = work / "tour.sh"
+    script.write_text("set -euo pipefail\n" + tour_script())
+    env = {k: v for k, v in os.environ.items()
+           if k != "DATABASE_URL" and not k.startswith(("RARA_", "PYTHON", "VIRTUAL_ENV"))}
+    proc = subprocess.Popen(["bash", str(script)], cwd=work, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=840)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        subprocess.run([str(ROOT / ".venv" / "bin" / "rara"), "db", "down"], cwd=work, env=env,
+                       capture_output=True, timeout=60, check=False)
+    print(output)  # kept in the test's output: what a person sees, in a pipe
+    assert proc.returncode == 0, output
+    assert "rag-refresh version 1 sha256:" in output
+    assert "(created)" in output
+    assert "(unchanged)" in output
+    for step in ("collect", "clean", "index", "evaluate", "adapt"):
+        assert re.search(rf"^{step} succeeded", output, re.MULTILINE), f"{step}:\n{output}"
+    # `runs show --artifacts` in a pipe: one line per artifact, its digest whole.
+    assert re.search(r"^adapt/\S+ sha256:[0-9a-f]{64} \d+B ", output, re.MULTILINE), output
+    assert "(existing run for this key)" in output
+    assert "had already ended" in output

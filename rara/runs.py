@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from rara.definitions.inputs import check_run_input
 from rara.definitions.model import WorkflowSpec
 from rara.definitions.parse import spec_from_object
 from rara.errors import CapabilityUnavailable, InputInvalid, NotFound, RaraError
@@ -82,14 +83,18 @@ def _start(
     queue_anyway: bool,
 ) -> StartedRun:
     digest = _DIGEST_HINTS.get((definition, version))
-    steps = _STEP_ROWS.get(digest) if digest is not None else None
+    prepared = _STEP_ROWS.get(digest) if digest is not None else None
     for _ in range(2):
+        if prepared is not None:
+            # The input against the schemas of the very spec the statement inserts only if
+            # its digest is still current: nothing starts that its steps would refuse.
+            check_run_input(run_input, prepared.input_schemas)
         row = run_sql.start(
             conn,
             name=definition,
             version=version,
-            digest=digest if steps is not None else None,
-            steps=steps,
+            digest=digest if prepared is not None else None,
+            steps=None if prepared is None else prepared.steps,
             input=run_input,
             idempotency_key=idempotency_key,
             check_capabilities=not queue_anyway,
@@ -104,7 +109,7 @@ def _start(
             return _started(conn, row.run_id, row.missing, idempotency_key)
         # Unknown or stale digest: nothing was inserted; build the steps and go again.
         digest = row.digest
-        steps = _remember(definition, version, digest, row.spec)
+        prepared = _remember(definition, version, digest, row.spec)
     # Only a version applied between our two calls (latest wanted) gets here.
     raise RaraError(f"workflow definition {definition} changed while starting a run; try again")
 
@@ -132,24 +137,35 @@ def _started(
 # Step rows by spec digest, and the digest last seen per (name, version). The digest hashes
 # the spec's content, so a cached entry is right for any database this process talks to (tests
 # clone databases whose version ids repeat with other specs); a stale hint costs one call more.
-_STEP_ROWS: dict[str, list[dict[str, Any]]] = {}
+@dataclass(frozen=True)
+class _Prepared:
+    """What starting a run of one spec needs: its step rows (as run_start reads them) and, per
+    step that declares one, the JSON Schema of the run input it reads."""
+
+    steps: list[dict[str, Any]]
+    input_schemas: list[tuple[str, dict[str, Any]]]
+
+
+_STEP_ROWS: dict[str, _Prepared] = {}
 _DIGEST_HINTS: dict[tuple[str, int | None], str] = {}
 _CACHE_LIMIT = 512  # entries per map; the oldest goes first (a process sees few definitions)
 _CACHE_LOCK = threading.Lock()  # writers only: dict reads are atomic
 
 
-def _remember(
-    definition: str, version: int | None, digest: str, spec_json: Any
-) -> list[dict[str, Any]]:
-    """The step rows of the spec with this digest (parsed unless cached: only the hint was
-    stale), cached with the hint for the next start of (definition, version)."""
-    steps = _STEP_ROWS.get(digest)
-    if steps is None:
-        steps = _step_rows(spec_from_object(spec_json))
+def _remember(definition: str, version: int | None, digest: str, spec_json: Any) -> _Prepared:
+    """The step rows and input schemas of the spec with this digest (parsed unless cached:
+    only the hint was stale), cached with the hint for the next start of (definition, version)."""
+    prepared = _STEP_ROWS.get(digest)
+    if prepared is None:
+        spec = spec_from_object(spec_json)
+        prepared = _Prepared(
+            _step_rows(spec),
+            [(s.key, s.input_schema) for s in spec.steps if s.input_schema is not None],
+        )
     with _CACHE_LOCK:
-        _put(_STEP_ROWS, digest, steps)
+        _put(_STEP_ROWS, digest, prepared)
         _put(_DIGEST_HINTS, (definition, version), digest)
-    return steps
+    return prepared
 
 
 def _put(cache: dict[_K, _V], key: _K, value: _V) -> None:

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
 import pytest
 
+from rara import runs
 from rara.definitions.inputs import check_run_input
 from rara.definitions.parse import canonical_spec, definition_from_object, spec_digest
 from rara.errors import DefinitionInvalid, InputInvalid
+from rara.runs import start_run
+from tests.helpers import apply
 
 LIMIT = {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1}}}
 
@@ -66,3 +70,18 @@ def test_specs_without_a_schema_keep_their_digest() -> None:
 def test_kubernetes_status_is_accepted_and_ignored() -> None:
     with_status = definition_from_object({**document(), "status": {"version": 3}})
     assert with_status.spec == definition_from_object(document()).spec
+
+
+def test_a_run_whose_input_a_step_refuses_never_starts(conn: psycopg.Connection[Any]) -> None:
+    apply(conn, "typed", [{"key": "collect", "capability": "corpus.collect@1",
+                           "inputSchema": LIMIT}])
+    for attempt in range(2):  # a process that has not seen the spec yet, then one that has
+        if attempt == 0:
+            runs._STEP_ROWS.clear()
+            runs._DIGEST_HINTS.clear()
+        with pytest.raises(InputInvalid, match=r"input\.limit: -1 is less than the minimum of 1 "
+                                               r"\(input of step 'collect'\)"):
+            start_run(conn, "typed", input={"limit": -1}, queue_anyway=True)
+    row = conn.execute("SELECT count(*) FROM rara_runs").fetchone()
+    assert row == (0,), "nothing was written"
+    assert start_run(conn, "typed", input={"limit": 3}, queue_anyway=True).created

@@ -13,22 +13,27 @@ import asyncio
 import contextvars
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, Protocol
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
-from psycopg.rows import kwargs_row
+import psycopg
+from psycopg.rows import RowMaker
 
 from rara.artifacts.ref import ArtifactRef
 from rara.context import Checkpoint, StepContext, StepOutcome
 from rara.worker.registry import Registry
 
+if TYPE_CHECKING:
+    from psycopg._cursor_base import BaseCursor
+
 
 @dataclass(frozen=True, slots=True)
 class LeasedStep:
     """One attempt as leased: a row of ``step_lease``, whose columns are these fields' names
-    (``from_columns`` builds it from them, see ``LEASED``)."""
+    (the row factory ``LEASED`` builds it from them)."""
 
     id: int
     run_id: int
@@ -54,16 +59,31 @@ class LeasedStep:
     rank: int = 0
     available_at: datetime | None = None
 
-    @classmethod
-    def from_columns(cls, *, checkpoint: Mapping[str, Any] | None,
-                     inputs: Sequence[Mapping[str, Any]] | None, **columns: Any) -> LeasedStep:
-        """From ``step_lease``'s columns by name; the checkpoint and inputs come as JSON."""
-        return cls(**columns, checkpoint=checkpoint_from_json(checkpoint),
-                   inputs=inputs_from_rows(inputs) if inputs else {})
+
+# LeasedStep's fields up to leased_at: plain columns of step_lease, taken as they are.
+_PLAIN = tuple(f.name for f in fields(LeasedStep))[:15]
 
 
-# The row factory of step_lease: each row becomes a LeasedStep, by column name.
-LEASED = kwargs_row(LeasedStep.from_columns)
+def LEASED(cursor: BaseCursor[Any, Any]) -> RowMaker[LeasedStep]:
+    """The row factory of step_lease: each row becomes a LeasedStep, its columns found by name
+    once per result (a missing column is a KeyError naming it; an added one is ignored), then
+    taken by a C getter: psycopg's kwargs_row cost three times as much per leased step."""
+    description = cursor.description
+    if description is None:
+        raise psycopg.ProgrammingError("step_lease returned no rows to read")
+    at = {column.name: i for i, column in enumerate(description)}
+    plain = itemgetter(*(at[name] for name in _PLAIN))
+    checkpoint, inputs, rank, available_at = (at["checkpoint"], at["inputs"], at["rank"],
+                                              at["available_at"])
+
+    def make(values: Sequence[Any]) -> LeasedStep:
+        found = values[inputs]
+        return LeasedStep(*plain(values),  # type: ignore[misc]  # the 15 fields up to leased_at
+                          checkpoint=checkpoint_from_json(values[checkpoint]),
+                          inputs=inputs_from_rows(found) if found else {},
+                          rank=values[rank], available_at=values[available_at])
+
+    return make
 
 
 def checkpoint_from_json(value: Mapping[str, Any] | None) -> Checkpoint | None:

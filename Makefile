@@ -57,7 +57,7 @@ lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, gener
 crds: ## copy crds/ into the chart (charts/rara/crds is never edited by hand)
 	charts/crds.sh
 
-proto: setup ## regenerate rara/v1 from api/proto (never edit generated code)
+proto: setup ## regenerate rara/v1 (Python) and api/gen/go/rara/v1 (Go) from api/proto (never edit generated code)
 	api/gen.sh
 
 schema: setup ## regenerate db/schema.sql from db/migrations (a fresh database, pg_dump)

@@ -33,7 +33,7 @@ for p in $(pgrep -f "containerd-shim.*${DOCKER_RUN}" || true); do kill -KILL "$p
 stop_pid "${DOCKER_RUN}/containerd.pid" containerd
 
 # Mounts under the engine's roots (overlay2 layers, netns files, shm), deepest first.
-grep -E " (${DOCKER_DATA}|${DOCKER_RUN})[/ ]" /proc/self/mounts | awk '{print $2}' | sort -r \
+{ grep -E " (${DOCKER_DATA}|${DOCKER_RUN})[/ ]" /proc/self/mounts || true; } | awk '{print $2}' | sort -r \
   | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 
 # iptables: dockerd's chains (DOCKER*, and what it jumps to them) and our own FORWARD rules
@@ -45,7 +45,7 @@ clean_table() {  # TOOL TABLE
     | grep -vE '^-A DOCKER' | while read -r rule; do
       # shellcheck disable=SC2086
       eval "${tool} -t ${table} ${rule/-A/-D}" 2>/dev/null || true
-    done
+    done || true   # (grep finding nothing to delete is no error)
   for chain in $("${tool}" -t "${table}" -S 2>/dev/null | sed -n 's/^-N \(DOCKER[A-Z0-9-]*\)$/\1/p'); do
     "${tool}" -t "${table}" -F "${chain}" 2>/dev/null || true
   done
@@ -77,6 +77,16 @@ if [[ -d "${STATE}" ]]; then
     [[ -n "$k" ]] || continue
     [[ "$(sysctl -n "$k" 2>/dev/null)" == "$v" ]] || sysctl -q -w "$k=$v" >/dev/null 2>&1 || log "could not restore $k=$v"
   done < "${STATE}/sysctls"
+fi
+
+# nftables tables that iptables-nft created for dockerd (absent before docker-up) and that
+# hold no rule any more: delete them, so `nft list ruleset` is as before.
+if [[ -f "${STATE}/nft-tables" ]] && command -v nft >/dev/null && ! pgrep -x dockerd >/dev/null; then
+  nft list tables 2>/dev/null | sort | comm -13 "${STATE}/nft-tables" - | while read -r _ family name; do
+    if ! nft list table "${family}" "${name}" | grep -qvE '^[[:space:]]*(table .*|chain .*|type .*|policy .*|\}|)$'; then
+      nft delete table "${family}" "${name}" || true
+    fi
+  done || true
 fi
 
 # cgroups (cgroup v1 hierarchies and v2): the engine's parent, once empty.

@@ -19,6 +19,10 @@ SYSCTLS=(net.ipv4.ip_forward net.bridge.bridge-nf-call-iptables net.bridge.bridg
   net.netfilter.nf_conntrack_max net.ipv6.conf.all.disable_ipv6 net.ipv6.conf.all.forwarding)
 
 running() { [[ -S "${DOCKER_SOCK}" ]] && docker version >/dev/null 2>&1; }
+# The runtime wrapper dockerd calls (a copy: the engine must not depend on this checkout);
+# refreshed on every call, so a running engine picks up a changed wrapper at once.
+mkdir -p "${DOCKER_RUN}"
+install -m 0755 "${HERE}/runc-wrapper" "${DOCKER_RUN}/runc-wrapper"
 if running; then
   log "dockerd already running (${DOCKER_SOCK})"
   echo "export DOCKER_HOST=${DOCKER_HOST}"; exit 0
@@ -28,9 +32,11 @@ fi
 # Debian's engine (dockerd 20.10) — the only one the package mirror offers; installs in ~10 s.
 if ! command -v dockerd >/dev/null; then
   timed "apt-get install docker.io" bash -c \
-    'DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker.io iptables jq >/dev/null'
+    'DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends docker.io iptables nftables jq >/dev/null'
 fi
-for t in dockerd containerd runc iptables jq; do command -v "$t" >/dev/null || die "$t missing"; done
+# nft: to list (and on down, delete) the nftables tables iptables-nft creates for dockerd.
+command -v nft >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends nftables >/dev/null
+for t in dockerd containerd runc iptables nft jq; do command -v "$t" >/dev/null || die "$t missing"; done
 
 mkdir -p "${DOCKER_RUN}" "${DOCKER_DATA}"
 # --- record the host state we are about to change (only once: a crashed start must not
@@ -46,6 +52,7 @@ if [[ ! -d "${STATE}" ]]; then
     "$t-save" > "${STATE}.tmp/$t.save" 2>/dev/null || true
     "$t" -S FORWARD 2>/dev/null | sed -n 's/^-P FORWARD //p' > "${STATE}.tmp/$t.forward-policy" || true
   done
+  nft list tables 2>/dev/null | sort > "${STATE}.tmp/nft-tables" || true
   ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | sort > "${STATE}.tmp/links"
   mv "${STATE}.tmp" "${STATE}"
 fi
@@ -58,7 +65,6 @@ if ! ip link show "${DOCKER_BRIDGE}" >/dev/null 2>&1; then
 fi
 
 # --- its own containerd (dockerd 20.10 would otherwise attach to /run/containerd's, if any) ---
-install -m 0755 "${HERE}/runc-wrapper" "${DOCKER_RUN}/runc-wrapper"
 cat > "${DOCKER_RUN}/containerd.toml" <<TOML
 version = 2
 root = "${DOCKER_DATA}/containerd"

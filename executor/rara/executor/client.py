@@ -60,9 +60,9 @@ class ExecutorClient:
     ) -> None:
         if root_certificates is not None or certificate_chain is not None:
             creds = grpc.ssl_channel_credentials(root_certificates, private_key, certificate_chain)
-            self._channel = grpc.aio.secure_channel(address, creds, options=limits.GRPC_OPTIONS)
+            self._channel = grpc.aio.secure_channel(address, creds, options=limits.CLIENT_OPTIONS)
         else:
-            self._channel = grpc.aio.insecure_channel(address, options=limits.GRPC_OPTIONS)
+            self._channel = grpc.aio.insecure_channel(address, options=limits.CLIENT_OPTIONS)
         self._stub = pb_grpc.ExecutorServiceStub(self._channel)
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {token}"),) if token is not None else ()

@@ -15,6 +15,16 @@ GRPC_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 )
 
+# A client's reconnect backoff capped at 1 s (gRPC's default grows to 120 s): an executor that
+# comes up after its worker (a restarted or scaled-from-zero GPU pod) is reached within about a
+# second, where the default kept failing fast for the rest of a long backoff.
+CLIENT_OPTIONS: tuple[tuple[str, int], ...] = (
+    *GRPC_OPTIONS,
+    ("grpc.initial_reconnect_backoff_ms", 250),
+    ("grpc.min_reconnect_backoff_ms", 250),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+
 
 def describe(size: int) -> str:
     """The sentence every size refusal uses, so the limit is always named the same way."""

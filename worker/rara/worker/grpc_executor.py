@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from rara.v1 import executor_pb2 as pb
 from rara.worker.dispatch import LeasedStep
 
 log = structlog.get_logger(__name__)
+
+DOWN_REFRESH_SECONDS = 0.5  # asking a down loopback or in-cluster endpoint is a refused connect
 
 
 @dataclass
@@ -55,6 +58,9 @@ class GrpcExecutor:
         self._refresh_seconds = refresh_seconds
         self._turn = itertools.count()
         self._changed = asyncio.Event()
+        # Called when what the live endpoints serve changes: the worker then tells the
+        # database at once rather than at its next heartbeat (runs start only once it knows).
+        self.on_change: Callable[[], None] | None = None
 
     @classmethod
     def from_token_file(
@@ -69,6 +75,12 @@ class GrpcExecutor:
 
     async def refresh(self) -> None:
         """Ask every endpoint what it serves; an endpoint that does not answer is not live."""
+        before = self.capabilities()
+        await self._ask_endpoints()
+        if self.capabilities() != before and self.on_change is not None:
+            self.on_change()
+
+    async def _ask_endpoints(self) -> None:
         for endpoint in self._endpoints:
             try:
                 response = await endpoint.client.get_capabilities(rpc_timeout=3.0)
@@ -87,12 +99,17 @@ class GrpcExecutor:
             endpoint.capabilities, endpoint.alive = served, True
 
     async def watch(self, stop: asyncio.Event) -> None:
-        """Refresh periodically (sooner after a failure) until ``stop``."""
+        """Refresh periodically until ``stop``: at once after a failed call, every
+        ``DOWN_REFRESH_SECONDS`` while an endpoint is down (so one that comes up is used
+        within about a second), else every ``refresh_seconds``."""
         while not stop.is_set():
             await self.refresh()
             self._changed.clear()
+            down = any(not e.alive for e in self._endpoints)
+            period = min(self._refresh_seconds, DOWN_REFRESH_SECONDS) if down \
+                else self._refresh_seconds
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._refresh_seconds):
+                async with asyncio.timeout(period):
                     await self._changed.wait()
 
     async def close(self) -> None:

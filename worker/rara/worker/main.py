@@ -47,6 +47,7 @@ async def serve(settings: WorkerSettings) -> None:
     remote = [e for e in executors if isinstance(e, GrpcExecutor)]
     for executor in remote:
         await executor.refresh()
+        executor.on_change = worker.capabilities_changed
     watchers = [asyncio.create_task(e.watch(stop_watching)) for e in remote]
     try:
         await worker.run()

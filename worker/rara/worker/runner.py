@@ -16,6 +16,7 @@ the recovery.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Coroutine, Sequence
@@ -49,6 +50,10 @@ class Worker:
         self.stopping = asyncio.Event()
         self.aborting = asyncio.Event()  # second signal: skip the grace period
         self.wake = asyncio.Event()
+        # Set when what this worker serves changes (an executor came or went): the heartbeat
+        # then writes the new capabilities at once, since runs start only once the database
+        # lists them.
+        self.served_changed = asyncio.Event()
         self.cursors = LeaseCursors(settings.lease_rescan_seconds)
         self.pool = make_pool(url, settings.concurrency + 4)
         self.store = WorkerStore(self.pool, settings.id, own_url=url)
@@ -254,10 +259,18 @@ class Worker:
 
     # -- keeping leases -------------------------------------------------------------------
 
+    def capabilities_changed(self) -> None:
+        """An executor's capabilities changed: heartbeat now, and lease what is new."""
+        self.served_changed.set()
+        self.wake.set()
+
     async def _heartbeat_loop(self) -> None:
         s = self.settings
         while True:
-            await asyncio.sleep(s.heartbeat_interval * random.uniform(0.9, 1.0))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(s.heartbeat_interval * random.uniform(0.9, 1.0)):
+                    await self.served_changed.wait()
+            self.served_changed.clear()
             states = list(self.attempts.values())
             sent = time.monotonic()
             try:

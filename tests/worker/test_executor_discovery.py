@@ -1,0 +1,47 @@
+"""An executor that starts after its worker (a restarted or scaled-from-zero GPU pod) becomes
+servable within seconds: the worker's client reconnects within about a second, and the worker
+writes the new capabilities at once instead of at its next heartbeat (that took ~16 s;
+bench/servable_latency.py measures it)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from rara.pg import workers
+from rara.runs import start_run
+from tests.helpers import wait_for
+from tests.worker.conftest import define
+
+REMOTE = "test.hang@1"  # served only by the executor's conformance plugins
+
+
+def test_a_late_executor_is_servable_within_seconds(
+    conn: psycopg.Connection[Any], spawn: Any, tmp_path: Path
+) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    # The worker's heartbeat is long here, so only the change itself can tell the database.
+    spawn("w1", executor_endpoint=address, heartbeat_seconds=20, lease_seconds=60)
+    define(conn, "late", [{"key": "a", "capability": REMOTE, "executor": "grpc"}])
+    assert REMOTE not in workers.capabilities(conn, alive_seconds=30)
+    executor = subprocess.Popen(
+        [sys.executable, "-m", "rara.executor.main", "--listen", address, "--insecure-loopback",
+         "--plugins", "rara.executor.conformance_plugins", "--artifact-root", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        started = time.monotonic()
+        wait_for(lambda: REMOTE in workers.capabilities(conn, alive_seconds=30), timeout=12,
+                 what="the executor's capability served (was ~16 s before the fix)")
+        print(f"servable {time.monotonic() - started:.2f} s after the executor started")
+        assert start_run(conn, "late").created
+    finally:
+        executor.terminate()
+        executor.wait(30)

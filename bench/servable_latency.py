@@ -102,7 +102,7 @@ def main() -> None:
             worker = start_worker(url, address, home)
             executor_first.append(wait_served(url, {IN_PROCESS, REMOTE}))
             stop(worker, executor)
-    for name, times in (("worker first, executor +%gs: executor start -> served" % args.delay,
+    for name, times in ((f"worker first, executor +{args.delay:g}s: executor start -> served",
                          worker_first),
                         ("executor first: worker start -> all served", executor_first)):
         print(f"{name}: median {statistics.median(times):.2f} s, max {max(times):.2f} s "

@@ -9,7 +9,7 @@ import typer
 # typer 0.29 (pinned) vendors click: its usage errors are these classes, not click's.
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
-from rara.cli import artifacts, db, definitions, executor, operator, runs, status, worker
+from rara.cli import artifacts, db, definitions, executor, operator, runs, status, ui, worker
 from rara.cli.common import fail
 
 app = typer.Typer(
@@ -27,6 +27,7 @@ app.command("executor")(executor.executor)
 app.command("executor-conformance")(executor.conformance)
 app.command("worker")(worker.worker)
 app.command("operator")(operator.operator_command)
+app.command("ui")(ui.ui)
 
 
 def main() -> None:

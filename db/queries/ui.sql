@@ -1,0 +1,190 @@
+-- The web dashboard's reads (rara ui): read-only, typed in rara.ui.data. Every list is a keyset
+-- page (`WHERE id < :before ORDER BY id DESC LIMIT :limit`), never OFFSET, so page 2,000 of a
+-- 100k-run table costs what page 1 does. Filters are written `CAST(:x AS t) IS NULL OR …`:
+-- the UI's connections never prepare statements (prepare_threshold None), so each one is
+-- planned with its values and the unused filters fold away.
+-- Loaded by rara.pg.queries with every other file of this folder: one name space; ours all
+-- start with ui_. aiosql suffixes: ^ one row, $ one value, ! no result; none: all rows.
+
+-- name: ui_now$
+SELECT now();
+
+-- name: ui_run_page
+-- One page of the runs list, newest first, after the keyset cursor :before (a run id).
+-- Steps done/total per run: two probes of the (run_id, key) index per shown run.
+SELECT r.id, r.status::text AS status, v.name AS definition, v.version, r.idempotency_key,
+       r.created_at, r.started_at, r.finished_at, r.cancel_requested,
+       (SELECT count(*) FROM rara_steps s
+        WHERE s.run_id = r.id AND s.status = 'succeeded') AS done,
+       (SELECT count(*) FROM rara_steps s WHERE s.run_id = r.id) AS total
+FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
+WHERE (CAST(:before AS bigint) IS NULL OR r.id < :before)
+  AND (CAST(:status AS rara_run_status) IS NULL OR r.status = :status)
+  AND (CAST(:definition AS text) IS NULL OR v.name = :definition)
+  AND (CAST(:since AS timestamptz) IS NULL OR r.created_at >= :since)
+  AND (CAST(:until AS timestamptz) IS NULL OR r.created_at < :until)
+ORDER BY r.id DESC
+LIMIT :limit;
+
+-- name: ui_run_get^
+SELECT r.id, r.status::text AS status, v.name AS definition, v.version, v.digest,
+       r.idempotency_key, r.input, r.error, r.cancel_requested, r.created_at, r.started_at,
+       r.finished_at
+FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
+WHERE r.id = :run_id;
+
+-- name: ui_step_list
+-- A run's steps with their latest progress report (of the current attempt): the last event
+-- by the events' primary key, one backward index probe per step.
+SELECT s.id, s.key, s.depends_on, s.capability, s.executor, s.status::text AS status,
+       s.attempt, s.max_attempts, s.releases, s.leased_by, s.lease_expires_at, s.heartbeat_at,
+       s.available_at, s.cancel_requested, s.result, s.error, s.started_at, s.finished_at,
+       p.fraction, coalesce(p.message, '') AS message
+FROM rara_steps s
+LEFT JOIN LATERAL (
+    SELECT e.fraction, e.message FROM rara_events e
+    WHERE e.step_id = s.id AND e.attempt = s.attempt AND e.kind = 'progress'
+    ORDER BY e.seq DESC LIMIT 1
+) p ON true
+WHERE s.run_id = :run_id
+ORDER BY s.id;
+
+-- name: ui_attempt_list
+-- Every attempt of a run's steps (through the steps: rara_attempts has no run index).
+SELECT s.key, a.attempt, a.worker, a.outcome::text AS outcome, a.started_at, a.ended_at,
+       a.ended_by, a.error
+FROM rara_steps s JOIN rara_attempts a ON a.step_id = s.id
+WHERE s.run_id = :run_id
+ORDER BY s.id, a.attempt;
+
+-- name: ui_metric_list
+-- Progress reports that carry metrics (the adaptation's loss, …), in order, at most :limit.
+SELECT s.key, e.attempt, e.seq, e.created_at, e.fraction, e.metrics
+FROM rara_steps s JOIN rara_events e ON e.step_id = s.id
+WHERE s.run_id = :run_id AND e.kind = 'progress' AND e.metrics <> '{}'::jsonb
+ORDER BY s.id, e.attempt, e.seq
+LIMIT :limit;
+
+-- name: ui_run_artifact_list
+-- The manifests of a run's steps, every attempt (an earlier attempt's partial output too).
+SELECT s.key, a.attempt, a.name, a.digest, a.size, a.media_type,
+       (s.status = 'succeeded' AND a.attempt = s.attempt) AS final
+FROM rara_steps s JOIN rara_step_artifacts a ON a.step_id = s.id
+WHERE s.run_id = :run_id
+ORDER BY s.id, a.attempt, a.name;
+
+-- name: ui_artifact_get^
+SELECT digest, size, created_at FROM rara_artifacts WHERE digest = :digest;
+
+-- name: ui_artifact_producer_list
+-- Where a blob came from: the manifests naming it (step, attempt, run, definition).
+SELECT m.name, m.media_type, m.size, m.attempt, s.key, s.run_id, s.status::text AS status,
+       v.name AS definition, v.version
+FROM rara_step_artifacts m
+JOIN rara_steps s ON s.id = m.step_id
+JOIN rara_runs r ON r.id = s.run_id
+JOIN rara_definition_versions v ON v.id = r.definition_version_id
+WHERE m.digest = :digest
+ORDER BY s.run_id DESC, s.id
+LIMIT :limit;
+
+-- name: ui_artifact_consumer_list
+-- Who read it: the steps that depend on a step whose final attempt produced the blob (a
+-- dependant receives its dependencies' artifacts as inputs).
+SELECT DISTINCT c.run_id, c.key, c.status::text AS status, p.key AS producer
+FROM rara_step_artifacts m
+JOIN rara_steps p ON p.id = m.step_id AND p.attempt = m.attempt AND p.status = 'succeeded'
+JOIN rara_steps c ON c.run_id = p.run_id AND p.key = ANY (c.depends_on)
+WHERE m.digest = :digest
+ORDER BY c.run_id DESC, c.key
+LIMIT :limit;
+
+-- name: ui_artifact_media_type$
+-- The media type a manifest gave the blob (the download's Content-Type).
+SELECT media_type FROM rara_step_artifacts WHERE digest = :digest LIMIT 1;
+
+-- name: ui_definition_page
+-- Definitions by name after the keyset cursor :after, each with its latest version.
+SELECT d.name, d.created_at, d.retired_at, v.version AS latest, v.digest, v.created_at AS updated_at
+FROM rara_definitions d
+JOIN LATERAL (
+    SELECT version, digest, created_at FROM rara_definition_versions
+    WHERE name = d.name ORDER BY version DESC LIMIT 1
+) v ON true
+WHERE (CAST(:after AS text) IS NULL OR d.name > :after)
+ORDER BY d.name
+LIMIT :limit;
+
+-- name: ui_definition_version_list
+SELECT version, digest, created_at FROM rara_definition_versions
+WHERE name = :name ORDER BY version DESC;
+
+-- name: ui_definition_version_get^
+SELECT name, version, digest, spec, created_at FROM rara_definition_versions
+WHERE name = :name AND version = :version;
+
+-- name: ui_definition_result_list
+-- The results of a definition's last :limit runs (any version), step by step: the chart of
+-- results across runs (recall@k, MRR of each nightly refresh).
+SELECT r.id AS run_id, r.version, r.created_at, s.key, s.result
+FROM (
+    SELECT r.id, v.version, r.created_at
+    FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
+    WHERE v.name = :name
+    ORDER BY r.id DESC LIMIT :limit
+) r
+JOIN rara_steps s ON s.run_id = r.id
+WHERE s.result IS NOT NULL AND jsonb_typeof(s.result) = 'object'
+ORDER BY r.id, s.id;
+
+-- name: ui_worker_list
+-- Workers (live first) with the leases each holds now; running steps are found through the
+-- lease-expiry index (only running steps have an expiry).
+WITH held AS (
+    SELECT leased_by, count(*) AS leases FROM rara_steps
+    WHERE lease_expires_at IS NOT NULL GROUP BY leased_by
+)
+SELECT w.id, w.capabilities, w.started_at, w.heartbeat_at, w.stopped_at,
+       coalesce(held.leases, 0) AS leases
+FROM rara_workers w LEFT JOIN held ON held.leased_by = w.id
+WHERE w.stopped_at IS NULL OR w.stopped_at > now() - interval '1 day'
+ORDER BY w.stopped_at IS NOT NULL, w.heartbeat_at DESC
+LIMIT :limit;
+
+-- name: ui_backlog_list
+-- Per capability: steps waiting (ready, through the ready index), how many are due now, and
+-- how many are running.
+WITH ready AS (
+    SELECT capability, count(*) AS ready, count(*) FILTER (WHERE available_at <= now()) AS due,
+           min(available_at) AS oldest
+    FROM rara_steps WHERE status = 'ready' GROUP BY capability
+), running AS (
+    SELECT capability, count(*) AS running FROM rara_steps
+    WHERE lease_expires_at IS NOT NULL GROUP BY capability
+)
+SELECT coalesce(ready.capability, running.capability) AS capability,
+       coalesce(ready.ready, 0) AS ready, coalesce(ready.due, 0) AS due, ready.oldest,
+       coalesce(running.running, 0) AS running
+FROM ready FULL JOIN running USING (capability)
+ORDER BY 1;
+
+-- name: ui_live_run_list
+-- The live view's poll, one statement for every run any viewer of this process watches.
+SELECT id, status::text AS status, cancel_requested, finished_at FROM rara_runs
+WHERE id = ANY (CAST(:run_ids AS bigint[]));
+
+-- name: ui_live_step_list
+-- Steps of the watched runs; the progress of running steps only (one probe each).
+SELECT s.run_id, s.key, s.status::text AS status, s.attempt,
+       CASE WHEN s.status = 'running' THEN (
+           SELECT e.fraction FROM rara_events e
+           WHERE e.step_id = s.id AND e.attempt = s.attempt AND e.kind = 'progress'
+           ORDER BY e.seq DESC LIMIT 1)
+       END AS fraction
+FROM rara_steps s
+WHERE s.run_id = ANY (CAST(:run_ids AS bigint[]))
+ORDER BY s.run_id, s.id;
+
+-- name: ui_live_recent_list
+-- The runs list's live view: the newest runs and their status (the first page changes).
+SELECT id, status::text AS status FROM rara_runs ORDER BY id DESC LIMIT :limit;

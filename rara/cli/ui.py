@@ -1,0 +1,66 @@
+"""`rara ui`: the web dashboard (rara.ui), on loopback and read-only unless told otherwise."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rara.cli.common import console, fail
+from rara.pg.connect import database_url
+
+
+def read_token(token_file: Path | None) -> str | None:
+    """The actions' token, by reference: a file (a mounted secret), else RARA_UI_TOKEN."""
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise fail(f"--token-file: cannot read {token_file}: {exc.strerror or exc}") from None
+        if len(token) < 16:
+            raise fail(f"--token-file: the token in {token_file} is shorter than 16 characters")
+        return token
+    return os.environ.get("RARA_UI_TOKEN") or None
+
+
+def ui(
+    host: Annotated[str, typer.Option(help="address to bind (loopback by default)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535)] = 8080,
+    db_url: Annotated[str | None, typer.Option(
+        "--database-url", envvar="DATABASE_URL", show_envvar=True,
+        help="PostgreSQL URL (default: the embedded server)")] = None,
+    read_only: Annotated[bool, typer.Option(
+        "--read-only/--no-read-only", envvar="RARA_UI_READ_ONLY",
+        help="refuse every action (cancel, retry)")] = True,
+    token_file: Annotated[Path | None, typer.Option(
+        envvar="RARA_UI_TOKEN_FILE",
+        help="file holding the token that allows actions (else $RARA_UI_TOKEN)")] = None,
+    auth_header: Annotated[str | None, typer.Option(
+        envvar="RARA_UI_AUTH_HEADER",
+        help="trust this header as the user's identity (set by an authenticating proxy, "
+             "e.g. X-Forwarded-User); only behind such a proxy")] = None,
+    artifacts: Annotated[str | None, typer.Option(
+        "--artifacts", envvar="RARA_ARTIFACTS",
+        help="artifact store for downloads: a directory or s3://…")] = None,
+    pool_size: Annotated[int, typer.Option(min=1, max=100)] = 8,
+) -> None:
+    """Serve the web dashboard: runs as live DAGs, attempts, metrics, artifacts, the fleet."""
+    import uvicorn
+
+    from rara.ui.app import UiConfig, create_app
+    from rara.ui.auth import AuthConfig
+
+    token = read_token(token_file)
+    if not read_only and token is None and auth_header is None:
+        raise fail("--no-read-only needs an identity for actions: --token-file, "
+                   "RARA_UI_TOKEN or --auth-header")
+    config = UiConfig(
+        database_url=database_url(db_url),
+        auth=AuthConfig(read_only=read_only, token=token, auth_header=auth_header),
+        artifacts=artifacts, pool_size=pool_size)
+    mode = "read-only" if read_only else "actions allowed to authenticated users"
+    console.print(f"rara ui on http://{host}:{port} ({mode})", highlight=False)
+    uvicorn.run(create_app(config), host=host, port=port, log_level="warning",
+                timeout_graceful_shutdown=3, proxy_headers=False)

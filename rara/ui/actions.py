@@ -1,0 +1,124 @@
+"""The dashboard's writes: cancel a run, retry a failed one, log in and out.
+
+Each needs a server that is not read-only, an identity and a CSRF token bound to it
+(``rara.ui.auth``). The work itself is rara's own: ``rara.client.Client`` (the same code as
+``rara runs cancel`` and ``rara runs start``), on a connection of its own in a thread, never
+through the pages' read-only pool."""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, quote
+
+from anyio import to_thread
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+
+from rara.client import Client
+from rara.errors import RaraError
+from rara.ui import data
+from rara.ui.auth import SESSION_COOKIE, AuthConfig
+from rara.ui.render import page
+
+RETRYABLE = ("failed", "cancelled")
+
+
+MAX_FORM = 16 * 1024
+
+
+async def form(request: Request) -> dict[str, str]:
+    """A small urlencoded form (our forms carry a token or two; no multipart dependency)."""
+    body = await request.body()
+    if len(body) > MAX_FORM:
+        raise HTTPException(413, "form too large")
+    return {k: v[0] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+
+
+def _auth(request: Request) -> AuthConfig:
+    auth: AuthConfig = request.app.state.config.auth
+    return auth
+
+
+async def _authorised(request: Request) -> None:
+    auth = _auth(request)
+    if auth.read_only:
+        raise HTTPException(403, "this dashboard is read-only")
+    if auth.identity(request) is None:
+        raise HTTPException(401, "log in first")
+    fields = await form(request)
+    if not auth.csrf_ok(request, fields.get("csrf", "")):
+        raise HTTPException(403, "the form's CSRF token is missing or stale: reload the page")
+
+
+def _back(path: str, note: str) -> RedirectResponse:
+    return RedirectResponse(f"{path}?note={quote(note)}", status_code=303)
+
+
+def _client(request: Request) -> Client:
+    return Client(request.app.state.config.database_url)
+
+
+async def cancel(request: Request) -> Response:
+    await _authorised(request)
+    run_id = int(request.path_params["run_id"])
+    try:
+        changed = await to_thread.run_sync(_client(request).cancel_run, run_id)
+    except RaraError as exc:
+        raise HTTPException(400, str(exc)) from exc
+    return _back(f"/runs/{run_id}", "cancel requested" if changed else "the run had ended")
+
+
+def retry_key(run_id: int) -> str:
+    """The retry's idempotency key, derived from the run it retries: a double submit (two
+    tabs, a reload) starts one retry, not two."""
+    return f"rara-ui:retry-of:{run_id}"
+
+
+async def retry(request: Request) -> Response:
+    await _authorised(request)
+    run_id = int(request.path_params["run_id"])
+    async with request.app.state.pool.connection() as conn:
+        run = await data.run_get(conn, run_id)
+    if run is None:
+        raise HTTPException(404, f"no run {run_id}")
+    if run.status not in RETRYABLE:
+        raise HTTPException(409, f"run {run_id} is {run.status}: only a failed or cancelled "
+                            "run is retried")
+    client = _client(request)
+    try:
+        started = await to_thread.run_sync(lambda: client.start_run(
+            run.definition, version=run.version, input=run.input,
+            idempotency_key=retry_key(run_id)))
+    except RaraError as exc:
+        return _back(f"/runs/{run_id}", f"retry refused: {exc}")
+    return _back(f"/runs/{started.run_id}", f"retry of run {run_id}"
+                 + ("" if started.created else " (already started)"))
+
+
+def _next(request: Request, value: str) -> str:
+    return value if value.startswith("/") and not value.startswith("//") else "/runs"
+
+
+async def login(request: Request) -> Response:
+    auth = _auth(request)
+    if request.method == "GET":
+        return page(request, "login.html", next=_next(request,
+                                                      request.query_params.get("next", "")))
+    fields = await form(request)
+    target = _next(request, fields.get("next", ""))
+    origin = request.headers.get("origin")
+    if origin is not None and origin.split("://", 1)[-1] != request.headers.get("host", ""):
+        raise HTTPException(403, "login from another origin")
+    if not auth.check_token(fields.get("token", "")):
+        return page(request, "login.html", status_code=401, next=target,
+                    error="wrong token" if auth.can_login else "no token is configured")
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(SESSION_COOKIE, auth.session_value(), httponly=True, samesite="strict",
+                        secure=request.url.scheme == "https", path="/")
+    return response
+
+
+async def logout(request: Request) -> Response:
+    response = RedirectResponse("/runs", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response

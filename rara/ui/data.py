@@ -1,0 +1,304 @@
+"""The dashboard's reads: ``db/queries/ui.sql`` (the ``ui_`` statements), typed rows.
+
+Every row is a frozen dataclass built by column name (``class_row``); nothing here writes.
+The connections come from the UI's read-only pool (``rara.ui.app``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import class_row
+
+from rara.pg.queries import AsyncConn, amany, aone, avalue
+
+PAGE = 50
+
+
+@dataclass(frozen=True, slots=True)
+class RunLine:
+    id: int
+    status: str
+    definition: str
+    version: int
+    idempotency_key: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    cancel_requested: bool
+    done: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunDetail:
+    id: int
+    status: str
+    definition: str
+    version: int
+    digest: str
+    idempotency_key: str | None
+    input: dict[str, Any]
+    error: Any
+    cancel_requested: bool
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in ("succeeded", "failed", "cancelled")
+
+
+@dataclass(frozen=True, slots=True)
+class StepLine:
+    id: int
+    key: str
+    depends_on: list[str]
+    capability: str
+    executor: str
+    status: str
+    attempt: int
+    max_attempts: int
+    releases: int
+    leased_by: str | None
+    lease_expires_at: datetime | None
+    heartbeat_at: datetime | None
+    available_at: datetime
+    cancel_requested: bool
+    result: Any
+    error: Any
+    started_at: datetime | None
+    finished_at: datetime | None
+    fraction: float | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptLine:
+    key: str
+    attempt: int
+    worker: str
+    outcome: str
+    started_at: datetime
+    ended_at: datetime | None
+    ended_by: str | None
+    error: Any
+
+
+@dataclass(frozen=True, slots=True)
+class MetricPoint:
+    key: str
+    attempt: int
+    seq: int
+    created_at: datetime
+    fraction: float | None
+    metrics: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RunArtifact:
+    key: str
+    attempt: int
+    name: str
+    digest: str
+    size: int
+    media_type: str
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Blob:
+    digest: str
+    size: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Producer:
+    name: str
+    media_type: str
+    size: int
+    attempt: int
+    key: str
+    run_id: int
+    status: str
+    definition: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class Consumer:
+    run_id: int
+    key: str
+    status: str
+    producer: str
+
+
+@dataclass(frozen=True, slots=True)
+class DefinitionLine:
+    name: str
+    created_at: datetime
+    retired_at: datetime | None
+    latest: int
+    digest: str
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class VersionLine:
+    version: int
+    digest: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class VersionDetail:
+    name: str
+    version: int
+    digest: str
+    spec: dict[str, Any]
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ResultPoint:
+    run_id: int
+    version: int
+    created_at: datetime
+    key: str
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerLine:
+    id: str
+    capabilities: list[str]
+    started_at: datetime
+    heartbeat_at: datetime
+    stopped_at: datetime | None
+    leases: int
+
+
+@dataclass(frozen=True, slots=True)
+class BacklogLine:
+    capability: str
+    ready: int
+    due: int
+    oldest: datetime | None
+    running: int
+
+
+@dataclass(frozen=True, slots=True)
+class LiveRun:
+    id: int
+    status: str
+    cancel_requested: bool
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class LiveStep:
+    run_id: int
+    key: str
+    status: str
+    attempt: int
+    fraction: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecentRun:
+    id: int
+    status: str
+
+
+async def now(conn: AsyncConn) -> datetime:
+    found = await avalue(conn, "ui_now", datetime)
+    assert found is not None
+    return found
+
+
+async def run_page(conn: AsyncConn, *, before: int | None, status: str | None,
+                   definition: str | None, since: datetime | None, until: datetime | None,
+                   limit: int = PAGE) -> list[RunLine]:
+    return await amany(conn, "ui_run_page", class_row(RunLine), before=before, status=status,
+                       definition=definition, since=since, until=until, limit=limit)
+
+
+async def run_get(conn: AsyncConn, run_id: int) -> RunDetail | None:
+    return await aone(conn, "ui_run_get", class_row(RunDetail), run_id=run_id)
+
+
+async def step_list(conn: AsyncConn, run_id: int) -> list[StepLine]:
+    return await amany(conn, "ui_step_list", class_row(StepLine), run_id=run_id)
+
+
+async def attempt_list(conn: AsyncConn, run_id: int) -> list[AttemptLine]:
+    return await amany(conn, "ui_attempt_list", class_row(AttemptLine), run_id=run_id)
+
+
+async def metric_list(conn: AsyncConn, run_id: int, limit: int = 20_000) -> list[MetricPoint]:
+    return await amany(conn, "ui_metric_list", class_row(MetricPoint), run_id=run_id, limit=limit)
+
+
+async def run_artifact_list(conn: AsyncConn, run_id: int) -> list[RunArtifact]:
+    return await amany(conn, "ui_run_artifact_list", class_row(RunArtifact), run_id=run_id)
+
+
+async def artifact_get(conn: AsyncConn, digest: str) -> Blob | None:
+    return await aone(conn, "ui_artifact_get", class_row(Blob), digest=digest)
+
+
+async def artifact_media_type(conn: AsyncConn, digest: str) -> str | None:
+    return await avalue(conn, "ui_artifact_media_type", str, digest=digest)
+
+
+async def producer_list(conn: AsyncConn, digest: str, limit: int = 200) -> list[Producer]:
+    return await amany(conn, "ui_artifact_producer_list", class_row(Producer), digest=digest,
+                       limit=limit)
+
+
+async def consumer_list(conn: AsyncConn, digest: str, limit: int = 200) -> list[Consumer]:
+    return await amany(conn, "ui_artifact_consumer_list", class_row(Consumer), digest=digest,
+                       limit=limit)
+
+
+async def definition_page(conn: AsyncConn, *, after: str | None,
+                          limit: int = PAGE) -> list[DefinitionLine]:
+    return await amany(conn, "ui_definition_page", class_row(DefinitionLine), after=after,
+                       limit=limit)
+
+
+async def version_list(conn: AsyncConn, name: str) -> list[VersionLine]:
+    return await amany(conn, "ui_definition_version_list", class_row(VersionLine), name=name)
+
+
+async def version_get(conn: AsyncConn, name: str, version: int) -> VersionDetail | None:
+    return await aone(conn, "ui_definition_version_get", class_row(VersionDetail), name=name,
+                      version=version)
+
+
+async def result_list(conn: AsyncConn, name: str, limit: int = 100) -> list[ResultPoint]:
+    return await amany(conn, "ui_definition_result_list", class_row(ResultPoint), name=name,
+                       limit=limit)
+
+
+async def worker_list(conn: AsyncConn, limit: int = 500) -> list[WorkerLine]:
+    return await amany(conn, "ui_worker_list", class_row(WorkerLine), limit=limit)
+
+
+async def backlog_list(conn: AsyncConn) -> list[BacklogLine]:
+    return await amany(conn, "ui_backlog_list", class_row(BacklogLine))
+
+
+async def live_run_list(conn: AsyncConn, run_ids: list[int]) -> list[LiveRun]:
+    return await amany(conn, "ui_live_run_list", class_row(LiveRun), run_ids=run_ids)
+
+
+async def live_step_list(conn: AsyncConn, run_ids: list[int]) -> list[LiveStep]:
+    return await amany(conn, "ui_live_step_list", class_row(LiveStep), run_ids=run_ids)
+
+
+async def live_recent_list(conn: AsyncConn, limit: int = PAGE) -> list[RecentRun]:
+    return await amany(conn, "ui_live_recent_list", class_row(RecentRun), limit=limit)

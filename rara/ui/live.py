@@ -1,0 +1,155 @@
+"""Live updates for every viewer of one server process from ONE listening connection.
+
+``LiveHub`` holds a dedicated connection that LISTENs on ``rara_ready`` (a step became ready:
+its dependencies just finished) and ``rara_run`` (a run ended); a notification only wakes the
+hub (NOTIFY is a hint). Awake, or every ``interval`` seconds as the polling fallback (a step
+that starts running notifies nobody), the hub reads the state of every topic some viewer
+watches: one statement for all watched runs together, one for the runs list; nothing at all
+when nobody watches. A topic's state goes to its viewers only when it changed, as a complete
+JSON snapshot, into a one-slot mailbox per viewer (a slow viewer skips stale states, never
+queues them). So an idle viewer costs the database nothing, and a thousand viewers of one run
+cost what one does. A lost listening connection is re-opened with backoff; meanwhile the
+interval keeps the views moving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import psycopg
+import structlog
+from psycopg_pool import AsyncConnectionPool
+
+from rara.ui import data
+
+log = structlog.get_logger("rara.ui.live")
+
+RUNS = "runs"  # the runs list's topic; a run's is "run:<id>"
+CHANNELS = ("rara_ready", "rara_run")
+
+
+class Mailbox:
+    """Holds the latest state for one viewer."""
+
+    def __init__(self) -> None:
+        self._state: str | None = None
+        self._ready = asyncio.Event()
+
+    def put(self, state: str) -> None:
+        self._state = state
+        self._ready.set()
+
+    async def get(self, wait: float) -> str | None:
+        """The newest state not yet taken, or None after ``wait`` seconds."""
+        try:
+            async with asyncio.timeout(wait):
+                await self._ready.wait()
+        except TimeoutError:
+            return None
+        self._ready.clear()
+        state, self._state = self._state, None
+        return state
+
+
+class LiveHub:
+    def __init__(self, url: str, pool: AsyncConnectionPool[Any], interval: float = 1.0) -> None:
+        self.url = url
+        self.pool = pool
+        self.interval = interval
+        self.viewers: dict[str, set[Mailbox]] = {}
+        self.last: dict[str, str] = {}
+        self.listening = False
+        self.ticks = 0  # state reads done (tests: idle viewers add none)
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._listen(), name="rara-ui-listen"),
+                       asyncio.create_task(self._poll(), name="rara-ui-poll")]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    @contextlib.asynccontextmanager
+    async def watch(self, topic: str) -> AsyncIterator[Mailbox]:
+        box = Mailbox()
+        self.viewers.setdefault(topic, set()).add(box)
+        if topic in self.last:
+            box.put(self.last[topic])
+        else:
+            self._wake.set()
+        try:
+            yield box
+        finally:
+            boxes = self.viewers.get(topic)
+            if boxes is not None:
+                boxes.discard(box)
+                if not boxes:
+                    del self.viewers[topic]
+                    self.last.pop(topic, None)
+
+    async def _listen(self) -> None:
+        delay = 0.5
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self.url,
+                                                                 autocommit=True) as conn:
+                    for channel in CHANNELS:
+                        await conn.execute(f"LISTEN {channel}")
+                    self.listening, delay = True, 0.5
+                    self._wake.set()  # anything missed while not listening
+                    async for _ in conn.notifies():
+                        self._wake.set()
+            except psycopg.Error as exc:
+                log.warning("ui listener lost; polling until it is back", error=str(exc))
+            finally:
+                self.listening = False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+    async def _poll(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval)
+            self._wake.clear()
+            if not self.viewers:
+                continue
+            try:
+                await self.tick()
+            except psycopg.Error as exc:
+                log.warning("ui live read failed", error=str(exc))
+                await asyncio.sleep(self.interval)
+
+    async def tick(self) -> None:
+        topics = list(self.viewers)
+        run_ids = sorted(int(t[4:]) for t in topics if t.startswith("run:"))
+        states: dict[str, Any] = {}
+        self.ticks += 1
+        async with self.pool.connection() as conn:
+            if run_ids:
+                steps: dict[int, list[dict[str, Any]]] = {i: [] for i in run_ids}
+                for s in await data.live_step_list(conn, run_ids):
+                    steps[s.run_id].append({"key": s.key, "status": s.status,
+                                            "attempt": s.attempt, "fraction": s.fraction})
+                for r in await data.live_run_list(conn, run_ids):
+                    states[f"run:{r.id}"] = {"run": {"id": r.id, "status": r.status,
+                                                     "cancel_requested": r.cancel_requested},
+                                             "steps": steps[r.id]}
+            if RUNS in topics:
+                recent = await data.live_recent_list(conn)
+                states[RUNS] = {"runs": [[r.id, r.status] for r in recent]}
+        for topic, state in states.items():
+            text = json.dumps(state, separators=(",", ":"))
+            if self.last.get(topic) == text:
+                continue
+            self.last[topic] = text
+            for box in self.viewers.get(topic, ()):
+                box.put(text)

@@ -1,0 +1,259 @@
+"""The dashboard's pages (GET only): runs, a run, definitions, artifacts, the fleet, and the
+live streams. Every list is a keyset page; every read is a named statement of ui.sql."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+import tempfile
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import yaml
+from anyio import to_thread
+from psycopg_pool import AsyncConnectionPool
+from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+
+from rara.artifacts import open_store
+from rara.pg.queries import AsyncConn
+from rara.states import RunStatus
+from rara.ui import charts, data
+from rara.ui.dag import StepNode, layout
+from rara.ui.live import RUNS, LiveHub
+from rara.ui.render import page
+from rara.ui.timeline import timeline
+
+DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+STATUSES = [s.value for s in RunStatus]
+
+
+def _pool(request: Request) -> AsyncConnectionPool[Any]:
+    pool: AsyncConnectionPool[Any] = request.app.state.pool
+    return pool
+
+
+async def home(request: Request) -> Response:
+    return RedirectResponse("/runs", status_code=302)
+
+
+async def healthz(request: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+async def readyz(request: Request) -> Response:
+    async with _pool(request).connection() as conn:
+        await data.now(conn)
+    return PlainTextResponse("ready")
+
+
+def _time_arg(request: Request, name: str, problems: list[str]) -> datetime | None:
+    text = request.query_params.get(name, "").strip()
+    if not text:
+        return None
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        problems.append(f"{name}: not a date/time (e.g. 2026-11-30 or 2026-11-30T08:00)")
+        return None
+    return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+def _int_arg(request: Request, name: str) -> int | None:
+    text = request.query_params.get(name, "")
+    return int(text) if text.isdigit() and len(text) < 19 else None
+
+
+async def runs_list(request: Request) -> Response:
+    q = request.query_params
+    problems: list[str] = []
+    status = q.get("status") or None
+    if status is not None and status not in STATUSES:
+        problems.append(f"status: one of {', '.join(STATUSES)}")
+        status = None
+    definition = q.get("definition", "").strip() or None
+    since, until = _time_arg(request, "since", problems), _time_arg(request, "until", problems)
+    before = _int_arg(request, "before")
+    async with _pool(request).connection() as conn:
+        rows = await data.run_page(conn, before=before, status=status, definition=definition,
+                                   since=since, until=until, limit=data.PAGE + 1)
+        now = await data.now(conn)
+    more = len(rows) > data.PAGE
+    rows = rows[: data.PAGE]
+    filters = {k: v for k, v in {"status": status, "definition": definition,
+                                 "since": q.get("since"), "until": q.get("until")}.items() if v}
+    return page(request, "runs.html", runs=rows, now=now, statuses=STATUSES, filters=filters,
+                next_before=rows[-1].id if more else None, first_page=before is None,
+                problems=problems)
+
+
+async def _run_or_404(conn: AsyncConn, run_id: int) -> data.RunDetail:
+    run = await data.run_get(conn, run_id)
+    if run is None:
+        raise HTTPException(404, f"no run {run_id}")
+    return run
+
+
+async def run_page(request: Request) -> Response:
+    run_id = int(request.path_params["run_id"])
+    async with _pool(request).connection() as conn:
+        run = await _run_or_404(conn, run_id)
+        steps = await data.step_list(conn, run_id)
+        attempts = await data.attempt_list(conn, run_id)
+        metrics = await data.metric_list(conn, run_id)
+        artifacts = await data.run_artifact_list(conn, run_id)
+        now = await data.now(conn)
+    dag = layout([StepNode(s.key, s.depends_on, s.status) for s in steps])
+    counts: dict[str, int] = {}
+    for s in steps:
+        counts[s.status] = counts.get(s.status, 0) + 1
+    return page(request, "run.html", run=run, steps=steps, dag=dag, counts=counts,
+                timeline=timeline(attempts, now), attempts=attempts, artifacts=artifacts,
+                charts=charts.metric_charts(metrics), now=now,
+                failed=[s for s in steps if s.error is not None])
+
+
+async def run_state(request: Request) -> Response:
+    """The live view's state as one JSON document: the polling fallback of /live/runs/<id>."""
+    run_id = int(request.path_params["run_id"])
+    async with _pool(request).connection() as conn:
+        run = await _run_or_404(conn, run_id)
+        steps = await data.live_step_list(conn, [run_id])
+    return JSONResponse({
+        "run": {"id": run.id, "status": run.status, "cancel_requested": run.cancel_requested},
+        "steps": [{"key": s.key, "status": s.status, "attempt": s.attempt,
+                   "fraction": s.fraction} for s in steps]})
+
+
+def _stream(request: Request, topic: str) -> StreamingResponse:
+    hub: LiveHub = request.app.state.hub
+
+    async def events() -> AsyncIterator[str]:
+        async with hub.watch(topic) as box:
+            yield "retry: 3000\n\n"
+            while True:
+                state = await box.get(15.0)
+                yield ": keep-alive\n\n" if state is None else f"event: state\ndata: {state}\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"cache-control": "no-store", "x-accel-buffering": "no"})
+
+
+async def live_run(request: Request) -> Response:
+    return _stream(request, f"run:{int(request.path_params['run_id'])}")
+
+
+async def live_runs(request: Request) -> Response:
+    return _stream(request, RUNS)
+
+
+async def definitions_list(request: Request) -> Response:
+    after = request.query_params.get("after") or None
+    async with _pool(request).connection() as conn:
+        rows = await data.definition_page(conn, after=after, limit=data.PAGE + 1)
+    more = len(rows) > data.PAGE
+    rows = rows[: data.PAGE]
+    return page(request, "definitions.html", definitions=rows,
+                next_after=rows[-1].name if more else None)
+
+
+def _spec_text(spec: dict[str, Any]) -> str:
+    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100)
+
+
+async def definition_page(request: Request) -> Response:
+    name = request.path_params["name"]
+    async with _pool(request).connection() as conn:
+        versions = await data.version_list(conn, name)
+        if not versions:
+            raise HTTPException(404, f"no workflow definition {name}")
+        shown = _int_arg(request, "version") or versions[0].version
+        version = await data.version_get(conn, name, shown)
+        if version is None:
+            raise HTTPException(404, f"no version {shown} of {name}")
+        diff: list[str] | None = None
+        a, b = _int_arg(request, "a"), _int_arg(request, "b")
+        if a is not None and b is not None:
+            old, new = await data.version_get(conn, name, a), await data.version_get(conn, name, b)
+            if old is None or new is None:
+                raise HTTPException(404, f"no version {a if old is None else b} of {name}")
+            diff = list(difflib.unified_diff(
+                _spec_text(old.spec).splitlines(), _spec_text(new.spec).splitlines(),
+                f"{name}@{a}", f"{name}@{b}", lineterm=""))
+        results = await data.result_list(conn, name)
+    return page(request, "definition.html", name=name, versions=versions, version=version,
+                spec=_spec_text(version.spec), diff=diff, a=a, b=b,
+                charts=charts.result_charts(results))
+
+
+def _digest(request: Request) -> str:
+    digest = str(request.path_params["digest"])
+    if not DIGEST.match(digest):
+        raise HTTPException(404, "not a digest (sha256:<64 hex digits>)")
+    return digest
+
+
+async def artifact_page(request: Request) -> Response:
+    digest = _digest(request)
+    async with _pool(request).connection() as conn:
+        blob = await data.artifact_get(conn, digest)
+        if blob is None:
+            raise HTTPException(404, f"no artifact {digest}")
+        producers = await data.producer_list(conn, digest)
+        consumers = await data.consumer_list(conn, digest)
+    return page(request, "artifact.html", blob=blob, producers=producers, consumers=consumers)
+
+
+async def artifact_download(request: Request) -> Response:
+    """The blob's bytes, read through the store (verified against the digest before a byte
+    is sent), as an attachment: never rendered in the dashboard's origin."""
+    digest = _digest(request)
+    async with _pool(request).connection() as conn:
+        blob = await data.artifact_get(conn, digest)
+        media_type = await data.artifact_media_type(conn, digest)
+    if blob is None:
+        raise HTTPException(404, f"no artifact {digest}")
+    store = open_store(request.app.state.config.artifacts)
+    fd, path = tempfile.mkstemp(prefix="rara-ui-")
+    os.close(fd)
+    try:
+        await to_thread.run_sync(store.get_file, digest, path)
+    except Exception:
+        os.unlink(path)
+        raise
+    name = f"{digest[7:19]}.bin"
+    return FileResponse(path, media_type=media_type or "application/octet-stream",
+                        filename=name, background=BackgroundTask(os.unlink, path),
+                        headers={"x-rara-digest": digest,
+                                 "content-security-policy": "sandbox"})
+
+
+async def fleet(request: Request) -> Response:
+    async with _pool(request).connection() as conn:
+        workers = await data.worker_list(conn)
+        backlog = await data.backlog_list(conn)
+        now = await data.now(conn)
+    return page(request, "fleet.html", workers=workers, backlog=backlog, now=now)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    code = exc.status_code if isinstance(exc, HTTPException) else 500
+    detail = exc.detail if isinstance(exc, HTTPException) else str(exc)
+    return page(request, "error.html", status_code=code, title=f"{code}", message=detail)
+
+
+async def server_error(request: Request, exc: Exception) -> Response:
+    return page(request, "error.html", status_code=500, title="Error",
+                message=f"{type(exc).__name__}: {exc}")
+

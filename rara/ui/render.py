@@ -1,0 +1,69 @@
+"""Templates (Jinja2, autoescaped: every name, key and message is text, never markup) and the
+small formatting filters they use."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.requests import Request
+from starlette.responses import HTMLResponse
+
+from rara.ui.auth import AuthConfig
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def when(value: datetime | None) -> str:
+    if value is None:
+        return ""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def took(start: datetime | None, end: datetime | None, now: datetime | None = None) -> str:
+    """Duration from ``start`` to ``end`` (or ``now``): 0.42s, 1m05s, 2h03m."""
+    if start is None or (end or now) is None:
+        return ""
+    seconds = max(((end or now) - start), timedelta()).total_seconds()  # type: ignore[operator]
+    if seconds < 60:
+        return f"{seconds:.2f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def size(value: int | None) -> str:
+    if value is None:
+        return ""
+    amount = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if amount < 1024 or unit == "GiB":
+            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
+        amount /= 1024
+    return f"{value} B"
+
+
+def short(digest: str) -> str:
+    return digest[7:19] + "…" if digest.startswith("sha256:") else digest
+
+
+def pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, default=str)
+
+
+ENV = Environment(loader=FileSystemLoader(TEMPLATES),
+                  autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
+ENV.filters.update(when=when, size=size, short=short, pretty=pretty)
+ENV.globals.update(took=took)
+
+
+def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+    auth: AuthConfig = request.app.state.config.auth
+    html = ENV.get_template(template).render(
+        request=request, path=request.url.path, auth=auth, may_act=auth.may_act(request),
+        identity=auth.identity(request), csrf=auth.csrf_token(request), **context)
+    return HTMLResponse(html, status_code=status_code)

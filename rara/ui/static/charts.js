@@ -1,0 +1,31 @@
+// Charts (uPlot) from the JSON the server embedded in #chart-data: x values and one series
+// per line, nulls for gaps. Titles and labels are set as text (uPlot uses textContent too).
+'use strict';
+(function () {
+  const palette = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2',
+    '#4d7c0f', '#be185d', '#854d0e', '#334155', '#0f766e', '#7c2d12'];
+  window.raraCharts = function () {
+    const holder = document.getElementById('charts');
+    const source = document.getElementById('chart-data');
+    if (!holder || !source || !window.uPlot) return;
+    holder.replaceChildren();
+    for (const chart of JSON.parse(source.textContent)) {
+      const box = document.createElement('figure');
+      box.className = 'chart';
+      const caption = document.createElement('figcaption');
+      caption.textContent = chart.title;
+      box.append(caption);
+      holder.append(box);
+      const series = [{ label: chart.xLabel }].concat(chart.series.map((s, i) => ({
+        label: s.label, stroke: palette[i % palette.length], width: 2, spanGaps: true,
+        points: { show: chart.x.length < 60, size: 5 },
+      })));
+      // eslint-disable-next-line no-new
+      new window.uPlot({
+        width: Math.min(560, holder.clientWidth || 560), height: 240,
+        scales: { x: { time: chart.time } }, series,
+      }, [chart.x].concat(chart.series.map((s) => s.values)), box);
+    }
+  };
+  window.raraCharts();
+})();

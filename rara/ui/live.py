@@ -62,7 +62,7 @@ class LiveHub:
         self.interval = interval
         self.viewers: dict[str, set[Mailbox]] = {}
         self.last: dict[str, str] = {}
-        self.listening = False
+        self.listening = asyncio.Event()  # set while the listening connection is up
         self.ticks = 0  # state reads done (tests: idle viewers add none)
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -104,14 +104,15 @@ class LiveHub:
                                                                  autocommit=True) as conn:
                     for channel in CHANNELS:
                         await conn.execute(f"LISTEN {channel}")
-                    self.listening, delay = True, 0.5
+                    self.listening.set()
+                    delay = 0.5
                     self._wake.set()  # anything missed while not listening
                     async for _ in conn.notifies():
                         self._wake.set()
             except psycopg.Error as exc:
                 log.warning("ui listener lost; polling until it is back", error=str(exc))
             finally:
-                self.listening = False
+                self.listening.clear()
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
 

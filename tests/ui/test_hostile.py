@@ -72,10 +72,13 @@ def test_hostile_names_render_inert(page: Any, ui_server: Any,
              f"/runs?definition={name}"]
     for path in pages:
         answer = page.goto(ui.url + path)
-        assert answer is not None and answer.status == 200, path
+        assert answer is not None, path
+        assert answer.status == 200, path
         expect(page.locator("main h1")).to_be_visible()
         assert page.evaluate("window.__pwned") is None, path
-        assert page.locator('main script:not([type="application/json"]), main img, main [onload], main [onerror]').count() == 0, path
+        active = ('main script:not([type="application/json"]), main img, main [onload], '
+                  "main [onerror]")
+        assert page.locator(active).count() == 0, path
     assert page.dialogs == []
     # …and the text is there, as text.
     page.goto(f"{ui.url}/runs/{run_id}")

@@ -26,9 +26,7 @@ async def test_viewers_share_one_read_and_idle_costs_nothing(
     await hub.start()
     try:
         async with asyncio.timeout(10):
-            while not hub.listening:
-                await asyncio.sleep(0.01)
-        await asyncio.sleep(0.2)
+            await hub.listening.wait()
         assert hub.ticks == 0  # nobody watches: no reads
         topic = f"run:{run_id}"
         async with hub.watch(topic) as first, hub.watch(RUNS) as runs:

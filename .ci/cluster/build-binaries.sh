@@ -12,6 +12,13 @@
 # runc and the CNI plugins come from Debian's packages inside the node image (node-image.sh).
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# Everything cached: say so in one line and stop (the common case: a warm `make cluster`).
+all=("${KUBE_BIN}"/{kubelet,kubeadm,kubectl,kube-proxy,kube-scheduler,kube-controller-manager,kube-apiserver}
+  "${ETCD_BIN}/etcd" "${CONTAINERD_BIN}"/{containerd,containerd-shim-runc-v2,ctr} "${CRICTL_BIN}/crictl"
+  "${COREDNS_BIN}/coredns" "${PAUSE_BIN}/pause" "${KIND}")
+present=1; for b in "${all[@]}"; do [[ -x "$b" ]] || present=0; done
+if [[ "${1:-}" == --check ]]; then ((present)); exit $?; fi
+if ((present)); then log "all binaries present (${RARA_CACHE})"; exit 0; fi
 go_env
 export CGO_ENABLED=0
 

@@ -2,36 +2,37 @@
 
 What it does (every step a real command, each bounded by a timeout):
 
-1. ``kind create cluster`` (a throw-away cluster with its own kubeconfig; never your
-   current context).
-2. ``docker build`` the images from ``charts/rara/images/worker.Dockerfile`` and
-   ``charts/rara/images/executor.Dockerfile`` (context: repo root) and ``kind load`` them,
-   with a PostgreSQL image (``RARA_E2E_POSTGRES_IMAGE``, default ``postgres:17``) that runs as
-   a plain Deployment ``rara-postgres`` in namespace ``rara`` (the chart takes a database URL).
-3. ``helm install rara charts/rara`` with those images (``pullPolicy: Never``), the database
-   URL, the CPU pool and the executor pool pinned to >= 1 replica (so there is always
-   something to kill) and the executor made schedulable on kind (no GPU, no node selector).
-4. ``kubectl apply -f examples/rag-refresh.yaml`` and wait for the WorkflowDefinition to be
-   Ready (the operator wrote an immutable version).
-5. Create ``RARA_E2E_RUNS`` WorkflowRun resources, then for ``RARA_E2E_CHAOS_SECONDS``
+1. The cluster of ``make cluster`` (``.ci/cluster/cluster-up.sh``): a one-node kind cluster
+   whose every piece is built on this machine (Kubernetes, containerd, CoreDNS, kind from the
+   Go module proxy; the node image assembled without a registry; the project's own Docker
+   engine). Used as is when it is up; otherwise created, and torn down afterwards.
+2. ``.ci/cluster/install-rara.sh``: ``docker build`` of the images from
+   ``charts/rara/images/*.Dockerfile`` (worker, executor, PostgreSQL from Debian's package),
+   ``kind load``, PostgreSQL as a Deployment ``rara-postgres`` in namespace ``rara``, the
+   database Secret, an RWX artifact volume, ``helm upgrade --install rara charts/rara`` with
+   ``.ci/cluster/values-kind.yaml`` plus this test's values (the CPU pool and the executor
+   pool pinned to >= 1 replica, so there is always something to kill), then
+   ``kubectl apply -f examples/rag-refresh.yaml`` and wait for Ready.
+3. Create ``RARA_E2E_RUNS`` WorkflowRun resources, then for ``RARA_E2E_CHAOS_SECONDS``
    delete or evict worker and executor pods at random: graceful delete (SIGTERM: leases are
    released), forced delete with grace 0 (SIGKILL: leases expire), and the Eviction API
    (what a node drain or GPU preemption does; a PodDisruptionBudget may refuse it: 429).
-6. Wait (bounded) for every run to finish, then check the invariants in PostgreSQL:
+4. Wait (bounded) for every run to finish, then check the invariants in PostgreSQL:
    every run succeeded; every step succeeded with exactly one succeeded attempt; no
    artifact manifest rows and no events from an attempt other than the one that won (a
    fenced write leaked); no event written after its attempt was closed.
 
-Running it::
+Running it (root; the scripts install docker.io and build the rest; docs/cluster.md)::
 
-    # needs: kind, docker (engine reachable: `docker info`), helm (PATH, or charts/tools.sh
-    # builds it into ~/.cache/rara/bin), kubectl
+    make cluster        # optional: otherwise the test creates the cluster and removes it
     RARA_E2E_KIND=1 .venv/bin/python -m pytest tests/e2e/kind -m slow -v -s
 
+It is not part of the default ``make test`` (it skips without RARA_E2E_KIND=1, and names
+what is missing on a machine that cannot make a cluster).
+
 Knobs (env): ``RARA_E2E_RUNS`` (20), ``RARA_E2E_CHAOS_SECONDS`` (180), ``RARA_E2E_SEED``
-(random; printed for replay), ``RARA_E2E_KEEP=1`` (keep the cluster; prints how to reach
-it), ``RARA_E2E_HELM_VALUES`` (extra values file), ``RARA_E2E_KIND_IMAGE`` (node image),
-``RARA_E2E_POSTGRES_IMAGE``.
+(random; printed for replay), ``RARA_E2E_KEEP=1`` (keep a cluster the test created),
+``RARA_E2E_HELM_VALUES`` (extra values file).
 
 What it relies on from the chart and the operator (charts/rara/values.yaml, crds/):
 
@@ -75,7 +76,6 @@ RUN_NAMESPACE = NAMESPACE  # the chart's operator is namespaced by default
 POD_SELECTOR = "app.kubernetes.io/instance=rara"
 CHAOS_COMPONENTS = ("worker-", "executor-")  # component label prefixes of the pools
 PG_NAME = "rara-postgres"
-DB_URL = f"postgresql://rara:rara@{PG_NAME}.{NAMESPACE}.svc:5432/rara"
 TERMINAL = {"Succeeded", "Failed", "Cancelled"}
 
 pytestmark = [pytest.mark.slow, pytest.mark.k8s, pytest.mark.timeout(3600)]
@@ -88,38 +88,24 @@ def _env_int(name: str, default: int) -> int:
 # --------------------------------------------------------------------------- prerequisites
 
 
-def find_helm() -> str | None:
-    """helm on PATH, or the pinned one charts/tools.sh builds into the user's tool cache."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    tools = Path(os.environ.get("RARA_TOOLS_DIR") or Path(cache) / "rara" / "bin")
-    built = sorted(tools.glob("helm-*"))
-    return shutil.which("helm") or (str(built[-1]) if built else None)
+CLUSTER_SCRIPTS = REPO_ROOT / ".ci" / "cluster"
 
 
-def missing_prerequisites() -> list[str]:
-    """Why this test cannot run here (empty: it can). Bounded: `docker info` gets 20s."""
-    missing = [tool for tool in ("kind", "docker", "kubectl") if not shutil.which(tool)]
-    if find_helm() is None:
-        missing.append("helm (on PATH, or built by `charts/tools.sh`)")
-    if "docker" not in missing:
-        try:
-            info = subprocess.run(
-                ["docker", "info", "--format", "{{.ServerVersion}}"],
-                capture_output=True,
-                text=True,
-                timeout=20,
-                check=False,
-            )
-            if info.returncode != 0 or not info.stdout.strip():
-                err = (info.stderr.strip().splitlines() or ["no server version"])[-1]
-                missing.append(f"a docker engine (`docker info` failed: {err})")
-        except (subprocess.TimeoutExpired, OSError) as exc:
-            missing.append(f"a docker engine (`docker info`: {exc})")
-    return [f"`{m}` on PATH" if " " not in m else m for m in missing]
+def cluster_env() -> dict[str, str]:
+    """Where `make cluster` keeps its pieces (.ci/cluster/env.sh: builds and starts nothing)."""
+    proc = subprocess.run(
+        [str(CLUSTER_SCRIPTS / "env.sh")], capture_output=True, text=True, timeout=60, check=True
+    )
+    return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+
+
+def missing_prerequisites(env: dict[str, str]) -> list[str]:
+    """Why a cluster cannot be made here (empty: it can). The scripts build everything else."""
+    return [m for m in env.get("MISSING", "").split(";") if m]
 
 
 def missing_inputs() -> list[str]:
-    paths = [CHART / "Chart.yaml", *IMAGES.values(), EXAMPLE]
+    paths = [CHART / "Chart.yaml", *IMAGES.values(), EXAMPLE, CLUSTER_SCRIPTS / "cluster-up.sh"]
     return [str(p.relative_to(REPO_ROOT)) for p in paths if not p.exists()]
 
 
@@ -131,19 +117,20 @@ class Cluster:
     name: str
     kubeconfig: Path
     workdir: Path
+    env: dict[str, str]
 
     def run(
         self, *argv: str, timeout: float = 120, check: bool = True, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """Run a command with KUBECONFIG set to this cluster (never the user's context)."""
-        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        """Run a command against this cluster only (its KUBECONFIG and Docker engine; kubectl
+        and kind from the cluster's own builds first on PATH), never the user's context."""
         proc = subprocess.run(
             list(argv),
             input=stdin,
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=env,
+            env=self.env,
             cwd=REPO_ROOT,
             check=False,
         )
@@ -180,72 +167,44 @@ def wait_for(what: str, probe: object, timeout: float, interval: float = 2.0) ->
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    if missing := missing_prerequisites():
-        pytest.skip("kind chaos test needs " + ", ".join(missing))
+    """The cluster of `make cluster` (.ci/cluster/cluster-up.sh: everything built here, cached
+    under ~/.cache/rara). One that is already up is used and left up; one this test creates is
+    torn down again (`make cluster-down`) unless RARA_E2E_KEEP=1."""
     if os.environ.get("RARA_E2E_KIND") != "1":
-        pytest.skip("creates a kind cluster (~15 min): opt in with RARA_E2E_KIND=1")
+        pytest.skip(
+            "builds a kind cluster from source (cold ~30 min, warm ~1 min) and runs chaos for "
+            "minutes: opt in with RARA_E2E_KIND=1 (docs/cluster.md)"
+        )
     if missing := missing_inputs():
-        pytest.skip("chart inputs not written yet: " + ", ".join(missing))
+        pytest.skip("inputs not written yet: " + ", ".join(missing))
+    env = cluster_env()
+    if missing := missing_prerequisites(env):
+        pytest.skip("a kind cluster here needs " + ", ".join(missing))
 
+    was_up = env.get("READY") == "1"
+    if not was_up:
+        subprocess.run([str(CLUSTER_SCRIPTS / "cluster-up.sh")], check=True, timeout=75 * 60)
     workdir = Path(tempfile.mkdtemp(prefix="rara-kind-"))
-    c = Cluster(f"rara-e2e-{secrets.token_hex(3)}", workdir / "kubeconfig", workdir)
-    create = ["kind", "create", "cluster", "--name", c.name, "--kubeconfig", str(c.kubeconfig)]
-    if image := os.environ.get("RARA_E2E_KIND_IMAGE"):
-        create += ["--image", image]
-    c.run(*create, "--wait", "180s", timeout=600)
+    run_env = {
+        **os.environ,
+        "KUBECONFIG": env["KUBECONFIG"],
+        "DOCKER_HOST": env["DOCKER_HOST"],
+        "PATH": env["PATH_PREFIX"] + os.pathsep + os.environ.get("PATH", ""),
+    }
+    c = Cluster(env["CLUSTER_NAME"], Path(env["KUBECONFIG"]), workdir, run_env)
     try:
         yield c
     finally:
-        if os.environ.get("RARA_E2E_KEEP") == "1":
-            print(f"\nkept kind cluster {c.name}: KUBECONFIG={c.kubeconfig}")
+        shutil.rmtree(workdir, ignore_errors=True)
+        if os.environ.get("RARA_E2E_KEEP") == "1" or was_up:
+            print(f"\nkept the cluster: KUBECONFIG={c.kubeconfig} (`make cluster-down` ends it)")
         else:
-            c.run("kind", "delete", "cluster", "--name", c.name, timeout=300, check=False)
-            shutil.rmtree(workdir, ignore_errors=True)
+            subprocess.run([str(CLUSTER_SCRIPTS / "cluster-down.sh")], check=False, timeout=600)
 
 
-def postgres_manifest(image: str) -> list[dict]:  # type: ignore[type-arg]
-    labels = {"app.kubernetes.io/name": PG_NAME}
-    env = [
-        {"name": k, "value": "rara"} for k in ("POSTGRES_USER", "POSTGRES_PASSWORD", "POSTGRES_DB")
-    ]
-    probe = {"exec": {"command": ["pg_isready", "-U", "rara", "-d", "rara"]}, "periodSeconds": 2}
-    return [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": PG_NAME, "namespace": NAMESPACE, "labels": labels},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "containers": [
-                            {
-                                "name": "postgres",
-                                "image": image,
-                                "imagePullPolicy": "Never",
-                                "env": env,
-                                "ports": [{"containerPort": 5432}],
-                                "readinessProbe": probe,
-                            }
-                        ]
-                    },
-                },
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": PG_NAME, "namespace": NAMESPACE},
-            "spec": {"selector": labels, "ports": [{"port": 5432, "targetPort": 5432}]},
-        },
-    ]
-
-
-def chart_values(tag: str) -> dict:  # type: ignore[type-arg]
-    """Overrides of charts/rara/values.yaml for a small, GPU-less kind cluster."""
+def chaos_values() -> dict:  # type: ignore[type-arg]
+    """On top of .ci/cluster/values-kind.yaml: pools pinned to >= 2 replicas (so there is
+    always something to kill) and small requests (one 2-core node)."""
     defaults = yaml.safe_load((CHART / "values.yaml").read_text())
 
     def small() -> dict:  # type: ignore[type-arg]
@@ -256,59 +215,27 @@ def chart_values(tag: str) -> dict:  # type: ignore[type-arg]
         for pool in defaults["pools"]
     ]
     return {
-        "image": {"repository": "rara/worker", "tag": tag, "pullPolicy": "Never"},
-        "executorImage": {"repository": "rara/executor", "tag": tag, "pullPolicy": "Never"},
-        "database": {"url": DB_URL},
         "pools": pools,
         "executor": {
-            "gpus": 0,
             "minReplicas": 1,
             "maxReplicas": 2,
             "cooldownSeconds": 30,
-            "resources": small(),
             "workerResources": small(),
-            # helm merges maps: null deletes the default GPU node selector key
-            "nodeSelector": dict.fromkeys(defaults["executor"].get("nodeSelector") or {}),
-            "tolerations": [],
         },
     }
 
 
 @pytest.fixture(scope="module")
 def installed(cluster: Cluster) -> Cluster:
-    tag = f"e2e-{secrets.token_hex(4)}"
-    for component, dockerfile in IMAGES.items():
-        ref = f"rara/{component}:{tag}"
-        cluster.run("docker", "build", "-f", str(dockerfile), "-t", ref, ".", timeout=1800)
-        cluster.run("kind", "load", "docker-image", ref, "--name", cluster.name, timeout=600)
-
-    pg_image = os.environ.get("RARA_E2E_POSTGRES_IMAGE", "postgres:17")
-    cluster.run("docker", "pull", pg_image, timeout=600)
-    cluster.run("kind", "load", "docker-image", pg_image, "--name", cluster.name, timeout=600)
-    pg = yaml.safe_dump_all(postgres_manifest(pg_image))
-    cluster.run("kubectl", "apply", "-f", "-", stdin=pg, timeout=60)
-    cluster.run(
-        "kubectl", "-n", NAMESPACE, "rollout", "status", f"deploy/{PG_NAME}", "--timeout=300s",
-        timeout=330,
-    )  # fmt: skip
-
+    """`.ci/cluster/install-rara.sh`: images built and `kind load`ed, PostgreSQL, the
+    database Secret and the artifact volume, `helm upgrade --install`, the example definition
+    applied and Ready."""
     values_file = cluster.workdir / "values-e2e.yaml"
-    values_file.write_text(yaml.safe_dump(chart_values(tag)))
-    helm = [str(find_helm()), "install", "rara", str(CHART), "--namespace", NAMESPACE]
-    helm += ["-f", str(values_file)]
-    if extra := os.environ.get("RARA_E2E_HELM_VALUES"):
-        helm += ["-f", extra]
-    cluster.run(*helm, "--wait", "--timeout", "10m", timeout=700)
-
-    cluster.run("kubectl", "-n", RUN_NAMESPACE, "apply", "-f", str(EXAMPLE), timeout=60)
-    name = yaml.safe_load(EXAMPLE.read_text())["metadata"]["name"]
-
-    def ready() -> bool:
-        wd = cluster.kubectl_json("-n", RUN_NAMESPACE, "get", "workflowdefinition", name)
-        conds = wd.get("status", {}).get("conditions", [])
-        return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
-
-    wait_for(f"WorkflowDefinition {name} Ready", ready, timeout=120)
+    values_file.write_text(yaml.safe_dump(chaos_values()))
+    extra = ["-f", str(values_file)]
+    if more := os.environ.get("RARA_E2E_HELM_VALUES"):
+        extra += ["-f", more]
+    cluster.run(str(CLUSTER_SCRIPTS / "install-rara.sh"), *extra, timeout=60 * 60)
     return cluster
 
 

@@ -7,6 +7,7 @@ command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2
 command -v go >/dev/null || need+=(golang-go)
 command -v runuser >/dev/null || need+=(util-linux)
 command -v openssl >/dev/null || need+=(openssl)
+command -v chromium >/dev/null || need+=(chromium)  # tests/ui: the browser Playwright drives
 if ((${#need[@]})); then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

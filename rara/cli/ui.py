@@ -26,10 +26,11 @@ def read_token(token_file: Path | None) -> str | None:
 
 
 def ui(
-    host: Annotated[str, typer.Option(help="address to bind (loopback by default)")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535)] = 8080,
+    host: Annotated[str, typer.Option(envvar="RARA_UI_HOST",
+                                      help="address to bind (loopback by default)")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, envvar="RARA_UI_PORT")] = 8080,
     db_url: Annotated[str | None, typer.Option(
-        "--database-url", envvar="DATABASE_URL", show_envvar=True,
+        "--database-url", envvar=["RARA_UI_DATABASE_URL", "DATABASE_URL"], show_envvar=True,
         help="PostgreSQL URL (default: the embedded server)")] = None,
     read_only: Annotated[bool, typer.Option(
         "--read-only/--no-read-only", envvar="RARA_UI_READ_ONLY",

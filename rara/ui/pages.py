@@ -168,8 +168,11 @@ async def definitions_list(request: Request) -> Response:
                 next_after=rows[-1].name if more else None)
 
 
+_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: 10x faster on big specs
+
+
 def _spec_text(spec: dict[str, Any]) -> str:
-    return yaml.safe_dump(spec, sort_keys=False, allow_unicode=True, width=100)
+    return yaml.dump(spec, Dumper=_DUMPER, sort_keys=False, allow_unicode=True, width=100)
 
 
 async def definition_page(request: Request) -> Response:

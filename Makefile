@@ -55,7 +55,7 @@ test: setup ## the whole test suite (starts its own PostgreSQL and Kubernetes AP
 	  echo "warning: S3 server build failed; S3 artifact store tests will skip"
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, generated code current
+lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, generated code current, go vet
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	PYTHONPATH=$(NAMESPACE_ROOTS) $(VENV)/bin/lint-imports
@@ -64,6 +64,10 @@ lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, gener
 	db/schema.sh --check
 	api/buf.sh lint
 	api/buf.sh breaking
+	@# The Go executor (executor/go): gofmt and go vet; its tests run in make test (-race).
+	@if command -v go >/dev/null; then cd executor/go && bad="$$(gofmt -l .)" && \
+	  { [ -z "$$bad" ] || { echo "gofmt needed: $$bad"; exit 1; }; } && go vet ./...; \
+	else echo "go is not installed: executor/go not vetted"; fi
 
 crds: ## copy crds/ into the chart (charts/rara/crds is never edited by hand)
 	charts/crds.sh

@@ -1,0 +1,206 @@
+"""The Go executor (executor/go) speaks the same contract: the conformance suite passes
+against it by address, its auth and drain behave like the Python executor's, it shares the
+artifact store's layout, and its own tests pass under the race detector.
+
+The binary is built by ``executor/go/build.sh`` (cached by a hash of its sources under
+~/.cache/rara/go-executor/, so only the first run after a change pays the build).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from rara.artifacts.store import LocalArtifactStore
+from rara.executor.client import ExecutorClient, make_job
+from rara.executor.conformance import run_conformance_async
+from rara.executor.conformance_checks import CHECKS
+from rara.v1 import executor_pb2 as pb
+from tests.executor.support import TOKEN, collect, kinds
+from tests.executor.test_executor_auth import pki  # noqa: F401 - the fixture, reused
+
+ROOT = Path(__file__).resolve().parents[2]
+GO_MODULE = ROOT / "executor" / "go"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("go") is None,
+    reason="go is not installed: the Go executor (executor/go) cannot be built or tested",
+)
+
+
+def build_go_executor() -> Path:
+    """The cached binary for the current sources (built now if they changed)."""
+    out = subprocess.run([str(GO_MODULE / "build.sh")], check=True, capture_output=True,
+                         text=True, timeout=600)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="session")
+def go_executor() -> Path:
+    return build_go_executor()
+
+
+@contextmanager
+def running(binary: Path, tmp: Path, *args: str, token: str | None = TOKEN,
+            expect_exit: int = 0) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """Start the binary on loopback (port 0); yield its address; SIGTERM it after."""
+    argv = [str(binary), "--listen", "127.0.0.1:0", "--artifact-root", str(tmp / "artifacts"),
+            "--plugins", "builtin,conformance", "--max-concurrency", "4", "--cancel-grace", "0.3",
+            "--durable=false", *args]
+    if token is not None:
+        (tmp / "token").write_text(token)
+        argv += ["--token-file", str(tmp / "token")]
+    # stderr (JSON logs) to a file: a pipe nobody reads would block the executor once full.
+    with open(tmp / "go-executor.log", "w+") as log, subprocess.Popen(
+            argv, stdout=subprocess.PIPE, stderr=log, text=True) as proc:
+        try:
+            address = _listening(proc)
+            yield address, proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                code = proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+        log.seek(0)
+        assert code == expect_exit, f"exit {code}: {log.read()[-2000:]}"
+
+
+def _listening(proc: subprocess.Popen[str], within: float = 30.0) -> str:
+    """The address from the executor's "listening on" line (the same line as `rara executor`)."""
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + within
+        while (left := deadline - time.monotonic()) > 0:
+            if sel.select(left) and (line := proc.stdout.readline()):
+                if m := re.search(r"listening on (\S+)$", line.strip()):
+                    return m.group(1)
+            elif proc.poll() is not None:
+                break
+    raise AssertionError(f"the Go executor did not start (exit {proc.poll()}); see its log")
+
+
+async def test_conformance_with_token(go_executor: Path, tmp_path: Path) -> None:
+    with running(go_executor, tmp_path) as (address, _):
+        report = await run_conformance_async(address, TOKEN, check_timeout=20)
+    assert [r.name for r in report.results] == [name for name, _ in CHECKS]
+    assert all(r.outcome == "passed" for r in report.results), report.summary()
+
+
+async def test_conformance_insecure_loopback(go_executor: Path, tmp_path: Path) -> None:
+    with running(go_executor, tmp_path, "--insecure-loopback", token=None) as (address, _):
+        report = await run_conformance_async(address, None, check_timeout=20)
+    assert report.passed, report.summary()
+    assert [r.name for r in report.results if r.outcome == "skipped"] == ["unauthenticated"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ((), "without authentication"),
+    (("--insecure-loopback", "--listen", "0.0.0.0:0"), "loopback --listen"),
+    (("--tls-cert", "c.pem", "--insecure-loopback"), "go together"),
+    (("--plugins", "nope", "--insecure-loopback"), "unknown operation set"),
+])
+def test_refuses_unsafe_or_wrong_settings(go_executor: Path, tmp_path: Path,
+                                          args: tuple[str, ...], message: str) -> None:
+    argv = [str(go_executor), "--listen", "127.0.0.1:0", "--artifact-root", str(tmp_path)]
+    done = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2, done
+    assert message in done.stderr
+
+
+def test_settings_from_the_environment(go_executor: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "RARA_EXECUTOR_INSECURE_LOOPBACK": "true",
+           "RARA_EXECUTOR_LISTEN": "0.0.0.0:0", "RARA_ARTIFACTS": str(tmp_path)}
+    done = subprocess.run([str(go_executor)], capture_output=True, text=True, timeout=30,
+                          env=env)
+    assert done.returncode == 2, done
+    assert "loopback --listen" in done.stderr
+
+
+async def test_mutual_tls(go_executor: Path, tmp_path: Path, pki: Path) -> None:  # noqa: F811
+    tls = ["--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key"),
+           "--tls-client-ca", str(pki / "ca.pem")]
+    with running(go_executor, tmp_path, *tls, token=None) as (address, _):
+        port = address.rsplit(":", 1)[1]
+        ca = (pki / "ca.pem").read_bytes()
+        async with ExecutorClient(f"localhost:{port}", root_certificates=ca,
+                                  private_key=(pki / "client.key").read_bytes(),
+                                  certificate_chain=(pki / "client.pem").read_bytes()) as client:
+            assert (await client.get_capabilities()).executor_version.startswith(
+                "rara-executor-go/")
+        async with ExecutorClient(f"localhost:{port}", root_certificates=ca) as no_cert:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await no_cert.get_capabilities(rpc_timeout=5)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE  # handshake refused
+
+
+async def test_sigterm_drains(go_executor: Path, tmp_path: Path) -> None:
+    """NOT_SERVING first, then running jobs end as retryable UNAVAILABLE, then exit 0."""
+    with running(go_executor, tmp_path, "--grace", "0.5") as (address, proc):
+        async with ExecutorClient(address, token=TOKEN) as client, \
+                grpc.aio.insecure_channel(address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            stream = client.execute(make_job(capability="test.hang@1", idempotency_key="h"))
+            async for event in stream:
+                if event.HasField("running"):
+                    break
+            proc.send_signal(signal.SIGTERM)
+            async with asyncio.timeout(10):
+                async for status in health.Watch(health_pb2.HealthCheckRequest()):
+                    if status.status == health_pb2.HealthCheckResponse.NOT_SERVING:
+                        break
+                rest = [e async for e in stream]
+            error = rest[-1].failed.error
+            assert error.code == pb.ERROR_CODE_UNAVAILABLE, rest[-1]
+            assert error.retryable
+
+
+async def test_operations_share_the_python_artifact_store(go_executor: Path,
+                                                          tmp_path: Path) -> None:
+    """A blob the Python store wrote is chunked by Go; Go's output reads back verified."""
+    store = LocalArtifactStore(tmp_path / "artifacts", durable=False)
+    data = b"rara " * 1000
+    ref = store.put_bytes(data, "text/plain")
+    with running(go_executor, tmp_path) as (address, _):
+        async with ExecutorClient(address, token=TOKEN) as client:
+            events = await collect(client, make_job(
+                capability="artifact.chunk@1", idempotency_key="c", inputs={"prep/doc": ref},
+                payload={"artifact": "prep/doc", "chunk_size": 1024, "checkpoint_every": 2}))
+            assert kinds(events)[-1] == "succeeded", events[-1]
+            assert "checkpoint" in kinds(events)
+            manifest = events[-1].succeeded.artifacts
+            index = json.loads(store.get_bytes(manifest[0].digest))
+            assert [c["size"] for c in index["chunks"]] == [1024, 1024, 1024, 1024, 904]
+            text = await collect(client, make_job(
+                capability="text.normalize@1", idempotency_key="n",
+                payload={"text": "  Ｒａｒａ\t\tflows ", "lower": True}))
+            assert json.loads(text[-1].succeeded.result_json)["text"] == "rara flows"
+            noop = await collect(client, make_job(capability="bench.noop@1", idempotency_key="o"))
+            assert kinds(noop) == ["accepted", "running", "succeeded"]
+
+
+def test_go_tests_under_the_race_detector() -> None:
+    """`go test -race ./...` of the Go executor (needs cgo and a C compiler)."""
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        pytest.skip("no C compiler: go test -race needs cgo")
+    done = subprocess.run(["go", "test", "-race", "-count=1", "./..."], cwd=GO_MODULE,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "CGO_ENABLED": "1"})
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

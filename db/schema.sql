@@ -424,6 +424,10 @@ ALTER TABLE ONLY public.rara_steps
 ALTER TABLE ONLY public.rara_workers
     ADD CONSTRAINT rara_workers_pkey PRIMARY KEY (id);
 
+-- INDEX: rara_step_artifacts_digest
+
+CREATE INDEX rara_step_artifacts_digest ON public.rara_step_artifacts USING btree (digest);
+
 -- INDEX: rara_steps_ready
 
 CREATE INDEX rara_steps_ready ON public.rara_steps USING btree (capability, ((- priority)), available_at, id) WHERE (status = 'ready'::public.rara_step_status);

@@ -58,7 +58,7 @@ from tests.helpers import apply
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.timeout(300),
+    pytest.mark.timeout(600),  # the smoke takes ~1 min; a cold Go build up to 2-3 more
     pytest.mark.skipif(shutil.which("go") is None,
                        reason="go is not installed: the Go executor cannot be built"),
 ]

@@ -37,17 +37,32 @@ func (e *JobError) toProto() *pb.Error {
 	return &pb.Error{Code: e.Code, Message: e.Message, Retryable: e.Retryable, Details: e.Details}
 }
 
+// errorFrom is the structured error for what an operation returned, credential-looking text
+// masked: error messages quote what failed (a connection URL, a header), and this one leaves
+// the process to be stored and shown.
 func errorFrom(err error) *pb.Error {
+	var out *pb.Error
 	var je *JobError
 	if errors.As(err, &je) {
-		return je.toProto()
+		out = je.toProto()
+	} else {
+		msg := err.Error()
+		if msg == "" {
+			msg = fmt.Sprintf("%T", err)
+		}
+		out = &pb.Error{Code: pb.ErrorCode_ERROR_CODE_HANDLER_ERROR, Message: msg,
+			Retryable: true, Details: map[string]string{"error": fmt.Sprintf("%T", err)}}
 	}
-	msg := err.Error()
-	if msg == "" {
-		msg = fmt.Sprintf("%T", err)
+	out.Message = Redact(out.Message)
+	masked := make(map[string]string, len(out.Details))
+	for k, v := range out.Details {
+		if sensitiveKey.MatchString(k) {
+			v = Mask
+		}
+		masked[k] = Redact(v)
 	}
-	return &pb.Error{Code: pb.ErrorCode_ERROR_CODE_HANDLER_ERROR, Message: msg, Retryable: true,
-		Details: map[string]string{"error": fmt.Sprintf("%T", err)}}
+	out.Details = masked
+	return out
 }
 
 func failedEvent(code pb.ErrorCode, message string, retryable bool) *pb.ExecuteResponse {

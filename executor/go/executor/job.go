@@ -87,10 +87,17 @@ func (j *Job) Progress(fraction float64, message string, metrics map[string]floa
 	if j.rj == nil {
 		return
 	}
+	// Progress leaves the process (stored by the worker, shown by `rara runs show`): mask
+	// credential-looking text, in metric names too, and bound the message.
+	message = Redact(message)
 	if len(message) > maxProgressMessage {
 		message = strings.ToValidUTF8(message[:maxProgressMessage], "")
 	}
-	p := &pb.JobProgress{Message: message, Metrics: metrics}
+	masked := make(map[string]float64, len(metrics))
+	for name, value := range metrics {
+		masked[Redact(name)] = value
+	}
+	p := &pb.JobProgress{Message: message, Metrics: masked}
 	if fraction >= 0 {
 		p.Fraction = &fraction
 	}
@@ -104,6 +111,11 @@ func (j *Job) SaveCheckpoint(state map[string]any, artifact *artifacts.Ref) erro
 	data, err := Dumps(state)
 	if err != nil {
 		return Failed(fmt.Sprintf("checkpoint state is not JSON: %v", err), false)
+	}
+	// Checked here, so a bad state fails in the operation that produced it: the worker
+	// persists checkpoints, so no credential and nothing over the wire limit.
+	if problem := CredentialProblem(state, "checkpoint state"); problem != "" {
+		return Failed(problem, false)
 	}
 	if len(data) > MaxMessageBytes/2 {
 		return Failed(fmt.Sprintf("checkpoint state: message is %d bytes; the executor wire "+
@@ -240,6 +252,10 @@ func (r *runningJob) result(res opResult) *pb.ExecuteResponse {
 	if err != nil {
 		return failedEvent(pb.ErrorCode_ERROR_CODE_HANDLER_ERROR,
 			fmt.Sprintf("result is not JSON: %v", err), false)
+	}
+	// The worker stores the result in PostgreSQL: a credential must not get there.
+	if problem := CredentialProblem(outcome.Result, "the operation's result"); problem != "" {
+		return failedEvent(pb.ErrorCode_ERROR_CODE_HANDLER_ERROR, problem, false)
 	}
 	if len(result) > MaxMessageBytes-64*1024 { // room for the manifest
 		return failedEvent(pb.ErrorCode_ERROR_CODE_HANDLER_ERROR, fmt.Sprintf("result: message "+

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -361,4 +362,43 @@ func TestDrain(t *testing.T) {
 		t.Fatalf("a job stopped by the drain: %v", last)
 	}
 	<-stopped
+}
+
+func TestNothingCredentialLookingLeaves(t *testing.T) {
+	leaked := "hf_" + strings.Repeat("x", 34)
+	op := func(name string, run executor.Func) executor.Operation {
+		return executor.Operation{Name: name, Major: 1, Run: run}
+	}
+	f := start(t, 4,
+		op("t.leaky-progress", func(_ context.Context, j *executor.Job) (*executor.Outcome, error) {
+			j.Progress(0.5, "pushing with "+leaked, map[string]float64{"rate " + leaked: 1})
+			return nil, nil
+		}),
+		op("t.leaky-error", func(context.Context, *executor.Job) (*executor.Outcome, error) {
+			return nil, errors.New("cannot reach https://u:" + leaked + "@hub")
+		}),
+		op("t.leaky-result", func(context.Context, *executor.Job) (*executor.Outcome, error) {
+			return &executor.Outcome{Result: map[string]any{"config": map[string]any{"auth": leaked}}}, nil
+		}),
+		op("t.leaky-checkpoint", func(_ context.Context, j *executor.Job) (*executor.Outcome, error) {
+			return nil, j.SaveCheckpoint(map[string]any{"resume": map[string]any{"password": "hunter2"}}, nil)
+		}))
+	for name, want := range map[string]string{
+		"t.leaky-progress":   "succeeded",
+		"t.leaky-error":      "cannot reach",
+		"t.leaky-result":     "result holds what looks like a secret at $.config.auth",
+		"t.leaky-checkpoint": "checkpoint state holds what looks like a secret at $.resume.password",
+	} {
+		events := run(t, f, job(name+"@1", name, ""))
+		text := fmt.Sprint(events)
+		if strings.Contains(text, leaked) || strings.Contains(text, "hunter2") {
+			t.Errorf("%s leaked: %s", name, text)
+		}
+		if !strings.Contains(text, want) {
+			t.Errorf("%s: want %q in %s", name, want, text)
+		}
+		if name == "t.leaky-checkpoint" && strings.Contains(strings.Join(kinds(events), ","), "checkpoint") {
+			t.Errorf("the checkpoint must not leave the process")
+		}
+	}
 }

@@ -206,6 +206,9 @@ func DecodeJob(job *pb.Job) (*Spec, *JobError) {
 	if spec.Input, err = LoadsObject(job.GetPayloadJson(), "payload_json"); err != nil {
 		return nil, err
 	}
+	if problem := CredentialProblem(spec.Input, "payload_json"); problem != "" {
+		return nil, invalid("%s", problem)
+	}
 	if spec.Inputs, err = decodeInputs(job.GetInputs()); err != nil {
 		return nil, err
 	}

@@ -126,3 +126,29 @@ func TestAuthCheck(t *testing.T) {
 		t.Error("cert without key must be refused")
 	}
 }
+
+func TestCredentialScreen(t *testing.T) {
+	leaked := "ghp_" + strings.Repeat("a", 36)
+	payload, _ := LoadsObject([]byte(`{"b": ["x", "`+leaked+`"], "a": {"Password": "hunter2"}, "c": 1}`), "p")
+	got := CredentialProblem(payload, "payload_json")
+	want := "payload_json holds what looks like a secret at $.a.Password (a 'Password' field), " +
+		"$.b[1] (looks like a GitHub token); secrets travel by reference (secretRef), never by value"
+	if got != want {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+	if CredentialProblem(map[string]any{"digest": "sha256:" + strings.Repeat("ab", 32),
+		"token": ""}, "x") != "" {
+		t.Fatal("a digest or an empty token field is not a credential")
+	}
+	if r := Redact("push to https://bob:s3cret@example.com and " + leaked); strings.Contains(r, "s3cret") ||
+		strings.Contains(r, leaked) {
+		t.Fatal(r)
+	}
+	job := &pb.Job{IdempotencyKey: "k", Capability: "x@1", Attempt: 1,
+		PayloadJson: []byte(`{"url": "postgres://u:pw@db/x"}`)}
+	if _, err := DecodeJob(job); err == nil || err.Retryable ||
+		!strings.Contains(err.Message, "$.url (looks like a password in URL)") ||
+		strings.Contains(err.Message, "pw@") {
+		t.Fatalf("a payload holding a credential is refused by path: %v", err)
+	}
+}

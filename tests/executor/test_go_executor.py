@@ -16,6 +16,7 @@ import selectors
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -105,6 +106,17 @@ async def test_conformance_with_token(go_executor: Path, tmp_path: Path) -> None
         report = await run_conformance_async(address, TOKEN, check_timeout=20)
     assert [r.name for r in report.results] == [name for name, _ in CHECKS]
     assert all(r.outcome == "passed" for r in report.results), report.summary()
+
+
+def test_the_conformance_command_passes(go_executor: Path, tmp_path: Path) -> None:
+    """`rara executor-conformance ADDRESS` as an implementer runs it, exit code 0."""
+    rara = Path(sys.executable).with_name("rara")
+    with running(go_executor, tmp_path) as (address, _):
+        done = subprocess.run([str(rara), "executor-conformance", address,
+                               "--token-file", str(tmp_path / "token")],
+                              capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{address}: {len(CHECKS)} passed, 0 failed, 0 skipped" in done.stdout
 
 
 async def test_conformance_insecure_loopback(go_executor: Path, tmp_path: Path) -> None:

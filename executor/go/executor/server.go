@@ -128,7 +128,10 @@ func (s *Service) admit(spec *Spec, op Operation) (*runningJob, error) {
 	s.jobs[spec.key()] = job
 	s.active++
 	go func() {
+		started := time.Now()
 		job.run()
+		job.log.Debug("job ended", "outcome", job.outcome,
+			"seconds", time.Since(started).Seconds())
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		if s.jobs[spec.key()] == job {

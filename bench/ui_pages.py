@@ -26,6 +26,7 @@ import psycopg
 from bench.common import bench_database
 from rara.definitions.parse import definition_from_object
 from rara.definitions.registry import apply_definition
+from rara.pg.runs import enqueue_many
 from rara.runs import start_run
 
 WIDTH, LAYERS = 20, 50  # 1,000 steps
@@ -93,35 +94,47 @@ def big_run(conn: psycopg.Connection[Any]) -> int:
 
 
 def many_runs(conn: psycopg.Connection[Any], runs: int) -> None:
+    """``runs`` runs of two steps (s0 → s1) through run_enqueue_many, 100 at a time so that
+    the definitions interleave (one in a hundred batches is the rare one), then given their
+    final shape set-wise: created over 30 days, 1% failed, 0.3% cancelled, the rest done."""
     for name in ("nightly-refresh", "adapt", "rare-backfill"):
         apply_definition(conn, definition_from_object(_definition(name, [
-            {"key": "collect", "capability": "bench.work@1", "executor": "inprocess"},
-            {"key": "index", "capability": "bench.work@1", "executor": "inprocess",
-             "dependsOn": ["collect"]}])))
+            {"key": "s0", "capability": "bench.work@1", "executor": "inprocess"},
+            {"key": "s1", "capability": "bench.work@1", "executor": "inprocess",
+             "dependsOn": ["s0"]}])))
+    batch = 100
+    for i in range(max(runs // batch, 1)):
+        name = "rare-backfill" if i % 100 == 7 else ("adapt", "nightly-refresh")[i % 2]
+        enqueue_many(conn, definition=name, version=None, runs=batch, steps=2, key="s",
+                     capability="bench.work@1", chained=True)
+    conn.execute("ALTER TABLE rara_runs DISABLE TRIGGER USER")
+    conn.execute("ALTER TABLE rara_steps DISABLE TRIGGER USER")
     conn.execute("""
-        INSERT INTO rara_runs (definition_version_id, status, idempotency_key, created_at,
-                               started_at, finished_at)
-        SELECT v.id, st::rara_run_status, 'nightly-' || g, t, t,
-               CASE WHEN st IN ('succeeded', 'failed', 'cancelled')
-                    THEN t + interval '90 seconds' END
-        FROM generate_series(1, %(runs)s) g,
-             LATERAL (SELECT now() - interval '30 days' * (1 - g::float / %(runs)s) AS t,
-                             CASE WHEN g %% 100 = 0 THEN 'failed' WHEN g %% 333 = 0
-                                  THEN 'cancelled' ELSE 'succeeded' END AS st,
-                             CASE WHEN g %% 100 = 7 THEN 'rare-backfill'
-                                  WHEN g %% 2 = 0 THEN 'adapt' ELSE 'nightly-refresh' END AS d)
-                     x
-        JOIN rara_definition_versions v ON v.name = x.d""", {"runs": runs})
+        UPDATE rara_runs r SET status = x.st::rara_run_status, idempotency_key = 'nightly-' || x.g,
+               created_at = x.t, started_at = x.t, finished_at = x.t + interval '90 seconds'
+        FROM (SELECT id, g, now() - interval '30 days' * (1 - g::float / %(runs)s) AS t,
+                     CASE WHEN g %% 100 = 0 THEN 'failed' WHEN g %% 333 = 0 THEN 'cancelled'
+                          ELSE 'succeeded' END AS st
+              FROM (SELECT id, row_number() OVER (ORDER BY id) AS g FROM rara_runs) n) x
+        WHERE r.id = x.id""", {"runs": runs})
     conn.execute("""
-        INSERT INTO rara_steps (run_id, key, depends_on, capability, executor, max_attempts,
-                                retry_initial_ms, retry_max_ms, retry_coefficient, status,
-                                attempt, started_at, finished_at)
-        SELECT r.id, k, CASE WHEN k = 'index' THEN '{collect}'::text[] ELSE '{}' END,
-               'bench.work@1', 'inprocess', 3, 1000, 60000, 2,
-               CASE WHEN r.status = 'succeeded' THEN 'succeeded' ELSE 'cancelled' END
-                   ::rara_step_status, 1, r.started_at, r.finished_at
-        FROM rara_runs r, unnest(ARRAY['collect', 'index']) k
-        WHERE r.finished_at IS NOT NULL""")
+        UPDATE rara_steps s SET pending_deps = 0, attempt = 1, started_at = r.started_at,
+               finished_at = r.finished_at,
+               status = CASE WHEN r.status = 'succeeded' THEN 'succeeded' ELSE 'cancelled' END
+                   ::rara_step_status
+        FROM rara_runs r WHERE r.id = s.run_id""")
+    conn.execute("ALTER TABLE rara_steps ENABLE TRIGGER USER")
+    conn.execute("ALTER TABLE rara_runs ENABLE TRIGGER USER")
+    # Each finished run's collect step made a corpus: one manifest and one blob per run.
+    conn.execute("""
+        INSERT INTO rara_artifacts (digest, size)
+        SELECT 'sha256:' || encode(sha256(s.id::text::bytea), 'hex'), 1000 + s.id
+        FROM rara_steps s WHERE s.key = 's0'""")
+    conn.execute("""
+        INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, media_type)
+        SELECT s.id, 1, 'corpus.jsonl', 'sha256:' || encode(sha256(s.id::text::bytea), 'hex'),
+               1000 + s.id, 'application/jsonl'
+        FROM rara_steps s WHERE s.key = 's0'""")
     conn.execute("ANALYZE")
 
 
@@ -147,6 +160,8 @@ def main() -> None:
             conn.execute("ANALYZE")
             middle = args.runs // 2
             since = conn.execute("SELECT (now() - interval '10 days')::date::text").fetchone()
+            blob = conn.execute("SELECT digest FROM rara_step_artifacts ORDER BY step_id "
+                                "OFFSET %s LIMIT 1", (args.runs // 3,)).fetchone()
         print(f"filled in {time.perf_counter() - started:.1f}s", file=sys.stderr)
         day = since[0] if since else "2026-01-01"
         pages = {
@@ -161,6 +176,7 @@ def main() -> None:
             "run state (live poll), 1,000 steps": f"/runs/{wide}/state",
             "definition + results chart": "/definitions/wide",
             "definitions": "/definitions",
+            "artifact lineage (100k manifests)": f"/artifacts/{blob[0] if blob else ''}",
             "fleet": "/fleet",
         }
         log = Path(".rara") / "bench-ui.log"

@@ -77,8 +77,12 @@ def layers(steps: Sequence[StepNode]) -> dict[str, int]:
             waiting[nxt] -= 1
             if waiting[nxt] == 0:
                 order.append(nxt)
-    for s in steps:  # only on a cycle: place what is left after the rest
-        column.setdefault(s.key, max(column.values(), default=-1) + 1)
+    if len(column) < len(steps):  # only on a cycle: place what is left after the rest
+        last = max(column.values(), default=-1)
+        for s in steps:
+            if s.key not in column:
+                last += 1
+                column[s.key] = last
     return column
 
 

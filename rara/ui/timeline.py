@@ -12,7 +12,7 @@ from rara.ui.data import AttemptLine
 WIDTH = 900
 ROW_H = 22
 LABEL_W = 160
-MAX_ROWS = 400
+MAX_ROWS = 300
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,7 +87,7 @@ def test_hostile_names_render_inert(page: Any, ui_server: Any,
     expect(page.locator(".error-detail summary").first).to_contain_text(MESSAGE)
     expect(page.locator("figure.chart figcaption").first).to_contain_text(KEY)
     page.goto(f"{ui.url}/definitions/{name}?a=1&b=2")
-    expect(page.locator("pre.diff .del").last).to_contain_text("v: 1")
-    expect(page.locator("pre.diff .add").last).to_contain_text("v: 2")
+    expect(page.locator("pre.diff .del").last).to_contain_text('"v": 1')
+    expect(page.locator("pre.diff .add").last).to_contain_text('"v": 2')
     assert page.evaluate("window.__pwned") is None
     assert page.dialogs == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -15,10 +16,17 @@ from rara.ui.live import RUNS, LiveHub
 from tests.helpers import apply
 
 
-async def test_viewers_share_one_read_and_idle_costs_nothing(
+def test_viewers_share_one_read_and_idle_costs_nothing(
         database_url: str, conn: psycopg.Connection[Any]) -> None:
+    """On an event loop of its own thread: the browser tests' Playwright (sync API) holds one
+    in the main thread for the session."""
     apply(conn, "d", [{"key": "a", "capability": "test.noop@1", "executor": "inprocess"}])
     run_id = start_run(conn, "d", queue_anyway=True).run_id
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, _viewers(database_url, conn, run_id)).result(timeout=120)
+
+
+async def _viewers(database_url: str, conn: psycopg.Connection[Any], run_id: int) -> None:
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
         database_url, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
     await pool.open()

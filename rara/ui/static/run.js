@@ -24,7 +24,7 @@
   const refresh = () => {
     if (refreshing) return;
     refreshing = setTimeout(() => {
-      rara.refreshFrom(location.pathname, ['#counts', 'table.steps', '[data-refresh]', '.facts', '.run-head .actions'])
+      rara.refreshFrom(location.pathname + location.search, ['#counts', 'table.steps', '[data-refresh]', '.facts', '.run-head .actions'])
         .then(() => { byKey = index(); if (window.raraCharts) window.raraCharts(); })
         .finally(() => { refreshing = null; });
     }, 300);

@@ -3,7 +3,7 @@
 #
 #   executor/go/build.sh        -> ~/.cache/rara/go-executor/<hash>/rara-executor-go
 #
-# The hash covers the Go version and every non-test source of this module and of the
+# The hash covers the Go version, this script and every non-test source of this module and the
 # generated contract (api/gen/go), so an unchanged tree reuses the binary (tests, the field
 # smoke and the benchmark all start it) and any change builds a fresh one. Builds unused for
 # a week are pruned.
@@ -15,7 +15,7 @@ cache="${XDG_CACHE_HOME:-$HOME/.cache}/rara/go-executor"
 hash="$(
     cd "$root"
     { go version
-      find executor/go api/gen/go -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) \
+      find executor/go api/gen/go -type f \( -name '*.go' -o -name go.mod -o -name go.sum -o -name build.sh \) \
           ! -name '*_test.go' -print0 | sort -z | xargs -0 sha256sum
     } | sha256sum | cut -c1-16
 )"
@@ -23,7 +23,7 @@ bin="$cache/$hash/rara-executor-go"
 if [[ ! -x "$bin" ]]; then
     echo "building rara-executor-go ($hash) into $cache" >&2
     mkdir -p "$cache/$hash"
-    (cd "$here" && CGO_ENABLED=0 go build -trimpath -o "$bin.tmp.$$" ./cmd/rara-executor-go) >&2
+    (cd "$here" && CGO_ENABLED=0 go build -trimpath -buildvcs=false -o "$bin.tmp.$$" ./cmd/rara-executor-go) >&2
     mv "$bin.tmp.$$" "$bin"
 fi
 touch "$cache/$hash"

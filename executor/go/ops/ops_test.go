@@ -103,3 +103,21 @@ func TestChunkAndResume(t *testing.T) {
 		t.Fatalf("missing input: %v", err)
 	}
 }
+
+func TestNormalizeAnArtifact(t *testing.T) {
+	store, _ := artifacts.Open(t.TempDir(), false)
+	ref, _ := store.PutBytes([]byte("  Ｒａｒａ\r\n\r\n flows\x07 "), "text/plain")
+	out, err := normalize(context.Background(), jobOn(t, store, `{"artifact": "doc"}`,
+		map[string]artifacts.Ref{"doc": ref}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := store.GetBytes(out.Artifacts[0].Ref)
+	if err != nil || string(text) != "Rara\nflows" {
+		t.Fatalf("%q %v", text, err)
+	}
+	if _, err := normalize(context.Background(), jobOn(t, store, `{"text": "x", "form": "NFD"}`,
+		nil, nil)); err == nil {
+		t.Fatal("an unknown form must be refused")
+	}
+}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,9 @@ from tests.helpers import apply, wait_for
 from tests.ui.conftest import ROOT, UiServer
 from tests.worker.conftest import WorkerProcess, attempts_of, wait_run
 
-SCREENSHOT = ROOT / "docs" / "ui-run.png"
+# The README's picture: RARA_UI_SCREENSHOT=docs/ui-run.png pytest tests/ui -k green (else the
+# screenshot goes to the test's temporary folder, and the committed one stays as it is).
+SCREENSHOT = os.environ.get("RARA_UI_SCREENSHOT")
 
 PIPELINE = [
     {"key": "collect", "capability": "test.produce@1", "executor": "inprocess"},
@@ -23,8 +26,8 @@ PIPELINE = [
      "dependsOn": ["collect"]},
     {"key": "index", "capability": "test.consume@1", "executor": "inprocess",
      "dependsOn": ["collect"]},
-    {"key": "evaluate", "capability": "test.echo@1", "executor": "inprocess",
-     "dependsOn": ["train", "index"]},
+    {"key": "evaluate", "capability": "test.fail@1", "executor": "inprocess",
+     "dependsOn": ["train", "index"], "retry": {"initialDelay": "300ms"}},
 ]
 
 
@@ -60,7 +63,7 @@ def test_run_appears_and_its_dag_goes_green_live(
     page.evaluate("window.__sameDocument = true")
 
     run_id = start_run(conn, "rag-refresh", queue_anyway=True, idempotency_key="nightly-1",
-                       input={"text": "a corpus", "calls": 40, "seconds": 2.0}).run_id
+                       input={"text": "a corpus", "calls": 40, "seconds": 2.0, "fail": 1}).run_id
     row = page.locator(f'tr[data-run="{run_id}"]')
     expect(row).to_be_visible()  # appeared without a reload
     expect(row).to_contain_text("nightly-1")
@@ -85,9 +88,13 @@ def test_run_appears_and_its_dag_goes_green_live(
     # The sections re-rendered live: metrics chart of train's progress, the artifact.
     expect(page.locator("figure.chart canvas").first).to_be_visible()
     expect(page.locator("figure.chart figcaption").first).to_contain_text("train · items")
+    # evaluate failed once (retryable, FLAKY) and then succeeded: two bars on its timeline row.
+    expect(page.locator("rect.tl-bar.out-failed")).to_have_count(1)
+    expect(page.locator("rect.tl-bar.out-succeeded")).to_have_count(4)
     link = page.locator("a.download").first
     expect(link).to_be_visible()
-    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    page.screenshot(path=str(ROOT / SCREENSHOT if SCREENSHOT else tmp_path / "run.png"),
+                    full_page=True)
 
     # The download's bytes are the digest's.
     digest = conn.execute("SELECT digest FROM rara_step_artifacts LIMIT 1").fetchone()[0]

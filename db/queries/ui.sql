@@ -35,11 +35,14 @@ WHERE r.id = :run_id;
 
 -- name: ui_step_list
 -- A run's steps with their latest progress report (of the current attempt): the last event
--- by the events' primary key, one backward index probe per step.
+-- by the events' primary key, one backward index probe per step; the worker holding the lease,
+-- else the one of the last attempt (a probe of the attempts' key).
 SELECT s.id, s.key, s.depends_on, s.capability, s.executor, s.status::text AS status,
        s.attempt, s.max_attempts, s.releases, s.leased_by, s.lease_expires_at, s.heartbeat_at,
        s.available_at, s.cancel_requested, s.result, s.error, s.started_at, s.finished_at,
-       p.fraction, coalesce(p.message, '') AS message
+       p.fraction, coalesce(p.message, '') AS message,
+       coalesce(s.leased_by, (SELECT a.worker FROM rara_attempts a WHERE a.step_id = s.id
+                              ORDER BY a.attempt DESC LIMIT 1)) AS worker
 FROM rara_steps s
 LEFT JOIN LATERAL (
     SELECT e.fraction, e.message FROM rara_events e

@@ -73,6 +73,7 @@ class StepLine:
     finished_at: datetime | None
     fraction: float | None
     message: str
+    worker: str | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -178,3 +178,23 @@ def test_actions_need_auth_and_csrf(ui_server: Any, conn: psycopg.Connection[Any
     status = conn.execute("SELECT cancel_requested FROM rara_runs WHERE id = %s",
                           (run_id,)).fetchone()[0]
     assert status is False
+
+
+def test_without_server_sent_events_the_page_polls(
+        page: Any, ui_server: Any, conn: psycopg.Connection[Any]) -> None:
+    """A browser (or a buffering proxy) without EventSource: the run page polls its state."""
+    from playwright.sync_api import expect
+
+    from rara.runs import cancel_run
+
+    apply(conn, "slow", [{"key": "nap", "capability": "test.sleep@1", "executor": "inprocess"}])
+    run_id = start_run(conn, "slow", input={"seconds": 60}, queue_anyway=True).run_id
+    ui: UiServer = ui_server()
+    page.add_init_script("delete window.EventSource")
+    page.goto(f"{ui.url}/runs/{run_id}")
+    expect(page.locator("#run-status")).to_have_text("pending")
+    page.evaluate("window.__sameDocument = true")
+    cancel_run(conn, run_id)
+    expect(page.locator("#run-status")).to_have_text("cancelled", timeout=15_000)
+    expect(page.locator('g.node[data-step="nap"]')).to_have_class(re.compile("st-cancelled"))
+    assert page.evaluate("window.__sameDocument") is True

@@ -4,6 +4,7 @@ environment and examples, so the documentation cannot drift from what the comman
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -51,16 +52,21 @@ def test_readme_tour_runs_as_written(tmp_path: Path) -> None:
     script.write_text("set -euo pipefail\n" + tour_script())
     env = {k: v for k, v in os.environ.items()
            if k != "DATABASE_URL" and not k.startswith(("RARA_", "PYTHON", "VIRTUAL_ENV"))}
-    proc = subprocess.Popen(["bash", str(script)], cwd=work, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        output, _ = proc.communicate(timeout=840)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+    log = tmp_path / "tour.log"
+    # Output to a file, and the wait on bash itself: a step that fails leaves the tour's
+    # background worker and executor holding any pipe open; its session is killed after.
+    with open(log, "w") as out:
+        proc = subprocess.Popen(["bash", str(script)], cwd=work, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            proc.wait(timeout=840)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        subprocess.run([str(ROOT / ".venv" / "bin" / "rara"), "db", "down"], cwd=work, env=env,
-                       capture_output=True, timeout=60, check=False)
+            subprocess.run([str(ROOT / ".venv" / "bin" / "rara"), "db", "down"], cwd=work,
+                           env=env, capture_output=True, timeout=60, check=False)
+    output = log.read_text()
     print(output)  # kept in the test's output: what a person sees, in a pipe
     assert proc.returncode == 0, output
     assert "rag-refresh version 1 sha256:" in output

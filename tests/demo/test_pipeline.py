@@ -14,6 +14,7 @@ import pytest
 
 from rara.artifacts.store import LocalArtifactStore
 from rara.client import Client
+from rara.errors import InputInvalid
 from rara.executor.client import ExecutorClient, make_job
 from rara.states import RunStatus
 from rara_rag.demo.__main__ import DEFINITION, services, wait_until_served
@@ -93,7 +94,6 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
         "missing path": ({"paths": [str(tmp_path / "nope")]}, "does not exist"),
         "empty corpus": ({"paths": [str(empty)]}, "corpus is empty"),
         "unreadable file": ({"paths": [str(unreadable)]}, "cannot read corpus file"),
-        "bad limit": ({"limit": -3}, "'limit' must be a positive integer"),
     }
     for name, (run_input, message) in cases.items():
         bad = client.start_run("rag-refresh", input=run_input)
@@ -103,6 +103,11 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
         assert collect["attempt"] == 1, f"{name}: retried a terminal error"
         assert message in collect["error"]["message"], (name, collect["error"])
         assert {s["status"] for s in view.steps if s["key"] != "collect"} == {"cancelled"}
+    # Input the collect step declares (inputSchema) is checked before a run starts: refused
+    # naming the field, and no run is made.
+    with pytest.raises(InputInvalid, match=r"input\.limit: -3 is less than the minimum of 1 "
+                                           r"\(input of step 'collect'\)"):
+        client.start_run("rag-refresh", input={"limit": -3})
 
 
 def test_executor_fails_a_job_missing_its_upstream_artifact(fleet: Fleet) -> None:

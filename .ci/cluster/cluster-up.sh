@@ -39,11 +39,10 @@ log "ready in $((SECONDS - start))s"
 
 cat <<USAGE
 
-rara cluster '${CLUSTER_NAME}' is up (Kubernetes ${KUBE_VERSION}, one node).
-  export KUBECONFIG=${KUBECONFIG_PATH}
-  export PATH=${KUBE_BIN}:${KIND_BIN}:\$PATH        # kubectl ${KUBE_VERSION}, kind ${KIND_VERSION}
-  export DOCKER_HOST=${DOCKER_HOST}   # the project's engine
+rara cluster '${CLUSTER_NAME}' is up (Kubernetes ${KUBE_VERSION}, one node). To use it:
+  eval "\$(.ci/cluster/env.sh --export)"    # KUBECONFIG, DOCKER_HOST, PATH (kubectl, kind)
   kubectl get nodes
-  make images && kind load docker-image --name ${CLUSTER_NAME} rara.local/rara-worker:dev ...
-Tear down (cluster, engine, host state): make cluster-down
+  .ci/cluster/install-rara.sh                # images, kind load, PostgreSQL, helm install, example Ready
+  (KUBECONFIG=${KUBECONFIG_PATH}  DOCKER_HOST=${DOCKER_HOST})
+Tear down (cluster, engine, host state; caches stay): make cluster-down
 USAGE

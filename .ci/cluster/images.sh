@@ -44,6 +44,11 @@ build() {  # NAME DOCKERFILE TAG
     log "${image}: built in $((SECONDS - t0))s"
   fi
   docker tag "${image}" "rara.local/rara-$1:dev"
+  # Older builds of this image (other content tags) and the build stages left untagged: the
+  # executor's are ~5 GB each, and the disk is shared.
+  docker images --format '{{.Repository}}:{{.Tag}}' "rara.local/rara-$1" \
+    | grep -vxF -e "${image}" -e "rara.local/rara-$1:dev" | xargs -r docker rmi >/dev/null 2>&1 || true
+  docker image prune -f >/dev/null
   # Non-root, as the chart's runAsNonRoot requires.
   local user; user="$(docker image inspect -f '{{.Config.User}}' "${image}")"
   [[ "${user%%:*}" == 10001 ]] || die "${image} runs as '${user}', not uid 10001"

@@ -96,5 +96,8 @@ docker commit \
   --change 'ENTRYPOINT [ "/usr/local/bin/entrypoint", "/sbin/init" ]' \
   --change 'ENV HTTP_PROXY="" HTTPS_PROXY="" NO_PROXY=""' \
   "${cid}" "${IMAGE}" >/dev/null
+# Node images of older recipes (and their bases): ~1 GB each, nothing refers to them.
+docker images --format '{{.Repository}}:{{.Tag}}' | grep -E '^rara\.local/kind-node(-base)?:' \
+  | grep -vxF -e "${IMAGE}" -e "rara.local/kind-node-base:${recipe_hash}" | xargs -r docker rmi >/dev/null 2>&1 || true
 log "node image assembled in $((SECONDS - t))s: ${IMAGE} ($(docker image inspect -f '{{.Size}}' "${IMAGE}" | awk '{printf "%.0f MB", $1/1e6}'))"
 echo "${IMAGE}"

@@ -8,6 +8,7 @@ command -v go >/dev/null || need+=(golang-go)
 command -v runuser >/dev/null || need+=(util-linux)
 command -v openssl >/dev/null || need+=(openssl)
 command -v chromium >/dev/null || need+=(chromium)  # tests/ui: the browser Playwright drives
+command -v tmux >/dev/null || need+=(tmux)  # tests/worker/test_screens.py: a real terminal
 if ((${#need[@]})); then
   echo "installing: ${need[*]}"
   export DEBIAN_FRONTEND=noninteractive

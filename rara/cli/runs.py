@@ -148,8 +148,12 @@ def print_artifacts(artifacts: list[dict[str, Any]]) -> None:
         console.print(table)
         return
     for art in artifacts:
-        console.print(f"{art['key']}/{art['name']} {art['digest']} {art['size']}B "
-                      f"{art['media_type']}", highlight=False, markup=False, soft_wrap=True)
+        if console.is_terminal:  # narrow: the digest on a line of its own, never wrapped
+            console.print(f"{art['key']}/{art['name']} {art['size']}B {art['media_type']}\n"
+                          f"  {art['digest']}", highlight=False, markup=False, soft_wrap=True)
+        else:  # a pipe: one line per artifact, for grep and awk
+            console.print(f"{art['key']}/{art['name']} {art['digest']} {art['size']}B "
+                          f"{art['media_type']}", highlight=False, markup=False, soft_wrap=True)
 
 
 # Eight columns need this much room; narrower (or in a pipe) each event is one plain line.

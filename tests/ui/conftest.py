@@ -82,8 +82,10 @@ def ui_server(database_url: str, tmp_path: Path) -> Iterator[Callable[..., UiSer
         server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Per module, not per session: Playwright's sync API keeps an event loop running in this
+    thread while it is open, and the async tests of later modules need the thread's loop."""
     if CHROMIUM is None:
         pytest.skip("no chromium: install Debian's package (apt-get install chromium; "
                     ".ci/install-system-deps.sh does) or set RARA_TEST_CHROMIUM")

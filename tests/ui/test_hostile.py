@@ -83,7 +83,7 @@ def test_hostile_names_render_inert(page: Any, ui_server: Any,
     # …and the text is there, as text.
     page.goto(f"{ui.url}/runs/{run_id}")
     expect(page.locator(f'g.node[data-step="{json.dumps(KEY)[1:-1]}"]')).to_have_count(1)
-    expect(page.locator("table.steps").get_by_text(EVIL, exact=True)).to_be_visible()
+    expect(page.locator("table.steps").get_by_text(EVIL, exact=True).first).to_be_visible()
     expect(page.locator(".error-detail summary").first).to_contain_text(MESSAGE)
     expect(page.locator("figure.chart figcaption").first).to_contain_text(KEY)
     page.goto(f"{ui.url}/definitions/{name}?a=1&b=2")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -153,9 +155,6 @@ def test_cancel_from_the_page_reaches_the_running_step(
 @pytest.mark.parametrize("read_only", [True, False])
 def test_actions_need_auth_and_csrf(ui_server: Any, conn: psycopg.Connection[Any],
                                    tmp_path: Path, read_only: bool) -> None:
-    import urllib.error
-    import urllib.request
-
     apply(conn, "slow", [{"key": "nap", "capability": "test.sleep@1", "executor": "inprocess"}])
     run_id = start_run(conn, "slow", input={"seconds": 120}, queue_anyway=True).run_id
     (tmp_path / "token").write_text("x" * 32)
@@ -198,3 +197,44 @@ def test_without_server_sent_events_the_page_polls(
     expect(page.locator("#run-status")).to_have_text("cancelled", timeout=15_000)
     expect(page.locator('g.node[data-step="nap"]')).to_have_class(re.compile("st-cancelled"))
     assert page.evaluate("window.__sameDocument") is True
+
+
+def test_an_upstream_header_identifies_and_csrf_binds_to_it(
+        ui_server: Any, conn: psycopg.Connection[Any]) -> None:
+    """Behind an authenticating proxy (--auth-header): its header is the identity; the form's
+    token is bound to that user and to our origin."""
+    apply(conn, "slow", [{"key": "nap", "capability": "test.sleep@1", "executor": "inprocess"}])
+    run_id = start_run(conn, "slow", input={"seconds": 60}, queue_anyway=True).run_id
+    ui: UiServer = ui_server("--no-read-only", "--auth-header", "X-Forwarded-User")
+
+    def call(path: str, headers: dict[str, str], body: bytes | None = None) -> tuple[int, str]:
+        request = urllib.request.Request(ui.url + path, data=body, headers=headers,
+                                         method="POST" if body is not None else "GET")
+        opener = urllib.request.build_opener(_NoRedirect)
+        try:
+            with opener.open(request) as answer:
+                return int(answer.status), answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    status, html = call(f"/runs/{run_id}", {"X-Forwarded-User": "alice"})
+    assert status == 200
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert match is not None, "no cancel form for an identified user"
+    form = {"content-type": "application/x-www-form-urlencoded"}
+    body = f"csrf={match.group(1)}".encode()
+    assert call(f"/runs/{run_id}/cancel", form, body)[0] == 401  # no header: nobody
+    bob = {**form, "X-Forwarded-User": "bob"}
+    assert call(f"/runs/{run_id}/cancel", bob, body)[0] == 403  # alice's token, bob's post
+    alice = {**form, "X-Forwarded-User": "alice"}
+    evil = {**alice, "Origin": "http://evil.example"}
+    assert call(f"/runs/{run_id}/cancel", evil, body)[0] == 403  # another origin
+    assert not conn.execute("SELECT cancel_requested FROM rara_runs WHERE id = %s",
+                            (run_id,)).fetchone()[0]
+    assert call(f"/runs/{run_id}/cancel", alice, body)[0] == 303
+    wait_run(conn, run_id, status="cancelled")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None

@@ -1,0 +1,29 @@
+"""`rara ui` refuses, before serving anything, a configuration that would let anyone act."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from tests.ui.conftest import RARA
+
+
+def _ui(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([RARA, "ui", "--database-url", "postgresql://nobody@127.0.0.1:1/x",
+                           *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_actions_need_an_identity() -> None:
+    done = _ui("--no-read-only")
+    assert done.returncode == 2
+    assert "--no-read-only needs an identity" in done.stderr
+
+
+def test_a_short_or_missing_token_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "short").write_text("abc\n")
+    done = _ui("--no-read-only", "--token-file", str(tmp_path / "short"))
+    assert done.returncode == 2
+    assert "shorter than 16 characters" in done.stderr
+    done = _ui("--token-file", str(tmp_path / "missing"))
+    assert done.returncode == 2
+    assert "cannot read" in done.stderr

@@ -106,3 +106,50 @@ def test_clean_real_corpus_is_deterministic() -> None:
     b = corpus.clean(corpus.collect())
     assert corpus.passages_to_jsonl(a) == corpus.passages_to_jsonl(b)
     assert len({p.id for p in a}) == len(a) > 300
+
+
+def test_stdlib_corpus_is_public_docstrings_read_not_imported(tmp_path: Path) -> None:
+    # A fake library: a module whose import would exit, a private one, a test package.
+    (tmp_path / "boom.py").write_text(
+        '"""Boom module docs. It explodes when imported."""\n'
+        "raise SystemExit('imported!')\n\n"
+        "class Fuse:\n"
+        '    """A fuse burns for a while. Then it stops."""\n\n'
+        "    def light(self):\n"
+        '        """Light the fuse."""\n\n'
+        "    def _hidden(self):\n"
+        '        """Private: not documentation."""\n',
+        encoding="utf-8",
+    )
+    (tmp_path / "_private.py").write_text('"""Private module."""\n', encoding="utf-8")
+    (tmp_path / "test").mkdir()
+    (tmp_path / "test" / "test_x.py").write_text('"""A test."""\n', encoding="utf-8")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text('"""The package."""\n', encoding="utf-8")
+    (tmp_path / "broken.py").write_text('"""Docs."""\ndef (:\n', encoding="utf-8")
+    (tmp_path / "nodocs.py").write_text("x = 1\n", encoding="utf-8")
+    assert [m for m, _ in corpus.stdlib_modules(tmp_path)] == ["boom", "broken", "nodocs", "pkg"]
+    docs = corpus.stdlib_docstrings(tmp_path)
+    assert [d.id for d in docs] == ["stdlib:boom", "stdlib:pkg"]
+    assert docs[0].text.split("\n\n") == [
+        "Module boom. Boom module docs. It explodes when imported.",
+        "Class boom.Fuse. A fuse burns for a while. Then it stops.",
+        "Function boom.Fuse.light. Light the fuse.",
+    ]
+
+
+def test_stdlib_corpus_is_large_sorted_and_deterministic() -> None:
+    docs = corpus.builtin("stdlib")
+    assert docs == corpus.collect(corpus="stdlib")
+    assert len(docs) > 300
+    assert [d.id for d in docs] == sorted(d.id for d in docs)
+    assert all(d.id.startswith("stdlib:") and "._" not in d.id for d in docs)
+    assert not any(d.id.startswith(("stdlib:test.", "stdlib:idlelib")) for d in docs)
+    assert sum(len(d.text.split()) for d in docs) > 100_000
+    passages = corpus.clean(docs)
+    assert len(passages) > 2000  # thousands of passages
+    assert corpus.passages_to_jsonl(passages) == corpus.passages_to_jsonl(corpus.clean(docs))
+    ids = {d.id for d in corpus.builtin("python")}
+    assert ids == {d.id for d in docs} | {d.id for d in corpus.builtin("pydoc")}
+    with pytest.raises(CorpusError, match="unknown corpus 'nope'"):
+        corpus.builtin("nope")

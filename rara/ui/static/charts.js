@@ -24,6 +24,8 @@
       new window.uPlot({
         width: Math.min(560, holder.clientWidth || 560), height: 240,
         scales: { x: { time: chart.time } }, series,
+        // Runs are counted in whole numbers: no tick at run 1.25.
+        axes: chart.time ? undefined : [{ incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] }, {}],
       }, [chart.x].concat(chart.series.map((s) => s.values)), box);
     }
   };

@@ -117,6 +117,17 @@ CREATE FUNCTION public.rara_retry_delay(initial_ms integer, max_ms integer, coef
                                  * (1 - jitter * random()) / 1000.0)
 $$;
 
+-- FUNCTION: rara_run_end_status(boolean, integer, integer, integer, integer)
+
+CREATE FUNCTION public.rara_run_end_status(cancel_requested boolean, total integer, succeeded integer, failed integer, cancelled integer) RETURNS public.rara_run_status
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN succeeded + failed + cancelled < total THEN NULL
+                WHEN failed > 0 THEN 'failed'
+                WHEN cancel_requested OR cancelled > 0 THEN 'cancelled'
+                ELSE 'succeeded' END::rara_run_status
+$$;
+
 -- FUNCTION: rara_run_transition_allowed(public.rara_run_status, public.rara_run_status)
 
 CREATE FUNCTION public.rara_run_transition_allowed(old public.rara_run_status, new public.rara_run_status) RETURNS boolean
@@ -241,8 +252,13 @@ CREATE TABLE public.rara_runs (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     started_at timestamp with time zone,
     finished_at timestamp with time zone,
+    steps_total integer DEFAULT 0 NOT NULL,
+    steps_succeeded integer DEFAULT 0 NOT NULL,
+    steps_failed integer DEFAULT 0 NOT NULL,
+    steps_cancelled integer DEFAULT 0 NOT NULL,
     CONSTRAINT rara_runs_finished_iff_terminal CHECK (((status = ANY (ARRAY['succeeded'::public.rara_run_status, 'failed'::public.rara_run_status, 'cancelled'::public.rara_run_status])) = (finished_at IS NOT NULL))),
-    CONSTRAINT rara_runs_started_unless_pending CHECK ((((status = 'pending'::public.rara_run_status) = (started_at IS NULL)) OR (status = 'cancelled'::public.rara_run_status)))
+    CONSTRAINT rara_runs_started_unless_pending CHECK ((((status = 'pending'::public.rara_run_status) = (started_at IS NULL)) OR (status = 'cancelled'::public.rara_run_status))),
+    CONSTRAINT rara_runs_step_counts CHECK (((steps_succeeded >= 0) AND (steps_failed >= 0) AND (steps_cancelled >= 0) AND (((steps_succeeded + steps_failed) + steps_cancelled) <= steps_total)))
 )
 WITH (fillfactor='80');
 
@@ -309,6 +325,7 @@ CREATE TABLE public.rara_steps (
     error jsonb,
     started_at timestamp with time zone,
     finished_at timestamp with time zone,
+    dependants text[] DEFAULT '{}'::text[] NOT NULL,
     CONSTRAINT rara_steps_attempt_check CHECK ((attempt >= 0)),
     CONSTRAINT rara_steps_attempts_bounded CHECK (((attempt - releases) <= max_attempts)),
     CONSTRAINT rara_steps_capability_check CHECK ((capability ~ '^[a-z0-9][a-z0-9._-]*@[0-9]+$'::text)),

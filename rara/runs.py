@@ -1,5 +1,5 @@
-"""Starting and cancelling runs. (The parent aggregation that follows step changes is the
-statement run_refresh_many, db/queries/runs.sql.)"""
+"""Starting and cancelling runs. (The parent aggregation that follows step changes is by the
+runs' step counts: run_count_many and step_complete_many, db/queries/.)"""
 
 from __future__ import annotations
 
@@ -175,11 +175,17 @@ def _put(cache: dict[_K, _V], key: _K, value: _V) -> None:
 
 
 def _step_rows(spec: WorkflowSpec) -> list[dict[str, Any]]:
-    """One element per step, in the columns run_start reads with jsonb_to_recordset."""
+    """One element per step, in the columns run_start reads with jsonb_to_recordset;
+    ``dependants`` the inverse of ``depends_on`` (what a finished step unblocks)."""
+    dependants: dict[str, list[str]] = {s.key: [] for s in spec.steps}
+    for s in spec.steps:
+        for upstream in s.depends_on:
+            dependants[upstream].append(s.key)
     return [
         {
             "key": s.key,
             "depends_on": s.depends_on,
+            "dependants": dependants[s.key],
             "capability": s.capability,
             "executor": s.executor,
             "priority": s.priority,
@@ -219,7 +225,9 @@ def _cancel_once(conn: psycopg.Connection[Any], run_id: int) -> bool:
         step_sql.lock_by_run(conn, run_id)
         if not run_sql.cancel_request(conn, run_id):
             return False
-        step_sql.cancel_waiting(conn, run_id)
+        cancelled = step_sql.cancel_waiting(conn, run_id)
         step_sql.request_cancel(conn, run_id)
-        run_sql.refresh_many(conn, [run_id])  # the run row is ours already: no lock
+        # Counted in the run (ending it when no step runs); the run row is ours already.
+        run_sql.count_many(conn, json.dumps(
+            [{"run_id": run_id, "succeeded": 0, "failed": 0, "cancelled": cancelled}]))
         return True

@@ -6,7 +6,9 @@
   2. every ``succeeded`` attempt was closed by its own worker (``ended_by == worker``);
   3. a succeeded step has exactly one succeeded attempt, and it is the step's last attempt;
      a step that did not succeed has none;
-  4. attempt numbers of a step are 1..n without gaps, and only a running step has an open one.
+  4. attempt numbers of a step are 1..n without gaps, and only a running step has an open one;
+  7. every run's step counts are its steps' statuses, and it has ended exactly when the one
+     rule (rara_run_end_status) says so (``run_count_violations``).
 
 ``check_writes(conn)`` (also run by ``check_history(conn, writes=True)``) proves that the
 fenced writes of an attempt stayed inside its ownership:
@@ -88,11 +90,43 @@ def check_history(conn: psycopg.Connection[Any], *, limit: int = 10,
         open_ = [a.attempt for a in attempts if a.ended_at is None]
         if open_ and status != "running":
             problems.append(f"step {step_id}: {status} with open attempts {open_}")
+    problems += run_count_violations(conn)
     assert not problems, f"{len(problems)} history violations:\n  " + "\n  ".join(problems[:limit])
     if writes:
         check_writes(conn, limit=limit)
     return {"steps": len(by_step), "attempts": sum(len(a) for a in by_step.values()),
             "succeeded": succeeded}
+
+
+def run_count_violations(conn: psycopg.Connection[Any]) -> list[str]:
+    """Invariant 7 (migration 0006): a run's step counts are its steps' statuses, and a run has
+    ended exactly when they are all terminal, as the one rule says. One statement, one
+    snapshot: the counts move in the transactions that move the steps, so this holds while
+    workers run too."""
+    rows = conn.execute("""
+        SELECT r.id, r.status::text, r.steps_total, r.steps_succeeded, r.steps_failed,
+               r.steps_cancelled, c.total, c.succeeded, c.failed, c.cancelled,
+               rara_run_end_status(r.cancel_requested, c.total, c.succeeded, c.failed,
+                                   c.cancelled)::text AS ending
+        FROM rara_runs r
+        LEFT JOIN LATERAL (
+            SELECT count(*)::integer AS total,
+                   (count(*) FILTER (WHERE status = 'succeeded'))::integer AS succeeded,
+                   (count(*) FILTER (WHERE status = 'failed'))::integer AS failed,
+                   (count(*) FILTER (WHERE status = 'cancelled'))::integer AS cancelled
+            FROM rara_steps s WHERE s.run_id = r.id) c ON true
+        ORDER BY r.id""").fetchall()
+    problems = []
+    for run_id, status, *counts, ending in rows:
+        kept, actual = counts[:4], counts[4:]
+        if kept != actual:
+            problems.append(f"run {run_id}: counts (total, succeeded, failed, cancelled) {kept}, "
+                            f"its steps {actual}")
+        ended = status in ("succeeded", "failed", "cancelled")
+        if (ending if ended else None) != (status if ended else None) or (
+                ending is not None and not ended):
+            problems.append(f"run {run_id}: {status}, but by its steps {ending or 'not ended'}")
+    return problems
 
 
 def write_violations(conn: psycopg.Connection[Any], *,

@@ -149,9 +149,13 @@ SELECT count(*) = 1 FROM owned;
 -- name: step_complete_many
 -- Many successes in one statement (the worker's completion batcher), each fenced on its own:
 -- the steps returned succeeded; any other step given has lost its lease and nothing was written
--- for it. It closes the attempts and unblocks dependants, and it records
--- each step's artifact manifest (an absent or empty `manifest`: none) in the same statement. The caller
--- aggregates the runs afterwards in the same transaction (run_lock_many, then run_refresh_many).
+-- for it. It closes the attempts, unblocks dependants, records each step's artifact manifest
+-- (an absent or empty `manifest`: none) and counts the successes in their runs' step counts,
+-- ending the runs whose steps are then all terminal (as run_count_many, which tells why; with
+-- :others, the deltas of the rest of the transaction — failures and cancels written before
+-- it — so that the transaction locks its runs once, in id order, last). Nothing in it grows
+-- with the size of a run: dependants are found by the finished step's `dependants`, the run
+-- is aggregated by its counters.
 WITH given AS MATERIALIZED (
     -- One JSON array for the whole batch ({id, token, result, manifest} each): encoded by one
     -- json.dumps in the worker, where four typed arrays cost a Python dumper call per element.
@@ -166,23 +170,59 @@ WITH given AS MATERIALIZED (
     -- (= ANY as well: primary key look-ups, not a scan of every running step of the worker)
     WHERE s.id = ANY (ARRAY(SELECT id FROM given)) AND s.id = g.id
       AND s.leased_by = :worker AND s.lease_token = g.token AND s.status = 'running'
-    RETURNING s.id, s.run_id, s.key, s.attempt
+    RETURNING s.id, s.run_id, s.attempt, s.dependants
 ), closed AS (
     UPDATE rara_attempts a SET outcome = 'succeeded', ended_at = now(), ended_by = :worker
     FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
 ), unblocked AS (
     -- A dependant several of whose dependencies finish in this batch is updated once, by
     -- their count (an UPDATE applies one joined row per target row). A concurrent change of
-    -- the dependant is waited for and re-read (pending_deps of the newest version).
+    -- the dependant is waited for and re-read (pending_deps of the newest version). Found by
+    -- (run_id, key) probes of the finished steps' dependants, not by a walk over their runs.
     UPDATE rara_steps s SET
         pending_deps = s.pending_deps - d.n,
         status = CASE WHEN s.pending_deps = d.n THEN 'ready' ELSE 'blocked' END::rara_step_status,
         available_at = now()
     FROM (SELECT b.id, count(*)::integer AS n
-          FROM done JOIN rara_steps b ON b.run_id = done.run_id AND b.status = 'blocked'
-           AND done.key = ANY (b.depends_on)
+          FROM done CROSS JOIN LATERAL unnest(done.dependants) AS dependant(key)
+          JOIN rara_steps b ON b.run_id = done.run_id AND b.key = dependant.key
+           AND b.status = 'blocked'
           GROUP BY b.id) AS d
     WHERE s.id = d.id AND s.status = 'blocked'
+    RETURNING s.id
+), deltas AS MATERIALIZED (
+    -- Per run: the successes of this statement and the given deltas of the transaction's rest.
+    SELECT run_id, sum(succeeded)::integer AS succeeded, sum(failed)::integer AS failed,
+           sum(cancelled)::integer AS cancelled
+    FROM (SELECT run_id, 1 AS succeeded, 0 AS failed, 0 AS cancelled FROM done
+          UNION ALL
+          SELECT * FROM jsonb_to_recordset(CAST(:others AS jsonb))
+              AS o(run_id bigint, succeeded integer, failed integer, cancelled integer)) AS x
+    GROUP BY run_id
+), locked AS (
+    -- The runs, in id order, after every step row this statement writes: the dependants'
+    -- (the count below is evaluated before any run row is locked) and the finished ones
+    -- (deltas read all of done). See run_count_many.
+    SELECT id FROM rara_runs
+    WHERE id = ANY (ARRAY(SELECT run_id FROM deltas)) AND (SELECT count(*) FROM unblocked) >= 0
+    ORDER BY id
+    FOR NO KEY UPDATE
+), counted AS (
+    -- The parent aggregation by counters, as run_count_many (the one rule: rara_run_end_status).
+    UPDATE rara_runs r SET
+        steps_succeeded = r.steps_succeeded + d.succeeded,
+        steps_failed = r.steps_failed + d.failed,
+        steps_cancelled = r.steps_cancelled + d.cancelled,
+        status = CASE WHEN r.status IN ('pending', 'running') THEN coalesce(rara_run_end_status(
+            r.cancel_requested, r.steps_total, r.steps_succeeded + d.succeeded,
+            r.steps_failed + d.failed, r.steps_cancelled + d.cancelled), r.status)
+            ELSE r.status END,
+        finished_at = CASE WHEN r.status IN ('pending', 'running') AND rara_run_end_status(
+            r.cancel_requested, r.steps_total, r.steps_succeeded + d.succeeded,
+            r.steps_failed + d.failed, r.steps_cancelled + d.cancelled) IS NOT NULL
+            THEN now() ELSE r.finished_at END
+    FROM deltas d
+    WHERE r.id = d.run_id AND r.id = ANY (ARRAY(SELECT id FROM locked))
 ), manifest AS (
     -- Only the successes that name artifacts (most name none): nothing joined for the rest.
     SELECT done.id, done.attempt, m.name, m.digest, m.size, m.media_type
@@ -205,6 +245,7 @@ SELECT id FROM done;
 -- name: step_fail^
 -- Failure, fenced: back to ready after the backoff while attempts remain and the error is
 -- retryable, otherwise failed for good. The attempt records :outcome (failed or timed_out).
+-- The caller counts a failure for good in its run (step_complete_many's :others).
 WITH failing AS (
     SELECT id, attempt, max_attempts,
            (:retryable AND attempt - releases < max_attempts) AS retry,

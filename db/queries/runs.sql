@@ -1,5 +1,5 @@
 -- Runs (rara_runs): start (with the run's steps), read, cancel, and the parent aggregation that
--- follows every step change. Typed: rara.pg.runs.
+-- follows every step change (by counters: run_count_many). Typed: rara.pg.runs.
 -- Loaded by rara.pg.queries with every other file of this folder: one name space, each name
 -- object first, then verb (`step_lease`, `run_cancel_request`); `_many` takes arrays.
 -- aiosql suffixes: ^ one row, $ one value, ! no result; none: all rows. No literal percent
@@ -24,7 +24,8 @@ WITH resolved AS (
     ORDER BY v.version DESC LIMIT 1
 ), step_rows AS (
     SELECT s.* FROM resolved, jsonb_to_recordset(CAST(:steps AS jsonb)) AS s(
-        key text, depends_on text[], capability text, executor text, priority integer,
+        key text, depends_on text[], dependants text[], capability text, executor text,
+        priority integer,
         payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
         retry_coefficient double precision, timeout_ms integer, heartbeat_timeout_ms integer)
     WHERE resolved.matched
@@ -37,18 +38,21 @@ WITH resolved AS (
         WHERE s.capability = ANY (w.capabilities) AND w.stopped_at IS NULL
           AND w.heartbeat_at > now() - make_interval(secs => :alive_seconds))
 ), run AS (
-    INSERT INTO rara_runs (definition_version_id, input, idempotency_key)
-    SELECT resolved.id, CAST(:input AS jsonb), CAST(:idempotency_key AS text)
+    INSERT INTO rara_runs (definition_version_id, input, idempotency_key, steps_total)
+    SELECT resolved.id, CAST(:input AS jsonb), CAST(:idempotency_key AS text),
+           jsonb_array_length(CAST(:steps AS jsonb))
     FROM resolved, missing
     WHERE resolved.matched AND missing.capabilities IS NULL
       AND (resolved.retired_at IS NULL OR CAST(:version AS integer) IS NOT NULL)
     ON CONFLICT (idempotency_key) DO NOTHING
     RETURNING id
 ), steps AS (
-    INSERT INTO rara_steps (run_id, key, depends_on, pending_deps, capability, executor,
-                            priority, payload, max_attempts, retry_initial_ms, retry_max_ms,
-                            retry_coefficient, timeout_ms, heartbeat_timeout_ms, status)
-    SELECT run.id, s.key, s.depends_on, cardinality(s.depends_on), s.capability, s.executor,
+    INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
+                            executor, priority, payload, max_attempts, retry_initial_ms,
+                            retry_max_ms, retry_coefficient, timeout_ms, heartbeat_timeout_ms,
+                            status)
+    SELECT run.id, s.key, s.depends_on, s.dependants, cardinality(s.depends_on), s.capability,
+           s.executor,
            s.priority, s.payload, s.max_attempts, s.retry_initial_ms, s.retry_max_ms,
            s.retry_coefficient, s.timeout_ms, s.heartbeat_timeout_ms,
            CASE WHEN cardinality(s.depends_on) = 0 THEN 'ready' ELSE 'blocked' END::rara_step_status
@@ -70,8 +74,7 @@ WHERE r.id = :run_id;
 
 -- name: run_list
 SELECT r.id, r.status, v.name AS definition, v.version, r.created_at, r.finished_at,
-       (SELECT count(*) FROM rara_steps s WHERE s.run_id = r.id AND s.status = 'succeeded') AS done,
-       (SELECT count(*) FROM rara_steps s WHERE s.run_id = r.id) AS total
+       r.steps_succeeded AS done, r.steps_total AS total
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
 WHERE (CAST(:status AS rara_run_status) IS NULL OR r.status = :status)
 ORDER BY r.id DESC LIMIT :limit;
@@ -82,46 +85,41 @@ UPDATE rara_runs SET cancel_requested = true
 WHERE id = :run_id AND status IN ('pending', 'running')
 RETURNING id;
 
--- name: run_lock_many
--- Serialises the aggregation of runs. Taken just before run_refresh_many in the transaction of step
--- changes: under READ COMMITTED, run_refresh_many's snapshot is taken when its statement starts, so
--- two sibling steps finishing in concurrent transactions would each miss the other's commit and
--- leave the run `running` forever. With the lock the second waits for the first's commit, and
--- its refresh (a later statement, a later snapshot) sees both. In id order and always the last
--- locks a transaction takes (after its step rows), so they cannot take part in a lock cycle.
-SELECT id FROM rara_runs WHERE id = ANY (CAST(:run_ids AS bigint[])) ORDER BY id
-FOR NO KEY UPDATE;
-
--- name: run_refresh_many
--- Parent aggregation, the one rule, for the given runs: a run ends when all its steps are
--- terminal — failed if any step failed, else cancelled if cancel was asked or a step was
--- cancelled, else succeeded; a run with a started step is running. A run whose aggregate did
--- not change is left as it is.
-WITH agg AS (
-    SELECT run_id,
-           bool_and(status IN ('succeeded', 'failed', 'cancelled')) AS all_terminal,
-           bool_or(status = 'failed') AS any_failed,
-           bool_or(status = 'cancelled') AS any_cancelled,
-           bool_or(attempt > 0) AS any_started
-    FROM rara_steps WHERE run_id = ANY (CAST(:run_ids AS bigint[])) GROUP BY run_id
-), next AS (
-    SELECT r.id, CASE
-        WHEN NOT agg.all_terminal THEN
-            CASE WHEN agg.any_started THEN 'running' ELSE r.status END
-        WHEN agg.any_failed THEN 'failed'
-        WHEN r.cancel_requested OR agg.any_cancelled THEN 'cancelled'
-        ELSE 'succeeded' END::rara_run_status AS status
-    FROM rara_runs r JOIN agg ON agg.run_id = r.id
-    WHERE r.id = ANY (CAST(:run_ids AS bigint[]))  -- an index probe, in a generic plan too
+-- name: run_count_many
+-- The parent aggregation, by counters (migration 0006): the runs' step counts move by :deltas,
+-- a JSON array of {run_id, succeeded, failed, cancelled} — the steps this transaction made
+-- terminal — and a run whose steps are then all terminal ends by the one rule
+-- (rara_run_end_status). O(1) per run, whatever its size; step_complete_many does the same for
+-- the successes it writes (and the deltas it is given), so a batch of successes needs no call.
+-- The last statement of its transaction, before the commit: run rows are the last locks a
+-- transaction takes, in id order, so no two transactions (nor a run cancel, which takes the
+-- run's steps first) wait on each other in a cycle; and a row is held only until the commit.
+-- Under READ COMMITTED the UPDATE applies the deltas to the newest version of the row (a
+-- concurrent batch's commit that it waited for included): two siblings finishing in
+-- concurrent transactions are both counted, and the second ends the run.
+WITH d AS MATERIALIZED (
+    SELECT run_id, sum(succeeded)::integer AS succeeded, sum(failed)::integer AS failed,
+           sum(cancelled)::integer AS cancelled
+    FROM jsonb_to_recordset(CAST(:deltas AS jsonb))
+        AS d(run_id bigint, succeeded integer, failed integer, cancelled integer)
+    GROUP BY run_id
+), locked AS (
+    SELECT id FROM rara_runs WHERE id = ANY (ARRAY(SELECT run_id FROM d)) ORDER BY id
+    FOR NO KEY UPDATE
 )
 UPDATE rara_runs r SET
-    status = next.status,
-    started_at = CASE WHEN next.status <> 'cancelled' OR r.started_at IS NOT NULL
-                      THEN coalesce(r.started_at, now()) END,
-    finished_at = CASE WHEN next.status IN ('succeeded', 'failed', 'cancelled') THEN now() END
-FROM next
-WHERE r.id = next.id AND r.id = ANY (CAST(:run_ids AS bigint[]))
-  AND r.status IN ('pending', 'running') AND r.status <> next.status
+    steps_succeeded = r.steps_succeeded + d.succeeded,
+    steps_failed = r.steps_failed + d.failed,
+    steps_cancelled = r.steps_cancelled + d.cancelled,
+    status = CASE WHEN r.status IN ('pending', 'running') THEN coalesce(rara_run_end_status(
+        r.cancel_requested, r.steps_total, r.steps_succeeded + d.succeeded,
+        r.steps_failed + d.failed, r.steps_cancelled + d.cancelled), r.status) ELSE r.status END,
+    finished_at = CASE WHEN r.status IN ('pending', 'running') AND rara_run_end_status(
+        r.cancel_requested, r.steps_total, r.steps_succeeded + d.succeeded,
+        r.steps_failed + d.failed, r.steps_cancelled + d.cancelled) IS NOT NULL
+        THEN now() ELSE r.finished_at END
+FROM d
+WHERE r.id = d.run_id AND r.id = ANY (ARRAY(SELECT id FROM locked))
 RETURNING r.id, r.status::text;
 
 -- name: run_enqueue_many
@@ -136,15 +134,16 @@ WITH version AS (
     WHERE name = :name AND (CAST(:version AS integer) IS NULL OR version = :version)
     ORDER BY version DESC LIMIT 1
 ), runs AS (
-    INSERT INTO rara_runs (definition_version_id, input)
-    SELECT version.id, CAST(:input AS jsonb) FROM version, generate_series(1, :runs)
+    INSERT INTO rara_runs (definition_version_id, input, steps_total)
+    SELECT version.id, CAST(:input AS jsonb), :steps FROM version, generate_series(1, :runs)
     RETURNING id
 )
-INSERT INTO rara_steps (run_id, key, depends_on, pending_deps, capability, executor, payload,
-                        priority, max_attempts, retry_initial_ms, retry_max_ms,
+INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability, executor,
+                        payload, priority, max_attempts, retry_initial_ms, retry_max_ms,
                         retry_coefficient, status)
 SELECT r.id, CASE WHEN :numbered THEN :key || i ELSE :key END,
        CASE WHEN :chained AND i > 0 THEN ARRAY[:key || (i - 1)] ELSE '{}'::text[] END,
+       CASE WHEN :chained AND i < :steps - 1 THEN ARRAY[:key || (i + 1)] ELSE '{}'::text[] END,
        CASE WHEN :chained AND i > 0 THEN 1 ELSE 0 END,
        :capability, :executor, CAST(:payload AS jsonb), :priority, :max_attempts,
        :retry_initial_ms, :retry_max_ms, 2,

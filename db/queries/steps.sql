@@ -37,11 +37,14 @@ CROSS JOIN LATERAL (
 
 -- name: step_cancel_dependants
 -- A step failed for good: every step downstream of it in the run can never run; cancel them.
+-- Walked by the dependants of each step (probes of (run_id, key), migration 0006): the cost is
+-- the downstream's size, not the run's. The caller counts the ids returned (run_count_many).
 WITH RECURSIVE downstream(key) AS (
     SELECT CAST(:key AS text)
     UNION
-    SELECT s.key FROM rara_steps s JOIN downstream d ON d.key = ANY (s.depends_on)
-    WHERE s.run_id = :run_id
+    SELECT dependant.key FROM downstream d
+    JOIN rara_steps s ON s.run_id = :run_id AND s.key = d.key
+    CROSS JOIN LATERAL unnest(s.dependants) AS dependant(key)
 )
 UPDATE rara_steps s SET status = 'cancelled', finished_at = now(),
     error = jsonb_build_object('code', 'UPSTREAM_FAILED',
@@ -52,13 +55,18 @@ RETURNING s.id;
 
 -- name: step_lock_by_run!
 -- Cancel takes the run's step rows first, in id order, then the run row: the order a step
--- outcome takes them (its step, then run_lock_many), so the two cannot wait on each other in a cycle.
+-- outcome takes them (its step, then the run in run_count_many or step_complete_many), so the two cannot wait on each other in a cycle.
 SELECT id FROM rara_steps WHERE run_id = :run_id ORDER BY id FOR UPDATE;
 
--- name: step_cancel_waiting!
-UPDATE rara_steps SET status = 'cancelled', finished_at = now(),
-       error = jsonb_build_object('code', 'CANCELLED', 'message', 'run cancelled')
-WHERE run_id = :run_id AND status IN ('blocked', 'ready');
+-- name: step_cancel_waiting$
+-- How many were cancelled: the caller counts them (run_count_many).
+WITH cancelled AS (
+    UPDATE rara_steps SET status = 'cancelled', finished_at = now(),
+           error = jsonb_build_object('code', 'CANCELLED', 'message', 'run cancelled')
+    WHERE run_id = :run_id AND status IN ('blocked', 'ready')
+    RETURNING id
+)
+SELECT count(*) FROM cancelled;
 
 -- name: step_request_cancel
 -- Running steps learn of the cancel through NOTIFY now and their next heartbeat otherwise.

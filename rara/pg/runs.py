@@ -1,5 +1,5 @@
 """Typed access to ``db/queries/runs.sql``: runs, their start and cancel, and the parent
-aggregation (``lock_many`` then ``refresh_many``, in the transaction of the step changes)."""
+aggregation by counters (``count_many``, last in the transaction of the step changes)."""
 
 from __future__ import annotations
 
@@ -91,16 +91,16 @@ def cancel_request(conn: Conn, run_id: int) -> bool:
     return value(conn, "run_cancel_request", int, run_id=run_id) is not None
 
 
-def refresh_many(conn: Conn, run_ids: list[int]) -> None:
-    """Parent aggregation of runs whose rows the transaction holds already."""
-    run(conn, "run_refresh_many", run_ids=run_ids)
+def count_many(conn: Conn, deltas: str) -> None:
+    """Parent aggregation by counters (``run_count_many``): ``deltas``, a JSON array of
+    {run_id, succeeded, failed, cancelled}, the steps the transaction made terminal; the last
+    statement of the transaction (it locks the runs, in id order)."""
+    run(conn, "run_count_many", deltas=deltas)
 
 
-async def aggregate(conn: AsyncConn, run_ids: list[int]) -> None:
-    """Lock the runs (id order), then aggregate them: after step changes, in their transaction
-    (see run_lock_many: without the lock, siblings finishing together each miss the other)."""
-    await arun(conn, "run_lock_many", run_ids=run_ids)
-    await arun(conn, "run_refresh_many", run_ids=run_ids)
+async def acount_many(conn: AsyncConn, deltas: str) -> None:
+    """``count_many`` on an async connection."""
+    await arun(conn, "run_count_many", deltas=deltas)
 
 
 def enqueue_many(conn: Conn, *, definition: str, version: int | None, runs: int, steps: int,

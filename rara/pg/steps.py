@@ -9,7 +9,7 @@ from typing import Any
 
 from psycopg.rows import class_row, scalar_row
 
-from rara.pg.queries import AsyncConn, Conn, amany, avalue, many, run
+from rara.pg.queries import AsyncConn, Conn, amany, avalue, many, run, value
 from rara.states import StepStatus
 
 Pairs = list[tuple[str, str]]  # (capability, executor kind)
@@ -98,8 +98,9 @@ def lock_by_run(conn: Conn, run_id: int) -> None:
     run(conn, "step_lock_by_run", run_id=run_id)
 
 
-def cancel_waiting(conn: Conn, run_id: int) -> None:
-    run(conn, "step_cancel_waiting", run_id=run_id)
+def cancel_waiting(conn: Conn, run_id: int) -> int:
+    """Cancel the run's blocked and ready steps; how many."""
+    return value(conn, "step_cancel_waiting", int, run_id=run_id) or 0
 
 
 def request_cancel(conn: Conn, run_id: int) -> list[int]:

@@ -85,7 +85,8 @@ def test_fenced_batch_writes_are_never_planned_onto_the_reaper_index(
     plans = [
         conn.execute("EXPLAIN " + sql("step_complete_many"),
                      {"worker": "w", "endings": '[{"id": 1, "token": "'
-                                                 '00000000-0000-0000-0000-000000000001"}]'}),
+                                                 '00000000-0000-0000-0000-000000000001"}]',
+                      "others": "[]"}),
         conn.execute("EXPLAIN " + sql("step_heartbeat"),
                      {"worker": "w", "capabilities": ["x@1"], "step_ids": [1, 2],
                       "tokens": ["00000000-0000-0000-0000-000000000001"] * 2,

@@ -22,7 +22,7 @@ def test_every_file_loads_into_one_name_space() -> None:
     names = statements()
     for expected in ("step_lease", "step_heartbeat", "step_progress_many", "step_checkpoint",
                      "step_complete_many", "step_fail", "step_cancel", "step_release_many",
-                     "step_reap_expired", "run_start", "run_refresh_many", "run_enqueue_many",
+                     "step_reap_expired", "run_start", "run_count_many", "run_enqueue_many",
                      "definition_version_insert"):
         assert expected in names
     assert "%(worker)s" in sql("step_lease")  # psycopg placeholders, parameters by name

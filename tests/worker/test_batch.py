@@ -138,9 +138,9 @@ async def test_artifacts_in_a_batch_land_with_their_step(
 
 async def test_sibling_batches_in_concurrent_transactions_end_the_run(
         conn: psycopg.Connection[Any], database_url: str, store: WorkerStore) -> None:
-    """The race run_lock_many exists for: two batches each finishing one sibling, concurrently. Both
-    write their step first, then queue on the run's lock (held here); the second to get it
-    must see the first's commit, or the run stays running forever."""
+    """The race the run's lock exists for: two batches each finishing one sibling, concurrently.
+    Both write their step first, then queue on the run's lock (held here); the second to get it
+    must count on top of the first's commit, or the run stays running forever."""
     define(conn, "pair", [{"key": "a", "capability": "test.echo@1"},
                           {"key": "b", "capability": "test.echo@1"}])
     run = start(conn, "pair")

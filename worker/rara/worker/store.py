@@ -8,11 +8,13 @@ Every write after the lease is conditioned on its ``Fence`` (id, leased_by, leas
 status = running); an empty or ``None`` answer means the fence matched nothing: the caller no
 longer owns the lease and must write nothing more for the attempt. An end lands with its
 consequences in one transaction: dependants unblocked (or, after a final failure, cancelled)
-and the run's status aggregated.
+and the run's step counts moved, which ends the run when its steps are all terminal.
 
 ``end_many`` ends many attempts of one worker in one transaction (the completion batcher):
 each step is fenced on its own, so a lost lease in a batch affects only that step, and the runs
-touched are aggregated once, in run id order, after every step row was written.
+touched are counted once, in run id order, after every step row was written. Nothing here
+scans a run's steps: the cost of an end is the same in a run of one step or of 100,000
+(migration 0006, bench/run_size.py).
 
 Why a pool (psycopg_pool) and not one connection per loop: attempts end concurrently while
 heartbeats, leases and the reaper run beside them; the pool shares a few connections among
@@ -104,10 +106,11 @@ async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[StepStatu
 
     Per ending, in order, the step's status after it: ``SUCCEEDED``, ``READY`` (retry after
     backoff), ``FAILED``, ``CANCELLED``, or ``None`` when its fence matched nothing (lease lost:
-    nothing was written for that step). Successes are one statement; failures and cancels
-    (rare) one each; then the runs are locked in id order (always the last locks taken, see
-    run_lock_many) and aggregated by one statement whose snapshot follows the locks. Errors roll
-    the whole batch back.
+    nothing was written for that step). Failures and cancels (rare) are one statement each,
+    first, with the cancels they cascade to; then one statement writes the successes and counts
+    everything that ended in the runs' step counts (step_complete_many with the others'
+    deltas): the run rows are the last locks taken, in id order. Errors roll the whole batch
+    back.
     """
     if not endings:
         return []
@@ -117,40 +120,70 @@ async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[StepStatu
     answers: list[StepStatus | None] = [None] * len(endings)
     wins = [i for i, e in enumerate(endings) if e.outcome is AttemptOutcome.SUCCEEDED]
     rest = [i for i, e in enumerate(endings) if e.outcome is not AttemptOutcome.SUCCEEDED]
-    run_ids = sorted({e.run_id for e in endings})
-    complete = {"worker": worker, "endings": _successes_json(
-        [(endings[i].fence, endings[i].result, endings[i].artifacts) for i in wins])}
+    successes = _successes_json(
+        [(endings[i].fence, endings[i].result, endings[i].artifacts) for i in wins])
     if not rest:
         # Only successes (the common case): nothing depends on an answer before the commit, so
         # the whole transaction goes in one round trip (pipeline mode).
         async with conn.pipeline(), conn.transaction():
             cur = conn.cursor(row_factory=scalar_row)  # the first column: the step id
-            await cur.execute(sql("step_complete_many"), complete)
-            await run_sql.aggregate(conn, run_ids)
+            await cur.execute(sql("step_complete_many"),
+                              {"worker": worker, "endings": successes, "others": "[]"})
         done = set(await cur.fetchall())
         return [StepStatus.SUCCEEDED if e.fence.step_id in done else None for e in endings]
     async with conn.transaction():
-        if wins:
-            done = set(await amany(conn, "step_complete_many", scalar_row, **complete))
-            for i in wins:
-                if endings[i].fence.step_id in done:
-                    answers[i] = StepStatus.SUCCEEDED
+        counts = RunCounts()
         for i in rest:
             e = endings[i]
             if e.outcome is AttemptOutcome.CANCELLED:
                 row = await aone(conn, "step_cancel", class_row(Ended), step_id=e.fence.step_id,
                                  worker=worker, token=e.fence.token)
-                answers[i] = None if row is None else row.status
-                continue
-            row = await aone(conn, "step_fail", class_row(Ended), step_id=e.fence.step_id,
-                             worker=worker, token=e.fence.token, error=Jsonb(dict(e.error or {})),
-                             retryable=e.retryable, jitter=e.jitter, outcome=e.outcome)
+            else:
+                row = await aone(conn, "step_fail", class_row(Ended), step_id=e.fence.step_id,
+                                 worker=worker, token=e.fence.token,
+                                 error=Jsonb(dict(e.error or {})), retryable=e.retryable,
+                                 jitter=e.jitter, outcome=e.outcome)
             if row is not None:
-                if row.status is StepStatus.FAILED:
-                    await step_sql.cancel_dependants(conn, row.run_id, row.key)
+                await _count_end(conn, counts, row)
                 answers[i] = row.status
-        await run_sql.aggregate(conn, run_ids)
+        done = set(await amany(conn, "step_complete_many", scalar_row, worker=worker,
+                               endings=successes, others=counts.json()))
+        for i in wins:
+            if endings[i].fence.step_id in done:
+                answers[i] = StepStatus.SUCCEEDED
     return answers
+
+
+class RunCounts:
+    """Deltas of runs' step counts (steps made terminal in a transaction), for run_count_many
+    or step_complete_many's ``others``."""
+
+    def __init__(self) -> None:
+        self._by_run: dict[int, list[int]] = {}
+
+    def add(self, run_id: int, status: StepStatus, n: int = 1) -> None:
+        column = _COUNTED.get(status)
+        if column is not None and n:
+            self._by_run.setdefault(run_id, [0, 0, 0])[column] += n
+
+    def __bool__(self) -> bool:
+        return bool(self._by_run)
+
+    def json(self) -> str:
+        return json.dumps([{"run_id": r, "succeeded": c[0], "failed": c[1], "cancelled": c[2]}
+                           for r, c in sorted(self._by_run.items())])
+
+
+_COUNTED = {StepStatus.SUCCEEDED: 0, StepStatus.FAILED: 1, StepStatus.CANCELLED: 2}
+
+
+async def _count_end(conn: AsyncConn, counts: RunCounts, row: Ended) -> None:
+    """Count a step's end (nothing for a retry) and, after a failure for good, cancel its
+    downstream and count those too."""
+    counts.add(row.run_id, row.status)
+    if row.status is StepStatus.FAILED:
+        cancelled = await step_sql.cancel_dependants(conn, row.run_id, row.key)
+        counts.add(row.run_id, StepStatus.CANCELLED, len(cancelled))
 
 
 def _successes_json(wins: Sequence[tuple[Fence, Any, Sequence[Mapping[str, Any]]]]) -> str:
@@ -192,11 +225,11 @@ async def reap(conn: AsyncConn, worker: str, *, limit: int,
     async with conn.transaction():
         rows = await amany(conn, "step_reap_expired", class_row(Ended), worker=worker,
                            limit=limit, jitter=jitter)
-        # Runs in id order: two reapers locking the same runs (run_lock_many) never wait in a cycle.
+        counts = RunCounts()
         for row in sorted(rows, key=lambda r: r.run_id):
-            if row.status is StepStatus.FAILED:
-                await step_sql.cancel_dependants(conn, row.run_id, row.key)
-                await run_sql.aggregate(conn, [row.run_id])
+            await _count_end(conn, counts, row)
+        if counts:  # the runs last, in id order (run_count_many)
+            await run_sql.acount_many(conn, counts.json())
         return [(r.id, r.status) for r in rows]
 
 

@@ -14,7 +14,8 @@ k() { "${KUBECTL}" "$@"; }
 start=$SECONDS
 
 declare -A img
-while IFS=$'=\t' read -r key ref _; do img["${key}"]="${ref}"; done < <("${HERE}/images.sh")
+built="$("${HERE}/images.sh")"   # (not a process substitution: a failed build must stop here)
+while IFS=$'=\t' read -r key ref _; do img["${key}"]="${ref}"; done <<< "${built}"
 for ref in "${img[@]}"; do
   # kind load skips an image the node already has (same ID)
   timed "kind load ${ref}" "${KIND}" load docker-image --name "${CLUSTER_NAME}" "${ref}" >/dev/null
@@ -35,6 +36,10 @@ timed "helm upgrade --install rara" "${HELM}" upgrade --install rara "${ROOT}/ch
   --set-string "image.repository=${wrepo},image.tag=${wtag},image.pullPolicy=Never" \
   --set-string "executorImage.repository=${erepo},executorImage.tag=${etag},executorImage.pullPolicy=Never" \
   --wait --timeout 10m "$@"
+
+# Images of earlier installs in the node's containerd (5 GB per executor build; the disk is
+# shared): whatever no container uses any more goes.
+docker exec "${CLUSTER_NAME}-control-plane" crictl rmi --prune >/dev/null 2>&1 || true
 
 k -n "${NAMESPACE}" apply -f "${ROOT}/examples/rag-refresh.yaml"
 timed "WorkflowDefinition rag-refresh Ready" \

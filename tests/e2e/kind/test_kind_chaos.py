@@ -315,11 +315,28 @@ def test_runs_survive_pod_chaos(installed: Cluster) -> None:
             "apiVersion": "rara.dev/v1alpha1",
             "kind": "WorkflowRun",
             "metadata": {"name": f"{prefix}-{i}", "namespace": RUN_NAMESPACE},
-            "spec": {"definition": definition, "input": {"corpus": f"chaos-{i}"}},
+            "spec": {"definition": definition, "input": {"limit": 10 + i % 5}},
         }
         for i in range(n_runs)
     ]
     cluster.run("kubectl", "apply", "-f", "-", stdin=yaml.safe_dump_all(runs), timeout=120)
+
+    def all_accepted() -> dict[str, str]:
+        """name -> runId, once the operator started a run for each (a refused one fails now)."""
+        doc = cluster.kubectl_json("-n", RUN_NAMESPACE, "get", "workflowruns")
+        started: dict[str, str] = {}
+        for item in doc.get("items", []):
+            name, status = item["metadata"]["name"], item.get("status", {})
+            if not name.startswith(prefix):
+                continue
+            for cond in status.get("conditions", []):
+                if cond.get("type") == "Accepted" and cond.get("status") == "False":
+                    raise AssertionError(f"WorkflowRun {name} refused: {cond.get('message')}")
+            if status.get("runId"):
+                started[name] = str(status["runId"])
+        return started if len(started) == n_runs else {}
+
+    wait_for("every WorkflowRun started", all_accepted, timeout=120)
 
     actions = chaos(cluster, rng, _env_int("RARA_E2E_CHAOS_SECONDS", 180))
     print(f"chaos actions: {dict(actions)}")

@@ -67,10 +67,19 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
     bm25 = _step(client, run.run_id, "evaluate")["result"]["bm25"]
     assert 0.0 < bm25["recall@10"] <= 1.0
     assert 0.0 < bm25["mrr@10"] <= bm25["recall@10"]
+    assert bm25["mrr@10_lo"] <= bm25["mrr@10"] <= bm25["mrr@10_hi"]
+    collect = _step(client, run.run_id, "collect")["result"]
+    assert collect["documents"] == 12  # the first 12 modules of the default stdlib corpus
     adapt = _step(client, run.run_id, "adapt")["result"]
     assert adapt["steps"] >= 1
-    for prefix in ("before", "after"):
-        assert 0.0 <= adapt["metrics"][f"{prefix}/recall@10"] <= 1.0
+    metrics = adapt["metrics"]
+    for prefix in ("before", "after", "hybrid"):
+        assert 0.0 <= metrics[f"{prefix}/recall@10"] <= 1.0
+        assert metrics[f"{prefix}/mrr@10_lo"] <= metrics[f"{prefix}/mrr@10_hi"]
+    assert metrics["diff/mrr@10"] == pytest.approx(
+        metrics["after/mrr@10"] - metrics["before/mrr@10"]
+    )
+    assert metrics["hard_negatives"] > 0  # mined with the index step's BM25 index
     # Every artifact verifies against its digest.
     store = LocalArtifactStore(artifacts)
     produced = client.run_artifacts(run.run_id)
@@ -105,9 +114,14 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
         assert {s["status"] for s in view.steps if s["key"] != "collect"} == {"cancelled"}
     # Input the collect step declares (inputSchema) is checked before a run starts: refused
     # naming the field, and no run is made.
-    with pytest.raises(InputInvalid, match=r"input\.limit: -3 is less than the minimum of 1 "
-                                           r"\(input of step 'collect'\)"):
+    with pytest.raises(
+        InputInvalid,
+        match=r"input\.limit: -3 is less than the minimum of 1 "
+        r"\(input of step 'collect'\)",
+    ):
         client.start_run("rag-refresh", input={"limit": -3})
+    with pytest.raises(InputInvalid, match=r"input\.corpus"):
+        client.start_run("rag-refresh", input={"corpus": "wikipedia"})
 
 
 def test_executor_fails_a_job_missing_its_upstream_artifact(fleet: Fleet) -> None:

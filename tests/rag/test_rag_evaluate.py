@@ -72,3 +72,55 @@ def test_bad_input(passages: list[corpus.Passage]) -> None:
         ev.build_query_set([])
     with pytest.raises(ValueError, match="test_fraction"):
         ev.build_query_set(passages, test_fraction=1.0)
+
+
+def test_per_query_means_are_the_scores(qs: ev.QuerySet) -> None:
+    test = qs.split("test")
+    rankings = ev.bm25_rankings(qs, "test", depth=10)
+    means = {k: sum(v) / len(v) for k, v in ev.per_query(rankings, test, (1, 5, 10)).items()}
+    assert means == pytest.approx({k: v for k, v in ev.evaluate_bm25(qs).items() if k != "queries"})
+
+
+def test_bootstrap_intervals() -> None:
+    a = {"mrr@10": [1.0, 0.0, 0.5, 0.25] * 50}
+    b = {"mrr@10": [0.5, 0.0, 0.5, 0.25] * 50}
+    ci = ev.bootstrap(a, seed=3)
+    assert ci == ev.bootstrap(a, seed=3)  # seeded
+    assert ci["mrr@10"] == pytest.approx(0.4375)
+    assert ci["mrr@10_lo"] < ci["mrr@10"] < ci["mrr@10_hi"]
+    assert ci["mrr@10_hi"] - ci["mrr@10_lo"] < 0.2
+    diff = ev.bootstrap(a, b, seed=3)  # paired: same queries in every resample
+    assert diff["mrr@10"] == pytest.approx(0.125)
+    assert 0 < diff["mrr@10_lo"] < diff["mrr@10_hi"]
+    same = ev.bootstrap(a, a, seed=3)
+    assert same == {"mrr@10": 0.0, "mrr@10_lo": 0.0, "mrr@10_hi": 0.0}
+    assert ev.bootstrap({"mrr@10": []}) == {}
+
+
+def test_rrf_fuses_and_is_deterministic() -> None:
+    fused = ev.rrf([[["a", "b", "c"]], [["c", "a", "d"]]], depth=3)
+    assert fused == [["a", "c", "b"]]  # a: 1/61+1/62 > c: 1/63+1/61 > b: 1/62 (before d)
+    assert ev.rrf([[["x"]], [["y"]]], depth=2) == [["x", "y"]]  # tie: first ranking first
+
+
+def test_hard_negatives_are_unseen_safe_and_hard(qs: ev.QuerySet) -> None:
+    from rara_rag import index
+
+    ix = index.build(corpus.clean(corpus.collect()))
+    negatives = ev.mine_hard_negatives(qs, ix, per_query=2)
+    pairs, train = qs.pairs("train"), qs.split("train")
+    assert len(negatives) == len(pairs) == len(train)
+    assert sum(map(len, negatives)) > 1.5 * len(pairs)
+    train_text = {p.text for p in qs.pool("train")}
+    by_text = {p.text: p for p in qs.passages}
+    by_id = {p.id: p for p in qs.passages}
+    for q, (_, positive), negs in zip(train, pairs, negatives, strict=True):
+        pos = by_id[q.relevant[0]]
+        for n in negs:
+            assert n in train_text
+            assert n != positive
+            assert by_text[n].id not in q.relevant
+            assert not (
+                by_text[n].doc_id == pos.doc_id and abs(by_text[n].ordinal - pos.ordinal) <= 1
+            )
+    assert ev.mine_hard_negatives(qs, ix, per_query=2) == negatives  # deterministic

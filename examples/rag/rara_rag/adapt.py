@@ -6,16 +6,28 @@ Design choices, and why:
   *query* tower only; passages are embedded once by the frozen base model. The index built
   before adaptation therefore stays valid afterwards (no corpus re-embedding on release), and
   training on 2 CPU cores costs short queries' forward+backward instead of 128-token passages'.
-* **In-batch negatives.** Loss = cross-entropy of ``q_i · p_j / temperature`` over the batch
-  (InfoNCE / MultipleNegativesRanking); a duplicate positive elsewhere in the batch is masked
-  out rather than counted as a negative. ``negatives="all"`` scores against every cached
-  train positive instead (cheap because that tower is frozen).
+* **In-batch and hard negatives.** Loss = cross-entropy of ``q_i · c_j / temperature`` over
+  the batch's candidates (InfoNCE / MultipleNegativesRanking): every positive in the batch
+  plus every pair's *hard negatives* — BM25's best non-relevant train passages for that query
+  (``evaluate.mine_hard_negatives``, from the ``index`` step's index), the passages a lexical
+  retriever confuses with the answer. A candidate shared by several pairs counts once.
+  ``negatives="all"`` scores against every cached passage instead (cheap: that tower is frozen).
+* **Targets and rate.** LoRA on every linear layer of the encoder: attention query, key, value
+  and output, and the feed-forward pair (``dense``), r=8, alpha 16, AdamW at 1e-3. Measured on
+  the stdlib corpus (1,373 held-out queries, 904 pairs, 2 epochs): 2e-4 for one epoch barely
+  moved MRR@10 (+0.005); 1e-3 for two moved it +0.013 (in-batch negatives only).
+* **Which hard negatives.** BM25's *top* non-relevant passages made MRR@10 worse (-0.016 at
+  1e-3): in a docstring corpus they are mostly the same module's other passages, describing
+  the same thing — false negatives. Mined from other documents and past BM25's first 10 hits
+  (``mine_hard_negatives``' defaults) they are neutral to mildly helpful (+0.009).
 * **Exact resume.** Batch order is a pure function of ``(seed, epoch)``, so a checkpoint only
   needs adapter weights, AdamW state, the step and torch's RNG state (dropout). A run resumed
   from checkpoint k executes steps k+1.. with the same batches and RNG stream: it ends at the
   same step count with the same loss an uninterrupted run would have had.
-* **Determinism and threads.** Seeded everything, ``torch.set_num_threads`` capped (see
-  ``embed.limit_threads``): a worker pod's CPU quota is small and oversubscription is slow.
+* **Determinism and threads.** Seeded everything (``torch.manual_seed``, batch order from
+  ``(seed, epoch)``), one intra-op thread by default (``num_threads``): a float sum split over
+  a different number of threads rounds differently, and a resumed attempt may land on another
+  executor. ``torch.use_deterministic_algorithms`` where torch has them.
 * QLoRA (4-bit NF4 base, bf16 compute) only when CUDA *and* bitsandbytes are present (or
   ``quantize="always"``, which fails clearly otherwise); plain fp32 LoRA on CPU.
 """
@@ -35,11 +47,24 @@ from typing import Any, Literal, cast
 
 from rara_rag import ProgressFn, SaveCheckpointFn, embed
 from rara_rag.corpus import Passage
-from rara_rag.evaluate import DEFAULT_KS, LabelledQuery, QuerySet, prefixed, rank_by_embeddings
-from rara_rag.evaluate import score as score_rankings
+from rara_rag.evaluate import (
+    DEFAULT_KS,
+    LabelledQuery,
+    QuerySet,
+    bm25_rankings,
+    bootstrap,
+    mine_hard_negatives,
+    per_query,
+    prefixed,
+    rank_by_embeddings,
+    rrf,
+)
+from rara_rag.index import BM25Index
 from rara_rag.packing import pack_dir
 
 STATE_FILE = "trainer_state.json"
+RRF_DEPTH = 100  # how deep each ranking goes into reciprocal rank fusion
+LEARNING_RATE = 1e-3
 
 
 class AdaptCancelled(RuntimeError):
@@ -59,25 +84,27 @@ class AdaptConfig:
     rank: int = 8
     alpha: int = 16
     dropout: float = 0.05
-    target_modules: tuple[str, ...] = ("query", "key", "value")
-    learning_rate: float = 1e-3
+    target_modules: tuple[str, ...] = ("query", "key", "value", "dense")
+    learning_rate: float = LEARNING_RATE
     epochs: int = 1
     batch_size: int = 16
     temperature: float = 0.05
-    # "in-batch": the other positives in the batch are the negatives (classic MNRL).
-    # "all": every cached train positive is a negative — free here because the passage
-    # tower is frozen, and a much stronger signal than a batch of 16 random passages.
+    # "in-batch": the batch's positives and hard negatives are the candidates (MNRL).
+    # "all": every cached passage is a candidate — free here because the passage tower is
+    # frozen.
     negatives: Literal["in-batch", "all"] = "in-batch"
     max_query_length: int = 64
     max_passage_length: int = 128
     seed: int = 0
     # Not part of the run's identity (may change between attempts):
     checkpoint_every: int = 10
-    num_threads: int | None = None
+    num_threads: int | None = 1  # None: embed.limit_threads picks by load (not reproducible)
     quantize: Literal["auto", "never", "always"] = "auto"
     ks: tuple[int, ...] = DEFAULT_KS
 
-    def fingerprint(self, pairs: Sequence[tuple[str, str]]) -> str:
+    def fingerprint(
+        self, pairs: Sequence[tuple[str, str]], negatives: Sequence[Sequence[str]] = ()
+    ) -> str:
         ident = {
             k: v
             for k, v in asdict(self).items()
@@ -86,6 +113,8 @@ class AdaptConfig:
         h = hashlib.sha256(json.dumps(ident, sort_keys=True).encode())
         for q, p in pairs:
             h.update(b"\x00" + q.encode() + b"\x01" + p.encode())
+        for negs in negatives:
+            h.update(b"\x02" + b"\x03".join(n.encode() for n in negs))
         return h.hexdigest()
 
 
@@ -130,13 +159,29 @@ def _batches(n: int, batch_size: int, seed: int, epoch: int) -> list[list[int]]:
     return [perm[i : i + batch_size] for i in range(0, n - batch_size + 1, batch_size)]
 
 
-def adapt_query_set(qs: QuerySet, out_dir: str | Path, **kwargs: Any) -> AdaptResult:
-    """Train on ``qs``'s train pairs; evaluate before/after on its held-out test split."""
+def adapt_query_set(
+    qs: QuerySet,
+    out_dir: str | Path,
+    *,
+    index: BM25Index | None = None,
+    hard_negatives: int = 1,
+    mining: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> AdaptResult:
+    """Train on ``qs``'s train pairs (with hard negatives mined from ``index`` when given);
+    evaluate before/after, and BM25 + after fused, on its held-out test split."""
+    negatives = (
+        mine_hard_negatives(qs, index, per_query=hard_negatives, **(mining or {}))
+        if index is not None and hard_negatives > 0
+        else None
+    )
     return adapt(
         qs.pairs("train"),
         out_dir,
+        hard_negatives=negatives,
         eval_queries=qs.split("test"),
         eval_pool=qs.pool("test"),
+        eval_bm25=bm25_rankings(qs, "test", depth=RRF_DEPTH),
         **kwargs,
     )
 
@@ -145,8 +190,10 @@ def adapt(
     pairs: Sequence[tuple[str, str]],
     out_dir: str | Path,
     *,
+    hard_negatives: Sequence[Sequence[str]] | None = None,
     eval_queries: Sequence[LabelledQuery] = (),
     eval_pool: Sequence[Passage] = (),
+    eval_bm25: Sequence[Sequence[str]] | None = None,
     config: AdaptConfig | None = None,
     resume_from: str | Path | None = None,
     progress: ProgressFn | None = None,
@@ -160,6 +207,10 @@ def adapt(
     at the end / on cancel); ``save_checkpoint(state, dir)`` is called with each so the caller can
     store it durably — the previous checkpoint directory is removed once the callback returns.
     ``resume_from`` is such a directory (e.g. unpacked from the last checkpoint artifact).
+    ``hard_negatives[i]`` are passages for pair ``i`` to rank below its positive. With
+    ``eval_bm25`` (BM25's ranking of each eval query) a third, fused retriever is scored.
+    Metrics come with seeded bootstrap 95% intervals (``_lo``/``_hi``), and ``diff/`` is
+    after minus before, its interval paired over queries.
     """
     import torch
     from peft import LoraConfig, get_peft_model
@@ -169,6 +220,9 @@ def adapt(
     cfg = config or AdaptConfig()
     if len(pairs) < 2:
         raise ValueError(f"need at least 2 training pairs for in-batch negatives, got {len(pairs)}")
+    negatives = [tuple(n) for n in hard_negatives] if hard_negatives is not None else []
+    if negatives and len(negatives) != len(pairs):
+        raise ValueError("one tuple of hard negatives per training pair")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     report = progress or (lambda fraction, message, metrics: None)
@@ -183,29 +237,43 @@ def adapt(
 
     threads = embed.limit_threads(cfg.num_threads)
     torch.manual_seed(cfg.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
     device, quant = _quantization(cfg)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
     enc = embed.load(model_path, device=device, quantization_config=quant)
     timings["time/load_s"] = time.perf_counter() - t0
     stop_if_cancelled()
 
-    # Frozen passage tower: embed each distinct positive and the eval pool once.
+    # Frozen passage tower: embed each distinct positive, hard negative and the eval pool once.
     t = time.perf_counter()
-    texts = sorted({p for _, p in pairs})
+    texts = sorted({p for _, p in pairs} | {n for negs in negatives for n in negs})
     pidx = {text: i for i, text in enumerate(texts)}
-    positives = embed.encode(enc, texts, max_length=cfg.max_passage_length).to(device)
-    target = torch.tensor([pidx[p] for _, p in pairs], device=device)
+    passages = embed.encode(enc, texts, max_length=cfg.max_passage_length).to(device)
+    target = [pidx[p] for _, p in pairs]
+    hard = [[pidx[n] for n in negs] for negs in negatives] or [[] for _ in pairs]
     queries = [q for q, _ in pairs]
     pool_emb = embed.encode(enc, [p.text for p in eval_pool], max_length=cfg.max_passage_length)
     timings["time/embed_passages_s"] = time.perf_counter() - t
     stop_if_cancelled()
 
+    scored: dict[str, dict[str, list[float]]] = {}  # per-query metrics of each retriever
+
     def evaluate(prefix: str) -> dict[str, float]:
         if not eval_queries or not eval_pool:
             return {}
         q = embed.encode(enc, [x.text for x in eval_queries], max_length=cfg.max_query_length)
-        depth = max([*cfg.ks, 10])
-        ranks = rank_by_embeddings(q, pool_emb, [p.id for p in eval_pool], depth)
-        return prefixed(score_rankings(ranks, list(eval_queries), cfg.ks), prefix)
+        ranks = rank_by_embeddings(q, pool_emb, [p.id for p in eval_pool], RRF_DEPTH)
+        scored[prefix] = per_query(ranks, eval_queries, cfg.ks)
+        out = prefixed(bootstrap(scored[prefix], seed=cfg.seed), prefix)
+        if prefix == "after" and "before" in scored:
+            diff = bootstrap(scored["after"], scored["before"], seed=cfg.seed)
+            out.update(prefixed(diff, "diff"))
+        if prefix == "after" and eval_bm25 is not None:
+            fused = rrf([eval_bm25, ranks], depth=RRF_DEPTH)
+            scored["hybrid"] = per_query(fused, eval_queries, cfg.ks)
+            out.update(prefixed(bootstrap(scored["hybrid"], seed=cfg.seed), "hybrid"))
+        return out
 
     metrics: dict[str, float] = {}
     t = time.perf_counter()
@@ -225,6 +293,7 @@ def adapt(
         lora_alpha=cfg.alpha,
         lora_dropout=cfg.dropout,
         target_modules=list(cfg.target_modules),
+        exclude_modules=["pooler.dense"],  # BertModel's pooler: unused by mean pooling
         bias="none",
     )
     enc.model = get_peft_model(enc.model, lora)
@@ -234,7 +303,7 @@ def adapt(
     batch_size = min(cfg.batch_size, len(pairs))
     per_epoch = len(pairs) // batch_size
     total = per_epoch * cfg.epochs
-    fingerprint = cfg.fingerprint(pairs)
+    fingerprint = cfg.fingerprint(pairs, negatives)
     step = 0
     losses: list[float] = []
     if resume_from is not None:
@@ -279,16 +348,17 @@ def adapt(
         epoch, i = divmod(step, per_epoch)
         idx = _batches(len(pairs), batch_size, cfg.seed, epoch)[i]
         q = embed.forward(enc, [queries[j] for j in idx], cfg.max_query_length)
-        pos = target[idx]
         if cfg.negatives == "all":
-            loss = torch.nn.functional.cross_entropy(q @ positives.T / cfg.temperature, pos)
+            labels = torch.tensor([target[j] for j in idx], device=device)
+            logits = q @ passages.T / cfg.temperature
         else:
-            logits = q @ positives[pos].T / cfg.temperature
-            dup = (pos[:, None] == pos[None, :]) & ~torch.eye(
-                len(idx), dtype=torch.bool, device=logits.device
-            )
-            labels = torch.arange(len(idx), device=logits.device)
-            loss = torch.nn.functional.cross_entropy(logits.masked_fill(dup, float("-inf")), labels)
+            # The batch's positives, then its hard negatives; each distinct passage once, so
+            # a positive shared by two pairs (or another pair's negative) is never a negative.
+            cand = list(dict.fromkeys([target[j] for j in idx] + [n for j in idx for n in hard[j]]))
+            slot = {c: i for i, c in enumerate(cand)}
+            labels = torch.tensor([slot[target[j]] for j in idx], device=device)
+            logits = q @ passages[torch.tensor(cand, device=device)].T / cfg.temperature
+        loss = torch.nn.functional.cross_entropy(logits, labels)
         optim.zero_grad(set_to_none=True)
         cast(Any, loss).backward()  # Tensor.backward is untyped in torch's stubs
         optim.step()
@@ -308,6 +378,9 @@ def adapt(
     done = step - resumed_from
     if done:
         timings["time/seconds_per_epoch"] = train_s * per_epoch / done
+        timings["steps_per_s"] = done / train_s if train_s > 0 else float("nan")
+    if device == "cuda":
+        timings["gpu/peak_memory_mib"] = torch.cuda.max_memory_allocated() / 2**20
 
     t = time.perf_counter()
     metrics.update(evaluate("after"))
@@ -323,6 +396,13 @@ def adapt(
             "total_steps": float(total),
             "threads": float(threads),
             "train_pairs": float(len(pairs)),
+            "hard_negatives": float(sum(len(n) for n in negatives)),
+            "eval_queries": float(len(eval_queries)),
+            # What the weights are: bitsandbytes 4-bit linears under LoRA (QLoRA), or none.
+            "linear4bit_layers": float(
+                sum(type(m).__name__ == "Linear4bit" for m in enc.model.modules())
+            ),
+            "lora_layers": float(sum(hasattr(m, "lora_A") for m in enc.model.modules())),
             "epochs": float(cfg.epochs),
         }
     )

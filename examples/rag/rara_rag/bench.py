@@ -1,8 +1,9 @@
 """Demo-scale run of the whole refresh computation, printing one JSON line of numbers.
 
-``python -m rara_rag.bench [--train 256] [--epochs 2] [--threads N]`` — collect the pydoc
-corpus, clean, index, derive the query set, evaluate BM25, adapt MiniLM with LoRA and
-evaluate it before/after on the held-out split. Used to produce the numbers in the report
+``python -m rara_rag.bench [--corpus stdlib] [--train N] [--epochs 2] [--threads N]`` —
+collect a built-in corpus, clean, index, derive the query set, evaluate BM25, adapt MiniLM
+with LoRA (hard negatives mined with the index) and evaluate it before/after/hybrid on the
+held-out split, with bootstrap intervals. Used to produce the numbers in the report
 and as a smoke test of the ML stack (``rara-rag``'s dependencies) on a new machine.
 """
 
@@ -20,9 +21,12 @@ from rara_rag import evaluate as ev
 
 def main(argv: list[str] | None = None) -> dict[str, float | str]:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--train", type=int, default=256, help="training pairs (cap)")
+    ap.add_argument("--corpus", choices=corpus.BUILTIN, default="stdlib")
+    ap.add_argument("--test-fraction", type=float, default=0.6)
+    ap.add_argument("--hard-negatives", type=int, default=1)
+    ap.add_argument("--train", type=int, default=None, help="training pairs (cap)")
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--negatives", choices=["in-batch", "all"], default=None)
     ap.add_argument("--threads", type=int, default=None)
@@ -32,11 +36,14 @@ def main(argv: list[str] | None = None) -> dict[str, float | str]:
 
     out: dict[str, float | str] = {}
     t = time.perf_counter()
-    passages = corpus.clean(corpus.collect())
-    blob = index.build(passages).to_bytes()
+    passages = corpus.clean(corpus.collect(corpus=args.corpus))
+    bm25 = index.build(passages)
+    blob = bm25.to_bytes()
     out.update(passages=float(len(passages)), index_bytes=float(len(blob)))
     out["index_sha256"] = hashlib.sha256(blob).hexdigest()
-    qs = ev.build_query_set(passages, seed=args.seed, max_train=args.train)
+    qs = ev.build_query_set(
+        passages, seed=args.seed, max_train=args.train, test_fraction=args.test_fraction
+    )
     out.update(ev.prefixed(ev.evaluate_bm25(qs), "bm25"))
     out["time/prepare_s"] = time.perf_counter() - t
     if not args.no_adapt:
@@ -56,7 +63,9 @@ def main(argv: list[str] | None = None) -> dict[str, float | str]:
         )
         with tempfile.TemporaryDirectory() as tmp:
             t = time.perf_counter()
-            result = adapt.adapt_query_set(qs, tmp, config=cfg)
+            result = adapt.adapt_query_set(
+                qs, tmp, index=bm25, hard_negatives=args.hard_negatives, config=cfg
+            )
             out["time/adapt_total_s"] = time.perf_counter() - t
         out.update(result.metrics)
     print(json.dumps(out, sort_keys=True))

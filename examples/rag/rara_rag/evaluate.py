@@ -249,3 +249,123 @@ def evaluate_embeddings(
 
 def prefixed(metrics: Mapping[str, float], prefix: str) -> dict[str, float]:
     return {f"{prefix}/{k}": v for k, v in metrics.items()}
+
+
+# --- confidence intervals --------------------------------------------------------------------
+
+
+def per_query(
+    rankings: Sequence[Sequence[str]], queries: Sequence[LabelledQuery], ks: Sequence[int]
+) -> dict[str, list[float]]:
+    """Each metric of ``score`` per query (its mean over queries is ``score``'s value)."""
+    if len(rankings) != len(queries):
+        raise ValueError("one ranking per query")
+    out: dict[str, list[float]] = {f"recall@{k}": [] for k in ks}
+    out["mrr@10"] = []
+    for ranking, q in zip(rankings, queries, strict=True):
+        rel = set(q.relevant)
+        for k in ks:
+            out[f"recall@{k}"].append(len(set(ranking[:k]) & rel) / len(rel))
+        rr = next((1.0 / r for r, pid in enumerate(ranking[:10], start=1) if pid in rel), 0.0)
+        out["mrr@10"].append(rr)
+    return out
+
+
+def bootstrap(
+    values: Mapping[str, Sequence[float]],
+    baseline: Mapping[str, Sequence[float]] | None = None,
+    *,
+    seed: int = 0,
+    resamples: int = 1000,
+    level: float = 0.95,
+) -> dict[str, float]:
+    """Means with percentile-bootstrap intervals over queries: ``m``, ``m_lo``, ``m_hi``.
+
+    With ``baseline`` (the same queries scored by another retriever) the intervals are of the
+    paired difference ``values - baseline``: every resample draws the same queries for both,
+    which is what makes a small difference on a shared query set measurable at all. Seeded:
+    the same inputs give the same intervals.
+    """
+    import numpy as np
+
+    out: dict[str, float] = {}
+    rng = np.random.default_rng(seed)
+    n = len(next(iter(values.values()), []))
+    if n == 0:
+        return out
+    draws = rng.integers(0, n, size=(resamples, n))
+    tail = (1.0 - level) / 2 * 100
+    for name, xs in values.items():
+        x = np.asarray(xs, dtype=np.float64)
+        if baseline is not None:
+            x = x - np.asarray(baseline[name], dtype=np.float64)
+        means = x[draws].mean(axis=1)
+        lo, hi = np.percentile(means, [tail, 100 - tail])
+        out[name] = float(x.mean())
+        out[f"{name}_lo"], out[f"{name}_hi"] = float(lo), float(hi)
+    return out
+
+
+def rrf(rankings: Sequence[Sequence[Sequence[str]]], depth: int, k: int = 60) -> list[list[str]]:
+    """Reciprocal rank fusion (Cormack et al. 2009) of several rankings per query.
+
+    A passage scores ``sum 1 / (k + rank)`` over the rankings it appears in; ties go to the
+    order of first appearance (first ranking first), so fusion is deterministic.
+    """
+    fused: list[list[str]] = []
+    for per_query_rankings in zip(*rankings, strict=True):
+        scores: dict[str, float] = {}
+        for ranking in per_query_rankings:
+            for rank, pid in enumerate(ranking, start=1):
+                scores[pid] = scores.get(pid, 0.0) + 1.0 / (k + rank)
+        order = sorted(scores, key=lambda pid: -scores[pid])  # stable: first appearance wins
+        fused.append(order[:depth])
+    return fused
+
+
+def bm25_rankings(qs: QuerySet, split: Split = "test", depth: int = 10) -> list[list[str]]:
+    """BM25 over the split's redacted pool, one ranking per query of the split."""
+    index = BM25Index.build(qs.pool(split))
+    return [[h.passage_id for h in index.search(q.text, depth)] for q in qs.split(split)]
+
+
+# --- hard negatives -------------------------------------------------------------------------
+
+
+def mine_hard_negatives(
+    qs: QuerySet,
+    index: BM25Index,
+    *,
+    per_query: int = 1,
+    depth: int = 40,
+    skip: int = 10,
+    other_docs: bool = True,
+) -> list[tuple[str, ...]]:
+    """For each train pair (``qs.pairs("train")`` order), BM25's best non-relevant passages.
+
+    ``index`` is the ``index`` step's, over the unredacted corpus. A negative must be a *train*
+    passage (test documents stay unseen, even as negatives), not relevant to the query, and
+    not the positive's neighbour in its document (neighbours overlap, so they would be half
+    positives) — with ``other_docs``, from another document altogether: passages of the same
+    module describe the same thing, and training against them as negatives made MRR worse.
+    ``skip`` ignores BM25's first hits (the likeliest false negatives). Texts are the
+    redacted ones training sees.
+    """
+    by_id = {p.id: p for p in qs.passages}
+    train_ids = {p.id for p in qs.pool("train")}
+    out: list[tuple[str, ...]] = []
+    for q in qs.split("train"):
+        pos = by_id[q.relevant[0]]
+        rel = set(q.relevant)
+        found: list[str] = []
+        for hit in index.search(q.text, depth)[skip:]:
+            cand = by_id.get(hit.passage_id)
+            if cand is None or cand.id in rel or cand.id not in train_ids or cand.text == pos.text:
+                continue  # (two passages can be equal once their query sentences are redacted)
+            if cand.doc_id == pos.doc_id and (other_docs or abs(cand.ordinal - pos.ordinal) <= 1):
+                continue
+            found.append(cand.text)
+            if len(found) == per_query:
+                break
+        out.append(tuple(found))
+    return out

@@ -109,41 +109,78 @@ def wait_until_served(client: Client, deadline: float) -> None:
     raise TimeoutError(f"worker did not come up serving {sorted(CAPABILITIES)} in time")
 
 
-def metrics_table(client: Client, run_id: int) -> Table:
+COLUMNS = ("recall@1", "recall@5", "recall@10", "mrr@10")
+ROWS = (
+    ("before", "MiniLM before LoRA"),
+    ("after", "MiniLM after LoRA"),
+    ("hybrid", "hybrid: BM25 + after (RRF)"),
+    ("diff", "after − before (paired)"),
+)
+
+
+def quality(client: Client, run_id: int) -> dict[str, dict[str, float]]:
+    """Each retriever's metrics (``m``, ``m_lo``, ``m_hi``) from the evaluate and adapt steps."""
     steps = {s["key"]: s for s in client.get_run(run_id).steps}
-    table = Table(
-        "retriever (held-out queries)",
-        "recall@1",
-        "recall@5",
-        "recall@10",
-        "MRR@10",
-        title="retrieval quality",
-    )
+    out: dict[str, dict[str, float]] = {}
     bm25 = (steps.get("evaluate", {}).get("result") or {}).get("bm25", {})
     if bm25:
-        table.add_row(
-            "BM25 index", *(_fmt(bm25, k) for k in ("recall@1", "recall@5", "recall@10", "mrr@10"))
-        )
+        out["bm25"] = bm25
     adapt_metrics = (steps.get("adapt", {}).get("result") or {}).get("metrics", {})
-    for prefix, label in (("before", "MiniLM before LoRA"), ("after", "MiniLM after LoRA")):
+    for prefix, _ in ROWS:
         row = {
             k.split("/", 1)[1]: v for k, v in adapt_metrics.items() if k.startswith(prefix + "/")
         }
         if row:
-            table.add_row(
-                label, *(_fmt(row, k) for k in ("recall@1", "recall@5", "recall@10", "mrr@10"))
-            )
+            out[prefix] = row
+    return out
+
+
+def metrics_table(client: Client, run_id: int) -> Table:
+    rows = quality(client, run_id)
+    queries = rows.get("bm25", {}).get("queries")
+    title = "retrieval quality, mean [95% bootstrap interval]"
+    if queries:
+        title += f" over {int(queries)} held-out queries"
+    table = Table("retriever", "recall@1", "recall@5", "recall@10", "MRR@10", title=title)
+    for key, label in (("bm25", "BM25 index"), *ROWS):
+        if key in rows:
+            signed = key == "diff"
+            table.add_row(label, *(_fmt(rows[key], k, signed) for k in COLUMNS))
     return table
 
 
-def _fmt(values: dict[str, Any], key: str) -> str:
+def verdict(client: Client, run_id: int) -> str:
+    """One line on whether adaptation helped MRR@10, judged by the paired interval."""
+    diff = quality(client, run_id).get("diff", {})
+    if not {"mrr@10", "mrr@10_lo", "mrr@10_hi"} <= diff.keys():
+        return "LoRA: no before/after comparison (adaptation did not report one)"
+    d, lo, hi = diff["mrr@10"], diff["mrr@10_lo"], diff["mrr@10_hi"]
+    if lo > 0:
+        what = "a gain: the whole interval is above zero"
+    elif hi < 0:
+        what = "a loss: the whole interval is below zero"
+    else:
+        what = "within noise: the interval contains zero"
+    return f"LoRA changed MRR@10 by {d:+.3f} (95% CI {lo:+.3f} to {hi:+.3f}), {what}"
+
+
+def _fmt(values: dict[str, Any], key: str, signed: bool = False) -> str:
     value = values.get(key)
-    return f"{value:.3f}" if isinstance(value, float | int) else "-"
+    if not isinstance(value, float | int):
+        return "-"
+    spec = "+.3f" if signed else ".3f"
+    lo, hi = values.get(f"{key}_lo"), values.get(f"{key}_hi")
+    if isinstance(lo, float | int) and isinstance(hi, float | int):
+        return f"{value:{spec}} [{lo:{spec}}, {hi:{spec}}]"
+    return f"{value:{spec}}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rara_rag.demo", description=__doc__)
     parser.add_argument("--chaos", action="store_true", help="SIGKILL/restart services at random")
+    parser.add_argument(
+        "--corpus", choices=("stdlib", "pydoc", "python"), default=None, help="built-in corpus"
+    )
     parser.add_argument("--limit", type=int, default=None, help="first N corpus documents only")
     parser.add_argument("--train", type=int, default=None, help="training pairs for LoRA")
     parser.add_argument("--epochs", type=int, default=None)
@@ -168,7 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     executor, worker = services(home, url, artifacts, lease_seconds=4.0 if args.chaos else 15.0)
     run_input: dict[str, Any] = {
         k: v
-        for k, v in {"limit": args.limit, "train": args.train, "epochs": args.epochs}.items()
+        for k, v in {
+            "corpus": args.corpus,
+            "limit": args.limit,
+            "train": args.train,
+            "epochs": args.epochs,
+        }.items()
         if v is not None
     }
     monkey = None
@@ -192,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
 
     console.print(summary(url, run.run_id))
     console.print(metrics_table(client, run.run_id))
+    console.print(verdict(client, run.run_id))
     console.print(f"artifacts: {artifacts}  (rara artifacts get DIGEST -o FILE)")
     ok = status is RunStatus.SUCCEEDED
     if args.chaos and monkey is not None:
@@ -203,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _chaos_checks(client: Client, run_id: int, run_input: dict[str, Any], console: Console) -> bool:
     produced = {(a["key"], a["name"]): a["digest"] for a in client.run_artifacts(run_id)}
-    expected = deterministic_digests(limit=run_input.get("limit"))
+    expected = deterministic_digests(run_input)
     same = all(produced.get(k) == v for k, v in expected.items())
     console.print(f"deterministic artifacts identical to a clean computation: {same}")
     adapt = next(s for s in client.get_run(run_id).steps if s["key"] == "adapt")

@@ -90,15 +90,18 @@ class ChaosMonkey:
         return f"chaos: seed {self.seed}; SIGKILLs: {kills}"
 
 
-def deterministic_digests(limit: Any = None) -> dict[tuple[str, str], str]:
+def deterministic_digests(run_input: dict[str, Any] | None = None) -> dict[tuple[str, str], str]:
     """What collect, clean and index must produce, computed directly (no runtime involved)."""
     import hashlib
     import json
     from dataclasses import asdict
 
     from rara_rag import corpus, index
+    from rara_rag.demo.handlers import DEFAULT_CORPUS
 
-    docs = corpus.collect(None)
+    run_input = run_input or {}
+    docs = corpus.collect(None, corpus=run_input.get("corpus", DEFAULT_CORPUS))
+    limit = run_input.get("limit")
     if isinstance(limit, int):
         docs = docs[:limit]
     documents = b"".join(

@@ -13,16 +13,19 @@ from rara_rag import corpus
 from rara_rag.demo.artifacts import read_input
 
 registry = Registry()
+DEFAULT_CORPUS = "stdlib"
 
 
 @registry.handler("corpus.collect@1")
 def collect(ctx: StepContext) -> StepOutcome:
-    """Read the corpus: ``paths`` (files or directories) or Python's own documentation topics.
-    ``limit`` keeps the first N documents (by id), for quick runs."""
+    """Read the corpus: ``paths`` (files or directories) or a built-in one by name, ``corpus``:
+    ``stdlib`` (the default: the standard library's docstrings), ``pydoc`` (Python's help
+    topics) or ``python`` (both). ``limit`` keeps the first N documents (by id)."""
     paths = ctx.input.get("paths")
     limit = ctx.input.get("limit")
+    name = ctx.input.get("corpus", DEFAULT_CORPUS)
     try:
-        docs = corpus.collect(paths)
+        docs = corpus.collect(paths, corpus=name)
     except corpus.CorpusError as exc:
         raise TerminalError(str(exc), code="BAD_CORPUS") from exc
     if limit is not None:

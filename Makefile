@@ -45,6 +45,13 @@ demo: setup ## run the RAG refresh pipeline end to end on the embedded PostgreSQ
 demo-chaos: setup ## the demo while worker and executor are SIGKILLed and restarted at random
 	$(PY) -m rara_rag.demo --chaos
 
+gpu-check: setup ## adaptation on a CUDA GPU via the executor: 4-bit QLoRA and LoRA, steps/s, memory, quality
+	@# bitsandbytes (the demo's `gpu` extra, ~60 MB) only where there is a GPU to use it.
+	@if command -v nvidia-smi >/dev/null && ! $(PY) -c 'import bitsandbytes' 2>/dev/null; then \
+	  echo "installing bitsandbytes for 4-bit QLoRA"; \
+	  $(EDITABLE_QUIET) $(VENV)/bin/pip install --quiet -e '$(DEMO)[gpu]'; fi
+	$(PY) -m rara_rag.demo.gpu_check
+
 test: setup ## the whole test suite (starts its own PostgreSQL and Kubernetes API server)
 	@# Servers the tests start, built from their Go modules once and cached under ~/.cache/rara.
 	@.ci/k8s-binaries.sh check || .ci/quietly.sh k8s-binaries "building etcd and kube-apiserver \
@@ -104,4 +111,4 @@ cluster-down: ## delete the kind cluster, stop its Docker engine, put the host b
 images: ## docker build the worker/operator, executor and PostgreSQL images (project engine)
 	.ci/cluster/images.sh
 
-.PHONY: help setup demo demo-chaos test lint crds proto bench chaos db-up db-down clean cluster cluster-down images
+.PHONY: help setup demo demo-chaos gpu-check test lint crds proto bench chaos db-up db-down clean cluster cluster-down images

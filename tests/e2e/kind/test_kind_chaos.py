@@ -32,7 +32,8 @@ what is missing on a machine that cannot make a cluster).
 
 Knobs (env): ``RARA_E2E_RUNS`` (20), ``RARA_E2E_CHAOS_SECONDS`` (180), ``RARA_E2E_SEED``
 (random; printed for replay), ``RARA_E2E_KEEP=1`` (keep a cluster the test created),
-``RARA_E2E_HELM_VALUES`` (extra values file).
+``RARA_E2E_HELM_VALUES`` (extra values file), ``RARA_E2E_REUSE_INSTALL=1`` (skip the install:
+use the release a previous run left).
 
 What it relies on from the chart and the operator (charts/rara/values.yaml, crds/):
 
@@ -230,6 +231,8 @@ def installed(cluster: Cluster) -> Cluster:
     """`.ci/cluster/install-rara.sh`: images built and `kind load`ed, PostgreSQL, the
     database Secret and the artifact volume, `helm upgrade --install`, the example definition
     applied and Ready."""
+    if os.environ.get("RARA_E2E_REUSE_INSTALL") == "1":  # iterate on the chaos part only
+        return cluster
     values_file = cluster.workdir / "values-e2e.yaml"
     values_file.write_text(yaml.safe_dump(chaos_values()))
     extra = ["-f", str(values_file)]

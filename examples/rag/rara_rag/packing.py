@@ -36,6 +36,18 @@ def unpack(data: bytes, dest: str | Path) -> Path:
         raw = gzip.decompress(data)
     except (OSError, EOFError) as exc:
         raise ValueError(f"not a packed directory: {exc}") from exc
+    # By hand rather than extractall(filter="data"): that filter exists only from Python 3.11.4,
+    # and Debian bookworm's 3.11 (the images' interpreter) is 3.11.2. pack_dir writes regular
+    # files under relative paths and nothing else, so anything else is refused.
     with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
-        tar.extractall(out, filter="data")
+        for member in tar.getmembers():
+            parts = Path(member.name).parts
+            if not member.isreg() or not parts or Path(member.name).is_absolute() \
+                    or ".." in parts:
+                raise ValueError(f"not a packed directory: unsafe member {member.name!r}")
+            target = out.joinpath(*parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = tar.extractfile(member)
+            assert source is not None  # a regular file always has a body
+            target.write_bytes(source.read())
     return out

@@ -14,13 +14,14 @@ UI = ROOT / "rara" / "ui"
 
 
 def test_package_data_covers_every_asset() -> None:
+    """Each asset's folder is a listed (data) package whose globs match the file."""
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert "rara.ui" in config["packages"]
-    globs = config["package-data"]["rara.ui"]
     for path in [*(UI / "templates").rglob("*"), *(UI / "static").rglob("*")]:
         if path.is_file():
-            name = path.relative_to(UI).as_posix()
-            assert any(fnmatch(name, g) and name.count("/") == g.count("/") for g in globs), name
+            package = ".".join(("rara", *path.parent.relative_to(ROOT / "rara").parts))
+            assert package in config["packages"], f"{package} (for {path.name}) is not listed"
+            globs = config["package-data"].get(package, [])
+            assert any(fnmatch(path.name, g) for g in globs), f"{path.name} not in {package}"
 
 
 def test_no_asset_from_elsewhere() -> None:

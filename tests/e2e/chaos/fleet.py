@@ -1,6 +1,6 @@
 """The fleet under test (worker and executor processes) and the seeded chaos driver.
 
-``Service`` generalises ``rara.demo.processes.Child``: a child process with its command line
+``Service`` generalises ``rara_rag.demo.processes.Child``: a child process with its command line
 kept, restartable, with a fresh identity per incarnation (``chaos-w0.3`` is the third life
 of worker slot 0), so every attempt in ``rara_attempts`` names the exact process that ran it.
 

@@ -45,8 +45,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from types import TracebackType
-from typing import IO, TYPE_CHECKING, Final, Self, TypeVar
+from typing import IO, TYPE_CHECKING, Final, TypeVar
 from xml.sax.saxutils import escape
 
 import structlog
@@ -65,6 +64,7 @@ from rara.artifacts.location import S3Config
 from rara.artifacts.ref import ArtifactRef
 from rara.artifacts.s3_client import error_code, is_access_error, is_transient, make_client
 from rara.artifacts.store import CHUNK_SIZE, DEFAULT_MEDIA_TYPE, parse_digest
+from rara.artifacts.writer import HashingWriter
 
 __all__ = ["S3ArtifactStore", "S3ArtifactWriter", "make_client"]
 
@@ -74,7 +74,7 @@ T = TypeVar("T")
 MAX_PARTS: Final = 10_000
 _PAGE: Final = 1000
 _BLOB_KEY = re.compile(r"^([0-9a-f]{2})/([0-9a-f]{62})$")
-class S3ArtifactWriter:
+class S3ArtifactWriter(HashingWriter):
     """Streams a blob in, hashing as it goes; uploads on commit (``S3ArtifactStore.open_writer``).
 
     Spools in memory up to one part, then in an anonymous local temp file (gone with the
@@ -83,67 +83,20 @@ class S3ArtifactWriter:
 
     def __init__(self, store: S3ArtifactStore, media_type: str = DEFAULT_MEDIA_TYPE) -> None:
         self._store = store
-        self._media_type = media_type
-        self._hash = hashlib.sha256()
-        self._size = 0
-        self._ref: ArtifactRef | None = None
-        self._done = False
         self._spool: IO[bytes] = tempfile.SpooledTemporaryFile(  # noqa: SIM115 - closed by commit/abort
             max_size=store.cfg.part_size, dir=store.spool_dir
         )
+        super().__init__(self._spool, media_type)
 
-    @property
-    def size(self) -> int:
-        return self._size
-
-    @property
-    def ref(self) -> ArtifactRef:
-        if self._ref is None:
-            raise RuntimeError("artifact writer has not been committed")
-        return self._ref
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        if self._done:
-            raise ValueError("write to a closed artifact writer")
-        mv = memoryview(data).cast("B")
-        self._hash.update(mv)
-        self._spool.write(mv)
-        self._size += mv.nbytes
-        return mv.nbytes
-
-    def commit(self) -> ArtifactRef:
-        if self._ref is not None:
-            return self._ref
-        if self._done:
-            raise ValueError("artifact writer was aborted")
-        self._done = True
+    def _store_blob(self, hexdigest: str) -> None:
         try:
             self._spool.seek(0)
-            hexd = self._hash.hexdigest()
-            self._store._upload(self._spool, hexd, self._size, self._media_type)
+            self._store._upload(self._spool, hexdigest, self._size, self._media_type)
         finally:
             self._spool.close()
-        self._ref = ArtifactRef(f"sha256:{hexd}", self._size, self._media_type)
-        return self._ref
 
-    def abort(self) -> None:
-        if not self._done:
-            self._done = True
-            self._spool.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()
+    def _discard(self) -> None:
+        self._spool.close()
 
 
 class S3ArtifactStore:

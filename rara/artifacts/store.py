@@ -39,12 +39,12 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Final, Self
+from typing import TYPE_CHECKING, Final
 
 from rara.artifacts.api import BlobInfo
 from rara.artifacts.errors import ArtifactCorrupted, ArtifactNotFound
 from rara.artifacts.ref import ArtifactRef
+from rara.artifacts.writer import HashingWriter
 
 __all__ = [
     "CHUNK_SIZE",
@@ -140,61 +140,21 @@ def _open_new(path: Path) -> io.BufferedWriter:
     return io.BufferedWriter(io.FileIO(fd, "wb"), CHUNK_SIZE)
 
 
-class ArtifactWriter:
-    """Streams bytes into the store; the ref is known once it is committed.
-
-    Use it as a context manager (``LocalArtifactStore.open_writer``): a clean exit
-    commits, an exception discards the temp file::
-
-        with store.open_writer(media_type="text/plain") as w:
-            w.write(b"hello ")
-            w.write(b"world")
-        ref = w.ref
+class ArtifactWriter(HashingWriter):
+    """Streams bytes into the local store through a temp file beside the blobs; on commit the
+    file is fsynced, named by its hash and moved into place (``LocalArtifactStore.open_writer``).
     """
 
     def __init__(self, store: LocalArtifactStore, media_type: str = DEFAULT_MEDIA_TYPE) -> None:
         self._store = store
-        self._media_type = media_type
-        self._hash = hashlib.sha256()
-        self._size = 0
-        self._ref: ArtifactRef | None = None
-        self._done = False
         self._tmp_path, self._file = store._new_tmp()
-
-    @property
-    def size(self) -> int:
-        """Bytes written so far."""
-        return self._size
-
-    @property
-    def ref(self) -> ArtifactRef:
-        if self._ref is None:
-            raise RuntimeError("artifact writer has not been committed")
-        return self._ref
+        super().__init__(self._file, media_type)
 
     @property
     def tmp_path(self) -> Path:
         return self._tmp_path
 
-    def writable(self) -> bool:
-        return not self._done
-
-    def write(self, data: bytes | bytearray | memoryview) -> int:
-        if self._done:
-            raise ValueError("write to a closed artifact writer")
-        mv = memoryview(data).cast("B")
-        self._hash.update(mv)
-        self._file.write(mv)
-        self._size += mv.nbytes
-        return mv.nbytes
-
-    def commit(self) -> ArtifactRef:
-        """Finish the blob: fsync, name it by its hash, move it into place. Idempotent."""
-        if self._ref is not None:
-            return self._ref
-        if self._done:
-            raise ValueError("artifact writer was aborted")
-        self._done = True
+    def _store_blob(self, hexdigest: str) -> None:
         try:
             self._file.flush()
             fd = self._file.fileno()
@@ -202,36 +162,15 @@ class ArtifactWriter:
             if self._store.durable:
                 os.fsync(fd)
             self._file.close()
-            hexd = self._hash.hexdigest()
-            self._store._install(self._tmp_path, hexd, self._size)
+            self._store._install(self._tmp_path, hexdigest, self._size)
         except BaseException:
             self._file.close()
             _unlink_quietly(self._tmp_path)
             raise
-        self._ref = ArtifactRef(f"sha256:{hexd}", self._size, self._media_type)
-        return self._ref
 
-    def abort(self) -> None:
-        """Discard what was written. Safe to call more than once; no-op after commit."""
-        if self._done:
-            return
-        self._done = True
+    def _discard(self) -> None:
         self._file.close()
         _unlink_quietly(self._tmp_path)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.commit()
-        else:
-            self.abort()
 
 
 class LocalArtifactStore:

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from bench.proc_cpu import process_cpu, server_cpu
+from bench.proc_cpu import postmaster_of, process_cpu, server_cpu
 from rara.definitions.parse import definition_from_object
 from rara.definitions.registry import apply_definition
 from rara.pg.embedded import temporary_server
@@ -110,16 +110,22 @@ def percentiles(samples: list[float]) -> dict[str, float]:
 
 
 class CpuMeter:
-    """CPU seconds spent by the server and by given processes (the workers) between
-    ``start()`` and ``stop()`` (``bench.proc_cpu``): where a drain's steps cost."""
+    """CPU seconds spent by the bench's server and by given processes (the workers) between
+    ``start()`` and ``stop()`` (``bench.proc_cpu``): where a drain's steps cost. The server is
+    found through ``url`` (its postmaster's process tree), so other servers on the machine
+    never count."""
 
-    def __init__(self, pids: list[int]) -> None:
+    def __init__(self, url: str, pids: list[int]) -> None:
+        with psycopg.connect(url) as conn:  # the backend's parent, while the backend lives
+            row = conn.execute("SELECT pg_backend_pid()").fetchone()
+            assert row is not None
+            self.postmaster = postmaster_of(int(row[0]))
         self.pids = pids
         self._before = (0.0, 0.0)
         self.postgres = self.processes = 0.0
 
     def _sample(self) -> tuple[float, float]:
-        return server_cpu(), sum(process_cpu(pid) for pid in self.pids)
+        return server_cpu(self.postmaster), sum(process_cpu(pid) for pid in self.pids)
 
     def start(self) -> None:
         self._before = self._sample()

@@ -183,7 +183,7 @@ def drain(server: Server, logs: Path, *, n_workers: int, runs: int, steps: int,
             _enqueue(conn, "noop", runs, steps, capability, executor)
             names = [f"{name}-{i}" for i in range(n_workers)]
             with workers(url, names, logs, endpoint=endpoint, tmp=tmp) as pids:
-                cpu = CpuMeter(pids)  # the workers' (not the executor's) and the server's
+                cpu = CpuMeter(url, pids)  # the workers' (not the executor's) and the server's
                 cpu.start()
                 # The rate comes from the attempts' own timestamps, not from this poll: poll
                 # seldom, so that counting the runs left takes no CPU from the drain.

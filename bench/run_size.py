@@ -31,62 +31,9 @@ sys.path.insert(1, str(ROOT))  # bench.* from the repository root
 
 import psycopg  # noqa: E402
 
-from bench.common import bench_database, noop_definition  # noqa: E402
-from bench.proc_cpu import process_cpu  # noqa: E402
+from bench.common import CpuMeter, bench_database, noop_definition  # noqa: E402
 from bench.run import Server, _scalar, _wait, workers  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
-
-
-def _stat(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):  # gone meanwhile
-        return []
-
-
-def _server_cpu(postmaster: int) -> float:
-    """User + system seconds of one PostgreSQL server: its postmaster (with the reaped
-    children's time) and its live children. bench.proc_cpu.server_cpu counts every process
-    named postgres, which on a machine where other servers come and go (other test runs) is
-    not the bench's server alone: it read negative here."""
-    tick = os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat(int(entry.name))
-        if not fields:
-            continue
-        if int(entry.name) == postmaster:
-            total += sum(int(f) for f in fields[11:15]) / tick
-        elif fields[1] == str(postmaster):
-            total += sum(int(f) for f in fields[11:13]) / tick
-    return total
-
-
-class CpuMeter:
-    """CPU seconds of the bench's server and of the worker processes over a drain."""
-
-    def __init__(self, url: str, pids: list[int]) -> None:
-        with psycopg.connect(url) as conn:  # the backend's parent, while it lives
-            self.postmaster = int(_stat(_scalar(conn, "SELECT pg_backend_pid()"))[1])
-        self.pids = pids
-        self.postgres = self.processes = 0.0
-
-    def _sample(self) -> tuple[float, float]:
-        return _server_cpu(self.postmaster), sum(process_cpu(pid) for pid in self.pids)
-
-    def start(self) -> None:
-        self._before = self._sample()
-
-    def stop(self) -> None:
-        after = self._sample()
-        self.postgres = after[0] - self._before[0]
-        self.processes = after[1] - self._before[1]
-
-    def per(self, units: int) -> dict[str, float]:
-        return {"postgres_us": round(self.postgres / units * 1e6, 1),
-                "workers_us": round(self.processes / units * 1e6, 1)}
 
 
 class LockSampler:

@@ -48,7 +48,9 @@ from tests.e2e.test_restart_smoke import (  # the restart smoke's helpers and fi
     LEASE,
     RETRY,
     _connect,
+    _postgres_restarter,
     _retrying,
+    _start_workers,
     _wait_port,
     fleet_dir,  # noqa: F401 - fixture
     services,  # noqa: F401 - fixture
@@ -143,25 +145,12 @@ def test_mixed_fleet_under_chaos(database_url: str, pg_server: EmbeddedPostgres 
     go_executor.start()
     _wait_port(py_port)
     _wait_port(go_port)
-    for w in workers:
-        w.start()
-    with _connect(database_url) as conn:
-        deadline = time.monotonic() + 60
-        while conn.execute("SELECT count(*) FROM rara_workers WHERE stopped_at IS NULL"
-                           ).fetchone() != (WORKERS,):
-            assert all(w.alive() for w in workers), [w.log_text()[-2000:] for w in workers]
-            assert time.monotonic() < deadline, "workers did not register"
-            time.sleep(0.1)
-
-    def restart_postgres() -> None:
-        assert pg_server is not None
-        pg_server.restart()
-        _retrying(pg_admin_url, lambda c: c.execute("SELECT 1"), within=60)
+    _start_workers(workers, database_url)
 
     plan = make_plan(seed, seconds, postgres=pg_server is not None, mean_interval=3.0)
     drivers = [
         ChaosDriver(plan, workers=workers, executor=py_executor,
-                    restart_postgres=restart_postgres if pg_server else None),
+                    restart_postgres=_postgres_restarter(pg_server, pg_admin_url)),
         ChaosDriver(go_plan(seed, seconds), workers=[], executor=go_executor,
                     restart_postgres=None),
     ]

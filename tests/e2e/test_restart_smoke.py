@@ -101,6 +101,32 @@ def _wait_port(port: int, within: float = 30.0) -> None:
     raise TimeoutError(f"nothing listens on {port}")
 
 
+def _start_workers(workers: list[Service], database_url: str) -> None:
+    """Start the worker processes and wait (60 s at most) until each has registered."""
+    for w in workers:
+        w.start()
+    with _connect(database_url) as conn:
+        deadline = time.monotonic() + 60
+        while conn.execute("SELECT count(*) FROM rara_workers WHERE stopped_at IS NULL"
+                           ).fetchone() != (len(workers),):
+            assert all(w.alive() for w in workers), [w.log_text()[-2000:] for w in workers]
+            assert time.monotonic() < deadline, "workers did not register"
+            time.sleep(0.1)
+
+
+def _postgres_restarter(pg_server: EmbeddedPostgres | None,
+                        pg_admin_url: str) -> Callable[[], None] | None:
+    """What the chaos driver calls to restart PostgreSQL (None: an external server)."""
+    if pg_server is None:
+        return None
+
+    def restart() -> None:
+        pg_server.restart()
+        _retrying(pg_admin_url, lambda c: c.execute("SELECT 1"), within=60)  # back for all
+
+    return restart
+
+
 @pytest.fixture
 def fleet_dir(tmp_path: Path) -> Path:
     for sub in ("artifacts", "ledger", "logs"):
@@ -158,27 +184,14 @@ def test_restart_smoke_under_chaos(database_url: str, pg_server: EmbeddedPostgre
     services += [executor, *workers]
     executor.start()
     _wait_port(port)
-    for w in workers:
-        w.start()
-    with _connect(database_url) as conn:
-        deadline = time.monotonic() + 60
-        while conn.execute("SELECT count(*) FROM rara_workers WHERE stopped_at IS NULL"
-                           ).fetchone() != (WORKERS,):
-            assert all(w.alive() for w in workers), [w.log_text()[-2000:] for w in workers]
-            assert time.monotonic() < deadline, "workers did not register"
-            time.sleep(0.1)
-
-    def restart_postgres() -> None:
-        assert pg_server is not None
-        pg_server.restart()
-        _retrying(pg_admin_url, lambda c: c.execute("SELECT 1"), within=60)  # back for all
+    _start_workers(workers, database_url)
 
     plan = make_plan(seed, seconds, postgres=pg_server is not None)
     print("chaos plan: " + ", ".join(f"+{a.offset:.1f}s {a.kind}" for a in plan))
     if pg_server is None:
         print("chaos: RARA_TEST_DATABASE_URL is set: no PostgreSQL restart")
     driver = ChaosDriver(plan, workers=workers, executor=executor,
-                         restart_postgres=restart_postgres if pg_server else None)
+                         restart_postgres=_postgres_restarter(pg_server, pg_admin_url))
     chaos_started = time.monotonic()
     driver.start()
     try:

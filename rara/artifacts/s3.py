@@ -68,6 +68,20 @@ from rara.artifacts.writer import HashingWriter
 
 __all__ = ["S3ArtifactStore", "S3ArtifactWriter", "make_client"]
 
+# minio's private request methods, and why (minio 7.2.20, the latest, pinned exactly; the tests
+# against a real server guard each). The public API has no equivalent that keeps what the store
+# needs — a create that never overwrites, and a blob verified before it becomes visible:
+# - ``_put_object``: ``put_object`` turns every header that is not ``x-amz-*`` or a content
+#   header into user metadata, so ``If-None-Match: *`` would arrive as ``x-amz-meta-if-none-
+#   match`` and the create would no longer be conditional.
+# - ``_create_multipart_upload``, ``_upload_part``, ``_abort_multipart_upload``: no public
+#   form; ``put_object`` uses them inside and completes the upload by itself when the input
+#   ends (unconditionally, before the store has checked the parts' digest).
+# - ``_list_multipart_uploads``: no public form; GC lists the uploads a killed writer left.
+# - ``_execute`` for CompleteMultipartUpload: ``_complete_multipart_upload`` (private too)
+#   takes no headers, so it cannot send ``If-None-Match``.
+# The touch marker needs none of that and uses the public ``put_object``.
+
 log = structlog.get_logger("rara.artifacts.s3")
 T = TypeVar("T")
 
@@ -342,8 +356,8 @@ class S3ArtifactStore:
 
     def _touch(self, key: str) -> None:
         tkey = self._touch_key(key)
-        self._call("PUT", tkey, lambda: self.client._put_object(
-            self.bucket, tkey, b"", headers={"Content-Type": "application/octet-stream"}))
+        self._call("PUT", tkey, lambda: self.client.put_object(
+            self.bucket, tkey, io.BytesIO(b""), 0))
 
     # ---- reading ----------------------------------------------------------------------------
 

@@ -69,7 +69,7 @@ def status_of(exc: BaseException) -> int | None:
         return int(exc.response.status)
     if isinstance(exc, ServerError):
         return exc.status_code
-    if isinstance(exc, InvalidResponseError):
+    if isinstance(exc, InvalidResponseError):  # minio 7.2.20 keeps the status only here
         return getattr(exc, "_code", None)
     return None
 

@@ -4,55 +4,25 @@ the real capabilities, then bad input that must fail terminally with a clear err
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from rara.artifacts.store import LocalArtifactStore
-from rara.client import Client
 from rara.errors import InputInvalid
 from rara.executor.client import ExecutorClient, make_job
 from rara.states import RunStatus
-from rara_rag.demo.__main__ import DEFINITION, services, wait_until_served
-from rara_rag.demo.processes import Child
+from tests.demo.support import SMALL, Fleet, running_fleet, step_of
 
 pytest.importorskip("torch", reason="the demo's adaptation step needs rara-rag's ML stack")
-
-SMALL = {"limit": 12, "train": 32, "epochs": 1}
-
-
-@dataclass
-class Fleet:
-    client: Client
-    artifacts: Path
-    executor: Child
-
-    def flag(self, name: str) -> str:
-        return self.executor.argv[self.executor.argv.index(name) + 1]
 
 
 @pytest.fixture
 def fleet(database_url: str, tmp_path: Path) -> Iterator[Fleet]:
-    client = Client(database_url)
-    client.apply_definition(DEFINITION.read_text())
-    artifacts = tmp_path / "artifacts"
-    executor, worker = services(tmp_path, database_url, artifacts, lease_seconds=5.0)
-    for child in (executor, worker):
-        child.start()
-    try:
-        wait_until_served(client, time.monotonic() + 90)
-        yield Fleet(client, artifacts, executor)
-    finally:
-        worker.terminate()
-        executor.terminate()
-
-
-def _step(client: Client, run_id: int, key: str) -> dict[str, Any]:
-    return next(s for s in client.get_run(run_id).steps if s["key"] == key)
+    with running_fleet(database_url, tmp_path, str(tmp_path / "artifacts")) as running:
+        yield running
 
 
 @pytest.mark.timeout(600)
@@ -64,13 +34,13 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
     assert {s["key"] for s in final.steps} == {"collect", "clean", "index", "evaluate", "adapt"}
 
     # Metrics within plausible ranges.
-    bm25 = _step(client, run.run_id, "evaluate")["result"]["bm25"]
+    bm25 = step_of(client, run.run_id, "evaluate")["result"]["bm25"]
     assert 0.0 < bm25["recall@10"] <= 1.0
     assert 0.0 < bm25["mrr@10"] <= bm25["recall@10"]
     assert bm25["mrr@10_lo"] <= bm25["mrr@10"] <= bm25["mrr@10_hi"]
-    collect = _step(client, run.run_id, "collect")["result"]
+    collect = step_of(client, run.run_id, "collect")["result"]
     assert collect["documents"] == 12  # the first 12 modules of the default stdlib corpus
-    adapt = _step(client, run.run_id, "adapt")["result"]
+    adapt = step_of(client, run.run_id, "adapt")["result"]
     assert adapt["steps"] >= 1
     metrics = adapt["metrics"]
     for prefix in ("before", "after", "hybrid"):
@@ -81,7 +51,7 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
     )
     assert metrics["hard_negatives"] > 0  # mined with the index step's BM25 index
     # Every artifact verifies against its digest.
-    store = LocalArtifactStore(artifacts)
+    store = LocalArtifactStore(Path(artifacts))
     produced = client.run_artifacts(run.run_id)
     assert {a["name"] for a in produced} == {
         "documents.jsonl",
@@ -108,7 +78,7 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
         bad = client.start_run("rag-refresh", input=run_input)
         view = client.wait(bad.run_id, timeout=60)
         assert view.status is RunStatus.FAILED, name
-        collect = _step(client, bad.run_id, "collect")
+        collect = step_of(client, bad.run_id, "collect")
         assert collect["attempt"] == 1, f"{name}: retried a terminal error"
         assert message in collect["error"]["message"], (name, collect["error"])
         assert {s["status"] for s in view.steps if s["key"] != "collect"} == {"cancelled"}

@@ -5,7 +5,10 @@ worker (collect, clean + the gRPC adapter), starts a run, shows live progress, t
 with recall@k and MRR before and after adaptation. ``--chaos`` SIGKILLs and restarts the worker
 and the executor at random while the run goes on; the run must still succeed, with the
 deterministic steps' artifacts identical to a clean computation and adaptation resumed from its
-last checkpoint. Exit status: 0 when the run succeeded (and, with --chaos, the checks held).
+last checkpoint. Artifacts (checkpoints included) go where ``RARA_ARTIFACTS`` says, a directory
+or ``s3://bucket/prefix?endpoint=…`` with the credentials in the environment, else to
+``.rara/artifacts``. Exit status: 0 when the run succeeded (and, with --chaos, the checks held);
+2 when the artifact store cannot be used.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from rara.artifacts.location import ENV_VAR
 from rara.client import Client
 from rara.pg.connect import database_url
 from rara.pg.migrate import migrate
 from rara.states import RunStatus
 from rara.watch import summary, watch
+from rara_rag.demo import store
 from rara_rag.demo.chaos import ChaosMonkey, deterministic_digests
 from rara_rag.demo.processes import Child
 
@@ -47,7 +52,10 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def services(home: Path, url: str, artifacts: Path, lease_seconds: float) -> tuple[Child, Child]:
+def services(home: Path, url: str, artifacts: str, lease_seconds: float) -> tuple[Child, Child]:
+    """The executor and the worker, both on the artifact store ``artifacts`` (a directory or
+    ``s3://…``, given as ``RARA_ARTIFACTS``; S3 credentials, if any, come with the environment
+    the children inherit)."""
     token = home / "executor.token"
     if not token.exists():
         token.write_text(secrets.token_urlsafe(32))
@@ -64,12 +72,11 @@ def services(home: Path, url: str, artifacts: Path, lease_seconds: float) -> tup
             str(token),
             "--plugins",
             "rara_rag.demo.plugins",
-            "--artifact-root",
-            str(artifacts),
             "--grace",
             "5",
         ],
         home / "executor.log",
+        env={ENV_VAR: artifacts},
     )
     worker = Child(
         "worker",
@@ -82,15 +89,13 @@ def services(home: Path, url: str, artifacts: Path, lease_seconds: float) -> tup
             endpoint,
             "--executor-token-file",
             str(token),
-            "--artifact-root",
-            str(artifacts),
             "--lease-seconds",
             str(lease_seconds),
             "--shutdown-grace-seconds",
             "5",
         ],
         home / "worker.log",
-        env={"DATABASE_URL": url},
+        env={"DATABASE_URL": url, ENV_VAR: artifacts},
     )
     return executor, worker
 
@@ -192,7 +197,11 @@ def main(argv: list[str] | None = None) -> int:
 
     home = Path(".rara/demo").resolve()
     home.mkdir(parents=True, exist_ok=True)
-    artifacts = Path(".rara/artifacts").resolve()
+    artifacts = store.location()
+    if problem := store.check(artifacts):
+        console.print(problem, style="red", markup=False)
+        return 2
+    console.print(f"artifacts in {store.describe(artifacts)}")
     url = database_url()
     migrate(url)
     client = Client(url)
@@ -235,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     console.print(summary(url, run.run_id))
     console.print(metrics_table(client, run.run_id))
     console.print(verdict(client, run.run_id))
-    console.print(f"artifacts: {artifacts}  (rara artifacts get DIGEST -o FILE)")
+    console.print(
+        f"artifacts: {store.describe(artifacts)}  (rara artifacts get DIGEST -o FILE"
+        f"{', with RARA_ARTIFACTS as here' if artifacts.startswith('s3://') else ''})"
+    )
     ok = status is RunStatus.SUCCEEDED
     if args.chaos and monkey is not None:
         console.print(monkey.report())

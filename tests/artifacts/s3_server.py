@@ -16,6 +16,10 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from minio import Minio
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / ".ci" / "s3-server.sh"
@@ -113,13 +117,30 @@ class S3Server:
         if self.proc is not None and self.proc.stderr is not None:
             self.proc.stderr.close()
 
-    def make_bucket(self, name: str) -> None:
-        """Create a bucket through the S3 API (the posix backend keeps its metadata)."""
+    def client(self) -> Minio:
+        """A plain client of this server, for tests to look into buckets past the store."""
         from minio import Minio
 
-        client = Minio(f"127.0.0.1:{self.port}", self.access_key, self.secret_key,
-                       secure=False, region=REGION)
-        client.make_bucket(name)
+        return Minio(f"127.0.0.1:{self.port}", self.access_key, self.secret_key,
+                     secure=False, region=REGION)
+
+    def make_bucket(self, name: str) -> None:
+        """Create a bucket through the S3 API (the posix backend keeps its metadata)."""
+        self.client().make_bucket(name)
+
+    def objects(self, bucket: str, prefix: str = "") -> dict[str, bytes]:
+        """Every object under ``prefix``, by key, as the server holds it."""
+        client = self.client()
+        out: dict[str, bytes] = {}
+        for obj in client.list_objects(bucket, prefix, recursive=True):
+            name = obj.object_name or ""
+            resp = client.get_object(bucket, name)
+            try:
+                out[name] = resp.read()
+            finally:
+                resp.close()
+                resp.release_conn()
+        return out
 
 
 @contextlib.contextmanager

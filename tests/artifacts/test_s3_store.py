@@ -22,10 +22,8 @@ from rara.artifacts.location import S3Config
 
 pytest.importorskip("minio", reason="the s3 extra is not installed (pip install '.[s3]')")
 
-from minio import Minio
-
 from rara.artifacts.s3 import S3ArtifactStore
-from tests.artifacts.s3_server import REGION, S3Server
+from tests.artifacts.s3_server import S3Server
 
 MIB = 1 << 20
 
@@ -34,19 +32,13 @@ def _store(url: str, **kwargs: object) -> S3ArtifactStore:
     return S3ArtifactStore(S3Config.parse(url), **kwargs)  # type: ignore[arg-type]
 
 
-def _raw(server: S3Server) -> Minio:
-    """A plain client, to look at (and tamper with) the bucket behind the store's back."""
-    return Minio(f"127.0.0.1:{server.port}", server.access_key, server.secret_key,
-                 secure=False, region=REGION)
-
-
 def _keys(server: S3Server, bucket: str) -> list[str]:
     return sorted(o.object_name or "" for o in
-                  _raw(server).list_objects(bucket, recursive=True))
+                  server.client().list_objects(bucket, recursive=True))
 
 
 def _uploads(server: S3Server, bucket: str) -> list[str]:
-    return [u.object_name for u in _raw(server)._list_multipart_uploads(bucket).uploads]
+    return [u.object_name for u in server.client()._list_multipart_uploads(bucket).uploads]
 
 
 def test_round_trip_small_and_multipart(s3_url: Callable[..., str], tmp_path: Path) -> None:
@@ -142,10 +134,10 @@ def test_conditional_create_never_overwrites(
         data = os.urandom(size)
         hexd = hashlib.sha256(data).hexdigest()
         key = store.key_of("sha256:" + hexd)
-        _raw(s3_env).put_object(bucket, key, io.BytesIO(b"placeholder"), 11)
+        s3_env.client().put_object(bucket, key, io.BytesIO(b"placeholder"), 11)
         store._head = lambda key: None  # type: ignore[method-assign]
         store._upload(data, hexd, size, "application/octet-stream")
-        resp = _raw(s3_env).get_object(bucket, key)
+        resp = s3_env.client().get_object(bucket, key)
         assert resp.read() == b"placeholder"
         resp.close()
         resp.release_conn()
@@ -180,7 +172,7 @@ def test_a_wrong_digest_on_read_is_refused(
 ) -> None:
     store = _store(s3_url())
     ref = store.put_bytes(b"precious")
-    _raw(s3_env).put_object(bucket, store.key_of(ref), io.BytesIO(b"tampered"), 8)
+    s3_env.client().put_object(bucket, store.key_of(ref), io.BytesIO(b"tampered"), 8)
     with pytest.raises(ArtifactCorrupted, match=f"s3://{bucket}/arts/sha256/"):
         store.get_bytes(ref)
     dest = tmp_path / "out"

@@ -65,6 +65,49 @@ BEGIN
     RETURN NEW;
 END $$;
 
+-- FUNCTION: rara_definition_register(text, text, jsonb)
+
+CREATE FUNCTION public.rara_definition_register(p_name text, p_digest text, p_spec jsonb) RETURNS TABLE(id bigint, name text, version integer, digest text, created_at timestamp with time zone, created boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    -- The version of p_spec under p_name: the existing one with that digest, or the next
+    -- number. Two registrars of one name must not both pick version N+1: the advisory lock
+    -- (released at commit) orders them, and the second one finds the first one's row by
+    -- digest. Registering a retired name brings it back.
+    PERFORM pg_advisory_xact_lock(hashtext('rara_definition:' || p_name));
+    INSERT INTO rara_definitions (name) VALUES (p_name)
+    ON CONFLICT ON CONSTRAINT rara_definitions_pkey DO UPDATE SET retired_at = NULL;
+    RETURN QUERY
+    SELECT v.id, v.name, v.version, v.digest, v.created_at, false
+    FROM rara_definition_versions v WHERE v.name = p_name AND v.digest = p_digest;
+    IF NOT FOUND THEN
+        RETURN QUERY
+        INSERT INTO rara_definition_versions AS v (name, version, digest, spec)
+        SELECT p_name, coalesce(max(w.version), 0) + 1, p_digest, p_spec
+        FROM rara_definition_versions w WHERE w.name = p_name
+        RETURNING v.id, v.name, v.version, v.digest, v.created_at, true;
+    END IF;
+END $$;
+
+-- FUNCTION: rara_definition_retire(text)
+
+CREATE FUNCTION public.rara_definition_retire(p_name text) RETURNS text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    retired text;
+BEGIN
+    -- No new run starts from a retired name without an explicit version; its versions stay.
+    -- NULL: no such name.
+    UPDATE rara_definitions SET retired_at = coalesce(retired_at, now()) WHERE name = p_name
+    RETURNING name INTO retired;
+    RETURN retired;
+END $$;
+
 -- FUNCTION: rara_delete_attempts_of_deleted_steps()
 
 CREATE FUNCTION public.rara_delete_attempts_of_deleted_steps() RETURNS trigger
@@ -74,6 +117,31 @@ CREATE FUNCTION public.rara_delete_attempts_of_deleted_steps() RETURNS trigger
 BEGIN
     DELETE FROM rara_attempts a USING gone WHERE a.step_id = gone.id;
     RETURN NULL;
+END $$;
+
+-- FUNCTION: rara_grant(text, text[])
+
+CREATE FUNCTION public.rara_grant(routine text, VARIADIC roles text[] DEFAULT '{}'::text[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    signature regprocedure;
+    grantee text;
+BEGIN
+    FOR signature IN
+        SELECT p.oid::regprocedure FROM pg_proc p
+        WHERE p.proname = routine AND p.pronamespace = current_schema()::regnamespace
+    LOOP
+        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', signature);
+        FOREACH grantee IN ARRAY roles LOOP
+            IF EXISTS (SELECT FROM pg_roles WHERE rolname = grantee) THEN
+                EXECUTE format('GRANT EXECUTE ON FUNCTION %s TO %I', signature, grantee);
+            END IF;
+        END LOOP;
+    END LOOP;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'rara_grant: no function named %', routine;
+    END IF;
 END $$;
 
 -- FUNCTION: rara_notify_ready()
@@ -117,6 +185,96 @@ CREATE FUNCTION public.rara_retry_delay(initial_ms integer, max_ms integer, coef
                                  * (1 - jitter * random()) / 1000.0)
 $$;
 
+-- FUNCTION: rara_run_cancel(bigint)
+
+CREATE FUNCTION public.rara_run_cancel(p_run_id bigint) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    cancelled integer;
+    flagged bigint[];
+BEGIN
+    -- Cancel a run, and nothing else: waiting steps are cancelled now, running ones flagged
+    -- (their worker learns it through NOTIFY now and its next heartbeat otherwise, and ends
+    -- the attempt itself, fenced). NULL: no such run; false: the run had already ended.
+    PERFORM 1 FROM rara_runs WHERE id = p_run_id;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    -- The run's step rows first, in id order, then the run row: the order a step end takes
+    -- them (its step, then the run in rara_run_count), so the two cannot wait on each other
+    -- in a cycle.
+    PERFORM 1 FROM rara_steps WHERE run_id = p_run_id ORDER BY id FOR UPDATE;
+    UPDATE rara_runs SET cancel_requested = true
+    WHERE id = p_run_id AND status IN ('pending', 'running');
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    WITH waiting AS (
+        UPDATE rara_steps SET status = 'cancelled', finished_at = now(),
+               error = jsonb_build_object('code', 'CANCELLED', 'message', 'run cancelled')
+        WHERE run_id = p_run_id AND status IN ('blocked', 'ready')
+        RETURNING id
+    )
+    SELECT count(*) INTO cancelled FROM waiting;
+    WITH running AS (
+        UPDATE rara_steps SET cancel_requested = true
+        WHERE run_id = p_run_id AND status = 'running'
+        RETURNING id
+    )
+    SELECT coalesce(array_agg(id), '{}') INTO flagged FROM running;
+    PERFORM pg_notify('rara_cancel', step_id::text) FROM unnest(flagged) AS step_id;
+    -- Counted in the run (ending it when no step runs).
+    PERFORM rara_run_count(jsonb_build_array(jsonb_build_object(
+        'run_id', p_run_id, 'succeeded', 0, 'failed', 0, 'cancelled', cancelled)));
+    RETURN true;
+END $$;
+
+-- FUNCTION: rara_run_count(jsonb)
+
+CREATE FUNCTION public.rara_run_count(p_deltas jsonb) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- The parent aggregation, by counters (migration 0006): the runs' step counts move by
+    -- p_deltas, a JSON array of {run_id, succeeded, failed, cancelled} — the steps the calling
+    -- transaction made terminal — and a run whose steps are then all terminal ends by the one
+    -- rule (rara_run_end_status). O(1) per run, whatever its size. Only the functions that
+    -- end steps call it (no role may: the deltas would be the caller's word), as their last
+    -- statement: run rows are the last locks a transaction takes, in id order, so no two
+    -- transactions (nor a run cancel, which takes the run's steps first) wait on each other in
+    -- a cycle; and a row is held only until the commit. Under READ COMMITTED the UPDATE
+    -- applies the deltas to the newest version of the row (a concurrent end's commit that it
+    -- waited for included): two siblings ending in concurrent transactions are both counted,
+    -- and the second ends the run.
+    WITH d AS MATERIALIZED (
+        SELECT d.run_id, sum(d.succeeded)::integer AS succeeded,
+               sum(d.failed)::integer AS failed, sum(d.cancelled)::integer AS cancelled
+        FROM jsonb_to_recordset(p_deltas)
+            AS d(run_id bigint, succeeded integer, failed integer, cancelled integer)
+        GROUP BY d.run_id
+    ), locked AS (
+        SELECT r.id FROM rara_runs r WHERE r.id = ANY (ARRAY(SELECT d.run_id FROM d))
+        ORDER BY r.id
+        FOR NO KEY UPDATE
+    )
+    UPDATE rara_runs r SET
+        steps_succeeded = r.steps_succeeded + d.succeeded,
+        steps_failed = r.steps_failed + d.failed,
+        steps_cancelled = r.steps_cancelled + d.cancelled,
+        status = CASE WHEN r.status IN ('pending', 'running') THEN coalesce(rara_run_end_status(
+            r.cancel_requested, r.steps_total, r.steps_succeeded + d.succeeded,
+            r.steps_failed + d.failed, r.steps_cancelled + d.cancelled), r.status)
+            ELSE r.status END,
+        finished_at = CASE WHEN r.status IN ('pending', 'running') AND rara_run_end_status(
+            r.cancel_requested, r.steps_total, r.steps_succeeded + d.succeeded,
+            r.steps_failed + d.failed, r.steps_cancelled + d.cancelled) IS NOT NULL
+            THEN now() ELSE r.finished_at END
+    FROM d
+    WHERE r.id = d.run_id AND r.id = ANY (ARRAY(SELECT l.id FROM locked l));
+END $$;
+
 -- FUNCTION: rara_run_end_status(boolean, integer, integer, integer, integer)
 
 CREATE FUNCTION public.rara_run_end_status(cancel_requested boolean, total integer, succeeded integer, failed integer, cancelled integer) RETURNS public.rara_run_status
@@ -128,6 +286,75 @@ CREATE FUNCTION public.rara_run_end_status(cancel_requested boolean, total integ
                 ELSE 'succeeded' END::rara_run_status
 $$;
 
+-- FUNCTION: rara_run_start(text, integer, text, jsonb, jsonb, text, boolean, double precision)
+
+CREATE FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_steps jsonb, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) RETURNS TABLE(id bigint, digest text, retired_at timestamp with time zone, spec jsonb, missing text[], run_id bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    -- A run and its steps in one round trip (rara.runs.start_run). Resolves the version as
+    -- definition_version_get does (p_version, or the latest when null) and inserts only when
+    -- that version's digest is p_digest, the caller's cached digest whose step rows p_steps
+    -- are (built by rara.runs, one element per step), and nothing refuses the start: a retired
+    -- definition without an explicit p_version, or with p_check_capabilities a step capability
+    -- that no live worker serves (heartbeat within p_alive_seconds, as worker_capabilities).
+    -- The spec comes back only when the digest differs, so a stale or empty cache costs one
+    -- more call and no extra fetch. No row: no such definition. run_id is null when nothing
+    -- was inserted; ON CONFLICT makes racing clients with one idempotency key create one run:
+    -- the loser waits for the winner's commit, inserts nothing, and reads the winner's row
+    -- with run_get_by_key.
+    RETURN QUERY
+    WITH resolved AS (
+        SELECT v.id, v.digest, v.spec, d.retired_at,
+               coalesce(v.digest = p_digest, false) AS matched
+        FROM rara_definition_versions v JOIN rara_definitions d USING (name)
+        WHERE v.name = p_name AND (p_version IS NULL OR v.version = p_version)
+        ORDER BY v.version DESC LIMIT 1
+    ), step_rows AS (
+        SELECT s.* FROM resolved, jsonb_to_recordset(p_steps) AS s(
+            key text, depends_on text[], dependants text[], capability text, executor text,
+            priority integer,
+            payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
+            retry_coefficient double precision, timeout_ms integer,
+            heartbeat_timeout_ms integer)
+        WHERE resolved.matched
+    ), missing AS (
+        -- One row always (an aggregate): null when nothing is missing or nothing was checked.
+        SELECT array_agg(DISTINCT s.capability ORDER BY s.capability) AS capabilities
+        FROM step_rows s
+        WHERE p_check_capabilities AND NOT EXISTS (
+            SELECT FROM rara_workers w
+            WHERE s.capability = ANY (w.capabilities) AND w.stopped_at IS NULL
+              AND w.heartbeat_at > now() - make_interval(secs => p_alive_seconds))
+    ), run AS (
+        INSERT INTO rara_runs (definition_version_id, input, idempotency_key, steps_total)
+        SELECT resolved.id, p_input, p_idempotency_key, jsonb_array_length(p_steps)
+        FROM resolved, missing
+        WHERE resolved.matched AND missing.capabilities IS NULL
+          AND (resolved.retired_at IS NULL OR p_version IS NOT NULL)
+        ON CONFLICT (idempotency_key) DO NOTHING
+        RETURNING rara_runs.id
+    ), steps AS (
+        INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
+                                executor, priority, payload, max_attempts, retry_initial_ms,
+                                retry_max_ms, retry_coefficient, timeout_ms,
+                                heartbeat_timeout_ms, status)
+        SELECT run.id, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
+               s.capability, s.executor, s.priority, s.payload, s.max_attempts,
+               s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient, s.timeout_ms,
+               s.heartbeat_timeout_ms,
+               CASE WHEN cardinality(s.depends_on) = 0 THEN 'ready'
+                    ELSE 'blocked' END::rara_step_status
+        FROM run, step_rows s
+    )
+    SELECT resolved.id, resolved.digest, resolved.retired_at,
+           CASE WHEN resolved.matched THEN NULL ELSE resolved.spec END,
+           missing.capabilities, (SELECT run.id FROM run)
+    FROM resolved, missing;
+END $$;
+
 -- FUNCTION: rara_run_transition_allowed(public.rara_run_status, public.rara_run_status)
 
 CREATE FUNCTION public.rara_run_transition_allowed(old public.rara_run_status, new public.rara_run_status) RETURNS boolean
@@ -138,6 +365,483 @@ CREATE FUNCTION public.rara_run_transition_allowed(old public.rara_run_status, n
         ('running', 'succeeded'), ('running', 'failed'), ('running', 'cancelled')
     )
 $$;
+
+-- FUNCTION: rara_step_cancel(text, bigint, uuid)
+
+CREATE FUNCTION public.rara_step_cancel(p_worker text, p_step_id bigint, p_token uuid) RETURNS TABLE(id bigint, run_id bigint, key text, status text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+    -- A running attempt stopped because cancel was asked, fenced (rara_step_end_many).
+    RETURN QUERY
+    WITH done AS (
+        UPDATE rara_steps s SET status = 'cancelled', finished_at = now(),
+            error = jsonb_build_object('code', 'CANCELLED', 'message', 'cancelled on request'),
+            leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+        WHERE s.id = p_step_id AND s.leased_by = p_worker AND s.lease_token = p_token
+          AND s.status = 'running'
+        RETURNING s.id, s.run_id, s.key, s.attempt
+    ), closed AS (
+        UPDATE rara_attempts a SET outcome = 'cancelled', ended_at = now(), ended_by = p_worker
+        FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
+    )
+    SELECT done.id, done.run_id, done.key, 'cancelled'::text FROM done;
+END $$;
+
+-- FUNCTION: rara_step_cancel_dependants(bigint, text)
+
+CREATE FUNCTION public.rara_step_cancel_dependants(p_run_id bigint, p_key text) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    cancelled integer;
+BEGIN
+    -- A step failed for good: every step downstream of it in the run can never run; cancel
+    -- them. Walked by the dependants of each step (probes of (run_id, key), migration 0006):
+    -- the cost is the downstream's size, not the run's. Returns how many were cancelled.
+    WITH RECURSIVE downstream(key) AS (
+        SELECT p_key
+        UNION
+        SELECT dependant.key FROM downstream d
+        JOIN rara_steps s ON s.run_id = p_run_id AND s.key = d.key
+        CROSS JOIN LATERAL unnest(s.dependants) AS dependant(key)
+    ), cancelled AS (
+        UPDATE rara_steps s SET status = 'cancelled', finished_at = now(),
+            error = jsonb_build_object('code', 'UPSTREAM_FAILED',
+                                       'message', 'dependency ' || p_key || ' failed')
+        FROM downstream d
+        WHERE s.run_id = p_run_id AND s.key = d.key AND s.status IN ('blocked', 'ready')
+        RETURNING s.id
+    )
+    SELECT count(*) INTO cancelled FROM cancelled;
+    RETURN cancelled;
+END $$;
+
+-- FUNCTION: rara_step_checkpoint(text, bigint, uuid, integer, jsonb, text, bigint)
+
+CREATE FUNCTION public.rara_step_checkpoint(p_worker text, p_step_id bigint, p_token uuid, p_seq integer, p_state jsonb, p_digest text, p_size bigint) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    written boolean;
+BEGIN
+    -- A checkpoint, fenced (true: written or already there; false: the lease is lost). The
+    -- blob, if any, is registered in the same statement so the foreign key holds.
+    WITH owned AS (
+        SELECT s.id, s.attempt FROM rara_steps s
+        WHERE s.id = p_step_id AND s.leased_by = p_worker AND s.lease_token = p_token
+          AND s.status = 'running'
+        FOR SHARE
+    ), blob AS (
+        INSERT INTO rara_artifacts (digest, size)
+        SELECT p_digest, p_size FROM owned WHERE p_digest IS NOT NULL
+        ON CONFLICT (digest) DO NOTHING
+    ), checkpoint AS (
+        INSERT INTO rara_checkpoints (step_id, attempt, seq, state, digest)
+        SELECT o.id, o.attempt, p_seq, p_state, p_digest FROM owned o
+        ON CONFLICT DO NOTHING
+    )
+    SELECT count(*) = 1 INTO written FROM owned;
+    RETURN written;
+END $$;
+
+-- FUNCTION: rara_step_end_deltas(bigint, text, text)
+
+CREATE FUNCTION public.rara_step_end_deltas(p_run_id bigint, p_key text, p_status text) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    downstream integer := 0;
+BEGIN
+    -- A step's end in its run's step counts (rara_run_count's delta; nothing for a retry):
+    -- after a failure for good, its downstream can never run and is cancelled, and counted.
+    IF p_status = 'failed' THEN
+        downstream := rara_step_cancel_dependants(p_run_id, p_key);
+    END IF;
+    RETURN jsonb_build_array(jsonb_build_object(
+        'run_id', p_run_id, 'succeeded', (p_status = 'succeeded')::integer,
+        'failed', (p_status = 'failed')::integer,
+        'cancelled', (p_status = 'cancelled')::integer + downstream));
+END $$;
+
+-- FUNCTION: rara_step_end_many(text, jsonb, jsonb)
+
+CREATE FUNCTION public.rara_step_end_many(p_worker text, p_successes jsonb, p_others jsonb DEFAULT '[]'::jsonb) RETURNS TABLE(id bigint, status text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    other record;
+    ended record;
+    deltas jsonb := '[]';
+    succeeded bigint[];
+    deltas_of_successes jsonb;
+BEGIN
+    -- Many ends of one worker's attempts in one transaction, each fenced on its own: the rows
+    -- returned are the steps whose fence matched, with their status after the end; any other
+    -- step given has lost its lease and nothing was written for it.
+    -- p_others: failures and cancels (rare), one JSON array of {id, token, outcome, error,
+    -- retryable, jitter}, written first, one statement each, with the cancels they cascade to.
+    -- p_successes: one JSON array of {id, token, result, manifest} (encoded by one json.dumps
+    -- in the worker, where typed arrays cost a Python dumper call per element), then written
+    -- in one statement; last, everything that ended is counted in the runs' step counts, so
+    -- that the transaction locks its runs once, in id order, after all its step rows.
+    FOR other IN
+        SELECT * FROM jsonb_to_recordset(p_others) AS o(id bigint, token uuid, outcome text,
+                                                         error jsonb, retryable boolean,
+                                                         jitter double precision)
+    LOOP
+        IF other.outcome = 'cancelled' THEN
+            SELECT * INTO ended FROM rara_step_cancel(p_worker, other.id, other.token);
+        ELSIF other.outcome IN ('failed', 'timed_out') THEN
+            SELECT * INTO ended FROM rara_step_fail(
+                p_worker, other.id, other.token, other.error, other.retryable, other.jitter,
+                other.outcome::rara_attempt_outcome);
+        ELSE  -- a success goes in p_successes; released and lease_expired are not ends
+            RAISE EXCEPTION 'rara: step %: an attempt cannot end as %', other.id, other.outcome
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF ended.id IS NOT NULL THEN
+            deltas := deltas || rara_step_end_deltas(ended.run_id, ended.key, ended.status);
+            id := ended.id;
+            status := ended.status;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+    WITH given AS MATERIALIZED (
+        SELECT * FROM jsonb_to_recordset(p_successes)
+            AS g(id bigint, token uuid, result jsonb, manifest jsonb)
+    ), done AS (
+        -- The fence, per step: a row whose owner or token changed is simply not matched.
+        UPDATE rara_steps s SET
+            status = 'succeeded', result = g.result, finished_at = now(), error = NULL,
+            leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+        FROM given g
+        -- (= ANY as well: primary key look-ups, not a scan of every running step of the
+        -- worker)
+        WHERE s.id = ANY (ARRAY(SELECT g2.id FROM given g2)) AND s.id = g.id
+          AND s.leased_by = p_worker AND s.lease_token = g.token AND s.status = 'running'
+        RETURNING s.id, s.run_id, s.attempt, s.dependants
+    ), closed AS (
+        UPDATE rara_attempts a SET outcome = 'succeeded', ended_at = now(), ended_by = p_worker
+        FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
+    ), unblocked AS (
+        -- A dependant several of whose dependencies finish in this batch is updated once, by
+        -- their count (an UPDATE applies one joined row per target row). A concurrent change
+        -- of the dependant is waited for and re-read (pending_deps of the newest version).
+        -- Found by (run_id, key) probes of the finished steps' dependants, not by a walk over
+        -- their runs.
+        UPDATE rara_steps s SET
+            pending_deps = s.pending_deps - d.n,
+            status = CASE WHEN s.pending_deps = d.n THEN 'ready'
+                          ELSE 'blocked' END::rara_step_status,
+            available_at = now()
+        FROM (SELECT b.id, count(*)::integer AS n
+              FROM done CROSS JOIN LATERAL unnest(done.dependants) AS dependant(key)
+              JOIN rara_steps b ON b.run_id = done.run_id AND b.key = dependant.key
+               AND b.status = 'blocked'
+              GROUP BY b.id) AS d
+        WHERE s.id = d.id AND s.status = 'blocked'
+        RETURNING s.id
+    ), manifest AS (
+        -- Only the successes that name artifacts (most name none): nothing joined for the
+        -- rest.
+        SELECT done.id, done.attempt, m.name, m.digest, m.size, m.media_type
+        FROM (SELECT g.id, g.manifest FROM given g WHERE g.manifest IS NOT NULL) AS g
+        JOIN done ON done.id = g.id
+        CROSS JOIN LATERAL jsonb_to_recordset(g.manifest)
+            AS m(name text, digest text, size bigint, media_type text)
+    ), blobs AS (
+        -- Blobs are known once; the manifest rows below reference them in the same statement.
+        INSERT INTO rara_artifacts (digest, size)
+        SELECT DISTINCT m.digest, m.size FROM manifest m
+        ON CONFLICT (digest) DO NOTHING
+    ), recorded AS (
+        INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, media_type)
+        SELECT m.id, m.attempt, m.name, m.digest, m.size, m.media_type FROM manifest m
+        ON CONFLICT (step_id, attempt, name) DO NOTHING
+    )
+    SELECT coalesce(array_agg(done.id), '{}'),
+           coalesce(jsonb_agg(jsonb_build_object('run_id', done.run_id, 'succeeded', 1,
+                                                 'failed', 0, 'cancelled', 0)), '[]')
+    INTO succeeded, deltas_of_successes FROM done;
+    -- The runs last, in id order, after every step row the ends wrote (rara_run_count).
+    PERFORM rara_run_count(deltas_of_successes || deltas);
+    RETURN QUERY SELECT unnest(succeeded), 'succeeded'::text;
+END $$;
+
+-- FUNCTION: rara_step_fail(text, bigint, uuid, jsonb, boolean, double precision, public.rara_attempt_outcome)
+
+CREATE FUNCTION public.rara_step_fail(p_worker text, p_step_id bigint, p_token uuid, p_error jsonb, p_retryable boolean, p_jitter double precision, p_outcome public.rara_attempt_outcome) RETURNS TABLE(id bigint, run_id bigint, key text, status text)
+    LANGUAGE plpgsql
+    AS $$
+#variable_conflict use_column
+BEGIN
+    -- Failure, fenced (rara_step_end_many): back to ready after the backoff while attempts
+    -- remain and the error is retryable, otherwise failed for good. The attempt records
+    -- p_outcome (failed or timed_out).
+    RETURN QUERY
+    WITH failing AS (
+        SELECT s.id, s.attempt, s.max_attempts,
+               (p_retryable AND s.attempt - s.releases < s.max_attempts) AS retry,
+               rara_retry_delay(s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient,
+                                s.attempt - s.releases, p_jitter) AS delay
+        FROM rara_steps s
+        WHERE s.id = p_step_id AND s.leased_by = p_worker AND s.lease_token = p_token
+          AND s.status = 'running'
+        FOR UPDATE
+    ), updated AS (
+        UPDATE rara_steps s SET
+            status = CASE WHEN f.retry THEN 'ready' ELSE 'failed' END::rara_step_status,
+            available_at = CASE WHEN f.retry THEN now() + f.delay ELSE s.available_at END,
+            finished_at = CASE WHEN f.retry THEN NULL ELSE now() END,
+            error = p_error, leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+        FROM failing f WHERE s.id = f.id
+        RETURNING s.id, s.run_id, s.key, s.status::text AS status
+    ), closed AS (
+        UPDATE rara_attempts a SET outcome = p_outcome, ended_at = now(), ended_by = p_worker,
+               error = p_error
+        FROM updated u WHERE a.step_id = u.id AND a.attempt = (SELECT f.attempt FROM failing f)
+    )
+    SELECT u.id, u.run_id, u.key, u.status FROM updated u;
+END $$;
+
+-- FUNCTION: rara_step_heartbeat(text, text[], double precision, bigint[], uuid[])
+
+CREATE FUNCTION public.rara_step_heartbeat(p_worker text, p_capabilities text[], p_lease_seconds double precision, p_step_ids bigint[], p_tokens uuid[]) RETURNS TABLE(id bigint, cancel_requested boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    -- The worker's heartbeat in one statement: its own row (what it serves, that it is
+    -- alive) and every lease it still holds extended (empty arrays when it runs nothing),
+    -- fenced per lease. The answer carries the cancel requests; attempts missing from it have
+    -- lost their lease.
+    RETURN QUERY
+    WITH me AS (
+        UPDATE rara_workers SET heartbeat_at = now(), capabilities = p_capabilities
+        WHERE id = p_worker
+    )
+    UPDATE rara_steps s SET
+        lease_expires_at = now() + make_interval(secs => p_lease_seconds), heartbeat_at = now()
+    FROM unnest(p_step_ids, p_tokens) AS h(id, token)
+    WHERE s.id = h.id AND s.lease_token = h.token AND s.leased_by = p_worker
+      AND s.status = 'running'
+    RETURNING s.id, s.cancel_requested;
+END $$;
+
+-- FUNCTION: rara_step_lease(text, text[], text[], integer[], timestamp with time zone[], bigint[], integer, double precision)
+
+CREATE FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision) RETURNS TABLE(id bigint, run_id bigint, key text, capability text, executor text, payload jsonb, attempt integer, max_attempts integer, lease_token uuid, lease_expires_at timestamp with time zone, timeout_ms integer, heartbeat_timeout_ms integer, depends_on text[], run_input jsonb, leased_at timestamp with time zone, checkpoint jsonb, inputs jsonb, rank integer, available_at timestamp with time zone)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    -- The lease, routed: the worker serves (capability, executor kind) pairs — a worker
+    -- without a gRPC executor must not lease `executor: grpc` steps of a capability its
+    -- registry also has. Per pair an optional cursor (after_ranks, after_ats, after_ids; NULL:
+    -- from the start) — the lease key (-priority, available_at, id) of the last step the
+    -- worker leased of that pair: the scan starts after it, so the entries of steps already
+    -- leased are not walked over again (dead ones that a held xmin horizon keeps in the
+    -- index). What it skips — a higher priority or an earlier available_at that arrived behind
+    -- the cursor — the worker's periodic scan from the start finds (rara.worker.lease_cursor).
+    RETURN QUERY
+    WITH candidates AS (
+        -- One index range scan per served pair (rara_steps_ready is ordered by capability
+        -- then lease order; the executor kind is a filter on the same rows), SKIP LOCKED so
+        -- concurrent workers never wait on each other, then the global lease order across
+        -- pairs.
+        SELECT c.id
+        FROM unnest(p_capabilities, p_executors, p_after_ranks, p_after_ats, p_after_ids)
+            AS cap(name, executor, after_rank, after_at, after_id)
+        CROSS JOIN LATERAL (
+            SELECT s.id, -s.priority AS rank, s.available_at FROM rara_steps s
+            WHERE s.status = 'ready' AND s.capability = cap.name AND s.executor = cap.executor
+              AND s.available_at <= now()
+              -- the index range starts here (-1001: below every rank, see migration 0004)
+              AND (-s.priority, s.available_at, s.id) > (coalesce(cap.after_rank, -1001),
+                                                         coalesce(cap.after_at, '-infinity'),
+                                                         coalesce(cap.after_id, 0))
+            ORDER BY -s.priority, s.available_at, s.id
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED
+        ) AS c
+        ORDER BY c.rank, c.available_at, c.id
+        LIMIT p_limit
+    ), leased AS (
+        -- The attempt starts: a fresh token fences every later write of this attempt.
+        UPDATE rara_steps s SET
+            status = 'running', attempt = s.attempt + 1, leased_by = p_worker,
+            lease_token = gen_random_uuid(),
+            lease_expires_at = now() + make_interval(secs => p_lease_seconds),
+            heartbeat_at = now(), started_at = coalesce(s.started_at, now()),
+            cancel_requested = false
+        -- (= ANY (ARRAY(…)) and the scalar subqueries below: primary key probes, whatever the
+        -- planner guesses of the number of rows leased)
+        WHERE s.id = ANY (ARRAY(SELECT id FROM candidates))
+        RETURNING s.id, s.run_id, s.key, s.capability, s.executor, s.payload, s.attempt,
+                  s.max_attempts, s.lease_token, s.lease_expires_at, s.timeout_ms,
+                  s.heartbeat_timeout_ms, s.depends_on, -s.priority AS rank, s.available_at
+    ), history AS (
+        -- Ownership history, read by the checker that proves no two owners overlapped.
+        INSERT INTO rara_attempts (step_id, attempt, run_id, worker, lease_token)
+        SELECT l.id, l.attempt, l.run_id, p_worker, l.lease_token FROM leased l
+    ), started_runs AS (
+        UPDATE rara_runs SET status = 'running', started_at = now()
+        WHERE id = ANY (ARRAY(SELECT l.run_id FROM leased l)) AND status = 'pending'
+    )
+    SELECT l.id, l.run_id, l.key, l.capability, l.executor, l.payload, l.attempt,
+           l.max_attempts, l.lease_token, l.lease_expires_at, l.timeout_ms,
+           l.heartbeat_timeout_ms, l.depends_on,
+           (SELECT r.input FROM rara_runs r WHERE r.id = l.run_id) AS run_input,
+           now() AS leased_at,
+           -- What the attempt starts from, folded in so it starts without another round trip.
+           -- Each is a subquery evaluated only when it can find something (a first attempt has
+           -- no checkpoint, a step without dependencies no inputs), so the common case costs
+           -- nothing.
+           CASE WHEN l.attempt > 1 THEN (
+               -- The latest checkpoint of an earlier attempt: what a retry resumes from.
+               SELECT jsonb_build_object('attempt', c.attempt, 'seq', c.seq, 'state', c.state,
+                                         'digest', c.digest, 'size', a.size)
+               FROM rara_checkpoints c LEFT JOIN rara_artifacts a USING (digest)
+               WHERE c.step_id = l.id AND c.attempt < l.attempt
+               ORDER BY c.attempt DESC, c.seq DESC LIMIT 1) END AS checkpoint,
+           CASE WHEN cardinality(l.depends_on) > 0 THEN (
+               -- Upstream artifacts: the manifests of the succeeded dependencies. The snapshot
+               -- sees them: a step is ready only once the transaction that finished its last
+               -- dependency (and wrote its manifest) committed.
+               SELECT jsonb_agg(jsonb_build_object('key', u.key, 'name', m.name,
+                                                   'digest', m.digest, 'size', m.size,
+                                                   'media_type', m.media_type)
+                                ORDER BY u.key, m.name)
+               FROM rara_steps u
+               JOIN rara_step_artifacts m ON m.step_id = u.id AND m.attempt = u.attempt
+               WHERE u.run_id = l.run_id AND u.key = ANY (l.depends_on)
+                 AND u.status = 'succeeded')
+           END AS inputs,
+           l.rank, l.available_at  -- the worker's next cursor
+    FROM leased l;
+END $$;
+
+-- FUNCTION: rara_step_progress_many(text, bigint[], uuid[], integer[], double precision[], text[], jsonb[])
+
+CREATE FUNCTION public.rara_step_progress_many(p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[], p_fractions double precision[], p_messages text[], p_metrics jsonb[]) RETURNS SETOF bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    -- The latest progress of many attempts in one statement, fenced per attempt. FOR SHARE
+    -- orders the write after a concurrent reap or cancel of the step, so no event lands for an
+    -- attempt that no longer owns it. Returns the steps still owned. A replayed seq (its first
+    -- write failed in flight) is one row holding the newest state: no gap, no duplicate.
+    RETURN QUERY
+    WITH p AS (
+        SELECT * FROM unnest(p_step_ids, p_tokens, p_seqs, p_fractions, p_messages, p_metrics)
+            AS p(step_id, token, seq, fraction, message, metrics)
+    ), owned AS (
+        SELECT p.*, s.attempt FROM p JOIN rara_steps s
+            ON s.id = p.step_id AND s.lease_token = p.token AND s.leased_by = p_worker
+           AND s.status = 'running'
+        FOR SHARE OF s
+    ), written AS (
+        INSERT INTO rara_events (step_id, attempt, seq, kind, fraction, message, metrics)
+        SELECT o.step_id, o.attempt, o.seq, 'progress', o.fraction, o.message, o.metrics
+        FROM owned o
+        ON CONFLICT (step_id, attempt, seq) DO UPDATE SET
+            fraction = EXCLUDED.fraction, message = EXCLUDED.message, metrics = EXCLUDED.metrics
+    )
+    SELECT o.step_id FROM owned o;
+END $$;
+
+-- FUNCTION: rara_step_reap_expired(text, integer, double precision)
+
+CREATE FUNCTION public.rara_step_reap_expired(p_worker text, p_limit integer, p_jitter double precision) RETURNS TABLE(id bigint, status text)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    reaped jsonb;
+    step record;
+    deltas jsonb := '[]';
+BEGIN
+    -- Recover expired leases, in bounded batches, safely from every worker at once: SKIP
+    -- LOCKED picks rows nobody else is touching, and the UPDATE re-checks expiry itself, so a
+    -- step that completed (or was heart-beaten) since the scan is never overwritten. Needs no
+    -- token: it only ends attempts whose lease already ran out.
+    WITH expired AS (
+        SELECT s.id FROM rara_steps s
+        WHERE s.status = 'running' AND s.lease_expires_at < now()
+        ORDER BY s.lease_expires_at LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), updated AS (
+        UPDATE rara_steps s SET
+            status = CASE WHEN s.attempt - s.releases < s.max_attempts THEN 'ready'
+                          ELSE 'failed' END::rara_step_status,
+            available_at = CASE WHEN s.attempt - s.releases < s.max_attempts
+                THEN now() + rara_retry_delay(s.retry_initial_ms, s.retry_max_ms,
+                                              s.retry_coefficient, s.attempt - s.releases,
+                                              p_jitter)
+                ELSE s.available_at END,
+            finished_at = CASE WHEN s.attempt - s.releases < s.max_attempts THEN NULL
+                               ELSE now() END,
+            error = jsonb_build_object('code', 'LEASE_EXPIRED', 'retryable', true,
+                'message', 'lease of ' || s.leased_by || ' expired at ' || s.lease_expires_at),
+            leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+        FROM expired e
+        WHERE s.id = e.id AND s.status = 'running' AND s.lease_expires_at < now()
+        RETURNING s.id, s.run_id, s.key, s.attempt, s.status::text AS status, s.error
+    ), closed AS (
+        UPDATE rara_attempts a SET outcome = 'lease_expired', ended_at = now(),
+            ended_by = 'reaper:' || p_worker, error = u.error
+        FROM updated u
+        WHERE a.step_id = u.id AND a.attempt = u.attempt AND a.outcome = 'running'
+    )
+    SELECT coalesce(jsonb_agg(jsonb_build_object('id', u.id, 'run_id', u.run_id, 'key', u.key,
+                                                 'status', u.status) ORDER BY u.run_id),
+                    '[]')
+    INTO reaped FROM updated u;
+    FOR step IN
+        SELECT * FROM jsonb_to_recordset(reaped) AS r(id bigint, run_id bigint, key text,
+                                                      status text)
+    LOOP
+        deltas := deltas || rara_step_end_deltas(step.run_id, step.key, step.status);
+        id := step.id;
+        status := step.status;
+        RETURN NEXT;
+    END LOOP;
+    PERFORM rara_run_count(deltas);  -- the runs last, in id order
+END $$;
+
+-- FUNCTION: rara_step_release_many(text, bigint[], uuid[])
+
+CREATE FUNCTION public.rara_step_release_many(p_worker text, p_step_ids bigint[], p_tokens uuid[]) RETURNS SETOF bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    -- Graceful shutdown: give leases back so another worker takes them at once. A released
+    -- attempt is not a failure: `releases` keeps it out of the retry budget.
+    RETURN QUERY
+    WITH released AS (
+        UPDATE rara_steps s SET status = 'ready', available_at = now(),
+            releases = s.releases + 1, leased_by = NULL, lease_token = NULL,
+            lease_expires_at = NULL
+        FROM unnest(p_step_ids, p_tokens) AS h(id, token)
+        WHERE s.id = h.id AND s.lease_token = h.token AND s.leased_by = p_worker
+          AND s.status = 'running'
+        RETURNING s.id, s.attempt
+    ), closed AS (
+        UPDATE rara_attempts a SET outcome = 'released', ended_at = now(), ended_by = p_worker
+        FROM released r WHERE a.step_id = r.id AND a.attempt = r.attempt
+    )
+    SELECT r.id FROM released r;
+END $$;
 
 -- FUNCTION: rara_step_transition_allowed(public.rara_step_status, public.rara_step_status)
 
@@ -151,6 +855,28 @@ CREATE FUNCTION public.rara_step_transition_allowed(old public.rara_step_status,
         ('running', 'ready')
     )
 $$;
+
+-- FUNCTION: rara_worker_register(text, text[])
+
+CREATE FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[]) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    INSERT INTO rara_workers (id, capabilities) VALUES (p_worker, p_capabilities)
+    ON CONFLICT (id) DO UPDATE SET capabilities = EXCLUDED.capabilities, heartbeat_at = now(),
+        stopped_at = NULL;
+END $$;
+
+-- FUNCTION: rara_worker_stop(text)
+
+CREATE FUNCTION public.rara_worker_stop(p_worker text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    UPDATE rara_workers SET stopped_at = now() WHERE id = p_worker;
+END $$;
 
 -- TABLE: rara_artifacts
 
@@ -271,6 +997,14 @@ ALTER TABLE public.rara_runs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     NO MINVALUE
     NO MAXVALUE
     CACHE 1
+);
+
+-- TABLE: rara_schema_functions
+
+CREATE TABLE public.rara_schema_functions (
+    file text NOT NULL,
+    checksum text NOT NULL,
+    applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
 -- TABLE: rara_schema_migrations
@@ -416,6 +1150,11 @@ ALTER TABLE ONLY public.rara_runs
 ALTER TABLE ONLY public.rara_runs
     ADD CONSTRAINT rara_runs_pkey PRIMARY KEY (id);
 
+-- CONSTRAINT: rara_schema_functions rara_schema_functions_pkey
+
+ALTER TABLE ONLY public.rara_schema_functions
+    ADD CONSTRAINT rara_schema_functions_pkey PRIMARY KEY (file);
+
 -- CONSTRAINT: rara_schema_migrations rara_schema_migrations_pkey
 
 ALTER TABLE ONLY public.rara_schema_migrations
@@ -525,71 +1264,292 @@ ALTER TABLE ONLY public.rara_steps
 GRANT USAGE ON SCHEMA public TO rara_worker;
 GRANT USAGE ON SCHEMA public TO rara_operator;
 GRANT USAGE ON SCHEMA public TO rara_client;
+GRANT USAGE ON SCHEMA public TO rara_reader;
+
+-- ACL: FUNCTION rara_definition_register(p_name text, p_digest text, p_spec jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_definition_register(p_name text, p_digest text, p_spec jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_definition_register(p_name text, p_digest text, p_spec jsonb) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_definition_register(p_name text, p_digest text, p_spec jsonb) TO rara_operator;
+
+-- ACL: FUNCTION rara_definition_retire(p_name text)
+
+REVOKE ALL ON FUNCTION public.rara_definition_retire(p_name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_definition_retire(p_name text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_definition_retire(p_name text) TO rara_operator;
+
+-- ACL: FUNCTION rara_grant(routine text, VARIADIC roles text[])
+
+REVOKE ALL ON FUNCTION public.rara_grant(routine text, VARIADIC roles text[]) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_run_cancel(p_run_id bigint)
+
+REVOKE ALL ON FUNCTION public.rara_run_cancel(p_run_id bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_run_cancel(p_run_id bigint) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_run_cancel(p_run_id bigint) TO rara_operator;
+
+-- ACL: FUNCTION rara_run_count(p_deltas jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_run_count(p_deltas jsonb) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_run_start(p_name text, p_version integer, p_digest text, p_steps jsonb, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision)
+
+REVOKE ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_steps jsonb, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_steps jsonb, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_steps jsonb, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) TO rara_operator;
+
+-- ACL: FUNCTION rara_step_cancel(p_worker text, p_step_id bigint, p_token uuid)
+
+REVOKE ALL ON FUNCTION public.rara_step_cancel(p_worker text, p_step_id bigint, p_token uuid) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_step_cancel_dependants(p_run_id bigint, p_key text)
+
+REVOKE ALL ON FUNCTION public.rara_step_cancel_dependants(p_run_id bigint, p_key text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_step_checkpoint(p_worker text, p_step_id bigint, p_token uuid, p_seq integer, p_state jsonb, p_digest text, p_size bigint)
+
+REVOKE ALL ON FUNCTION public.rara_step_checkpoint(p_worker text, p_step_id bigint, p_token uuid, p_seq integer, p_state jsonb, p_digest text, p_size bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_step_checkpoint(p_worker text, p_step_id bigint, p_token uuid, p_seq integer, p_state jsonb, p_digest text, p_size bigint) TO rara_worker;
+
+-- ACL: FUNCTION rara_step_end_deltas(p_run_id bigint, p_key text, p_status text)
+
+REVOKE ALL ON FUNCTION public.rara_step_end_deltas(p_run_id bigint, p_key text, p_status text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_step_end_many(p_worker text, p_successes jsonb, p_others jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_step_end_many(p_worker text, p_successes jsonb, p_others jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_step_end_many(p_worker text, p_successes jsonb, p_others jsonb) TO rara_worker;
+
+-- ACL: FUNCTION rara_step_fail(p_worker text, p_step_id bigint, p_token uuid, p_error jsonb, p_retryable boolean, p_jitter double precision, p_outcome public.rara_attempt_outcome)
+
+REVOKE ALL ON FUNCTION public.rara_step_fail(p_worker text, p_step_id bigint, p_token uuid, p_error jsonb, p_retryable boolean, p_jitter double precision, p_outcome public.rara_attempt_outcome) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_step_heartbeat(p_worker text, p_capabilities text[], p_lease_seconds double precision, p_step_ids bigint[], p_tokens uuid[])
+
+REVOKE ALL ON FUNCTION public.rara_step_heartbeat(p_worker text, p_capabilities text[], p_lease_seconds double precision, p_step_ids bigint[], p_tokens uuid[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_step_heartbeat(p_worker text, p_capabilities text[], p_lease_seconds double precision, p_step_ids bigint[], p_tokens uuid[]) TO rara_worker;
+
+-- ACL: FUNCTION rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision)
+
+REVOKE ALL ON FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision) TO rara_worker;
+
+-- ACL: FUNCTION rara_step_progress_many(p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[], p_fractions double precision[], p_messages text[], p_metrics jsonb[])
+
+REVOKE ALL ON FUNCTION public.rara_step_progress_many(p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[], p_fractions double precision[], p_messages text[], p_metrics jsonb[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_step_progress_many(p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[], p_fractions double precision[], p_messages text[], p_metrics jsonb[]) TO rara_worker;
+
+-- ACL: FUNCTION rara_step_reap_expired(p_worker text, p_limit integer, p_jitter double precision)
+
+REVOKE ALL ON FUNCTION public.rara_step_reap_expired(p_worker text, p_limit integer, p_jitter double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_step_reap_expired(p_worker text, p_limit integer, p_jitter double precision) TO rara_worker;
+
+-- ACL: FUNCTION rara_step_release_many(p_worker text, p_step_ids bigint[], p_tokens uuid[])
+
+REVOKE ALL ON FUNCTION public.rara_step_release_many(p_worker text, p_step_ids bigint[], p_tokens uuid[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_step_release_many(p_worker text, p_step_ids bigint[], p_tokens uuid[]) TO rara_worker;
+
+-- ACL: FUNCTION rara_worker_register(p_worker text, p_capabilities text[])
+
+REVOKE ALL ON FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[]) TO rara_worker;
+
+-- ACL: FUNCTION rara_worker_stop(p_worker text)
+
+REVOKE ALL ON FUNCTION public.rara_worker_stop(p_worker text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_worker_stop(p_worker text) TO rara_worker;
 
 -- ACL: TABLE rara_artifacts
 
-GRANT SELECT,INSERT ON TABLE public.rara_artifacts TO rara_worker;
-GRANT SELECT ON TABLE public.rara_artifacts TO rara_operator;
-GRANT SELECT ON TABLE public.rara_artifacts TO rara_client;
+GRANT SELECT ON TABLE public.rara_artifacts TO rara_reader;
 
--- ACL: TABLE rara_attempts
+-- ACL: COLUMN rara_attempts.step_id
 
-GRANT SELECT,INSERT,UPDATE ON TABLE public.rara_attempts TO rara_worker;
-GRANT SELECT ON TABLE public.rara_attempts TO rara_operator;
-GRANT SELECT ON TABLE public.rara_attempts TO rara_client;
+GRANT SELECT(step_id) ON TABLE public.rara_attempts TO rara_reader;
+
+-- ACL: COLUMN rara_attempts.attempt
+
+GRANT SELECT(attempt) ON TABLE public.rara_attempts TO rara_reader;
+
+-- ACL: COLUMN rara_attempts.run_id
+
+GRANT SELECT(run_id) ON TABLE public.rara_attempts TO rara_reader;
+
+-- ACL: COLUMN rara_attempts.worker
+
+GRANT SELECT(worker) ON TABLE public.rara_attempts TO rara_reader;
+
+-- ACL: COLUMN rara_attempts.started_at
+
+GRANT SELECT(started_at) ON TABLE public.rara_attempts TO rara_reader;
+
+-- ACL: COLUMN rara_attempts.ended_at
+
+GRANT SELECT(ended_at) ON TABLE public.rara_attempts TO rara_reader;
+
+-- ACL: COLUMN rara_attempts.ended_by
+
+GRANT SELECT(ended_by) ON TABLE public.rara_attempts TO rara_reader;
+
+-- ACL: COLUMN rara_attempts.outcome
+
+GRANT SELECT(outcome) ON TABLE public.rara_attempts TO rara_reader;
+
+-- ACL: COLUMN rara_attempts.error
+
+GRANT SELECT(error) ON TABLE public.rara_attempts TO rara_reader;
 
 -- ACL: TABLE rara_checkpoints
 
-GRANT SELECT,INSERT ON TABLE public.rara_checkpoints TO rara_worker;
-GRANT SELECT ON TABLE public.rara_checkpoints TO rara_operator;
-GRANT SELECT ON TABLE public.rara_checkpoints TO rara_client;
+GRANT SELECT ON TABLE public.rara_checkpoints TO rara_reader;
 
 -- ACL: TABLE rara_definition_versions
 
-GRANT SELECT ON TABLE public.rara_definition_versions TO rara_worker;
-GRANT SELECT,INSERT ON TABLE public.rara_definition_versions TO rara_operator;
-GRANT SELECT,INSERT ON TABLE public.rara_definition_versions TO rara_client;
+GRANT SELECT ON TABLE public.rara_definition_versions TO rara_reader;
 
 -- ACL: TABLE rara_definitions
 
-GRANT SELECT ON TABLE public.rara_definitions TO rara_worker;
-GRANT SELECT,INSERT,UPDATE ON TABLE public.rara_definitions TO rara_operator;
-GRANT SELECT,INSERT,UPDATE ON TABLE public.rara_definitions TO rara_client;
+GRANT SELECT ON TABLE public.rara_definitions TO rara_reader;
 
 -- ACL: TABLE rara_events
 
-GRANT SELECT,INSERT ON TABLE public.rara_events TO rara_worker;
-GRANT SELECT ON TABLE public.rara_events TO rara_operator;
-GRANT SELECT ON TABLE public.rara_events TO rara_client;
+GRANT SELECT ON TABLE public.rara_events TO rara_reader;
 
 -- ACL: TABLE rara_runs
 
-GRANT SELECT,UPDATE ON TABLE public.rara_runs TO rara_worker;
-GRANT SELECT,INSERT ON TABLE public.rara_runs TO rara_operator;
-GRANT SELECT,INSERT,UPDATE ON TABLE public.rara_runs TO rara_client;
+GRANT SELECT ON TABLE public.rara_runs TO rara_reader;
+
+-- ACL: TABLE rara_schema_functions
+
+GRANT SELECT ON TABLE public.rara_schema_functions TO rara_reader;
 
 -- ACL: TABLE rara_schema_migrations
 
-GRANT SELECT ON TABLE public.rara_schema_migrations TO rara_operator;
-GRANT SELECT ON TABLE public.rara_schema_migrations TO rara_client;
+GRANT SELECT ON TABLE public.rara_schema_migrations TO rara_reader;
 
 -- ACL: TABLE rara_step_artifacts
 
-GRANT SELECT,INSERT ON TABLE public.rara_step_artifacts TO rara_worker;
-GRANT SELECT ON TABLE public.rara_step_artifacts TO rara_operator;
-GRANT SELECT ON TABLE public.rara_step_artifacts TO rara_client;
+GRANT SELECT ON TABLE public.rara_step_artifacts TO rara_reader;
 
--- ACL: TABLE rara_steps
+-- ACL: COLUMN rara_steps.id
 
-GRANT SELECT,UPDATE ON TABLE public.rara_steps TO rara_worker;
-GRANT SELECT,INSERT ON TABLE public.rara_steps TO rara_operator;
-GRANT SELECT,INSERT,UPDATE ON TABLE public.rara_steps TO rara_client;
+GRANT SELECT(id) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.run_id
+
+GRANT SELECT(run_id) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.key
+
+GRANT SELECT(key) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.depends_on
+
+GRANT SELECT(depends_on) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.pending_deps
+
+GRANT SELECT(pending_deps) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.capability
+
+GRANT SELECT(capability) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.executor
+
+GRANT SELECT(executor) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.priority
+
+GRANT SELECT(priority) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.payload
+
+GRANT SELECT(payload) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.max_attempts
+
+GRANT SELECT(max_attempts) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.retry_initial_ms
+
+GRANT SELECT(retry_initial_ms) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.retry_max_ms
+
+GRANT SELECT(retry_max_ms) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.retry_coefficient
+
+GRANT SELECT(retry_coefficient) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.timeout_ms
+
+GRANT SELECT(timeout_ms) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.heartbeat_timeout_ms
+
+GRANT SELECT(heartbeat_timeout_ms) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.status
+
+GRANT SELECT(status) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.attempt
+
+GRANT SELECT(attempt) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.releases
+
+GRANT SELECT(releases) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.available_at
+
+GRANT SELECT(available_at) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.leased_by
+
+GRANT SELECT(leased_by) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.lease_expires_at
+
+GRANT SELECT(lease_expires_at) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.heartbeat_at
+
+GRANT SELECT(heartbeat_at) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.cancel_requested
+
+GRANT SELECT(cancel_requested) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.result
+
+GRANT SELECT(result) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.error
+
+GRANT SELECT(error) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.started_at
+
+GRANT SELECT(started_at) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.finished_at
+
+GRANT SELECT(finished_at) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.dependants
+
+GRANT SELECT(dependants) ON TABLE public.rara_steps TO rara_reader;
 
 -- ACL: TABLE rara_workers
 
-GRANT SELECT,INSERT,UPDATE ON TABLE public.rara_workers TO rara_worker;
-GRANT SELECT ON TABLE public.rara_workers TO rara_operator;
-GRANT SELECT ON TABLE public.rara_workers TO rara_client;
+GRANT SELECT ON TABLE public.rara_workers TO rara_reader;
+
+-- DEFAULT ACL: DEFAULT PRIVILEGES FOR FUNCTIONS
+
+ALTER DEFAULT PRIVILEGES FOR ROLE rara REVOKE ALL ON FUNCTIONS  FROM PUBLIC;
 
 -- DATABASE SETTINGS: ALTER DATABASE (rara's database) SET …
 

@@ -17,7 +17,6 @@ from rara.definitions.model import WorkflowSpec
 from rara.definitions.parse import spec_from_object
 from rara.errors import CapabilityUnavailable, InputInvalid, NotFound, RaraError
 from rara.pg import runs as run_sql
-from rara.pg import steps as step_sql
 from rara.secrets import refuse_credentials
 
 MAX_INPUT_BYTES = 256 * 1024
@@ -219,15 +218,7 @@ def cancel_run(conn: psycopg.Connection[Any], run_id: int) -> bool:
 
 
 def _cancel_once(conn: psycopg.Connection[Any], run_id: int) -> bool:
-    with conn.transaction():
-        if run_sql.get(conn, run_id) is None:
-            raise NotFound(f"no run {run_id}")
-        step_sql.lock_by_run(conn, run_id)
-        if not run_sql.cancel_request(conn, run_id):
-            return False
-        cancelled = step_sql.cancel_waiting(conn, run_id)
-        step_sql.request_cancel(conn, run_id)
-        # Counted in the run (ending it when no step runs); the run row is ours already.
-        run_sql.count_many(conn, json.dumps(
-            [{"run_id": run_id, "succeeded": 0, "failed": 0, "cancelled": cancelled}]))
-        return True
+    cancelled = run_sql.cancel(conn, run_id)
+    if cancelled is None:
+        raise NotFound(f"no run {run_id}")
+    return cancelled

@@ -85,3 +85,26 @@ def database_url(fresh_database: Callable[[], str]) -> str:
 def conn(database_url: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
     with psycopg.connect(database_url, autocommit=True) as connection:
         yield connection
+
+
+@pytest.fixture
+def role_url(database_url: str) -> Iterator[Callable[[str], str]]:
+    """``role_url(group)``: the URL of this test's database for a new login role that is a
+    member of ``group`` (rara_worker, rara_operator, rara_client, rara_reader: migrations 0002,
+    0007), as a deployment gives each process its own; dropped after the test. (Connections
+    of their own: a chaos test restarts the server under the test's ``conn``.)"""
+    made: list[str] = []
+
+    def make(group: str) -> str:
+        name = f"t_{group}_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            admin.execute(f"CREATE ROLE {name} LOGIN IN ROLE {group}")
+        made.append(name)
+        parts = urlsplit(database_url)
+        return urlunsplit(parts._replace(netloc=f"{name}@{parts.hostname}:{parts.port}"))
+
+    yield make
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        for name in made:
+            admin.execute(f"DROP OWNED BY {name}")
+            admin.execute(f"DROP ROLE {name}")

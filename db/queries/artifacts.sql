@@ -1,8 +1,8 @@
 -- Artifacts: the manifests of succeeded steps (rara_step_artifacts) and the blobs they and the
--- checkpoints reference (rara_artifacts); manifests are written by step_complete_many
+-- checkpoints reference (rara_artifacts); manifests are written by step_end_many
 -- (lease.sql). Typed: rara.pg.artifacts.
 -- Loaded by rara.pg.queries with every other file of this folder: one name space, each name
--- object first, then verb (`step_lease`, `run_cancel_request`); `_many` takes arrays.
+-- object first, then verb (`step_lease`, `run_cancel`); `_many` takes arrays.
 -- aiosql suffixes: ^ one row, $ one value, ! no result; none: all rows. No literal percent
 -- signs: statements go to psycopg's %-style placeholders.
 

@@ -1,27 +1,15 @@
 -- Definitions: names and their immutable versions (rara_definitions, rara_definition_versions).
 -- Read and written by rara.definitions.registry, rara.client and the operator (typed: rara.pg.definitions).
 -- Loaded by rara.pg.queries with every other file of this folder: one name space, each name
--- object first, then verb (`step_lease`, `run_cancel_request`); `_many` takes arrays.
+-- object first, then verb (`step_lease`, `run_cancel`); `_many` takes arrays.
 -- aiosql suffixes: ^ one row, $ one value, ! no result; none: all rows. No literal percent
 -- signs: statements go to psycopg's %-style placeholders.
 
--- name: definition_upsert!
-INSERT INTO rara_definitions (name) VALUES (:name)
-ON CONFLICT (name) DO UPDATE SET retired_at = NULL;
-
--- name: definition_lock$
--- Serialises version numbering per name (released at commit).
-SELECT pg_advisory_xact_lock(hashtext('rara_definition:' || :name)) IS NULL;
-
--- name: definition_version_get_by_digest^
-SELECT id, name, version, digest, created_at FROM rara_definition_versions
-WHERE name = :name AND digest = :digest;
-
--- name: definition_version_insert^
-INSERT INTO rara_definition_versions (name, version, digest, spec)
-SELECT :name, coalesce(max(version), 0) + 1, :digest, :spec
-FROM rara_definition_versions WHERE name = :name
-RETURNING id, name, version, digest, created_at;
+-- name: definition_register^
+-- The version of :spec under :name: the existing one with :digest, or the next number
+-- (created true). db/functions/definitions.sql.
+SELECT * FROM rara_definition_register(p_name => :name, p_digest => :digest,
+                                       p_spec => CAST(:spec AS jsonb));
 
 -- name: definition_version_get^
 -- The given version, or the latest when :version is null.
@@ -37,5 +25,4 @@ FROM rara_definitions d JOIN rara_definition_versions v USING (name)
 GROUP BY d.name, d.retired_at ORDER BY d.name;
 
 -- name: definition_retire$
-UPDATE rara_definitions SET retired_at = coalesce(retired_at, now()) WHERE name = :name
-RETURNING name;
+SELECT rara_definition_retire(p_name => :name);

@@ -1,7 +1,7 @@
 -- What happened in a run: its progress events (rara_events, written by step_progress_many in
 -- lease.sql) and its attempt history (rara_attempts). Typed: rara.pg.events.
 -- Loaded by rara.pg.queries with every other file of this folder: one name space, each name
--- object first, then verb (`step_lease`, `run_cancel_request`); `_many` takes arrays.
+-- object first, then verb (`step_lease`, `run_cancel`); `_many` takes arrays.
 -- aiosql suffixes: ^ one row, $ one value, ! no result; none: all rows. No literal percent
 -- signs: statements go to psycopg's %-style placeholders.
 

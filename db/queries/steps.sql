@@ -1,8 +1,7 @@
 -- Steps (rara_steps) outside an attempt: reads for clients, the operator and the worker's idle
--- loop, and the cascades that cancel steps (run cancel, a dependency failed for good).
--- Typed: rara.pg.steps.
+-- loop (every write of a step is a function: db/functions/). Typed: rara.pg.steps.
 -- Loaded by rara.pg.queries with every other file of this folder: one name space, each name
--- object first, then verb (`step_lease`, `run_cancel_request`); `_many` takes arrays.
+-- object first, then verb (`step_lease`, `run_cancel`); `_many` takes arrays.
 -- aiosql suffixes: ^ one row, $ one value, ! no result; none: all rows. No literal percent
 -- signs: statements go to psycopg's %-style placeholders.
 
@@ -34,48 +33,6 @@ CROSS JOIN LATERAL (
     SELECT min(available_at) AS available_at FROM rara_steps
     WHERE status = 'ready' AND capability = cap.name AND executor = cap.executor
 ) AS n;
-
--- name: step_cancel_dependants
--- A step failed for good: every step downstream of it in the run can never run; cancel them.
--- Walked by the dependants of each step (probes of (run_id, key), migration 0006): the cost is
--- the downstream's size, not the run's. The caller counts the ids returned (run_count_many).
-WITH RECURSIVE downstream(key) AS (
-    SELECT CAST(:key AS text)
-    UNION
-    SELECT dependant.key FROM downstream d
-    JOIN rara_steps s ON s.run_id = :run_id AND s.key = d.key
-    CROSS JOIN LATERAL unnest(s.dependants) AS dependant(key)
-)
-UPDATE rara_steps s SET status = 'cancelled', finished_at = now(),
-    error = jsonb_build_object('code', 'UPSTREAM_FAILED',
-                               'message', 'dependency ' || :key || ' failed')
-FROM downstream d
-WHERE s.run_id = :run_id AND s.key = d.key AND s.status IN ('blocked', 'ready')
-RETURNING s.id;
-
--- name: step_lock_by_run!
--- Cancel takes the run's step rows first, in id order, then the run row: the order a step
--- outcome takes them (its step, then the run in run_count_many or step_complete_many), so the two cannot wait on each other in a cycle.
-SELECT id FROM rara_steps WHERE run_id = :run_id ORDER BY id FOR UPDATE;
-
--- name: step_cancel_waiting$
--- How many were cancelled: the caller counts them (run_count_many).
-WITH cancelled AS (
-    UPDATE rara_steps SET status = 'cancelled', finished_at = now(),
-           error = jsonb_build_object('code', 'CANCELLED', 'message', 'run cancelled')
-    WHERE run_id = :run_id AND status IN ('blocked', 'ready')
-    RETURNING id
-)
-SELECT count(*) FROM cancelled;
-
--- name: step_request_cancel
--- Running steps learn of the cancel through NOTIFY now and their next heartbeat otherwise.
-WITH flagged AS (
-    UPDATE rara_steps SET cancel_requested = true
-    WHERE run_id = :run_id AND status = 'running'
-    RETURNING id
-)
-SELECT id, pg_notify('rara_cancel', id::text) FROM flagged;
 
 -- name: step_backlog
 -- Ready + running steps per capability: what the operator scales pools by.

@@ -1,17 +1,16 @@
--- Workers (rara_workers): registration, stop, and who serves what now. A worker's heartbeat is
--- step_heartbeat (lease.sql): one statement extends its row and its leases. Typed: rara.pg.workers.
+-- Workers (rara_workers): registration and stop (db/functions/workers.sql), and who serves what
+-- now. A worker's heartbeat is step_heartbeat (lease.sql): one statement extends its row and
+-- its leases. Typed: rara.pg.workers.
 -- Loaded by rara.pg.queries with every other file of this folder: one name space, each name
--- object first, then verb (`step_lease`, `run_cancel_request`); `_many` takes arrays.
+-- object first, then verb (`step_lease`, `run_cancel`); `_many` takes arrays.
 -- aiosql suffixes: ^ one row, $ one value, ! no result; none: all rows. No literal percent
 -- signs: statements go to psycopg's %-style placeholders.
 
 -- name: worker_register!
-INSERT INTO rara_workers (id, capabilities) VALUES (:worker, :capabilities)
-ON CONFLICT (id) DO UPDATE SET capabilities = EXCLUDED.capabilities, heartbeat_at = now(),
-    stopped_at = NULL;
+SELECT rara_worker_register(p_worker => :worker, p_capabilities => CAST(:capabilities AS text[]));
 
 -- name: worker_stop!
-UPDATE rara_workers SET stopped_at = now() WHERE id = :worker;
+SELECT rara_worker_stop(p_worker => :worker);
 
 -- name: worker_list_live
 SELECT id, capabilities, started_at, heartbeat_at FROM rara_workers

@@ -9,16 +9,17 @@ from typing import Any
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from rara.pg.queries import Conn, many, one, run, value
+from rara.pg.queries import Conn, many, one, value
 
 
 @dataclass(frozen=True, slots=True)
-class VersionRow:
+class RegisteredRow:
     id: int
     name: str
     version: int
     digest: str
     created_at: datetime
+    created: bool  # False: this digest was already a version of the name
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,24 +44,12 @@ class DefinitionRow:
     retired_at: datetime | None
 
 
-def lock(conn: Conn, name: str) -> None:
-    """Serialise version numbering of ``name`` until the transaction ends."""
-    run(conn, "definition_lock", name=name)
-
-
-def upsert(conn: Conn, name: str) -> None:
-    run(conn, "definition_upsert", name=name)
-
-
-def version_by_digest(conn: Conn, name: str, digest: str) -> VersionRow | None:
-    return one(conn, "definition_version_get_by_digest", class_row(VersionRow),
-               name=name, digest=digest)
-
-
-def version_insert(conn: Conn, name: str, digest: str, spec: dict[str, Any]) -> VersionRow:
-    row = one(conn, "definition_version_insert", class_row(VersionRow),
+def register(conn: Conn, name: str, digest: str, spec: dict[str, Any]) -> RegisteredRow:
+    """The version of ``spec`` (digest ``digest``) under ``name``: the existing one, or the next
+    number (``definition_register``)."""
+    row = one(conn, "definition_register", class_row(RegisteredRow),
               name=name, digest=digest, spec=Jsonb(spec))
-    assert row is not None  # an INSERT … SELECT of an aggregate: always one row
+    assert row is not None  # the function returns the found or the inserted row
     return row
 
 

@@ -22,6 +22,15 @@ with the statement checksum of that same file, and the runner accepts such a row
 file's statements are still those (only comments or layout changed), then re-stamps the row in
 the new form. Any other bare digest is refused as a changed file. The re-stamp is one-way,
 like the migrations: a ``rara migrate`` older than this runner then refuses the database.
+
+The functions of ``db/functions/*.sql`` (every state change, see docs/least-privilege.md) are
+*repeatable*: each file says what its functions are now (``CREATE OR REPLACE``, then who may
+execute them), so a change is an edit of that one file, reviewed as a diff, not a copy of the
+function into a new migration. After the migrations, in the same transaction and under the same
+lock, the files are run again in name order whenever one changed or a migration was applied
+(grants may name the columns a migration added); ``rara_schema_functions`` holds each file's
+statement checksum. They run after every migration, so a migration never calls one of them;
+a function that goes away is dropped by a migration.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
 from importlib.resources.abc import Traversable
+from typing import Any
 
 import psycopg
 
@@ -77,7 +87,11 @@ class Migration:
 
     @property
     def checksum(self) -> str:
-        return _PREFIX + hashlib.sha256(canonical_sql(self.sql).encode()).hexdigest()
+        return _checksum(self.sql)
+
+
+def _checksum(sql: str) -> str:
+    return _PREFIX + hashlib.sha256(canonical_sql(sql).encode()).hexdigest()
 
 
 _DOLLAR_TAG = re.compile(r"\$(?:[^\W\d][\w]*)?\$")  # $$, $body$ (a tag takes no `$`)
@@ -204,7 +218,39 @@ def migrate(url: str, migrations: Sequence[Migration] | None = None) -> list[Mig
                 (migration.version, migration.name, migration.checksum),
             )
             done.append(migration)
+        if migrations is None:  # the functions are written for the latest schema only
+            _apply_functions(conn, force=bool(done))
         return done
+
+
+def function_files() -> dict[str, str]:
+    """File name → text of every ``.sql`` file in ``rara.sql/functions``, in name order."""
+    folder: Traversable = files("rara.sql") / "functions"
+    return {f.name: f.read_text() for f in sorted(folder.iterdir(), key=lambda f: f.name)
+            if f.name.endswith(".sql")}
+
+
+def _apply_functions(conn: psycopg.Connection[Any], *, force: bool) -> None:
+    """Run the function files again when one changed (or ``force``: a migration was applied)."""
+    conn.execute(
+        """CREATE TABLE IF NOT EXISTS rara_schema_functions (
+               file text PRIMARY KEY, checksum text NOT NULL,
+               applied_at timestamptz NOT NULL DEFAULT now())"""
+    )
+    wanted = {name: _checksum(text) for name, text in function_files().items()}
+    stored = dict(conn.execute("SELECT file, checksum FROM rara_schema_functions").fetchall())
+    if stored == wanted and not force:
+        return
+    # SECURITY DEFINER functions take their search_path from here (SET search_path FROM
+    # CURRENT): this schema, then pg_temp last, so no caller's object can stand in for ours.
+    conn.execute("SELECT set_config('search_path', quote_ident(current_schema()) || ', pg_temp',"
+                 " true)")
+    for text in function_files().values():
+        conn.execute(text.encode())  # bytes: the whole file as one script
+    conn.execute("DELETE FROM rara_schema_functions")
+    with conn.cursor() as cur:
+        cur.executemany("INSERT INTO rara_schema_functions (file, checksum) VALUES (%s, %s)",
+                        list(wanted.items()))
 
 
 _SCHEMA_HEADER = """\

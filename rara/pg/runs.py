@@ -10,7 +10,7 @@ from typing import Any
 from psycopg.rows import class_row, scalar_row
 from psycopg.types.json import Jsonb
 
-from rara.pg.queries import AsyncConn, Conn, arun, many, one, run, value
+from rara.pg.queries import Conn, many, one, value
 from rara.states import RunStatus
 
 
@@ -86,21 +86,10 @@ def list_recent(conn: Conn, status: RunStatus | None, limit: int) -> list[RunSum
                 status=None if status is None else status.value, limit=limit)
 
 
-def cancel_request(conn: Conn, run_id: int) -> bool:
-    """Mark the run cancelled-on-request; False when it had already ended."""
-    return value(conn, "run_cancel_request", int, run_id=run_id) is not None
-
-
-def count_many(conn: Conn, deltas: str) -> None:
-    """Parent aggregation by counters (``run_count_many``): ``deltas``, a JSON array of
-    {run_id, succeeded, failed, cancelled}, the steps the transaction made terminal; the last
-    statement of the transaction (it locks the runs, in id order)."""
-    run(conn, "run_count_many", deltas=deltas)
-
-
-async def acount_many(conn: AsyncConn, deltas: str) -> None:
-    """``count_many`` on an async connection."""
-    await arun(conn, "run_count_many", deltas=deltas)
+def cancel(conn: Conn, run_id: int) -> bool | None:
+    """Cancel the run (``run_cancel``): True when cancelled now, False when it had already
+    ended, None when there is no such run."""
+    return value(conn, "run_cancel", bool, run_id=run_id)
 
 
 def enqueue_many(conn: Conn, *, definition: str, version: int | None, runs: int, steps: int,

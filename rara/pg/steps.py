@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from psycopg.rows import class_row, scalar_row
+from psycopg.rows import class_row
 
-from rara.pg.queries import AsyncConn, Conn, amany, avalue, many, run, value
+from rara.pg.queries import AsyncConn, Conn, avalue, many
 from rara.states import StepStatus
 
 Pairs = list[tuple[str, str]]  # (capability, executor kind)
@@ -91,27 +91,6 @@ def backlog(conn: Conn) -> list[Backlog]:
 
 def list_failed(conn: Conn, limit: int) -> list[FailedStep]:
     return many(conn, "step_list_failed", class_row(FailedStep), limit=limit)
-
-
-def lock_by_run(conn: Conn, run_id: int) -> None:
-    """The run's step rows, in id order (run cancel takes them before the run row)."""
-    run(conn, "step_lock_by_run", run_id=run_id)
-
-
-def cancel_waiting(conn: Conn, run_id: int) -> int:
-    """Cancel the run's blocked and ready steps; how many."""
-    return value(conn, "step_cancel_waiting", int, run_id=run_id) or 0
-
-
-def request_cancel(conn: Conn, run_id: int) -> list[int]:
-    """Flag the run's running steps and NOTIFY their workers; their ids."""
-    return [int(i) for i in many(conn, "step_request_cancel", scalar_row, run_id=run_id)]
-
-
-async def cancel_dependants(conn: AsyncConn, run_id: int, key: str) -> list[int]:
-    """Step ``key`` failed for good: cancel every waiting step downstream of it."""
-    return [int(i) for i in await amany(conn, "step_cancel_dependants", scalar_row,
-                                        run_id=run_id, key=key)]
 
 
 async def next_available(conn: AsyncConn, pairs: Pairs) -> float | None:

@@ -4,6 +4,7 @@ file may change its comments, never its statements."""
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 from dataclasses import replace
 from typing import Any
@@ -20,6 +21,7 @@ from rara.pg.migrate import (
     migrate,
 )
 from rara.pg.queries import sql
+from tests.helpers import nested_plans
 
 
 def _fresh(admin_url: str, name: str) -> str:
@@ -82,18 +84,18 @@ def test_fenced_batch_writes_are_never_planned_onto_the_reaper_index(
     """Migration 0004: with `status = 'running'` as the reaper index's predicate the planner
     scanned every running step for a completion batch's ids (and, under a held xmin horizon,
     every dead entry of finished attempts); its predicate now is one no fence implies."""
+    token = "00000000-0000-0000-0000-000000000001"
     plans = [
-        conn.execute("EXPLAIN " + sql("step_complete_many"),
-                     {"worker": "w", "endings": '[{"id": 1, "token": "'
-                                                 '00000000-0000-0000-0000-000000000001"}]',
-                      "others": "[]"}),
-        conn.execute("EXPLAIN " + sql("step_heartbeat"),
-                     {"worker": "w", "capabilities": ["x@1"], "step_ids": [1, 2],
-                      "tokens": ["00000000-0000-0000-0000-000000000001"] * 2,
-                      "lease_seconds": 30}),
+        *nested_plans(conn, sql("step_end_many"),
+                      {"worker": "w", "successes": f'[{{"id": 1, "token": "{token}"}}]',
+                       "others": "[]"}),
+        *nested_plans(conn, sql("step_heartbeat"),
+                      {"worker": "w", "capabilities": ["x@1"], "step_ids": [1, 2],
+                       "tokens": [token] * 2, "lease_seconds": 30}),
     ]
-    for plan in plans:
-        text = "\n".join(row[0] for row in plan.fetchall())
+    texts = [json.dumps(plan) for plan in plans]
+    assert any("rara_steps_pkey" in text for text in texts), texts  # the fenced probes
+    for text in texts:
         assert "rara_steps_running_expiry" not in text, text
 
 

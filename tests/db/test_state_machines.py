@@ -11,6 +11,7 @@ import psycopg
 import pytest
 
 from rara.errors import ErrorCode
+from rara.pg.migrate import function_files
 from rara.pg.queries import query_files
 from rara.states import (
     RUN_TRANSITIONS,
@@ -154,8 +155,8 @@ def test_database_table_matches_code(conn: psycopg.Connection[Any]) -> None:
 
 
 def test_error_codes_the_sql_writes_are_the_enum() -> None:
-    """The stored codes db/queries writes itself are members of rara.errors.ErrorCode."""
-    written = {code for text in query_files().values()
+    """The stored codes db/functions writes itself are members of rara.errors.ErrorCode."""
+    written = {code for text in [*query_files().values(), *function_files().values()]
                for code in re.findall(r"'code',\s*'([A-Z_]+)'", text)}
     assert written == {"LEASE_EXPIRED", "UPSTREAM_FAILED", "CANCELLED"}
     assert written <= {c.value for c in ErrorCode}

@@ -23,6 +23,7 @@ import os
 import random
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,8 @@ def go_plan(seed: int, seconds: float, kills: int = 2) -> list[PlannedAction]:
 
 def test_mixed_fleet_under_chaos(database_url: str, pg_server: EmbeddedPostgres | None,
                                  pg_admin_url: str, fleet_dir: Path,  # noqa: F811
-                                 services: list[Service]) -> None:  # noqa: F811
+                                 services: list[Service],  # noqa: F811
+                                 role_url: Callable[[str], str]) -> None:
     began = time.monotonic()
     binary = build_go_executor()
     seed = int(os.environ.get("RARA_CHAOS_SEED") or random.SystemRandom().randrange(2**31))
@@ -124,9 +126,13 @@ def test_mixed_fleet_under_chaos(database_url: str, pg_server: EmbeddedPostgres 
                      "--max-concurrency", "32", "--grace", "1", "--cancel-grace", "0.5"],
         fleet_dir / "logs", env=ledger_env)
 
+    # Each process under its own role (docs/least-privilege.md): the workers as rara_worker,
+    # the runs started as rara_client; the checks below read as the owner.
+    worker_url, client_url = role_url("rara_worker"), role_url("rara_client")
+
     def worker_argv(identity: str) -> list[str]:
         args = ["-m", "rara.worker", "--handlers", "tests.e2e.chaos.handlers",
-                "--database-url", database_url, "--id", identity,
+                "--database-url", worker_url, "--id", identity,
                 "--artifact-root", str(fleet_dir / "artifacts"),
                 "--executor-endpoint", f"127.0.0.1:{py_port}",
                 "--executor-endpoint", f"127.0.0.1:{go_port}",
@@ -170,7 +176,7 @@ def test_mixed_fleet_under_chaos(database_url: str, pg_server: EmbeddedPostgres 
                 return start_run(conn, "mixed", input={"n": i}, idempotency_key=f"mixed-{i}",
                                  queue_anyway=True)
 
-            _retrying(database_url, start)
+            _retrying(client_url, start)
         time.sleep(max(0.0, chaos_started + seconds - time.monotonic()))
     finally:
         for driver in drivers:

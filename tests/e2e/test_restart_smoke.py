@@ -145,7 +145,8 @@ def services() -> Iterator[list[Service]]:
 
 def test_restart_smoke_under_chaos(database_url: str, pg_server: EmbeddedPostgres | None,
                                    pg_admin_url: str, fleet_dir: Path,
-                                   services: list[Service]) -> None:
+                                   services: list[Service],
+                                   role_url: Callable[[str], str]) -> None:
     began = time.monotonic()
     seed = int(os.environ.get("RARA_CHAOS_SEED") or random.SystemRandom().randrange(2**31))
     seconds = float(os.environ.get("RARA_CHAOS_SECONDS", "60"))
@@ -166,9 +167,13 @@ def test_restart_smoke_under_chaos(database_url: str, pg_server: EmbeddedPostgre
                      "--max-concurrency", "64", "--grace", "1", "--cancel-grace", "0.5"],
         fleet_dir / "logs", env={"RARA_CHAOS_FILE_LEDGER": str(fleet_dir / "ledger")})
 
+    # Each process under its own role (docs/least-privilege.md): the workers as rara_worker,
+    # the runs started as rara_client; the checks below read as the owner.
+    worker_url, client_url = role_url("rara_worker"), role_url("rara_client")
+
     def worker_argv(identity: str) -> list[str]:
         args = ["-m", "rara.worker", "--handlers", "tests.e2e.chaos.handlers",
-                "--database-url", database_url, "--id", identity,
+                "--database-url", worker_url, "--id", identity,
                 "--artifact-root", str(fleet_dir / "artifacts"),
                 "--executor-endpoint", f"127.0.0.1:{port}",
                 "--executor-token-file", str(fleet_dir / "token")]
@@ -200,7 +205,7 @@ def test_restart_smoke_under_chaos(database_url: str, pg_server: EmbeddedPostgre
         for i in range(RUNS):
             due = chaos_started + spread * i / RUNS
             time.sleep(max(0.0, due - time.monotonic()))
-            _retrying(database_url, lambda c, i=i: start_run(
+            _retrying(client_url, lambda c, i=i: start_run(
                 c, "chaos", input={"n": i}, idempotency_key=f"chaos-{i}", queue_anyway=True))
         time.sleep(max(0.0, chaos_started + seconds - time.monotonic()))
     finally:

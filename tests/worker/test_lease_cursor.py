@@ -16,6 +16,7 @@ from rara.pg.queries import sql
 from rara.worker.lease_cursor import LeaseCursors
 from rara.worker.store import WorkerStore
 from rara.worker.testing import enqueue_single_step_runs
+from tests.helpers import nested_plans
 from tests.worker.conftest import define, worker_store
 
 PAIRS = [("test.echo@1", "inprocess")]
@@ -34,17 +35,18 @@ def _enqueue(conn: psycopg.Connection[Any], n: int, priority: int = 0) -> None:
 
 
 def _lease_scan_buffers(conn: psycopg.Connection[Any], after: dict[str, Any]) -> int:
-    """Leases one step as the worker does (EXPLAIN ANALYZE runs it) and returns the pages
-    its scan of the lease index touched: index and heap pages of every entry it walked."""
-    [[plan]] = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql("step_lease"), {
+    """Leases one step as the worker does (auto_explain's analyze; rolled back) and returns
+    the pages its scan of the lease index touched: index and heap pages of every entry it
+    walked."""
+    plans = nested_plans(conn, sql("step_lease"), {
         "capabilities": [c for c, _ in PAIRS], "executors": [e for _, e in PAIRS], "limit": 1,
-        "worker": "cursor", "lease_seconds": 30, **after}).fetchone() or [[None]]
+        "worker": "cursor", "lease_seconds": 30, **after}, analyze=True)
 
     def scans(node: dict[str, Any]) -> list[dict[str, Any]]:
         found = [node] if node.get("Index Name") == "rara_steps_ready" else []
         return found + [s for child in node.get("Plans", []) for s in scans(child)]
 
-    [scan] = scans(plan["Plan"])
+    [scan] = [scan for plan in plans for scan in scans(plan["Plan"])]
     assert scan["Actual Rows"] == 1
     return int(scan["Shared Hit Blocks"]) + int(scan["Shared Read Blocks"])
 

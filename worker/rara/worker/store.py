@@ -38,9 +38,8 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from rara.artifacts.ref import ArtifactRef
-from rara.pg import runs as run_sql
 from rara.pg import steps as step_sql
-from rara.pg.queries import amany, aone, avalue, sql
+from rara.pg.queries import amany, avalue, sql
 from rara.states import AttemptOutcome, StepStatus, check_step_transition
 from rara.worker.dispatch import LEASED, LeasedStep
 
@@ -102,99 +101,56 @@ _ENDINGS = frozenset({AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED, AttemptOu
 
 
 async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[StepStatus | None]:
-    """End many attempts (all fenced by one worker) in one transaction.
+    """End many attempts (all fenced by one worker) in one transaction, one round trip.
 
     Per ending, in order, the step's status after it: ``SUCCEEDED``, ``READY`` (retry after
     backoff), ``FAILED``, ``CANCELLED``, or ``None`` when its fence matched nothing (lease lost:
-    nothing was written for that step). Failures and cancels (rare) are one statement each,
-    first, with the cancels they cascade to; then one statement writes the successes and counts
-    everything that ended in the runs' step counts (step_complete_many with the others'
-    deltas): the run rows are the last locks taken, in id order. Errors roll the whole batch
-    back.
+    nothing was written for that step). One call of ``rara_step_end_many`` (step_end_many)
+    writes the failures and cancels (rare) with the cancels they cascade to, then the
+    successes, then counts everything that ended in the runs' step counts: the run rows are
+    the last locks taken, in id order. Errors roll the whole batch back.
     """
     if not endings:
         return []
     worker = endings[0].fence.worker
     if any(e.fence.worker != worker for e in endings):
         raise ValueError("end_many: every ending must be fenced by the same worker")
-    answers: list[StepStatus | None] = [None] * len(endings)
-    wins = [i for i, e in enumerate(endings) if e.outcome is AttemptOutcome.SUCCEEDED]
-    rest = [i for i, e in enumerate(endings) if e.outcome is not AttemptOutcome.SUCCEEDED]
-    successes = _successes_json(
-        [(endings[i].fence, endings[i].result, endings[i].artifacts) for i in wins])
-    if not rest:
-        # Only successes (the common case): nothing depends on an answer before the commit, so
-        # the whole transaction goes in one round trip (pipeline mode).
-        async with conn.pipeline(), conn.transaction():
-            cur = conn.cursor(row_factory=scalar_row)  # the first column: the step id
-            await cur.execute(sql("step_complete_many"),
-                              {"worker": worker, "endings": successes, "others": "[]"})
-        done = set(await cur.fetchall())
-        return [StepStatus.SUCCEEDED if e.fence.step_id in done else None for e in endings]
-    async with conn.transaction():
-        counts = RunCounts()
-        for i in rest:
-            e = endings[i]
-            if e.outcome is AttemptOutcome.CANCELLED:
-                row = await aone(conn, "step_cancel", class_row(Ended), step_id=e.fence.step_id,
-                                 worker=worker, token=e.fence.token)
-            else:
-                row = await aone(conn, "step_fail", class_row(Ended), step_id=e.fence.step_id,
-                                 worker=worker, token=e.fence.token,
-                                 error=Jsonb(dict(e.error or {})), retryable=e.retryable,
-                                 jitter=e.jitter, outcome=e.outcome)
-            if row is not None:
-                await _count_end(conn, counts, row)
-                answers[i] = row.status
-        done = set(await amany(conn, "step_complete_many", scalar_row, worker=worker,
-                               endings=successes, others=counts.json()))
-        for i in wins:
-            if endings[i].fence.step_id in done:
-                answers[i] = StepStatus.SUCCEEDED
-    return answers
+    successes = _successes_json([(e.fence, e.result, e.artifacts) for e in endings
+                                 if e.outcome is AttemptOutcome.SUCCEEDED])
+    others = json.dumps([
+        {"id": e.fence.step_id, "token": str(e.fence.token), "outcome": e.outcome.value,
+         "error": dict(e.error or {}), "retryable": e.retryable, "jitter": e.jitter}
+        for e in endings if e.outcome is not AttemptOutcome.SUCCEEDED], allow_nan=False)
+    # Nothing depends on an answer before the commit: the transaction goes in one round trip
+    # (pipeline mode).
+    async with conn.pipeline(), conn.transaction():
+        cur = conn.cursor()  # (id, status) tuples: no object per step on the hot path
+        await cur.execute(sql("step_end_many"),
+                          {"worker": worker, "successes": successes, "others": others})
+    ended = {step_id: _END_STATUS[status] for step_id, status in await cur.fetchall()}
+    return [ended.get(e.fence.step_id) for e in endings]
 
 
-class RunCounts:
-    """Deltas of runs' step counts (steps made terminal in a transaction), for run_count_many
-    or step_complete_many's ``others``."""
-
-    def __init__(self) -> None:
-        self._by_run: dict[int, list[int]] = {}
-
-    def add(self, run_id: int, status: StepStatus, n: int = 1) -> None:
-        column = _COUNTED.get(status)
-        if column is not None and n:
-            self._by_run.setdefault(run_id, [0, 0, 0])[column] += n
-
-    def __bool__(self) -> bool:
-        return bool(self._by_run)
-
-    def json(self) -> str:
-        return json.dumps([{"run_id": r, "succeeded": c[0], "failed": c[1], "cancelled": c[2]}
-                           for r, c in sorted(self._by_run.items())])
+def _end_statuses() -> dict[str, StepStatus]:
+    """What an end leaves a running step as, by its name in the database: each a legal move
+    from running, checked once here (rara.states) instead of per row."""
+    ends = (StepStatus.SUCCEEDED, StepStatus.READY, StepStatus.FAILED, StepStatus.CANCELLED)
+    for status in ends:
+        check_step_transition(StepStatus.RUNNING, status)
+    return {status.value: status for status in ends}
 
 
-_COUNTED = {StepStatus.SUCCEEDED: 0, StepStatus.FAILED: 1, StepStatus.CANCELLED: 2}
-
-
-async def _count_end(conn: AsyncConn, counts: RunCounts, row: Ended) -> None:
-    """Count a step's end (nothing for a retry) and, after a failure for good, cancel its
-    downstream and count those too."""
-    counts.add(row.run_id, row.status)
-    if row.status is StepStatus.FAILED:
-        cancelled = await step_sql.cancel_dependants(conn, row.run_id, row.key)
-        counts.add(row.run_id, StepStatus.CANCELLED, len(cancelled))
+_END_STATUS = _end_statuses()
 
 
 def _successes_json(wins: Sequence[tuple[Fence, Any, Sequence[Mapping[str, Any]]]]) -> str:
-    """(fence, result, artifact manifest) of successes as the one JSON array step_complete_many
+    """(fence, result, artifact manifest) of successes as the one JSON array step_end_many
     reads: one C-encoded ``json.dumps`` for the whole batch (per-element dumping of typed arrays
     was a measured hot spot)."""
     return json.dumps([
         {"id": fence.step_id, "token": str(fence.token), "result": result,
          **({"manifest": list(artifacts)} if artifacts else {})}
         for fence, result, artifacts in wins], allow_nan=False, separators=(",", ":"))
-
 
 
 async def lease(conn: AsyncConn, worker: str, pairs: Pairs, limit: int, lease_seconds: float,
@@ -221,26 +177,19 @@ async def release(conn: AsyncConn, worker: str, leases: Sequence[tuple[int, UUID
 
 async def reap(conn: AsyncConn, worker: str, *, limit: int,
                jitter: float) -> list[tuple[int, StepStatus]]:
-    """Recover expired leases (bounded batch); returns (step id, new status) pairs."""
-    async with conn.transaction():
-        rows = await amany(conn, "step_reap_expired", class_row(Ended), worker=worker,
-                           limit=limit, jitter=jitter)
-        counts = RunCounts()
-        for row in sorted(rows, key=lambda r: r.run_id):
-            await _count_end(conn, counts, row)
-        if counts:  # the runs last, in id order (run_count_many)
-            await run_sql.acount_many(conn, counts.json())
-        return [(r.id, r.status) for r in rows]
+    """Recover expired leases (bounded batch; their cascades and run counts in the same
+    transaction); returns (step id, new status) pairs."""
+    rows = await amany(conn, "step_reap_expired", class_row(Ended), worker=worker,
+                       limit=limit, jitter=jitter)
+    return [(r.id, r.status) for r in rows]
 
 
 @dataclass(frozen=True, slots=True)
 class Ended:
-    """A step whose attempt a fenced end matched (step_fail, step_cancel, step_reap_expired):
-    its run, key and new status (a legal move from running: checked against rara.states)."""
+    """A step whose attempt an end matched (step_end_many, step_reap_expired) and its new
+    status (a legal move from running: checked against rara.states)."""
 
     id: int
-    run_id: int
-    key: str
     status: StepStatus
 
     def __post_init__(self) -> None:

@@ -1,0 +1,45 @@
+-- Definitions: registering a version and retiring a name, by the roles that register them
+-- (rara_client: `rara definitions apply`, applications; rara_operator: WorkflowDefinition
+-- resources). Versions are immutable (a trigger refuses changes) and no role writes the
+-- tables directly (migration 0007). Called through db/queries/definitions.sql
+-- (rara.pg.definitions). Repeatable (rara.pg.migrate): edit in place.
+
+CREATE OR REPLACE FUNCTION rara_definition_register(p_name text, p_digest text, p_spec jsonb)
+RETURNS TABLE (id bigint, name text, version integer, digest text, created_at timestamptz,
+               created boolean)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+BEGIN
+    -- The version of p_spec under p_name: the existing one with that digest, or the next
+    -- number. Two registrars of one name must not both pick version N+1: the advisory lock
+    -- (released at commit) orders them, and the second one finds the first one's row by
+    -- digest. Registering a retired name brings it back.
+    PERFORM pg_advisory_xact_lock(hashtext('rara_definition:' || p_name));
+    INSERT INTO rara_definitions (name) VALUES (p_name)
+    ON CONFLICT ON CONSTRAINT rara_definitions_pkey DO UPDATE SET retired_at = NULL;
+    RETURN QUERY
+    SELECT v.id, v.name, v.version, v.digest, v.created_at, false
+    FROM rara_definition_versions v WHERE v.name = p_name AND v.digest = p_digest;
+    IF NOT FOUND THEN
+        RETURN QUERY
+        INSERT INTO rara_definition_versions AS v (name, version, digest, spec)
+        SELECT p_name, coalesce(max(w.version), 0) + 1, p_digest, p_spec
+        FROM rara_definition_versions w WHERE w.name = p_name
+        RETURNING v.id, v.name, v.version, v.digest, v.created_at, true;
+    END IF;
+END $$;
+SELECT rara_grant('rara_definition_register', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_definition_retire(p_name text)
+RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    retired text;
+BEGIN
+    -- No new run starts from a retired name without an explicit version; its versions stay.
+    -- NULL: no such name.
+    UPDATE rara_definitions SET retired_at = coalesce(retired_at, now()) WHERE name = p_name
+    RETURNING name INTO retired;
+    RETURN retired;
+END $$;
+SELECT rara_grant('rara_definition_retire', 'rara_client', 'rara_operator');

@@ -1,0 +1,488 @@
+-- The lease protocol: every state change of an attempt, from its lease to its one end, and the
+-- reaper that ends attempts whose worker vanished — each a SECURITY DEFINER function that only
+-- rara_worker may execute (no role writes rara_steps, rara_attempts, rara_events or
+-- rara_checkpoints directly: migration 0007). Every write after the lease is fenced by
+-- (id, leased_by, lease_token, status = 'running'), the token being the lease's capability:
+-- only the worker that leased the step ever learns it (no role may read the column:
+-- reads.sql). Zero rows means the lease is lost and the caller writes nothing more for the
+-- attempt. Called by the worker's store (rara.worker.store) through db/queries/lease.sql;
+-- docs/lease-protocol.md tells the protocol, docs/least-privilege.md the roles.
+-- Repeatable (rara.pg.migrate): edit in place. Parameters are p_-prefixed; `use_column` makes a
+-- name that is both a column and an output column of the function mean the column.
+
+CREATE OR REPLACE FUNCTION rara_step_lease(
+    p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[],
+    p_after_ats timestamptz[], p_after_ids bigint[], p_limit integer,
+    p_lease_seconds double precision)
+RETURNS TABLE (id bigint, run_id bigint, key text, capability text, executor text,
+               payload jsonb, attempt integer, max_attempts integer, lease_token uuid,
+               lease_expires_at timestamptz, timeout_ms integer, heartbeat_timeout_ms integer,
+               depends_on text[], run_input jsonb, leased_at timestamptz, checkpoint jsonb,
+               inputs jsonb, rank integer, available_at timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+BEGIN
+    -- The lease, routed: the worker serves (capability, executor kind) pairs — a worker
+    -- without a gRPC executor must not lease `executor: grpc` steps of a capability its
+    -- registry also has. Per pair an optional cursor (after_ranks, after_ats, after_ids; NULL:
+    -- from the start) — the lease key (-priority, available_at, id) of the last step the
+    -- worker leased of that pair: the scan starts after it, so the entries of steps already
+    -- leased are not walked over again (dead ones that a held xmin horizon keeps in the
+    -- index). What it skips — a higher priority or an earlier available_at that arrived behind
+    -- the cursor — the worker's periodic scan from the start finds (rara.worker.lease_cursor).
+    RETURN QUERY
+    WITH candidates AS (
+        -- One index range scan per served pair (rara_steps_ready is ordered by capability
+        -- then lease order; the executor kind is a filter on the same rows), SKIP LOCKED so
+        -- concurrent workers never wait on each other, then the global lease order across
+        -- pairs.
+        SELECT c.id
+        FROM unnest(p_capabilities, p_executors, p_after_ranks, p_after_ats, p_after_ids)
+            AS cap(name, executor, after_rank, after_at, after_id)
+        CROSS JOIN LATERAL (
+            SELECT s.id, -s.priority AS rank, s.available_at FROM rara_steps s
+            WHERE s.status = 'ready' AND s.capability = cap.name AND s.executor = cap.executor
+              AND s.available_at <= now()
+              -- the index range starts here (-1001: below every rank, see migration 0004)
+              AND (-s.priority, s.available_at, s.id) > (coalesce(cap.after_rank, -1001),
+                                                         coalesce(cap.after_at, '-infinity'),
+                                                         coalesce(cap.after_id, 0))
+            ORDER BY -s.priority, s.available_at, s.id
+            LIMIT p_limit
+            FOR UPDATE SKIP LOCKED
+        ) AS c
+        ORDER BY c.rank, c.available_at, c.id
+        LIMIT p_limit
+    ), leased AS (
+        -- The attempt starts: a fresh token fences every later write of this attempt.
+        UPDATE rara_steps s SET
+            status = 'running', attempt = s.attempt + 1, leased_by = p_worker,
+            lease_token = gen_random_uuid(),
+            lease_expires_at = now() + make_interval(secs => p_lease_seconds),
+            heartbeat_at = now(), started_at = coalesce(s.started_at, now()),
+            cancel_requested = false
+        -- (= ANY (ARRAY(…)) and the scalar subqueries below: primary key probes, whatever the
+        -- planner guesses of the number of rows leased)
+        WHERE s.id = ANY (ARRAY(SELECT id FROM candidates))
+        RETURNING s.id, s.run_id, s.key, s.capability, s.executor, s.payload, s.attempt,
+                  s.max_attempts, s.lease_token, s.lease_expires_at, s.timeout_ms,
+                  s.heartbeat_timeout_ms, s.depends_on, -s.priority AS rank, s.available_at
+    ), history AS (
+        -- Ownership history, read by the checker that proves no two owners overlapped.
+        INSERT INTO rara_attempts (step_id, attempt, run_id, worker, lease_token)
+        SELECT l.id, l.attempt, l.run_id, p_worker, l.lease_token FROM leased l
+    ), started_runs AS (
+        UPDATE rara_runs SET status = 'running', started_at = now()
+        WHERE id = ANY (ARRAY(SELECT l.run_id FROM leased l)) AND status = 'pending'
+    )
+    SELECT l.id, l.run_id, l.key, l.capability, l.executor, l.payload, l.attempt,
+           l.max_attempts, l.lease_token, l.lease_expires_at, l.timeout_ms,
+           l.heartbeat_timeout_ms, l.depends_on,
+           (SELECT r.input FROM rara_runs r WHERE r.id = l.run_id) AS run_input,
+           now() AS leased_at,
+           -- What the attempt starts from, folded in so it starts without another round trip.
+           -- Each is a subquery evaluated only when it can find something (a first attempt has
+           -- no checkpoint, a step without dependencies no inputs), so the common case costs
+           -- nothing.
+           CASE WHEN l.attempt > 1 THEN (
+               -- The latest checkpoint of an earlier attempt: what a retry resumes from.
+               SELECT jsonb_build_object('attempt', c.attempt, 'seq', c.seq, 'state', c.state,
+                                         'digest', c.digest, 'size', a.size)
+               FROM rara_checkpoints c LEFT JOIN rara_artifacts a USING (digest)
+               WHERE c.step_id = l.id AND c.attempt < l.attempt
+               ORDER BY c.attempt DESC, c.seq DESC LIMIT 1) END AS checkpoint,
+           CASE WHEN cardinality(l.depends_on) > 0 THEN (
+               -- Upstream artifacts: the manifests of the succeeded dependencies. The snapshot
+               -- sees them: a step is ready only once the transaction that finished its last
+               -- dependency (and wrote its manifest) committed.
+               SELECT jsonb_agg(jsonb_build_object('key', u.key, 'name', m.name,
+                                                   'digest', m.digest, 'size', m.size,
+                                                   'media_type', m.media_type)
+                                ORDER BY u.key, m.name)
+               FROM rara_steps u
+               JOIN rara_step_artifacts m ON m.step_id = u.id AND m.attempt = u.attempt
+               WHERE u.run_id = l.run_id AND u.key = ANY (l.depends_on)
+                 AND u.status = 'succeeded')
+           END AS inputs,
+           l.rank, l.available_at  -- the worker's next cursor
+    FROM leased l;
+END $$;
+SELECT rara_grant('rara_step_lease', 'rara_worker');
+
+CREATE OR REPLACE FUNCTION rara_step_heartbeat(
+    p_worker text, p_capabilities text[], p_lease_seconds double precision,
+    p_step_ids bigint[], p_tokens uuid[])
+RETURNS TABLE (id bigint, cancel_requested boolean)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+BEGIN
+    -- The worker's heartbeat in one statement: its own row (what it serves, that it is
+    -- alive) and every lease it still holds extended (empty arrays when it runs nothing),
+    -- fenced per lease. The answer carries the cancel requests; attempts missing from it have
+    -- lost their lease.
+    RETURN QUERY
+    WITH me AS (
+        UPDATE rara_workers SET heartbeat_at = now(), capabilities = p_capabilities
+        WHERE id = p_worker
+    )
+    UPDATE rara_steps s SET
+        lease_expires_at = now() + make_interval(secs => p_lease_seconds), heartbeat_at = now()
+    FROM unnest(p_step_ids, p_tokens) AS h(id, token)
+    WHERE s.id = h.id AND s.lease_token = h.token AND s.leased_by = p_worker
+      AND s.status = 'running'
+    RETURNING s.id, s.cancel_requested;
+END $$;
+SELECT rara_grant('rara_step_heartbeat', 'rara_worker');
+
+CREATE OR REPLACE FUNCTION rara_step_progress_many(
+    p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[],
+    p_fractions double precision[], p_messages text[], p_metrics jsonb[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    -- The latest progress of many attempts in one statement, fenced per attempt. FOR SHARE
+    -- orders the write after a concurrent reap or cancel of the step, so no event lands for an
+    -- attempt that no longer owns it. Returns the steps still owned. A replayed seq (its first
+    -- write failed in flight) is one row holding the newest state: no gap, no duplicate.
+    RETURN QUERY
+    WITH p AS (
+        SELECT * FROM unnest(p_step_ids, p_tokens, p_seqs, p_fractions, p_messages, p_metrics)
+            AS p(step_id, token, seq, fraction, message, metrics)
+    ), owned AS (
+        SELECT p.*, s.attempt FROM p JOIN rara_steps s
+            ON s.id = p.step_id AND s.lease_token = p.token AND s.leased_by = p_worker
+           AND s.status = 'running'
+        FOR SHARE OF s
+    ), written AS (
+        INSERT INTO rara_events (step_id, attempt, seq, kind, fraction, message, metrics)
+        SELECT o.step_id, o.attempt, o.seq, 'progress', o.fraction, o.message, o.metrics
+        FROM owned o
+        ON CONFLICT (step_id, attempt, seq) DO UPDATE SET
+            fraction = EXCLUDED.fraction, message = EXCLUDED.message, metrics = EXCLUDED.metrics
+    )
+    SELECT o.step_id FROM owned o;
+END $$;
+SELECT rara_grant('rara_step_progress_many', 'rara_worker');
+
+CREATE OR REPLACE FUNCTION rara_step_checkpoint(
+    p_worker text, p_step_id bigint, p_token uuid, p_seq integer, p_state jsonb,
+    p_digest text, p_size bigint)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    written boolean;
+BEGIN
+    -- A checkpoint, fenced (true: written or already there; false: the lease is lost). The
+    -- blob, if any, is registered in the same statement so the foreign key holds.
+    WITH owned AS (
+        SELECT s.id, s.attempt FROM rara_steps s
+        WHERE s.id = p_step_id AND s.leased_by = p_worker AND s.lease_token = p_token
+          AND s.status = 'running'
+        FOR SHARE
+    ), blob AS (
+        INSERT INTO rara_artifacts (digest, size)
+        SELECT p_digest, p_size FROM owned WHERE p_digest IS NOT NULL
+        ON CONFLICT (digest) DO NOTHING
+    ), checkpoint AS (
+        INSERT INTO rara_checkpoints (step_id, attempt, seq, state, digest)
+        SELECT o.id, o.attempt, p_seq, p_state, p_digest FROM owned o
+        ON CONFLICT DO NOTHING
+    )
+    SELECT count(*) = 1 INTO written FROM owned;
+    RETURN written;
+END $$;
+SELECT rara_grant('rara_step_checkpoint', 'rara_worker');
+
+CREATE OR REPLACE FUNCTION rara_step_end_many(p_worker text, p_successes jsonb,
+                                              p_others jsonb DEFAULT '[]')
+RETURNS TABLE (id bigint, status text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+DECLARE
+    other record;
+    ended record;
+    deltas jsonb := '[]';
+    succeeded bigint[];
+    deltas_of_successes jsonb;
+BEGIN
+    -- Many ends of one worker's attempts in one transaction, each fenced on its own: the rows
+    -- returned are the steps whose fence matched, with their status after the end; any other
+    -- step given has lost its lease and nothing was written for it.
+    -- p_others: failures and cancels (rare), one JSON array of {id, token, outcome, error,
+    -- retryable, jitter}, written first, one statement each, with the cancels they cascade to.
+    -- p_successes: one JSON array of {id, token, result, manifest} (encoded by one json.dumps
+    -- in the worker, where typed arrays cost a Python dumper call per element), then written
+    -- in one statement; last, everything that ended is counted in the runs' step counts, so
+    -- that the transaction locks its runs once, in id order, after all its step rows.
+    FOR other IN
+        SELECT * FROM jsonb_to_recordset(p_others) AS o(id bigint, token uuid, outcome text,
+                                                         error jsonb, retryable boolean,
+                                                         jitter double precision)
+    LOOP
+        IF other.outcome = 'cancelled' THEN
+            SELECT * INTO ended FROM rara_step_cancel(p_worker, other.id, other.token);
+        ELSIF other.outcome IN ('failed', 'timed_out') THEN
+            SELECT * INTO ended FROM rara_step_fail(
+                p_worker, other.id, other.token, other.error, other.retryable, other.jitter,
+                other.outcome::rara_attempt_outcome);
+        ELSE  -- a success goes in p_successes; released and lease_expired are not ends
+            RAISE EXCEPTION 'rara: step %: an attempt cannot end as %', other.id, other.outcome
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF ended.id IS NOT NULL THEN
+            deltas := deltas || rara_step_end_deltas(ended.run_id, ended.key, ended.status);
+            id := ended.id;
+            status := ended.status;
+            RETURN NEXT;
+        END IF;
+    END LOOP;
+    WITH given AS MATERIALIZED (
+        SELECT * FROM jsonb_to_recordset(p_successes)
+            AS g(id bigint, token uuid, result jsonb, manifest jsonb)
+    ), done AS (
+        -- The fence, per step: a row whose owner or token changed is simply not matched.
+        UPDATE rara_steps s SET
+            status = 'succeeded', result = g.result, finished_at = now(), error = NULL,
+            leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+        FROM given g
+        -- (= ANY as well: primary key look-ups, not a scan of every running step of the
+        -- worker)
+        WHERE s.id = ANY (ARRAY(SELECT g2.id FROM given g2)) AND s.id = g.id
+          AND s.leased_by = p_worker AND s.lease_token = g.token AND s.status = 'running'
+        RETURNING s.id, s.run_id, s.attempt, s.dependants
+    ), closed AS (
+        UPDATE rara_attempts a SET outcome = 'succeeded', ended_at = now(), ended_by = p_worker
+        FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
+    ), unblocked AS (
+        -- A dependant several of whose dependencies finish in this batch is updated once, by
+        -- their count (an UPDATE applies one joined row per target row). A concurrent change
+        -- of the dependant is waited for and re-read (pending_deps of the newest version).
+        -- Found by (run_id, key) probes of the finished steps' dependants, not by a walk over
+        -- their runs.
+        UPDATE rara_steps s SET
+            pending_deps = s.pending_deps - d.n,
+            status = CASE WHEN s.pending_deps = d.n THEN 'ready'
+                          ELSE 'blocked' END::rara_step_status,
+            available_at = now()
+        FROM (SELECT b.id, count(*)::integer AS n
+              FROM done CROSS JOIN LATERAL unnest(done.dependants) AS dependant(key)
+              JOIN rara_steps b ON b.run_id = done.run_id AND b.key = dependant.key
+               AND b.status = 'blocked'
+              GROUP BY b.id) AS d
+        WHERE s.id = d.id AND s.status = 'blocked'
+        RETURNING s.id
+    ), manifest AS (
+        -- Only the successes that name artifacts (most name none): nothing joined for the
+        -- rest.
+        SELECT done.id, done.attempt, m.name, m.digest, m.size, m.media_type
+        FROM (SELECT g.id, g.manifest FROM given g WHERE g.manifest IS NOT NULL) AS g
+        JOIN done ON done.id = g.id
+        CROSS JOIN LATERAL jsonb_to_recordset(g.manifest)
+            AS m(name text, digest text, size bigint, media_type text)
+    ), blobs AS (
+        -- Blobs are known once; the manifest rows below reference them in the same statement.
+        INSERT INTO rara_artifacts (digest, size)
+        SELECT DISTINCT m.digest, m.size FROM manifest m
+        ON CONFLICT (digest) DO NOTHING
+    ), recorded AS (
+        INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, media_type)
+        SELECT m.id, m.attempt, m.name, m.digest, m.size, m.media_type FROM manifest m
+        ON CONFLICT (step_id, attempt, name) DO NOTHING
+    )
+    SELECT coalesce(array_agg(done.id), '{}'),
+           coalesce(jsonb_agg(jsonb_build_object('run_id', done.run_id, 'succeeded', 1,
+                                                 'failed', 0, 'cancelled', 0)), '[]')
+    INTO succeeded, deltas_of_successes FROM done;
+    -- The runs last, in id order, after every step row the ends wrote (rara_run_count).
+    PERFORM rara_run_count(deltas_of_successes || deltas);
+    RETURN QUERY SELECT unnest(succeeded), 'succeeded'::text;
+END $$;
+SELECT rara_grant('rara_step_end_many', 'rara_worker');
+
+CREATE OR REPLACE FUNCTION rara_step_fail(
+    p_worker text, p_step_id bigint, p_token uuid, p_error jsonb, p_retryable boolean,
+    p_jitter double precision, p_outcome rara_attempt_outcome)
+RETURNS TABLE (id bigint, run_id bigint, key text, status text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    -- Failure, fenced (rara_step_end_many): back to ready after the backoff while attempts
+    -- remain and the error is retryable, otherwise failed for good. The attempt records
+    -- p_outcome (failed or timed_out).
+    RETURN QUERY
+    WITH failing AS (
+        SELECT s.id, s.attempt, s.max_attempts,
+               (p_retryable AND s.attempt - s.releases < s.max_attempts) AS retry,
+               rara_retry_delay(s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient,
+                                s.attempt - s.releases, p_jitter) AS delay
+        FROM rara_steps s
+        WHERE s.id = p_step_id AND s.leased_by = p_worker AND s.lease_token = p_token
+          AND s.status = 'running'
+        FOR UPDATE
+    ), updated AS (
+        UPDATE rara_steps s SET
+            status = CASE WHEN f.retry THEN 'ready' ELSE 'failed' END::rara_step_status,
+            available_at = CASE WHEN f.retry THEN now() + f.delay ELSE s.available_at END,
+            finished_at = CASE WHEN f.retry THEN NULL ELSE now() END,
+            error = p_error, leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+        FROM failing f WHERE s.id = f.id
+        RETURNING s.id, s.run_id, s.key, s.status::text AS status
+    ), closed AS (
+        UPDATE rara_attempts a SET outcome = p_outcome, ended_at = now(), ended_by = p_worker,
+               error = p_error
+        FROM updated u WHERE a.step_id = u.id AND a.attempt = (SELECT f.attempt FROM failing f)
+    )
+    SELECT u.id, u.run_id, u.key, u.status FROM updated u;
+END $$;
+SELECT rara_grant('rara_step_fail');  -- only through rara_step_end_many
+
+CREATE OR REPLACE FUNCTION rara_step_cancel(p_worker text, p_step_id bigint, p_token uuid)
+RETURNS TABLE (id bigint, run_id bigint, key text, status text)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+BEGIN
+    -- A running attempt stopped because cancel was asked, fenced (rara_step_end_many).
+    RETURN QUERY
+    WITH done AS (
+        UPDATE rara_steps s SET status = 'cancelled', finished_at = now(),
+            error = jsonb_build_object('code', 'CANCELLED', 'message', 'cancelled on request'),
+            leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+        WHERE s.id = p_step_id AND s.leased_by = p_worker AND s.lease_token = p_token
+          AND s.status = 'running'
+        RETURNING s.id, s.run_id, s.key, s.attempt
+    ), closed AS (
+        UPDATE rara_attempts a SET outcome = 'cancelled', ended_at = now(), ended_by = p_worker
+        FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
+    )
+    SELECT done.id, done.run_id, done.key, 'cancelled'::text FROM done;
+END $$;
+SELECT rara_grant('rara_step_cancel');  -- only through rara_step_end_many
+
+CREATE OR REPLACE FUNCTION rara_step_end_deltas(p_run_id bigint, p_key text, p_status text)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    downstream integer := 0;
+BEGIN
+    -- A step's end in its run's step counts (rara_run_count's delta; nothing for a retry):
+    -- after a failure for good, its downstream can never run and is cancelled, and counted.
+    IF p_status = 'failed' THEN
+        downstream := rara_step_cancel_dependants(p_run_id, p_key);
+    END IF;
+    RETURN jsonb_build_array(jsonb_build_object(
+        'run_id', p_run_id, 'succeeded', (p_status = 'succeeded')::integer,
+        'failed', (p_status = 'failed')::integer,
+        'cancelled', (p_status = 'cancelled')::integer + downstream));
+END $$;
+SELECT rara_grant('rara_step_end_deltas');
+
+CREATE OR REPLACE FUNCTION rara_step_cancel_dependants(p_run_id bigint, p_key text)
+RETURNS integer
+LANGUAGE plpgsql AS $$
+DECLARE
+    cancelled integer;
+BEGIN
+    -- A step failed for good: every step downstream of it in the run can never run; cancel
+    -- them. Walked by the dependants of each step (probes of (run_id, key), migration 0006):
+    -- the cost is the downstream's size, not the run's. Returns how many were cancelled.
+    WITH RECURSIVE downstream(key) AS (
+        SELECT p_key
+        UNION
+        SELECT dependant.key FROM downstream d
+        JOIN rara_steps s ON s.run_id = p_run_id AND s.key = d.key
+        CROSS JOIN LATERAL unnest(s.dependants) AS dependant(key)
+    ), cancelled AS (
+        UPDATE rara_steps s SET status = 'cancelled', finished_at = now(),
+            error = jsonb_build_object('code', 'UPSTREAM_FAILED',
+                                       'message', 'dependency ' || p_key || ' failed')
+        FROM downstream d
+        WHERE s.run_id = p_run_id AND s.key = d.key AND s.status IN ('blocked', 'ready')
+        RETURNING s.id
+    )
+    SELECT count(*) INTO cancelled FROM cancelled;
+    RETURN cancelled;
+END $$;
+SELECT rara_grant('rara_step_cancel_dependants');
+
+CREATE OR REPLACE FUNCTION rara_step_release_many(p_worker text, p_step_ids bigint[],
+                                                  p_tokens uuid[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    -- Graceful shutdown: give leases back so another worker takes them at once. A released
+    -- attempt is not a failure: `releases` keeps it out of the retry budget.
+    RETURN QUERY
+    WITH released AS (
+        UPDATE rara_steps s SET status = 'ready', available_at = now(),
+            releases = s.releases + 1, leased_by = NULL, lease_token = NULL,
+            lease_expires_at = NULL
+        FROM unnest(p_step_ids, p_tokens) AS h(id, token)
+        WHERE s.id = h.id AND s.lease_token = h.token AND s.leased_by = p_worker
+          AND s.status = 'running'
+        RETURNING s.id, s.attempt
+    ), closed AS (
+        UPDATE rara_attempts a SET outcome = 'released', ended_at = now(), ended_by = p_worker
+        FROM released r WHERE a.step_id = r.id AND a.attempt = r.attempt
+    )
+    SELECT r.id FROM released r;
+END $$;
+SELECT rara_grant('rara_step_release_many', 'rara_worker');
+
+CREATE OR REPLACE FUNCTION rara_step_reap_expired(p_worker text, p_limit integer,
+                                                  p_jitter double precision)
+RETURNS TABLE (id bigint, status text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+DECLARE
+    reaped jsonb;
+    step record;
+    deltas jsonb := '[]';
+BEGIN
+    -- Recover expired leases, in bounded batches, safely from every worker at once: SKIP
+    -- LOCKED picks rows nobody else is touching, and the UPDATE re-checks expiry itself, so a
+    -- step that completed (or was heart-beaten) since the scan is never overwritten. Needs no
+    -- token: it only ends attempts whose lease already ran out.
+    WITH expired AS (
+        SELECT s.id FROM rara_steps s
+        WHERE s.status = 'running' AND s.lease_expires_at < now()
+        ORDER BY s.lease_expires_at LIMIT p_limit
+        FOR UPDATE SKIP LOCKED
+    ), updated AS (
+        UPDATE rara_steps s SET
+            status = CASE WHEN s.attempt - s.releases < s.max_attempts THEN 'ready'
+                          ELSE 'failed' END::rara_step_status,
+            available_at = CASE WHEN s.attempt - s.releases < s.max_attempts
+                THEN now() + rara_retry_delay(s.retry_initial_ms, s.retry_max_ms,
+                                              s.retry_coefficient, s.attempt - s.releases,
+                                              p_jitter)
+                ELSE s.available_at END,
+            finished_at = CASE WHEN s.attempt - s.releases < s.max_attempts THEN NULL
+                               ELSE now() END,
+            error = jsonb_build_object('code', 'LEASE_EXPIRED', 'retryable', true,
+                'message', 'lease of ' || s.leased_by || ' expired at ' || s.lease_expires_at),
+            leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+        FROM expired e
+        WHERE s.id = e.id AND s.status = 'running' AND s.lease_expires_at < now()
+        RETURNING s.id, s.run_id, s.key, s.attempt, s.status::text AS status, s.error
+    ), closed AS (
+        UPDATE rara_attempts a SET outcome = 'lease_expired', ended_at = now(),
+            ended_by = 'reaper:' || p_worker, error = u.error
+        FROM updated u
+        WHERE a.step_id = u.id AND a.attempt = u.attempt AND a.outcome = 'running'
+    )
+    SELECT coalesce(jsonb_agg(jsonb_build_object('id', u.id, 'run_id', u.run_id, 'key', u.key,
+                                                 'status', u.status) ORDER BY u.run_id),
+                    '[]')
+    INTO reaped FROM updated u;
+    FOR step IN
+        SELECT * FROM jsonb_to_recordset(reaped) AS r(id bigint, run_id bigint, key text,
+                                                      status text)
+    LOOP
+        deltas := deltas || rara_step_end_deltas(step.run_id, step.key, step.status);
+        id := step.id;
+        status := step.status;
+        RETURN NEXT;
+    END LOOP;
+    PERFORM rara_run_count(deltas);  -- the runs last, in id order
+END $$;
+SELECT rara_grant('rara_step_reap_expired', 'rara_worker');

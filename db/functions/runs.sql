@@ -1,0 +1,162 @@
+-- Runs: their start (with the run's steps), their cancel, and the parent aggregation by
+-- counters that follows every step end. Start and cancel are what rara_client (people, tools,
+-- the UI) and rara_operator may do to runs, and all they may do: no role writes rara_runs or
+-- rara_steps directly (migration 0007). Called through db/queries/runs.sql (rara.pg.runs).
+-- Repeatable (rara.pg.migrate): edit in place.
+
+CREATE OR REPLACE FUNCTION rara_run_start(
+    p_name text, p_version integer, p_digest text, p_steps jsonb, p_input jsonb,
+    p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision)
+RETURNS TABLE (id bigint, digest text, retired_at timestamptz, spec jsonb, missing text[],
+               run_id bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+BEGIN
+    -- A run and its steps in one round trip (rara.runs.start_run). Resolves the version as
+    -- definition_version_get does (p_version, or the latest when null) and inserts only when
+    -- that version's digest is p_digest, the caller's cached digest whose step rows p_steps
+    -- are (built by rara.runs, one element per step), and nothing refuses the start: a retired
+    -- definition without an explicit p_version, or with p_check_capabilities a step capability
+    -- that no live worker serves (heartbeat within p_alive_seconds, as worker_capabilities).
+    -- The spec comes back only when the digest differs, so a stale or empty cache costs one
+    -- more call and no extra fetch. No row: no such definition. run_id is null when nothing
+    -- was inserted; ON CONFLICT makes racing clients with one idempotency key create one run:
+    -- the loser waits for the winner's commit, inserts nothing, and reads the winner's row
+    -- with run_get_by_key.
+    RETURN QUERY
+    WITH resolved AS (
+        SELECT v.id, v.digest, v.spec, d.retired_at,
+               coalesce(v.digest = p_digest, false) AS matched
+        FROM rara_definition_versions v JOIN rara_definitions d USING (name)
+        WHERE v.name = p_name AND (p_version IS NULL OR v.version = p_version)
+        ORDER BY v.version DESC LIMIT 1
+    ), step_rows AS (
+        SELECT s.* FROM resolved, jsonb_to_recordset(p_steps) AS s(
+            key text, depends_on text[], dependants text[], capability text, executor text,
+            priority integer,
+            payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
+            retry_coefficient double precision, timeout_ms integer,
+            heartbeat_timeout_ms integer)
+        WHERE resolved.matched
+    ), missing AS (
+        -- One row always (an aggregate): null when nothing is missing or nothing was checked.
+        SELECT array_agg(DISTINCT s.capability ORDER BY s.capability) AS capabilities
+        FROM step_rows s
+        WHERE p_check_capabilities AND NOT EXISTS (
+            SELECT FROM rara_workers w
+            WHERE s.capability = ANY (w.capabilities) AND w.stopped_at IS NULL
+              AND w.heartbeat_at > now() - make_interval(secs => p_alive_seconds))
+    ), run AS (
+        INSERT INTO rara_runs (definition_version_id, input, idempotency_key, steps_total)
+        SELECT resolved.id, p_input, p_idempotency_key, jsonb_array_length(p_steps)
+        FROM resolved, missing
+        WHERE resolved.matched AND missing.capabilities IS NULL
+          AND (resolved.retired_at IS NULL OR p_version IS NOT NULL)
+        ON CONFLICT (idempotency_key) DO NOTHING
+        RETURNING rara_runs.id
+    ), steps AS (
+        INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
+                                executor, priority, payload, max_attempts, retry_initial_ms,
+                                retry_max_ms, retry_coefficient, timeout_ms,
+                                heartbeat_timeout_ms, status)
+        SELECT run.id, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
+               s.capability, s.executor, s.priority, s.payload, s.max_attempts,
+               s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient, s.timeout_ms,
+               s.heartbeat_timeout_ms,
+               CASE WHEN cardinality(s.depends_on) = 0 THEN 'ready'
+                    ELSE 'blocked' END::rara_step_status
+        FROM run, step_rows s
+    )
+    SELECT resolved.id, resolved.digest, resolved.retired_at,
+           CASE WHEN resolved.matched THEN NULL ELSE resolved.spec END,
+           missing.capabilities, (SELECT run.id FROM run)
+    FROM resolved, missing;
+END $$;
+SELECT rara_grant('rara_run_start', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_run_cancel(p_run_id bigint)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    cancelled integer;
+    flagged bigint[];
+BEGIN
+    -- Cancel a run, and nothing else: waiting steps are cancelled now, running ones flagged
+    -- (their worker learns it through NOTIFY now and its next heartbeat otherwise, and ends
+    -- the attempt itself, fenced). NULL: no such run; false: the run had already ended.
+    PERFORM 1 FROM rara_runs WHERE id = p_run_id;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    -- The run's step rows first, in id order, then the run row: the order a step end takes
+    -- them (its step, then the run in rara_run_count), so the two cannot wait on each other
+    -- in a cycle.
+    PERFORM 1 FROM rara_steps WHERE run_id = p_run_id ORDER BY id FOR UPDATE;
+    UPDATE rara_runs SET cancel_requested = true
+    WHERE id = p_run_id AND status IN ('pending', 'running');
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    WITH waiting AS (
+        UPDATE rara_steps SET status = 'cancelled', finished_at = now(),
+               error = jsonb_build_object('code', 'CANCELLED', 'message', 'run cancelled')
+        WHERE run_id = p_run_id AND status IN ('blocked', 'ready')
+        RETURNING id
+    )
+    SELECT count(*) INTO cancelled FROM waiting;
+    WITH running AS (
+        UPDATE rara_steps SET cancel_requested = true
+        WHERE run_id = p_run_id AND status = 'running'
+        RETURNING id
+    )
+    SELECT coalesce(array_agg(id), '{}') INTO flagged FROM running;
+    PERFORM pg_notify('rara_cancel', step_id::text) FROM unnest(flagged) AS step_id;
+    -- Counted in the run (ending it when no step runs).
+    PERFORM rara_run_count(jsonb_build_array(jsonb_build_object(
+        'run_id', p_run_id, 'succeeded', 0, 'failed', 0, 'cancelled', cancelled)));
+    RETURN true;
+END $$;
+SELECT rara_grant('rara_run_cancel', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_run_count(p_deltas jsonb)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- The parent aggregation, by counters (migration 0006): the runs' step counts move by
+    -- p_deltas, a JSON array of {run_id, succeeded, failed, cancelled} — the steps the calling
+    -- transaction made terminal — and a run whose steps are then all terminal ends by the one
+    -- rule (rara_run_end_status). O(1) per run, whatever its size. Only the functions that
+    -- end steps call it (no role may: the deltas would be the caller's word), as their last
+    -- statement: run rows are the last locks a transaction takes, in id order, so no two
+    -- transactions (nor a run cancel, which takes the run's steps first) wait on each other in
+    -- a cycle; and a row is held only until the commit. Under READ COMMITTED the UPDATE
+    -- applies the deltas to the newest version of the row (a concurrent end's commit that it
+    -- waited for included): two siblings ending in concurrent transactions are both counted,
+    -- and the second ends the run.
+    WITH d AS MATERIALIZED (
+        SELECT d.run_id, sum(d.succeeded)::integer AS succeeded,
+               sum(d.failed)::integer AS failed, sum(d.cancelled)::integer AS cancelled
+        FROM jsonb_to_recordset(p_deltas)
+            AS d(run_id bigint, succeeded integer, failed integer, cancelled integer)
+        GROUP BY d.run_id
+    ), locked AS (
+        SELECT r.id FROM rara_runs r WHERE r.id = ANY (ARRAY(SELECT d.run_id FROM d))
+        ORDER BY r.id
+        FOR NO KEY UPDATE
+    )
+    UPDATE rara_runs r SET
+        steps_succeeded = r.steps_succeeded + d.succeeded,
+        steps_failed = r.steps_failed + d.failed,
+        steps_cancelled = r.steps_cancelled + d.cancelled,
+        status = CASE WHEN r.status IN ('pending', 'running') THEN coalesce(rara_run_end_status(
+            r.cancel_requested, r.steps_total, r.steps_succeeded + d.succeeded,
+            r.steps_failed + d.failed, r.steps_cancelled + d.cancelled), r.status)
+            ELSE r.status END,
+        finished_at = CASE WHEN r.status IN ('pending', 'running') AND rara_run_end_status(
+            r.cancel_requested, r.steps_total, r.steps_succeeded + d.succeeded,
+            r.steps_failed + d.failed, r.steps_cancelled + d.cancelled) IS NOT NULL
+            THEN now() ELSE r.finished_at END
+    FROM d
+    WHERE r.id = d.run_id AND r.id = ANY (ARRAY(SELECT l.id FROM locked l));
+END $$;
+SELECT rara_grant('rara_run_count');  -- only through the functions that end steps

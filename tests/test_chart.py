@@ -337,3 +337,25 @@ def test_artifacts_in_s3_by_url_and_credentials_by_reference(
                           "artifacts.s3.endpoint=http://key:secret@host"],
                          capture_output=True, text=True, timeout=120, check=False)
     assert bad.returncode != 0  # the schema refuses credentials in the endpoint
+
+
+def test_each_process_reads_its_own_login(helm: Path) -> None:
+    """database.<process>.existingSecret (docs/least-privilege.md): every worker (in pools and
+    in executor pods) reads the worker login's Secret, the operator its own, the UI its own,
+    and only the migration Job the owner's."""
+    docs = render(helm, "--set", "database.existingSecret=owner",
+                  "--set", "database.worker.existingSecret=worker-login",
+                  "--set", "database.operator.existingSecret=operator-login",
+                  "--set", "database.operator.secretKey=dsn",
+                  "--set", "ui.enabled=true", "--set", "ui.database.existingSecret=ui-reader")
+    seen: dict[str, set[tuple[str, str]]] = {}
+    for workload in by_kind(docs, "Deployment") + by_kind(docs, "Job"):
+        for container in workload["spec"]["template"]["spec"]["containers"]:
+            for name, entry in env_of(container).items():
+                if name.endswith("DATABASE_URL"):
+                    ref = entry["valueFrom"]["secretKeyRef"]
+                    seen.setdefault(container["name"], set()).add((ref["name"], ref["key"]))
+    assert seen == {"worker": {("worker-login", "url")},
+                    "operator": {("operator-login", "dsn")},
+                    "ui": {("ui-reader", "url")},
+                    "migrate": {("owner", "url")}}

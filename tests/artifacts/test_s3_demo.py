@@ -62,6 +62,12 @@ def test_demo_keeps_every_artifact_in_the_bucket(
     client = Client(database_url)
     [run] = client.list_runs()
     assert f"run {run['id']} succeeded" in said
+    # Under the processes' own logins (docs/least-privilege.md): the attempts were the worker
+    # login's, which may only lease, report and end, and the client's started the run.
+    assert "database logins: worker rara_demo_worker (rara_worker)" in said
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert conn.execute("SELECT rolsuper, rolcreaterole FROM pg_roles WHERE rolname = "
+                            "'rara_demo_worker'").fetchone() == (False, False)
     produced = client.run_artifacts(run["id"])
     assert {a["name"] for a in produced} == NAMES
     blobs = _blobs(s3_env, bucket, "arts/")

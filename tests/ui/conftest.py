@@ -72,8 +72,10 @@ class UiServer:
 def ui_server(database_url: str, tmp_path: Path) -> Iterator[Callable[..., UiServer]]:
     started: list[UiServer] = []
 
-    def make(*args: str, env: dict[str, str] | None = None) -> UiServer:
-        server = UiServer(database_url, tmp_path / f"ui-{len(started)}.log", *args, env=env)
+    def make(*args: str, env: dict[str, str] | None = None, url: str | None = None) -> UiServer:
+        """``url``: another database URL (a login role's) than the test database's owner's."""
+        server = UiServer(url or database_url, tmp_path / f"ui-{len(started)}.log", *args,
+                          env=env)
         started.append(server)
         return server
 

@@ -61,14 +61,23 @@ are joined with commas, which the settings split again.
 
 {{/*
 The database URL, by reference to its Secret, under the env name of the process that reads
-it: (dict "root" $ "name" "RARA_WORKER_DATABASE_URL"). Never a literal value in a pod spec.
+it: (dict "root" $ "name" "RARA_WORKER_DATABASE_URL" "process" "worker"). The process's own
+login when database.<process>.existingSecret names one, else the owner's (database.*); no
+process: the owner's (the migration Job). Never a literal value in a pod spec.
 */}}
 {{- define "rara.databaseEnv" -}}
+{{- $own := dict }}
+{{- if .process }}{{ $own = index .root.Values.database .process }}{{ end }}
 - name: {{ .name }}
   valueFrom:
     secretKeyRef:
+      {{- if $own.existingSecret }}
+      name: {{ $own.existingSecret }}
+      key: {{ default .root.Values.database.secretKey $own.secretKey }}
+      {{- else }}
       name: {{ include "rara.databaseSecret" .root }}
       key: {{ .root.Values.database.secretKey }}
+      {{- end }}
 {{- end -}}
 
 {{/* Pods stop within the worker's shutdown grace (leases released), plus a margin. */}}
@@ -94,7 +103,7 @@ A worker's environment: its database by reference, then its settings. Call with
 */}}
 {{- define "rara.workerEnv" -}}
 {{- $root := .root }}
-{{- include "rara.databaseEnv" (dict "root" $root "name" "RARA_WORKER_DATABASE_URL") }}
+{{- include "rara.databaseEnv" (dict "root" $root "name" "RARA_WORKER_DATABASE_URL" "process" "worker") }}
 {{- $settings := merge (dict
       "metrics_port" .port
       "shutdown_grace_seconds" $root.Values.worker.shutdownGraceSeconds

@@ -21,12 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psycopg
 from rich.console import Console
 from rich.table import Table
 
 from rara.artifacts.location import ENV_VAR
 from rara.client import Client
 from rara.pg.connect import database_url
+from rara.pg.logins import ensure_login
 from rara.pg.migrate import migrate
 from rara.states import RunStatus
 from rara.watch import summary, watch
@@ -50,6 +52,26 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def logins(url: str, console: Console) -> tuple[str, str]:
+    """The worker's and the client's database URLs: a login each, in rara_worker and
+    rara_client (docs/least-privilege.md), so the pipeline runs with what each process may do
+    and no more — where the owner may create roles and the server trusts local logins (the
+    demo's own server does). Elsewhere the given URL for both, said so: logins with passwords
+    are their owner's to make (README, "Database roles")."""
+    try:
+        worker = ensure_login(url, "rara_worker", "rara_demo_worker")
+        client = ensure_login(url, "rara_client", "rara_demo_client")
+        psycopg.connect(worker).close()
+    except (psycopg.errors.InsufficientPrivilege, psycopg.OperationalError) as exc:
+        reason = str(exc).strip().splitlines()[0]
+        console.print(f"the worker and the client use the given database URL ({reason})",
+                      markup=False)
+        return url, url
+    console.print("database logins: worker rara_demo_worker (rara_worker), "
+                  "client rara_demo_client (rara_client)")
+    return worker, client
 
 
 def services(home: Path, url: str, artifacts: str, lease_seconds: float) -> tuple[Child, Child]:
@@ -101,8 +123,6 @@ def services(home: Path, url: str, artifacts: str, lease_seconds: float) -> tupl
 
 
 def wait_until_served(client: Client, deadline: float) -> None:
-    import psycopg
-
     from rara.pg import workers
 
     while time.monotonic() < deadline:
@@ -204,14 +224,16 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"artifacts in {store.describe(artifacts)}")
     url = database_url()
     migrate(url)
-    client = Client(url)
+    worker_url, client_url = logins(url, console)
+    client = Client(client_url)
     applied = client.apply_definition(DEFINITION.read_text())
     console.print(
         f"definition [bold]{applied.name}[/bold] version {applied.version} "
         f"{applied.digest[:19]}… ({'created' if applied.created else 'unchanged'})"
     )
 
-    executor, worker = services(home, url, artifacts, lease_seconds=4.0 if args.chaos else 15.0)
+    executor, worker = services(home, worker_url, artifacts,
+                                lease_seconds=4.0 if args.chaos else 15.0)
     run_input: dict[str, Any] = {
         k: v
         for k, v in {

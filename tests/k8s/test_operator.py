@@ -115,11 +115,13 @@ def operator(
     kube_api: KubeFixture,
     rara_crds: None,
     namespace: str,
-    database_url: str,
+    role_url: Callable[[str], str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> Iterator[Operator]:
     monkeypatch.setenv("KUBECONFIG", str(kube_api.kubeconfig))  # kopf's own login reads it
-    op = Operator(kube_api, namespace, database_url)
+    # Its own login, as the chart gives it (docs/least-privilege.md): it registers, starts,
+    # cancels and reads, and nothing else.
+    op = Operator(kube_api, namespace, role_url("rara_operator"))
     op.start()
     try:
         yield op

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -94,8 +95,8 @@ def service_account_kubeconfig(kube: KubeFixture, namespace: str, sa: str,
 
 def test_operator_runs_with_the_charts_rbac(kube_api: KubeFixture, rara_crds: None,
                                             namespace: str, database_url: str,
-                                            tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+                                            tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            role_url: Callable[[str], str]) -> None:
     docs = render(namespace, "--set", "executor.enabled=false")
     for doc in docs:
         if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
@@ -111,7 +112,7 @@ def test_operator_runs_with_the_charts_rbac(kube_api: KubeFixture, rara_crds: No
         apply(db, "fan", [{"key": "a", "capability": "demo.fan@1"}])
         start_run(db, "fan", queue_anyway=True)
 
-    op = Operator(kube_api, namespace, database_url)
+    op = Operator(kube_api, namespace, role_url("rara_operator"))  # the chart's RBAC, its login
     op.start()
     try:
         started = time.monotonic()

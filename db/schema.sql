@@ -58,7 +58,9 @@ CREATE FUNCTION public.rara_check_step_transition() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    IF NOT rara_step_transition_allowed(OLD.status, NEW.status) THEN
+    IF NOT (rara_step_transition_allowed(OLD.status, NEW.status)
+            OR (NEW.map_over IS NOT NULL AND OLD.status = 'blocked'
+                AND NEW.status IN ('succeeded', 'failed'))) THEN
         RAISE EXCEPTION 'illegal step transition % -> % (step %)', OLD.status, NEW.status, OLD.id
             USING ERRCODE = 'check_violation', CONSTRAINT = 'rara_step_transition';
     END IF;
@@ -142,6 +144,188 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'rara_grant: no function named %', routine;
     END IF;
+END $$;
+
+-- FUNCTION: rara_map_children_ended(jsonb)
+
+CREATE FUNCTION public.rara_map_children_ended(p_ends jsonb) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    ended record;
+    map record;
+    deltas jsonb := '[]';
+    freed integer;
+BEGIN
+    -- Children ended ({map, succeeded, failed} per map step; a cancelled child counts as
+    -- failed): counted in their map step, which then makes as many waiting children ready as
+    -- slots freed, or ends — failed at the first child that failed for good, succeeded when
+    -- every child succeeded. A map step that already ended (failed, or cancelled with its run)
+    -- takes no more counts: its children still ending are counted in the run only.
+    FOR ended IN
+        SELECT e.map, sum(e.succeeded)::integer AS succeeded, sum(e.failed)::integer AS failed
+        FROM jsonb_to_recordset(p_ends) AS e(map bigint, succeeded integer, failed integer)
+        GROUP BY e.map ORDER BY e.map
+    LOOP
+        SELECT * INTO map FROM rara_steps WHERE id = ended.map FOR UPDATE;
+        CONTINUE WHEN map.status <> 'blocked';
+        UPDATE rara_steps SET map_succeeded = map_succeeded + ended.succeeded,
+                              map_failed = map_failed + ended.failed
+        WHERE id = map.id
+        RETURNING * INTO map;
+        IF map.map_failed > 0 THEN
+            deltas := deltas || rara_map_fail(map.id, jsonb_build_object(
+                'code', 'MAP_CHILD_FAILED', 'retryable', false,
+                'message', format('%s of %s children of %s failed', map.map_failed,
+                                  map.map_total, map.key)));
+        ELSIF map.map_succeeded = map.map_total THEN
+            deltas := deltas || rara_map_succeed(map.id);
+        ELSE
+            freed := least(ended.succeeded, map.map_total - map.map_next);
+            IF freed > 0 THEN
+                UPDATE rara_steps SET status = 'ready', available_at = now()
+                WHERE map_parent = map.id AND map_index >= map.map_next
+                  AND map_index < map.map_next + freed AND status = 'blocked';
+                UPDATE rara_steps SET map_next = map_next + freed WHERE id = map.id;
+            END IF;
+        END IF;
+    END LOOP;
+    RETURN deltas;
+END $$;
+
+-- FUNCTION: rara_map_expand(bigint)
+
+CREATE FUNCTION public.rara_map_expand(p_map bigint) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $_$
+DECLARE
+    map record;
+    list jsonb;
+    total integer;
+    ready integer;
+BEGIN
+    -- The map step's upstream succeeded (or it has none): its list becomes its children, in
+    -- one INSERT … SELECT over the list's elements (streamed; the list is the one stored
+    -- datum), the first map_max_parallel of them ready, the rest blocked until a slot frees.
+    SELECT * INTO map FROM rara_steps WHERE id = p_map FOR UPDATE;
+    IF map.map_over[1] = '$input' THEN
+        SELECT r.input #> map.map_over[2:] INTO list FROM rara_runs r WHERE r.id = map.run_id;
+    ELSE
+        SELECT s.result #> map.map_over[2:] INTO list
+        FROM rara_steps s WHERE s.run_id = map.run_id AND s.key = map.map_over[1];
+    END IF;
+    IF list IS NULL OR jsonb_typeof(list) <> 'array' THEN
+        RETURN rara_map_fail(map.id, jsonb_build_object(
+            'code', 'MAP_NOT_A_LIST', 'retryable', false,
+            'message', format('map.over %s is %s, not a list', rara_map_over_text(map.map_over),
+                              coalesce(jsonb_typeof(list), 'missing'))));
+    END IF;
+    total := jsonb_array_length(list);
+    IF total = 0 THEN
+        UPDATE rara_steps SET map_total = 0, map_next = 0 WHERE id = p_map;
+        RETURN rara_map_succeed(p_map);
+    END IF;
+    ready := least(total, coalesce(map.map_max_parallel, total));
+    INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
+                            executor, priority, payload, max_attempts, retry_initial_ms,
+                            retry_max_ms, retry_coefficient, timeout_ms, heartbeat_timeout_ms,
+                            status, map_parent, map_index)
+    SELECT map.run_id, map.key || '[' || (e.n - 1) || ']', '{}', '{}', 0, map.capability,
+           map.executor, map.priority,
+           map.payload || jsonb_build_object(
+               'map', jsonb_build_object('item', e.item, 'index', e.n - 1)),
+           map.max_attempts, map.retry_initial_ms, map.retry_max_ms, map.retry_coefficient,
+           map.timeout_ms, map.heartbeat_timeout_ms,
+           CASE WHEN e.n <= ready THEN 'ready' ELSE 'blocked' END::rara_step_status,
+           map.id, e.n - 1
+    FROM jsonb_array_elements(list) WITH ORDINALITY AS e(item, n);
+    UPDATE rara_steps SET map_total = total, map_next = ready WHERE id = p_map;
+    RETURN jsonb_build_array(jsonb_build_object('run_id', map.run_id, 'total', total));
+END $_$;
+
+-- FUNCTION: rara_map_fail(bigint, jsonb)
+
+CREATE FUNCTION public.rara_map_fail(p_map_id bigint, p_error jsonb) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    p_map record;
+    waiting integer;
+    downstream integer;
+    flagged bigint[];
+BEGIN
+    -- The map step fails for good (a child failed, or its list is not one): its waiting
+    -- children and its downstream are cancelled, its running children asked to stop (NOTIFY
+    -- and their next heartbeat, as a run cancel does). SKIP LOCKED: a child another
+    -- transaction is ending is left to it (it is then counted in the run only).
+    UPDATE rara_steps SET status = 'failed', finished_at = now(), error = p_error
+    WHERE id = p_map_id RETURNING * INTO p_map;
+    WITH cancelled AS (
+        UPDATE rara_steps SET status = 'cancelled', finished_at = now(),
+            error = jsonb_build_object('code', 'UPSTREAM_FAILED',
+                                       'message', 'map ' || p_map.key || ' failed')
+        WHERE id IN (SELECT c.id FROM rara_steps c
+                     WHERE c.map_parent = p_map.id AND c.status IN ('ready', 'blocked')
+                     FOR UPDATE SKIP LOCKED)
+        RETURNING id
+    )
+    SELECT count(*) INTO waiting FROM cancelled;
+    WITH running AS (
+        UPDATE rara_steps SET cancel_requested = true
+        WHERE id IN (SELECT c.id FROM rara_steps c
+                     WHERE c.map_parent = p_map.id AND c.status = 'running'
+                     FOR UPDATE SKIP LOCKED)
+        RETURNING id
+    )
+    SELECT coalesce(array_agg(id), '{}') INTO flagged FROM running;
+    PERFORM pg_notify('rara_cancel', step_id::text) FROM unnest(flagged) AS step_id;
+    downstream := rara_step_cancel_dependants(p_map.run_id, p_map.key);
+    RETURN jsonb_build_array(jsonb_build_object(
+        'run_id', p_map.run_id, 'failed', 1, 'cancelled', waiting + downstream));
+END $$;
+
+-- FUNCTION: rara_map_over_text(text[])
+
+CREATE FUNCTION public.rara_map_over_text(p_over text[]) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    -- map.over as the definition wrote it: input.a.b or step.result.a.b.
+    SELECT CASE WHEN p_over[1] = '$input' THEN 'input' ELSE p_over[1] || '.result' END
+           || CASE WHEN cardinality(p_over) > 1
+                   THEN '.' || array_to_string(p_over[2:], '.') ELSE '' END
+$_$;
+
+-- FUNCTION: rara_map_succeed(bigint)
+
+CREATE FUNCTION public.rara_map_succeed(p_map bigint) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    map record;
+BEGIN
+    -- Every child succeeded: the map step succeeds (its result: how many; the children's
+    -- results and artifacts are its downstream's, in index order) and unblocks its dependants.
+    UPDATE rara_steps SET status = 'succeeded', finished_at = now(),
+                          result = jsonb_build_object('children', map_total)
+    WHERE id = p_map RETURNING * INTO map;
+    RETURN jsonb_build_array(jsonb_build_object('run_id', map.run_id, 'succeeded', 1))
+        || rara_step_unblock(map.run_id, map.dependants);
+END $$;
+
+-- FUNCTION: rara_map_summary(integer, integer, integer, bigint)
+
+CREATE FUNCTION public.rara_map_summary(p_total integer, p_succeeded integer, p_failed integer, p_map bigint) RETURNS text
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    -- What `rara runs watch` and `show` print for a map step instead of a line per child.
+    -- (PL/pgSQL, not SQL: db/schema.sql creates functions before the tables they read.)
+    IF p_total IS NULL THEN
+        RETURN 'map: waiting for its list';
+    END IF;
+    RETURN format('map: %s/%s done, %s running, %s failed', p_succeeded, p_total,
+                  (SELECT count(*) FROM rara_steps c
+                   WHERE c.map_parent = p_map AND c.status = 'running'), p_failed);
 END $$;
 
 -- FUNCTION: rara_notify_ready()
@@ -249,10 +433,14 @@ BEGIN
     -- waited for included): two siblings ending in concurrent transactions are both counted,
     -- and the second ends the run.
     WITH d AS MATERIALIZED (
-        SELECT d.run_id, sum(d.succeeded)::integer AS succeeded,
-               sum(d.failed)::integer AS failed, sum(d.cancelled)::integer AS cancelled
+        -- (a missing count is 0; `total`: steps added to the run, a map step's children)
+        SELECT d.run_id, coalesce(sum(d.succeeded), 0)::integer AS succeeded,
+               coalesce(sum(d.failed), 0)::integer AS failed,
+               coalesce(sum(d.cancelled), 0)::integer AS cancelled,
+               coalesce(sum(d.total), 0)::integer AS total
         FROM jsonb_to_recordset(p_deltas)
-            AS d(run_id bigint, succeeded integer, failed integer, cancelled integer)
+            AS d(run_id bigint, succeeded integer, failed integer, cancelled integer,
+                 total integer)
         GROUP BY d.run_id
     ), locked AS (
         SELECT r.id FROM rara_runs r WHERE r.id = ANY (ARRAY(SELECT d.run_id FROM d))
@@ -260,15 +448,16 @@ BEGIN
         FOR NO KEY UPDATE
     )
     UPDATE rara_runs r SET
+        steps_total = r.steps_total + d.total,
         steps_succeeded = r.steps_succeeded + d.succeeded,
         steps_failed = r.steps_failed + d.failed,
         steps_cancelled = r.steps_cancelled + d.cancelled,
         status = CASE WHEN r.status IN ('pending', 'running') THEN coalesce(rara_run_end_status(
-            r.cancel_requested, r.steps_total, r.steps_succeeded + d.succeeded,
+            r.cancel_requested, r.steps_total + d.total, r.steps_succeeded + d.succeeded,
             r.steps_failed + d.failed, r.steps_cancelled + d.cancelled), r.status)
             ELSE r.status END,
         finished_at = CASE WHEN r.status IN ('pending', 'running') AND rara_run_end_status(
-            r.cancel_requested, r.steps_total, r.steps_succeeded + d.succeeded,
+            r.cancel_requested, r.steps_total + d.total, r.steps_succeeded + d.succeeded,
             r.steps_failed + d.failed, r.steps_cancelled + d.cancelled) IS NOT NULL
             THEN now() ELSE r.finished_at END
     FROM d
@@ -293,6 +482,10 @@ CREATE FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest t
     SET search_path TO 'public', 'pg_temp'
     AS $$
 #variable_conflict use_column
+DECLARE
+    answer record;
+    deltas jsonb := '[]';
+    map bigint;
 BEGIN
     -- A run and its steps in one round trip (rara.runs.start_run). Resolves the version as
     -- definition_version_get does (p_version, or the latest when null) and inserts only when
@@ -304,8 +497,7 @@ BEGIN
     -- more call and no extra fetch. No row: no such definition. run_id is null when nothing
     -- was inserted; ON CONFLICT makes racing clients with one idempotency key create one run:
     -- the loser waits for the winner's commit, inserts nothing, and reads the winner's row
-    -- with run_get_by_key.
-    RETURN QUERY
+    -- with run_get_by_key. Map steps without upstream expand at once (rara_map_expand).
     WITH resolved AS (
         SELECT v.id, v.digest, v.spec, d.retired_at,
                coalesce(v.digest = p_digest, false) AS matched
@@ -318,7 +510,7 @@ BEGIN
             priority integer,
             payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
             retry_coefficient double precision, timeout_ms integer,
-            heartbeat_timeout_ms integer)
+            heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
         WHERE resolved.matched
     ), missing AS (
         -- One row always (an aggregate): null when nothing is missing or nothing was checked.
@@ -340,19 +532,41 @@ BEGIN
         INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
                                 executor, priority, payload, max_attempts, retry_initial_ms,
                                 retry_max_ms, retry_coefficient, timeout_ms,
-                                heartbeat_timeout_ms, status)
+                                heartbeat_timeout_ms, status, map_over, map_max_parallel)
         SELECT run.id, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
                s.capability, s.executor, s.priority, s.payload, s.max_attempts,
                s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient, s.timeout_ms,
                s.heartbeat_timeout_ms,
-               CASE WHEN cardinality(s.depends_on) = 0 THEN 'ready'
-                    ELSE 'blocked' END::rara_step_status
+               CASE WHEN cardinality(s.depends_on) = 0 AND s.map_over IS NULL THEN 'ready'
+                    ELSE 'blocked' END::rara_step_status,
+               s.map_over, s.map_max_parallel
         FROM run, step_rows s
+        RETURNING rara_steps.id, rara_steps.map_over IS NOT NULL
+                  AND cardinality(rara_steps.depends_on) = 0 AS expands
     )
     SELECT resolved.id, resolved.digest, resolved.retired_at,
-           CASE WHEN resolved.matched THEN NULL ELSE resolved.spec END,
-           missing.capabilities, (SELECT run.id FROM run)
+           CASE WHEN resolved.matched THEN NULL ELSE resolved.spec END AS spec,
+           missing.capabilities, (SELECT run.id FROM run) AS run_id,
+           (SELECT coalesce(array_agg(steps.id ORDER BY steps.id)
+                            FILTER (WHERE steps.expands), '{}') FROM steps) AS maps
+    INTO answer
     FROM resolved, missing;
+    IF NOT FOUND THEN
+        RETURN;  -- no such definition (version)
+    END IF;
+    FOREACH map IN ARRAY answer.maps LOOP
+        deltas := deltas || rara_map_expand(map);
+    END LOOP;
+    IF deltas <> '[]' THEN
+        PERFORM rara_run_count(deltas);
+    END IF;
+    id := answer.id;
+    digest := answer.digest;
+    retired_at := answer.retired_at;
+    spec := answer.spec;
+    missing := answer.capabilities;
+    run_id := answer.run_id;
+    RETURN NEXT;
 END $$;
 
 -- FUNCTION: rara_run_transition_allowed(public.rara_run_status, public.rara_run_status)
@@ -368,7 +582,7 @@ $$;
 
 -- FUNCTION: rara_step_cancel(text, bigint, uuid)
 
-CREATE FUNCTION public.rara_step_cancel(p_worker text, p_step_id bigint, p_token uuid) RETURNS TABLE(id bigint, run_id bigint, key text, status text)
+CREATE FUNCTION public.rara_step_cancel(p_worker text, p_step_id bigint, p_token uuid) RETURNS TABLE(id bigint, run_id bigint, key text, status text, map_parent bigint)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -381,12 +595,12 @@ BEGIN
             leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
         WHERE s.id = p_step_id AND s.leased_by = p_worker AND s.lease_token = p_token
           AND s.status = 'running'
-        RETURNING s.id, s.run_id, s.key, s.attempt
+        RETURNING s.id, s.run_id, s.key, s.attempt, s.map_parent
     ), closed AS (
         UPDATE rara_attempts a SET outcome = 'cancelled', ended_at = now(), ended_by = p_worker
         FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
     )
-    SELECT done.id, done.run_id, done.key, 'cancelled'::text FROM done;
+    SELECT done.id, done.run_id, done.key, 'cancelled'::text, done.map_parent FROM done;
 END $$;
 
 -- FUNCTION: rara_step_cancel_dependants(bigint, text)
@@ -479,6 +693,10 @@ DECLARE
     deltas jsonb := '[]';
     succeeded bigint[];
     deltas_of_successes jsonb;
+    map_ends jsonb := '[]';     -- children ended, per map step (rara_map_children_ended)
+    map_ends_of_successes jsonb;
+    maps_due bigint[];          -- map steps whose upstream all succeeded: to expand
+    map bigint;
 BEGIN
     -- Many ends of one worker's attempts in one transaction, each fenced on its own: the rows
     -- returned are the steps whose fence matched, with their status after the end; any other
@@ -506,6 +724,10 @@ BEGIN
         END IF;
         IF ended.id IS NOT NULL THEN
             deltas := deltas || rara_step_end_deltas(ended.run_id, ended.key, ended.status);
+            IF ended.map_parent IS NOT NULL AND ended.status <> 'ready' THEN
+                map_ends := map_ends || jsonb_build_array(jsonb_build_object(
+                    'map', ended.map_parent, 'succeeded', 0, 'failed', 1));
+            END IF;
             id := ended.id;
             status := ended.status;
             RETURN NEXT;
@@ -524,7 +746,7 @@ BEGIN
         -- worker)
         WHERE s.id = ANY (ARRAY(SELECT g2.id FROM given g2)) AND s.id = g.id
           AND s.leased_by = p_worker AND s.lease_token = g.token AND s.status = 'running'
-        RETURNING s.id, s.run_id, s.attempt, s.dependants
+        RETURNING s.id, s.run_id, s.attempt, s.dependants, s.map_parent
     ), closed AS (
         UPDATE rara_attempts a SET outcome = 'succeeded', ended_at = now(), ended_by = p_worker
         FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
@@ -534,9 +756,10 @@ BEGIN
         -- of the dependant is waited for and re-read (pending_deps of the newest version).
         -- Found by (run_id, key) probes of the finished steps' dependants, not by a walk over
         -- their runs.
+        -- A map step whose upstream all succeeded stays blocked: it expands below.
         UPDATE rara_steps s SET
             pending_deps = s.pending_deps - d.n,
-            status = CASE WHEN s.pending_deps = d.n THEN 'ready'
+            status = CASE WHEN s.pending_deps = d.n AND s.map_over IS NULL THEN 'ready'
                           ELSE 'blocked' END::rara_step_status,
             available_at = now()
         FROM (SELECT b.id, count(*)::integer AS n
@@ -545,7 +768,7 @@ BEGIN
                AND b.status = 'blocked'
               GROUP BY b.id) AS d
         WHERE s.id = d.id AND s.status = 'blocked'
-        RETURNING s.id
+        RETURNING s.id, s.pending_deps = 0 AND s.map_over IS NOT NULL AS expands
     ), manifest AS (
         -- Only the successes that name artifacts (most name none): nothing joined for the
         -- rest.
@@ -565,17 +788,29 @@ BEGIN
         ON CONFLICT (step_id, attempt, name) DO NOTHING
     )
     SELECT coalesce(array_agg(done.id), '{}'),
-           coalesce(jsonb_agg(jsonb_build_object('run_id', done.run_id, 'succeeded', 1,
-                                                 'failed', 0, 'cancelled', 0)), '[]')
-    INTO succeeded, deltas_of_successes FROM done;
-    -- The runs last, in id order, after every step row the ends wrote (rara_run_count).
+           coalesce(jsonb_agg(jsonb_build_object('run_id', done.run_id, 'succeeded', 1)),
+                    '[]'),
+           coalesce(jsonb_agg(jsonb_build_object('map', done.map_parent, 'succeeded', 1,
+                                                 'failed', 0))
+                    FILTER (WHERE done.map_parent IS NOT NULL), '[]'),
+           (SELECT coalesce(array_agg(u.id ORDER BY u.id) FILTER (WHERE u.expands), '{}')
+            FROM unblocked u)
+    INTO succeeded, deltas_of_successes, map_ends_of_successes, maps_due FROM done;
+    -- Map steps: their children's ends counted (rara_map_children_ended), those now due
+    -- expanded; then the runs, last, in id order, after every step row (rara_run_count).
+    IF map_ends <> '[]' OR map_ends_of_successes <> '[]' THEN
+        deltas := deltas || rara_map_children_ended(map_ends || map_ends_of_successes);
+    END IF;
+    FOREACH map IN ARRAY maps_due LOOP
+        deltas := deltas || rara_map_expand(map);
+    END LOOP;
     PERFORM rara_run_count(deltas_of_successes || deltas);
     RETURN QUERY SELECT unnest(succeeded), 'succeeded'::text;
 END $$;
 
 -- FUNCTION: rara_step_fail(text, bigint, uuid, jsonb, boolean, double precision, public.rara_attempt_outcome)
 
-CREATE FUNCTION public.rara_step_fail(p_worker text, p_step_id bigint, p_token uuid, p_error jsonb, p_retryable boolean, p_jitter double precision, p_outcome public.rara_attempt_outcome) RETURNS TABLE(id bigint, run_id bigint, key text, status text)
+CREATE FUNCTION public.rara_step_fail(p_worker text, p_step_id bigint, p_token uuid, p_error jsonb, p_retryable boolean, p_jitter double precision, p_outcome public.rara_attempt_outcome) RETURNS TABLE(id bigint, run_id bigint, key text, status text, map_parent bigint)
     LANGUAGE plpgsql
     AS $$
 #variable_conflict use_column
@@ -600,13 +835,13 @@ BEGIN
             finished_at = CASE WHEN f.retry THEN NULL ELSE now() END,
             error = p_error, leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
         FROM failing f WHERE s.id = f.id
-        RETURNING s.id, s.run_id, s.key, s.status::text AS status
+        RETURNING s.id, s.run_id, s.key, s.status::text AS status, s.map_parent
     ), closed AS (
         UPDATE rara_attempts a SET outcome = p_outcome, ended_at = now(), ended_by = p_worker,
                error = p_error
         FROM updated u WHERE a.step_id = u.id AND a.attempt = (SELECT f.attempt FROM failing f)
     )
-    SELECT u.id, u.run_id, u.key, u.status FROM updated u;
+    SELECT u.id, u.run_id, u.key, u.status, u.map_parent FROM updated u;
 END $$;
 
 -- FUNCTION: rara_step_heartbeat(text, text[], double precision, bigint[], uuid[])
@@ -715,14 +950,24 @@ BEGIN
                -- Upstream artifacts: the manifests of the succeeded dependencies. The snapshot
                -- sees them: a step is ready only once the transaction that finished its last
                -- dependency (and wrote its manifest) committed.
-               SELECT jsonb_agg(jsonb_build_object('key', u.key, 'name', m.name,
-                                                   'digest', m.digest, 'size', m.size,
-                                                   'media_type', m.media_type)
-                                ORDER BY u.key, m.name)
-               FROM rara_steps u
-               JOIN rara_step_artifacts m ON m.step_id = u.id AND m.attempt = u.attempt
-               WHERE u.run_id = l.run_id AND u.key = ANY (l.depends_on)
-                 AND u.status = 'succeeded')
+               -- A map step's are its children's, in index order (under their own keys).
+               SELECT jsonb_agg(jsonb_build_object('key', a.key, 'name', a.name,
+                                                   'digest', a.digest, 'size', a.size,
+                                                   'media_type', a.media_type)
+                                ORDER BY a.upstream, a.map_index, a.name)
+               FROM (SELECT u.key AS upstream, u.map_index, u.key, m.name, m.digest, m.size,
+                            m.media_type
+                     FROM rara_steps u
+                     JOIN rara_step_artifacts m ON m.step_id = u.id AND m.attempt = u.attempt
+                     WHERE u.run_id = l.run_id AND u.key = ANY (l.depends_on)
+                       AND u.status = 'succeeded'
+                     UNION ALL
+                     SELECT u.key, c.map_index, c.key, m.name, m.digest, m.size, m.media_type
+                     FROM rara_steps u
+                     JOIN rara_steps c ON c.map_parent = u.id AND c.status = 'succeeded'
+                     JOIN rara_step_artifacts m ON m.step_id = c.id AND m.attempt = c.attempt
+                     WHERE u.run_id = l.run_id AND u.key = ANY (l.depends_on)
+                       AND u.status = 'succeeded' AND u.map_over IS NOT NULL) AS a)
            END AS inputs,
            l.rank, l.available_at  -- the worker's next cursor
     FROM leased l;
@@ -769,6 +1014,7 @@ DECLARE
     reaped jsonb;
     step record;
     deltas jsonb := '[]';
+    map_ends jsonb := '[]';
 BEGIN
     -- Recover expired leases, in bounded batches, safely from every worker at once: SKIP
     -- LOCKED picks rows nobody else is touching, and the UPDATE re-checks expiry itself, so a
@@ -795,7 +1041,8 @@ BEGIN
             leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
         FROM expired e
         WHERE s.id = e.id AND s.status = 'running' AND s.lease_expires_at < now()
-        RETURNING s.id, s.run_id, s.key, s.attempt, s.status::text AS status, s.error
+        RETURNING s.id, s.run_id, s.key, s.attempt, s.status::text AS status, s.error,
+                  s.map_parent
     ), closed AS (
         UPDATE rara_attempts a SET outcome = 'lease_expired', ended_at = now(),
             ended_by = 'reaper:' || p_worker, error = u.error
@@ -803,18 +1050,26 @@ BEGIN
         WHERE a.step_id = u.id AND a.attempt = u.attempt AND a.outcome = 'running'
     )
     SELECT coalesce(jsonb_agg(jsonb_build_object('id', u.id, 'run_id', u.run_id, 'key', u.key,
-                                                 'status', u.status) ORDER BY u.run_id),
+                                                 'status', u.status, 'map', u.map_parent)
+                              ORDER BY u.run_id),
                     '[]')
     INTO reaped FROM updated u;
     FOR step IN
         SELECT * FROM jsonb_to_recordset(reaped) AS r(id bigint, run_id bigint, key text,
-                                                      status text)
+                                                      status text, map bigint)
     LOOP
         deltas := deltas || rara_step_end_deltas(step.run_id, step.key, step.status);
+        IF step.map IS NOT NULL AND step.status = 'failed' THEN
+            map_ends := map_ends || jsonb_build_array(jsonb_build_object(
+                'map', step.map, 'succeeded', 0, 'failed', 1));
+        END IF;
         id := step.id;
         status := step.status;
         RETURN NEXT;
     END LOOP;
+    IF map_ends <> '[]' THEN
+        deltas := deltas || rara_map_children_ended(map_ends);
+    END IF;
     PERFORM rara_run_count(deltas);  -- the runs last, in id order
 END $$;
 
@@ -855,6 +1110,36 @@ CREATE FUNCTION public.rara_step_transition_allowed(old public.rara_step_status,
         ('running', 'ready')
     )
 $$;
+
+-- FUNCTION: rara_step_unblock(bigint, text[])
+
+CREATE FUNCTION public.rara_step_unblock(p_run_id bigint, p_dependants text[]) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    due bigint[];
+    deltas jsonb := '[]';
+    map bigint;
+BEGIN
+    -- One step of the run succeeded outside a completion batch (a map step): its dependants'
+    -- pending dependencies drop by one; those with none left become ready, or, map steps,
+    -- expand. (A batch of ends does the same set-wise: rara_step_end_many.)
+    WITH unblocked AS (
+        UPDATE rara_steps s SET
+            pending_deps = s.pending_deps - 1,
+            status = CASE WHEN s.pending_deps = 1 AND s.map_over IS NULL THEN 'ready'
+                          ELSE 'blocked' END::rara_step_status,
+            available_at = now()
+        WHERE s.run_id = p_run_id AND s.key = ANY (p_dependants) AND s.status = 'blocked'
+        RETURNING s.id, s.pending_deps = 0 AND s.map_over IS NOT NULL AS expands
+    )
+    SELECT coalesce(array_agg(u.id ORDER BY u.id) FILTER (WHERE u.expands), '{}') INTO due
+    FROM unblocked u;
+    FOREACH map IN ARRAY due LOOP
+        deltas := deltas || rara_map_expand(map);
+    END LOOP;
+    RETURN deltas;
+END $$;
 
 -- FUNCTION: rara_worker_register(text, text[])
 
@@ -1060,6 +1345,14 @@ CREATE TABLE public.rara_steps (
     started_at timestamp with time zone,
     finished_at timestamp with time zone,
     dependants text[] DEFAULT '{}'::text[] NOT NULL,
+    map_over text[],
+    map_max_parallel integer,
+    map_total integer,
+    map_next integer,
+    map_succeeded integer DEFAULT 0 NOT NULL,
+    map_failed integer DEFAULT 0 NOT NULL,
+    map_parent bigint,
+    map_index integer,
     CONSTRAINT rara_steps_attempt_check CHECK ((attempt >= 0)),
     CONSTRAINT rara_steps_attempts_bounded CHECK (((attempt - releases) <= max_attempts)),
     CONSTRAINT rara_steps_capability_check CHECK ((capability ~ '^[a-z0-9][a-z0-9._-]*@[0-9]+$'::text)),
@@ -1067,6 +1360,9 @@ CREATE TABLE public.rara_steps (
     CONSTRAINT rara_steps_finished_iff_terminal CHECK (((status = ANY (ARRAY['succeeded'::public.rara_step_status, 'failed'::public.rara_step_status, 'cancelled'::public.rara_step_status])) = (finished_at IS NOT NULL))),
     CONSTRAINT rara_steps_heartbeat_timeout_ms_check CHECK ((heartbeat_timeout_ms > 0)),
     CONSTRAINT rara_steps_lease_iff_running CHECK (((status = 'running'::public.rara_step_status) = ((leased_by IS NOT NULL) AND (lease_token IS NOT NULL) AND (lease_expires_at IS NOT NULL)))),
+    CONSTRAINT rara_steps_map_child CHECK (((map_parent IS NULL) = (map_index IS NULL))),
+    CONSTRAINT rara_steps_map_counts CHECK (((map_total IS NULL) OR ((map_succeeded + map_failed) <= map_total))),
+    CONSTRAINT rara_steps_map_max_parallel_check CHECK ((map_max_parallel >= 1)),
     CONSTRAINT rara_steps_max_attempts_check CHECK ((max_attempts >= 1)),
     CONSTRAINT rara_steps_pending_deps_check CHECK ((pending_deps >= 0)),
     CONSTRAINT rara_steps_priority_range CHECK (((priority >= '-1000'::integer) AND (priority <= 1000))),
@@ -1184,6 +1480,10 @@ ALTER TABLE ONLY public.rara_workers
 
 CREATE INDEX rara_step_artifacts_digest ON public.rara_step_artifacts USING btree (digest);
 
+-- INDEX: rara_steps_map_children
+
+CREATE INDEX rara_steps_map_children ON public.rara_steps USING btree (map_parent, map_index) WHERE (map_parent IS NOT NULL);
+
 -- INDEX: rara_steps_ready
 
 CREATE INDEX rara_steps_ready ON public.rara_steps USING btree (capability, ((- priority)), available_at, id) WHERE (status = 'ready'::public.rara_step_status);
@@ -1282,6 +1582,34 @@ GRANT ALL ON FUNCTION public.rara_definition_retire(p_name text) TO rara_operato
 
 REVOKE ALL ON FUNCTION public.rara_grant(routine text, VARIADIC roles text[]) FROM PUBLIC;
 
+-- ACL: FUNCTION rara_map_children_ended(p_ends jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_map_children_ended(p_ends jsonb) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_map_expand(p_map bigint)
+
+REVOKE ALL ON FUNCTION public.rara_map_expand(p_map bigint) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_map_fail(p_map_id bigint, p_error jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_map_fail(p_map_id bigint, p_error jsonb) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_map_over_text(p_over text[])
+
+REVOKE ALL ON FUNCTION public.rara_map_over_text(p_over text[]) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_map_succeed(p_map bigint)
+
+REVOKE ALL ON FUNCTION public.rara_map_succeed(p_map bigint) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_map_summary(p_total integer, p_succeeded integer, p_failed integer, p_map bigint)
+
+REVOKE ALL ON FUNCTION public.rara_map_summary(p_total integer, p_succeeded integer, p_failed integer, p_map bigint) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_map_summary(p_total integer, p_succeeded integer, p_failed integer, p_map bigint) TO rara_worker;
+GRANT ALL ON FUNCTION public.rara_map_summary(p_total integer, p_succeeded integer, p_failed integer, p_map bigint) TO rara_operator;
+GRANT ALL ON FUNCTION public.rara_map_summary(p_total integer, p_succeeded integer, p_failed integer, p_map bigint) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_map_summary(p_total integer, p_succeeded integer, p_failed integer, p_map bigint) TO rara_reader;
+
 -- ACL: FUNCTION rara_run_cancel(p_run_id bigint)
 
 REVOKE ALL ON FUNCTION public.rara_run_cancel(p_run_id bigint) FROM PUBLIC;
@@ -1348,6 +1676,10 @@ GRANT ALL ON FUNCTION public.rara_step_reap_expired(p_worker text, p_limit integ
 
 REVOKE ALL ON FUNCTION public.rara_step_release_many(p_worker text, p_step_ids bigint[], p_tokens uuid[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.rara_step_release_many(p_worker text, p_step_ids bigint[], p_tokens uuid[]) TO rara_worker;
+
+-- ACL: FUNCTION rara_step_unblock(p_run_id bigint, p_dependants text[])
+
+REVOKE ALL ON FUNCTION public.rara_step_unblock(p_run_id bigint, p_dependants text[]) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_worker_register(p_worker text, p_capabilities text[])
 
@@ -1542,6 +1874,38 @@ GRANT SELECT(finished_at) ON TABLE public.rara_steps TO rara_reader;
 -- ACL: COLUMN rara_steps.dependants
 
 GRANT SELECT(dependants) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.map_over
+
+GRANT SELECT(map_over) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.map_max_parallel
+
+GRANT SELECT(map_max_parallel) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.map_total
+
+GRANT SELECT(map_total) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.map_next
+
+GRANT SELECT(map_next) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.map_succeeded
+
+GRANT SELECT(map_succeeded) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.map_failed
+
+GRANT SELECT(map_failed) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.map_parent
+
+GRANT SELECT(map_parent) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.map_index
+
+GRANT SELECT(map_index) ON TABLE public.rara_steps TO rara_reader;
 
 -- ACL: TABLE rara_workers
 

@@ -36,6 +36,10 @@ class ErrorCode(StrEnum):
     LEASE_EXPIRED = "LEASE_EXPIRED"
     UPSTREAM_FAILED = "UPSTREAM_FAILED"
     CANCELLED = "CANCELLED"
+    # Written by SQL for a map step (db/functions/maps.sql): its list is not one, or one of
+    # its children failed for good.
+    MAP_NOT_A_LIST = "MAP_NOT_A_LIST"
+    MAP_CHILD_FAILED = "MAP_CHILD_FAILED"
     # The gRPC executor adapter: no executor, or the call failed (retryable). A gRPC status
     # without a member of its own is EXECUTOR_RPC_FAILED (``details.grpc_status`` names it).
     EXECUTOR_UNAVAILABLE = "EXECUTOR_UNAVAILABLE"

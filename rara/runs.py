@@ -198,6 +198,9 @@ def _step_rows(spec: WorkflowSpec) -> list[dict[str, Any]]:
             "retry_coefficient": s.retry.backoff_coefficient,
             "timeout_ms": s.timeout,
             "heartbeat_timeout_ms": s.heartbeat_timeout,
+            **({} if s.map is None else {
+                "map_over": ["$input" if s.map.source is None else s.map.source, *s.map.path],
+                "map_max_parallel": s.map.max_parallel}),
         }
         for s in spec.steps
     ]

@@ -72,6 +72,11 @@ STEP_TRANSITIONS: frozenset[tuple[StepStatus, StepStatus]] = frozenset(
         (StepStatus.RUNNING, StepStatus.READY),
     }
 )
+# A map step (migration 0008) is never leased: it ends from blocked, when its children did.
+MAP_STEP_TRANSITIONS: frozenset[tuple[StepStatus, StepStatus]] = STEP_TRANSITIONS | {
+    (StepStatus.BLOCKED, StepStatus.SUCCEEDED),
+    (StepStatus.BLOCKED, StepStatus.FAILED),
+}
 
 
 class IllegalTransition(ValueError):

@@ -95,14 +95,24 @@ BEGIN
                -- Upstream artifacts: the manifests of the succeeded dependencies. The snapshot
                -- sees them: a step is ready only once the transaction that finished its last
                -- dependency (and wrote its manifest) committed.
-               SELECT jsonb_agg(jsonb_build_object('key', u.key, 'name', m.name,
-                                                   'digest', m.digest, 'size', m.size,
-                                                   'media_type', m.media_type)
-                                ORDER BY u.key, m.name)
-               FROM rara_steps u
-               JOIN rara_step_artifacts m ON m.step_id = u.id AND m.attempt = u.attempt
-               WHERE u.run_id = l.run_id AND u.key = ANY (l.depends_on)
-                 AND u.status = 'succeeded')
+               -- A map step's are its children's, in index order (under their own keys).
+               SELECT jsonb_agg(jsonb_build_object('key', a.key, 'name', a.name,
+                                                   'digest', a.digest, 'size', a.size,
+                                                   'media_type', a.media_type)
+                                ORDER BY a.upstream, a.map_index, a.name)
+               FROM (SELECT u.key AS upstream, u.map_index, u.key, m.name, m.digest, m.size,
+                            m.media_type
+                     FROM rara_steps u
+                     JOIN rara_step_artifacts m ON m.step_id = u.id AND m.attempt = u.attempt
+                     WHERE u.run_id = l.run_id AND u.key = ANY (l.depends_on)
+                       AND u.status = 'succeeded'
+                     UNION ALL
+                     SELECT u.key, c.map_index, c.key, m.name, m.digest, m.size, m.media_type
+                     FROM rara_steps u
+                     JOIN rara_steps c ON c.map_parent = u.id AND c.status = 'succeeded'
+                     JOIN rara_step_artifacts m ON m.step_id = c.id AND m.attempt = c.attempt
+                     WHERE u.run_id = l.run_id AND u.key = ANY (l.depends_on)
+                       AND u.status = 'succeeded' AND u.map_over IS NOT NULL) AS a)
            END AS inputs,
            l.rank, l.available_at  -- the worker's next cursor
     FROM leased l;
@@ -204,6 +214,10 @@ DECLARE
     deltas jsonb := '[]';
     succeeded bigint[];
     deltas_of_successes jsonb;
+    map_ends jsonb := '[]';     -- children ended, per map step (rara_map_children_ended)
+    map_ends_of_successes jsonb;
+    maps_due bigint[];          -- map steps whose upstream all succeeded: to expand
+    map bigint;
 BEGIN
     -- Many ends of one worker's attempts in one transaction, each fenced on its own: the rows
     -- returned are the steps whose fence matched, with their status after the end; any other
@@ -231,6 +245,10 @@ BEGIN
         END IF;
         IF ended.id IS NOT NULL THEN
             deltas := deltas || rara_step_end_deltas(ended.run_id, ended.key, ended.status);
+            IF ended.map_parent IS NOT NULL AND ended.status <> 'ready' THEN
+                map_ends := map_ends || jsonb_build_array(jsonb_build_object(
+                    'map', ended.map_parent, 'succeeded', 0, 'failed', 1));
+            END IF;
             id := ended.id;
             status := ended.status;
             RETURN NEXT;
@@ -249,7 +267,7 @@ BEGIN
         -- worker)
         WHERE s.id = ANY (ARRAY(SELECT g2.id FROM given g2)) AND s.id = g.id
           AND s.leased_by = p_worker AND s.lease_token = g.token AND s.status = 'running'
-        RETURNING s.id, s.run_id, s.attempt, s.dependants
+        RETURNING s.id, s.run_id, s.attempt, s.dependants, s.map_parent
     ), closed AS (
         UPDATE rara_attempts a SET outcome = 'succeeded', ended_at = now(), ended_by = p_worker
         FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
@@ -259,9 +277,10 @@ BEGIN
         -- of the dependant is waited for and re-read (pending_deps of the newest version).
         -- Found by (run_id, key) probes of the finished steps' dependants, not by a walk over
         -- their runs.
+        -- A map step whose upstream all succeeded stays blocked: it expands below.
         UPDATE rara_steps s SET
             pending_deps = s.pending_deps - d.n,
-            status = CASE WHEN s.pending_deps = d.n THEN 'ready'
+            status = CASE WHEN s.pending_deps = d.n AND s.map_over IS NULL THEN 'ready'
                           ELSE 'blocked' END::rara_step_status,
             available_at = now()
         FROM (SELECT b.id, count(*)::integer AS n
@@ -270,7 +289,7 @@ BEGIN
                AND b.status = 'blocked'
               GROUP BY b.id) AS d
         WHERE s.id = d.id AND s.status = 'blocked'
-        RETURNING s.id
+        RETURNING s.id, s.pending_deps = 0 AND s.map_over IS NOT NULL AS expands
     ), manifest AS (
         -- Only the successes that name artifacts (most name none): nothing joined for the
         -- rest.
@@ -290,10 +309,22 @@ BEGIN
         ON CONFLICT (step_id, attempt, name) DO NOTHING
     )
     SELECT coalesce(array_agg(done.id), '{}'),
-           coalesce(jsonb_agg(jsonb_build_object('run_id', done.run_id, 'succeeded', 1,
-                                                 'failed', 0, 'cancelled', 0)), '[]')
-    INTO succeeded, deltas_of_successes FROM done;
-    -- The runs last, in id order, after every step row the ends wrote (rara_run_count).
+           coalesce(jsonb_agg(jsonb_build_object('run_id', done.run_id, 'succeeded', 1)),
+                    '[]'),
+           coalesce(jsonb_agg(jsonb_build_object('map', done.map_parent, 'succeeded', 1,
+                                                 'failed', 0))
+                    FILTER (WHERE done.map_parent IS NOT NULL), '[]'),
+           (SELECT coalesce(array_agg(u.id ORDER BY u.id) FILTER (WHERE u.expands), '{}')
+            FROM unblocked u)
+    INTO succeeded, deltas_of_successes, map_ends_of_successes, maps_due FROM done;
+    -- Map steps: their children's ends counted (rara_map_children_ended), those now due
+    -- expanded; then the runs, last, in id order, after every step row (rara_run_count).
+    IF map_ends <> '[]' OR map_ends_of_successes <> '[]' THEN
+        deltas := deltas || rara_map_children_ended(map_ends || map_ends_of_successes);
+    END IF;
+    FOREACH map IN ARRAY maps_due LOOP
+        deltas := deltas || rara_map_expand(map);
+    END LOOP;
     PERFORM rara_run_count(deltas_of_successes || deltas);
     RETURN QUERY SELECT unnest(succeeded), 'succeeded'::text;
 END $$;
@@ -302,7 +333,7 @@ SELECT rara_grant('rara_step_end_many', 'rara_worker');
 CREATE OR REPLACE FUNCTION rara_step_fail(
     p_worker text, p_step_id bigint, p_token uuid, p_error jsonb, p_retryable boolean,
     p_jitter double precision, p_outcome rara_attempt_outcome)
-RETURNS TABLE (id bigint, run_id bigint, key text, status text)
+RETURNS TABLE (id bigint, run_id bigint, key text, status text, map_parent bigint)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 BEGIN
@@ -326,18 +357,18 @@ BEGIN
             finished_at = CASE WHEN f.retry THEN NULL ELSE now() END,
             error = p_error, leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
         FROM failing f WHERE s.id = f.id
-        RETURNING s.id, s.run_id, s.key, s.status::text AS status
+        RETURNING s.id, s.run_id, s.key, s.status::text AS status, s.map_parent
     ), closed AS (
         UPDATE rara_attempts a SET outcome = p_outcome, ended_at = now(), ended_by = p_worker,
                error = p_error
         FROM updated u WHERE a.step_id = u.id AND a.attempt = (SELECT f.attempt FROM failing f)
     )
-    SELECT u.id, u.run_id, u.key, u.status FROM updated u;
+    SELECT u.id, u.run_id, u.key, u.status, u.map_parent FROM updated u;
 END $$;
 SELECT rara_grant('rara_step_fail');  -- only through rara_step_end_many
 
 CREATE OR REPLACE FUNCTION rara_step_cancel(p_worker text, p_step_id bigint, p_token uuid)
-RETURNS TABLE (id bigint, run_id bigint, key text, status text)
+RETURNS TABLE (id bigint, run_id bigint, key text, status text, map_parent bigint)
 LANGUAGE plpgsql AS $$
 #variable_conflict use_column
 BEGIN
@@ -349,12 +380,12 @@ BEGIN
             leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
         WHERE s.id = p_step_id AND s.leased_by = p_worker AND s.lease_token = p_token
           AND s.status = 'running'
-        RETURNING s.id, s.run_id, s.key, s.attempt
+        RETURNING s.id, s.run_id, s.key, s.attempt, s.map_parent
     ), closed AS (
         UPDATE rara_attempts a SET outcome = 'cancelled', ended_at = now(), ended_by = p_worker
         FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
     )
-    SELECT done.id, done.run_id, done.key, 'cancelled'::text FROM done;
+    SELECT done.id, done.run_id, done.key, 'cancelled'::text, done.map_parent FROM done;
 END $$;
 SELECT rara_grant('rara_step_cancel');  -- only through rara_step_end_many
 
@@ -437,6 +468,7 @@ DECLARE
     reaped jsonb;
     step record;
     deltas jsonb := '[]';
+    map_ends jsonb := '[]';
 BEGIN
     -- Recover expired leases, in bounded batches, safely from every worker at once: SKIP
     -- LOCKED picks rows nobody else is touching, and the UPDATE re-checks expiry itself, so a
@@ -463,7 +495,8 @@ BEGIN
             leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
         FROM expired e
         WHERE s.id = e.id AND s.status = 'running' AND s.lease_expires_at < now()
-        RETURNING s.id, s.run_id, s.key, s.attempt, s.status::text AS status, s.error
+        RETURNING s.id, s.run_id, s.key, s.attempt, s.status::text AS status, s.error,
+                  s.map_parent
     ), closed AS (
         UPDATE rara_attempts a SET outcome = 'lease_expired', ended_at = now(),
             ended_by = 'reaper:' || p_worker, error = u.error
@@ -471,18 +504,26 @@ BEGIN
         WHERE a.step_id = u.id AND a.attempt = u.attempt AND a.outcome = 'running'
     )
     SELECT coalesce(jsonb_agg(jsonb_build_object('id', u.id, 'run_id', u.run_id, 'key', u.key,
-                                                 'status', u.status) ORDER BY u.run_id),
+                                                 'status', u.status, 'map', u.map_parent)
+                              ORDER BY u.run_id),
                     '[]')
     INTO reaped FROM updated u;
     FOR step IN
         SELECT * FROM jsonb_to_recordset(reaped) AS r(id bigint, run_id bigint, key text,
-                                                      status text)
+                                                      status text, map bigint)
     LOOP
         deltas := deltas || rara_step_end_deltas(step.run_id, step.key, step.status);
+        IF step.map IS NOT NULL AND step.status = 'failed' THEN
+            map_ends := map_ends || jsonb_build_array(jsonb_build_object(
+                'map', step.map, 'succeeded', 0, 'failed', 1));
+        END IF;
         id := step.id;
         status := step.status;
         RETURN NEXT;
     END LOOP;
+    IF map_ends <> '[]' THEN
+        deltas := deltas || rara_map_children_ended(map_ends);
+    END IF;
     PERFORM rara_run_count(deltas);  -- the runs last, in id order
 END $$;
 SELECT rara_grant('rara_step_reap_expired', 'rara_worker');

@@ -11,6 +11,10 @@ RETURNS TABLE (id bigint, digest text, retired_at timestamptz, spec jsonb, missi
                run_id bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
+DECLARE
+    answer record;
+    deltas jsonb := '[]';
+    map bigint;
 BEGIN
     -- A run and its steps in one round trip (rara.runs.start_run). Resolves the version as
     -- definition_version_get does (p_version, or the latest when null) and inserts only when
@@ -22,8 +26,7 @@ BEGIN
     -- more call and no extra fetch. No row: no such definition. run_id is null when nothing
     -- was inserted; ON CONFLICT makes racing clients with one idempotency key create one run:
     -- the loser waits for the winner's commit, inserts nothing, and reads the winner's row
-    -- with run_get_by_key.
-    RETURN QUERY
+    -- with run_get_by_key. Map steps without upstream expand at once (rara_map_expand).
     WITH resolved AS (
         SELECT v.id, v.digest, v.spec, d.retired_at,
                coalesce(v.digest = p_digest, false) AS matched
@@ -36,7 +39,7 @@ BEGIN
             priority integer,
             payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
             retry_coefficient double precision, timeout_ms integer,
-            heartbeat_timeout_ms integer)
+            heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
         WHERE resolved.matched
     ), missing AS (
         -- One row always (an aggregate): null when nothing is missing or nothing was checked.
@@ -58,19 +61,41 @@ BEGIN
         INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
                                 executor, priority, payload, max_attempts, retry_initial_ms,
                                 retry_max_ms, retry_coefficient, timeout_ms,
-                                heartbeat_timeout_ms, status)
+                                heartbeat_timeout_ms, status, map_over, map_max_parallel)
         SELECT run.id, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
                s.capability, s.executor, s.priority, s.payload, s.max_attempts,
                s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient, s.timeout_ms,
                s.heartbeat_timeout_ms,
-               CASE WHEN cardinality(s.depends_on) = 0 THEN 'ready'
-                    ELSE 'blocked' END::rara_step_status
+               CASE WHEN cardinality(s.depends_on) = 0 AND s.map_over IS NULL THEN 'ready'
+                    ELSE 'blocked' END::rara_step_status,
+               s.map_over, s.map_max_parallel
         FROM run, step_rows s
+        RETURNING rara_steps.id, rara_steps.map_over IS NOT NULL
+                  AND cardinality(rara_steps.depends_on) = 0 AS expands
     )
     SELECT resolved.id, resolved.digest, resolved.retired_at,
-           CASE WHEN resolved.matched THEN NULL ELSE resolved.spec END,
-           missing.capabilities, (SELECT run.id FROM run)
+           CASE WHEN resolved.matched THEN NULL ELSE resolved.spec END AS spec,
+           missing.capabilities, (SELECT run.id FROM run) AS run_id,
+           (SELECT coalesce(array_agg(steps.id ORDER BY steps.id)
+                            FILTER (WHERE steps.expands), '{}') FROM steps) AS maps
+    INTO answer
     FROM resolved, missing;
+    IF NOT FOUND THEN
+        RETURN;  -- no such definition (version)
+    END IF;
+    FOREACH map IN ARRAY answer.maps LOOP
+        deltas := deltas || rara_map_expand(map);
+    END LOOP;
+    IF deltas <> '[]' THEN
+        PERFORM rara_run_count(deltas);
+    END IF;
+    id := answer.id;
+    digest := answer.digest;
+    retired_at := answer.retired_at;
+    spec := answer.spec;
+    missing := answer.capabilities;
+    run_id := answer.run_id;
+    RETURN NEXT;
 END $$;
 SELECT rara_grant('rara_run_start', 'rara_client', 'rara_operator');
 
@@ -134,10 +159,14 @@ BEGIN
     -- waited for included): two siblings ending in concurrent transactions are both counted,
     -- and the second ends the run.
     WITH d AS MATERIALIZED (
-        SELECT d.run_id, sum(d.succeeded)::integer AS succeeded,
-               sum(d.failed)::integer AS failed, sum(d.cancelled)::integer AS cancelled
+        -- (a missing count is 0; `total`: steps added to the run, a map step's children)
+        SELECT d.run_id, coalesce(sum(d.succeeded), 0)::integer AS succeeded,
+               coalesce(sum(d.failed), 0)::integer AS failed,
+               coalesce(sum(d.cancelled), 0)::integer AS cancelled,
+               coalesce(sum(d.total), 0)::integer AS total
         FROM jsonb_to_recordset(p_deltas)
-            AS d(run_id bigint, succeeded integer, failed integer, cancelled integer)
+            AS d(run_id bigint, succeeded integer, failed integer, cancelled integer,
+                 total integer)
         GROUP BY d.run_id
     ), locked AS (
         SELECT r.id FROM rara_runs r WHERE r.id = ANY (ARRAY(SELECT d.run_id FROM d))
@@ -145,15 +174,16 @@ BEGIN
         FOR NO KEY UPDATE
     )
     UPDATE rara_runs r SET
+        steps_total = r.steps_total + d.total,
         steps_succeeded = r.steps_succeeded + d.succeeded,
         steps_failed = r.steps_failed + d.failed,
         steps_cancelled = r.steps_cancelled + d.cancelled,
         status = CASE WHEN r.status IN ('pending', 'running') THEN coalesce(rara_run_end_status(
-            r.cancel_requested, r.steps_total, r.steps_succeeded + d.succeeded,
+            r.cancel_requested, r.steps_total + d.total, r.steps_succeeded + d.succeeded,
             r.steps_failed + d.failed, r.steps_cancelled + d.cancelled), r.status)
             ELSE r.status END,
         finished_at = CASE WHEN r.status IN ('pending', 'running') AND rara_run_end_status(
-            r.cancel_requested, r.steps_total, r.steps_succeeded + d.succeeded,
+            r.cancel_requested, r.steps_total + d.total, r.steps_succeeded + d.succeeded,
             r.steps_failed + d.failed, r.steps_cancelled + d.cancelled) IS NOT NULL
             THEN now() ELSE r.finished_at END
     FROM d

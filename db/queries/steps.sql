@@ -6,22 +6,35 @@
 -- signs: statements go to psycopg's %-style placeholders.
 
 -- name: step_list
-SELECT id, key, depends_on, capability, executor, status, attempt, max_attempts, available_at,
-       started_at, finished_at, result, error, leased_by
-FROM rara_steps WHERE run_id = :run_id ORDER BY id;
+-- The run's steps as its definition lists them: a map step is one row, whose `children` sums
+-- up its children (step_map_summary), never one row per child.
+SELECT s.id, s.key, s.depends_on, s.capability, s.executor, s.status, s.attempt,
+       s.max_attempts, s.available_at, s.started_at, s.finished_at, s.result, s.error,
+       s.leased_by, m.summary AS children
+FROM rara_steps s
+LEFT JOIN LATERAL (SELECT rara_map_summary(s.map_total, s.map_succeeded, s.map_failed,
+                                            s.id) AS summary
+                   WHERE s.map_over IS NOT NULL) m ON true
+WHERE s.run_id = :run_id AND s.map_parent IS NULL ORDER BY s.id;
 
 -- name: step_list_progress
--- Each step of a run with its latest progress event (of its current attempt).
+-- Each step of a run with its latest progress event (of its current attempt); a map step's
+-- progress is its children's: the fraction done and a summary (done/running/failed of N).
 SELECT s.id, s.key, s.capability, s.executor, s.status::text AS status, s.attempt,
        s.max_attempts, s.started_at, s.finished_at, s.result, s.error,
-       e.fraction, e.message, e.metrics
+       CASE WHEN s.map_over IS NULL THEN e.fraction
+            ELSE s.map_succeeded::double precision / nullif(s.map_total, 0) END AS fraction,
+       CASE WHEN s.map_over IS NULL THEN e.message
+            ELSE rara_map_summary(s.map_total, s.map_succeeded, s.map_failed, s.id)
+       END AS message,
+       e.metrics
 FROM rara_steps s
 LEFT JOIN LATERAL (
     SELECT fraction, message, metrics FROM rara_events
     WHERE step_id = s.id AND attempt = s.attempt
     ORDER BY seq DESC LIMIT 1
 ) e ON true
-WHERE s.run_id = :run_id ORDER BY s.id;
+WHERE s.run_id = :run_id AND s.map_parent IS NULL ORDER BY s.id;
 
 -- name: step_next_available$
 -- Seconds until the earliest backing-off ready step of the served pairs becomes leasable (NULL:

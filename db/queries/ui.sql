@@ -40,7 +40,11 @@ WHERE r.id = :run_id;
 SELECT s.id, s.key, s.depends_on, s.capability, s.executor, s.status::text AS status,
        s.attempt, s.max_attempts, s.releases, s.leased_by, s.lease_expires_at, s.heartbeat_at,
        s.available_at, s.cancel_requested, s.result, s.error, s.started_at, s.finished_at,
-       p.fraction, coalesce(p.message, '') AS message,
+       CASE WHEN s.map_over IS NULL THEN p.fraction
+            ELSE s.map_succeeded::double precision / nullif(s.map_total, 0) END AS fraction,
+       CASE WHEN s.map_over IS NULL THEN coalesce(p.message, '')
+            ELSE rara_map_summary(s.map_total, s.map_succeeded, s.map_failed, s.id)
+       END AS message,
        coalesce(s.leased_by, (SELECT a.worker FROM rara_attempts a WHERE a.step_id = s.id
                               ORDER BY a.attempt DESC LIMIT 1)) AS worker
 FROM rara_steps s
@@ -49,7 +53,8 @@ LEFT JOIN LATERAL (
     WHERE e.step_id = s.id AND e.attempt = s.attempt AND e.kind = 'progress'
     ORDER BY e.seq DESC LIMIT 1
 ) p ON true
-WHERE s.run_id = :run_id
+-- A map step is one node, its progress its children's (not a node per child).
+WHERE s.run_id = :run_id AND s.map_parent IS NULL
 ORDER BY s.id;
 
 -- name: ui_attempt_list
@@ -183,9 +188,11 @@ SELECT s.run_id, s.key, s.status::text AS status, s.attempt,
            SELECT e.fraction FROM rara_events e
            WHERE e.step_id = s.id AND e.attempt = s.attempt AND e.kind = 'progress'
            ORDER BY e.seq DESC LIMIT 1)
+           WHEN s.map_over IS NOT NULL THEN
+               s.map_succeeded::double precision / nullif(s.map_total, 0)
        END AS fraction
 FROM rara_steps s
-WHERE s.run_id = ANY (CAST(:run_ids AS bigint[]))
+WHERE s.run_id = ANY (CAST(:run_ids AS bigint[])) AND s.map_parent IS NULL
 ORDER BY s.run_id, s.id;
 
 -- name: ui_live_recent_list

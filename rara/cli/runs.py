@@ -96,7 +96,7 @@ def print_run(view: RunView) -> None:
             s["capability"],
             s["executor"],
             s["status"],
-            f"{s['attempt']}/{s['max_attempts']}",
+            s.get("children") or f"{s['attempt']}/{s['max_attempts']}",
             f"{s['started_at']:%H:%M:%S}" if s["started_at"] else "",
             took,
         )

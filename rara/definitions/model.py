@@ -66,6 +66,31 @@ class SecretRef(_Model):
     key: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.-]{1,253}$")
 
 
+# map.over: `input`, or `<step>.result`, then a path of keys or list indexes into it.
+MAP_OVER_PATTERN = r"^(input|[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?\.result)(\.[A-Za-z0-9_-]+)*$"
+# What a child's input gains (rara.context: ctx.input["item"], ctx.input["index"]).
+MAP_INPUT_KEYS = ("item", "index")
+
+
+class MapSpec(_Model):
+    """A map step: once its upstream succeeded, one child step per element of a list."""
+
+    over: str = Field(pattern=MAP_OVER_PATTERN)
+    max_parallel: int | None = Field(default=None, ge=1, le=100_000, alias="maxParallel")
+
+    @property
+    def source(self) -> str | None:
+        """The upstream step whose result holds the list; None: the run input."""
+        head = self.over.split(".", 1)[0]
+        return None if head == "input" else head
+
+    @property
+    def path(self) -> list[str]:
+        """The keys (or list indexes) inside the source, in order."""
+        parts = self.over.split(".")
+        return parts[1:] if self.source is None else parts[2:]
+
+
 class StepSpec(_Model):
     key: StepKey
     capability: str = Field(pattern=CAPABILITY_PATTERN)
@@ -80,6 +105,8 @@ class StepSpec(_Model):
     # A JSON Schema for the run input this step reads (rara.definitions.inputs).
     input_schema: dict[str, Any] | None = Field(default=None, alias="inputSchema")
     secrets: dict[str, SecretRef] = Field(default_factory=dict)
+    # A map step (docs/map-steps.md): expands into a child per element of map.over.
+    map: MapSpec | None = None
 
     @field_serializer("timeout", "heartbeat_timeout")
     def _dump_duration(self, ms: int | None) -> str | None:
@@ -98,6 +125,15 @@ class StepSpec(_Model):
             raise ValueError("dependsOn lists a step twice")
         if self.key in self.depends_on:
             raise ValueError(f"step {self.key!r} depends on itself")
+        if self.map is not None:
+            source = self.map.source
+            if source is not None and source not in self.depends_on:
+                raise ValueError(f"step {self.key!r}: map.over reads step {source!r}, which is "
+                                 "not in its dependsOn")
+            clash = sorted(set(MAP_INPUT_KEYS) & set(self.input))
+            if clash:
+                raise ValueError(f"step {self.key!r}: input.{clash[0]} is what map gives each "
+                                 "child; rename it")
         return self
 
 

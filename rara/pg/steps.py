@@ -31,6 +31,8 @@ class StepRow:
     result: Any
     error: dict[str, Any] | None
     leased_by: str | None
+    # A map step: its children summed up (done/running/failed of N); None for other steps.
+    children: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", StepStatus(self.status))

@@ -85,6 +85,7 @@ def test_fenced_batch_writes_are_never_planned_onto_the_reaper_index(
     scanned every running step for a completion batch's ids (and, under a held xmin horizon,
     every dead entry of finished attempts); its predicate now is one no fence implies."""
     token = "00000000-0000-0000-0000-000000000001"
+    conn.execute("SET enable_seqscan = off")  # as the worker's sessions (HOT_PATH_SESSION)
     plans = [
         *nested_plans(conn, sql("step_end_many"),
                       {"worker": "w", "successes": f'[{{"id": 1, "token": "{token}"}}]',

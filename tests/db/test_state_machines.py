@@ -158,7 +158,8 @@ def test_error_codes_the_sql_writes_are_the_enum() -> None:
     """The stored codes db/functions writes itself are members of rara.errors.ErrorCode."""
     written = {code for text in [*query_files().values(), *function_files().values()]
                for code in re.findall(r"'code',\s*'([A-Z_]+)'", text)}
-    assert written == {"LEASE_EXPIRED", "UPSTREAM_FAILED", "CANCELLED"}
+    assert written == {"LEASE_EXPIRED", "UPSTREAM_FAILED", "CANCELLED", "MAP_NOT_A_LIST",
+                       "MAP_CHILD_FAILED"}
     assert written <= {c.value for c in ErrorCode}
 
 

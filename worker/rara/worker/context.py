@@ -124,8 +124,10 @@ class WorkerStepContext:
         self._artifacts = artifacts
         self._io = io
         static = self._step.payload.get("input") or {}
-        # The definition's static input, overlaid by the run's input (the run is more specific).
-        self._input = {**static, **self._step.run_input}
+        # The definition's static input, overlaid by the run's input (the run is more specific),
+        # and for a map step's child by its element and index (`item`, `index`; the model
+        # refuses a static input of those names).
+        self._input = {**static, **self._step.run_input, **(self._step.payload.get("map") or {})}
         self._lock = threading.Lock()
 
     @property

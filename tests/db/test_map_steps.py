@@ -1,0 +1,244 @@
+"""Map steps (migration 0008, db/functions/maps.sql, docs/map-steps.md): a step that expands,
+once its upstream succeeded, into one child per element of a list from an upstream result or
+the run input; children are ordinary steps (lease, attempts, retries, artifacts); the map step
+ends when they did; its downstream sees their artifacts in index order. Driven as the worker
+drives steps (rara.worker.store), checked with the history invariants (tests/history.py)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import psycopg
+import pytest
+from pydantic import ValidationError
+
+from rara.definitions.parse import definition_from_object
+from rara.pg import steps as step_sql
+from rara.runs import cancel_run, start_run
+from rara.states import MAP_STEP_TRANSITIONS, AttemptOutcome, StepStatus
+from rara.worker.dispatch import LeasedStep
+from rara.worker.store import Ending, Fence, end_many, reap
+from rara.worker.testing import lease_now
+from tests.helpers import apply, definition
+from tests.history import check_history
+
+SPLIT = {"key": "split", "capability": "split@1"}
+WORK = {"key": "work", "capability": "work@1", "dependsOn": ["split"],
+        "map": {"over": "split.result.items"}, "retry": {"maxAttempts": 1}}
+JOIN = {"key": "join", "capability": "join@1", "dependsOn": ["work"]}
+
+
+def _end(url: str, *endings: Ending) -> list[StepStatus | None]:
+    async def end() -> list[StepStatus | None]:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
+            return await end_many(aconn, list(endings))
+    return asyncio.run(end())
+
+
+def _won(step: LeasedStep, result: Any = None, artifacts: tuple[dict[str, Any], ...] = ()
+         ) -> Ending:
+    return Ending(Fence(step.id, "w", step.lease_token), step.run_id, AttemptOutcome.SUCCEEDED,
+                  result, artifacts)
+
+
+def _lost(step: LeasedStep) -> Ending:
+    return Ending(Fence(step.id, "w", step.lease_token), step.run_id, AttemptOutcome.FAILED,
+                  error={"code": "BOOM"}, retryable=False)
+
+
+def _steps(conn: psycopg.Connection[Any], run_id: int) -> dict[str, str]:
+    return dict(conn.execute("SELECT key, status::text FROM rara_steps WHERE run_id = %s",
+                             (run_id,)).fetchall())
+
+
+def _run(conn: psycopg.Connection[Any], run_id: int) -> tuple[Any, ...]:
+    row = conn.execute("SELECT status::text, steps_total, steps_succeeded, steps_failed, "
+                       "steps_cancelled FROM rara_runs WHERE id = %s", (run_id,)).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+def _blob(n: int) -> dict[str, Any]:
+    return {"name": "part", "digest": "sha256:" + f"{n:064x}", "size": n,
+            "media_type": "text/plain"}
+
+
+def test_a_map_expands_over_an_upstream_result_and_its_downstream_sees_the_children(
+        conn: psycopg.Connection[Any], database_url: str) -> None:
+    apply(conn, "fan", [SPLIT, WORK, JOIN])
+    run_id = start_run(conn, "fan", queue_anyway=True).run_id
+    [split] = lease_now(conn, ["split@1"], worker="w", limit=5)
+    items = [f"shard-{i}" for i in range(12)]
+    assert _end(database_url, _won(split, {"items": items})) == [StepStatus.SUCCEEDED]
+
+    children = lease_now(conn, ["work@1"], worker="w", limit=50)
+    assert sorted(c.key for c in children) == sorted(f"work[{i}]" for i in range(12))
+    for child in children:
+        index = int(child.key[5:-1])
+        assert child.payload["map"] == {"item": f"shard-{index}", "index": index}
+    # Out of order, in two batches: the map waits for every child.
+    by_index = sorted(children, key=lambda c: int(c.key[5:-1]))
+    _end(database_url, *[_won(c, {"i": i}, (_blob(i + 1),))
+                         for i, c in reversed(list(enumerate(by_index)))][:6])
+    assert _steps(conn, run_id)["work"] == "blocked"
+    assert lease_now(conn, ["join@1"], worker="w", limit=5) == []
+    # Seen by people (runs show / watch, the UI): the map as one line, not a line per child.
+    assert [(s.key, s.children) for s in step_sql.list_for_run(conn, run_id)] == [
+        ("split", None), ("work", "map: 6/12 done, 6 running, 0 failed"), ("join", None)]
+    work = next(s for s in step_sql.list_progress(conn, run_id) if s.key == "work")
+    assert (work.fraction, work.message) == (0.5, "map: 6/12 done, 6 running, 0 failed")
+    _end(database_url, *[_won(c, {"i": i}, (_blob(i + 1),))
+                         for i, c in list(enumerate(by_index))[:6]])
+    assert _steps(conn, run_id)["work"] == "succeeded"
+
+    [join] = lease_now(conn, ["join@1"], worker="w", limit=5)
+    # In index order (not the keys' text order: work[10] after work[9]).
+    assert [(name, ref.size) for name, ref in join.inputs.items()] == [
+        (f"work[{i}]/part", i + 1) for i in range(12)]
+    _end(database_url, _won(join))
+    assert _run(conn, run_id) == ("succeeded", 15, 15, 0, 0)
+    check_history(conn)
+
+
+def test_a_map_over_the_run_input_expands_at_start_and_an_empty_list_succeeds_at_once(
+        conn: psycopg.Connection[Any], database_url: str) -> None:
+    apply(conn, "inputs", [
+        {"key": "each", "capability": "work@1", "map": {"over": "input.files"}},
+        {"key": "after", "capability": "join@1", "dependsOn": ["each"]}])
+    run_id = start_run(conn, "inputs", input={"files": ["a", "b"]}, queue_anyway=True).run_id
+    children = lease_now(conn, ["work@1"], worker="w", limit=5)
+    assert sorted(c.payload["map"]["item"] for c in children) == ["a", "b"]
+    _end(database_url, *[_won(c) for c in children])
+    [after] = lease_now(conn, ["join@1"], worker="w", limit=5)
+    _end(database_url, _won(after))
+    assert _run(conn, run_id) == ("succeeded", 4, 4, 0, 0)
+
+    empty = start_run(conn, "inputs", input={"files": []}, queue_anyway=True).run_id
+    assert _steps(conn, empty) == {"each": "succeeded", "after": "ready"}
+    check_history(conn)
+
+
+def test_a_list_that_is_not_one_fails_the_map_naming_it(
+        conn: psycopg.Connection[Any], database_url: str) -> None:
+    apply(conn, "fan", [SPLIT, WORK, JOIN])
+    run_id = start_run(conn, "fan", queue_anyway=True).run_id
+    [split] = lease_now(conn, ["split@1"], worker="w", limit=5)
+    _end(database_url, _won(split, {"items": {"not": "a list"}}))
+    [[error]] = conn.execute("SELECT error FROM rara_steps WHERE run_id = %s AND key = 'work'",
+                             (run_id,)).fetchall()
+    assert error["code"] == "MAP_NOT_A_LIST"
+    assert error["message"] == "map.over split.result.items is object, not a list"
+    assert _steps(conn, run_id) == {"split": "succeeded", "work": "failed", "join": "cancelled"}
+    assert _run(conn, run_id) == ("failed", 3, 1, 1, 1)
+    check_history(conn)
+
+
+def test_max_parallel_bounds_the_children_ready_or_running(
+        conn: psycopg.Connection[Any], database_url: str) -> None:
+    apply(conn, "narrow", [SPLIT, {**WORK, "map": {"over": "split.result.items",
+                                                   "maxParallel": 3}}, JOIN])
+    run_id = start_run(conn, "narrow", queue_anyway=True).run_id
+    [split] = lease_now(conn, ["split@1"], worker="w", limit=5)
+    _end(database_url, _won(split, {"items": list(range(10))}))
+    done = 0
+    while done < 10:
+        active = conn.execute(
+            "SELECT count(*) FROM rara_steps WHERE run_id = %s AND map_index IS NOT NULL AND "
+            "status IN ('ready', 'running')", (run_id,)).fetchone()
+        assert active == (min(3, 10 - done),)
+        leased = lease_now(conn, ["work@1"], worker="w", limit=2)
+        _end(database_url, *[_won(c) for c in leased])
+        done += len(leased)
+    assert _steps(conn, run_id)["join"] == "ready"
+    check_history(conn)
+
+
+def test_a_child_failing_for_good_fails_the_map_and_cancels_the_rest(
+        conn: psycopg.Connection[Any], database_url: str) -> None:
+    apply(conn, "fan", [SPLIT, {**WORK, "map": {"over": "split.result.items",
+                                                "maxParallel": 4}}, JOIN])
+    run_id = start_run(conn, "fan", queue_anyway=True).run_id
+    [split] = lease_now(conn, ["split@1"], worker="w", limit=5)
+    _end(database_url, _won(split, {"items": list(range(8))}))
+    first, second, *_ = lease_now(conn, ["work@1"], worker="w", limit=2)
+    assert _end(database_url, _lost(first)) == [StepStatus.FAILED]
+    statuses = _steps(conn, run_id)
+    assert statuses["work"] == "failed"
+    assert statuses["join"] == "cancelled"
+    # Waiting children cancelled; the running one asked to stop, then ends as cancelled.
+    assert sorted(v for k, v in statuses.items() if k.startswith("work[")) == \
+        ["cancelled"] * 6 + ["failed", "running"]
+    [[flag]] = conn.execute("SELECT cancel_requested FROM rara_steps WHERE id = %s",
+                            (second.id,)).fetchall()
+    assert flag
+    cancelled = Ending(Fence(second.id, "w", second.lease_token), run_id,
+                       AttemptOutcome.CANCELLED)
+    assert _end(database_url, cancelled) == [StepStatus.CANCELLED]
+    [[error]] = conn.execute("SELECT error FROM rara_steps WHERE run_id = %s AND key = 'work'",
+                             (run_id,)).fetchall()
+    assert error["code"] == "MAP_CHILD_FAILED"
+    assert _run(conn, run_id) == ("failed", 11, 1, 2, 8)
+    check_history(conn)
+
+
+def test_cancel_mid_map_and_the_reaper_on_a_child(
+        conn: psycopg.Connection[Any], database_url: str) -> None:
+    apply(conn, "fan", [SPLIT, {**WORK, "retry": {"maxAttempts": 3, "initialDelay": "1ms"}},
+                        JOIN])
+    run_id = start_run(conn, "fan", queue_anyway=True).run_id
+    [split] = lease_now(conn, ["split@1"], worker="w", limit=5)
+    _end(database_url, _won(split, {"items": ["a", "b", "c"]}))
+    [child] = lease_now(conn, ["work@1"], worker="w", limit=1, lease_seconds=0.01)
+    conn.execute("SELECT pg_sleep(0.05)")
+
+    async def reap_once() -> list[Any]:
+        async with await psycopg.AsyncConnection.connect(database_url,
+                                                         autocommit=True) as aconn:
+            return await reap(aconn, "r", limit=10, jitter=0.0)
+    assert asyncio.run(reap_once()) == [(child.id, StepStatus.READY)]  # a retry, not a failure
+    assert _steps(conn, run_id)["work"] == "blocked"
+
+    conn.execute("SELECT pg_sleep(0.01)")  # the retry's backoff
+    running = lease_now(conn, ["work@1"], worker="w", limit=1)
+    assert len(running) == 1
+    assert cancel_run(conn, run_id)
+    statuses = _steps(conn, run_id)
+    assert statuses["work"] == statuses["join"] == "cancelled"
+    _end(database_url, Ending(Fence(running[0].id, "w", running[0].lease_token), run_id,
+                              AttemptOutcome.CANCELLED))
+    assert _run(conn, run_id)[0] == "cancelled"
+    check_history(conn)
+
+
+@pytest.mark.parametrize(("step", "error"), [
+    ({**WORK, "map": {"over": "splt.result.items"}},
+     "map.over reads step 'splt', which is not in its dependsOn"),
+    ({**WORK, "input": {"item": 1}}, "input.item is what map gives each child"),
+    ({**WORK, "map": {"over": "split.items"}}, "map.over"),
+    ({**WORK, "map": {"over": "split.result", "maxParallel": 0}}, "map.maxParallel"),
+    ({**WORK, "map": {"over": "input", "allowFailures": 2}}, "map.allowFailures"),
+])
+def test_a_bad_map_is_refused_naming_its_field(step: dict[str, Any], error: str) -> None:
+    with pytest.raises((ValidationError, ValueError)) as refused:
+        definition_from_object(definition("bad", [SPLIT, step]))
+    assert error in str(refused.value)
+
+
+def test_only_a_map_step_ends_from_blocked(conn: psycopg.Connection[Any],
+                                           database_url: str) -> None:
+    """The trigger (0008) and rara.states agree: blocked -> succeeded | failed is a map
+    step's move, and no other step's."""
+    apply(conn, "fan", [SPLIT, WORK, JOIN])
+    run_id = start_run(conn, "fan", queue_anyway=True).run_id
+    assert (StepStatus.BLOCKED, StepStatus.SUCCEEDED) in MAP_STEP_TRANSITIONS
+    for key, allowed in (("work", True), ("join", False)):
+        for status in ("succeeded", "failed"):
+            update = ("UPDATE rara_steps SET status = %s, finished_at = now() "
+                      "WHERE run_id = %s AND key = %s")
+            with conn.transaction(force_rollback=True):
+                if allowed:
+                    conn.execute(update, (status, run_id, key))
+                else:
+                    with pytest.raises(psycopg.errors.CheckViolation):
+                        conn.execute(update, (status, run_id, key))

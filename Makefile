@@ -71,10 +71,13 @@ lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, gener
 	db/schema.sh --check
 	api/buf.sh lint
 	api/buf.sh breaking
-	@# The Go executor (executor/go): gofmt and go vet; its tests run in make test (-race).
-	@if command -v go >/dev/null; then cd executor/go && bad="$$(gofmt -l .)" && \
-	  { [ -z "$$bad" ] || { echo "gofmt needed: $$bad"; exit 1; }; } && go vet ./...; \
-	else echo "go is not installed: executor/go not vetted"; fi
+	@# The Go modules (executor/go; the bench's River driver, bench/peers/river): gofmt and go
+	@# vet; the executor's tests run in make test (-race).
+	@if command -v go >/dev/null; then for mod in executor/go bench/peers/river; do \
+	  (cd $$mod && bad="$$(gofmt -l .)" && \
+	  { [ -z "$$bad" ] || { echo "gofmt needed in $$mod: $$bad"; exit 1; }; } && go vet ./...) \
+	  || exit 1; done; \
+	else echo "go is not installed: executor/go and bench/peers/river not vetted"; fi
 
 crds: ## copy crds/ into the chart (charts/rara/crds is never edited by hand)
 	charts/crds.sh

@@ -1,4 +1,5 @@
-"""Comparators for rara's benchmark: the same no-op drain with PgQueuer and Procrastinate.
+"""Comparators for rara's benchmark: the same no-op drain with PgQueuer, Procrastinate, DBOS and
+River.
 
 The peers are *only* comparators: they are never dependencies of rara. The bench installs them
 itself, on first use, into a separate virtual environment ``.rara/bench-peers-venv`` (created
@@ -14,6 +15,13 @@ Files:
     enqueues N no-op jobs in bulk (not timed), drains them with K worker processes and prints
     JSON (``jobs``, ``seconds``, ``jobs_per_s``); ``--latency`` measures enqueue→job-start of
     an idle worker, one job at a time (``p50_ms``, ``p99_ms``).
+``dbos_peer.py``
+    DBOS's part of ``run_peer.py`` (its system database, queue, workflows of 1 or 3 steps).
+``river/`` and ``river_peer.py``
+    River's driver, a Go module on River's library modules (``river/build.sh`` builds it
+    once per state of its sources into ``~/.cache/rara/bench-river``), and its runner, called
+    from rara's venv. Without ``go`` (or where the build fails) River is reported skipped,
+    with the reason.
 ``harness.py``
     Importable from rara's venv: ``ensure_peers_venv() -> Path``,
     ``run_peer(peer, dsn, jobs, workers, latency=False, timeout=…) -> dict`` (fresh database,
@@ -22,15 +30,20 @@ Files:
     ``python -m bench.peers [--dsn URL]`` runs every peer and prints a table; without
     ``--dsn`` it uses a private server (``temporary_server(fast=True)``), destroyed afterwards.
 
-Peers: ``pgqueuer-asyncpg`` and ``pgqueuer-psycopg`` (PgQueuer with each of its drivers) and
-``procrastinate`` (psycopg 3 connector). Worker configuration (batch size, concurrency) is
-commented in ``run_peer.py``; it can be overridden with ``PEER_PGQ_BATCH_SIZE`` and
-``PEER_PROC_CONCURRENCY``. The machine is shared: treat single runs as noisy.
+Peers: ``pgqueuer-asyncpg`` and ``pgqueuer-psycopg`` (PgQueuer with each of its drivers),
+``procrastinate`` (psycopg 3 connector), ``dbos-1step`` and ``dbos-3step`` (DBOS workflows of
+1 and 3 no-op steps through a DBOS queue) and ``river`` (one Go process). Worker configuration
+(batch size, concurrency, polling) is commented in ``run_peer.py``, ``dbos_peer.py`` and
+``river/main.go``; it can be overridden with ``PEER_PGQ_BATCH_SIZE``, ``PEER_PROC_CONCURRENCY``,
+``PEER_DBOS_POLL_S`` and ``PEER_DBOS_CONCURRENCY``. Server CPU is that of the bench's server
+alone (its postmaster's process tree). The machine is shared: treat single runs as noisy.
 """
 
 from bench.peers.harness import (
     PEER_REQUIREMENTS,
     PEERS,
+    PeerError,
+    PeerUnavailable,
     ensure_peers_venv,
     peer_database,
     run_all,
@@ -40,6 +53,8 @@ from bench.peers.harness import (
 __all__ = [
     "PEERS",
     "PEER_REQUIREMENTS",
+    "PeerError",
+    "PeerUnavailable",
     "ensure_peers_venv",
     "peer_database",
     "run_all",

@@ -16,6 +16,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     )
     lines = [head, "-" * len(head)]
     for r in rows:
+        if "skipped" in r:
+            lines.append(f"{r['peer']:<18} skipped: {r['skipped'].splitlines()[0]}")
+            continue
         if "error" in r:
             lines.append(f"{r['peer']:<18} drain failed: {r['error'].splitlines()[0]}")
             continue
@@ -39,6 +42,9 @@ def main() -> list[dict[str, Any]]:
     parser.add_argument("--workers", type=int, default=2, help="worker processes per drain")
     parser.add_argument("--pgqueuer-jobs", type=int, default=DEFAULT_JOBS["pgqueuer-asyncpg"])
     parser.add_argument("--procrastinate-jobs", type=int, default=DEFAULT_JOBS["procrastinate"])
+    parser.add_argument("--dbos-jobs", type=int, default=DEFAULT_JOBS["dbos-1step"],
+                        help="1-step workflows (3-step: two thirds of it)")
+    parser.add_argument("--river-jobs", type=int, default=DEFAULT_JOBS["river"])
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
     args = parser.parse_args()
@@ -46,6 +52,9 @@ def main() -> list[dict[str, Any]]:
         "pgqueuer-asyncpg": args.pgqueuer_jobs,
         "pgqueuer-psycopg": args.pgqueuer_jobs,
         "procrastinate": args.procrastinate_jobs,
+        "dbos-1step": args.dbos_jobs,
+        "dbos-3step": args.dbos_jobs * 2 // 3,
+        "river": args.river_jobs,
     }
     peers = tuple(p for p in args.peers.split(",") if p)
 

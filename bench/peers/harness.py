@@ -27,12 +27,15 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
+from bench.proc_cpu import postmaster_of
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 RUN_PEER = HERE / "run_peer.py"
 VENV = REPO / ".rara" / "bench-peers-venv"
 
-PEERS = ("pgqueuer-asyncpg", "pgqueuer-psycopg", "procrastinate")
+PEERS = ("pgqueuer-asyncpg", "pgqueuer-psycopg", "procrastinate", "dbos-1step", "dbos-3step",
+         "river")
 
 # Every package installed directly is pinned (transitive ones follow from these).
 PEER_REQUIREMENTS = (
@@ -41,17 +44,24 @@ PEER_REQUIREMENTS = (
     "psycopg[binary]==3.3.9",  # PgQueuer's psycopg driver and Procrastinate's connector
     "psycopg-pool==3.3.3",  # Procrastinate's PsycopgConnector pool
     "procrastinate==3.10.0",
+    "dbos==3.4.0",  # DBOS Transact (its system database through SQLAlchemy 2 and psycopg 3)
 )
 
 # Jobs per drain: enough for a steady state, bounded in time on a small machine.
-DEFAULT_JOBS = {"pgqueuer-asyncpg": 20_000, "pgqueuer-psycopg": 20_000, "procrastinate": 3_000}
+DEFAULT_JOBS = {"pgqueuer-asyncpg": 20_000, "pgqueuer-psycopg": 20_000, "procrastinate": 3_000,
+                "dbos-1step": 3_000, "dbos-3step": 2_000, "river": 50_000}
 # Wake-up samples. PgQueuer's psycopg driver wakes after ~1 s (its notifies() watcher holds the
 # connection lock for its 1 s timeout, so the dequeue waits), so it gets fewer samples.
-DEFAULT_LATENCY_SAMPLES = {"pgqueuer-asyncpg": 200, "pgqueuer-psycopg": 30, "procrastinate": 200}
+DEFAULT_LATENCY_SAMPLES = {"pgqueuer-asyncpg": 200, "pgqueuer-psycopg": 30, "procrastinate": 200,
+                           "dbos-1step": 100, "dbos-3step": 100, "river": 200}
 
 
 class PeerError(RuntimeError):
     """A peer run failed or timed out; the message carries the tail of its output."""
+
+
+class PeerUnavailable(PeerError):
+    """A peer cannot be installed or built on this machine; the message says why."""
 
 
 def _base_python() -> str:
@@ -85,7 +95,8 @@ def ensure_peers_venv(venv: Path = VENV) -> Path:
             check=False,
         )
         if proc.returncode != 0:
-            raise PeerError(f"pip install into {venv} failed:\n{proc.stdout}{proc.stderr}"[-4000:])
+            raise PeerUnavailable(
+                f"pip install into {venv} failed:\n{proc.stdout}{proc.stderr}"[-4000:])
         marker.write_text(wanted)
     return python
 
@@ -118,6 +129,14 @@ def peer_database(dsn: str, peer: str, keep: bool = False) -> Iterator[str]:
                 conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(ident))
 
 
+def _postmaster(url: str) -> int:
+    """The pid of the server behind ``url``: its CPU alone is counted, never another's."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    assert row is not None
+    return postmaster_of(int(row[0]))
+
+
 def run_peer(
     peer: str,
     dsn: str,
@@ -135,14 +154,19 @@ def run_peer(
     """
     if peer not in PEERS:
         raise ValueError(f"unknown peer {peer!r}; one of {PEERS}")
-    python = ensure_peers_venv()
     timeout = timeout or (120.0 if latency else 300.0)
+    if peer == "river":  # a Go driver (bench/peers/river), run from here
+        from bench.peers import river_peer
+
+        with peer_database(dsn, peer) as url:
+            return river_peer.run(url, jobs, latency, timeout, _postmaster(url))
+    python = ensure_peers_venv()
     with peer_database(dsn, peer) as url:
         cmd = [
             str(python),
             str(RUN_PEER),
             *("--peer", peer, "--dsn", url, "--jobs", str(jobs), "--workers", str(workers)),
-            *("--timeout", str(timeout)),
+            *("--timeout", str(timeout), "--postmaster", str(_postmaster(url))),
             *(["--latency"] if latency else []),
         ]
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
@@ -189,6 +213,10 @@ def run_all(
         try:
             drain = run_peer(peer, dsn, jobs[peer], workers)
             row.update(drain)
+        except PeerUnavailable as exc:  # not installable here: said so, nothing measured
+            row["skipped"] = str(exc)
+            rows.append(row)
+            continue
         except PeerError as exc:
             row["error"] = str(exc)
         if latency:

@@ -1,7 +1,8 @@
 """Drain (or wake-up latency) of no-op jobs with one peer queue, run by the peers' venv python.
 
     .rara/bench-peers-venv/bin/python bench/peers/run_peer.py \
-        --peer pgqueuer-asyncpg|pgqueuer-psycopg|procrastinate --dsn URL --jobs N --workers K
+        --peer pgqueuer-asyncpg|pgqueuer-psycopg|procrastinate|dbos-1step|dbos-3step \
+        --dsn URL --jobs N --workers K
     ... --latency --jobs M        # enqueue→start latency of an idle worker, one job at a time
 
 This script must not import rara (it runs in a separate virtual environment with the peers'
@@ -15,8 +16,10 @@ recorded as completed, and prints one JSON object on stdout.
 A no-op job means the same as for rara: a row is leased/locked by a worker, the (empty) task
 runs, and its completion is written to the database (PgQueuer: the job row is deleted and a
 ``successful`` row logged in ``pgqueuer_log``; Procrastinate: the row's status becomes
-``succeeded``). Each peer otherwise gets its best reasonable throughput configuration from its
-docs; the choices are commented below.
+``succeeded``; DBOS: a workflow of 1 or 3 no-op steps, each step checkpointed, its status
+``SUCCESS``, see ``dbos_peer.py``, which also says why DBOS's drain is timed from its rows).
+Each peer otherwise gets its best reasonable throughput configuration from its docs; the
+choices are commented below.
 """
 
 from __future__ import annotations
@@ -35,9 +38,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # bench.proc_cpu (imports no rara)
+import dbos_peer  # beside this script (its folder is sys.path[0])
+
 from bench.proc_cpu import process_cpu, server_cpu
 
-PEERS = ("pgqueuer-asyncpg", "pgqueuer-psycopg", "procrastinate")
+PEERS = ("pgqueuer-asyncpg", "pgqueuer-psycopg", "procrastinate", "dbos-1step", "dbos-3step")
 
 # PgQueuer: rows per dequeue. QueueManager.run defaults to 10; its completion-log buffer flushes
 # every `batch_size` completions (or on its timer), so a larger batch also batches the
@@ -244,7 +249,12 @@ def _worker_process(
             await _pgq_worker(peer, dsn, ready, go, starts, latency)
 
     try:
-        asyncio.run(main())
+        if peer.startswith("dbos-"):
+            # DBOS refuses its synchronous API inside an event loop; its workflows run in the
+            # threads of its executor pool.
+            dbos_peer.worker(dsn, dbos_peer.steps_of(peer), ready, go, starts, latency)
+        else:
+            asyncio.run(main())
         done.put(("ok", os.getpid(), time.monotonic()))
     except BaseException as exc:  # report, the parent decides
         done.put(("error", os.getpid(), f"{type(exc).__name__}: {exc}"))
@@ -286,32 +296,37 @@ def _stop(procs: list[Any]) -> None:
         p.join(5)
 
 
-async def _setup(peer: str, dsn: str, jobs: int) -> None:
-    if peer == "procrastinate":
-        await _proc_setup(dsn, jobs)
+def _setup(peer: str, dsn: str, jobs: int) -> None:
+    if peer.startswith("dbos-"):
+        dbos_peer.setup(dsn, jobs, dbos_peer.steps_of(peer))  # outside any event loop
+    elif peer == "procrastinate":
+        asyncio.run(_proc_setup(dsn, jobs))
     else:
-        await _pgq_setup(peer, dsn, jobs)
+        asyncio.run(_pgq_setup(peer, dsn, jobs))
 
 
 async def _count_done(peer: str, dsn: str) -> tuple[int, int]:
+    if peer.startswith("dbos-"):
+        return dbos_peer.count_done(dsn)
     if peer == "procrastinate":
         return await _proc_count_done(dsn)
     return await _pgq_count_done(peer, dsn)
 
 
-def drain(peer: str, dsn: str, jobs: int, workers: int, timeout: float) -> dict[str, Any]:
-    asyncio.run(_setup(peer, dsn, 0))
+def drain(peer: str, dsn: str, jobs: int, workers: int, timeout: float,
+          postmaster: int | None = None) -> dict[str, Any]:
+    _setup(peer, dsn, 0)
     before, queued = asyncio.run(_count_done(peer, dsn))
     if queued:
         raise RuntimeError(f"{peer}: the database already holds {queued} unfinished jobs")
-    asyncio.run(_setup(peer, dsn, jobs))
+    _setup(peer, dsn, jobs)
     procs, go, _starts, done = _spawn(peer, dsn, workers, latency=False)
     # CPU over the drain, measured as rara's is (bench.proc_cpu): the server's, and the worker
     # processes' (their time at the release subtracted; after they exit it is in ours).
     children = os.times()
     workers_cpu = -sum(process_cpu(p.pid) for p in procs if p.pid is not None)
     try:
-        server_before = server_cpu()
+        server_before = server_cpu(postmaster)
         t0 = time.monotonic()
         go.set()
         ends = []
@@ -321,7 +336,7 @@ def drain(peer: str, dsn: str, jobs: int, workers: int, timeout: float) -> dict[
                 raise RuntimeError(f"worker {pid} failed: {value}")
             ends.append(value)
         seconds = max(ends) - t0
-        server = server_cpu() - server_before
+        server = server_cpu(postmaster) - server_before
     finally:
         _stop(procs)
     after = os.times()
@@ -331,6 +346,16 @@ def drain(peer: str, dsn: str, jobs: int, workers: int, timeout: float) -> dict[
     completed -= before
     if completed != jobs or left:
         raise RuntimeError(f"{peer}: {completed} of {jobs} jobs completed, {left} left")
+    extra: dict[str, Any] = {}
+    if peer.startswith("dbos-"):
+        steps = dbos_peer.steps_of(peer)
+        if dbos_peer.checkpoints(dsn) != jobs * steps:
+            raise RuntimeError(f"{peer}: {dbos_peer.checkpoints(dsn)} step outputs recorded, "
+                               f"{jobs * steps} expected")
+        # From DBOS's rows (first claim to last end): the launch of each process is not timed.
+        extra = {"steps_per_job": steps, "seconds_release_to_exit": round(seconds, 4),
+                 "poll_s": dbos_peer.POLL_S, "worker_concurrency": dbos_peer.WORKER_CONCURRENCY}
+        seconds = dbos_peer.db_seconds(dsn)
     return {
         "peer": peer,
         "mode": "drain",
@@ -341,17 +366,20 @@ def drain(peer: str, dsn: str, jobs: int, workers: int, timeout: float) -> dict[
         "completed_in_db": completed,
         "cpu_per_job": {"postgres_us": round(server / jobs * 1e6, 1),
                         "workers_us": round(workers_cpu / jobs * 1e6, 1)},
+        **extra,
     }
 
 
 def latency(peer: str, dsn: str, samples: int, timeout: float, warmup: int = 5) -> dict[str, Any]:
     """One idle worker; jobs enqueued one at a time, each after the previous one started."""
-    asyncio.run(_setup(peer, dsn, 0))
+    _setup(peer, dsn, 0)
     procs, go, starts, _done = _spawn(peer, dsn, 1, latency=True)
     deadline = time.monotonic() + timeout
 
     async def measure() -> list[float]:
-        enqueuer: Any = _ProcEnqueuer(dsn) if peer == "procrastinate" else _PgqEnqueuer(peer, dsn)
+        enqueuer: Any = (dbos_peer.Enqueuer(dsn) if peer.startswith("dbos-")
+                         else _ProcEnqueuer(dsn) if peer == "procrastinate"
+                         else _PgqEnqueuer(peer, dsn))
         await enqueuer.open()
         loop = asyncio.get_running_loop()
         go.set()
@@ -386,6 +414,7 @@ def latency(peer: str, dsn: str, samples: int, timeout: float, warmup: int = 5) 
         "p99_ms": round(pick(0.99), 3),
         "mean_ms": round(statistics.fmean(ordered), 3),
         "max_ms": round(ordered[-1], 3),
+        **({"poll_s": dbos_peer.POLL_S} if peer.startswith("dbos-") else {}),
     }
 
 
@@ -399,6 +428,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker processes (drain)")
     parser.add_argument("--latency", action="store_true", help="wake-up latency instead of drain")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds for the timed part")
+    parser.add_argument("--postmaster", type=int, default=None,
+                        help="pid of the server's postmaster: its CPU alone is counted")
     args = parser.parse_args()
     # Spawned workers put the working directory first on sys.path: run from this folder so
     # that nothing in the caller's directory (e.g. a repo folder named like a stdlib module,
@@ -407,7 +438,8 @@ def main() -> int:
     if args.latency:
         result = latency(args.peer, args.dsn, args.jobs, args.timeout)
     else:
-        result = drain(args.peer, args.dsn, args.jobs, args.workers, args.timeout)
+        result = drain(args.peer, args.dsn, args.jobs, args.workers, args.timeout,
+                       args.postmaster)
     result["versions"] = _versions(args.peer)
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
@@ -417,6 +449,8 @@ def main() -> int:
 def _versions(peer: str) -> dict[str, str]:
     from importlib.metadata import version
 
+    if peer.startswith("dbos-"):
+        return dbos_peer.versions()
     names = ["procrastinate", "psycopg"] if peer == "procrastinate" else ["pgqueuer"]
     names += {"pgqueuer-asyncpg": ["asyncpg"], "pgqueuer-psycopg": ["psycopg"]}.get(peer, [])
     return {name: version(name) for name in names}

@@ -5,8 +5,8 @@
 Starts its own PostgreSQL (``bench.common.bench_database``: fsync off, as the peers are run),
 then measures, each scenario in a fresh database cloned from the migrated one:
 
-throughput   no-op single-step runs and the no-op steps of 10-step chains, drained by 1, 2
-             and 4 worker processes (steps/s on the database clock, first lease to last
+throughput   no-op single-step runs and the no-op steps of 3- and 10-step chains, drained by
+             1, 2 and 4 worker processes (steps/s on the database clock, first lease to last
              completion); the same through the gRPC path (an executor process, no-op plugin);
              with the CPU per step of the server's and of the worker processes (/proc)
 latency      start of a run (client clock before ``start_run``) to its handler running
@@ -16,8 +16,13 @@ grpc         attempt time (lease to completion, database clock) of a no-op step 
 depth        lease cost (batch of 10) with 1k / 100k / 1M ready steps (``--quick``: to 100k)
 horizon      throughput while another connection holds the xmin horizon (an open REPEATABLE
              READ transaction that did a SELECT) for 60 s (``--quick``: 15 s) vs without
-peers        PgQueuer (asyncpg, psycopg) and Procrastinate on the same server
-             (``bench.peers.run_all``), and the pgbench single-row UPDATE ceiling
+history      lease latency and drain throughput with 10M rows of finished attempts and
+             events vs an empty database (``bench.history``; ``--quick``: 2M rows, one round)
+peers        PgQueuer (asyncpg, psycopg), Procrastinate, DBOS (1- and 3-step workflows) and
+             River (a Go driver) on the same server (``bench.peers.run_all``; a peer that
+             cannot be installed here is reported skipped, with why), and the pgbench
+             single-row UPDATE ceiling; the summary gives rara/peer ratios of drain rate
+             and start latency
 
 Prints a table and writes everything as JSON to ``bench/results/<timestamp>.json``. The
 machine is shared: the load average before and after is recorded; treat one run as noisy.
@@ -328,13 +333,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller everything (~4 minutes)")
     parser.add_argument("--skip", default="", help="comma-separated: throughput,latency,grpc,"
-                                                   "depth,horizon,peers")
+                                                   "depth,horizon,history,peers")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     quick = args.quick
     single_runs = 5_000 if quick else 20_000
     chain_runs = 300 if quick else 1_500
+    chain3_runs = 1_000 if quick else 4_000  # the 3-step chains DBOS's 3-step workflows face
     grpc_runs = 2_000 if quick else 5_000
     worker_counts = [1, 2] if quick else [1, 2, 4]
     results: dict[str, Any] = {
@@ -348,10 +354,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         server = Server(url)
         if "throughput" not in skip:
             log("== throughput (steps/s)")
-            tp: dict[str, Any] = {"single": [], "chain10": [], "grpc": []}
+            tp: dict[str, Any] = {"single": [], "chain3": [], "chain10": [], "grpc": []}
             for n in worker_counts:
                 tp["single"].append(drain(server, logs, n_workers=n, runs=single_runs, steps=1))
                 log(f"  single-step no-op, {n} worker(s): {_rate(tp['single'][-1])}")
+            for n in worker_counts:
+                tp["chain3"].append(drain(server, logs, n_workers=n, runs=chain3_runs, steps=3))
+                log(f"  3-step chain,      {n} worker(s): {_rate(tp['chain3'][-1])}")
             for n in worker_counts:
                 tp["chain10"].append(drain(server, logs, n_workers=n, runs=chain_runs, steps=10))
                 log(f"  10-step chain,     {n} worker(s): {_rate(tp['chain10'][-1])}")
@@ -394,14 +403,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             log(f"== held xmin horizon ({h['seconds']:.0f} s, {h['workers']} worker(s)): "
                 f"{h['held']['steps_per_s']:.0f} vs {h['normal']['steps_per_s']:.0f} steps/s "
                 f"normal (ratio {h['ratio']:.2f})")
+        if "history" not in skip:
+            from bench.history import measure as measure_history  # (it imports this module)
+
+            rows = 2_000_000 if quick else 10_000_000
+            log(f"== history: {rows:,} rows of finished attempts and events vs none")
+            results["history"] = measure_history(server, logs, rows=rows, rounds=1 if quick else 2,
+                                                 runs=single_runs, n_workers=2, say=log)
         if "peers" not in skip:
             log("== peers (same server)")
-            jobs = ({"pgqueuer-asyncpg": 5_000, "pgqueuer-psycopg": 5_000, "procrastinate": 1_000}
+            jobs = ({"pgqueuer-asyncpg": 5_000, "pgqueuer-psycopg": 5_000, "procrastinate": 1_000,
+                     "dbos-1step": 1_000, "dbos-3step": 500, "river": 50_000}
                     if quick else None)
-            lat = ({"pgqueuer-asyncpg": 50, "pgqueuer-psycopg": 10, "procrastinate": 50}
+            lat = ({"pgqueuer-asyncpg": 50, "pgqueuer-psycopg": 10, "procrastinate": 50,
+                    "dbos-1step": 30, "dbos-3step": 30, "river": 50}
                    if quick else None)
             results["peers"] = run_all(url, jobs=jobs, latency_samples=lat)
             for row in results["peers"]:
+                if "skipped" in row:
+                    log(f"  {row['peer']:<18} skipped: {row['skipped']}")
+                    continue
                 log(f"  {row['peer']:<18} {row.get('jobs_per_s', float('nan')):>8.0f} jobs/s "
                     f"({row.get('workers', '?')} workers)  start p50 "
                     f"{row.get('p50_ms', float('nan')):.2f} ms p99 "
@@ -446,17 +467,43 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
     if "latency" in r and pgq.get("p50_ms"):
         out["latency_p50_vs_pgqueuer"] = round(r["latency"]["p50"] / pgq["p50_ms"], 3)
         out["latency_p99_vs_pgqueuer"] = round(r["latency"]["p99"] / pgq["p99_ms"], 3)
+    out["vs_peers"] = vs_peers(r, peers)
     if "lease_depth" in r:
         out["lease_depth_ratio"] = round(r["lease_depth"]["ratio"], 3)
     if "horizon" in r:
         out["horizon_ratio"] = r["horizon"]["ratio"]
+    if "history" in r:
+        out["history_lease_p50_ratio"] = r["history"]["lease_p50_ratio"]
+        out["history_drain_ratio"] = r["history"]["drain_ratio"]
+    return out
+
+
+def vs_peers(r: dict[str, Any], peers: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """rara / peer, per peer: drain rate (best worker count of each side; a 3-step DBOS
+    workflow against a 3-step rara run, both per run) and start latency p50/p99 (rara's
+    start → handler against the peer's enqueue → job start: below 1 rara is faster)."""
+    tp = r.get("throughput", {})
+    out: dict[str, Any] = {}
+    for name, row in peers.items():
+        ratios: dict[str, float] = {}
+        three = name == "dbos-3step"
+        ours = [x["steps_per_s"] / (3 if three else 1)
+                for x in tp.get("chain3" if three else "single", [])]
+        if ours and row.get("jobs_per_s"):
+            ratios["drain"] = round(max(ours) / row["jobs_per_s"], 3)
+        if "latency" in r and row.get("p50_ms"):
+            ratios["start_p50"] = round(r["latency"]["p50"] / row["p50_ms"], 3)
+            ratios["start_p99"] = round(r["latency"]["p99"] / row["p99_ms"], 3)
+        if ratios:
+            out[name] = ratios
     return out
 
 
 def print_table(r: dict[str, Any]) -> None:
     rows: list[tuple[str, str]] = []
     tp = r.get("throughput", {})
-    for kind, label in (("single", "no-op single-step"), ("chain10", "no-op 10-step chain"),
+    for kind, label in (("single", "no-op single-step"), ("chain3", "no-op 3-step chain"),
+                        ("chain10", "no-op 10-step chain"),
                         ("grpc", "gRPC no-op single-step")):
         for x in tp.get(kind, []):
             rows.append((f"{label}, {x['workers']} worker(s)", _rate(x).strip()))
@@ -486,7 +533,16 @@ def print_table(r: dict[str, Any]) -> None:
         rows.append(("throughput, normal", f"{h['normal']['steps_per_s']:.0f} steps/s"))
         rows.append((f"throughput, xmin held {h['seconds']:.0f} s",
                      f"{h['held']['steps_per_s']:.0f} steps/s"))
+    for i, rnd in enumerate(r.get("history", {}).get("rounds", [])):
+        for kind in ("empty", "history"):
+            x = rnd[kind]
+            rows.append((f"{kind} database, round {i + 1}",
+                         f"lease p50 {x['lease']['p50']:.3f} ms  p99 {x['lease']['p99']:.3f} ms  "
+                         f"drain {x['drain']['steps_per_s']:.0f} steps/s"))
     for row in r.get("peers", []):
+        if "skipped" in row:
+            rows.append((f"peer {row['peer']}", f"skipped: {row['skipped'].splitlines()[0]}"))
+            continue
         value = (f"{row['jobs_per_s']:.0f} jobs/s" if "jobs_per_s" in row else "error")
         if "p50_ms" in row:
             value += f"  start p50 {row['p50_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms"
@@ -495,6 +551,11 @@ def print_table(r: dict[str, Any]) -> None:
     if "pgbench" in r:
         rows.append(("pgbench 1-row UPDATE ceiling", f"{r['pgbench'].get('tps', 0):.0f} tps"))
     for key, value in r.get("summary", {}).items():
+        if key == "vs_peers":
+            for name, ratios in value.items():
+                rows.append((f"rara / {name}", "  ".join(f"{k} {v:.2f}x"
+                                                          for k, v in ratios.items())))
+            continue
         rows.append((key, f"{value}"))
     rows.append(("load average before / after",
                  " / ".join(f"{a:.2f}" for a in (r["machine"]["loadavg_before"][0],

@@ -42,6 +42,28 @@ def test_no_leak(qs: ev.QuerySet) -> None:
     assert not positives & {p.text for p in qs.pool("test")}
 
 
+def test_validation_split_is_disjoint_and_leaves_test_alone(
+    passages: list[corpus.Passage], qs: ev.QuerySet
+) -> None:
+    three = ev.build_query_set(passages, seed=0, val_fraction=0.2)
+    val = three.split("val")
+    assert len(val) > 30
+    assert three.split("test") == qs.split("test")  # validation comes out of train only
+    assert three.pool("test") == qs.pool("test")
+    pools = {which: {p.doc_id for p in three.pool(which)} for which in ("train", "val", "test")}
+    assert not pools["train"] & pools["val"]
+    assert not pools["val"] & pools["test"]
+    assert pools["val"] == three.val_docs
+    doc_of = {p.id: p.doc_id for p in three.passages}
+    for q in three.queries:
+        assert {three.split_of(doc_of[r]) for r in q.relevant} == {q.split}
+    assert len(three.split("train")) + len(val) <= len(qs.split("train"))
+    from rara_rag import index
+
+    negatives = ev.mine_hard_negatives(three, index.build(passages), per_query=2)
+    assert not {n for negs in negatives for n in negs} & {p.text for p in three.pool("val")}
+
+
 def test_caps(passages: list[corpus.Passage]) -> None:
     small = ev.build_query_set(passages, seed=0, max_train=10, max_test=5)
     assert (len(small.split("train")), len(small.split("test"))) == (10, 5)
@@ -72,6 +94,8 @@ def test_bad_input(passages: list[corpus.Passage]) -> None:
         ev.build_query_set([])
     with pytest.raises(ValueError, match="test_fraction"):
         ev.build_query_set(passages, test_fraction=1.0)
+    with pytest.raises(ValueError, match="val_fraction"):
+        ev.build_query_set(passages, test_fraction=0.6, val_fraction=0.4)
 
 
 def test_per_query_means_are_the_scores(qs: ev.QuerySet) -> None:

@@ -7,9 +7,11 @@ Weakly Supervised Open Domain QA"):
    not code or grammar lines) with an RNG seeded by ``(seed, passage id)``. That sentence is the
    query. Its relevant passages are *all* passages whose text contains it (the overlap between
    neighbouring passages means there can be two). Identical sentences become one query.
-2. Documents (not passages) are split into train/test: ordered by ``sha256(seed:doc id)`` and
-   moved to test until ``test_fraction`` of the queries are there. A query whose relevant
-   passages span both splits is dropped.
+2. Documents (not passages) are split into train/test (and validation): ordered by
+   ``sha256(seed:doc id)``, moved to test until ``test_fraction`` of the queries are there,
+   then to validation until ``val_fraction`` more are; the rest are train. The test split
+   does not depend on ``val_fraction``. A query whose relevant passages span two splits is
+   dropped.
 3. Every query sentence is then *removed* from every passage that contained it. Retrieval and
    training both see only these redacted passages.
 
@@ -20,6 +22,8 @@ Why this does not leak:
 * No train/test overlap: adaptation trains only on train-document pairs; the test pool is the
   redacted passages of test documents only, which training never sees, not even as
   negatives; sentences shared across the split are dropped rather than assigned.
+* Hyper-parameters are chosen on the validation split (documents disjoint from both), so the
+  test split is scored once, by a configuration it had no say in (``rara_rag.tune``).
 * No model in the loop: labels are fixed mechanically from text and seed before any retriever
   runs, so neither retriever can bias its own test.
 
@@ -46,7 +50,7 @@ if TYPE_CHECKING:
 
     from rara_rag.embed import Encoder
 
-Split = Literal["train", "test"]
+Split = Literal["train", "val", "test"]
 DEFAULT_KS = (1, 5, 10)
 _WORD = re.compile(r"^[A-Za-z][A-Za-z'-]*[.,;:!?)]*$")
 
@@ -65,14 +69,19 @@ class QuerySet:
     queries: tuple[LabelledQuery, ...]
     passages: tuple[Passage, ...]  # every passage, query sentences redacted
     test_docs: frozenset[str]
+    val_docs: frozenset[str] = frozenset()
 
     def split(self, which: Split) -> list[LabelledQuery]:
         return [q for q in self.queries if q.split == which]
 
+    def split_of(self, doc_id: str) -> Split:
+        if doc_id in self.test_docs:
+            return "test"
+        return "val" if doc_id in self.val_docs else "train"
+
     def pool(self, which: Split) -> list[Passage]:
         """The passages of ``which``'s documents: the search space for that split."""
-        test = which == "test"
-        return [p for p in self.passages if (p.doc_id in self.test_docs) == test]
+        return [p for p in self.passages if self.split_of(p.doc_id) == which]
 
     def pairs(self, which: Split = "train") -> list[tuple[str, str]]:
         """(query, positive passage text) for contrastive training; first relevant passage."""
@@ -96,6 +105,7 @@ def build_query_set(
     *,
     seed: int = 0,
     test_fraction: float = 0.25,
+    val_fraction: float = 0.0,
     max_train: int | None = None,
     max_test: int | None = None,
     min_words: int = 6,
@@ -106,6 +116,8 @@ def build_query_set(
         raise ValueError("cannot derive queries from an empty passage list")
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    if not 0.0 <= val_fraction < 1.0 - test_fraction:
+        raise ValueError(f"val_fraction must be in [0, 1 - test_fraction), got {val_fraction}")
     chosen: dict[str, Passage] = {}  # query text -> the passage it was drawn from
     for p in passages:
         sentences = split_sentences(p.text)
@@ -121,25 +133,29 @@ def build_query_set(
     for p in chosen.values():
         per_doc[p.doc_id] = per_doc.get(p.doc_id, 0) + 1
     test_docs: set[str] = set()
-    target = test_fraction * len(chosen)
-    in_test = 0
+    val_docs: set[str] = set()
+    in_held = 0
     for doc in sorted({p.doc_id for p in passages}, key=lambda d: (_h(str(seed), d), d)):
-        if in_test >= target:
+        if in_held < test_fraction * len(chosen):
+            test_docs.add(doc)
+        elif in_held < (test_fraction + val_fraction) * len(chosen):
+            val_docs.add(doc)
+        else:
             break
-        test_docs.add(doc)
-        in_test += per_doc.get(doc, 0)
+        in_held += per_doc.get(doc, 0)
+    qs = QuerySet((), (), frozenset(test_docs), frozenset(val_docs))
 
     queries: list[LabelledQuery] = []
     for text, src in chosen.items():
-        splits = {doc_of[pid] in test_docs for pid in relevant[text]}
+        splits = {qs.split_of(doc_of[pid]) for pid in relevant[text]}
         if len(splits) != 1:
-            continue  # the sentence lives on both sides of the split: drop, don't leak
-        split: Split = "test" if splits.pop() else "train"
+            continue  # the sentence lives on two sides of the split: drop, don't leak
+        split = splits.pop()
         qid = f"q{hashlib.sha256(f'{seed}:{text}'.encode()).hexdigest()[:16]}"
         queries.append(LabelledQuery(qid, text, relevant[text], src.doc_id, split))
     queries.sort(key=lambda q: (_h(str(seed), q.id), q.id))
     capped: list[LabelledQuery] = []
-    for which, cap in (("train", max_train), ("test", max_test)):
+    for which, cap in (("train", max_train), ("val", None), ("test", max_test)):
         some = [q for q in queries if q.split == which]
         capped.extend(some if cap is None else some[:cap])
     redact: dict[str, list[str]] = {}
@@ -147,7 +163,7 @@ def build_query_set(
         for pid in q.relevant:
             redact.setdefault(pid, []).append(q.text)
     redacted = tuple(_redact(p, redact.get(p.id, ())) for p in passages)
-    return QuerySet(tuple(capped), redacted, frozenset(test_docs))
+    return replace(qs, queries=tuple(capped), passages=redacted)
 
 
 def _redact(p: Passage, sentences: Iterable[str]) -> Passage:

@@ -201,6 +201,7 @@ CREATE FUNCTION public.rara_map_expand(p_map bigint) RETURNS jsonb
 DECLARE
     map record;
     list jsonb;
+    rest jsonb;     -- the run input without the list
     total integer;
     ready integer;
 BEGIN
@@ -209,7 +210,11 @@ BEGIN
     -- datum), the first map_max_parallel of them ready, the rest blocked until a slot frees.
     SELECT * INTO map FROM rara_steps WHERE id = p_map FOR UPDATE;
     IF map.map_over[1] = '$input' THEN
-        SELECT r.input #> map.map_over[2:] INTO list FROM rara_runs r WHERE r.id = map.run_id;
+        SELECT r.input #> map.map_over[2:],
+               CASE WHEN cardinality(map.map_over) > 1 THEN r.input #- map.map_over[2:]
+                    ELSE '{}' END
+        INTO list, rest FROM rara_runs r WHERE r.id = map.run_id;
+        UPDATE rara_steps SET map_input = rest WHERE id = p_map;
     ELSE
         SELECT s.result #> map.map_over[2:] INTO list
         FROM rara_steps s WHERE s.run_id = map.run_id AND s.key = map.map_over[1];
@@ -921,7 +926,8 @@ BEGIN
         WHERE s.id = ANY (ARRAY(SELECT id FROM candidates))
         RETURNING s.id, s.run_id, s.key, s.capability, s.executor, s.payload, s.attempt,
                   s.max_attempts, s.lease_token, s.lease_expires_at, s.timeout_ms,
-                  s.heartbeat_timeout_ms, s.depends_on, -s.priority AS rank, s.available_at
+                  s.heartbeat_timeout_ms, s.depends_on, -s.priority AS rank, s.available_at,
+                  s.map_parent
     ), history AS (
         -- Ownership history, read by the checker that proves no two owners overlapped.
         INSERT INTO rara_attempts (step_id, attempt, run_id, worker, lease_token)
@@ -933,7 +939,12 @@ BEGIN
     SELECT l.id, l.run_id, l.key, l.capability, l.executor, l.payload, l.attempt,
            l.max_attempts, l.lease_token, l.lease_expires_at, l.timeout_ms,
            l.heartbeat_timeout_ms, l.depends_on,
-           (SELECT r.input FROM rara_runs r WHERE r.id = l.run_id) AS run_input,
+           CASE WHEN l.map_parent IS NULL
+               THEN (SELECT r.input FROM rara_runs r WHERE r.id = l.run_id)
+               -- a map's child: the input without the map's list, when the list came from it
+               ELSE (SELECT coalesce(p.map_input, r.input) FROM rara_steps p
+                     JOIN rara_runs r ON r.id = p.run_id WHERE p.id = l.map_parent)
+           END AS run_input,
            now() AS leased_at,
            -- What the attempt starts from, folded in so it starts without another round trip.
            -- Each is a subquery evaluated only when it can find something (a first attempt has
@@ -1347,6 +1358,7 @@ CREATE TABLE public.rara_steps (
     dependants text[] DEFAULT '{}'::text[] NOT NULL,
     map_over text[],
     map_max_parallel integer,
+    map_input jsonb,
     map_total integer,
     map_next integer,
     map_succeeded integer DEFAULT 0 NOT NULL,
@@ -1882,6 +1894,10 @@ GRANT SELECT(map_over) ON TABLE public.rara_steps TO rara_reader;
 -- ACL: COLUMN rara_steps.map_max_parallel
 
 GRANT SELECT(map_max_parallel) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.map_input
+
+GRANT SELECT(map_input) ON TABLE public.rara_steps TO rara_reader;
 
 -- ACL: COLUMN rara_steps.map_total
 

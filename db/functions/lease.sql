@@ -66,7 +66,8 @@ BEGIN
         WHERE s.id = ANY (ARRAY(SELECT id FROM candidates))
         RETURNING s.id, s.run_id, s.key, s.capability, s.executor, s.payload, s.attempt,
                   s.max_attempts, s.lease_token, s.lease_expires_at, s.timeout_ms,
-                  s.heartbeat_timeout_ms, s.depends_on, -s.priority AS rank, s.available_at
+                  s.heartbeat_timeout_ms, s.depends_on, -s.priority AS rank, s.available_at,
+                  s.map_parent
     ), history AS (
         -- Ownership history, read by the checker that proves no two owners overlapped.
         INSERT INTO rara_attempts (step_id, attempt, run_id, worker, lease_token)
@@ -78,7 +79,12 @@ BEGIN
     SELECT l.id, l.run_id, l.key, l.capability, l.executor, l.payload, l.attempt,
            l.max_attempts, l.lease_token, l.lease_expires_at, l.timeout_ms,
            l.heartbeat_timeout_ms, l.depends_on,
-           (SELECT r.input FROM rara_runs r WHERE r.id = l.run_id) AS run_input,
+           CASE WHEN l.map_parent IS NULL
+               THEN (SELECT r.input FROM rara_runs r WHERE r.id = l.run_id)
+               -- a map's child: the input without the map's list, when the list came from it
+               ELSE (SELECT coalesce(p.map_input, r.input) FROM rara_steps p
+                     JOIN rara_runs r ON r.id = p.run_id WHERE p.id = l.map_parent)
+           END AS run_input,
            now() AS leased_at,
            -- What the attempt starts from, folded in so it starts without another round trip.
            -- Each is a subquery evaluated only when it can find something (a first attempt has

@@ -13,6 +13,7 @@ LANGUAGE plpgsql AS $$
 DECLARE
     map record;
     list jsonb;
+    rest jsonb;     -- the run input without the list
     total integer;
     ready integer;
 BEGIN
@@ -21,7 +22,11 @@ BEGIN
     -- datum), the first map_max_parallel of them ready, the rest blocked until a slot frees.
     SELECT * INTO map FROM rara_steps WHERE id = p_map FOR UPDATE;
     IF map.map_over[1] = '$input' THEN
-        SELECT r.input #> map.map_over[2:] INTO list FROM rara_runs r WHERE r.id = map.run_id;
+        SELECT r.input #> map.map_over[2:],
+               CASE WHEN cardinality(map.map_over) > 1 THEN r.input #- map.map_over[2:]
+                    ELSE '{}' END
+        INTO list, rest FROM rara_runs r WHERE r.id = map.run_id;
+        UPDATE rara_steps SET map_input = rest WHERE id = p_map;
     ELSE
         SELECT s.result #> map.map_over[2:] INTO list
         FROM rara_steps s WHERE s.run_id = map.run_id AND s.key = map.map_over[1];

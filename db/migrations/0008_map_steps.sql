@@ -14,6 +14,10 @@ ALTER TABLE rara_steps
     ADD COLUMN map_over text[],
     -- At most this many children ready or running at once (NULL: no limit).
     ADD COLUMN map_max_parallel integer CHECK (map_max_parallel >= 1),
+    -- A map over the run input: that input without the list, which is what every child
+    -- starts from (each child is given its element; none needs the whole list, which would
+    -- make every lease of a child cost the size of the map).
+    ADD COLUMN map_input jsonb,
     -- The map step's counts: its children, the next index to make ready (those at and after
     -- it wait `blocked` for a slot under map_max_parallel), and how many ended each way.
     ADD COLUMN map_total integer,

@@ -106,9 +106,13 @@ def test_a_map_over_the_run_input_expands_at_start_and_an_empty_list_succeeds_at
     apply(conn, "inputs", [
         {"key": "each", "capability": "work@1", "map": {"over": "input.files"}},
         {"key": "after", "capability": "join@1", "dependsOn": ["each"]}])
-    run_id = start_run(conn, "inputs", input={"files": ["a", "b"]}, queue_anyway=True).run_id
+    run_id = start_run(conn, "inputs", input={"files": ["a", "b"], "mode": "fast"},
+                       queue_anyway=True).run_id
     children = lease_now(conn, ["work@1"], worker="w", limit=5)
     assert sorted(c.payload["map"]["item"] for c in children) == ["a", "b"]
+    # Each child gets its element and the rest of the input, not the whole list (a lease of a
+    # child costs the same whatever the size of the map).
+    assert [c.run_input for c in children] == [{"mode": "fast"}] * 2
     _end(database_url, *[_won(c) for c in children])
     [after] = lease_now(conn, ["join@1"], worker="w", limit=5)
     _end(database_url, _won(after))

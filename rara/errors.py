@@ -123,3 +123,12 @@ class RetryableError(StepError):
 
 class TerminalError(StepError):
     retryable = False
+
+
+class NotStarted(RetryableError):
+    """The step's code never started: no executor took the job (none reachable when the
+    worker called). The worker releases the lease instead of failing the attempt, so an
+    executor's restart costs no retry; the step is ready again at once, for whichever worker
+    can place it (this one stops leasing the capability until its executor answers again)."""
+
+    code = ErrorCode.EXECUTOR_UNAVAILABLE

@@ -45,3 +45,51 @@ def test_a_late_executor_is_servable_within_seconds(
     finally:
         executor.terminate()
         executor.wait(30)
+
+
+def test_an_executor_down_when_its_job_is_sent_costs_no_retry(
+    conn: psycopg.Connection[Any], spawn: Any, tmp_path: Path
+) -> None:
+    """The worker still believes its executor alive (its last answer is recent) when the
+    executor dies and a step arrives: the call finds nobody, and the worker releases the lease
+    (NotStarted) instead of failing the attempt — an executor's restart under chaos used to
+    spend a retry each time, and could exhaust a step's attempts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+
+    def executor() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "rara.executor.main", "--listen", address,
+             "--insecure-loopback", "--plugins", "rara.executor.conformance_plugins",
+             "--artifact-root", str(tmp_path)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    first = executor()
+    try:
+        # A long refresh: nothing but the failed call tells the worker its executor went away.
+        spawn("w1", executor_endpoint=address, executor_refresh_seconds=600)
+        define(conn, "remote", [{"key": "a", "capability": "test.echo@1", "executor": "grpc",
+                                 "retry": {"maxAttempts": 1}}])
+        wait_for(lambda: "test.echo@1" in workers.capabilities(conn, alive_seconds=30),
+                 timeout=20, what="the executor's capability served")
+    finally:
+        first.kill()
+        first.wait(30)
+    run_id = start_run(conn, "remote", input={"text": "hi"}).run_id
+    wait_for(lambda: conn.execute("SELECT count(*) FROM rara_attempts WHERE run_id = %s",
+                                  (run_id,)).fetchone() == (1,),
+             timeout=20, what="the step leased and its call tried")
+    second = executor()
+    try:
+        wait_for(lambda: conn.execute("SELECT status::text FROM rara_runs WHERE id = %s",
+                                      (run_id,)).fetchone() == ("succeeded",),
+                 timeout=30, what="the run done once the executor is back")
+    finally:
+        second.terminate()
+        second.wait(30)
+    outcomes = [row[0] for row in conn.execute(
+        "SELECT outcome::text FROM rara_attempts WHERE run_id = %s ORDER BY attempt",
+        (run_id,)).fetchall()]
+    assert outcomes[0] == "released"  # not failed: maxAttempts 1 would have ended the run
+    assert outcomes[-1] == "succeeded"

@@ -15,6 +15,7 @@ first:
     deadline / heartbeat    → fail, outcome timed_out, retryable
     cancel asked            → cancelled (whatever the handler did meanwhile)
     shutdown                → release (not a failure; back to ready at once)
+    no executor took it     → release too (NotStarted: an executor's restart costs no retry)
     lease lost              → nothing: someone else owns the step now
 
 ``supervise`` returns what it wrote as an ``AttemptEnd``: the attempt's outcome (``rara.states``)
@@ -33,7 +34,7 @@ from typing import Any
 import structlog
 
 from rara.context import StepContext, StepOutcome
-from rara.errors import ErrorCode
+from rara.errors import ErrorCode, NotStarted
 from rara.states import AttemptOutcome, StepStatus
 from rara.worker.attempt_io import AttemptIO
 from rara.worker.context import AttemptState, LeaseLost, StopReason
@@ -197,7 +198,7 @@ async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: Sto
         return LOST if status is None else AttemptEnd(outcome, status)
 
     async def write() -> AttemptEnd:
-        if reason is StopReason.SHUTDOWN:
+        if reason is StopReason.SHUTDOWN or (reason is None and isinstance(exc, NotStarted)):
             released = await asyncio.shield(state.loop.create_task(io.release(state)))
             return AttemptEnd(AttemptOutcome.RELEASED, StepStatus.READY) if released else LOST
         if state.cancel_requested:

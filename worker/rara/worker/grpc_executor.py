@@ -26,7 +26,7 @@ import structlog
 
 from rara.artifacts.ref import ArtifactRef
 from rara.context import OutputArtifact, StepContext, StepOutcome
-from rara.errors import ErrorCode, RetryableError, StepError, TerminalError
+from rara.errors import ErrorCode, NotStarted, RetryableError, StepError, TerminalError
 from rara.executor.client import ExecutorClient, make_job
 from rara.v1 import executor_pb2 as pb
 from rara.worker.dispatch import LeasedStep
@@ -147,9 +147,7 @@ class GrpcExecutor:
                     endpoint=endpoint.address,
                     detail=str(exc),
                 )
-        raise RetryableError(
-            f"no live executor serves {step.capability}", code=ErrorCode.EXECUTOR_UNAVAILABLE
-        )
+        raise NotStarted(f"no live executor serves {step.capability}")
 
     async def _stream(self, endpoint: _Endpoint, job: pb.Job, ctx: StepContext) -> StepOutcome:
         accepted = False

@@ -187,3 +187,25 @@ def test_bad_input(tmp_path: Path) -> None:
             tmp_path,
             config=adapt.AdaptConfig(quantize="always", num_threads=1),
         )
+
+
+def test_validation_split_and_embedding_cache(tmp_path: Path) -> None:
+    """``rara_rag.tune``'s path: scored on validation queries, the frozen tower's embeddings
+    reused across trainings without changing a bit of the outcome."""
+    passages = corpus.clean(corpus.collect())[:200]
+    qs = ev.build_query_set(passages, seed=0, val_fraction=0.3, max_train=8)
+    cache: dict[tuple[str, ...], Any] = {}
+    runs = [
+        adapt.adapt_query_set(
+            qs, tmp_path / str(i), config=CFG, eval_split="val", embedding_cache=cache
+        )
+        for i in range(2)
+    ]
+    assert runs[0].metrics["eval_queries"] == len(qs.split("val")) > 0
+    assert len(cache) == 2  # the train positives and the validation pool, each embedded once
+    untimed = [
+        {k: v for k, v in r.metrics.items() if not k.startswith("time/") and k != "steps_per_s"}
+        for r in runs
+    ]
+    assert untimed[0] == untimed[1]
+    assert runs[0].losses == runs[1].losses

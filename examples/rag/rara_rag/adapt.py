@@ -13,13 +13,16 @@ Design choices, and why:
   retriever confuses with the answer. A candidate shared by several pairs counts once.
   ``negatives="all"`` scores against every cached passage instead (cheap: that tower is frozen).
 * **Targets and rate.** LoRA on every linear layer of the encoder: attention query, key, value
-  and output, and the feed-forward pair (``dense``), r=8, alpha 16, AdamW at 1e-3. Measured on
-  the stdlib corpus (1,373 held-out queries, 904 pairs, 2 epochs): 2e-4 for one epoch barely
-  moved MRR@10 (+0.005); 1e-3 for two moved it +0.013 (in-batch negatives only).
-* **Which hard negatives.** BM25's *top* non-relevant passages made MRR@10 worse (-0.016 at
-  1e-3): in a docstring corpus they are mostly the same module's other passages, describing
-  the same thing — false negatives. Mined from other documents and past BM25's first 10 hits
-  (``mine_hard_negatives``' defaults) they are neutral to mildly helpful (+0.009).
+  and output, and the feed-forward pair (``dense``), r=8, alpha 16, AdamW at 1e-3; the demo
+  trains one epoch over 512 pairs. Chosen with ``python -m rara_rag.tune`` on validation
+  queries, whose documents are apart from the train and the test ones: there no candidate
+  (lr 3e-4 or 3e-3, two epochs, attention query/value only, rank 16, no hard negatives)
+  could be told apart from another; one epoch scored highest and costs least.
+* **Which hard negatives.** BM25's *top* non-relevant passages are mostly, in a docstring
+  corpus, the same module's other passages describing the same thing — false negatives (in
+  early experiments, scored on the test queries and so only indicative, they made MRR@10
+  worse). Hence negatives from other documents and past BM25's first 10 hits
+  (``mine_hard_negatives``' defaults, fixed before the validation sweep).
 * **Exact resume.** Batch order is a pure function of ``(seed, epoch)``, so a checkpoint only
   needs adapter weights, AdamW state, the step and torch's RNG state (dropout). A run resumed
   from checkpoint k executes steps k+1.. with the same batches and RNG stream: it ends at the
@@ -51,6 +54,7 @@ from rara_rag.evaluate import (
     DEFAULT_KS,
     LabelledQuery,
     QuerySet,
+    Split,
     bm25_rankings,
     bootstrap,
     mine_hard_negatives,
@@ -166,10 +170,12 @@ def adapt_query_set(
     index: BM25Index | None = None,
     hard_negatives: int = 1,
     mining: dict[str, Any] | None = None,
+    eval_split: Split = "test",
     **kwargs: Any,
 ) -> AdaptResult:
     """Train on ``qs``'s train pairs (with hard negatives mined from ``index`` when given);
-    evaluate before/after, and BM25 + after fused, on its held-out test split."""
+    evaluate before/after, and BM25 + after fused, on a held-out split (``val`` to choose
+    hyper-parameters, ``test`` to report)."""
     negatives = (
         mine_hard_negatives(qs, index, per_query=hard_negatives, **(mining or {}))
         if index is not None and hard_negatives > 0
@@ -179,9 +185,9 @@ def adapt_query_set(
         qs.pairs("train"),
         out_dir,
         hard_negatives=negatives,
-        eval_queries=qs.split("test"),
-        eval_pool=qs.pool("test"),
-        eval_bm25=bm25_rankings(qs, "test", depth=RRF_DEPTH),
+        eval_queries=qs.split(eval_split),
+        eval_pool=qs.pool(eval_split),
+        eval_bm25=bm25_rankings(qs, eval_split, depth=RRF_DEPTH),
         **kwargs,
     )
 
@@ -200,6 +206,7 @@ def adapt(
     save_checkpoint: SaveCheckpointFn | None = None,
     cancelled: Callable[[], bool] | None = None,
     model_path: str | Path | None = None,
+    embedding_cache: dict[tuple[str, ...], Any] | None = None,
 ) -> AdaptResult:
     """Train a LoRA adapter on (query, positive passage) pairs; returns its directory + metrics.
 
@@ -210,7 +217,9 @@ def adapt(
     ``hard_negatives[i]`` are passages for pair ``i`` to rank below its positive. With
     ``eval_bm25`` (BM25's ranking of each eval query) a third, fused retriever is scored.
     Metrics come with seeded bootstrap 95% intervals (``_lo``/``_hi``), and ``diff/`` is
-    after minus before, its interval paired over queries.
+    after minus before, its interval paired over queries. ``embedding_cache`` keeps the frozen
+    tower's embeddings of each passage list across calls (a hyper-parameter sweep): the same
+    list gives the same tensor, bit for bit, as encoding it again.
     """
     import torch
     from peft import LoraConfig, get_peft_model
@@ -249,11 +258,21 @@ def adapt(
     t = time.perf_counter()
     texts = sorted({p for _, p in pairs} | {n for negs in negatives for n in negs})
     pidx = {text: i for i, text in enumerate(texts)}
-    passages = embed.encode(enc, texts, max_length=cfg.max_passage_length).to(device)
+
+    def encode_passages(texts: Sequence[str]) -> torch.Tensor:
+        key = tuple(texts)
+        if embedding_cache is not None and key in embedding_cache:
+            return cast("torch.Tensor", embedding_cache[key])
+        emb = embed.encode(enc, texts, max_length=cfg.max_passage_length)
+        if embedding_cache is not None:
+            embedding_cache[key] = emb
+        return emb
+
+    passages = encode_passages(texts).to(device)
     target = [pidx[p] for _, p in pairs]
     hard = [[pidx[n] for n in negs] for negs in negatives] or [[] for _ in pairs]
     queries = [q for q, _ in pairs]
-    pool_emb = embed.encode(enc, [p.text for p in eval_pool], max_length=cfg.max_passage_length)
+    pool_emb = encode_passages([p.text for p in eval_pool])
     timings["time/embed_passages_s"] = time.perf_counter() - t
     stop_if_cancelled()
 

@@ -1,10 +1,11 @@
 """Demo-scale run of the whole refresh computation, printing one JSON line of numbers.
 
-``python -m rara_rag.bench [--corpus stdlib] [--train N] [--epochs 2] [--threads N]`` —
+``python -m rara_rag.bench [--corpus stdlib] [--train N] [--epochs 1] [--threads N]`` —
 collect a built-in corpus, clean, index, derive the query set, evaluate BM25, adapt MiniLM
 with LoRA (hard negatives mined with the index) and evaluate it before/after/hybrid on the
-held-out split, with bootstrap intervals. Used to produce the numbers in the report
-and as a smoke test of the ML stack (``rara-rag``'s dependencies) on a new machine.
+held-out split, with bootstrap intervals. A smoke test of the ML stack (``rara-rag``'s
+dependencies) on a new machine, and a way to try one setting; the README's numbers, settings
+chosen on validation queries, come from ``python -m rara_rag.tune``.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from rara_rag import evaluate as ev
 def main(argv: list[str] | None = None) -> dict[str, float | str]:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--corpus", choices=corpus.BUILTIN, default="stdlib")
-    ap.add_argument("--test-fraction", type=float, default=0.6)
+    ap.add_argument("--test-fraction", type=float, default=0.5)
+    ap.add_argument("--val-fraction", type=float, default=0.2)
     ap.add_argument("--hard-negatives", type=int, default=1)
     ap.add_argument("--train", type=int, default=None, help="training pairs (cap)")
-    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--negatives", choices=["in-batch", "all"], default=None)
@@ -42,7 +44,11 @@ def main(argv: list[str] | None = None) -> dict[str, float | str]:
     out.update(passages=float(len(passages)), index_bytes=float(len(blob)))
     out["index_sha256"] = hashlib.sha256(blob).hexdigest()
     qs = ev.build_query_set(
-        passages, seed=args.seed, max_train=args.train, test_fraction=args.test_fraction
+        passages,
+        seed=args.seed,
+        max_train=args.train,
+        test_fraction=args.test_fraction,
+        val_fraction=args.val_fraction,
     )
     out.update(ev.prefixed(ev.evaluate_bm25(qs), "bm25"))
     out["time/prepare_s"] = time.perf_counter() - t

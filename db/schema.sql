@@ -39,6 +39,26 @@ CREATE TYPE public.rara_step_status AS ENUM (
     'cancelled'
 );
 
+-- FUNCTION: rara_capability_limit_set(text, integer)
+
+CREATE FUNCTION public.rara_capability_limit_set(p_capability text, p_max_running integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    -- At most p_max_running attempts of p_capability at once (0: none start); NULL: no limit.
+    -- Attempts already running above a lowered limit finish; no new one starts until the
+    -- running ones are below it.
+    IF p_max_running IS NULL THEN
+        DELETE FROM rara_capability_limits WHERE capability = p_capability;
+    ELSE
+        INSERT INTO rara_capability_limits (capability, max_running)
+        VALUES (p_capability, p_max_running)
+        ON CONFLICT (capability) DO UPDATE SET max_running = EXCLUDED.max_running,
+                                               updated_at = now();
+    END IF;
+END $$;
+
 -- FUNCTION: rara_check_run_transition()
 
 CREATE FUNCTION public.rara_check_run_transition() RETURNS trigger
@@ -881,7 +901,23 @@ CREATE FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_e
     SET search_path TO 'public', 'pg_temp'
     AS $$
 #variable_conflict use_column
+DECLARE
+    limited text[] := '{}';     -- served capabilities with a limit (rara_capability_limits)
+    slots integer[] := '{}';    -- and how many more of each may run now
 BEGIN
+    -- Concurrency limits (migration 0009): a served capability with a limit has its row
+    -- locked — leasers of one limited capability take turns; others never touch the table
+    -- beyond this probe — and its free slots counted in a later statement, whose snapshot
+    -- sees the attempts the previous holder of the lock leased.
+    PERFORM 1 FROM rara_capability_limits l WHERE l.capability = ANY (p_capabilities)
+    ORDER BY l.capability FOR UPDATE;
+    IF FOUND THEN
+        SELECT array_agg(l.capability), array_agg(greatest(0, l.max_running - (
+                   SELECT count(*) FROM rara_steps s
+                   WHERE s.status = 'running' AND s.capability = l.capability)::integer))
+        INTO limited, slots
+        FROM rara_capability_limits l WHERE l.capability = ANY (p_capabilities);
+    END IF;
     -- The lease, routed: the worker serves (capability, executor kind) pairs — a worker
     -- without a gRPC executor must not lease `executor: grpc` steps of a capability its
     -- registry also has. Per pair an optional cursor (after_ranks, after_ats, after_ids; NULL:
@@ -895,22 +931,29 @@ BEGIN
         -- One index range scan per served pair (rara_steps_ready is ordered by capability
         -- then lease order; the executor kind is a filter on the same rows), SKIP LOCKED so
         -- concurrent workers never wait on each other, then the global lease order across
-        -- pairs.
-        SELECT c.id
-        FROM unnest(p_capabilities, p_executors, p_after_ranks, p_after_ats, p_after_ids)
-            AS cap(name, executor, after_rank, after_at, after_id)
-        CROSS JOIN LATERAL (
-            SELECT s.id, -s.priority AS rank, s.available_at FROM rara_steps s
-            WHERE s.status = 'ready' AND s.capability = cap.name AND s.executor = cap.executor
-              AND s.available_at <= now()
-              -- the index range starts here (-1001: below every rank, see migration 0004)
-              AND (-s.priority, s.available_at, s.id) > (coalesce(cap.after_rank, -1001),
-                                                         coalesce(cap.after_at, '-infinity'),
-                                                         coalesce(cap.after_id, 0))
-            ORDER BY -s.priority, s.available_at, s.id
-            LIMIT p_limit
-            FOR UPDATE SKIP LOCKED
+        -- pairs; a limited capability takes no more than its free slots, whichever executor
+        -- kinds serve it (nth: its candidates in lease order).
+        SELECT c.id FROM (
+            SELECT c.id, c.rank, c.available_at, lim.free,
+                   row_number() OVER (PARTITION BY cap.name
+                                      ORDER BY c.rank, c.available_at, c.id) AS nth
+            FROM unnest(p_capabilities, p_executors, p_after_ranks, p_after_ats, p_after_ids)
+                AS cap(name, executor, after_rank, after_at, after_id)
+            LEFT JOIN unnest(limited, slots) AS lim(name, free) ON lim.name = cap.name
+            CROSS JOIN LATERAL (
+                SELECT s.id, -s.priority AS rank, s.available_at FROM rara_steps s
+                WHERE s.status = 'ready' AND s.capability = cap.name
+                  AND s.executor = cap.executor AND s.available_at <= now()
+                  -- the index range starts here (-1001: below every rank, see migration 0004)
+                  AND (-s.priority, s.available_at, s.id) > (coalesce(cap.after_rank, -1001),
+                                                             coalesce(cap.after_at, '-infinity'),
+                                                             coalesce(cap.after_id, 0))
+                ORDER BY -s.priority, s.available_at, s.id
+                LIMIT least(p_limit, lim.free)
+                FOR UPDATE SKIP LOCKED
+            ) AS c
         ) AS c
+        WHERE c.free IS NULL OR c.nth <= c.free
         ORDER BY c.rank, c.available_at, c.id
         LIMIT p_limit
     ), leased AS (
@@ -1202,6 +1245,16 @@ CREATE TABLE public.rara_attempts (
 )
 WITH (fillfactor='80');
 
+-- TABLE: rara_capability_limits
+
+CREATE TABLE public.rara_capability_limits (
+    capability text NOT NULL,
+    max_running integer NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rara_capability_limits_capability_check CHECK ((capability ~ '^[a-z0-9][a-z0-9._-]*@[0-9]+$'::text)),
+    CONSTRAINT rara_capability_limits_max_running_check CHECK ((max_running >= 0))
+);
+
 -- TABLE: rara_checkpoints
 
 CREATE TABLE public.rara_checkpoints (
@@ -1418,6 +1471,11 @@ ALTER TABLE ONLY public.rara_artifacts
 ALTER TABLE ONLY public.rara_attempts
     ADD CONSTRAINT rara_attempts_pkey PRIMARY KEY (step_id, attempt);
 
+-- CONSTRAINT: rara_capability_limits rara_capability_limits_pkey
+
+ALTER TABLE ONLY public.rara_capability_limits
+    ADD CONSTRAINT rara_capability_limits_pkey PRIMARY KEY (capability);
+
 -- CONSTRAINT: rara_checkpoints rara_checkpoints_pkey
 
 ALTER TABLE ONLY public.rara_checkpoints
@@ -1577,6 +1635,12 @@ GRANT USAGE ON SCHEMA public TO rara_worker;
 GRANT USAGE ON SCHEMA public TO rara_operator;
 GRANT USAGE ON SCHEMA public TO rara_client;
 GRANT USAGE ON SCHEMA public TO rara_reader;
+
+-- ACL: FUNCTION rara_capability_limit_set(p_capability text, p_max_running integer)
+
+REVOKE ALL ON FUNCTION public.rara_capability_limit_set(p_capability text, p_max_running integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_capability_limit_set(p_capability text, p_max_running integer) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_capability_limit_set(p_capability text, p_max_running integer) TO rara_operator;
 
 -- ACL: FUNCTION rara_definition_register(p_name text, p_digest text, p_spec jsonb)
 
@@ -1742,6 +1806,10 @@ GRANT SELECT(outcome) ON TABLE public.rara_attempts TO rara_reader;
 -- ACL: COLUMN rara_attempts.error
 
 GRANT SELECT(error) ON TABLE public.rara_attempts TO rara_reader;
+
+-- ACL: TABLE rara_capability_limits
+
+GRANT SELECT ON TABLE public.rara_capability_limits TO rara_reader;
 
 -- ACL: TABLE rara_checkpoints
 

@@ -21,7 +21,23 @@ RETURNS TABLE (id bigint, run_id bigint, key text, capability text, executor tex
                inputs jsonb, rank integer, available_at timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
+DECLARE
+    limited text[] := '{}';     -- served capabilities with a limit (rara_capability_limits)
+    slots integer[] := '{}';    -- and how many more of each may run now
 BEGIN
+    -- Concurrency limits (migration 0009): a served capability with a limit has its row
+    -- locked — leasers of one limited capability take turns; others never touch the table
+    -- beyond this probe — and its free slots counted in a later statement, whose snapshot
+    -- sees the attempts the previous holder of the lock leased.
+    PERFORM 1 FROM rara_capability_limits l WHERE l.capability = ANY (p_capabilities)
+    ORDER BY l.capability FOR UPDATE;
+    IF FOUND THEN
+        SELECT array_agg(l.capability), array_agg(greatest(0, l.max_running - (
+                   SELECT count(*) FROM rara_steps s
+                   WHERE s.status = 'running' AND s.capability = l.capability)::integer))
+        INTO limited, slots
+        FROM rara_capability_limits l WHERE l.capability = ANY (p_capabilities);
+    END IF;
     -- The lease, routed: the worker serves (capability, executor kind) pairs — a worker
     -- without a gRPC executor must not lease `executor: grpc` steps of a capability its
     -- registry also has. Per pair an optional cursor (after_ranks, after_ats, after_ids; NULL:
@@ -35,22 +51,29 @@ BEGIN
         -- One index range scan per served pair (rara_steps_ready is ordered by capability
         -- then lease order; the executor kind is a filter on the same rows), SKIP LOCKED so
         -- concurrent workers never wait on each other, then the global lease order across
-        -- pairs.
-        SELECT c.id
-        FROM unnest(p_capabilities, p_executors, p_after_ranks, p_after_ats, p_after_ids)
-            AS cap(name, executor, after_rank, after_at, after_id)
-        CROSS JOIN LATERAL (
-            SELECT s.id, -s.priority AS rank, s.available_at FROM rara_steps s
-            WHERE s.status = 'ready' AND s.capability = cap.name AND s.executor = cap.executor
-              AND s.available_at <= now()
-              -- the index range starts here (-1001: below every rank, see migration 0004)
-              AND (-s.priority, s.available_at, s.id) > (coalesce(cap.after_rank, -1001),
-                                                         coalesce(cap.after_at, '-infinity'),
-                                                         coalesce(cap.after_id, 0))
-            ORDER BY -s.priority, s.available_at, s.id
-            LIMIT p_limit
-            FOR UPDATE SKIP LOCKED
+        -- pairs; a limited capability takes no more than its free slots, whichever executor
+        -- kinds serve it (nth: its candidates in lease order).
+        SELECT c.id FROM (
+            SELECT c.id, c.rank, c.available_at, lim.free,
+                   row_number() OVER (PARTITION BY cap.name
+                                      ORDER BY c.rank, c.available_at, c.id) AS nth
+            FROM unnest(p_capabilities, p_executors, p_after_ranks, p_after_ats, p_after_ids)
+                AS cap(name, executor, after_rank, after_at, after_id)
+            LEFT JOIN unnest(limited, slots) AS lim(name, free) ON lim.name = cap.name
+            CROSS JOIN LATERAL (
+                SELECT s.id, -s.priority AS rank, s.available_at FROM rara_steps s
+                WHERE s.status = 'ready' AND s.capability = cap.name
+                  AND s.executor = cap.executor AND s.available_at <= now()
+                  -- the index range starts here (-1001: below every rank, see migration 0004)
+                  AND (-s.priority, s.available_at, s.id) > (coalesce(cap.after_rank, -1001),
+                                                             coalesce(cap.after_at, '-infinity'),
+                                                             coalesce(cap.after_id, 0))
+                ORDER BY -s.priority, s.available_at, s.id
+                LIMIT least(p_limit, lim.free)
+                FOR UPDATE SKIP LOCKED
+            ) AS c
         ) AS c
+        WHERE c.free IS NULL OR c.nth <= c.free
         ORDER BY c.rank, c.available_at, c.id
         LIMIT p_limit
     ), leased AS (

@@ -48,10 +48,14 @@ CROSS JOIN LATERAL (
 ) AS n;
 
 -- name: step_backlog
--- Ready + running steps per capability: what the operator scales pools by.
-SELECT capability, count(*) FILTER (WHERE status = 'ready') AS ready,
-       count(*) FILTER (WHERE status = 'running') AS running
-FROM rara_steps WHERE status IN ('ready', 'running') GROUP BY capability ORDER BY capability;
+-- Ready + running steps per capability, and the capability's concurrency limit (null: none;
+-- migration 0009): what the operator scales pools by — no more than the limit lets run.
+SELECT b.capability, b.ready, b.running, l.max_running
+FROM (SELECT capability, count(*) FILTER (WHERE status = 'ready') AS ready,
+             count(*) FILTER (WHERE status = 'running') AS running
+      FROM rara_steps WHERE status IN ('ready', 'running') GROUP BY capability) AS b
+LEFT JOIN rara_capability_limits l USING (capability)
+ORDER BY b.capability;
 
 -- name: step_list_failed
 SELECT s.run_id, s.key, s.capability, s.attempt, s.finished_at, s.error

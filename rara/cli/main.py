@@ -9,7 +9,18 @@ import typer
 # typer 0.29 (pinned) vendors click: its usage errors are these classes, not click's.
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
-from rara.cli import artifacts, db, definitions, executor, operator, runs, status, ui, worker
+from rara.cli import (
+    artifacts,
+    db,
+    definitions,
+    executor,
+    limits,
+    operator,
+    runs,
+    status,
+    ui,
+    worker,
+)
 from rara.cli.common import fail
 
 app = typer.Typer(
@@ -21,6 +32,7 @@ app.add_typer(db.app, name="db")
 app.add_typer(definitions.app, name="definitions")
 app.add_typer(runs.app, name="runs")
 app.add_typer(artifacts.app, name="artifacts")
+app.add_typer(limits.app, name="limits")
 app.command("migrate")(db.migrate_command)
 app.command("status")(status.status)
 app.command("executor")(executor.executor)

@@ -66,6 +66,13 @@ class Backlog:
     capability: str
     ready: int
     running: int
+    max_running: int | None = None  # its concurrency limit (migration 0009); None: none
+
+    @property
+    def workable(self) -> int:
+        """The steps that could run now: ready + running, but no more than the limit."""
+        total = self.ready + self.running
+        return total if self.max_running is None else min(total, self.max_running)
 
 
 @dataclass(frozen=True, slots=True)

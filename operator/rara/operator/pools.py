@@ -41,7 +41,9 @@ def scale_pool(
         metrics.BACKLOG.labels(row.capability, "ready").set(row.ready)
         metrics.BACKLOG.labels(row.capability, "running").set(row.running)
     served = set(pool.capabilities)
-    backlog = sum(row.ready + row.running for row in rows if row.capability in served)
+    # A capability's concurrency limit caps what it adds: the lease would not run more, so
+    # more replicas would idle (rara_capability_limits, docs/limits.md).
+    backlog = sum(row.workable for row in rows if row.capability in served)
 
     if namespace is None:
         raise kopf.PermanentError("WorkerPool must be namespaced")

@@ -227,7 +227,10 @@ DECLARE
 BEGIN
     -- The map step's upstream succeeded (or it has none): its list becomes its children, in
     -- one INSERT … SELECT over the list's elements (streamed; the list is the one stored
-    -- datum), the first map_max_parallel of them ready, the rest blocked until a slot frees.
+    -- datum), the first map_max_parallel of them ready (1,000 when unset), the rest blocked
+    -- until a slot frees. The window is also what keeps a big map fair to other runs: a child
+    -- made ready later queues behind whatever became ready before it, so a run started behind
+    -- the map waits for at most one window of its children.
     SELECT * INTO map FROM rara_steps WHERE id = p_map FOR UPDATE;
     IF map.map_over[1] = '$input' THEN
         SELECT r.input #> map.map_over[2:],
@@ -250,7 +253,7 @@ BEGIN
         UPDATE rara_steps SET map_total = 0, map_next = 0 WHERE id = p_map;
         RETURN rara_map_succeed(p_map);
     END IF;
-    ready := least(total, coalesce(map.map_max_parallel, total));
+    ready := least(total, coalesce(map.map_max_parallel, 1000));
     INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
                             executor, priority, payload, max_attempts, retry_initial_ms,
                             retry_max_ms, retry_coefficient, timeout_ms, heartbeat_timeout_ms,

@@ -76,6 +76,7 @@ class MapSpec(_Model):
     """A map step: once its upstream succeeded, one child step per element of a list."""
 
     over: str = Field(pattern=MAP_OVER_PATTERN)
+    # Children ready or running at once; None: the database's default window, 1,000.
     max_parallel: int | None = Field(default=None, ge=1, le=100_000, alias="maxParallel")
 
     @property

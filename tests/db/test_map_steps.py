@@ -246,3 +246,28 @@ def test_only_a_map_step_ends_from_blocked(conn: psycopg.Connection[Any],
                 else:
                     with pytest.raises(psycopg.errors.CheckViolation):
                         conn.execute(update, (status, run_id, key))
+
+
+def test_a_small_run_behind_a_big_map_waits_for_at_most_its_window(
+        conn: psycopg.Connection[Any], database_url: str) -> None:
+    """Fair share, bounded: a map makes at most maxParallel (default 1,000) children ready at
+    once, and makes the next ready as slots free, behind whatever became ready meanwhile — so
+    a small run started behind a 5,000-child map is leased after at most 1,000 of them."""
+    apply(conn, "big", [{"key": "each", "capability": "work@1", "map": {"over": "input.n"}}])
+    apply(conn, "small", [{"key": "one", "capability": "work@1"}])
+    start_run(conn, "big", input={"n": list(range(5000))}, queue_anyway=True)
+    for _ in range(3):  # the map is under way: slots freed and refilled
+        _end(database_url, *[_won(c) for c in lease_now(conn, ["work@1"], worker="w",
+                                                         limit=500)])
+    small = start_run(conn, "small", queue_anyway=True).run_id
+    ahead = 0
+    while True:
+        leased = lease_now(conn, ["work@1"], worker="w", limit=100)
+        mine = [s for s in leased if s.run_id == small]
+        if mine:
+            ahead += leased.index(mine[0])
+            break
+        ahead += len(leased)
+        _end(database_url, *[_won(c) for c in leased])
+    assert ahead <= 1000, ahead
+    check_history(conn)

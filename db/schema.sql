@@ -258,7 +258,11 @@ BEGIN
                             executor, priority, payload, max_attempts, retry_initial_ms,
                             retry_max_ms, retry_coefficient, timeout_ms, heartbeat_timeout_ms,
                             status, map_parent, map_index)
-    SELECT map.run_id, map.key || '[' || (e.n - 1) || ']', '{}', '{}', 0, map.capability,
+    -- A child's depends_on is its map's (its lease's inputs: the upstream artifacts the map
+    -- step would have had), with nothing pending and no dependants: its end is counted in the
+    -- map (rara_map_children_ended), which unblocks the map's dependants.
+    SELECT map.run_id, map.key || '[' || (e.n - 1) || ']', map.depends_on, '{}', 0,
+           map.capability,
            map.executor, map.priority,
            map.payload || jsonb_build_object(
                'map', jsonb_build_object('item', e.item, 'index', e.n - 1)),

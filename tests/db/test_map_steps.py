@@ -70,13 +70,15 @@ def test_a_map_expands_over_an_upstream_result_and_its_downstream_sees_the_child
     run_id = start_run(conn, "fan", queue_anyway=True).run_id
     [split] = lease_now(conn, ["split@1"], worker="w", limit=5)
     items = [f"shard-{i}" for i in range(12)]
-    assert _end(database_url, _won(split, {"items": items})) == [StepStatus.SUCCEEDED]
+    assert _end(database_url, _won(split, {"items": items}, (_blob(99),))) == \
+        [StepStatus.SUCCEEDED]
 
     children = lease_now(conn, ["work@1"], worker="w", limit=50)
     assert sorted(c.key for c in children) == sorted(f"work[{i}]" for i in range(12))
     for child in children:
         index = int(child.key[5:-1])
         assert child.payload["map"] == {"item": f"shard-{index}", "index": index}
+        assert child.inputs["split/part"].size == 99  # the map's upstream artifacts
     # Out of order, in two batches: the map waits for every child.
     by_index = sorted(children, key=lambda c: int(c.key[5:-1]))
     _end(database_url, *[_won(c, {"i": i}, (_blob(i + 1),))

@@ -16,6 +16,7 @@ from rara.cli import (
     executor,
     limits,
     operator,
+    retention,
     runs,
     status,
     ui,
@@ -30,6 +31,7 @@ app = typer.Typer(
 )
 app.add_typer(db.app, name="db")
 app.add_typer(definitions.app, name="definitions")
+runs.app.command("prune")(retention.prune)  # beside runs.py's commands: maintenance
 app.add_typer(runs.app, name="runs")
 app.add_typer(artifacts.app, name="artifacts")
 app.add_typer(limits.app, name="limits")

@@ -13,8 +13,8 @@ from rara.pg import definitions, runs, steps, workers
 from rara.pg.queries import query_files, sql, statements
 from rara.states import RunStatus, StepStatus
 
-FILES = {"artifacts.sql", "definitions.sql", "events.sql", "lease.sql", "runs.sql", "steps.sql",
-         "workers.sql"}
+FILES = {"artifacts.sql", "definitions.sql", "events.sql", "lease.sql", "retention.sql",
+         "runs.sql", "steps.sql", "workers.sql"}
 
 
 def test_every_file_loads_into_one_name_space() -> None:

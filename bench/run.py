@@ -16,6 +16,8 @@ grpc         attempt time (lease to completion, database clock) of a no-op step 
 depth        lease cost (batch of 10) with 1k / 100k / 1M ready steps (``--quick``: to 100k)
 horizon      throughput while another connection holds the xmin horizon (an open REPEATABLE
              READ transaction that did a SELECT) for 60 s (``--quick``: 15 s) vs without
+history      lease latency and drain throughput with 10M rows of finished attempts and
+             events vs an empty database (``bench.history``; ``--quick``: 2M rows, one round)
 peers        PgQueuer (asyncpg, psycopg), Procrastinate, DBOS (1- and 3-step workflows) and
              River (a Go driver) on the same server (``bench.peers.run_all``; a peer that
              cannot be installed here is reported skipped, with why), and the pgbench
@@ -331,7 +333,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller everything (~4 minutes)")
     parser.add_argument("--skip", default="", help="comma-separated: throughput,latency,grpc,"
-                                                   "depth,horizon,peers")
+                                                   "depth,horizon,history,peers")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -401,6 +403,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             log(f"== held xmin horizon ({h['seconds']:.0f} s, {h['workers']} worker(s)): "
                 f"{h['held']['steps_per_s']:.0f} vs {h['normal']['steps_per_s']:.0f} steps/s "
                 f"normal (ratio {h['ratio']:.2f})")
+        if "history" not in skip:
+            from bench.history import measure as measure_history  # (it imports this module)
+
+            rows = 2_000_000 if quick else 10_000_000
+            log(f"== history: {rows:,} rows of finished attempts and events vs none")
+            results["history"] = measure_history(server, logs, rows=rows, rounds=1 if quick else 3,
+                                                 runs=single_runs, n_workers=2, say=log)
         if "peers" not in skip:
             log("== peers (same server)")
             jobs = ({"pgqueuer-asyncpg": 5_000, "pgqueuer-psycopg": 5_000, "procrastinate": 1_000,
@@ -463,6 +472,9 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
         out["lease_depth_ratio"] = round(r["lease_depth"]["ratio"], 3)
     if "horizon" in r:
         out["horizon_ratio"] = r["horizon"]["ratio"]
+    if "history" in r:
+        out["history_lease_p50_ratio"] = r["history"]["lease_p50_ratio"]
+        out["history_drain_ratio"] = r["history"]["drain_ratio"]
     return out
 
 
@@ -521,6 +533,12 @@ def print_table(r: dict[str, Any]) -> None:
         rows.append(("throughput, normal", f"{h['normal']['steps_per_s']:.0f} steps/s"))
         rows.append((f"throughput, xmin held {h['seconds']:.0f} s",
                      f"{h['held']['steps_per_s']:.0f} steps/s"))
+    for i, rnd in enumerate(r.get("history", {}).get("rounds", [])):
+        for kind in ("empty", "history"):
+            x = rnd[kind]
+            rows.append((f"{kind} database, round {i + 1}",
+                         f"lease p50 {x['lease']['p50']:.3f} ms  p99 {x['lease']['p99']:.3f} ms  "
+                         f"drain {x['drain']['steps_per_s']:.0f} steps/s"))
     for row in r.get("peers", []):
         if "skipped" in row:
             rows.append((f"peer {row['peer']}", f"skipped: {row['skipped'].splitlines()[0]}"))

@@ -300,3 +300,21 @@ def test_cli_refuses_a_process_role(history: dict[str, Any],
                                     "schema's owner may")
     assert len(result.stderr.strip().splitlines()) == 1
 
+
+def test_the_benchmark_history_is_a_valid_history_and_prunes_by_age(conn: Conn) -> None:
+    """bench/history.py's set-wise history (finished over the last 60 days) holds every
+    invariant a worker-made one does, and a prune of 30 days takes the older half of it."""
+    from bench.common import noop_definition
+    from bench.history import fill
+    from tests.history import check_history
+
+    noop_definition(conn)
+    assert fill(conn, 2_000)["rows"] == {"rara_runs": 100, "rara_steps": 500,
+                                         "rara_attempts": 1_000, "rara_events": 1_000}
+    check_history(conn, writes=True)
+    counts = _prune(conn)
+    assert counts.runs in (49, 50)  # run 50 ended exactly 30 days before the fill's now()
+    assert counts == retention.PruneCounts(runs=counts.runs, steps=5 * counts.runs,
+                                           attempts=10 * counts.runs, events=10 * counts.runs)
+    check_history(conn, writes=True)
+    assert conn.execute("SELECT count(*) FROM rara_runs").fetchone() == (100 - counts.runs,)

@@ -165,8 +165,9 @@ def metrics_table(client: Client, run_id: int) -> Table:
     queries = rows.get("bm25", {}).get("queries")
     title = "retrieval quality, mean [95% bootstrap interval]"
     if queries:
-        title += f" over {int(queries)} held-out queries"
+        title += f" over {int(queries)} held-out test queries"
     table = Table("retriever", "recall@1", "recall@5", "recall@10", "MRR@10", title=title)
+    table.caption = "LoRA settings chosen on other, validation queries: python -m rara_rag.tune"
     for key, label in (("bm25", "BM25 index"), *ROWS):
         if key in rows:
             signed = key == "diff"

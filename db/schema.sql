@@ -796,8 +796,11 @@ BEGIN
             available_at = now()
         FROM (SELECT b.id, count(*)::integer AS n
               FROM done CROSS JOIN LATERAL unnest(done.dependants) AS dependant(key)
-              JOIN rara_steps b ON b.run_id = done.run_id AND b.key = dependant.key
-               AND b.status = 'blocked'
+              CROSS JOIN LATERAL (
+                  SELECT b.id FROM rara_steps b
+                  WHERE b.run_id = done.run_id AND b.key = dependant.key
+                    AND b.status = 'blocked'
+                  OFFSET 0) AS b
               GROUP BY b.id) AS d
         WHERE s.id = d.id AND s.status = 'blocked'
         RETURNING s.id, s.pending_deps = 0 AND s.map_over IS NOT NULL AS expands
@@ -1018,17 +1021,24 @@ BEGIN
                                 ORDER BY a.upstream, a.map_index, a.name)
                FROM (SELECT u.key AS upstream, u.map_index, u.key, m.name, m.digest, m.size,
                             m.media_type
-                     FROM rara_steps u
+                     FROM unnest(l.depends_on) AS dep(key)
+                     CROSS JOIN LATERAL (
+                         SELECT u.* FROM rara_steps u
+                         WHERE u.run_id = l.run_id AND u.key = dep.key
+                           AND u.status = 'succeeded'
+                         OFFSET 0) AS u
                      JOIN rara_step_artifacts m ON m.step_id = u.id AND m.attempt = u.attempt
-                     WHERE u.run_id = l.run_id AND u.key = ANY (l.depends_on)
-                       AND u.status = 'succeeded'
                      UNION ALL
                      SELECT u.key, c.map_index, c.key, m.name, m.digest, m.size, m.media_type
-                     FROM rara_steps u
+                     FROM unnest(l.depends_on) AS dep(key)
+                     CROSS JOIN LATERAL (
+                         SELECT u.* FROM rara_steps u
+                         WHERE u.run_id = l.run_id AND u.key = dep.key
+                           AND u.status = 'succeeded'
+                         OFFSET 0) AS u
                      JOIN rara_steps c ON c.map_parent = u.id AND c.status = 'succeeded'
                      JOIN rara_step_artifacts m ON m.step_id = c.id AND m.attempt = c.attempt
-                     WHERE u.run_id = l.run_id AND u.key = ANY (l.depends_on)
-                       AND u.status = 'succeeded' AND u.map_over IS NOT NULL) AS a)
+                     WHERE u.map_over IS NOT NULL) AS a)
            END AS inputs,
            l.rank, l.available_at  -- the worker's next cursor
     FROM leased l;

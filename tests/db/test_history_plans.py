@@ -12,7 +12,6 @@ import json
 from typing import Any
 
 import psycopg
-import pytest
 
 from bench.common import noop_definition
 from bench.history import fill
@@ -22,9 +21,6 @@ from rara.worker.dispatch import LeasedStep
 from rara.worker.testing import lease_now
 
 Conn = psycopg.Connection[Any]
-PLAN_FLIP = pytest.mark.xfail(
-    strict=True, reason="lease.sql joins a run's steps on run_id and filters the key once the "
-    "statistics say runs are small (docs/retention.md, What is left)")
 
 
 def _buffers(conn: Conn, statement: str, params: dict[str, Any]) -> int:
@@ -48,7 +44,6 @@ def _successes(steps: list[LeasedStep], manifest: bool = False) -> str:
                         **({"manifest": art} if manifest else {})} for s in steps])
 
 
-@PLAN_FLIP
 def test_an_end_in_a_big_run_costs_the_same_next_to_history(conn: Conn) -> None:
     _history(conn)
     enqueue_many(conn, definition="noop", version=None, runs=10, steps=1, key="s",
@@ -65,7 +60,6 @@ def test_an_end_in_a_big_run_costs_the_same_next_to_history(conn: Conn) -> None:
     assert in_big <= in_small * 1.5 + 20, (in_big, in_small)
 
 
-@PLAN_FLIP
 def test_a_lease_in_a_big_run_reads_its_inputs_by_key_next_to_history(conn: Conn) -> None:
     """The lease of a step whose upstream succeeded, in 2-step chains and in a 10,000-step
     chain: the upstream manifests are found by (run_id, key), whatever the run's size."""

@@ -237,7 +237,8 @@ def _apply_functions(conn: psycopg.Connection[Any], *, force: bool) -> None:
                file text PRIMARY KEY, checksum text NOT NULL,
                applied_at timestamptz NOT NULL DEFAULT now())"""
     )
-    wanted = {name: _checksum(text) for name, text in function_files().items()}
+    texts = function_files()  # read once: checksummed, then run
+    wanted = {name: _checksum(text) for name, text in texts.items()}
     stored = dict(conn.execute("SELECT file, checksum FROM rara_schema_functions").fetchall())
     if stored == wanted and not force:
         return
@@ -245,7 +246,7 @@ def _apply_functions(conn: psycopg.Connection[Any], *, force: bool) -> None:
     # CURRENT): this schema, then pg_temp last, so no caller's object can stand in for ours.
     conn.execute("SELECT set_config('search_path', quote_ident(current_schema()) || ', pg_temp',"
                  " true)")
-    for text in function_files().values():
+    for text in texts.values():
         conn.execute(text.encode())  # bytes: the whole file as one script
     conn.execute("DELETE FROM rara_schema_functions")
     with conn.cursor() as cur:

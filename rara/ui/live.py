@@ -118,8 +118,11 @@ class LiveHub:
 
     async def _poll(self) -> None:
         while True:
+            # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancel that arrives as
+            # the wake fires, and stop() then waits for this loop forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval)
+                async with asyncio.timeout(self.interval):
+                    await self._wake.wait()
             self._wake.clear()
             if not self.viewers:
                 continue

@@ -359,3 +359,25 @@ def test_each_process_reads_its_own_login(helm: Path) -> None:
                     "operator": {("operator-login", "dsn")},
                     "ui": {("ui-reader", "url")},
                     "migrate": {("owner", "url")}}
+
+
+def test_default_pools_scale_for_what_they_serve(helm: Path) -> None:
+    """Each WorkerPool's capabilities are exactly those its pods serve (the default handlers'
+    and plugins'): a capability missing from its pool is a backlog that never scales the pool
+    up from zero, and one that no pod serves scales pods that cannot drain it (the defaults
+    once listed index.build on the CPU pool and an embed.batch nobody serves)."""
+    from rara.executor.plugins import PluginRegistry, load_plugin_modules
+    from rara.worker.registry import load_registry
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    plugins = PluginRegistry()
+    load_plugin_modules(plugins, [values["executor"]["plugins"]])
+    served = {
+        values["pools"][0]["name"]: load_registry([values["worker"]["handlers"]]).capabilities(),
+        values["executor"]["name"]: {p.capability for p in plugins.plugins()},
+    }
+    pools = {d["metadata"]["name"]: set(d["spec"]["capabilities"])
+             for d in by_kind(render(helm, *VARIANTS["defaults"]), "WorkerPool")}
+    assert pools == {f"rara-{kind}-{name}": served[name]
+                     for kind, name in (("worker", values["pools"][0]["name"]),
+                                        ("executor", values["executor"]["name"]))}

@@ -99,8 +99,8 @@ def test_database_is_required(helm: Path) -> None:
 def test_manifests_match_kubernetes_schemas(rendered: list[dict[str, Any]]) -> None:
     kv = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate not installed")
     for doc in rendered:
-        if doc["apiVersion"].startswith("rara.dev/"):
-            continue  # our own kinds: checked against the CRDs by the API server test
+        if doc["apiVersion"].startswith(("rara.dev/", "kopf.dev/")):
+            continue  # custom kinds: checked against the CRDs by the API server test
         try:
             kv.validate(doc, KUBE_VERSION, strict=True)
         except kv.ValidationError as exc:
@@ -117,8 +117,10 @@ def test_crds_are_the_top_level_ones(rendered: list[dict[str, Any]]) -> None:
 def test_rbac_is_least_privilege(rendered: list[dict[str, Any]]) -> None:
     roles = by_kind(rendered, "Role") + by_kind(rendered, "ClusterRole")
     (role,) = roles
-    rules = {(tuple(r["apiGroups"]), tuple(r["resources"])): set(r["verbs"])
+    rules = {(tuple(r["apiGroups"]), tuple(r["resources"]), *(
+                 [tuple(r["resourceNames"])] if "resourceNames" in r else [])): set(r["verbs"])
              for r in role["rules"]}
+    peerings = "kopfpeerings" if role["kind"] == "Role" else "clusterkopfpeerings"
     assert rules == {
         (("rara.dev",), ("workflowdefinitions", "workflowruns", "workerpools")):
             {"get", "list", "watch", "patch"},
@@ -127,6 +129,9 @@ def test_rbac_is_least_privilege(rendered: list[dict[str, Any]]) -> None:
         (("apps",), ("deployments/scale",)): {"get", "patch"},
         (("",), ("events",)): {"create"},
         (("events.k8s.io",), ("events",)): {"create"},
+        # kopf peering: watch the peering objects, renew its entry in its own; no create.
+        (("kopf.dev",), (peerings,)): {"list", "watch"},
+        (("kopf.dev",), (peerings,), ("rara-operator",)): {"get", "patch"},
     }
     if role["kind"] == "Role":
         assert role["metadata"]["namespace"] == "ml"
@@ -176,7 +181,7 @@ PREFIX = {"worker": "RARA_WORKER_", "executor": "RARA_EXECUTOR_",
 
 def test_every_process_takes_its_settings_from_its_env(rendered: list[dict[str, Any]]) -> None:
     """One way for all three: no flags, only the process's own RARA_<PROCESS>_* variables
-    (POD_NAME aside), each naming a real setting; `migrate` is a command, not a process."""
+    (the pod's name aside), each naming a real setting; `migrate` is a command, not a process."""
     from rara.executor.settings import ExecutorSettings
     from rara.operator.settings import OperatorSettings
     from rara.worker.settings import WorkerSettings
@@ -192,7 +197,7 @@ def test_every_process_takes_its_settings_from_its_env(rendered: list[dict[str, 
             if name == "migrate":
                 continue
             seen.add(name)
-            for var in set(env_of(container)) - {"POD_NAME"}:
+            for var in set(env_of(container)) - {"POD_NAME", "POD_ID"}:  # POD_ID: kopf's
                 assert var.startswith(PREFIX[name]), (name, var)
                 assert var.removeprefix(PREFIX[name]).lower() in fields[name], (name, var)
     assert seen >= {"worker", "operator"}
@@ -250,6 +255,7 @@ def test_gpu_executor(helm: Path) -> None:
 def test_rendered_env_loads_as_settings(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the chart writes is what the settings classes accept (types, names, lists)."""
     from rara.executor.settings import ExecutorSettings
+    from rara.operator.peering import Peering
     from rara.operator.settings import OperatorSettings
     from rara.worker.settings import WorkerSettings
 
@@ -269,6 +275,7 @@ def test_rendered_env_loads_as_settings(helm: Path, monkeypatch: pytest.MonkeyPa
     assert isinstance(operator, OperatorSettings)
     assert operator.served_namespaces() == ("ml",)
     assert operator.liveness == "http://0.0.0.0:8080/healthz"
+    assert operator.peering() == Peering("rara-operator", None, 15)
     executor = loaded["rara-executor-gpu", "executor"]
     assert isinstance(executor, ExecutorSettings)
     assert executor.plugins == ["rara_rag.demo.plugins"]
@@ -286,13 +293,52 @@ def test_operator_command(helm: Path) -> None:
     assert container["args"] == ["operator"]
     assert env_of(container)["RARA_OPERATOR_NAMESPACES"]["value"] == "ml"
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "rara-operator"
-    assert dep["spec"]["strategy"] == {"type": "Recreate"}
-    wide = named(render(helm, "--set", "operator.clusterWide=true"), "Deployment",
-                 "rara-operator")
+    wide_docs = render(helm, "--set", "operator.clusterWide=true")
+    wide = named(wide_docs, "Deployment", "rara-operator")
     (container,) = wide["spec"]["template"]["spec"]["containers"]
     env = env_of(container)
     assert env["RARA_OPERATOR_ALL_NAMESPACES"]["value"] == "true"
     assert "RARA_OPERATOR_NAMESPACES" not in env
+    # Cluster-wide, kopf peers through the cluster-scoped kind.
+    assert named(wide_docs, "ClusterKopfPeering", "rara-operator")
+    assert not by_kind(wide_docs, "KopfPeering")
+
+
+def test_operator_replicas_are_peered(helm: Path) -> None:
+    """Two replicas by default, one at work (kopf peering, docs/operator.md): they share the
+    chart's KopfPeering, each named after its pod; a rollout surges (the new pod stands by),
+    a drain evicts one at a time, and the replicas prefer different nodes."""
+    docs = render(helm)
+    dep = named(docs, "Deployment", "rara-operator")
+    pod = dep["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    env = env_of(container)
+    assert dep["spec"]["replicas"] == 2
+    assert env["RARA_OPERATOR_PEERING_NAME"]["value"] == "rara-operator"
+    assert env["RARA_OPERATOR_PEERING_LIFETIME"]["value"] == "15"
+    assert env["POD_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    assert named(docs, "KopfPeering", "rara-operator")
+    assert dep["spec"]["strategy"] == {"type": "RollingUpdate",
+                                       "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    selector = dep["spec"]["selector"]["matchLabels"]
+    (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"] == {"topologyKey": "kubernetes.io/hostname",
+                                       "labelSelector": {"matchLabels": selector}}
+    pdb = named(docs, "PodDisruptionBudget", "rara-operator")
+    assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
+
+    one = render(helm, "--set", "operator.replicas=1", "--set", "operator.peeringLifetime=5",
+                 "--set-json", 'operator.affinity={"nodeAffinity":{}}')
+    dep = named(one, "Deployment", "rara-operator")
+    assert dep["spec"]["replicas"] == 1
+    assert dep["spec"]["template"]["spec"]["affinity"] == {"nodeAffinity": {}}
+    (container,) = dep["spec"]["template"]["spec"]["containers"]
+    assert env_of(container)["RARA_OPERATOR_PEERING_LIFETIME"]["value"] == "5"
+    for bad in ("operator.replicas=0", "operator.peeringLifetime=2"):
+        done = subprocess.run([str(helm), "template", "rara", str(CHART), *BASE,
+                               "--kube-version", KUBE_VERSION, "--set", bad],
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert done.returncode != 0, bad
 
 
 def test_artifacts_in_s3_by_url_and_credentials_by_reference(

@@ -20,6 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from rara.operator.app import build_registry
+from rara.operator.peering import Peering
 from rara.operator.runtime import OperatorConfig
 from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome, StepStatus
@@ -68,12 +69,14 @@ def eventually(fn: Callable[[], T], *, timeout: float = DEADLINE, what: str) -> 
 class Operator:
     """Start and stop the operator (kopf's KopfRunner in a thread) for one namespace."""
 
-    def __init__(self, kube: KubeFixture, namespace: str, database_url: str) -> None:
+    def __init__(self, kube: KubeFixture, namespace: str, database_url: str,
+                 peering: Peering | None = None) -> None:
         self.config = OperatorConfig(
             database_url=database_url,
             namespaces=(namespace,),
             run_sync_interval=0.3,
             scale_interval=0.3,
+            peering=peering,
         )
         self.namespace = namespace
         self._runner: KopfRunner | None = None

@@ -16,6 +16,7 @@ import yaml
 from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
+from rara.operator.peering import Peering
 from rara.runs import start_run
 from tests.helpers import apply
 
@@ -99,7 +100,7 @@ def test_operator_runs_with_the_charts_rbac(kube_api: KubeFixture, rara_crds: No
                                             role_url: Callable[[str], str]) -> None:
     docs = render(namespace, "--set", "executor.enabled=false")
     for doc in docs:
-        if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
+        if doc["kind"] in ("ServiceAccount", "Role", "RoleBinding", "KopfPeering"):
             create(kube_api.api_client, namespace, doc, dry_run=False)
     (sa,) = [d["metadata"]["name"] for d in docs if d["kind"] == "ServiceAccount"]
     kubeconfig = service_account_kubeconfig(kube_api, namespace, sa, tmp_path / "kubeconfig")
@@ -112,7 +113,9 @@ def test_operator_runs_with_the_charts_rbac(kube_api: KubeFixture, rara_crds: No
         apply(db, "fan", [{"key": "a", "capability": "demo.fan@1"}])
         start_run(db, "fan", queue_anyway=True)
 
-    op = Operator(kube_api, namespace, role_url("rara_operator"))  # the chart's RBAC, its login
+    # The chart's RBAC, its login, peered as the chart's replicas are (docs/operator.md).
+    (peering,) = [d["metadata"]["name"] for d in docs if d["kind"] == "KopfPeering"]
+    op = Operator(kube_api, namespace, role_url("rara_operator"), Peering(peering))
     op.start()
     try:
         started = time.monotonic()
@@ -120,6 +123,9 @@ def test_operator_runs_with_the_charts_rbac(kube_api: KubeFixture, rara_crds: No
         eventually(lambda: condition(objects.status("workflowdefinitions", "rag"), "Ready")
                    .get("status") == "True", what="Ready under the chart's Role")
         measure(f"Ready under the chart's RBAC after {time.monotonic() - started:.2f}s")
+        entries = client.CustomObjectsApi(kube_api.api_client).get_namespaced_custom_object(
+            "kopf.dev", "v1", namespace, "kopfpeerings", peering)["status"]
+        assert len(entries) == 1, entries  # its keep-alive, renewed under the chart's Role
         objects.create("workerpools", "WorkerPool", "workers",
                        {"deploymentName": "workers", "capabilities": ["demo.fan@1"]})
         eventually(lambda: apps.read_namespaced_deployment_scale("workers", namespace)

@@ -14,8 +14,9 @@ from typing import Any
 import kopf
 
 from rara import logs, metrics
-from rara.operator import definitions, login, pools, runs
+from rara.operator import definitions, login, peering, pools, runs
 from rara.operator.models import GROUP, VERSION
+from rara.operator.peering import Peering
 from rara.operator.runtime import OperatorConfig, open_runtime
 from rara.operator.settings import OperatorSettings
 from rara.pg.connect import database_url
@@ -27,9 +28,13 @@ ANNOTATION_PREFIX = "operator.rara.dev"
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
-    def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-        configure_settings(settings)
+    def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger,
+                  **_: Any) -> None:
+        configure_settings(settings, config.peering)
         memo.runtime = open_runtime(config)
+        if config.peering is not None:
+            peering.warn_if_missing(memo.runtime.kube, config.peering, config.namespaces,
+                                    logger)
 
     def close(memo: kopf.Memo, **_: Any) -> None:
         runtime = getattr(memo, "runtime", None)
@@ -55,11 +60,12 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     return registry
 
 
-def configure_settings(settings: kopf.OperatorSettings) -> None:
+def configure_settings(settings: kopf.OperatorSettings, peers: Peering | None = None) -> None:
     # Namespaced and strict: no cluster-wide list/watch of CRDs and namespaces (RBAC the
-    # chart does not grant), and no peering objects: the chart runs one replica, standalone.
+    # chart does not grant). Peering only among the chart's replicas, by its object's name;
+    # without one, standalone (rara.operator.peering).
     settings.scanning.disabled = True
-    settings.peering.standalone = True
+    peering.configure(settings, peers)
     # Progress and diff-base in annotations under our prefix: the CRD status schemas are
     # closed (no status.kopf), so kopf's default status storage would be pruned away.
     settings.persistence.finalizer = FINALIZER
@@ -77,7 +83,7 @@ def run(config: OperatorConfig, *, liveness_endpoint: str | None = None,
         registry=registry,
         namespaces=list(config.namespaces),
         clusterwide=not config.namespaces,
-        standalone=True,
+        # No standalone/peering_name/priority here: configure_settings sets them all.
         liveness_endpoint=liveness_endpoint,
         stop_flag=stop_flag,
     ))
@@ -91,6 +97,7 @@ def serve(settings: OperatorSettings) -> int:
     run(OperatorConfig(database_url=database_url(settings.database_url),
                        namespaces=settings.served_namespaces(),
                        scale_interval=settings.scale_interval,
-                       run_sync_interval=settings.run_sync_interval),
+                       run_sync_interval=settings.run_sync_interval,
+                       peering=settings.peering()),
         liveness_endpoint=settings.liveness)
     return 0

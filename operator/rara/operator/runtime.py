@@ -19,6 +19,8 @@ from kubernetes import client, config
 from kubernetes.config.config_exception import ConfigException
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from rara.operator.peering import Peering
+
 DB_RETRY_SECONDS = 5.0
 
 
@@ -29,6 +31,7 @@ class OperatorConfig:
     run_sync_interval: float = 5.0  # seconds between WorkflowRun status refreshes
     scale_interval: float = 15.0  # seconds between scaling decisions per WorkerPool
     pool_size: int = 4
+    peering: Peering | None = None  # None: standalone, the only operator (no other replica)
 
 
 @dataclass

@@ -12,6 +12,7 @@ from typing import ClassVar
 from pydantic import Field, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from rara.operator.peering import Peering
 from rara.settings import ProcessSettings, StrList
 
 SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -40,6 +41,16 @@ class OperatorSettings(ProcessSettings):
                                  "http://0.0.0.0:8080/healthz")
     metrics_port: int | None = Field(default=None, ge=0, le=65535, description="Serve "
                                      "Prometheus /metrics (backlog per capability) here")
+    peering_name: str | None = Field(default=None, description="Run as one of several "
+                                     "replicas: the KopfPeering (ClusterKopfPeering when "
+                                     "cluster-wide) they share; one works, the others stand by "
+                                     "(default: none, standalone: run exactly one operator)")
+    peering_priority: int | None = Field(default=None, description="This replica's peering "
+                                         "priority, highest works (default: below zero, the "
+                                         "older replica wins; any priority >= 0 takes over)")
+    peering_lifetime: int = Field(default=15, ge=3, description="Seconds a replica's keep-alive "
+                                  "holds: a standby takes over at most this long after the "
+                                  "working replica dies")
     verbose: bool = Field(default=False, description="Debug logs (log_level=debug)")
 
     @model_validator(mode="after")
@@ -61,3 +72,9 @@ class OperatorSettings(ProcessSettings):
                 return (fh.read().strip(),)
         except OSError:
             return ()
+
+    def peering(self) -> Peering | None:
+        """The peering among replicas; None: standalone."""
+        if not self.peering_name:
+            return None
+        return Peering(self.peering_name, self.peering_priority, self.peering_lifetime)

@@ -85,15 +85,15 @@ def replicas(kube_api: KubeFixture, rara_crds: None, namespace: str, tmp_path: P
         "KUBECONFIG": str(kube_api.kubeconfig),
         "RARA_OPERATOR_DATABASE_URL": role_url("rara_operator"),
         "RARA_OPERATOR_NAMESPACES": namespace,
-        "RARA_OPERATOR_PEERING_NAME": PEERING,
         "RARA_OPERATOR_RUN_SYNC_INTERVAL": "1",
         "RARA_OPERATOR_LOG_JSON": "true",
     })
     started: list[Replica] = []
     failed = request.session.testsfailed
 
-    def start(name: str, lifetime: int = LIFETIME) -> Replica:
-        started.append(Replica(name, {**env, "RARA_OPERATOR_PEERING_LIFETIME": str(lifetime)},
+    def start(name: str, lifetime: int = LIFETIME, peering: str = PEERING) -> Replica:
+        started.append(Replica(name, {**env, "RARA_OPERATOR_PEERING_LIFETIME": str(lifetime),
+                                      "RARA_OPERATOR_PEERING_NAME": peering},
                                tmp_path / f"{name}.log"))
         return started[-1]
 
@@ -231,4 +231,23 @@ def test_stopped_replica_hands_over_at_once(
                 f"first run started; peering lifetime {lifetime}s)")
         assert b.logged("Resuming operations")
         assert handover < lifetime / 4
+
+
+def test_replica_waits_for_its_peering_object(
+    kube_api: KubeFixture, namespace: str, replicas: Callable[..., Replica],
+) -> None:
+    """No peering object yet (helm creates it after the Deployment): the replica says so and
+    stays paused, and works as soon as the object exists."""
+    objects = Objects(kube_api, namespace)
+    a = replicas("op-a", peering="late")
+    eventually(lambda: a.logged("KopfPeering") and a.logged("not found"),
+               what="the missing object named in op-a's log")
+    objects.create("workflowdefinitions", "WorkflowDefinition", "ha", {"steps": STEPS})
+    assert not a.logged("Resuming operations")
+    assert not condition(objects.status("workflowdefinitions", "ha"), "Ready")
+    client.CustomObjectsApi(kube_api.api_client).create_namespaced_custom_object(
+        "kopf.dev", "v1", namespace, "kopfpeerings",
+        {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "late"}})
+    eventually(lambda: condition(objects.status("workflowdefinitions", "ha"), "Ready")
+               .get("status") == "True", what="definition Ready once the object exists")
 

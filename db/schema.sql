@@ -629,7 +629,8 @@ BEGIN
           AND s.status = 'running'
         RETURNING s.id, s.run_id, s.key, s.attempt, s.map_parent
     ), closed AS (
-        UPDATE rara_attempts a SET outcome = 'cancelled', ended_at = now(), ended_by = p_worker
+        UPDATE rara_attempts a
+        SET outcome = 'cancelled', ended_at = clock_timestamp(), ended_by = p_worker
         FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
     )
     SELECT done.id, done.run_id, done.key, 'cancelled'::text, done.map_parent FROM done;
@@ -780,7 +781,12 @@ BEGIN
           AND s.leased_by = p_worker AND s.lease_token = g.token AND s.status = 'running'
         RETURNING s.id, s.run_id, s.attempt, s.dependants, s.map_parent
     ), closed AS (
-        UPDATE rara_attempts a SET outcome = 'succeeded', ended_at = now(), ended_by = p_worker
+        -- clock_timestamp(), here and in every end: the time the end took the step's row, not
+        -- when its transaction began. An end that waited for another step's lock is then never
+        -- stamped before progress the attempt wrote while it still owned the step
+        -- (tests/db/test_attempt_times.py).
+        UPDATE rara_attempts a
+        SET outcome = 'succeeded', ended_at = clock_timestamp(), ended_by = p_worker
         FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
     ), unblocked AS (
         -- A dependant several of whose dependencies finish in this batch is updated once, by
@@ -872,8 +878,9 @@ BEGIN
         FROM failing f WHERE s.id = f.id
         RETURNING s.id, s.run_id, s.key, s.status::text AS status, s.map_parent
     ), closed AS (
-        UPDATE rara_attempts a SET outcome = p_outcome, ended_at = now(), ended_by = p_worker,
-               error = p_error
+        UPDATE rara_attempts a
+        SET outcome = p_outcome, ended_at = clock_timestamp(), ended_by = p_worker,
+            error = p_error
         FROM updated u WHERE a.step_id = u.id AND a.attempt = (SELECT f.attempt FROM failing f)
     )
     SELECT u.id, u.run_id, u.key, u.status, u.map_parent FROM updated u;
@@ -1115,7 +1122,7 @@ BEGIN
         RETURNING s.id, s.run_id, s.key, s.attempt, s.status::text AS status, s.error,
                   s.map_parent
     ), closed AS (
-        UPDATE rara_attempts a SET outcome = 'lease_expired', ended_at = now(),
+        UPDATE rara_attempts a SET outcome = 'lease_expired', ended_at = clock_timestamp(),
             ended_by = 'reaper:' || p_worker, error = u.error
         FROM updated u
         WHERE a.step_id = u.id AND a.attempt = u.attempt AND a.outcome = 'running'
@@ -1163,7 +1170,8 @@ BEGIN
           AND s.status = 'running'
         RETURNING s.id, s.attempt
     ), closed AS (
-        UPDATE rara_attempts a SET outcome = 'released', ended_at = now(), ended_by = p_worker
+        UPDATE rara_attempts a
+        SET outcome = 'released', ended_at = clock_timestamp(), ended_by = p_worker
         FROM released r WHERE a.step_id = r.id AND a.attempt = r.attempt
     )
     SELECT r.id FROM released r;

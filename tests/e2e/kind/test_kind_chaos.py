@@ -400,32 +400,36 @@ def chaos(
 def recovery_times(
     cluster: Cluster, run_ids: list[int], disruptions: list[Disruption]
 ) -> dict[str, list[float]]:
-    """From the attempts table: for each disruption of a worker pod, the seconds until each
-    step it held was leased again (pod gone -> step leased again), and, for evictions, until
-    that step succeeded elsewhere. (A worker's id starts with its pod's name: its hostname.)"""
+    """From the attempts table, per kind of disruption of a worker's pod: seconds until each
+    step it held was free again (its attempt closed: released by a worker that got SIGTERM, or
+    its lease expired and reaped), until it was leased again (that includes waiting in the
+    queue behind the other runs' ready steps), and, for evictions, until it succeeded
+    elsewhere. (A worker's id starts with its pod's name: its hostname.)"""
     runs_sql = ",".join(map(str, run_ids))
     rows = cluster.psql(
         f"""
-        SELECT a.worker, extract(epoch FROM a.ended_at), a.outcome,
+        SELECT a.worker, extract(epoch FROM a.ended_at),
                extract(epoch FROM (SELECT min(n.started_at) FROM rara_attempts n
                                     WHERE n.step_id = a.step_id AND n.attempt > a.attempt)),
                extract(epoch FROM (SELECT w.ended_at FROM rara_attempts w
                                     WHERE w.step_id = a.step_id AND w.outcome = 'succeeded'))
           FROM rara_attempts a
-         WHERE a.run_id IN ({runs_sql}) AND a.outcome IN ('lease_expired', 'released', 'failed')
+         WHERE a.run_id IN ({runs_sql}) AND a.outcome IN ('lease_expired', 'released')
         """
     )
     times: dict[str, list[float]] = {}
-    for worker, _ended, _outcome, next_start, won_at in rows:
-        hits = [d for d in disruptions if d.pod and worker.startswith(d.pod + ":")]
-        if not hits or not next_start:
+    for worker, ended, next_start, won_at in rows:
+        # the last disruption of that worker's pod before its attempt was closed
+        hits = [
+            d for d in disruptions
+            if d.pod and worker.startswith(d.pod + ":") and d.at <= float(ended)
+        ]  # fmt: skip
+        if not hits:
             continue
-        # the last disruption of that pod before the next attempt started
-        before = [d for d in hits if d.at <= float(next_start)]
-        if not before:
-            continue
-        d = max(before, key=lambda d: d.at)
-        times.setdefault(f"{d.action}: leased again", []).append(float(next_start) - d.at)
+        d = max(hits, key=lambda d: d.at)
+        times.setdefault(f"{d.action}: step free again", []).append(float(ended) - d.at)
+        if next_start:
+            times.setdefault(f"{d.action}: leased again", []).append(float(next_start) - d.at)
         if d.action == "evicted" and won_at:
             times.setdefault("evicted: succeeded elsewhere", []).append(float(won_at) - d.at)
     return times
@@ -688,50 +692,61 @@ def wait_at_zero(cluster: Cluster, deployment: str, what: str) -> float:
 
 
 def scaled_pools() -> dict:  # type: ignore[type-arg]
-    """Both pools may go to zero, quickly: a short cooldown and scale interval."""
+    """Both pools may go to zero, quickly (a short cooldown and scale interval); the executor
+    pool up to 2 pods, one per step waiting (the chart's GPU-pool target)."""
     values = chaos_values()
     for pool in values["pools"]:
         pool.update(minReplicas=0, maxReplicas=3, targetBacklogPerReplica=4, cooldownSeconds=20)
-    values["executor"].update(minReplicas=0, maxReplicas=1, cooldownSeconds=20)
+    values["executor"].update(
+        minReplicas=0, maxReplicas=2, targetBacklogPerReplica=1, cooldownSeconds=20
+    )
     values["operator"] = {"scaleInterval": 3}
     return values
 
 
 def test_pools_scale_to_their_backlog_and_to_zero(installed: Cluster) -> None:
-    """A backlog of a pool's capabilities scales its Deployment up and its pods drain it; an
-    idle GPU-class pool goes to zero and comes back when work of its capability arrives."""
+    """Idle pools go to zero; a backlog of a pool's capabilities brings it back and scales it
+    up, and the new pods drain it; drained, the GPU-class pool goes back to zero."""
     cluster = installed
     reconfigure(cluster, scaled_pools())
     executor, cpu = "rara-executor-gpu", "rara-worker-cpu"
 
-    to_zero = wait_at_zero(cluster, executor, "the idle executor pool")
-    print(f"\nidle executor pool -> zero pods: {to_zero:.1f} s (cooldown 20 s, interval 3 s)")
+    for deployment in (cpu, executor):
+        to_zero = wait_at_zero(cluster, deployment, f"the idle {deployment}")
+        print(f"\nidle {deployment} -> zero pods: {to_zero:.1f} s (cooldown 20 s, interval 3 s)")
 
     batch = Batch.new(cluster, 12)
     since = db_now(cluster)
     created = time.monotonic()
     batch.apply()
     first_running: dict[str, float] = {}
-    peak = {executor: 0, cpu: 0}
+    most_running = {executor: 0, cpu: 0}
     deadline = created + 900
-    while len(first_running) < 2 and time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (
+        len(first_running) == 2 and most_running[executor] >= 2
+    ):
         for deployment in (executor, cpu):
             view = pool_view(cluster, deployment)
-            peak[deployment] = max(peak[deployment], view.replicas)
+            most_running[deployment] = max(most_running[deployment], view.running)
             if view.running and deployment not in first_running:
                 first_running[deployment] = time.monotonic() - created
         time.sleep(1)
     assert set(first_running) == {executor, cpu}, f"pools that came up: {first_running}"
     print(
-        f"backlog -> first pod Running: CPU pool {first_running[cpu]:.1f} s, "
-        f"executor pool (from zero) {first_running[executor]:.1f} s"
+        f"backlog -> first pod Running (from zero): CPU pool {first_running[cpu]:.1f} s, "
+        f"executor pool {first_running[executor]:.1f} s; most Running: {most_running}"
     )
+    assert most_running[executor] >= 2, "a backlog of 12 runs' gRPC steps, 1 per replica"
 
     run_ids = batch.wait_succeeded(timeout=1200)
-    peak[cpu] = max(peak[cpu], pool_view(cluster, cpu).replicas)
-    print(f"peak replicas during the batch: {peak}")
-    assert peak[cpu] >= 2, "12 runs with 4 per replica: the CPU pool scaled up beyond one pod"
     check_invariants(cluster, run_ids, since=since)
+    served = cluster.psql(
+        "SELECT count(DISTINCT split_part(a.worker, ':', 1)) FROM rara_attempts a"
+        " JOIN rara_steps s ON s.id = a.step_id WHERE s.executor = 'grpc' AND a.run_id IN ("
+        + ",".join(map(str, run_ids))
+        + ") AND a.outcome = 'succeeded'"
+    )
+    assert int(served[0][0]) >= 2, f"the batch's gRPC steps drained by {served[0][0]} pod(s)"
 
     drained = wait_at_zero(cluster, executor, "the drained executor pool")
     print(f"drained executor pool -> zero pods: {drained:.1f} s")
@@ -744,6 +759,15 @@ def test_helm_upgrade_under_load(installed: Cluster) -> None:
     cluster = installed
     values = chaos_values()  # >= 2 CPU workers and 1 executor pod: there is something to roll
     reconfigure(cluster, values)
+    wait_for(
+        "2 CPU workers and an executor pod Ready (the operator scales to the new minimum)",
+        lambda: (
+            pool_view(cluster, "rara-worker-cpu").ready >= 2
+            and pool_view(cluster, "rara-executor-gpu").ready >= 1
+        ),
+        timeout=300,
+        interval=1,
+    )
     node = f"{cluster.name}-control-plane"
 
     # New image references for the same content, tagged inside the node's containerd (a `kind

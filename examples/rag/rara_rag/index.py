@@ -58,15 +58,31 @@ class BM25Index:
     def build(cls, passages: Sequence[Passage], *, k1: float = 1.5, b: float = 0.75) -> BM25Index:
         if not passages:
             raise ValueError("cannot index an empty passage list")
-        retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
         # Our own vocabulary, sorted: bm25s builds one from a set when given strings, whose
         # order follows Python's per-process string hashing — the saved index (and so the
         # artifact digest) would differ from one process to the next.
         docs = [tokenize(p.text) for p in passages]
         vocab = {token: i for i, token in enumerate(sorted({t for doc in docs for t in doc}))}
-        tokenized = bm25s.tokenization.Tokenized(
-            ids=[[vocab[t] for t in doc] for doc in docs], vocab=vocab
-        )
+        return cls.from_token_ids(passages, [[vocab[t] for t in doc] for doc in docs], vocab,
+                                  k1=k1, b=b)
+
+    @classmethod
+    def from_token_ids(
+        cls,
+        passages: Sequence[Passage],
+        ids: list[list[int]],
+        vocab: dict[str, int],
+        *,
+        k1: float = 1.5,
+        b: float = 0.75,
+    ) -> BM25Index:
+        """The index of passages already tokenized: ``ids[i]`` are passage i's tokens as
+        positions in ``vocab``, the sorted vocabulary of all of them (what ``build`` makes,
+        and ``index_shards.merge`` from per-shard tokens: the same ids give the same bytes)."""
+        if not passages or len(ids) != len(passages):
+            raise ValueError(f"{len(ids)} token lists for {len(passages)} passages")
+        retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
+        tokenized = bm25s.tokenization.Tokenized(ids=ids, vocab=vocab)
         # Every passage gets at least the empty token, so an all-stopword passage is indexable.
         retriever.index(tokenized, show_progress=False)
         return cls(retriever, passages, {"k1": k1, "b": b, "method": "lucene"})

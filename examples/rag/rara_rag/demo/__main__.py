@@ -1,12 +1,13 @@
 """``make demo``: the RAG refresh pipeline, for real, on the embedded PostgreSQL.
 
-Applies ``examples/rag-refresh.yaml``, starts an executor (index, evaluate, adapt) and a
-worker (collect, clean + the gRPC adapter), starts a run, shows live progress, then a summary
-with recall@k and MRR before and after adaptation. ``--chaos`` SIGKILLs and restarts the worker
-and the executor at random while the run goes on; the run must still succeed, with the
-deterministic steps' artifacts identical to a clean computation and adaptation resumed from its
-last checkpoint. Artifacts (checkpoints included) go where ``RARA_ARTIFACTS`` says, a directory
-or ``s3://bucket/prefix?endpoint=…`` with the credentials in the environment, else to
+Applies ``examples/rag-refresh.yaml``, starts an executor (index-shard, a map with a child per
+shard of passages; index, evaluate, adapt) and a worker (collect, clean + the gRPC adapter),
+starts a run, shows live progress, then a summary with recall@k and MRR before and after
+adaptation. ``--chaos`` SIGKILLs and restarts the worker and the executor at random while the
+run goes on; the run must still succeed, with the deterministic steps' artifacts (the shards'
+included) identical to a clean computation and adaptation resumed from its last checkpoint.
+Artifacts (checkpoints included) go where ``RARA_ARTIFACTS`` says, a directory or
+``s3://bucket/prefix?endpoint=…`` with the credentials in the environment, else to
 ``.rara/artifacts``. Exit status: 0 when the run succeeded (and, with --chaos, the checks held);
 2 when the artifact store cannot be used.
 """
@@ -42,10 +43,19 @@ DEFINITION = Path(__file__).resolve().parents[3] / "rag-refresh.yaml"
 CAPABILITIES = {
     "corpus.collect@1",
     "corpus.clean@1",
+    "index.shard@1",
     "index.build@1",
     "eval.retrieval@1",
     "adapt.lora@1",
 }
+
+
+def clean_shards() -> int:
+    """How many shards the definition's clean step cuts the passages into."""
+    import yaml
+
+    steps = yaml.safe_load(DEFINITION.read_text())["spec"]["steps"]
+    return int(next(s for s in steps if s["key"] == "clean")["input"].get("shards", 1))
 
 
 def _free_port() -> int:
@@ -281,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _chaos_checks(client: Client, run_id: int, run_input: dict[str, Any], console: Console) -> bool:
     produced = {(a["key"], a["name"]): a["digest"] for a in client.run_artifacts(run_id)}
-    expected = deterministic_digests(run_input)
+    expected = deterministic_digests(run_input, shards=clean_shards())
     same = all(produced.get(k) == v for k, v in expected.items())
     console.print(f"deterministic artifacts identical to a clean computation: {same}")
     adapt = next(s for s in client.get_run(run_id).steps if s["key"] == "adapt")

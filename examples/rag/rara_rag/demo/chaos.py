@@ -90,13 +90,16 @@ class ChaosMonkey:
         return f"chaos: seed {self.seed}; SIGKILLs: {kills}"
 
 
-def deterministic_digests(run_input: dict[str, Any] | None = None) -> dict[tuple[str, str], str]:
-    """What collect, clean and index must produce, computed directly (no runtime involved)."""
+def deterministic_digests(
+    run_input: dict[str, Any] | None = None, shards: int = 4
+) -> dict[tuple[str, str], str]:
+    """What collect, clean, the index-shard children and index must produce, computed directly
+    (no runtime involved; the index unsharded, which the sharded one must equal)."""
     import hashlib
     import json
     from dataclasses import asdict
 
-    from rara_rag import corpus, index
+    from rara_rag import corpus, index, index_shards
     from rara_rag.demo.handlers import DEFAULT_CORPUS
 
     run_input = run_input or {}
@@ -112,8 +115,14 @@ def deterministic_digests(run_input: dict[str, Any] | None = None) -> dict[tuple
     def digest(data: bytes) -> str:
         return "sha256:" + hashlib.sha256(data).hexdigest()
 
-    return {
+    expected = {
         ("collect", "documents.jsonl"): digest(documents),
         ("clean", "passages.jsonl"): digest(corpus.passages_to_jsonl(passages)),
         ("index", "index.bm25"): digest(index.build(passages).to_bytes()),
     }
+    for i, shard in enumerate(corpus.split_shards(passages, shards)):
+        expected["clean", f"passages-{i:03d}.jsonl"] = digest(corpus.passages_to_jsonl(shard))
+        expected[f"index-shard[{i}]", "tokens.json.gz"] = digest(
+            index_shards.tokenize_shard(shard)
+        )
+    return expected

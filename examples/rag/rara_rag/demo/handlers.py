@@ -45,22 +45,31 @@ def collect(ctx: StepContext) -> StepOutcome:
 
 @registry.handler("corpus.clean@1")
 def clean(ctx: StepContext) -> StepOutcome:
-    """Normalise, split into passages, deduplicate by content hash."""
+    """Normalise, split into passages, deduplicate by content hash; then cut the passages into
+    ``shards`` contiguous shards (default 1), an artifact each, listed in the result's
+    ``shards`` for a map step (``index-shard`` in examples/rag-refresh.yaml) to spread."""
     raw = read_input(ctx, "documents.jsonl")
     docs = [corpus.Document(**json.loads(line)) for line in raw.decode().splitlines() if line]
     words = _positive_int(ctx.input, "words", 100)
     overlap = _positive_int(ctx.input, "overlap", 20, allow_zero=True)
+    shards = _positive_int(ctx.input, "shards", 1)
     try:
         passages = corpus.clean(docs, words=words, overlap=overlap)
     except corpus.CorpusError as exc:
         raise TerminalError(str(exc), code="BAD_CORPUS") from exc
     ctx.progress(1.0, f"{len(passages)} passages")
-    ref = ctx.artifacts.put_bytes(
-        corpus.passages_to_jsonl(passages), media_type="application/x-ndjson"
-    )
+    media = "application/x-ndjson"
+    ref = ctx.artifacts.put_bytes(corpus.passages_to_jsonl(passages), media_type=media)
+    outputs = [OutputArtifact("passages.jsonl", ref, media)]
+    listed = []
+    for i, shard in enumerate(corpus.split_shards(passages, shards)):
+        name = f"passages-{i:03d}.jsonl"
+        shard_ref = ctx.artifacts.put_bytes(corpus.passages_to_jsonl(shard), media_type=media)
+        outputs.append(OutputArtifact(name, shard_ref, media))
+        listed.append({"artifact": name, "passages": len(shard)})
     return StepOutcome(
-        result={"documents": len(docs), "passages": len(passages)},
-        artifacts=[OutputArtifact("passages.jsonl", ref, "application/x-ndjson")],
+        result={"documents": len(docs), "passages": len(passages), "shards": listed},
+        artifacts=outputs,
     )
 
 

@@ -1,12 +1,14 @@
 """Executor plugins of the demo (``rara executor --plugins rara_rag.demo.plugins``).
 
-Indexing, evaluation and adaptation need the ML stack (``rara-rag``'s dependencies) and, on
-Kubernetes, run in the GPU executor pool. Each is deterministic given its inputs and seed.
+Indexing (tokenized in shards by a map's children, then merged), evaluation and adaptation
+need the ML stack (``rara-rag``'s dependencies) and, on Kubernetes, run in the GPU executor
+pool. Each is deterministic given its inputs and seed.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -15,13 +17,14 @@ from typing import Any, Literal, cast
 from rara.context import OutputArtifact, StepContext, StepOutcome
 from rara.errors import TerminalError
 from rara.executor.plugins import PluginRegistry
-from rara_rag import corpus, index
+from rara_rag import corpus, index, index_shards
 from rara_rag import evaluate as ev
 from rara_rag.demo.artifacts import read_input
 from rara_rag.packing import pack_dir, unpack
 
 
 def register(registry: PluginRegistry) -> None:
+    registry.register("index.shard", 1, tokenize_shard)
     registry.register("index.build", 1, build_index)
     registry.register("eval.retrieval", 1, evaluate_retrieval)
     registry.register("adapt.lora", 1, adapt_lora, gpu=1)
@@ -34,14 +37,59 @@ def _passages(ctx: StepContext) -> list[corpus.Passage]:
     return passages
 
 
+#: A token shard, each index-shard child's artifact; the index step reads them by their full
+#: input names, ``<map>[<i>]/tokens.json.gz``, in index order.
+TOKENS = "tokens.json.gz"
+_SHARD_INPUT = re.compile(r"^.+\[(\d+)\]/" + re.escape(TOKENS) + "$")
+
+
+def tokenize_shard(ctx: StepContext) -> StepOutcome:
+    """A child of the ``index-shard`` map: tokenizes the shard of ``clean``'s passages its
+    ``item`` names (``{"artifact": "passages-003.jsonl", ...}``) into ``tokens.json.gz``."""
+    item = ctx.input.get("item")
+    name = item.get("artifact") if isinstance(item, dict) else None
+    if not isinstance(name, str):
+        raise TerminalError(
+            f"input 'item' must name a passages shard ({{'artifact': ...}}), got {item!r}",
+            code="BAD_INPUT",
+        )
+    passages = corpus.passages_from_jsonl(read_input(ctx, name))
+    if not passages:
+        raise TerminalError(f"{name} is empty", code="BAD_INPUT")
+    ctx.progress(0.1, f"tokenizing {len(passages)} passages of {name}")
+    blob = index_shards.tokenize_shard(passages)
+    ref = ctx.artifacts.put_bytes(blob, media_type=index_shards.MEDIA_TYPE)
+    return StepOutcome(
+        result={"shard": ctx.input.get("index"), "artifact": name, "passages": len(passages)},
+        artifacts=[OutputArtifact(TOKENS, ref, index_shards.MEDIA_TYPE)],
+    )
+
+
 def build_index(ctx: StepContext) -> StepOutcome:
-    """A BM25 index over the cleaned passages (bm25s), serialised deterministically."""
+    """A BM25 index over the cleaned passages (bm25s), serialised deterministically. Given the
+    token shards of a map's children (inputs ``<map>[<i>]/tokens.json.gz``), it merges them in
+    index order (``index_shards.merge``); without, it tokenizes the passages itself. The bytes
+    are the same either way."""
     passages = _passages(ctx)
-    ctx.progress(0.1, f"indexing {len(passages)} passages")
-    blob = index.build(passages).to_bytes()
+    shards = sorted(
+        (int(m.group(1)), name) for name in ctx.inputs if (m := _SHARD_INPUT.match(name))
+    )
+    if [i for i, _ in shards] != list(range(len(shards))):
+        raise TerminalError(f"token shards {[n for _, n in shards]} are not 0..n-1",
+                            code="BAD_INPUT")
+    ctx.progress(0.1, f"indexing {len(passages)} passages from {len(shards) or 'no'} shards")
+    try:
+        built = (
+            index_shards.merge(passages, [read_input(ctx, n) for _, n in shards])
+            if shards
+            else index.build(passages)
+        )
+    except ValueError as exc:
+        raise TerminalError(str(exc), code="BAD_INPUT") from exc
+    blob = built.to_bytes()
     ref = ctx.artifacts.put_bytes(blob, media_type="application/vnd.rara.bm25")
     return StepOutcome(
-        result={"passages": len(passages), "index_bytes": len(blob)},
+        result={"passages": len(passages), "index_bytes": len(blob), "shards": len(shards)},
         artifacts=[OutputArtifact("index.bm25", ref, "application/vnd.rara.bm25")],
     )
 

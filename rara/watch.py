@@ -157,7 +157,8 @@ def summary(url: str, run_id: int) -> Table:
         table.add_row(
             s.key,
             s.status,
-            f"{s.attempt}/{s.max_attempts}",
+            # a map step is never leased itself: its children's tally (map: 4/4 done)
+            (s.message or "") if s.is_map else f"{s.attempt}/{s.max_attempts}",
             took,
             _brief(s.result if s.status == "succeeded" else s.error),
             "\n".join(made.get(s.key, [])),

@@ -27,7 +27,7 @@ SELECT s.id, s.key, s.capability, s.executor, s.status::text AS status, s.attemp
        CASE WHEN s.map_over IS NULL THEN e.message
             ELSE rara_map_summary(s.map_total, s.map_succeeded, s.map_failed, s.id)
        END AS message,
-       e.metrics
+       e.metrics, s.map_over IS NOT NULL AS is_map
 FROM rara_steps s
 LEFT JOIN LATERAL (
     SELECT fraction, message, metrics FROM rara_events

@@ -56,6 +56,7 @@ class StepProgressRow:
     fraction: float | None
     message: str | None
     metrics: dict[str, float] | None
+    is_map: bool = False  # a map step's row: its children's summary in ``message``
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", StepStatus(self.status))

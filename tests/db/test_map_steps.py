@@ -17,6 +17,7 @@ from rara.definitions.parse import definition_from_object
 from rara.pg import steps as step_sql
 from rara.runs import cancel_run, start_run
 from rara.states import MAP_STEP_TRANSITIONS, AttemptOutcome, StepStatus
+from rara.watch import summary
 from rara.worker.dispatch import LeasedStep
 from rara.worker.store import Ending, Fence, end_many, reap
 from rara.worker.testing import lease_now
@@ -90,6 +91,10 @@ def test_a_map_expands_over_an_upstream_result_and_its_downstream_sees_the_child
         ("split", None), ("work", "map: 6/12 done, 6 running, 0 failed"), ("join", None)]
     work = next(s for s in step_sql.list_progress(conn, run_id) if s.key == "work")
     assert (work.fraction, work.message) == (0.5, "map: 6/12 done, 6 running, 0 failed")
+    assert work.is_map
+    # ... and in the summary table `runs watch` ends with: its tally, not "0/3" attempts.
+    attempts = list(summary(database_url, run_id).columns[2].cells)  # split, work, join
+    assert attempts[1] == "map: 6/12 done, 6 running, 0 failed"
     _end(database_url, *[_won(c, {"i": i}, (_blob(i + 1),))
                          for i, c in list(enumerate(by_index))[:6]])
     assert _steps(conn, run_id)["work"] == "succeeded"

@@ -261,13 +261,24 @@ def installed(cluster: Cluster) -> Cluster:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def small(installed: Cluster) -> None:
+def small(installed: Cluster) -> Iterator[None]:
+    # WorkflowRuns an earlier session left: the operator would start them again in a fresh
+    # database (the in-cluster PostgreSQL keeps no data across its pod), next to this one's.
+    installed.run(
+        "kubectl", "-n", NAMESPACE, "delete", "workflowruns", "--all", "--wait=true",
+        timeout=300,
+    )  # fmt: skip
     installed.run(
         "kubectl", "apply", "-f", "-", stdin=yaml.safe_dump(small_definition()), timeout=60
     )
     installed.run(
         "kubectl", "-n", NAMESPACE, "wait", "--for=condition=Ready",
         f"workflowdefinition/{SMALL}", "--timeout=120s", timeout=150,
+    )  # fmt: skip
+    yield
+    installed.run(
+        "kubectl", "-n", NAMESPACE, "delete", "workflowruns", "--all", "--wait=false",
+        timeout=300, check=False,
     )  # fmt: skip
 
 

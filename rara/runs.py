@@ -206,6 +206,11 @@ def _step_rows(spec: WorkflowSpec) -> list[dict[str, Any]]:
     ]
 
 
+def run_id_by_key(conn: psycopg.Connection[Any], idempotency_key: str) -> int | None:
+    """The run started under this idempotency key (None: none was)."""
+    return run_sql.id_by_key(conn, idempotency_key)
+
+
 def cancel_run(conn: psycopg.Connection[Any], run_id: int) -> bool:
     """Cancel waiting steps now; flag running ones (NOTIFY + heartbeat answer tell their worker).
     Returns False when the run had already ended."""

@@ -128,8 +128,21 @@ def operator(
     op.start()
     try:
         yield op
+        # This test's WorkflowRuns, deleted while their operator can still release them:
+        # left with its finalizer, one would keep a real cluster's namespace Terminating.
+        delete_workflow_runs(client.CustomObjectsApi(kube_api.api_client), namespace)
     finally:
         op.stop()
+
+
+def delete_workflow_runs(api: client.CustomObjectsApi, namespace: str) -> None:
+    def names() -> list[str]:
+        listed = api.list_namespaced_custom_object(GROUP, VERSION, namespace, "workflowruns")
+        return [o["metadata"]["name"] for o in listed["items"]]
+
+    for name in names():
+        api.delete_namespaced_custom_object(GROUP, VERSION, namespace, "workflowruns", name)
+    eventually(lambda: not names(), what="WorkflowRuns deleted")
 
 
 @pytest.fixture

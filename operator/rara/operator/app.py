@@ -54,6 +54,8 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     for register in (kopf.on.create, kopf.on.resume):
         register(*wfr, registry=registry)(runs.start_workflow_run)
     kopf.timer(*wfr, interval=config.run_sync_interval, registry=registry)(runs.sync_workflow_run)
+    # Not optional: kopf's finalizer makes the API server wait for the cancel.
+    kopf.on.delete(*wfr, registry=registry)(runs.cancel_workflow_run)
 
     kopf.timer(GROUP, VERSION, "workerpools", interval=config.scale_interval,
                registry=registry)(pools.scale_pool)

@@ -1,9 +1,14 @@
-"""WorkflowRun handlers: start the run once, then mirror its state into the status.
+"""WorkflowRun handlers: start the run once, mirror its state into the status, and cancel it
+when the resource is deleted.
 
 The resource's uid is the idempotency key, so a retried or resumed handler (operator restart,
 lost status patch) finds the run it already started instead of starting another.
 queue_anyway: workers may be scaled to zero, and the WorkerPool scaler starts them *because*
 steps wait; refusing the run for lack of a live worker would deadlock that.
+
+Deleting a WorkflowRun stops its work, as deleting an Argo Workflow does: the delete handler
+is not optional, so kopf keeps its finalizer on the resource and the API server waits for the
+cancel (docs/operator.md, "Deleting a WorkflowRun").
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from rara.errors import InputInvalid, NotFound
 from rara.operator import conditions
 from rara.operator.models import WorkflowRunSpec
 from rara.operator.runtime import connection
-from rara.runs import start_run
+from rara.runs import cancel_run, run_id_by_key, start_run
 from rara.states import StepStatus
 
 NOT_FOUND_RETRY_SECONDS = 10.0  # the definition may be applied in the same `kubectl apply`
@@ -63,6 +68,29 @@ def sync_workflow_run(status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, *
         return
     with connection(memo) as conn:
         refresh_status(conn, int(run_id), status, patch)
+
+
+def cancel_workflow_run(status: kopf.Status, uid: str, name: str, memo: kopf.Memo,
+                        logger: kopf.Logger, **_: Any) -> None:
+    """On delete: cancel the rara run unless it has ended. A database error raises, and kopf
+    retries with the finalizer kept: the resource goes only once its run is stopped."""
+    if status.get("phase") in TERMINAL:
+        return  # ended: nothing to stop, no database call
+    with connection(memo) as conn:
+        run_id = status.get("runId")
+        if run_id is None:
+            # Never started, or started with its status patch lost: the key says which.
+            run_id = run_id_by_key(conn, idempotency_key(uid))
+            if run_id is None:
+                logger.info(f"run {name} never started a rara run: nothing to cancel")
+                return
+        try:
+            cancelled = cancel_run(conn, int(run_id))
+        except NotFound:  # deleted from PostgreSQL by hand
+            logger.info(f"run {name}: rara run {run_id} no longer exists")
+            return
+    logger.info(f"run {name}: rara run {run_id} "
+                + ("cancelled" if cancelled else "had already ended"))
 
 
 def refresh_status(conn: Any, run_id: int, status: kopf.Status, patch: kopf.Patch) -> None:

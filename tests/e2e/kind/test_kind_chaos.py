@@ -419,7 +419,7 @@ def recovery_times(
     runs_sql = ",".join(map(str, run_ids))
     rows = cluster.psql(
         f"""
-        SELECT a.worker, extract(epoch FROM a.ended_at),
+        SELECT a.worker, extract(epoch FROM a.started_at), extract(epoch FROM a.ended_at),
                extract(epoch FROM (SELECT min(n.started_at) FROM rara_attempts n
                                     WHERE n.step_id = a.step_id AND n.attempt > a.attempt)),
                extract(epoch FROM (SELECT w.ended_at FROM rara_attempts w
@@ -429,11 +429,12 @@ def recovery_times(
         """
     )
     times: dict[str, list[float]] = {}
-    for worker, ended, next_start, won_at in rows:
-        # the last disruption of that worker's pod before its attempt was closed
+    for worker, started, ended, next_start, won_at in rows:
+        # the last disruption of that worker's pod while the attempt was open (a container
+        # restarted in the same pod keeps the pod's name: its later attempts are not this kill's)
         hits = [
             d for d in disruptions
-            if d.pod and worker.startswith(d.pod + ":") and d.at <= float(ended)
+            if d.pod and worker.startswith(d.pod + ":") and float(started) <= d.at <= float(ended)
         ]  # fmt: skip
         if not hits:
             continue

@@ -175,8 +175,9 @@ def cluster() -> Iterator[Cluster]:
     torn down again (`make cluster-down`) unless RARA_E2E_KEEP=1."""
     if os.environ.get("RARA_E2E_KIND") != "1":
         pytest.skip(
-            "builds a kind cluster from source (cold ~30 min, warm ~1 min) and runs chaos for "
-            "minutes: opt in with RARA_E2E_KIND=1 (docs/cluster.md)"
+            "a kind cluster built from source and images (cold ~35 min), then chaos, scaling "
+            "and an upgrade on real pods (~20 min warm; not yet within CI's budget): opt in "
+            "with RARA_E2E_KIND=1 (docs/cluster.md)"
         )
     if missing := missing_inputs():
         pytest.skip("inputs not written yet: " + ", ".join(missing))

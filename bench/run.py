@@ -13,6 +13,11 @@ latency      start of a run (client clock before ``start_run``) to its handler r
              (``bench.stamp@1`` reports CLOCK_MONOTONIC), into an idle worker: p50/p99 ms
 grpc         attempt time (lease to completion, database clock) of a no-op step in process
              and through the gRPC executor, one at a time: p50/p99 ms and the difference
+size         one run whose map step expands into N no-op children (over its first step's
+             result) vs N one-step runs, at N = 1k, 10k, 100k (``--quick``: 1k, 10k), 2
+             workers: steps/s, the ratio, server CPU per step and its 100k/1k ratio; then a
+             small run's start to first lease, idle and behind a 100k-child map (p50/p99 of
+             20; ``--quick``: behind 10k) (``bench.run_size``)
 depth        lease cost (batch of 10) with 1k / 100k / 1M ready steps (``--quick``: to 100k)
 horizon      throughput while another connection holds the xmin horizon (an open REPEATABLE
              READ transaction that did a SELECT) for 60 s (``--quick``: 15 s) vs without
@@ -151,10 +156,13 @@ def executor_process(tmp: Path, streams: int = 512) -> Iterator[str]:
 
 @contextmanager
 def workers(url: str, names: list[str], logs: Path, endpoint: str | None = None,
-            concurrency: int = CONCURRENCY, tmp: Path | None = None) -> Iterator[list[int]]:
+            concurrency: int = CONCURRENCY, tmp: Path | None = None,
+            handlers: str | None = None) -> Iterator[list[int]]:
     """Worker processes as configured for the drains (``worker_processes``), registered;
-    yields their pids."""
+    yields their pids. ``handlers``: a handler module served beside ``rara.worker.testing``."""
     flags: dict[str, Any] = {"concurrency": concurrency}
+    if handlers is not None:
+        flags["handlers"] = handlers
     if endpoint is not None:
         assert tmp is not None
         flags.update(executor_endpoint=endpoint, executor_token_file=tmp / "token")
@@ -333,7 +341,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller everything (~4 minutes)")
     parser.add_argument("--skip", default="", help="comma-separated: throughput,latency,grpc,"
-                                                   "depth,horizon,history,peers")
+                                                   "size,depth,horizon,history,peers")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -382,6 +390,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             log(f"== attempt time, in process p50 {g['inprocess']['p50']:.2f} / p99 "
                 f"{g['inprocess']['p99']:.2f} ms; gRPC p50 {g['grpc']['p50']:.2f} / p99 "
                 f"{g['grpc']['p99']:.2f} ms; overhead p50 {g['overhead_p50_ms']:.2f} ms")
+        if "size" not in skip:
+            from bench.run_size import measure as measure_size  # (it imports this module)
+
+            sizes = [1_000, 10_000] if quick else [1_000, 10_000, 100_000]
+            log("== run size: one map of N children vs N one-step runs (2 workers)")
+            results["run_size"] = measure_size(server, logs, sizes=sizes,
+                                               shapes=["single", "map_result"], n_workers=2,
+                                               backlog=sizes[-1], say=lambda m: log("  " + m))
         if "depth" not in skip:
             log("== lease cost vs queue depth")
             depths = [1_000, 100_000] if quick else [1_000, 100_000, 1_000_000]
@@ -455,6 +471,11 @@ def _peer_cpu(row: dict[str, Any]) -> str:
             f"{cpu['workers_us']:.0f} us)" if cpu else "")
 
 
+def _count(n: str) -> str:
+    """1000 → 1k, 100000 → 100k (a size in a summary key)."""
+    return f"{int(n) // 1000}k" if int(n) % 1000 == 0 else n
+
+
 def summary(r: dict[str, Any]) -> dict[str, Any]:
     """The goals, as ratios (None where a part was skipped or failed)."""
     out: dict[str, Any] = {}
@@ -472,6 +493,16 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
         out["lease_depth_ratio"] = round(r["lease_depth"]["ratio"], 3)
     if "horizon" in r:
         out["horizon_ratio"] = r["horizon"]["ratio"]
+    size = r.get("run_size", {})
+    for key, ratio in size.get("ratios", {}).items():  # "<shape>/single <n>"
+        out[f"map_vs_single_{_count(key.rsplit(' ', 1)[1])}"] = ratio
+    for key, ratio in size.get("server_cpu_ratio", {}).items():  # "<shape> <big>/<small>"
+        if key.startswith("map_result "):
+            big, small = key.split(" ", 1)[1].split("/")
+            out[f"map_server_cpu_{_count(big)}_vs_{_count(small)}"] = ratio
+    if "backlog" in size:
+        b = size["backlog"]["behind_map"]
+        out["first_lease_behind_map_ms"] = {"p50": b["p50"], "p99": b["p99"]}
     if "history" in r:
         out["history_lease_p50_ratio"] = r["history"]["lease_p50_ratio"]
         out["history_drain_ratio"] = r["history"]["drain_ratio"]
@@ -524,6 +555,19 @@ def print_table(r: dict[str, Any]) -> None:
                                               f"p99 {g['grpc']['p99']:.2f} ms"))
         rows.append(("gRPC overhead per step", f"p50 {g['overhead_p50_ms']:.2f} ms  "
                                                f"p99 {g['overhead_p99_ms']:.2f} ms"))
+    size = r.get("run_size", {})
+    for x in size.get("drains", []):
+        shape = {"single": "one-step runs", "wide": "one run, parallel steps",
+                 "map": "one map over its input", "map_result": "one map over a result"}
+        rows.append((f"{x['size']:,} steps, {shape[x['shape']]}",
+                     x.get("skipped") or _rate(x).strip()))
+    if "backlog" in size:
+        b = size["backlog"]
+        for kind, label in (("idle", "idle workers"),
+                            ("behind_map", f"behind a {b['backlog']:,}-child map")):
+            rows.append((f"small run start → first lease, {label}",
+                         f"p50 {b[kind]['p50']:.1f} ms  p99 {b[kind]['p99']:.1f} ms "
+                         f"(of {b[kind]['samples']})"))
     for depth, x in r.get("lease_depth", {}).items():
         if isinstance(x, dict):
             rows.append((f"lease (10) at depth {int(depth):,}",

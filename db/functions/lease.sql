@@ -128,27 +128,22 @@ BEGIN
                SELECT jsonb_agg(jsonb_build_object('key', a.key, 'name', a.name,
                                                    'digest', a.digest, 'size', a.size,
                                                    'media_type', a.media_type)
-                                ORDER BY a.upstream, a.map_index, a.name)
-               FROM (SELECT u.key AS upstream, u.map_index, u.key, m.name, m.digest, m.size,
-                            m.media_type
-                     FROM unnest(l.depends_on) AS dep(key)
-                     CROSS JOIN LATERAL (
-                         SELECT u.* FROM rara_steps u
-                         WHERE u.run_id = l.run_id AND u.key = dep.key
-                           AND u.status = 'succeeded'
-                         OFFSET 0) AS u
-                     JOIN rara_step_artifacts m ON m.step_id = u.id AND m.attempt = u.attempt
-                     UNION ALL
-                     SELECT u.key, c.map_index, c.key, m.name, m.digest, m.size, m.media_type
-                     FROM unnest(l.depends_on) AS dep(key)
-                     CROSS JOIN LATERAL (
-                         SELECT u.* FROM rara_steps u
-                         WHERE u.run_id = l.run_id AND u.key = dep.key
-                           AND u.status = 'succeeded'
-                         OFFSET 0) AS u
-                     JOIN rara_steps c ON c.map_parent = u.id AND c.status = 'succeeded'
-                     JOIN rara_step_artifacts m ON m.step_id = c.id AND m.attempt = c.attempt
-                     WHERE u.map_over IS NOT NULL) AS a)
+                                ORDER BY u.key, a.map_index, a.name)
+               FROM unnest(l.depends_on) AS dep(key)
+               CROSS JOIN LATERAL (
+                   SELECT u.* FROM rara_steps u
+                   WHERE u.run_id = l.run_id AND u.key = dep.key AND u.status = 'succeeded'
+                   OFFSET 0) AS u
+               CROSS JOIN LATERAL (
+                   SELECT u.map_index, u.key, m.name, m.digest, m.size, m.media_type
+                   FROM rara_step_artifacts m
+                   WHERE m.step_id = u.id AND m.attempt = u.attempt
+                   UNION ALL
+                   SELECT c.map_index, c.key, m.name, m.digest, m.size, m.media_type
+                   FROM rara_steps c
+                   JOIN rara_step_artifacts m ON m.step_id = c.id AND m.attempt = c.attempt
+                   WHERE u.map_over IS NOT NULL AND c.map_parent = u.id
+                     AND c.status = 'succeeded') AS a)
            END AS inputs,
            l.rank, l.available_at  -- the worker's next cursor
     FROM leased l;

@@ -253,15 +253,15 @@ def _server_user() -> str:
     return "rara-pg"
 
 
-def _user_can_reach(user: str, path: Path) -> bool:
-    path.mkdir(parents=True, exist_ok=True)
-    probe = subprocess.run(["runuser", "-u", user, "--", "test", "-x", str(path)], check=False)
-    return probe.returncode == 0
-
-
 def _user_can_run(user: str, path: Path) -> bool:
+    """``user`` may execute ``path`` (a directory: traverse it)."""
     return subprocess.run(["runuser", "-u", user, "--", "test", "-x", str(path)],
                           check=False).returncode == 0
+
+
+def _user_can_reach(user: str, path: Path) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    return _user_can_run(user, path)
 
 
 @functools.cache

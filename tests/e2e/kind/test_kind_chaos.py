@@ -61,6 +61,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -864,11 +865,9 @@ def test_helm_upgrade_under_load(installed: Cluster) -> None:
         "-n", NAMESPACE, "get", "events", "--field-selector", "involvedObject.kind=Job"
     )["items"]
     completed = [
-        e
+        _event_time(e)
         for e in jobs
-        if e.get("reason") == "Completed"
-        and _epoch(e.get("lastTimestamp") or e["metadata"]["creationTimestamp"])
-        >= upgrade_started - 1
+        if e.get("reason") == "Completed" and _event_time(e) >= upgrade_started - 1
     ]
     assert completed, "no migration Job completed during the upgrade"
     new_pods = [
@@ -878,19 +877,13 @@ def test_helm_upgrade_under_load(installed: Cluster) -> None:
     ]
     assert new_pods, "no pod runs the new images"
     first_new = min(_epoch(p["metadata"]["creationTimestamp"]) for p in new_pods)
-    migrated = min(
-        _epoch(e.get("lastTimestamp") or e["metadata"]["creationTimestamp"]) for e in completed
-    )
-    assert migrated <= first_new, "a pod of the new version started before the migration"
+    assert min(completed) <= first_new, "a pod of the new version started before the migration"
 
     # old and new workers side by side, and never fewer Ready than the budget allows
     new_refs, old_refs = set(images.values()), set(current.values())
-    both = [
-        t
-        for t, v in views
-        if any(view.images & new_refs and view.images & old_refs for view in v.values())
-    ]
-    assert both, "old and new workers never ran side by side"
+    assert any(
+        view.images & new_refs and view.images & old_refs for _, v in views for view in v.values()
+    ), "old and new workers never ran side by side"
     floor = values["pools"][0]["minReplicas"] - 1  # the PDB's maxUnavailable: 1
     lowest = min(v["rara-worker-cpu"].ready for _, v in views)
     assert lowest >= floor, f"the CPU pool fell to {lowest} Ready pods during the roll"
@@ -916,6 +909,8 @@ def _node_ref(ref: str) -> str:
 
 
 def _epoch(timestamp: str) -> float:
-    from datetime import datetime
-
     return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+
+
+def _event_time(event: dict) -> float:  # type: ignore[type-arg]
+    return _epoch(event.get("lastTimestamp") or event["metadata"]["creationTimestamp"])

@@ -3,18 +3,19 @@
 #   rara.local/rara-worker:<tag>    worker, operator, migrations (no ML stack)
 #   rara.local/rara-executor:<tag>  executor with the ML stack and the RAG demo plugins
 #   rara.local/rara-postgres:15     PostgreSQL (Debian's package) for in-cluster tests
+#   rara.local/rara-s3:<v>-<hash>   the S3 server (versitygw <v>) for the cluster's artifacts
 # all FROM the locally made Debian base (base-image.sh), all running as uid 10001.
 # <tag> is a hash of what goes into the image (the staged build context), so an unchanged
 # tree reuses the images, and a changed one gets a new tag (pods roll on `helm upgrade`).
 # Each image is also tagged :dev. Prints NAME=IMAGE lines and the sizes.
 #
-#   .ci/cluster/images.sh [worker] [executor] [postgres]     (default: all three)
+#   .ci/cluster/images.sh [worker] [executor] [postgres] [s3]     (default: all four)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 "${HERE}/docker-up.sh" >/dev/null
 "${HERE}/base-image.sh" >/dev/null
 
-want=("$@"); ((${#want[@]})) || want=(worker executor postgres)
+want=("$@"); ((${#want[@]})) || want=(worker executor postgres s3)
 
 # The build context: only the files the Dockerfiles copy, as git sees them (tracked or
 # untracked-but-not-ignored: no .venv, no egg-info, no __pycache__). The repository root
@@ -55,11 +56,38 @@ build() {  # NAME DOCKERFILE TAG
   printf '%s=%s\t%s\n' "$(echo "$1" | tr a-z A-Z)_IMAGE" "${image}" \
     "$(docker image inspect -f '{{.Size}}' "${image}" | awk '{printf "%.0f MB", $1/1e6}')"
 }
+# The S3 server: versitygw's static binary (.ci/s3-server.sh, built once from its Go module)
+# in a context of its own (three files, not the Python tree), tagged by the server's version
+# and a hash of that context, so an edited Dockerfile or script rebuilds it.
+build_s3() {
+  local bin ctx t image
+  bin="$("${ROOT}/.ci/s3-server.sh")"
+  ctx="$(mktemp -d "${TMPDIR:-/tmp}/rara-s3-image.XXXXXX")"
+  cp "${bin}" "${ctx}/versitygw"
+  cp "${HERE}/s3.Dockerfile" "${HERE}/s3-make-buckets.sh" "${ctx}/"
+  t="${bin##*/versitygw-}-$(cd "${ctx}" && sha256sum versitygw s3.Dockerfile s3-make-buckets.sh | sha256sum | cut -c1-8)"
+  image="rara.local/rara-s3:${t}"
+  if docker image inspect "${image}" >/dev/null 2>&1; then
+    log "${image}: present"
+  else
+    docker build -q -f "${ctx}/s3.Dockerfile" --build-arg "BASE_IMAGE=${BASE_IMAGE}" -t "${image}" "${ctx}" \
+      >/dev/null || { rm -rf "${ctx}"; die "${image}: build failed"; }
+    log "${image}: built"
+  fi
+  rm -rf "${ctx}"
+  docker images --format '{{.Repository}}:{{.Tag}}' rara.local/rara-s3 | grep -vxF "${image}" \
+    | xargs -r docker rmi >/dev/null 2>&1 || true
+  [[ "$(docker image inspect -f '{{.Config.User}}' "${image}")" == 10001:10001 ]] \
+    || die "${image} does not run as uid 10001"
+  printf 'S3_IMAGE=%s\t%s\n' "${image}" \
+    "$(docker image inspect -f '{{.Size}}' "${image}" | awk '{printf "%.0f MB", $1/1e6}')"
+}
 for w in "${want[@]}"; do
   case "$w" in
     worker) build worker worker.Dockerfile "${tag}" ;;
     executor) build executor executor.Dockerfile "${tag}" ;;
     postgres) build postgres postgres.Dockerfile 15 ;;
-    *) die "unknown image '$w' (worker, executor, postgres)" ;;
+    s3) build_s3 ;;
+    *) die "unknown image '$w' (worker, executor, postgres, s3)" ;;
   esac
 done

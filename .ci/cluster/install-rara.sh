@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # rara into the cluster of `make cluster`, the README's way: build the images (images.sh),
 # `kind load` them (no registry), apply what the chart expects to exist (PostgreSQL, the
-# database Secret, an RWX artifact volume: rara-deps.yaml), `helm upgrade --install` with the
-# values a user of a one-node CPU cluster sets (values-kind.yaml + the image names), then
+# database Secrets of the owner and of each process's login, an S3 server with its bucket and
+# key pair, an RWX volume as the other option: rara-deps.yaml), create the logins
+# (db-logins.sql), `helm upgrade --install` with the values a user of a one-node CPU cluster
+# sets (values-kind.yaml + the image names and the S3 endpoint), then
 # `kubectl apply -f examples/rag-refresh.yaml` and wait for Ready. Idempotent.
 #   .ci/cluster/install-rara.sh [extra helm args...]
 set -euo pipefail
@@ -23,9 +25,30 @@ done
 
 # The artifact volume's directory on the node, owned by the pods' uid (hostPath has no fsGroup).
 docker exec "${CLUSTER_NAME}-control-plane" install -d -o 10001 -g 10001 "/var/lib/rara-artifacts/${NAMESPACE}"
-export NAMESPACE POSTGRES_IMAGE="${img[POSTGRES_IMAGE]}"
-envsubst '${NAMESPACE} ${POSTGRES_IMAGE}' < "${HERE}/rara-deps.yaml" | k apply -f - >/dev/null
+# Test credentials (the logins' passwords, the S3 key pair): made on the first install, read
+# back from their Secrets on the next ones (pods already running keep what they were given).
+kept() {  # SECRET KEY PREFIX: the Secret's value, else PREFIX and 32 random hex digits
+  local v
+  v="$(k -n "${NAMESPACE}" get secret "$1" -o "jsonpath={.data.$2}" 2>/dev/null | base64 -d)" || v=""
+  [[ -n "${v}" ]] || v="$3$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
+  printf '%s' "${v}"
+}
+WORKER_DB_PASSWORD="$(kept rara-db-worker password "")"
+OPERATOR_DB_PASSWORD="$(kept rara-db-operator password "")"
+S3_ACCESS_KEY="$(kept rara-s3 AWS_ACCESS_KEY_ID rara)"
+S3_SECRET_KEY="$(kept rara-s3 AWS_SECRET_ACCESS_KEY "")"
+export NAMESPACE POSTGRES_IMAGE="${img[POSTGRES_IMAGE]}" S3_IMAGE="${img[S3_IMAGE]}" \
+  WORKER_DB_PASSWORD OPERATOR_DB_PASSWORD S3_ACCESS_KEY S3_SECRET_KEY
+envsubst '${NAMESPACE} ${POSTGRES_IMAGE} ${S3_IMAGE} ${WORKER_DB_PASSWORD} ${OPERATOR_DB_PASSWORD} ${S3_ACCESS_KEY} ${S3_SECRET_KEY}' \
+  < "${HERE}/rara-deps.yaml" | k apply -f - >/dev/null
 timed "postgres ready" k -n "${NAMESPACE}" rollout status deploy/rara-postgres --timeout=300s >/dev/null
+# The logins before helm: the chart's pods connect as them once the migration Job is done
+# (db-logins.sql says why the group roles are made here too). Passwords on stdin, not argv.
+{ printf '\\set worker_password %s\n\\set operator_password %s\n' "${WORKER_DB_PASSWORD}" "${OPERATOR_DB_PASSWORD}"
+  cat "${HERE}/db-logins.sql"; } \
+  | k -n "${NAMESPACE}" exec -i deploy/rara-postgres -- psql -X -q -U rara -d rara >/dev/null
+# The bucket is made by the S3 pod's init container: Ready means it exists.
+timed "s3 ready" k -n "${NAMESPACE}" rollout status deploy/rara-s3 --timeout=300s >/dev/null
 
 HELM="$("${ROOT}/charts/tools.sh")"
 split() { echo "${1%:*}" "${1##*:}"; }
@@ -35,6 +58,7 @@ timed "helm upgrade --install rara" "${HELM}" upgrade --install rara "${ROOT}/ch
   --namespace "${NAMESPACE}" -f "${HERE}/values-kind.yaml" \
   --set-string "image.repository=${wrepo},image.tag=${wtag},image.pullPolicy=Never" \
   --set-string "executorImage.repository=${erepo},executorImage.tag=${etag},executorImage.pullPolicy=Never" \
+  --set-string "artifacts.s3.endpoint=http://rara-s3.${NAMESPACE}.svc:7070" \
   --wait --timeout 10m "$@"
 
 # Images of earlier installs in the node's containerd (5 GB per executor build; the disk is

@@ -1,0 +1,30 @@
+-- The processes' own logins in the kind cluster's PostgreSQL (docs/least-privilege.md,
+-- "Logins"): install-rara.sh runs this as the owner, through psql, after PostgreSQL is Ready
+-- and before `helm upgrade --install`, with :worker_password and :operator_password set to
+-- the passwords in Secrets rara-db-worker and rara-db-operator. Idempotent.
+--
+-- Why the group roles are made here, before the migrations: the chart's pods connect as these
+-- logins as soon as the migration Job (a pre-install hook) is done, so each login must exist
+-- and be a member of its group by then, and membership needs the group role. Migrations 0002
+-- and 0007 create a group role only when it is missing (IF NOT EXISTS on pg_roles) and grant
+-- to it either way, so a group role made NOLOGIN here is the one they fill. Granting
+-- membership after the install instead would leave the pods failing until then, and
+-- `helm --wait` waiting on them.
+\set ON_ERROR_STOP on
+
+SELECT format('CREATE ROLE %I NOLOGIN', g)
+  FROM unnest(ARRAY['rara_worker', 'rara_operator', 'rara_client', 'rara_reader']) AS g
+ WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = g)
+\gexec
+
+-- Each login a member of its group role and of nothing else (the role holds no grants of its
+-- own: migrations grant to the groups).
+SELECT format('CREATE ROLE %I LOGIN IN ROLE %I', login, grp)
+  FROM (VALUES ('rara_worker_login', 'rara_worker'),
+               ('rara_operator_login', 'rara_operator')) AS l (login, grp)
+ WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = login)
+\gexec
+
+-- The passwords of the Secrets, set again on every install (a re-made Secret wins).
+ALTER ROLE rara_worker_login PASSWORD :'worker_password';
+ALTER ROLE rara_operator_login PASSWORD :'operator_password';

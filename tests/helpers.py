@@ -13,7 +13,7 @@ from rara.definitions.parse import definition_from_object
 from rara.definitions.registry import AppliedVersion, apply_definition
 
 T = TypeVar("T")
-__all__ = ["apply", "definition", "nested_plans", "wait_for"]
+__all__ = ["apply", "buffers", "definition", "nested_plans", "wait_for"]
 
 
 def definition(name: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -27,6 +27,16 @@ def definition(name: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
 
 def apply(conn: psycopg.Connection[Any], name: str, steps: list[dict[str, Any]]) -> AppliedVersion:
     return apply_definition(conn, definition_from_object(definition(name, steps)))
+
+
+def buffers(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any]) -> int:
+    """Shared buffers a function call touches (rolled back): its scan node runs it whole,
+    every statement inside it included."""
+    with conn.transaction(force_rollback=True):
+        [[plan]] = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement,
+                                params).fetchall()
+    node = plan[0]["Plan"]
+    return int(node["Shared Hit Blocks"]) + int(node["Shared Read Blocks"])
 
 
 def wait_for(

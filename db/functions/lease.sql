@@ -9,6 +9,18 @@
 -- docs/lease-protocol.md tells the protocol, docs/least-privilege.md the roles.
 -- Repeatable (rara.pg.migrate): edit in place. Parameters are p_-prefixed; `use_column` makes a
 -- name that is both a column and an output column of the function mean the column.
+--
+-- Plans that do not depend on the statistics. A session's PL/pgSQL keeps a generic plan of each
+-- statement from its sixth call on, costed on the tables' size at that moment, until the
+-- tables are analyzed again. Made on a fresh database's few rows, where a seq scan of one page
+-- beats every index, that plan walked the whole of rara_steps for every step leased or ended
+-- once a big map had expanded (or a big batch of runs arrived), until autovacuum's ANALYZE: a
+-- lease of 100 children of a 20,000-child map read 233,000 buffers instead of 2,800
+-- (docs/map-steps.md, "Planner statistics"). So every function a worker calls runs with
+-- enable_seqscan off, and every statement reaches its rows by an index condition bounded by
+-- the steps it works on (`= ANY (ARRAY(…))`, lateral probes by key), whatever join order the
+-- planner picks: the same plan however large the tables and whatever their statistics
+-- (tests/db/test_stale_plans.py).
 
 CREATE OR REPLACE FUNCTION rara_step_lease(
     p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[],
@@ -19,7 +31,7 @@ RETURNS TABLE (id bigint, run_id bigint, key text, capability text, executor tex
                lease_expires_at timestamptz, timeout_ms integer, heartbeat_timeout_ms integer,
                depends_on text[], run_input jsonb, leased_at timestamptz, checkpoint jsonb,
                inputs jsonb, rank integer, available_at timestamptz)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
     limited text[] := '{}';     -- served capabilities with a limit (rara_capability_limits)
@@ -154,7 +166,7 @@ CREATE OR REPLACE FUNCTION rara_step_heartbeat(
     p_worker text, p_capabilities text[], p_lease_seconds double precision,
     p_step_ids bigint[], p_tokens uuid[])
 RETURNS TABLE (id bigint, cancel_requested boolean)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT SET enable_seqscan = off AS $$
 #variable_conflict use_column
 BEGIN
     -- The worker's heartbeat in one statement: its own row (what it serves, that it is
@@ -169,8 +181,9 @@ BEGIN
     UPDATE rara_steps s SET
         lease_expires_at = now() + make_interval(secs => p_lease_seconds), heartbeat_at = now()
     FROM unnest(p_step_ids, p_tokens) AS h(id, token)
-    WHERE s.id = h.id AND s.lease_token = h.token AND s.leased_by = p_worker
-      AND s.status = 'running'
+    -- (= ANY: primary key probes, whichever side of the join the plan puts rara_steps on)
+    WHERE s.id = ANY (p_step_ids) AND s.id = h.id AND s.lease_token = h.token
+      AND s.leased_by = p_worker AND s.status = 'running'
     RETURNING s.id, s.cancel_requested;
 END $$;
 SELECT rara_grant('rara_step_heartbeat', 'rara_worker');
@@ -179,7 +192,7 @@ CREATE OR REPLACE FUNCTION rara_step_progress_many(
     p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[],
     p_fractions double precision[], p_messages text[], p_metrics jsonb[])
 RETURNS SETOF bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT SET enable_seqscan = off AS $$
 BEGIN
     -- The latest progress of many attempts in one statement, fenced per attempt. FOR SHARE
     -- orders the write after a concurrent reap or cancel of the step, so no event lands for an
@@ -191,8 +204,8 @@ BEGIN
             AS p(step_id, token, seq, fraction, message, metrics)
     ), owned AS (
         SELECT p.*, s.attempt FROM p JOIN rara_steps s
-            ON s.id = p.step_id AND s.lease_token = p.token AND s.leased_by = p_worker
-           AND s.status = 'running'
+            ON s.id = ANY (p_step_ids) AND s.id = p.step_id AND s.lease_token = p.token
+           AND s.leased_by = p_worker AND s.status = 'running'
         FOR SHARE OF s
     ), written AS (
         INSERT INTO rara_events (step_id, attempt, seq, kind, fraction, message, metrics)
@@ -209,7 +222,7 @@ CREATE OR REPLACE FUNCTION rara_step_checkpoint(
     p_worker text, p_step_id bigint, p_token uuid, p_seq integer, p_state jsonb,
     p_digest text, p_size bigint)
 RETURNS boolean
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT SET enable_seqscan = off AS $$
 DECLARE
     written boolean;
 BEGIN
@@ -237,7 +250,7 @@ SELECT rara_grant('rara_step_checkpoint', 'rara_worker');
 CREATE OR REPLACE FUNCTION rara_step_end_many(p_worker text, p_successes jsonb,
                                               p_others jsonb DEFAULT '[]')
 RETURNS TABLE (id bigint, status text)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
     other record;
@@ -307,27 +320,31 @@ BEGIN
         UPDATE rara_attempts a
         SET outcome = 'succeeded', ended_at = clock_timestamp(), ended_by = p_worker
         FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
-    ), unblocked AS (
+    ), dependants AS (
         -- A dependant several of whose dependencies finish in this batch is updated once, by
-        -- their count (an UPDATE applies one joined row per target row). A concurrent change
-        -- of the dependant is waited for and re-read (pending_deps of the newest version).
-        -- Found by (run_id, key) probes of the finished steps' dependants, not by a walk over
-        -- their runs.
-        -- A map step whose upstream all succeeded stays blocked: it expands below.
+        -- their count (an UPDATE applies one joined row per target row). Found by (run_id, key)
+        -- probes of the finished steps' dependants, not by a walk over their runs.
+        SELECT b.id, count(*)::integer AS n
+        FROM done CROSS JOIN LATERAL unnest(done.dependants) AS dependant(key)
+        CROSS JOIN LATERAL (
+            SELECT b.id FROM rara_steps b
+            WHERE b.run_id = done.run_id AND b.key = dependant.key AND b.status = 'blocked'
+            OFFSET 0) AS b
+        GROUP BY b.id
+    ), unblocked AS (
+        -- A concurrent change of the dependant is waited for and re-read (pending_deps of the
+        -- newest version). A map step whose upstream all succeeded stays blocked: it expands
+        -- below.
         UPDATE rara_steps s SET
             pending_deps = s.pending_deps - d.n,
             status = CASE WHEN s.pending_deps = d.n AND s.map_over IS NULL THEN 'ready'
                           ELSE 'blocked' END::rara_step_status,
             available_at = now()
-        FROM (SELECT b.id, count(*)::integer AS n
-              FROM done CROSS JOIN LATERAL unnest(done.dependants) AS dependant(key)
-              CROSS JOIN LATERAL (
-                  SELECT b.id FROM rara_steps b
-                  WHERE b.run_id = done.run_id AND b.key = dependant.key
-                    AND b.status = 'blocked'
-                  OFFSET 0) AS b
-              GROUP BY b.id) AS d
-        WHERE s.id = d.id AND s.status = 'blocked'
+        FROM dependants d
+        -- (= ANY: primary key probes of the dependants, never a walk of rara_steps joined to
+        -- them, which a plan made on a small table would do)
+        WHERE s.id = ANY (ARRAY(SELECT d2.id FROM dependants d2)) AND s.id = d.id
+          AND s.status = 'blocked'
         RETURNING s.id, s.pending_deps = 0 AND s.map_over IS NOT NULL AS expands
     ), manifest AS (
         -- Only the successes that name artifacts (most name none): nothing joined for the
@@ -479,7 +496,7 @@ SELECT rara_grant('rara_step_cancel_dependants');
 CREATE OR REPLACE FUNCTION rara_step_release_many(p_worker text, p_step_ids bigint[],
                                                   p_tokens uuid[])
 RETURNS SETOF bigint
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT SET enable_seqscan = off AS $$
 BEGIN
     -- Graceful shutdown: give leases back so another worker takes them at once. A released
     -- attempt is not a failure: `releases` keeps it out of the retry budget.
@@ -489,8 +506,8 @@ BEGIN
             releases = s.releases + 1, leased_by = NULL, lease_token = NULL,
             lease_expires_at = NULL
         FROM unnest(p_step_ids, p_tokens) AS h(id, token)
-        WHERE s.id = h.id AND s.lease_token = h.token AND s.leased_by = p_worker
-          AND s.status = 'running'
+        WHERE s.id = ANY (p_step_ids) AND s.id = h.id AND s.lease_token = h.token
+          AND s.leased_by = p_worker AND s.status = 'running'
         RETURNING s.id, s.attempt
     ), closed AS (
         UPDATE rara_attempts a
@@ -504,7 +521,7 @@ SELECT rara_grant('rara_step_release_many', 'rara_worker');
 CREATE OR REPLACE FUNCTION rara_step_reap_expired(p_worker text, p_limit integer,
                                                   p_jitter double precision)
 RETURNS TABLE (id bigint, status text)
-LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
     reaped jsonb;

@@ -19,17 +19,9 @@ from rara.pg.queries import sql
 from rara.pg.runs import enqueue_many
 from rara.worker.dispatch import LeasedStep
 from rara.worker.testing import lease_now
+from tests.helpers import buffers
 
 Conn = psycopg.Connection[Any]
-
-
-def _buffers(conn: Conn, statement: str, params: dict[str, Any]) -> int:
-    """Shared buffers a function call touches (rolled back): its scan node runs it whole."""
-    with conn.transaction(force_rollback=True):
-        [[plan]] = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement,
-                                params).fetchall()
-    node = plan[0]["Plan"]
-    return int(node["Shared Hit Blocks"]) + int(node["Shared Read Blocks"])
 
 
 def _history(conn: Conn) -> None:
@@ -54,8 +46,8 @@ def test_an_end_in_a_big_run_costs_the_same_next_to_history(conn: Conn) -> None:
     small = lease_now(conn, ["x@1"], worker="w", limit=10)
     big = lease_now(conn, ["y@1"], worker="w", limit=10)
     in_small, in_big = (
-        _buffers(conn, sql("step_end_many"),
-                 {"worker": "w", "successes": _successes(steps), "others": "[]"})
+        buffers(conn, sql("step_end_many"),
+                {"worker": "w", "successes": _successes(steps), "others": "[]"})
         for steps in (small, big))
     assert in_big <= in_small * 1.5 + 20, (in_big, in_small)
 
@@ -75,7 +67,7 @@ def test_a_lease_in_a_big_run_reads_its_inputs_by_key_next_to_history(conn: Conn
                                             "successes": _successes(firsts, manifest=True)})
 
     def lease_buffers(capability: str) -> int:
-        return _buffers(conn, sql("step_lease"), {
+        return buffers(conn, sql("step_lease"), {
             "worker": "w", "capabilities": [capability], "executors": ["inprocess"],
             "after_ranks": None, "after_ats": None, "after_ids": None, "limit": 1,
             "lease_seconds": 30})

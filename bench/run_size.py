@@ -145,10 +145,11 @@ def drain(server: Server, logs: Path, *, size: int, shape: str, n_workers: int,
     Every shape's steps are in the planner's statistics when the drain starts (VACUUM ANALYZE
     after they are written), except a ``map_result``'s children, written during the drain by
     the list step's end: with ``analyze`` the bench runs ANALYZE rara_steps as soon as it sees
-    the map expanded (what autovacuum does up to autovacuum_naptime, 1 min, later). Without
-    it, the workers' plans, made while the table held two rows, lease 100-200 children/s until
-    autovacuum analyzes the table (measured: 10k children 246 steps/s, 100k 13 s at that rate,
-    then 9k steps/s)."""
+    the map expanded (what autovacuum does up to autovacuum_naptime, 1 min, later), so that
+    its figures compare with those taken before the lease path's plans stopped depending on
+    the statistics; without it (``--stale-stats``) they cost the same since (docs/map-steps.md,
+    "Planner statistics"; before, the workers' plans made while the table held two rows walked
+    it, 226-280 us of server CPU per child at 100k instead of ~140)."""
     row: dict[str, Any] = {"size": size, "shape": shape, "workers": n_workers}
     if shape == "map" and len(json.dumps({"items": list(range(size))})) > MAX_INPUT_BYTES:
         return {**row, "skipped": f"a list of {size:,} items exceeds the run input limit "

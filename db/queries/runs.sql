@@ -26,6 +26,17 @@ SELECT r.id, r.status, r.input, r.idempotency_key, r.cancel_requested, r.error, 
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
 WHERE r.id = :run_id;
 
+-- name: run_status_many
+-- The operator's WorkflowRun status sync (rara.operator.runsync): every run of :run_ids in
+-- one read per tick, however many WorkflowRuns point at them, instead of one read per
+-- WorkflowRun. The step counts are the run's own counters (the parent aggregation keeps them
+-- in the transaction of every step change), so no step row is read. A run that is missing
+-- (deleted by hand) has no row.
+SELECT r.id, r.status, v.version, r.steps_succeeded AS done, r.steps_total AS total,
+       r.started_at, r.finished_at
+FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
+WHERE r.id = ANY(CAST(:run_ids AS bigint[]));
+
 -- name: run_list
 SELECT r.id, r.status, v.name AS definition, v.version, r.created_at, r.finished_at,
        r.steps_succeeded AS done, r.steps_total AS total

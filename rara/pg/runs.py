@@ -51,6 +51,22 @@ class RunSummary:
 
 
 @dataclass(frozen=True, slots=True)
+class RunStatusRow:
+    """A line of ``run_status_many``: what a WorkflowRun's status mirrors of its run."""
+
+    id: int
+    status: RunStatus
+    version: int
+    done: int
+    total: int
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", RunStatus(self.status))
+
+
+@dataclass(frozen=True, slots=True)
 class StartAnswer:
     """What ``run_start`` did (see the statement): ``run_id`` None when nothing was inserted."""
 
@@ -84,6 +100,11 @@ def get(conn: Conn, run_id: int) -> RunRow | None:
 def list_recent(conn: Conn, status: RunStatus | None, limit: int) -> list[RunSummary]:
     return many(conn, "run_list", class_row(RunSummary),
                 status=None if status is None else status.value, limit=limit)
+
+
+def status_many(conn: Conn, run_ids: list[int]) -> list[RunStatusRow]:
+    """The runs of ``run_ids`` in one statement (``run_status_many``); missing ones left out."""
+    return many(conn, "run_status_many", class_row(RunStatusRow), run_ids=run_ids)
 
 
 def cancel(conn: Conn, run_id: int) -> bool | None:

@@ -29,6 +29,18 @@ RUNNING = Gauge("rara_attempts_running", "Attempts running in this process")
 BACKLOG = Gauge(
     "rara_backlog_steps", "Ready and running steps per capability", ["capability", "state"]
 )
+# The operator's WorkflowRun status sync (rara.operator.runsync): one read per tick for all
+# the unfinished WorkflowRuns it mirrors, one status patch per WorkflowRun whose status changed.
+RUN_SYNC_READS = Counter(
+    "rara_operator_run_sync_reads_total", "Database reads of the WorkflowRun status sync"
+)
+RUN_SYNC_PATCHES = Counter(
+    "rara_operator_run_status_patches_total", "WorkflowRun status patches of the status sync"
+)
+RUN_SYNC_TRACKED = Gauge(
+    "rara_operator_workflow_runs_tracked",
+    "Unfinished WorkflowRuns this operator mirrors (0 while paused by peering)",
+)
 EXECUTOR_STREAMS = Gauge("rara_executor_streams", "Open Execute streams (executor side)")
 # outcome: succeeded | failed | cancelled (the terminal event), or refused (never started:
 # incompatible or malformed job). capability is "unknown" when the job named none served

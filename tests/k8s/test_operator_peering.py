@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,8 @@ from typing import Any
 import psycopg
 import pytest
 from kubernetes import client
+
+from rara.runs import cancel_run
 
 from .conftest import KubeFixture
 from .test_operator import STEPS, Objects, condition, eventually, measure, versions
@@ -34,14 +38,51 @@ LIFETIME = int(os.environ.get("RARA_TEST_PEERING_LIFETIME", "3"))
 RARA = Path(sys.executable).with_name("rara")
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Metrics:
+    """The operator process: its Prometheus metrics and its CPU time."""
+
+    def __init__(self, port: int, pid: int) -> None:
+        self.url = f"http://127.0.0.1:{port}/metrics"
+        self.pid = pid
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+    def up(self) -> bool:
+        try:
+            self.scrape()
+        except OSError:
+            return False
+        return True
+
+    def scrape(self) -> dict[str, float]:
+        with urllib.request.urlopen(self.url, timeout=5) as response:
+            text = response.read().decode()
+        return {name: float(value) for name, _, value in
+                (line.rpartition(" ") for line in text.splitlines() if not line.startswith("#"))}
+
+    def value(self, name: str) -> float:
+        return self.scrape().get(name, 0.0)
+
+
 class Replica:
-    """One ``rara operator`` process; its log (JSON lines) in a file."""
+    """One ``rara operator`` process; its log (JSON lines) in a file; its metrics when the
+    environment gives it a port."""
 
     def __init__(self, name: str, env: dict[str, str], log: Path) -> None:
         self.name, self.log = name, log
         with log.open("wb") as out:
             self.proc = subprocess.Popen([str(RARA), "operator"], env={**env, "POD_ID": name},
                                          stdout=out, stderr=subprocess.STDOUT)
+        port = env.get("RARA_OPERATOR_METRICS_PORT")
+        self.metrics = None if port is None else Metrics(int(port), self.proc.pid)
 
     def logged(self, text: str) -> bool:
         return text in self.log.read_text(errors="replace")
@@ -93,7 +134,8 @@ def replicas(kube_api: KubeFixture, rara_crds: None, namespace: str, tmp_path: P
 
     def start(name: str, lifetime: int = LIFETIME, peering: str = PEERING) -> Replica:
         started.append(Replica(name, {**env, "RARA_OPERATOR_PEERING_LIFETIME": str(lifetime),
-                                      "RARA_OPERATOR_PEERING_NAME": peering},
+                                      "RARA_OPERATOR_PEERING_NAME": peering,
+                                      "RARA_OPERATOR_METRICS_PORT": str(free_port())},
                                tmp_path / f"{name}.log"))
         return started[-1]
 
@@ -218,6 +260,17 @@ def test_stopped_replica_hands_over_at_once(
     objects = Objects(kube_api, namespace)
     with psycopg.connect(database_url, autocommit=True) as db:
         a, b = working_and_standby(kube_api, namespace, replicas, lifetime)
+        assert a.metrics is not None
+        assert b.metrics is not None
+        # A run that stays Pending (no worker): op-a mirrors it, the paused op-b does not.
+        waiting = objects.create("workflowruns", "WorkflowRun", "waiting", {"definition": "ha"})
+        eventually(lambda: objects.status("workflowruns", "waiting").get("phase") == "Pending",
+                   what="op-a starts the waiting run")
+        reads = a.metrics.value("rara_operator_run_sync_reads_total")
+        eventually(lambda: a.metrics.value("rara_operator_run_sync_reads_total") >= reads + 2,
+                   what="op-a syncs it")
+        assert b.metrics.value("rara_operator_run_sync_reads_total") == 0, "op-b is paused"
+        assert b.metrics.value("rara_operator_workflow_runs_tracked") == 0
 
         stopped_at = time.monotonic()
         a.stop()
@@ -231,6 +284,14 @@ def test_stopped_replica_hands_over_at_once(
                 f"first run started; peering lifetime {lifetime}s)")
         assert b.logged("Resuming operations")
         assert handover < lifetime / 4
+        # op-b mirrors now: the waiting run, cancelled in PostgreSQL, shows Cancelled.
+        run_id = objects.status("workflowruns", "waiting")["runId"]
+        assert run_keys(db, [f"k8s:{waiting['metadata']['uid']}"]) == {
+            f"k8s:{waiting['metadata']['uid']}": 1}
+        cancel_run(db, int(run_id))
+        eventually(lambda: objects.status("workflowruns", "waiting").get("phase") == "Cancelled",
+                   what="op-b mirrors the cancel")
+        assert b.metrics.value("rara_operator_run_sync_reads_total") >= 1
 
 
 def test_replica_waits_for_its_peering_object(

@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 
 from rara import logs, metrics
-from rara.operator import definitions, login, peering, pools, runs
+from rara.operator import definitions, login, peering, pools, runs, runsync
 from rara.operator.models import GROUP, VERSION
 from rara.operator.peering import Peering
 from rara.operator.runtime import OperatorConfig, open_runtime
@@ -41,7 +41,15 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         if runtime is not None:
             runtime.close()
 
+    async def start_run_sync(memo: kopf.Memo, **_: Any) -> None:
+        runsync.start(memo, config.run_sync_interval)
+
+    async def stop_run_sync(memo: kopf.Memo, **_: Any) -> None:
+        await runsync.stop(memo)
+
     kopf.on.startup(registry=registry)(configure)
+    kopf.on.startup(registry=registry)(start_run_sync)
+    kopf.on.cleanup(registry=registry)(stop_run_sync)  # before the pool it uses is closed
     kopf.on.cleanup(registry=registry)(close)
     kopf.on.login(registry=registry)(login.login)
 
@@ -53,7 +61,9 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     wfr = (GROUP, VERSION, "workflowruns")
     for register in (kopf.on.create, kopf.on.resume):
         register(*wfr, registry=registry)(runs.start_workflow_run)
-    kopf.timer(*wfr, interval=config.run_sync_interval, registry=registry)(runs.sync_workflow_run)
+    # Status: one batched sync per tick for all WorkflowRuns (rara.operator.runsync says why
+    # a daemon per unfinished WorkflowRun, doing no I/O, tells the tick which to mirror).
+    kopf.daemon(*wfr, when=runsync.unfinished, registry=registry)(runsync.track_workflow_run)
     # Not optional: kopf's finalizer makes the API server wait for the cancel.
     kopf.on.delete(*wfr, registry=registry)(runs.cancel_workflow_run)
 

@@ -1,5 +1,6 @@
 """WorkflowRun handlers: start the run once, mirror its state into the status, and cancel it
-when the resource is deleted.
+when the resource is deleted. The status is mirrored later, for all WorkflowRuns at once, by
+rara.operator.runsync.
 
 The resource's uid is the idempotency key, so a retried or resumed handler (operator restart,
 lost status patch) finds the run it already started instead of starting another.
@@ -13,19 +14,19 @@ cancel (docs/operator.md, "Deleting a WorkflowRun").
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import kopf
 from pydantic import ValidationError
 
-from rara.client import load_run
 from rara.errors import InputInvalid, NotFound
 from rara.operator import conditions
 from rara.operator.models import WorkflowRunSpec
 from rara.operator.runtime import connection
+from rara.pg import runs as pg_runs
 from rara.runs import cancel_run, run_id_by_key, start_run
-from rara.states import StepStatus
 
 NOT_FOUND_RETRY_SECONDS = 10.0  # the definition may be applied in the same `kubectl apply`
 TERMINAL = {"Succeeded", "Failed", "Cancelled"}
@@ -61,15 +62,6 @@ def start_workflow_run(
     _accepted(patch, status, True, "RunStarted", f"rara run {started.run_id}", generation)
 
 
-def sync_workflow_run(status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    """Timer: copy the run's phase and progress from PostgreSQL until it has ended."""
-    run_id = status.get("runId")
-    if run_id is None or status.get("phase") in TERMINAL:
-        return
-    with connection(memo) as conn:
-        refresh_status(conn, int(run_id), status, patch)
-
-
 def cancel_workflow_run(status: kopf.Status, uid: str, name: str, memo: kopf.Memo,
                         logger: kopf.Logger, **_: Any) -> None:
     """On delete: cancel the rara run unless it has ended. A database error raises, and kopf
@@ -94,20 +86,27 @@ def cancel_workflow_run(status: kopf.Status, uid: str, name: str, memo: kopf.Mem
 
 
 def refresh_status(conn: Any, run_id: int, status: kopf.Status, patch: kopf.Patch) -> None:
-    run = load_run(conn, run_id)
-    if run is None:  # deleted from PostgreSQL by hand: nothing left to mirror
+    """The create handler's first mirror of its run; later ones are rara.operator.runsync's."""
+    rows = pg_runs.status_many(conn, [run_id])
+    if not rows:  # deleted from PostgreSQL by hand: nothing left to mirror
         return
-    done = sum(1 for s in run.steps if s["status"] == StepStatus.SUCCEEDED)
-    total = len(run.steps)
-    new = {
-        "runId": run_id, "phase": run.status.value.capitalize(), "version": run.version,
-        "stepsDone": done, "stepsTotal": total, "progress": f"{done}/{total}",
+    for key, value in changed_status(status, mirrored_status(rows[0])).items():
+        patch.status[key] = value
+
+
+def mirrored_status(run: pg_runs.RunStatusRow) -> dict[str, Any]:
+    """What a WorkflowRun's status mirrors of its run."""
+    return {
+        "runId": run.id, "phase": run.status.value.capitalize(), "version": run.version,
+        "stepsDone": run.done, "stepsTotal": run.total, "progress": f"{run.done}/{run.total}",
         "startedAt": _stamp(run.started_at), "finishedAt": _stamp(run.finished_at),
     }
-    # Patch only what changed: an unchanged status must not cost an API write per tick.
-    for key, value in new.items():
-        if status.get(key) != value:
-            patch.status[key] = value
+
+
+def changed_status(status: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields of ``new`` that ``status`` lacks or differs in: an unchanged status must not
+    cost an API write per tick."""
+    return {key: value for key, value in new.items() if status.get(key) != value}
 
 
 def _accepted(patch: kopf.Patch, status: kopf.Status, ok: bool, reason: str, message: str,

@@ -39,9 +39,15 @@ build() {  # NAME DOCKERFILE TAG
   if docker image inspect "${image}" >/dev/null 2>&1; then
     log "${image}: present"
   else
-    local t0=$SECONDS
-    docker build -q -f "${CTX}/charts/rara/images/${file}" --build-arg "BASE_IMAGE=${BASE_IMAGE}" \
-      --build-arg "EXTRA_CA_CERTS=${extra_ca}" -t "${image}" "${CTX}" >/dev/null
+    local t0=$SECONDS args=(-q -f "${CTX}/charts/rara/images/${file}" --build-arg "BASE_IMAGE=${BASE_IMAGE}"
+      --build-arg "EXTRA_CA_CERTS=${extra_ca}")
+    # The stage of the third-party dependencies (the ML stack: GBs) is tagged, so that the
+    # prune below, which removes untagged stages, keeps it as the cache of the next build:
+    # only a pyproject.toml change rebuilds it; a code change rebuilds the app layer only.
+    if grep -q '^FROM .* AS dependencies$' "${CTX}/charts/rara/images/${file}"; then
+      docker build "${args[@]}" --target dependencies -t "rara.local/rara-$1-dependencies:latest" "${CTX}" >/dev/null
+    fi
+    docker build "${args[@]}" -t "${image}" "${CTX}" >/dev/null
     log "${image}: built in $((SECONDS - t0))s"
   fi
   docker tag "${image}" "rara.local/rara-$1:dev"

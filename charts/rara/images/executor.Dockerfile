@@ -28,40 +28,48 @@ RUN if [ -n "${EXTRA_CA_CERTS}" ]; then \
       printf '%s\n' "${EXTRA_CA_CERTS}" > /usr/local/share/ca-certificates/build-extra.crt \
       && update-ca-certificates >/dev/null; fi
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_CERT=/etc/ssl/certs/ca-certificates.crt
-RUN python3 -m venv /opt/rara && /opt/rara/bin/pip install --quiet pip==26.3
+# pip in a venv of its own, installing into /opt/rara through --python (worker.Dockerfile).
+RUN python3 -m venv /opt/pip && /opt/pip/bin/pip install --quiet pip==26.3 \
+ && python3 -m venv --without-pip /opt/rara
 WORKDIR /src
-# The heavy, slow-changing part first (its own layer, reused while only rara's code changes):
-# the ML stack at the versions pyproject.toml pins in its `ml` extra (if it still has one;
-# otherwise examples/rag brings the same pins in the last step).
+
+# The ML stack is a layer of its own (~5 GB), rebuilt only when a pyproject.toml changes: a
+# change to rara's code rebuilds, pushes and pulls only the app layer (megabytes).
+FROM build AS dependencies
+COPY charts/rara/images/third_party.py ./
 COPY pyproject.toml ./
-RUN /opt/rara/bin/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"].get("optional-dependencies", {}).get("ml", [])))' \
-      > /tmp/ml-requirements.txt \
- && if grep -q . /tmp/ml-requirements.txt; then \
-      /opt/rara/bin/pip install --quiet --no-compile -r /tmp/ml-requirements.txt; fi
-COPY README.md* ./
+COPY examples/rag/pyproject.toml examples/rag/
+# The runtime's and the RAG demo's third-party pins; rara's own packages sit in /opt/rara-app
+# (next stage), found by a .pth file.
+RUN python3 third_party.py "pyproject.toml[s3]" examples/rag/pyproject.toml > requirements.txt \
+ && /opt/pip/bin/pip --python /opt/rara/bin/python install --quiet --no-compile -r requirements.txt \
+ && /opt/pip/bin/pip --python /opt/rara/bin/python uninstall --quiet -y triton \
+ && /opt/rara/bin/python -c "import torch, transformers, peft, bm25s; print('torch', torch.__version__)" \
+ && echo /opt/rara-app > /opt/rara/lib/python3.11/site-packages/rara-app.pth
+
+FROM build AS app
+COPY pyproject.toml README.md* ./
 COPY rara/ rara/
 COPY worker/ worker/
 COPY executor/ executor/
 COPY operator/ operator/
 COPY db/ db/
 COPY examples/ examples/
-# The RAG demo's plugins: its own distribution (examples/rag, import name rara_rag) where the
-# tree has it, else they ship inside rara (older trees).
-RUN /opt/rara/bin/pip install --quiet --no-compile ".[ml,s3]" \
- && if [ -f examples/rag/pyproject.toml ]; then \
-      /opt/rara/bin/pip install --quiet --no-compile ./examples/rag; fi \
- && /opt/rara/bin/pip uninstall --quiet -y triton pip \
- && /opt/rara/bin/python -c "import torch, transformers, peft, bm25s; print('torch', torch.__version__)"
+# rara and the RAG demo's plugins (examples/rag, import name rara_rag), without dependencies:
+# those are the layer above.
+RUN /opt/pip/bin/pip --python /opt/rara/bin/python install --quiet --no-compile --no-deps \
+      --target /opt/rara-app . ./examples/rag
 
 FROM python
 LABEL org.opencontainers.image.title="rara-executor" \
       org.opencontainers.image.description="rara executor (ML stack; CUDA-capable torch, runs on CPU)"
-ENV PATH=/opt/rara/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
+ENV PATH=/opt/rara-app/bin:/opt/rara/bin:$PATH PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 \
     NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     HF_HOME=/home/rara/.cache/huggingface HF_HUB_OFFLINE=1
 RUN groupadd --system --gid 10001 rara \
  && useradd --system --uid 10001 --gid rara --home-dir /home/rara --create-home rara
-COPY --from=build /opt/rara /opt/rara
+COPY --from=dependencies /opt/rara /opt/rara
+COPY --from=app /opt/rara-app /opt/rara-app
 USER 10001:10001
 WORKDIR /home/rara
 EXPOSE 50051 9100

@@ -8,6 +8,7 @@
 #   containerd, containerd-shim-runc-v2, ctr   (github.com/containerd/containerd/v2)
 #   crictl (sigs.k8s.io/cri-tools), coredns (github.com/coredns/coredns), kind (sigs.k8s.io/kind)
 #   pause: a tiny static C program (the pause image is nothing else)
+#   registry (github.com/distribution/distribution/v3): the image registry of registry.sh
 #
 # runc and the CNI plugins come from Debian's packages inside the node image (node-image.sh).
 set -euo pipefail
@@ -15,7 +16,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # Everything cached: say so in one line and stop (the common case: a warm `make cluster`).
 all=("${KUBE_BIN}"/{kubelet,kubeadm,kubectl,kube-proxy,kube-scheduler,kube-controller-manager,kube-apiserver}
   "${ETCD_BIN}/etcd" "${CONTAINERD_BIN}"/{containerd,containerd-shim-runc-v2,ctr} "${CRICTL_BIN}/crictl"
-  "${COREDNS_BIN}/coredns" "${PAUSE_BIN}/pause" "${KIND}")
+  "${COREDNS_BIN}/coredns" "${PAUSE_BIN}/pause" "${KIND}" "${REGISTRY_BIN}/registry")
 present=1; for b in "${all[@]}"; do [[ -x "$b" ]] || present=0; done
 if [[ "${1:-}" == --check ]]; then ((present)); exit $?; fi
 if ((present)); then log "all binaries present (${RARA_CACHE})"; exit 0; fi
@@ -132,6 +133,8 @@ timed "crictl ${CRICTL_VERSION}" build_simple crictl sigs.k8s.io/cri-tools "${CR
 timed "coredns ${COREDNS_VERSION}" build_simple coredns github.com/coredns/coredns "${COREDNS_VERSION}" \
   github.com/coredns/coredns "${COREDNS_BIN}" coredns
 timed "containerd ${CONTAINERD_VERSION}" build_containerd
+timed "registry ${REGISTRY_VERSION}" build_simple registry github.com/distribution/distribution/v3 \
+  "${REGISTRY_VERSION}" github.com/distribution/distribution/v3/cmd/registry "${REGISTRY_BIN}" registry
 timed "etcd + kube-apiserver (.ci/k8s-binaries.sh)" "${ROOT}/.ci/k8s-binaries.sh" >/dev/null
 timed "kubernetes ${KUBE_VERSION}" build_kubernetes
 log "all binaries ready in $((SECONDS - start))s"

@@ -4,6 +4,7 @@
 #   build-binaries.sh Kubernetes, containerd, crictl, CoreDNS, pause, kind from Go modules
 #   node-image.sh     the kind node image, assembled without a registry
 #   kind create cluster --config kind-config.yaml (this host's settings, each explained there)
+#   registry.sh       an image registry on the kind network (images move by changed layer)
 # Idempotent: an existing cluster is reused; every build is cached under ~/.cache/rara/.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -35,6 +36,7 @@ fi
 # crosses the node's cni0 inside the node's netns, accepted by rara-forward.service there.
 "${KUBECTL}" --kubeconfig "${KUBECONFIG_PATH}" wait --for=condition=Ready node --all --timeout=180s >/dev/null
 "${KUBECTL}" --kubeconfig "${KUBECONFIG_PATH}" -n kube-system rollout status deployment/coredns --timeout=180s >/dev/null
+"${HERE}/registry.sh" up
 log "ready in $((SECONDS - start))s"
 
 cat <<USAGE
@@ -42,7 +44,7 @@ cat <<USAGE
 rara cluster '${CLUSTER_NAME}' is up (Kubernetes ${KUBE_VERSION}, one node). To use it:
   eval "\$(.ci/cluster/env.sh --export)"    # KUBECONFIG, DOCKER_HOST, PATH (kubectl, kind)
   kubectl get nodes
-  .ci/cluster/install-rara.sh                # images, kind load, PostgreSQL, helm install, example Ready
+  .ci/cluster/install-rara.sh                # images, pushed to ${REGISTRY}, PostgreSQL, helm install, example Ready
   (KUBECONFIG=${KUBECONFIG_PATH}  DOCKER_HOST=${DOCKER_HOST})
 Tear down (cluster, engine, host state; caches stay): make cluster-down
 USAGE

@@ -17,6 +17,7 @@ CRICTL_VERSION="${RARA_CRICTL_VERSION:-v1.37.0}"
 COREDNS_VERSION="${RARA_COREDNS_VERSION:-v1.14.6}"
 PAUSE_VERSION="${RARA_PAUSE_VERSION:-3.10.2}"
 KIND_VERSION="${RARA_KIND_VERSION:-v0.33.0}"
+REGISTRY_VERSION="${RARA_REGISTRY_VERSION:-v3.1.2}"   # github.com/distribution/distribution/v3
 DEBIAN_SUITE="${RARA_DEBIAN_SUITE:-bookworm}"
 DEBIAN_MIRROR="${RARA_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
@@ -30,6 +31,7 @@ COREDNS_BIN="${RARA_CACHE}/coredns-${COREDNS_VERSION}/bin"
 PAUSE_BIN="${RARA_CACHE}/pause-${PAUSE_VERSION}/bin"
 KIND_BIN="${RARA_CACHE}/kind-${KIND_VERSION}/bin"
 KIND="${KIND_BIN}/kind"
+REGISTRY_BIN="${RARA_CACHE}/registry-${REGISTRY_VERSION}/bin"
 KUBECTL="${KUBE_BIN}/kubectl"
 # debootstrap'd Debian root file systems (tarballs), one per flavour.
 ROOTFS_CACHE="${RARA_CACHE}/rootfs-${DEBIAN_SUITE}"
@@ -49,6 +51,15 @@ CLUSTER_NAME="${RARA_CLUSTER_NAME:-rara}"
 NODE_IMAGE="rara.local/kind-node:${KUBE_VERSION}-${CONTAINERD_VERSION}"
 KUBECONFIG_PATH="${RARA_KUBECONFIG:-${RARA_CACHE}/cluster/${CLUSTER_NAME}.kubeconfig}"
 CLUSTER_STATE="${RARA_CACHE}/cluster"
+
+# The image registry on the kind network (registry.sh): the host pushes to localhost:PORT, the
+# node's containerd pulls the same names from the registry container. Its blobs persist
+# across clusters (a cache like the engine's data root), so a warm CI run moves only the
+# layers that changed.
+REGISTRY_NAME="rara-registry"
+REGISTRY_PORT="${RARA_REGISTRY_PORT:-5001}"
+REGISTRY="localhost:${REGISTRY_PORT}"
+REGISTRY_DATA="${RARA_REGISTRY_DATA:-${RARA_CACHE}/registry-data}"
 
 # Base image for rara's own images (worker/operator, executor, PostgreSQL).
 BASE_IMAGE="rara.local/debian:${DEBIAN_SUITE}"

@@ -52,7 +52,7 @@ gpu-check: setup ## adaptation on a CUDA GPU via the executor: 4-bit QLoRA and L
 	  $(EDITABLE_QUIET) $(VENV)/bin/pip install --quiet -e '$(DEMO)[gpu]'; fi
 	$(PY) -m rara_rag.demo.gpu_check
 
-test: setup ## the whole test suite (starts its own PostgreSQL and Kubernetes API server)
+test: setup ## the whole test suite (its own PostgreSQL, API server, S3 server), then test-kind
 	@# Servers the tests start, built from their Go modules once and cached under ~/.cache/rara.
 	@.ci/k8s-binaries.sh check || .ci/quietly.sh k8s-binaries "building etcd and kube-apiserver \
 	  for the operator tests (first time only: ~10 min on 2 cores)" .ci/k8s-binaries.sh || \
@@ -60,7 +60,19 @@ test: setup ## the whole test suite (starts its own PostgreSQL and Kubernetes AP
 	@.ci/s3-server.sh check || .ci/quietly.sh s3-server "building the S3 server (versitygw) for \
 	  the artifact store tests (first time only: ~2.5 min)" .ci/s3-server.sh || \
 	  echo "warning: S3 server build failed; S3 artifact store tests will skip"
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --ignore=tests/e2e/kind $(PYTEST_ARGS)
+	@# The real-cluster suite after the rest (it takes the machine for ~15 min warm); skipped
+	@# when PYTEST_ARGS picks tests, or with RARA_E2E_KIND=0.
+	@if [ -z "$(PYTEST_ARGS)" ]; then $(MAKE) --no-print-directory test-kind; fi
+
+# Real pods: a kind cluster built here (make cluster; created and removed again unless one is
+# up), rara installed from images pushed to its registry, then chaos on 100 runs, scaling and
+# a helm upgrade under load (tests/e2e/kind, docs/cluster.md). Skips naming what a machine
+# lacks to make a cluster; RARA_E2E_KIND=0 skips it on purpose.
+test-kind: setup ## the real-cluster suite alone: kind, images, pod chaos, scaling, upgrade
+	RARA_E2E_KIND=$${RARA_E2E_KIND:-1} RARA_E2E_RUNS=$${RARA_E2E_RUNS:-100} \
+	RARA_E2E_CHAOS_SECONDS=$${RARA_E2E_CHAOS_SECONDS:-120} \
+	$(PY) -m pytest tests/e2e/kind -m slow -v -s
 
 lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, generated code current, go vet
 	$(VENV)/bin/ruff check .
@@ -114,4 +126,4 @@ cluster-down: ## delete the kind cluster, stop its Docker engine, put the host b
 images: ## docker build the worker/operator, executor and PostgreSQL images (project engine)
 	.ci/cluster/images.sh
 
-.PHONY: help setup demo demo-chaos gpu-check test lint crds proto bench chaos db-up db-down clean cluster cluster-down images
+.PHONY: help setup demo demo-chaos gpu-check test test-kind lint crds proto bench chaos db-up db-down clean cluster cluster-down images

@@ -8,8 +8,10 @@ What it does (every step a real command, each bounded by a timeout):
    engine). Used as is when it is up; otherwise created, and torn down afterwards.
 2. ``.ci/cluster/install-rara.sh``: ``docker build`` of the images from
    ``charts/rara/images/*.Dockerfile`` (worker, executor, PostgreSQL from Debian's package),
-   ``kind load``, PostgreSQL as a Deployment ``rara-postgres`` in namespace ``rara``, the
-   database Secret, an RWX artifact volume, ``helm upgrade --install rara charts/rara`` with
+   pushed to the cluster's registry (only the layers it lacks), PostgreSQL as a Deployment
+   ``rara-postgres`` in namespace ``rara``, the database Secrets (the owner's, the worker's
+   and the operator's logins), an S3 server for the artifacts (``rara-s3``),
+   ``helm upgrade --install rara charts/rara`` with
    ``.ci/cluster/values-kind.yaml`` plus this test's values (the CPU pool and the executor
    pool pinned to >= 1 replica, so there is always something to kill), then
    ``kubectl apply -f examples/rag-refresh.yaml`` and wait for Ready.
@@ -27,8 +29,9 @@ Running it (root; the scripts install docker.io and build the rest; docs/cluster
     make cluster        # optional: otherwise the test creates the cluster and removes it
     RARA_E2E_KIND=1 .venv/bin/python -m pytest tests/e2e/kind -m slow -v -s
 
-It is not part of the default ``make test`` (it skips without RARA_E2E_KIND=1, and names
-what is missing on a machine that cannot make a cluster).
+``make test`` runs it after the rest of the suite (``make test-kind`` alone: 100 runs, 120 s of
+chaos). Run directly, it skips without RARA_E2E_KIND=1; anywhere, it skips naming what is
+missing on a machine that cannot make a cluster.
 
 Knobs (env): ``RARA_E2E_RUNS`` (20), ``RARA_E2E_CHAOS_SECONDS`` (180), ``RARA_E2E_SEED``
 (random; printed for replay), ``RARA_E2E_KEEP=1`` (keep a cluster the test created),
@@ -176,9 +179,9 @@ def cluster() -> Iterator[Cluster]:
     torn down again (`make cluster-down`) unless RARA_E2E_KEEP=1."""
     if os.environ.get("RARA_E2E_KIND") != "1":
         pytest.skip(
-            "a kind cluster built from source and images (cold ~35 min), then chaos, scaling "
-            "and an upgrade on real pods (~20 min warm; not yet within CI's budget): opt in "
-            "with RARA_E2E_KIND=1 (docs/cluster.md)"
+            "a kind cluster built from source and images, then chaos, scaling and an upgrade "
+            "on real pods: `make test` and `make test-kind` run it (RARA_E2E_KIND=1; "
+            "docs/cluster.md)"
         )
     if missing := missing_inputs():
         pytest.skip("inputs not written yet: " + ", ".join(missing))
@@ -248,8 +251,8 @@ def small_definition() -> dict:  # type: ignore[type-arg]
 
 @pytest.fixture(scope="module")
 def installed(cluster: Cluster) -> Cluster:
-    """`.ci/cluster/install-rara.sh`: images built and `kind load`ed, PostgreSQL, the
-    database Secret and the artifact volume, `helm upgrade --install`, the example definition
+    """`.ci/cluster/install-rara.sh`: images built and pushed to the registry, PostgreSQL, the
+    database Secrets and logins, the S3 server, `helm upgrade --install`, the example definition
     applied and Ready."""
     if os.environ.get("RARA_E2E_REUSE_INSTALL") == "1":  # iterate on the chaos part only
         return cluster
@@ -900,12 +903,12 @@ def test_helm_upgrade_under_load(installed: Cluster) -> None:
 
 def _node_ref(ref: str) -> str:
     """containerd's full name for an image reference (docker.io/library/ for short names)."""
-    name = ref.split(":")[0]
-    if "/" not in name:
+    first, slash, _ = ref.partition("/")
+    if not slash:
         return f"docker.io/library/{ref}"
-    if "." not in name.split("/")[0] and ":" not in name.split("/")[0]:
-        return f"docker.io/{ref}"
-    return ref
+    if "." in first or ":" in first or first == "localhost":  # a registry host
+        return ref
+    return f"docker.io/{ref}"
 
 
 def _epoch(timestamp: str) -> float:

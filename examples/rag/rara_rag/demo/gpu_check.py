@@ -9,6 +9,12 @@ LoRA one's were not; prints steps/s, peak GPU memory and the quality table.
 
 Without a CUDA GPU it says so and exits 0 having run nothing: there is nothing to check.
 Exit 1 when a check fails.
+
+Its artifacts go to a scratch directory, never ``RARA_ARTIFACTS``: this checks the GPU path
+(device, quantization, speed, quality) on a fresh machine within minutes, so it must not need
+a store's credentials nor leave two model checkpoints in a shared bucket. The S3 store and
+checkpoint resume from it are what ``make demo`` with ``RARA_ARTIFACTS=s3://…`` and the kind
+suite check.
 """
 
 from __future__ import annotations

@@ -293,6 +293,9 @@ def test_operator_command(helm: Path) -> None:
     assert container["args"] == ["operator"]
     assert env_of(container)["RARA_OPERATOR_NAMESPACES"]["value"] == "ml"
     assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "rara-operator"
+    # Its metrics (backlog per capability, the WorkflowRun status sync) on the chart's port.
+    assert env_of(container)["RARA_OPERATOR_METRICS_PORT"]["value"] == "9100"
+    assert {"name": "metrics", "containerPort": 9100} in container["ports"]
     wide_docs = render(helm, "--set", "operator.clusterWide=true")
     wide = named(wide_docs, "Deployment", "rara-operator")
     (container,) = wide["spec"]["template"]["spec"]["containers"]

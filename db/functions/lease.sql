@@ -272,32 +272,35 @@ BEGIN
     -- in the worker, where typed arrays cost a Python dumper call per element), then written
     -- in one statement; last, everything that ended is counted in the runs' step counts, so
     -- that the transaction locks its runs once, in id order, after all its step rows.
-    FOR other IN
-        SELECT * FROM jsonb_to_recordset(p_others) AS o(id bigint, token uuid, outcome text,
-                                                         error jsonb, retryable boolean,
-                                                         jitter double precision)
-    LOOP
-        IF other.outcome = 'cancelled' THEN
-            SELECT * INTO ended FROM rara_step_cancel(p_worker, other.id, other.token);
-        ELSIF other.outcome IN ('failed', 'timed_out') THEN
-            SELECT * INTO ended FROM rara_step_fail(
-                p_worker, other.id, other.token, other.error, other.retryable, other.jitter,
-                other.outcome::rara_attempt_outcome);
-        ELSE  -- a success goes in p_successes; released and lease_expired are not ends
-            RAISE EXCEPTION 'rara: step %: an attempt cannot end as %', other.id, other.outcome
-                USING ERRCODE = 'invalid_parameter_value';
-        END IF;
-        IF ended.id IS NOT NULL THEN
-            deltas := deltas || rara_step_end_deltas(ended.run_id, ended.key, ended.status);
-            IF ended.map_parent IS NOT NULL AND ended.status <> 'ready' THEN
-                map_ends := map_ends || jsonb_build_array(jsonb_build_object(
-                    'map', ended.map_parent, 'succeeded', 0, 'failed', 1));
+    -- (Most batches have no failure or cancel: no query is opened for them.)
+    IF p_others <> '[]' THEN
+        FOR other IN
+            SELECT * FROM jsonb_to_recordset(p_others) AS o(id bigint, token uuid, outcome text,
+                                                             error jsonb, retryable boolean,
+                                                             jitter double precision)
+        LOOP
+            IF other.outcome = 'cancelled' THEN
+                SELECT * INTO ended FROM rara_step_cancel(p_worker, other.id, other.token);
+            ELSIF other.outcome IN ('failed', 'timed_out') THEN
+                SELECT * INTO ended FROM rara_step_fail(
+                    p_worker, other.id, other.token, other.error, other.retryable, other.jitter,
+                    other.outcome::rara_attempt_outcome);
+            ELSE  -- a success goes in p_successes; released and lease_expired are not ends
+                RAISE EXCEPTION 'rara: step %: an attempt cannot end as %', other.id, other.outcome
+                    USING ERRCODE = 'invalid_parameter_value';
             END IF;
-            id := ended.id;
-            status := ended.status;
-            RETURN NEXT;
-        END IF;
-    END LOOP;
+            IF ended.id IS NOT NULL THEN
+                deltas := deltas || rara_step_end_deltas(ended.run_id, ended.key, ended.status);
+                IF ended.map_parent IS NOT NULL AND ended.status <> 'ready' THEN
+                    map_ends := map_ends || jsonb_build_array(jsonb_build_object(
+                        'map', ended.map_parent, 'succeeded', 0, 'failed', 1));
+                END IF;
+                id := ended.id;
+                status := ended.status;
+                RETURN NEXT;
+            END IF;
+        END LOOP;
+    END IF;
     WITH given AS MATERIALIZED (
         SELECT * FROM jsonb_to_recordset(p_successes)
             AS g(id bigint, token uuid, result jsonb, manifest jsonb)
@@ -382,7 +385,10 @@ BEGIN
         deltas := deltas || rara_map_expand(map);
     END LOOP;
     PERFORM rara_run_count(deltas_of_successes || deltas);
-    RETURN QUERY SELECT unnest(succeeded), 'succeeded'::text;
+    status := 'succeeded';  -- (RETURN NEXT per row: no query executed for the answer)
+    FOREACH id IN ARRAY succeeded LOOP
+        RETURN NEXT;
+    END LOOP;
 END $$;
 SELECT rara_grant('rara_step_end_many', 'rara_worker');
 

@@ -9,6 +9,7 @@ import json
 from typing import Any
 
 import psycopg
+import pytest
 
 from rara.pg.migrate import available, migrate
 from rara.pg.queries import sql
@@ -125,6 +126,29 @@ def test_completing_a_step_costs_the_same_in_a_big_run(conn: psycopg.Connection[
         return json.dumps([{"id": s.id, "token": str(s.lease_token)} for s in steps])
     in_small, in_big = _buffers(conn, endings(small)), _buffers(conn, endings(big))
     assert in_big <= in_small * 1.5 + 20, (in_big, in_small)
+
+
+@pytest.mark.parametrize(("counts", "status"), [
+    ((False, 3, 1, 0, 1), None),           # a step not terminal yet
+    ((False, 3, 3, 0, 0), "succeeded"),
+    ((True, 3, 1, 1, 1), "failed"),        # a failure wins over cancel
+    ((True, 3, 3, 0, 0), "cancelled"),     # cancel asked
+    ((False, 3, 2, 0, 1), "cancelled"),    # a step cancelled
+])
+def test_the_end_rule(conn: psycopg.Connection[Any], counts: tuple[Any, ...],
+                      status: str | None) -> None:
+    row = conn.execute("SELECT rara_run_end_status(%s, %s, %s, %s, %s)::text", counts).fetchone()
+    assert row == (status,)
+
+
+def test_the_end_rule_is_inlined(conn: psycopg.Connection[Any]) -> None:
+    """The rule is an expression in the plans that use it, not a call of a SQL function per
+    run row (migration 0010: 0006's cast of a text CASE to the enum kept it from inlining)."""
+    plan = "\n".join(row[0] for row in conn.execute(
+        "EXPLAIN VERBOSE SELECT rara_run_end_status(r.cancel_requested, r.steps_total + 1, "
+        "r.steps_succeeded + 1, r.steps_failed, r.steps_cancelled) FROM rara_runs r"))
+    assert "rara_run_end_status" not in plan, plan
+    assert "CASE WHEN" in plan, plan
 
 
 def test_migration_counts_the_runs_that_exist(pg_admin_url: str) -> None:

@@ -57,7 +57,9 @@ YAML
   fi
   local i
   for i in $(seq 100); do
-    curl -fsS "http://${REGISTRY}/v2/" >/dev/null 2>&1 && break
+    # (python3, not curl: the one HTTP client every machine here has)
+    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=1)' \
+      "http://${REGISTRY}/v2/" >/dev/null 2>&1 && break
     ((i < 100)) || die "registry ${REGISTRY} does not answer"
     sleep 0.1
   done

@@ -70,9 +70,7 @@ test: setup ## the whole test suite (its own PostgreSQL, API server, S3 server),
 # a helm upgrade under load (tests/e2e/kind, docs/cluster.md). Skips naming what a machine
 # lacks to make a cluster; RARA_E2E_KIND=0 skips it on purpose.
 test-kind: setup ## the real-cluster suite alone: kind, images, pod chaos, scaling, upgrade
-	RARA_E2E_KIND=$${RARA_E2E_KIND:-1} RARA_E2E_RUNS=$${RARA_E2E_RUNS:-100} \
-	RARA_E2E_CHAOS_SECONDS=$${RARA_E2E_CHAOS_SECONDS:-120} \
-	$(PY) -m pytest tests/e2e/kind -m slow -v -s
+	RARA_E2E_KIND=$${RARA_E2E_KIND:-1} $(PY) -m pytest tests/e2e/kind -m slow -v -s
 
 lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, generated code current, go vet
 	$(VENV)/bin/ruff check .

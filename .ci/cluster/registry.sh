@@ -83,6 +83,10 @@ push() {
     pushed="${REGISTRY}/${name}"
     docker tag "${ref}" "${pushed}"
     timed "push ${pushed}" docker push -q "${pushed}" >/dev/null
+    # This engine's older tags of the same image would keep each old build alive (images.sh
+    # removes only its own rara.local/ tags); the registry keeps its blobs either way.
+    docker images --format '{{.Repository}}:{{.Tag}}' "${pushed%:*}" | grep -vxF "${pushed}" \
+      | xargs -r docker rmi >/dev/null 2>&1 || true
     echo "${pushed}"
   done
 }

@@ -33,7 +33,7 @@ Running it (root; the scripts install docker.io and build the rest; docs/cluster
 chaos). Run directly, it skips without RARA_E2E_KIND=1; anywhere, it skips naming what is
 missing on a machine that cannot make a cluster.
 
-Knobs (env): ``RARA_E2E_RUNS`` (20), ``RARA_E2E_CHAOS_SECONDS`` (180), ``RARA_E2E_SEED``
+Knobs (env): ``RARA_E2E_RUNS`` (100), ``RARA_E2E_CHAOS_SECONDS`` (120), ``RARA_E2E_SEED``
 (random; printed for replay), ``RARA_E2E_KEEP=1`` (keep a cluster the test created),
 ``RARA_E2E_HELM_VALUES`` (extra values file), ``RARA_E2E_REUSE_INSTALL=1`` (skip the install:
 use the release a previous run left).
@@ -605,7 +605,7 @@ def test_runs_survive_pod_chaos(installed: Cluster) -> None:
     print(f"\nchaos seed: RARA_E2E_SEED={seed}")
     rng = random.Random(seed)
     batch = Batch.new(cluster, _env_int("RARA_E2E_RUNS", 100))
-    chaos_seconds = _env_int("RARA_E2E_CHAOS_SECONDS", 150)
+    chaos_seconds = _env_int("RARA_E2E_CHAOS_SECONDS", 120)
     since = db_now(cluster)
 
     # Half the runs before the chaos, the rest while it goes on: the operator is killed while

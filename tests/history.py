@@ -102,7 +102,9 @@ def run_count_violations(conn: psycopg.Connection[Any]) -> list[str]:
     """Invariant 7 (migration 0006): a run's step counts are its steps' statuses, and a run has
     ended exactly when they are all terminal, as the one rule says. One statement, one
     snapshot: the counts move in the transactions that move the steps, so this holds while
-    workers run too."""
+    workers run too. A map's children past its window that were never inserted (migration
+    0011: elements of its list until a slot frees) are steps of the run all the same: waiting
+    while the map runs, cancelled once it failed or was cancelled."""
     rows = conn.execute("""
         SELECT r.id, r.status::text, r.steps_total, r.steps_succeeded, r.steps_failed,
                r.steps_cancelled, c.total, c.succeeded, c.failed, c.cancelled,
@@ -110,11 +112,15 @@ def run_count_violations(conn: psycopg.Connection[Any]) -> list[str]:
                                    c.cancelled)::text AS ending
         FROM rara_runs r
         LEFT JOIN LATERAL (
-            SELECT count(*)::integer AS total,
+            SELECT (count(*) + coalesce(sum(s.unborn), 0))::integer AS total,
                    (count(*) FILTER (WHERE status = 'succeeded'))::integer AS succeeded,
                    (count(*) FILTER (WHERE status = 'failed'))::integer AS failed,
-                   (count(*) FILTER (WHERE status = 'cancelled'))::integer AS cancelled
-            FROM rara_steps s WHERE s.run_id = r.id) c ON true
+                   (count(*) FILTER (WHERE status = 'cancelled')
+                    + coalesce(sum(s.unborn) FILTER (WHERE s.status IN ('failed', 'cancelled')),
+                               0)
+                   )::integer AS cancelled
+            FROM (SELECT s.status, coalesce(s.map_total - s.map_next, 0) AS unborn
+                  FROM rara_steps s WHERE s.run_id = r.id) s) c ON true
         ORDER BY r.id""").fetchall()
     problems = []
     for run_id, status, *counts, ending in rows:

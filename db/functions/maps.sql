@@ -17,12 +17,13 @@ DECLARE
     total integer;
     ready integer;
 BEGIN
-    -- The map step's upstream succeeded (or it has none): its list becomes its children, in
-    -- one INSERT … SELECT over the list's elements (streamed; the list is the one stored
-    -- datum), the first map_max_parallel of them ready (1,000 when unset), the rest blocked
-    -- until a slot frees. The window is also what keeps a big map fair to other runs: a child
-    -- made ready later queues behind whatever became ready before it, so a run started behind
-    -- the map waits for at most one window of its children.
+    -- The map step's upstream succeeded (or it has none): its list becomes its children. The
+    -- first map_max_parallel of them (1,000 when unset) are inserted ready now; the rest wait
+    -- as elements of the list, in slices (rara_map_lists, migration 0011), each inserted when
+    -- a slot frees. All of them count in the run's steps_total from now. The window is also
+    -- what keeps a big map fair to other runs: a child made ready later queues behind
+    -- whatever became ready before it, so a run started behind the map waits for at most one
+    -- window of its children.
     SELECT * INTO map FROM rara_steps WHERE id = p_map FOR UPDATE;
     IF map.map_over[1] = '$input' THEN
         SELECT r.input #> map.map_over[2:],
@@ -45,28 +46,71 @@ BEGIN
         UPDATE rara_steps SET map_total = 0, map_next = 0 WHERE id = p_map;
         RETURN rara_map_succeed(p_map);
     END IF;
+    -- The window is inserted now; the rest of the list waits in slices (rara_map_lists) and
+    -- each freed slot inserts the next child (rara_map_children_ended): one write per child.
     ready := least(total, coalesce(map.map_max_parallel, 1000));
-    INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
-                            executor, priority, payload, max_attempts, retry_initial_ms,
-                            retry_max_ms, retry_coefficient, timeout_ms, heartbeat_timeout_ms,
-                            status, map_parent, map_index)
-    -- A child's depends_on is its map's (its lease's inputs: the upstream artifacts the map
-    -- step would have had), with nothing pending and no dependants: its end is counted in the
-    -- map (rara_map_children_ended), which unblocks the map's dependants.
-    SELECT map.run_id, map.key || '[' || (e.n - 1) || ']', map.depends_on, '{}', 0,
-           map.capability,
-           map.executor, map.priority,
-           map.payload || jsonb_build_object(
-               'map', jsonb_build_object('item', e.item, 'index', e.n - 1)),
-           map.max_attempts, map.retry_initial_ms, map.retry_max_ms, map.retry_coefficient,
-           map.timeout_ms, map.heartbeat_timeout_ms,
-           CASE WHEN e.n <= ready THEN 'ready' ELSE 'blocked' END::rara_step_status,
-           map.id, e.n - 1
-    FROM jsonb_array_elements(list) WITH ORDINALITY AS e(item, n);
+    PERFORM rara_map_children_insert(p_map, 0, (
+        SELECT jsonb_agg(e.item ORDER BY e.n)
+        FROM jsonb_array_elements(list) WITH ORDINALITY AS e(item, n) WHERE e.n <= ready));
+    IF total > ready THEN
+        INSERT INTO rara_map_lists (map_id, first_index, items)
+        SELECT p_map, min(e.n) - 1, jsonb_agg(e.item ORDER BY e.n)
+        FROM jsonb_array_elements(list) WITH ORDINALITY AS e(item, n)
+        WHERE e.n > ready
+        GROUP BY (e.n - 1 - ready) / 100;   -- (slices of 100: rara_map_list_slice)
+    END IF;
     UPDATE rara_steps SET map_total = total, map_next = ready WHERE id = p_map;
     RETURN jsonb_build_array(jsonb_build_object('run_id', map.run_id, 'total', total));
 END $$;
 SELECT rara_grant('rara_map_expand');
+
+CREATE OR REPLACE FUNCTION rara_map_children_insert(p_map bigint, p_first integer,
+                                                    p_items jsonb)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- Children of map step p_map for the elements p_items (a JSON array), the first at index
+    -- p_first, inserted ready. A child's depends_on is its map's (its lease's inputs: the
+    -- upstream artifacts the map step would have had), with nothing pending and no
+    -- dependants: its end is counted in the map (rara_map_children_ended), which unblocks the
+    -- map's dependants. Its idempotency key, "<run>:<map>[<index>]", follows from its key.
+    INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
+                            executor, priority, payload, max_attempts, retry_initial_ms,
+                            retry_max_ms, retry_coefficient, timeout_ms, heartbeat_timeout_ms,
+                            status, map_parent, map_index)
+    SELECT map.run_id, map.key || '[' || (p_first + e.n - 1) || ']', map.depends_on, '{}', 0,
+           map.capability, map.executor, map.priority,
+           map.payload || jsonb_build_object(
+               'map', jsonb_build_object('item', e.item, 'index', p_first + e.n - 1)),
+           map.max_attempts, map.retry_initial_ms, map.retry_max_ms, map.retry_coefficient,
+           map.timeout_ms, map.heartbeat_timeout_ms, 'ready', map.id, p_first + e.n - 1
+    FROM rara_steps map, jsonb_array_elements(p_items) WITH ORDINALITY AS e(item, n)
+    WHERE map.id = p_map;
+END $$;
+SELECT rara_grant('rara_map_children_insert');
+
+CREATE OR REPLACE FUNCTION rara_map_list_slice(p_map bigint, p_first integer, p_count integer)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    items jsonb;
+BEGIN
+    -- Elements p_first … p_first + p_count - 1 of the map's list, from the slices that hold
+    -- them (each at most 100 elements, so a slice that starts 100 or more before p_first
+    -- cannot hold any): a range of the primary key, a few KB read whatever the list's size.
+    SELECT jsonb_agg(e.item ORDER BY l.first_index + e.n) INTO items
+    FROM rara_map_lists l
+    CROSS JOIN LATERAL jsonb_array_elements(l.items) WITH ORDINALITY AS e(item, n)
+    WHERE l.map_id = p_map AND l.first_index > p_first - 100
+      AND l.first_index < p_first + p_count
+      AND l.first_index + e.n - 1 >= p_first AND l.first_index + e.n - 1 < p_first + p_count;
+    IF coalesce(jsonb_array_length(items), 0) <> p_count THEN
+        RAISE EXCEPTION 'rara: map step %: elements % to % of its list are missing', p_map,
+            p_first, p_first + p_count - 1 USING ERRCODE = 'data_corrupted';
+    END IF;
+    RETURN items;
+END $$;
+SELECT rara_grant('rara_map_list_slice');
 
 CREATE OR REPLACE FUNCTION rara_map_children_ended(p_ends jsonb)
 RETURNS jsonb
@@ -103,9 +147,8 @@ BEGIN
         ELSE
             freed := least(ended.succeeded, map.map_total - map.map_next);
             IF freed > 0 THEN
-                UPDATE rara_steps SET status = 'ready', available_at = now()
-                WHERE map_parent = map.id AND map_index >= map.map_next
-                  AND map_index < map.map_next + freed AND status = 'blocked';
+                PERFORM rara_map_children_insert(
+                    map.id, map.map_next, rara_map_list_slice(map.id, map.map_next, freed));
                 UPDATE rara_steps SET map_next = map_next + freed WHERE id = map.id;
             END IF;
         END IF;
@@ -125,6 +168,7 @@ BEGIN
     UPDATE rara_steps SET status = 'succeeded', finished_at = now(),
                           result = jsonb_build_object('children', map_total)
     WHERE id = p_map RETURNING * INTO map;
+    DELETE FROM rara_map_lists WHERE map_id = p_map;
     RETURN jsonb_build_array(jsonb_build_object('run_id', map.run_id, 'succeeded', 1))
         || rara_step_unblock(map.run_id, map.dependants);
 END $$;
@@ -142,15 +186,17 @@ BEGIN
     -- The map step fails for good (a child failed, or its list is not one): its waiting
     -- children and its downstream are cancelled, its running children asked to stop (NOTIFY
     -- and their next heartbeat, as a run cancel does). SKIP LOCKED: a child another
-    -- transaction is ending is left to it (it is then counted in the run only).
+    -- transaction is ending is left to it (it is then counted in the run only). The children
+    -- never inserted (past map_next) count as cancelled too; their elements are dropped.
     UPDATE rara_steps SET status = 'failed', finished_at = now(), error = p_error
     WHERE id = p_map_id RETURNING * INTO p_map;
+    DELETE FROM rara_map_lists WHERE map_id = p_map_id;
     WITH cancelled AS (
         UPDATE rara_steps SET status = 'cancelled', finished_at = now(),
             error = jsonb_build_object('code', 'UPSTREAM_FAILED',
                                        'message', 'map ' || p_map.key || ' failed')
         WHERE id IN (SELECT c.id FROM rara_steps c
-                     WHERE c.map_parent = p_map.id AND c.status IN ('ready', 'blocked')
+                     WHERE c.map_parent = p_map.id AND c.status = 'ready'
                      FOR UPDATE SKIP LOCKED)
         RETURNING id
     )
@@ -166,7 +212,8 @@ BEGIN
     PERFORM pg_notify('rara_cancel', step_id::text) FROM unnest(flagged) AS step_id;
     downstream := rara_step_cancel_dependants(p_map.run_id, p_map.key);
     RETURN jsonb_build_array(jsonb_build_object(
-        'run_id', p_map.run_id, 'failed', 1, 'cancelled', waiting + downstream));
+        'run_id', p_map.run_id, 'failed', 1,
+        'cancelled', waiting + coalesce(p_map.map_total - p_map.map_next, 0) + downstream));
 END $$;
 SELECT rara_grant('rara_map_fail');
 

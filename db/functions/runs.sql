@@ -122,13 +122,18 @@ BEGIN
     IF NOT FOUND THEN
         RETURN false;
     END IF;
+    -- A map step cancelled mid-way also cancels the children it had not inserted yet (past
+    -- map_next: elements of its list, rara_map_lists, dropped here): they count in the run.
     WITH waiting AS (
         UPDATE rara_steps SET status = 'cancelled', finished_at = now(),
                error = jsonb_build_object('code', 'CANCELLED', 'message', 'run cancelled')
         WHERE run_id = p_run_id AND status IN ('blocked', 'ready')
-        RETURNING id
+        RETURNING id, coalesce(map_total - map_next, 0) AS unborn
+    ), dropped AS (
+        DELETE FROM rara_map_lists l
+        WHERE l.map_id = ANY (ARRAY(SELECT w.id FROM waiting w WHERE w.unborn > 0))
     )
-    SELECT count(*) INTO cancelled FROM waiting;
+    SELECT count(*) + coalesce(sum(w.unborn), 0) INTO cancelled FROM waiting w;
     WITH running AS (
         UPDATE rara_steps SET cancel_requested = true
         WHERE run_id = p_run_id AND status = 'running'

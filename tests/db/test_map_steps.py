@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from rara.definitions.parse import definition_from_object
 from rara.pg import steps as step_sql
+from rara.pg.migrate import available
 from rara.runs import cancel_run, start_run
 from rara.states import MAP_STEP_TRANSITIONS, AttemptOutcome, StepStatus
 from rara.watch import summary
@@ -177,9 +178,12 @@ def test_a_child_failing_for_good_fails_the_map_and_cancels_the_rest(
     statuses = _steps(conn, run_id)
     assert statuses["work"] == "failed"
     assert statuses["join"] == "cancelled"
-    # Waiting children cancelled; the running one asked to stop, then ends as cancelled.
+    # Waiting children cancelled; the running one asked to stop, then ends as cancelled. The
+    # four past the window were never inserted (elements of the list until a slot frees):
+    # they count as cancelled in the run all the same, and their elements are dropped.
     assert sorted(v for k, v in statuses.items() if k.startswith("work[")) == \
-        ["cancelled"] * 6 + ["failed", "running"]
+        ["cancelled"] * 2 + ["failed", "running"]
+    assert conn.execute("SELECT count(*) FROM rara_map_lists").fetchone() == (0,)
     [[flag]] = conn.execute("SELECT cancel_requested FROM rara_steps WHERE id = %s",
                             (second.id,)).fetchall()
     assert flag
@@ -219,6 +223,95 @@ def test_cancel_mid_map_and_the_reaper_on_a_child(
     _end(database_url, Ending(Fence(running[0].id, "w", running[0].lease_token), run_id,
                               AttemptOutcome.CANCELLED))
     assert _run(conn, run_id)[0] == "cancelled"
+    check_history(conn)
+
+
+def test_children_past_the_window_are_inserted_as_slots_free_in_index_order(
+        conn: psycopg.Connection[Any], database_url: str) -> None:
+    """Only the window is rows; the rest of the list waits in slices of 100 (0011) and each
+    freed slot inserts the next child ready, with its element, across slice boundaries."""
+    apply(conn, "narrow", [SPLIT, {**WORK, "map": {"over": "split.result.items",
+                                                   "maxParallel": 7}}, JOIN])
+    run_id = start_run(conn, "narrow", queue_anyway=True).run_id
+    [split] = lease_now(conn, ["split@1"], worker="w", limit=5)
+    items = [{"shard": i} for i in range(250)]
+    _end(database_url, _won(split, {"items": items}))
+    rows = conn.execute("SELECT count(*) FROM rara_steps WHERE run_id = %s "
+                        "AND map_parent IS NOT NULL", (run_id,)).fetchone()
+    assert rows == (7,)
+    assert conn.execute("SELECT array_agg(first_index ORDER BY first_index), "
+                        "sum(jsonb_array_length(items)) FROM rara_map_lists").fetchone() == \
+        ([7, 107, 207], 243)
+    seen = []
+    while leased := lease_now(conn, ["work@1"], worker="w", limit=33):
+        seen += [(c.key, c.payload["map"]["item"], c.payload["map"]["index"]) for c in leased]
+        _end(database_url, *[_won(c) for c in leased])
+    assert sorted(seen, key=lambda s: s[2]) == \
+        [(f"work[{i}]", {"shard": i}, i) for i in range(250)]
+    assert _steps(conn, run_id)["join"] == "ready"
+    assert conn.execute("SELECT count(*) FROM rara_map_lists").fetchone() == (0,)
+    check_history(conn)
+
+
+def test_cancel_counts_the_children_not_yet_inserted(
+        conn: psycopg.Connection[Any], database_url: str) -> None:
+    apply(conn, "narrow", [SPLIT, {**WORK, "map": {"over": "split.result.items",
+                                                   "maxParallel": 2}}, JOIN])
+    run_id = start_run(conn, "narrow", queue_anyway=True).run_id
+    [split] = lease_now(conn, ["split@1"], worker="w", limit=5)
+    _end(database_url, _won(split, {"items": list(range(9))}))
+    first, _ = lease_now(conn, ["work@1"], worker="w", limit=5)
+    _end(database_url, _won(first))
+    assert _run(conn, run_id) == ("running", 12, 2, 0, 0)
+    assert cancel_run(conn, run_id)
+    # The running child (work[1]) ends cancelled; the waiting one (work[2]), the 6 never
+    # inserted, the map and its downstream were cancelled by the cancel itself.
+    assert _run(conn, run_id) == ("running", 12, 2, 0, 9)
+    assert conn.execute("SELECT count(*) FROM rara_map_lists").fetchone() == (0,)
+    [[running]] = conn.execute("SELECT id FROM rara_steps WHERE run_id = %s "
+                               "AND status = 'running'", (run_id,)).fetchall()
+    [token] = conn.execute("SELECT lease_token FROM rara_steps WHERE id = %s",
+                           (running,)).fetchone() or ()
+    _end(database_url, Ending(Fence(running, "w", token), run_id, AttemptOutcome.CANCELLED))
+    assert _run(conn, run_id) == ("cancelled", 12, 2, 0, 10)
+    check_history(conn)
+
+
+def test_migration_0011_moves_blocked_children_into_the_list(
+        conn: psycopg.Connection[Any], database_url: str) -> None:
+    """A map expanded before 0011 has its children past the window as blocked rows; the
+    migration's data statements turn them into slices, and the map then drains by the new
+    rule (the old state made here by hand, as the owner, from a map expanded now)."""
+    apply(conn, "narrow", [SPLIT, {**WORK, "map": {"over": "split.result.items",
+                                                   "maxParallel": 2}}, JOIN])
+    run_id = start_run(conn, "narrow", queue_anyway=True).run_id
+    [split] = lease_now(conn, ["split@1"], worker="w", limit=5)
+    _end(database_url, _won(split, {"items": [f"s{i}" for i in range(6)]}))
+    [[map_id]] = conn.execute("SELECT id FROM rara_steps WHERE run_id = %s AND key = 'work'",
+                              (run_id,)).fetchall()
+    with conn.transaction():  # the state 0010's rara_map_expand left
+        conn.execute("DELETE FROM rara_map_lists")
+        conn.execute("""
+            INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps,
+                                    capability, executor, priority, payload, max_attempts,
+                                    retry_initial_ms, retry_max_ms, retry_coefficient,
+                                    status, map_parent, map_index)
+            SELECT m.run_id, 'work[' || i || ']', m.depends_on, '{}', 0, m.capability,
+                   m.executor, m.priority, m.payload || jsonb_build_object(
+                       'map', jsonb_build_object('item', 's' || i, 'index', i)),
+                   m.max_attempts, m.retry_initial_ms, m.retry_max_ms,
+                   m.retry_coefficient, 'blocked', m.id, i
+            FROM rara_steps m, generate_series(2, 5) AS i WHERE m.id = %s""", (map_id,))
+    [sql] = [m.sql for m in available() if m.version == 11]
+    conn.execute(sql[sql.index("INSERT INTO rara_map_lists"):])
+    assert conn.execute("SELECT count(*) FROM rara_steps WHERE status = 'blocked' "
+                        "AND map_parent IS NOT NULL").fetchone() == (0,)
+    seen = []
+    while leased := lease_now(conn, ["work@1"], worker="w", limit=5):
+        seen += [c.payload["map"]["item"] for c in leased]
+        _end(database_url, *[_won(c) for c in leased])
+    assert sorted(seen) == [f"s{i}" for i in range(6)]
+    assert _steps(conn, run_id)["work"] == "succeeded"
     check_history(conn)
 
 

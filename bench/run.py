@@ -496,6 +496,8 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
     size = r.get("run_size", {})
     for key, ratio in size.get("ratios", {}).items():  # "<shape>/single <n>"
         out[f"map_vs_single_{_count(key.rsplit(' ', 1)[1])}"] = ratio
+    for key, ratio in size.get("ratios_with_creation", {}).items():
+        out[f"map_vs_single_{_count(key.rsplit(' ', 1)[1])}_with_creation"] = ratio
     for key, ratio in size.get("server_cpu_ratio", {}).items():  # "<shape> <big>/<small>"
         if key.startswith("map_result "):
             big, small = key.split(" ", 1)[1].split("/")

@@ -18,7 +18,10 @@ the workers (/proc, ``bench.proc_cpu``); for a map, how long its expansion took 
 inside start_run, before the meters; ``map_result``: from the list step's end to the first
 child leased, inside the drain and its meters, so its CPU per step includes the list step and
 the expansion). The ratios <shape>/single at each size are the goal's numbers (>= 0.9), the
-server CPU per step of the largest size over the smallest the other goal (<= 1.2). While a
+server CPU per step of the largest size over the smallest the other goal (<= 1.2). The drain
+alone charges a map with writing its children (past the window, as slots free) and no other
+shape with writing its rows (``enqueue_many``, before the meters); so each ratio is also given
+with the rows' creation: N / (creation or expansion + drain) of each shape. While a
 drain runs, pg_stat_activity is sampled every 10 ms: ``lock_wait`` is the share of samples in
 which some backend of the database waited on a lock (a run row every completion of the run
 queues on would show here), with the longest wait seen.
@@ -156,7 +159,7 @@ def drain(server: Server, logs: Path, *, size: int, shape: str, n_workers: int,
                                   f"({MAX_INPUT_BYTES:,} bytes): see map_result"}
     name = f"bench_size_{shape}_{size}_{n_workers}"
     url = server.fresh(name)
-    expand_seconds = None
+    expand_seconds = create_seconds = None
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             if shape == "map":
@@ -169,10 +172,12 @@ def drain(server: Server, logs: Path, *, size: int, shape: str, n_workers: int,
                 start_run(conn, "fanr", input={"n": size}, queue_anyway=True)
             else:
                 noop_definition(conn, "noop")
+                began = time.perf_counter()
                 enqueue_many(conn, definition="noop", version=None,
                              runs=size if shape == "single" else 1,
                              steps=1 if shape == "single" else size, key="s",
                              capability="bench.noop@1", numbered=shape == "wide")
+                create_seconds = round(time.perf_counter() - began, 3)
             # Leasable only once the workers are up and the meters run (their start-up is not
             # the drain's cost); they wake for it (step_next_available).
             start = _scalar(conn, "UPDATE rara_steps SET available_at = now() + interval '8 s' "
@@ -215,9 +220,17 @@ def drain(server: Server, logs: Path, *, size: int, shape: str, n_workers: int,
         assert bad == 0, bad
         if shape == "map_result":
             row["analyzed"] = analyze
+        # With creation: the steps' rows written, then drained. A map writes its children
+        # itself (the window at expansion, the rest inside the drain, as slots free), while
+        # the other shapes' rows are written before their drain, set-wise by enqueue_many (the
+        # cheapest way to start many runs; start_run one by one costs far more).
+        made = expand_seconds if create_seconds is None else create_seconds
         return {**row, "seconds": round(seconds, 3), "steps_per_s": round(size / seconds, 1),
                 "cpu_per_step": cpu.per(size), "lock_wait": locks.report(),
-                **({} if expand_seconds is None else {"expand_seconds": expand_seconds})}
+                **({} if expand_seconds is None else {"expand_seconds": expand_seconds}),
+                **({} if create_seconds is None else {"create_seconds": create_seconds}),
+                **({} if made is None else {
+                    "with_creation_steps_per_s": round(size / (made + seconds), 1)})}
     finally:
         server.drop(name)
 
@@ -311,7 +324,12 @@ def measure(server: Server, logs: Path, *, sizes: list[int], shapes: list[str],
             if "single" in by_shape:
                 ratio = by_shape[shape]["steps_per_s"] / by_shape["single"]["steps_per_s"]
                 out["ratios"][f"{shape}/single {size}"] = round(ratio, 3)
-                say(f"{size:>7,} steps: {shape}/single {ratio:.2f}")
+                made = (by_shape[shape]["with_creation_steps_per_s"]
+                        / by_shape["single"]["with_creation_steps_per_s"])
+                out.setdefault("ratios_with_creation", {})[f"{shape}/single {size}"] = \
+                    round(made, 3)
+                say(f"{size:>7,} steps: {shape}/single {ratio:.2f} (with the rows' creation "
+                    f"{made:.2f})")
     for shape in shapes:
         rows = {r["size"]: r for r in out["drains"] if r["shape"] == shape and "skipped" not in r}
         if len(rows) > 1:
@@ -331,7 +349,9 @@ def measure(server: Server, logs: Path, *, sizes: list[int], shapes: list[str],
 
 def _line(row: dict[str, Any]) -> str:
     cpu = row["cpu_per_step"]
-    expand = (f"  expanded in {row['expand_seconds']:.2f} s" if "expand_seconds" in row else "")
+    expand = (f"  expanded in {row['expand_seconds']:.2f} s" if "expand_seconds" in row
+              else f"  created in {row['create_seconds']:.2f} s" if "create_seconds" in row
+              else "")
     return (f"{row['steps_per_s']:>8.0f} steps/s  CPU/step PostgreSQL {cpu['postgres_us']:>6.0f}"
             f" us, workers {cpu['workers_us']:>5.0f} us  lock waits {row['lock_wait']['share']}"
             f" (longest {row['lock_wait']['longest_ms']} ms){expand}")

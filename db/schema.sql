@@ -178,8 +178,8 @@ DECLARE
     freed integer;
 BEGIN
     -- Children ended ({map, succeeded, failed} per map step; a cancelled child counts as
-    -- failed): counted in their map step, which then makes as many waiting children ready as
-    -- slots freed, or ends — failed at the first child that failed for good, succeeded when
+    -- failed): counted in their map step, which then inserts as many of its next children,
+    -- ready, as slots freed (from its list's slices: rara_map_list_slice), or ends — failed at the first child that failed for good, succeeded when
     -- every child succeeded. A map step that already ended (failed, or cancelled with its run)
     -- takes no more counts: its children still ending are counted in the run only.
     FOR ended IN

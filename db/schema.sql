@@ -923,10 +923,11 @@ CREATE FUNCTION public.rara_step_fail(p_worker text, p_step_id bigint, p_token u
 BEGIN
     -- Failure, fenced (rara_step_end_many): back to ready after the backoff while attempts
     -- remain and the error is retryable, otherwise failed for good. The attempt records
-    -- p_outcome (failed or timed_out).
+    -- p_outcome (failed or timed_out). The backoff counts from the attempt's recorded end (one
+    -- clock reading for both): now() is the batch's start, earlier by the statements before.
     RETURN QUERY
     WITH failing AS (
-        SELECT s.id, s.attempt, s.max_attempts,
+        SELECT s.id, s.attempt, s.max_attempts, clock_timestamp() AS ended_at,
                (p_retryable AND s.attempt - s.releases < s.max_attempts) AS retry,
                rara_retry_delay(s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient,
                                 s.attempt - s.releases, p_jitter) AS delay
@@ -937,16 +938,16 @@ BEGIN
     ), updated AS (
         UPDATE rara_steps s SET
             status = CASE WHEN f.retry THEN 'ready' ELSE 'failed' END::rara_step_status,
-            available_at = CASE WHEN f.retry THEN now() + f.delay ELSE s.available_at END,
+            available_at = CASE WHEN f.retry THEN f.ended_at + f.delay ELSE s.available_at END,
             finished_at = CASE WHEN f.retry THEN NULL ELSE now() END,
             error = p_error, leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
         FROM failing f WHERE s.id = f.id
         RETURNING s.id, s.run_id, s.key, s.status::text AS status, s.map_parent
     ), closed AS (
         UPDATE rara_attempts a
-        SET outcome = p_outcome, ended_at = clock_timestamp(), ended_by = p_worker,
-            error = p_error
-        FROM updated u WHERE a.step_id = u.id AND a.attempt = (SELECT f.attempt FROM failing f)
+        SET outcome = p_outcome, ended_at = f.ended_at, ended_by = p_worker, error = p_error
+        FROM updated u JOIN failing f ON f.id = u.id
+        WHERE a.step_id = u.id AND a.attempt = f.attempt
     )
     SELECT u.id, u.run_id, u.key, u.status, u.map_parent FROM updated u;
 END $$;

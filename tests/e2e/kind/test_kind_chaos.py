@@ -404,14 +404,25 @@ def disrupt(cluster: Cluster, action: str, pod: str) -> str:
     return action if proc.returncode == 0 else f"{action}-failed"
 
 
+# Each kind of disruption of a pool's pod, and what disrupt() says when it took.
+TOOK = {"sigterm": "sigterm", "sigkill": "sigkill", "evict": "evicted",
+        "container-sigkill": "container-sigkill"}  # fmt: skip
+
+
 def chaos(
     cluster: Cluster, rng: random.Random, seconds: float, operator_kills_at: list[float]
 ) -> list[Disruption]:
     """Disrupt a random worker or executor pod every 3-10 s for ``seconds``; kill the
-    operator's pod (forced: no graceful exit) at each offset of ``operator_kills_at``."""
+    operator's pod (forced: no graceful exit) at each offset of ``operator_kills_at``.
+
+    The kinds of disruption are dealt from shuffled decks of all four, and one that did not
+    take (an eviction the budget refused, a container gone before its kill) goes back in the
+    deck: every kind happens within any few disruptions, in a random order, instead of by the
+    luck of independent draws (17 of them miss one of four kinds ~3% of the time)."""
     done: list[Disruption] = []
     started = time.monotonic()
     pending = sorted(operator_kills_at)
+    deck: list[str] = []
     while (elapsed := time.monotonic() - started) < seconds:
         if pending and elapsed >= pending[0]:
             pending.pop(0)
@@ -425,9 +436,13 @@ def chaos(
             done.append(Disruption(time.time(), "no-pod", ""))
             continue
         pod = rng.choice(sorted(pods))
-        action = rng.choice(["sigterm", "sigkill", "evict", "container-sigkill"])
+        deck = deck or rng.sample(list(TOOK), len(TOOK))
+        action = deck.pop()
         at = time.time()
-        done.append(Disruption(at, disrupt(cluster, action, pod), pod))
+        outcome = disrupt(cluster, action, pod)
+        if outcome != TOOK[action]:
+            deck.insert(0, action)
+        done.append(Disruption(at, outcome, pod))
     return done
 
 

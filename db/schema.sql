@@ -180,8 +180,9 @@ BEGIN
     -- Children ended ({map, succeeded, failed} per map step; a cancelled child counts as
     -- failed): counted in their map step, which then inserts as many of its next children,
     -- ready, as slots freed (from its list's slices: rara_map_list_slice), or ends — failed
-    -- at the first child that failed for good, succeeded when every child succeeded. A map step that already ended (failed, or cancelled with its run)
-    -- takes no more counts: its children still ending are counted in the run only.
+    -- at the first child that failed for good, succeeded when every child succeeded. A map
+    -- step that already ended (failed, or cancelled with its run) takes no more counts: its
+    -- children still ending are counted in the run only.
     FOR ended IN
         SELECT e.map, sum(e.succeeded)::integer AS succeeded, sum(e.failed)::integer AS failed
         FROM jsonb_to_recordset(p_ends) AS e(map bigint, succeeded integer, failed integer)
@@ -1164,8 +1165,9 @@ BEGIN
     -- LOCKED picks rows nobody else is touching, and the UPDATE re-checks expiry itself, so a
     -- step that completed (or was heart-beaten) since the scan is never overwritten. Needs no
     -- token: it only ends attempts whose lease already ran out.
+    -- Backoffs count from the attempt's recorded end, as in rara_step_fail.
     WITH expired AS (
-        SELECT s.id FROM rara_steps s
+        SELECT s.id, clock_timestamp() AS ended_at FROM rara_steps s
         WHERE s.status = 'running' AND s.lease_expires_at < now()
         ORDER BY s.lease_expires_at LIMIT p_limit
         FOR UPDATE SKIP LOCKED
@@ -1174,7 +1176,7 @@ BEGIN
             status = CASE WHEN s.attempt - s.releases < s.max_attempts THEN 'ready'
                           ELSE 'failed' END::rara_step_status,
             available_at = CASE WHEN s.attempt - s.releases < s.max_attempts
-                THEN now() + rara_retry_delay(s.retry_initial_ms, s.retry_max_ms,
+                THEN e.ended_at + rara_retry_delay(s.retry_initial_ms, s.retry_max_ms,
                                               s.retry_coefficient, s.attempt - s.releases,
                                               p_jitter)
                 ELSE s.available_at END,
@@ -1186,9 +1188,9 @@ BEGIN
         FROM expired e
         WHERE s.id = e.id AND s.status = 'running' AND s.lease_expires_at < now()
         RETURNING s.id, s.run_id, s.key, s.attempt, s.status::text AS status, s.error,
-                  s.map_parent
+                  s.map_parent, e.ended_at
     ), closed AS (
-        UPDATE rara_attempts a SET outcome = 'lease_expired', ended_at = clock_timestamp(),
+        UPDATE rara_attempts a SET outcome = 'lease_expired', ended_at = u.ended_at,
             ended_by = 'reaper:' || p_worker, error = u.error
         FROM updated u
         WHERE a.step_id = u.id AND a.attempt = u.attempt AND a.outcome = 'running'

@@ -540,8 +540,9 @@ BEGIN
     -- LOCKED picks rows nobody else is touching, and the UPDATE re-checks expiry itself, so a
     -- step that completed (or was heart-beaten) since the scan is never overwritten. Needs no
     -- token: it only ends attempts whose lease already ran out.
+    -- Backoffs count from the attempt's recorded end, as in rara_step_fail.
     WITH expired AS (
-        SELECT s.id FROM rara_steps s
+        SELECT s.id, clock_timestamp() AS ended_at FROM rara_steps s
         WHERE s.status = 'running' AND s.lease_expires_at < now()
         ORDER BY s.lease_expires_at LIMIT p_limit
         FOR UPDATE SKIP LOCKED
@@ -550,7 +551,7 @@ BEGIN
             status = CASE WHEN s.attempt - s.releases < s.max_attempts THEN 'ready'
                           ELSE 'failed' END::rara_step_status,
             available_at = CASE WHEN s.attempt - s.releases < s.max_attempts
-                THEN now() + rara_retry_delay(s.retry_initial_ms, s.retry_max_ms,
+                THEN e.ended_at + rara_retry_delay(s.retry_initial_ms, s.retry_max_ms,
                                               s.retry_coefficient, s.attempt - s.releases,
                                               p_jitter)
                 ELSE s.available_at END,
@@ -562,9 +563,9 @@ BEGIN
         FROM expired e
         WHERE s.id = e.id AND s.status = 'running' AND s.lease_expires_at < now()
         RETURNING s.id, s.run_id, s.key, s.attempt, s.status::text AS status, s.error,
-                  s.map_parent
+                  s.map_parent, e.ended_at
     ), closed AS (
-        UPDATE rara_attempts a SET outcome = 'lease_expired', ended_at = clock_timestamp(),
+        UPDATE rara_attempts a SET outcome = 'lease_expired', ended_at = u.ended_at,
             ended_by = 'reaper:' || p_worker, error = u.error
         FROM updated u
         WHERE a.step_id = u.id AND a.attempt = u.attempt AND a.outcome = 'running'

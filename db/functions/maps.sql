@@ -124,8 +124,9 @@ BEGIN
     -- Children ended ({map, succeeded, failed} per map step; a cancelled child counts as
     -- failed): counted in their map step, which then inserts as many of its next children,
     -- ready, as slots freed (from its list's slices: rara_map_list_slice), or ends — failed
-    -- at the first child that failed for good, succeeded when every child succeeded. A map step that already ended (failed, or cancelled with its run)
-    -- takes no more counts: its children still ending are counted in the run only.
+    -- at the first child that failed for good, succeeded when every child succeeded. A map
+    -- step that already ended (failed, or cancelled with its run) takes no more counts: its
+    -- children still ending are counted in the run only.
     FOR ended IN
         SELECT e.map, sum(e.succeeded)::integer AS succeeded, sum(e.failed)::integer AS failed
         FROM jsonb_to_recordset(p_ends) AS e(map bigint, succeeded integer, failed integer)

@@ -87,28 +87,32 @@ BEGIN
     RETURN NEW;
 END $$;
 
--- FUNCTION: rara_definition_register(text, text, jsonb)
+-- FUNCTION: rara_definition_register(text, jsonb)
 
-CREATE FUNCTION public.rara_definition_register(p_name text, p_digest text, p_spec jsonb) RETURNS TABLE(id bigint, name text, version integer, digest text, created_at timestamp with time zone, created boolean)
+CREATE FUNCTION public.rara_definition_register(p_name text, p_spec jsonb) RETURNS TABLE(id bigint, name text, version integer, digest text, created_at timestamp with time zone, created boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
 #variable_conflict use_column
+DECLARE
+    spec_digest text := rara_spec_digest(p_spec);
+    step_rows jsonb := rara_spec_steps(p_spec);  -- refuses a spec no run could follow
 BEGIN
-    -- The version of p_spec under p_name: the existing one with that digest, or the next
-    -- number. Two registrars of one name must not both pick version N+1: the advisory lock
-    -- (released at commit) orders them, and the second one finds the first one's row by
+    -- The version of p_spec under p_name: the existing one with its digest, or the next
+    -- number. The digest and the step rows are the database's own (migration 0012), never the
+    -- caller's word. Two registrars of one name must not both pick version N+1: the advisory
+    -- lock (released at commit) orders them, and the second one finds the first one's row by
     -- digest. Registering a retired name brings it back.
     PERFORM pg_advisory_xact_lock(hashtext('rara_definition:' || p_name));
     INSERT INTO rara_definitions (name) VALUES (p_name)
     ON CONFLICT ON CONSTRAINT rara_definitions_pkey DO UPDATE SET retired_at = NULL;
     RETURN QUERY
     SELECT v.id, v.name, v.version, v.digest, v.created_at, false
-    FROM rara_definition_versions v WHERE v.name = p_name AND v.digest = p_digest;
+    FROM rara_definition_versions v WHERE v.name = p_name AND v.digest = spec_digest;
     IF NOT FOUND THEN
         RETURN QUERY
-        INSERT INTO rara_definition_versions AS v (name, version, digest, spec)
-        SELECT p_name, coalesce(max(w.version), 0) + 1, p_digest, p_spec
+        INSERT INTO rara_definition_versions AS v (name, version, digest, spec, steps)
+        SELECT p_name, coalesce(max(w.version), 0) + 1, spec_digest, p_spec, step_rows
         FROM rara_definition_versions w WHERE w.name = p_name
         RETURNING v.id, v.name, v.version, v.digest, v.created_at, true;
     END IF;
@@ -134,12 +138,39 @@ END $$;
 
 CREATE FUNCTION public.rara_delete_attempts_of_deleted_steps() RETURNS trigger
     LANGUAGE plpgsql SECURITY DEFINER
-    SET search_path TO '$user', 'public'
+    SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
     DELETE FROM rara_attempts a USING gone WHERE a.step_id = gone.id;
     RETURN NULL;
 END $$;
+
+-- FUNCTION: rara_duration_ms(jsonb, text)
+
+CREATE FUNCTION public.rara_duration_ms(p_value jsonb, p_what text) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+DECLARE
+    total numeric;
+BEGIN
+    IF p_value IS NULL OR p_value = 'null' THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(p_value) <> 'string'
+       OR NOT (p_value #>> '{}') ~ '^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$' THEN
+        RAISE EXCEPTION '%: % is not a duration (use units ms, s, m, h: ''30s'', ''5m'')',
+            p_what, p_value USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT sum(m[1]::numeric * CASE m[2] WHEN 'ms' THEN 1 WHEN 's' THEN 1000
+                                         WHEN 'm' THEN 60000 ELSE 3600000 END)
+    INTO total
+    FROM regexp_matches(p_value #>> '{}', '([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)', 'g') AS m;
+    IF total <= 0 OR total > 2147483647 THEN
+        RAISE EXCEPTION '%: duration % out of range', p_what, p_value
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN round(total)::integer;
+END $_$;
 
 -- FUNCTION: rara_grant(text, text[])
 
@@ -561,9 +592,9 @@ CREATE FUNCTION public.rara_run_end_status(cancel_requested boolean, total integ
                 ELSE 'succeeded'::rara_run_status END
 $$;
 
--- FUNCTION: rara_run_start(text, integer, text, jsonb, jsonb, text, boolean, double precision)
+-- FUNCTION: rara_run_start(text, integer, text, jsonb, text, boolean, double precision)
 
-CREATE FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_steps jsonb, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) RETURNS TABLE(id bigint, digest text, retired_at timestamp with time zone, spec jsonb, missing text[], run_id bigint)
+CREATE FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) RETURNS TABLE(id bigint, digest text, retired_at timestamp with time zone, spec jsonb, missing text[], run_id bigint)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
@@ -574,24 +605,26 @@ DECLARE
     map bigint;
 BEGIN
     -- A run and its steps in one round trip (rara.runs.start_run). Resolves the version as
-    -- definition_version_get does (p_version, or the latest when null) and inserts only when
-    -- that version's digest is p_digest, the caller's cached digest whose step rows p_steps
-    -- are (built by rara.runs, one element per step), and nothing refuses the start: a retired
-    -- definition without an explicit p_version, or with p_check_capabilities a step capability
-    -- that no live worker serves (heartbeat within p_alive_seconds, as worker_capabilities).
-    -- The spec comes back only when the digest differs, so a stale or empty cache costs one
-    -- more call and no extra fetch. No row: no such definition. run_id is null when nothing
+    -- definition_version_get does (p_version, or the latest when null) and inserts the step
+    -- rows that the database built from that version's spec when it was registered
+    -- (rara_spec_steps, migration 0012: a caller names a version, never its steps). Inserts
+    -- only when the version's digest is p_digest — the spec whose input schemas the caller
+    -- checked p_input against — and nothing refuses the start: a retired definition without
+    -- an explicit p_version, or with p_check_capabilities a step capability that no live
+    -- worker serves (heartbeat within p_alive_seconds, as worker_capabilities). The spec
+    -- comes back only when the digest differs, so a stale or empty cache costs one more call
+    -- and no extra fetch. No row: no such definition. run_id is null when nothing
     -- was inserted; ON CONFLICT makes racing clients with one idempotency key create one run:
     -- the loser waits for the winner's commit, inserts nothing, and reads the winner's row
     -- with run_get_by_key. Map steps without upstream expand at once (rara_map_expand).
     WITH resolved AS (
-        SELECT v.id, v.digest, v.spec, d.retired_at,
+        SELECT v.id, v.digest, v.spec, v.steps, d.retired_at,
                coalesce(v.digest = p_digest, false) AS matched
         FROM rara_definition_versions v JOIN rara_definitions d USING (name)
         WHERE v.name = p_name AND (p_version IS NULL OR v.version = p_version)
         ORDER BY v.version DESC LIMIT 1
     ), step_rows AS (
-        SELECT s.* FROM resolved, jsonb_to_recordset(p_steps) AS s(
+        SELECT s.* FROM resolved, jsonb_to_recordset(resolved.steps) AS s(
             key text, depends_on text[], dependants text[], capability text, executor text,
             priority integer,
             payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
@@ -608,7 +641,7 @@ BEGIN
               AND w.heartbeat_at > now() - make_interval(secs => p_alive_seconds))
     ), run AS (
         INSERT INTO rara_runs (definition_version_id, input, idempotency_key, steps_total)
-        SELECT resolved.id, p_input, p_idempotency_key, jsonb_array_length(p_steps)
+        SELECT resolved.id, p_input, p_idempotency_key, jsonb_array_length(resolved.steps)
         FROM resolved, missing
         WHERE resolved.matched AND missing.capabilities IS NULL
           AND (resolved.retired_at IS NULL OR p_version IS NOT NULL)
@@ -665,6 +698,196 @@ CREATE FUNCTION public.rara_run_transition_allowed(old public.rara_run_status, n
         ('running', 'succeeded'), ('running', 'failed'), ('running', 'cancelled')
     )
 $$;
+
+-- FUNCTION: rara_spec_digest(jsonb)
+
+CREATE FUNCTION public.rara_spec_digest(p_spec jsonb) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT
+    AS $$
+    SELECT 'sha256:' || encode(sha256(convert_to(p_spec::text, 'UTF8')), 'hex')
+$$;
+
+-- FUNCTION: rara_spec_int(jsonb, integer, integer, integer, text)
+
+CREATE FUNCTION public.rara_spec_int(p_value jsonb, p_default integer, p_low integer, p_high integer, p_what text) RETURNS integer
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+BEGIN
+    IF p_value IS NULL OR p_value = 'null' THEN
+        RETURN p_default;
+    END IF;
+    IF jsonb_typeof(p_value) <> 'number' OR (p_value #>> '{}')::numeric % 1 <> 0
+       OR (p_value #>> '{}')::numeric NOT BETWEEN p_low AND p_high THEN
+        RAISE EXCEPTION '%: must be an integer from % to %, got %', p_what, p_low, p_high,
+            p_value USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN (p_value #>> '{}')::integer;
+END $$;
+
+-- FUNCTION: rara_spec_steps(jsonb)
+
+CREATE FUNCTION public.rara_spec_steps(p_spec jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+DECLARE
+    steps jsonb := p_spec -> 'steps';
+    n integer;
+    s jsonb;
+    what text;
+    step_key text;
+    position jsonb := '{}';      -- key -> its index (1-based)
+    dependants jsonb := '{}';    -- key -> the keys that depend on it, in spec order
+    waiting integer[] := '{}';   -- per index: dependencies not yet placed (Kahn's algorithm)
+    queue text[] := '{}';
+    head integer := 1;
+    dep text;
+    retry jsonb;
+    map jsonb;
+    over text;
+    source text;
+    rows jsonb := '[]';
+    initial_ms integer;
+    max_ms integer;
+    coefficient double precision;
+BEGIN
+    IF jsonb_typeof(p_spec) IS DISTINCT FROM 'object'
+       OR jsonb_typeof(steps) IS DISTINCT FROM 'array'
+       OR jsonb_array_length(steps) NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'spec.steps: must be a list of 1 to 1000 steps'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    n := jsonb_array_length(steps);
+    FOR i IN 1..n LOOP
+        s := steps -> (i - 1);
+        step_key := s ->> 'key';
+        IF jsonb_typeof(s) IS DISTINCT FROM 'object' OR jsonb_typeof(s -> 'key') <> 'string'
+           OR NOT step_key ~ '^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$' THEN
+            RAISE EXCEPTION 'spec.steps[%].key: must be a step key (a-z, 0-9, _ and -)', i - 1
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF position ? step_key THEN
+            RAISE EXCEPTION 'spec.steps[%]: duplicate step key %', i - 1, step_key
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        position := position || jsonb_build_object(step_key, i);
+        dependants := dependants || jsonb_build_object(step_key, '[]'::jsonb);
+    END LOOP;
+    FOR i IN 1..n LOOP
+        s := steps -> (i - 1);
+        step_key := s ->> 'key';
+        what := format('spec.steps[%s] (step %L)', i - 1, step_key);
+        IF s -> 'dependsOn' IS NOT NULL AND s -> 'dependsOn' <> 'null'
+           AND jsonb_typeof(s -> 'dependsOn') <> 'array' THEN
+            RAISE EXCEPTION '%.dependsOn: must be a list of step keys', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        waiting := waiting || 0;
+        FOR dep IN SELECT jsonb_array_elements(coalesce(nullif(s -> 'dependsOn', 'null'), '[]'))
+                          #>> '{}' LOOP
+            IF NOT position ? dep OR dep = step_key OR dependants -> dep ? step_key THEN
+                RAISE EXCEPTION '%.dependsOn: % is not another step of the spec, or is listed '
+                    'twice', what, dep USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            dependants := jsonb_set(dependants, ARRAY[dep], dependants -> dep || to_jsonb(step_key));
+            waiting[i] := waiting[i] + 1;
+        END LOOP;
+        IF waiting[i] = 0 THEN
+            queue := queue || step_key;
+        END IF;
+    END LOOP;
+    -- Kahn's algorithm: a spec whose steps cannot all be placed in dependency order has a cycle.
+    WHILE head <= cardinality(queue) LOOP
+        FOR dep IN SELECT jsonb_array_elements_text(dependants -> queue[head]) LOOP
+            waiting[(position ->> dep)::integer] := waiting[(position ->> dep)::integer] - 1;
+            IF waiting[(position ->> dep)::integer] = 0 THEN
+                queue := queue || dep;
+            END IF;
+        END LOOP;
+        head := head + 1;
+    END LOOP;
+    IF cardinality(queue) < n THEN
+        RAISE EXCEPTION 'spec.steps: dependency cycle among %', (
+            SELECT string_agg(k, ', ' ORDER BY (position ->> k)::integer)
+            FROM jsonb_object_keys(position) AS k WHERE NOT k = ANY (queue))
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR i IN 1..n LOOP
+        s := steps -> (i - 1);
+        step_key := s ->> 'key';
+        what := format('spec.steps[%s] (step %L)', i - 1, step_key);
+        IF jsonb_typeof(s -> 'capability') IS DISTINCT FROM 'string'
+           OR NOT (s ->> 'capability') ~ '^[a-z][a-z0-9._-]*@(0|[1-9][0-9]*)$' THEN
+            RAISE EXCEPTION '%.capability: must be name@major', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF coalesce(s ->> 'executor', 'inprocess') NOT IN ('inprocess', 'grpc') THEN
+            RAISE EXCEPTION '%.executor: must be inprocess or grpc', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF coalesce(jsonb_typeof(nullif(s -> 'input', 'null')), 'object') <> 'object'
+           OR coalesce(jsonb_typeof(nullif(s -> 'secrets', 'null')), 'object') <> 'object' THEN
+            RAISE EXCEPTION '%.input and .secrets: must be mappings', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        retry := coalesce(nullif(s -> 'retry', 'null'), '{}');
+        initial_ms := coalesce(rara_duration_ms(retry -> 'initialDelay',
+                                                what || '.retry.initialDelay'), 1000);
+        max_ms := coalesce(rara_duration_ms(retry -> 'maxDelay', what || '.retry.maxDelay'), 60000);
+        IF max_ms < initial_ms THEN
+            RAISE EXCEPTION '%.retry: maxDelay must be >= initialDelay', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF retry -> 'backoffCoefficient' IS NOT NULL AND retry -> 'backoffCoefficient' <> 'null'
+           AND (jsonb_typeof(retry -> 'backoffCoefficient') <> 'number'
+                OR (retry ->> 'backoffCoefficient')::double precision NOT BETWEEN 1 AND 100) THEN
+            RAISE EXCEPTION '%.retry.backoffCoefficient: must be a number from 1 to 100', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        coefficient := coalesce((retry ->> 'backoffCoefficient')::double precision, 2.0);
+        map := nullif(s -> 'map', 'null');
+        IF map IS NOT NULL THEN
+            over := map ->> 'over';
+            IF jsonb_typeof(map -> 'over') IS DISTINCT FROM 'string' OR NOT over ~
+                '^(input|[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?\.result)(\.[A-Za-z0-9_-]+)*$' THEN
+                RAISE EXCEPTION '%.map.over: must be input or <step>.result, then a path', what
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            source := CASE WHEN over ~ '^input(\.|$)' THEN NULL ELSE split_part(over, '.', 1) END;
+            IF source IS NOT NULL
+               AND NOT coalesce(nullif(s -> 'dependsOn', 'null'), '[]') ? source THEN
+                RAISE EXCEPTION '%.map.over: reads step %, which is not in its dependsOn',
+                    what, source USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        END IF;
+        rows := rows || jsonb_build_object(
+            'key', step_key,
+            'depends_on', coalesce(nullif(s -> 'dependsOn', 'null'), '[]'),
+            'dependants', dependants -> step_key,
+            'capability', s -> 'capability',
+            'executor', coalesce(s ->> 'executor', 'inprocess'),
+            'priority', rara_spec_int(s -> 'priority', 0, -1000, 1000, what || '.priority'),
+            'payload', jsonb_build_object(
+                'input', coalesce(nullif(s -> 'input', 'null'), '{}'),
+                'secrets', coalesce(nullif(s -> 'secrets', 'null'), '{}')),
+            'max_attempts', rara_spec_int(retry -> 'maxAttempts', 3, 1, 1000,
+                                          what || '.retry.maxAttempts'),
+            'retry_initial_ms', initial_ms,
+            'retry_max_ms', max_ms,
+            'retry_coefficient', coefficient,
+            'timeout_ms', rara_duration_ms(s -> 'timeout', what || '.timeout'),
+            'heartbeat_timeout_ms', rara_duration_ms(s -> 'heartbeatTimeout',
+                                                     what || '.heartbeatTimeout'),
+            'map_over', CASE WHEN map IS NULL THEN NULL
+                             ELSE to_jsonb(ARRAY[coalesce(source, '$input')]
+                                           || (string_to_array(over, '.'))[
+                                                  CASE WHEN source IS NULL THEN 2 ELSE 3 END:])
+                        END,
+            'map_max_parallel', CASE WHEN map IS NULL THEN NULL
+                                     ELSE rara_spec_int(map -> 'maxParallel', NULL, 1, 100000,
+                                                        what || '.map.maxParallel') END);
+    END LOOP;
+    RETURN rows;
+END $_$;
 
 -- FUNCTION: rara_step_cancel(text, bigint, uuid)
 
@@ -966,6 +1189,7 @@ BEGIN
     -- alive) and every lease it still holds extended (empty arrays when it runs nothing),
     -- fenced per lease. The answer carries the cancel requests; attempts missing from it have
     -- lost their lease.
+    PERFORM rara_worker_check_login(p_worker);
     RETURN QUERY
     WITH me AS (
         UPDATE rara_workers SET heartbeat_at = now(), capabilities = p_capabilities
@@ -992,6 +1216,7 @@ DECLARE
     limited text[] := '{}';     -- served capabilities with a limit (rara_capability_limits)
     slots integer[] := '{}';    -- and how many more of each may run now
 BEGIN
+    PERFORM rara_worker_check_login(p_worker);
     -- Concurrency limits (migration 0009): a served capability with a limit has its row
     -- locked — leasers of one limited capability take turns; others never touch the table
     -- beyond this probe — and its free slots counted in a later statement, whose snapshot
@@ -1289,6 +1514,21 @@ BEGIN
     RETURN deltas;
 END $$;
 
+-- FUNCTION: rara_worker_check_login(text)
+
+CREATE FUNCTION public.rara_worker_check_login(p_worker text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    owner name;
+BEGIN
+    SELECT w.login INTO owner FROM rara_workers w WHERE w.id = p_worker;
+    IF owner IS NOT NULL AND owner <> session_user THEN
+        RAISE EXCEPTION 'worker id % belongs to another login; % may not act for it', p_worker,
+            session_user USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END $$;
+
 -- FUNCTION: rara_worker_register(text, text[])
 
 CREATE FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[]) RETURNS void
@@ -1296,9 +1536,15 @@ CREATE FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[]
     SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
-    INSERT INTO rara_workers (id, capabilities) VALUES (p_worker, p_capabilities)
+    PERFORM rara_worker_check_login(p_worker);
+    INSERT INTO rara_workers (id, capabilities, login) VALUES (p_worker, p_capabilities, session_user)
     ON CONFLICT (id) DO UPDATE SET capabilities = EXCLUDED.capabilities, heartbeat_at = now(),
-        stopped_at = NULL;
+        stopped_at = NULL, login = session_user
+    -- (a concurrent registration by another login between the check and here: refused)
+    WHERE rara_workers.login IS NULL OR rara_workers.login = session_user;
+    IF NOT FOUND THEN
+        PERFORM rara_worker_check_login(p_worker);
+    END IF;
 END $$;
 
 -- FUNCTION: rara_worker_stop(text)
@@ -1308,6 +1554,7 @@ CREATE FUNCTION public.rara_worker_stop(p_worker text) RETURNS void
     SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
+    PERFORM rara_worker_check_login(p_worker);
     UPDATE rara_workers SET stopped_at = now() WHERE id = p_worker;
 END $$;
 
@@ -1369,6 +1616,7 @@ CREATE TABLE public.rara_definition_versions (
     digest text NOT NULL,
     spec jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
+    steps jsonb NOT NULL,
     CONSTRAINT rara_definition_versions_digest_check CHECK ((digest ~ '^sha256:[0-9a-f]{64}$'::text)),
     CONSTRAINT rara_definition_versions_version_check CHECK ((version >= 1))
 );
@@ -1562,7 +1810,8 @@ CREATE TABLE public.rara_workers (
     capabilities text[] NOT NULL,
     started_at timestamp with time zone DEFAULT now() NOT NULL,
     heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
-    stopped_at timestamp with time zone
+    stopped_at timestamp with time zone,
+    login name
 );
 
 -- CONSTRAINT: rara_artifacts rara_artifacts_pkey
@@ -1634,6 +1883,11 @@ ALTER TABLE ONLY public.rara_schema_functions
 
 ALTER TABLE ONLY public.rara_schema_migrations
     ADD CONSTRAINT rara_schema_migrations_pkey PRIMARY KEY (version);
+
+-- CHECK CONSTRAINT: rara_step_artifacts rara_step_artifacts_media_type_check
+
+ALTER TABLE public.rara_step_artifacts
+    ADD CONSTRAINT rara_step_artifacts_media_type_check CHECK (((length(media_type) <= 255) AND (media_type ~ '^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}( *; *[A-Za-z0-9!#$&^_.+-]+=([A-Za-z0-9!#$&^_.+-]+|"[^"\\[:cntrl:]]*"))*$'::text))) NOT VALID;
 
 -- CONSTRAINT: rara_step_artifacts rara_step_artifacts_pkey
 
@@ -1751,17 +2005,33 @@ REVOKE ALL ON FUNCTION public.rara_capability_limit_set(p_capability text, p_max
 GRANT ALL ON FUNCTION public.rara_capability_limit_set(p_capability text, p_max_running integer) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_capability_limit_set(p_capability text, p_max_running integer) TO rara_operator;
 
--- ACL: FUNCTION rara_definition_register(p_name text, p_digest text, p_spec jsonb)
+-- ACL: FUNCTION rara_check_run_transition()
 
-REVOKE ALL ON FUNCTION public.rara_definition_register(p_name text, p_digest text, p_spec jsonb) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.rara_definition_register(p_name text, p_digest text, p_spec jsonb) TO rara_client;
-GRANT ALL ON FUNCTION public.rara_definition_register(p_name text, p_digest text, p_spec jsonb) TO rara_operator;
+REVOKE ALL ON FUNCTION public.rara_check_run_transition() FROM PUBLIC;
+
+-- ACL: FUNCTION rara_check_step_transition()
+
+REVOKE ALL ON FUNCTION public.rara_check_step_transition() FROM PUBLIC;
+
+-- ACL: FUNCTION rara_definition_register(p_name text, p_spec jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_definition_register(p_name text, p_spec jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_definition_register(p_name text, p_spec jsonb) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_definition_register(p_name text, p_spec jsonb) TO rara_operator;
 
 -- ACL: FUNCTION rara_definition_retire(p_name text)
 
 REVOKE ALL ON FUNCTION public.rara_definition_retire(p_name text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.rara_definition_retire(p_name text) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_definition_retire(p_name text) TO rara_operator;
+
+-- ACL: FUNCTION rara_delete_attempts_of_deleted_steps()
+
+REVOKE ALL ON FUNCTION public.rara_delete_attempts_of_deleted_steps() FROM PUBLIC;
+
+-- ACL: FUNCTION rara_duration_ms(p_value jsonb, p_what text)
+
+REVOKE ALL ON FUNCTION public.rara_duration_ms(p_value jsonb, p_what text) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_grant(routine text, VARIADIC roles text[])
 
@@ -1803,6 +2073,22 @@ GRANT ALL ON FUNCTION public.rara_map_summary(p_total integer, p_succeeded integ
 GRANT ALL ON FUNCTION public.rara_map_summary(p_total integer, p_succeeded integer, p_failed integer, p_map bigint) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_map_summary(p_total integer, p_succeeded integer, p_failed integer, p_map bigint) TO rara_reader;
 
+-- ACL: FUNCTION rara_notify_ready()
+
+REVOKE ALL ON FUNCTION public.rara_notify_ready() FROM PUBLIC;
+
+-- ACL: FUNCTION rara_notify_run()
+
+REVOKE ALL ON FUNCTION public.rara_notify_run() FROM PUBLIC;
+
+-- ACL: FUNCTION rara_refuse_version_change()
+
+REVOKE ALL ON FUNCTION public.rara_refuse_version_change() FROM PUBLIC;
+
+-- ACL: FUNCTION rara_retry_delay(initial_ms integer, max_ms integer, coefficient double precision, attempt integer, jitter double precision)
+
+REVOKE ALL ON FUNCTION public.rara_retry_delay(initial_ms integer, max_ms integer, coefficient double precision, attempt integer, jitter double precision) FROM PUBLIC;
+
 -- ACL: FUNCTION rara_run_cancel(p_run_id bigint)
 
 REVOKE ALL ON FUNCTION public.rara_run_cancel(p_run_id bigint) FROM PUBLIC;
@@ -1813,11 +2099,31 @@ GRANT ALL ON FUNCTION public.rara_run_cancel(p_run_id bigint) TO rara_operator;
 
 REVOKE ALL ON FUNCTION public.rara_run_count(p_deltas jsonb) FROM PUBLIC;
 
--- ACL: FUNCTION rara_run_start(p_name text, p_version integer, p_digest text, p_steps jsonb, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision)
+-- ACL: FUNCTION rara_run_end_status(cancel_requested boolean, total integer, succeeded integer, failed integer, cancelled integer)
 
-REVOKE ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_steps jsonb, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_steps jsonb, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) TO rara_client;
-GRANT ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_steps jsonb, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) TO rara_operator;
+REVOKE ALL ON FUNCTION public.rara_run_end_status(cancel_requested boolean, total integer, succeeded integer, failed integer, cancelled integer) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision)
+
+REVOKE ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) TO rara_operator;
+
+-- ACL: FUNCTION rara_run_transition_allowed(old public.rara_run_status, new public.rara_run_status)
+
+REVOKE ALL ON FUNCTION public.rara_run_transition_allowed(old public.rara_run_status, new public.rara_run_status) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_spec_digest(p_spec jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_spec_digest(p_spec jsonb) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_spec_int(p_value jsonb, p_default integer, p_low integer, p_high integer, p_what text)
+
+REVOKE ALL ON FUNCTION public.rara_spec_int(p_value jsonb, p_default integer, p_low integer, p_high integer, p_what text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_spec_steps(p_spec jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_spec_steps(p_spec jsonb) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_step_cancel(p_worker text, p_step_id bigint, p_token uuid)
 
@@ -1870,9 +2176,17 @@ GRANT ALL ON FUNCTION public.rara_step_reap_expired(p_worker text, p_limit integ
 REVOKE ALL ON FUNCTION public.rara_step_release_many(p_worker text, p_step_ids bigint[], p_tokens uuid[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.rara_step_release_many(p_worker text, p_step_ids bigint[], p_tokens uuid[]) TO rara_worker;
 
+-- ACL: FUNCTION rara_step_transition_allowed(old public.rara_step_status, new public.rara_step_status)
+
+REVOKE ALL ON FUNCTION public.rara_step_transition_allowed(old public.rara_step_status, new public.rara_step_status) FROM PUBLIC;
+
 -- ACL: FUNCTION rara_step_unblock(p_run_id bigint, p_dependants text[])
 
 REVOKE ALL ON FUNCTION public.rara_step_unblock(p_run_id bigint, p_dependants text[]) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_worker_check_login(p_worker text)
+
+REVOKE ALL ON FUNCTION public.rara_worker_check_login(p_worker text) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_worker_register(p_worker text, p_capabilities text[])
 

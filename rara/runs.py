@@ -13,7 +13,6 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from rara.definitions.inputs import check_run_input
-from rara.definitions.model import WorkflowSpec
 from rara.definitions.parse import spec_from_object
 from rara.errors import CapabilityUnavailable, InputInvalid, NotFound, RaraError
 from rara.pg import runs as run_sql
@@ -82,18 +81,17 @@ def _start(
     queue_anyway: bool,
 ) -> StartedRun:
     digest = _DIGEST_HINTS.get((definition, version))
-    prepared = _STEP_ROWS.get(digest) if digest is not None else None
+    schemas = _INPUT_SCHEMAS.get(digest) if digest is not None else None
     for _ in range(2):
-        if prepared is not None:
-            # The input against the schemas of the very spec the statement inserts only if
-            # its digest is still current: nothing starts that its steps would refuse.
-            check_run_input(run_input, prepared.input_schemas)
+        if schemas is not None:
+            # The input against the schemas of the very spec the statement starts only if its
+            # digest is still current: nothing starts that its steps would refuse.
+            check_run_input(run_input, schemas)
         row = run_sql.start(
             conn,
             name=definition,
             version=version,
-            digest=digest if prepared is not None else None,
-            steps=None if prepared is None else prepared.steps,
+            digest=digest if schemas is not None else None,
             input=run_input,
             idempotency_key=idempotency_key,
             check_capabilities=not queue_anyway,
@@ -106,9 +104,9 @@ def _start(
             raise NotFound(f"workflow definition {definition} is retired")
         if row.spec is None:  # our digest matched: the statement did (or refused) the start
             return _started(conn, row.run_id, row.missing, idempotency_key)
-        # Unknown or stale digest: nothing was inserted; build the steps and go again.
+        # Unknown or stale digest: nothing was inserted; learn the spec's schemas, go again.
         digest = row.digest
-        prepared = _remember(definition, version, digest, row.spec)
+        schemas = _remember(definition, version, digest, row.spec)
     # Only a version applied between our two calls (latest wanted) gets here.
     raise RaraError(f"workflow definition {definition} changed while starting a run; try again")
 
@@ -133,77 +131,36 @@ def _started(
     return StartedRun(existing, created=False)
 
 
-# Step rows by spec digest, and the digest last seen per (name, version). The digest hashes
-# the spec's content, so a cached entry is right for any database this process talks to (tests
-# clone databases whose version ids repeat with other specs); a stale hint costs one call more.
-@dataclass(frozen=True)
-class _Prepared:
-    """What starting a run of one spec needs: its step rows (as run_start reads them) and, per
-    step that declares one, the JSON Schema of the run input it reads."""
-
-    steps: list[dict[str, Any]]
-    input_schemas: list[tuple[str, dict[str, Any]]]
-
-
-_STEP_ROWS: dict[str, _Prepared] = {}
+# What a run input is checked against, by spec digest, and the digest last seen per (name,
+# version). The steps themselves the database builds from the version's spec (rara_run_start);
+# the digest hashes the spec's content, so a cached entry is right for any database this
+# process talks to (tests clone databases whose version ids repeat with other specs); a stale
+# hint costs one call more.
+_InputSchemas = list[tuple[str, dict[str, Any]]]  # (step key, JSON Schema of the run input)
+_INPUT_SCHEMAS: dict[str, _InputSchemas] = {}
 _DIGEST_HINTS: dict[tuple[str, int | None], str] = {}
 _CACHE_LIMIT = 512  # entries per map; the oldest goes first (a process sees few definitions)
 _CACHE_LOCK = threading.Lock()  # writers only: dict reads are atomic
 
 
-def _remember(definition: str, version: int | None, digest: str, spec_json: Any) -> _Prepared:
-    """The step rows and input schemas of the spec with this digest (parsed unless cached:
-    only the hint was stale), cached with the hint for the next start of (definition, version)."""
-    prepared = _STEP_ROWS.get(digest)
-    if prepared is None:
+def _remember(definition: str, version: int | None, digest: str,
+              spec_json: Any) -> _InputSchemas:
+    """The input schemas of the spec with this digest (parsed unless cached: only the hint was
+    stale), cached with the hint for the next start of (definition, version)."""
+    schemas = _INPUT_SCHEMAS.get(digest)
+    if schemas is None:
         spec = spec_from_object(spec_json)
-        prepared = _Prepared(
-            _step_rows(spec),
-            [(s.key, s.input_schema) for s in spec.steps if s.input_schema is not None],
-        )
+        schemas = [(s.key, s.input_schema) for s in spec.steps if s.input_schema is not None]
     with _CACHE_LOCK:
-        _put(_STEP_ROWS, digest, prepared)
+        _put(_INPUT_SCHEMAS, digest, schemas)
         _put(_DIGEST_HINTS, (definition, version), digest)
-    return prepared
+    return schemas
 
 
 def _put(cache: dict[_K, _V], key: _K, value: _V) -> None:
     if key not in cache and len(cache) >= _CACHE_LIMIT:
         del cache[next(iter(cache))]
     cache[key] = value
-
-
-def _step_rows(spec: WorkflowSpec) -> list[dict[str, Any]]:
-    """One element per step, in the columns run_start reads with jsonb_to_recordset;
-    ``dependants`` the inverse of ``depends_on`` (what a finished step unblocks)."""
-    dependants: dict[str, list[str]] = {s.key: [] for s in spec.steps}
-    for s in spec.steps:
-        for upstream in s.depends_on:
-            dependants[upstream].append(s.key)
-    return [
-        {
-            "key": s.key,
-            "depends_on": s.depends_on,
-            "dependants": dependants[s.key],
-            "capability": s.capability,
-            "executor": s.executor,
-            "priority": s.priority,
-            "payload": {
-                "input": s.input,
-                "secrets": {k: v.model_dump() for k, v in s.secrets.items()},
-            },
-            "max_attempts": s.retry.max_attempts,
-            "retry_initial_ms": s.retry.initial_delay,
-            "retry_max_ms": s.retry.max_delay,
-            "retry_coefficient": s.retry.backoff_coefficient,
-            "timeout_ms": s.timeout,
-            "heartbeat_timeout_ms": s.heartbeat_timeout,
-            **({} if s.map is None else {
-                "map_over": ["$input" if s.map.source is None else s.map.source, *s.map.path],
-                "map_max_parallel": s.map.max_parallel}),
-        }
-        for s in spec.steps
-    ]
 
 
 def run_id_by_key(conn: psycopg.Connection[Any], idempotency_key: str) -> int | None:

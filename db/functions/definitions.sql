@@ -4,26 +4,30 @@
 -- tables directly (migration 0007). Called through db/queries/definitions.sql
 -- (rara.pg.definitions). Repeatable (rara.pg.migrate): edit in place.
 
-CREATE OR REPLACE FUNCTION rara_definition_register(p_name text, p_digest text, p_spec jsonb)
+CREATE OR REPLACE FUNCTION rara_definition_register(p_name text, p_spec jsonb)
 RETURNS TABLE (id bigint, name text, version integer, digest text, created_at timestamptz,
                created boolean)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
+DECLARE
+    spec_digest text := rara_spec_digest(p_spec);
+    step_rows jsonb := rara_spec_steps(p_spec);  -- refuses a spec no run could follow
 BEGIN
-    -- The version of p_spec under p_name: the existing one with that digest, or the next
-    -- number. Two registrars of one name must not both pick version N+1: the advisory lock
-    -- (released at commit) orders them, and the second one finds the first one's row by
+    -- The version of p_spec under p_name: the existing one with its digest, or the next
+    -- number. The digest and the step rows are the database's own (migration 0012), never the
+    -- caller's word. Two registrars of one name must not both pick version N+1: the advisory
+    -- lock (released at commit) orders them, and the second one finds the first one's row by
     -- digest. Registering a retired name brings it back.
     PERFORM pg_advisory_xact_lock(hashtext('rara_definition:' || p_name));
     INSERT INTO rara_definitions (name) VALUES (p_name)
     ON CONFLICT ON CONSTRAINT rara_definitions_pkey DO UPDATE SET retired_at = NULL;
     RETURN QUERY
     SELECT v.id, v.name, v.version, v.digest, v.created_at, false
-    FROM rara_definition_versions v WHERE v.name = p_name AND v.digest = p_digest;
+    FROM rara_definition_versions v WHERE v.name = p_name AND v.digest = spec_digest;
     IF NOT FOUND THEN
         RETURN QUERY
-        INSERT INTO rara_definition_versions AS v (name, version, digest, spec)
-        SELECT p_name, coalesce(max(w.version), 0) + 1, p_digest, p_spec
+        INSERT INTO rara_definition_versions AS v (name, version, digest, spec, steps)
+        SELECT p_name, coalesce(max(w.version), 0) + 1, spec_digest, p_spec, step_rows
         FROM rara_definition_versions w WHERE w.name = p_name
         RETURNING v.id, v.name, v.version, v.digest, v.created_at, true;
     END IF;

@@ -37,6 +37,7 @@ DECLARE
     limited text[] := '{}';     -- served capabilities with a limit (rara_capability_limits)
     slots integer[] := '{}';    -- and how many more of each may run now
 BEGIN
+    PERFORM rara_worker_check_login(p_worker);
     -- Concurrency limits (migration 0009): a served capability with a limit has its row
     -- locked — leasers of one limited capability take turns; others never touch the table
     -- beyond this probe — and its free slots counted in a later statement, whose snapshot
@@ -173,6 +174,7 @@ BEGIN
     -- alive) and every lease it still holds extended (empty arrays when it runs nothing),
     -- fenced per lease. The answer carries the cancel requests; attempts missing from it have
     -- lost their lease.
+    PERFORM rara_worker_check_login(p_worker);
     RETURN QUERY
     WITH me AS (
         UPDATE rara_workers SET heartbeat_at = now(), capabilities = p_capabilities

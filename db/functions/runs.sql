@@ -5,7 +5,7 @@
 -- Repeatable (rara.pg.migrate): edit in place.
 
 CREATE OR REPLACE FUNCTION rara_run_start(
-    p_name text, p_version integer, p_digest text, p_steps jsonb, p_input jsonb,
+    p_name text, p_version integer, p_digest text, p_input jsonb,
     p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision)
 RETURNS TABLE (id bigint, digest text, retired_at timestamptz, spec jsonb, missing text[],
                run_id bigint)
@@ -17,24 +17,26 @@ DECLARE
     map bigint;
 BEGIN
     -- A run and its steps in one round trip (rara.runs.start_run). Resolves the version as
-    -- definition_version_get does (p_version, or the latest when null) and inserts only when
-    -- that version's digest is p_digest, the caller's cached digest whose step rows p_steps
-    -- are (built by rara.runs, one element per step), and nothing refuses the start: a retired
-    -- definition without an explicit p_version, or with p_check_capabilities a step capability
-    -- that no live worker serves (heartbeat within p_alive_seconds, as worker_capabilities).
-    -- The spec comes back only when the digest differs, so a stale or empty cache costs one
-    -- more call and no extra fetch. No row: no such definition. run_id is null when nothing
+    -- definition_version_get does (p_version, or the latest when null) and inserts the step
+    -- rows that the database built from that version's spec when it was registered
+    -- (rara_spec_steps, migration 0012: a caller names a version, never its steps). Inserts
+    -- only when the version's digest is p_digest — the spec whose input schemas the caller
+    -- checked p_input against — and nothing refuses the start: a retired definition without
+    -- an explicit p_version, or with p_check_capabilities a step capability that no live
+    -- worker serves (heartbeat within p_alive_seconds, as worker_capabilities). The spec
+    -- comes back only when the digest differs, so a stale or empty cache costs one more call
+    -- and no extra fetch. No row: no such definition. run_id is null when nothing
     -- was inserted; ON CONFLICT makes racing clients with one idempotency key create one run:
     -- the loser waits for the winner's commit, inserts nothing, and reads the winner's row
     -- with run_get_by_key. Map steps without upstream expand at once (rara_map_expand).
     WITH resolved AS (
-        SELECT v.id, v.digest, v.spec, d.retired_at,
+        SELECT v.id, v.digest, v.spec, v.steps, d.retired_at,
                coalesce(v.digest = p_digest, false) AS matched
         FROM rara_definition_versions v JOIN rara_definitions d USING (name)
         WHERE v.name = p_name AND (p_version IS NULL OR v.version = p_version)
         ORDER BY v.version DESC LIMIT 1
     ), step_rows AS (
-        SELECT s.* FROM resolved, jsonb_to_recordset(p_steps) AS s(
+        SELECT s.* FROM resolved, jsonb_to_recordset(resolved.steps) AS s(
             key text, depends_on text[], dependants text[], capability text, executor text,
             priority integer,
             payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
@@ -51,7 +53,7 @@ BEGIN
               AND w.heartbeat_at > now() - make_interval(secs => p_alive_seconds))
     ), run AS (
         INSERT INTO rara_runs (definition_version_id, input, idempotency_key, steps_total)
-        SELECT resolved.id, p_input, p_idempotency_key, jsonb_array_length(p_steps)
+        SELECT resolved.id, p_input, p_idempotency_key, jsonb_array_length(resolved.steps)
         FROM resolved, missing
         WHERE resolved.matched AND missing.capabilities IS NULL
           AND (resolved.retired_at IS NULL OR p_version IS NOT NULL)

@@ -1,15 +1,40 @@
 -- Workers: a worker process registers what it serves and says when it stops (its heartbeat is
--- rara_step_heartbeat, lease.sql). Only rara_worker may; no role writes rara_workers directly
--- (migration 0007). Called through db/queries/workers.sql by the worker's store.
+-- rara_step_heartbeat, lease.sql). Only rara_worker may, each login for its own workers; no
+-- role writes rara_workers directly (migration 0007). Called through db/queries/workers.sql by the worker's store.
 -- Repeatable (rara.pg.migrate): edit in place.
+
+-- A worker id belongs to the login that registered it (migration 0012): a login may speak only
+-- for its own workers. Raises, naming the id, when p_worker is another login's; an id nobody
+-- registered (or registered before 0012) is nobody's. Called first by every function that
+-- acts as a worker (register, stop, heartbeat, lease); session_user is the login whatever
+-- role a SECURITY DEFINER function runs as.
+CREATE OR REPLACE FUNCTION rara_worker_check_login(p_worker text)
+RETURNS void
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    owner name;
+BEGIN
+    SELECT w.login INTO owner FROM rara_workers w WHERE w.id = p_worker;
+    IF owner IS NOT NULL AND owner <> session_user THEN
+        RAISE EXCEPTION 'worker id % belongs to another login; % may not act for it', p_worker,
+            session_user USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END $$;
+SELECT rara_grant('rara_worker_check_login');  -- only through the functions below and lease.sql
 
 CREATE OR REPLACE FUNCTION rara_worker_register(p_worker text, p_capabilities text[])
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
-    INSERT INTO rara_workers (id, capabilities) VALUES (p_worker, p_capabilities)
+    PERFORM rara_worker_check_login(p_worker);
+    INSERT INTO rara_workers (id, capabilities, login) VALUES (p_worker, p_capabilities, session_user)
     ON CONFLICT (id) DO UPDATE SET capabilities = EXCLUDED.capabilities, heartbeat_at = now(),
-        stopped_at = NULL;
+        stopped_at = NULL, login = session_user
+    -- (a concurrent registration by another login between the check and here: refused)
+    WHERE rara_workers.login IS NULL OR rara_workers.login = session_user;
+    IF NOT FOUND THEN
+        PERFORM rara_worker_check_login(p_worker);
+    END IF;
 END $$;
 SELECT rara_grant('rara_worker_register', 'rara_worker');
 
@@ -17,6 +42,7 @@ CREATE OR REPLACE FUNCTION rara_worker_stop(p_worker text)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
+    PERFORM rara_worker_check_login(p_worker);
     UPDATE rara_workers SET stopped_at = now() WHERE id = p_worker;
 END $$;
 SELECT rara_grant('rara_worker_stop', 'rara_worker');

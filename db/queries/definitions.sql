@@ -6,10 +6,9 @@
 -- signs: statements go to psycopg's %-style placeholders.
 
 -- name: definition_register^
--- The version of :spec under :name: the existing one with :digest, or the next number
--- (created true). db/functions/definitions.sql.
-SELECT * FROM rara_definition_register(p_name => :name, p_digest => :digest,
-                                       p_spec => CAST(:spec AS jsonb));
+-- The version of :spec under :name: the existing one with the same spec, or the next number
+-- (created true); the database computes the digest. db/functions/definitions.sql.
+SELECT * FROM rara_definition_register(p_name => :name, p_spec => CAST(:spec AS jsonb));
 
 -- name: definition_version_get^
 -- The given version, or the latest when :version is null.

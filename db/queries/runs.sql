@@ -12,7 +12,7 @@
 -- `retired_at`, or a stale :digest answered with the version's spec).
 SELECT * FROM rara_run_start(
     p_name => :name, p_version => CAST(:version AS integer), p_digest => CAST(:digest AS text),
-    p_steps => CAST(:steps AS jsonb), p_input => CAST(:input AS jsonb),
+    p_input => CAST(:input AS jsonb),
     p_idempotency_key => CAST(:idempotency_key AS text),
     p_check_capabilities => CAST(:check_capabilities AS boolean),
     p_alive_seconds => :alive_seconds);

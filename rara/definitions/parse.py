@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Any
 
 import yaml
@@ -69,20 +67,15 @@ def spec_from_object(obj: Any) -> WorkflowSpec:
 
 
 def canonical_spec(spec: WorkflowSpec) -> dict[str, Any]:
-    """The normalised spec: defaults filled, durations in one spelling. Hash and store this."""
+    """The normalised spec: defaults filled, durations in one spelling (``60s`` == ``1m``),
+    independent of key order and YAML formatting. What the database stores and hashes: the
+    digest is its rule (``rara_spec_digest``, migration 0012), never the client's."""
     canonical = spec.model_dump(mode="json", by_alias=True)
     for step in canonical["steps"]:
         for key in _CANONICAL_ONLY_WHEN_SET:
             if step.get(key) is None:
                 step.pop(key, None)
     return canonical
-
-
-def spec_digest(spec: WorkflowSpec) -> str:
-    """sha256 of the canonical JSON: independent of key order, YAML formatting and spelling
-    of equal durations (``60s`` == ``1m``)."""
-    canonical = json.dumps(canonical_spec(spec), sort_keys=True, separators=(",", ":"))
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _describe(exc: ValidationError, obj: Any, prefix: tuple[str | int, ...] = ()) -> list[str]:

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 from rara.definitions.model import WorkflowDefinition
-from rara.definitions.parse import canonical_spec, spec_digest
+from rara.definitions.parse import canonical_spec
 from rara.pg import definitions as sql
 from rara.secrets import refuse_credentials
 
@@ -27,6 +27,5 @@ def apply_definition(
     """Register the definition's spec as a version (idempotent). One statement."""
     for step in definition.spec.steps:
         refuse_credentials(step.input, f"step {step.key!r} input")
-    digest = spec_digest(definition.spec)
-    row = sql.register(conn, definition.name, digest, canonical_spec(definition.spec))
-    return AppliedVersion(definition.name, row.version, digest, created=row.created)
+    row = sql.register(conn, definition.name, canonical_spec(definition.spec))
+    return AppliedVersion(definition.name, row.version, row.digest, created=row.created)

@@ -19,7 +19,7 @@ class RegisteredRow:
     version: int
     digest: str
     created_at: datetime
-    created: bool  # False: this digest was already a version of the name
+    created: bool  # False: this spec was already a version of the name
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,11 +44,10 @@ class DefinitionRow:
     retired_at: datetime | None
 
 
-def register(conn: Conn, name: str, digest: str, spec: dict[str, Any]) -> RegisteredRow:
-    """The version of ``spec`` (digest ``digest``) under ``name``: the existing one, or the next
-    number (``definition_register``)."""
-    row = one(conn, "definition_register", class_row(RegisteredRow),
-              name=name, digest=digest, spec=Jsonb(spec))
+def register(conn: Conn, name: str, spec: dict[str, Any]) -> RegisteredRow:
+    """The version of ``spec`` under ``name``: the existing one, or the next number
+    (``definition_register``; the database computes the digest and the runs' step rows)."""
+    row = one(conn, "definition_register", class_row(RegisteredRow), name=name, spec=Jsonb(spec))
     assert row is not None  # the function returns the found or the inserted row
     return row
 

@@ -79,12 +79,11 @@ class StartAnswer:
 
 
 def start(conn: Conn, *, name: str, version: int | None, digest: str | None,
-          steps: list[dict[str, Any]] | None, input: dict[str, Any],
-          idempotency_key: str | None, check_capabilities: bool,
+          input: dict[str, Any], idempotency_key: str | None, check_capabilities: bool,
           alive_seconds: float) -> StartAnswer | None:
     """One round trip (``rara.runs.start_run``); None: no such definition (version)."""
     return one(conn, "run_start", class_row(StartAnswer), name=name, version=version,
-               digest=digest, steps=None if steps is None else Jsonb(steps), input=Jsonb(input),
+               digest=digest, input=Jsonb(input),
                idempotency_key=idempotency_key, check_capabilities=check_capabilities,
                alive_seconds=alive_seconds)
 

@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from rara.definitions.parse import definition_from_object, load_definition, spec_digest
+from rara.definitions.parse import canonical_spec, definition_from_object, load_definition
 from rara.definitions.registry import apply_definition
 from rara.errors import DefinitionInvalid
 from tests.helpers import definition
@@ -111,7 +111,8 @@ def test_same_spec_same_version_and_reformatted_same_digest(conn: psycopg.Connec
     again = apply_definition(conn, load_definition(REFORMATTED))
     assert (first.version, first.created) == (1, True)
     assert (again.version, again.digest, again.created) == (1, first.digest, False)
-    assert spec_digest(load_definition(GOOD).spec) == spec_digest(load_definition(REFORMATTED).spec)
+    assert (canonical_spec(load_definition(GOOD).spec)
+            == canonical_spec(load_definition(REFORMATTED).spec))
 
     changed = apply_definition(conn, load_definition(GOOD.replace("timeout: 5m", "timeout: 6m")))
     assert (changed.version, changed.created) == (2, True)

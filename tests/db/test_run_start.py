@@ -25,7 +25,7 @@ _STATEMENT = re.compile(r"\tF\t\d+\t(Execute|Query)\b")
 
 @pytest.fixture(autouse=True)
 def cold_cache() -> None:
-    runs._STEP_ROWS.clear()
+    runs._INPUT_SCHEMAS.clear()
     runs._DIGEST_HINTS.clear()
 
 
@@ -109,7 +109,7 @@ def test_two_databases_with_one_version_id_get_their_own_steps(
             assert step_keys(conn, here) == ["a"]
             assert step_keys(other, there) == ["x", "y"]
         # Both specs stay cached (by digest): only the (name, version) hint flips.
-        assert set(runs._STEP_ROWS) == set(runs._DIGEST_HINTS.values()) | {
+        assert set(runs._INPUT_SCHEMAS) == set(runs._DIGEST_HINTS.values()) | {
             r[0] for r in conn.execute("SELECT digest FROM rara_definition_versions")}
         assert statements(conn, lambda: start_run(conn, "d", queue_anyway=True)) == 2
         assert statements(conn, lambda: start_run(conn, "d", queue_anyway=True)) == 1
@@ -172,7 +172,7 @@ def test_an_idempotency_key_returns_the_same_run(
     if warm:
         start_run(conn, "idem", queue_anyway=True)
     first = start_run(conn, "idem", idempotency_key="k-1", queue_anyway=True)
-    runs._STEP_ROWS.clear()  # the repeat may come from a process that has not seen the spec
+    runs._INPUT_SCHEMAS.clear()  # the repeat may come from a process that has not seen the spec
     again = start_run(conn, "idem", idempotency_key="k-1", queue_anyway=True)
     assert first.created
     assert not again.created

@@ -1,5 +1,7 @@
 """LISTEN on a dedicated connection: ``rara_ready`` wakes the lease loop, ``rara_cancel``
-(payload: step id) reaches a running attempt sooner than its next heartbeat.
+(payload: step id) makes the worker ask the database sooner than its next heartbeat whether
+that attempt's cancel was asked. Any login may NOTIFY any channel, so a payload is only ever
+a reason to read: what the worker does follows from the fenced answer, never the payload.
 
 NOTIFY is a hint, never the only path: a dropped connection is re-opened with backoff, and on
 every (re)connect the lease loop is woken because notifications sent meanwhile are gone. A

@@ -50,10 +50,10 @@ class Worker:
         self.stopping = asyncio.Event()
         self.aborting = asyncio.Event()  # second signal: skip the grace period
         self.wake = asyncio.Event()
-        # Set when what this worker serves changes (an executor came or went): the heartbeat
-        # then writes the new capabilities at once, since runs start only once the database
-        # lists them.
-        self.served_changed = asyncio.Event()
+        # Set for a heartbeat now: what this worker serves changed (an executor came or went;
+        # runs start only once the database lists it), or a cancel was announced (the answer
+        # says whether it was asked).
+        self.heartbeat_due = asyncio.Event()
         self.cursors = LeaseCursors(settings.lease_rescan_seconds)
         self.pool = make_pool(url, settings.concurrency + 4)
         self.store = WorkerStore(self.pool, settings.id, own_url=url)
@@ -154,9 +154,11 @@ class Worker:
             self.wake.set()
 
     def _on_cancel(self, step_id: int) -> None:
-        state = self.attempts.get(step_id)
-        if state is not None:
-            state.request_cancel()
+        # A hint, never an order: any login may NOTIFY. Ask the database now, in the fenced
+        # heartbeat, whose answer says whether cancel was asked of this attempt; a forged
+        # notification costs one heartbeat.
+        if step_id in self.attempts:
+            self.heartbeat_due.set()
 
     # -- leasing --------------------------------------------------------------------------
 
@@ -261,7 +263,7 @@ class Worker:
 
     def capabilities_changed(self) -> None:
         """An executor's capabilities changed: heartbeat now, and lease what is new."""
-        self.served_changed.set()
+        self.heartbeat_due.set()
         self.wake.set()
 
     async def _heartbeat_loop(self) -> None:
@@ -269,8 +271,8 @@ class Worker:
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(s.heartbeat_interval * random.uniform(0.9, 1.0)):
-                    await self.served_changed.wait()
-            self.served_changed.clear()
+                    await self.heartbeat_due.wait()
+            self.heartbeat_due.clear()
             states = list(self.attempts.values())
             sent = time.monotonic()
             try:

@@ -7,7 +7,9 @@
     ├── ArtifactCorrupted             permanent: bytes do not hash to the digest
     └── ArtifactStoreError            the store could not be used; names bucket/key
         ├── ArtifactStoreUnavailable  retryable: transient failures outlasted the retries
-        └── ArtifactStoreAccessError  permanent: access denied, bad credentials, no bucket
+        ├── ArtifactStoreAccessError  permanent: access denied, bad credentials, no bucket
+        └── ArtifactStoreUnsafe       permanent: a link (or a stranger file) inside a local
+                                      store; names the path inside the store
 
 A step that meets :class:`ArtifactStoreUnavailable` may succeed when retried later; the others
 need a person (or a different digest) before a retry can help.
@@ -65,3 +67,9 @@ class ArtifactStoreUnavailable(ArtifactStoreError):
 
 class ArtifactStoreAccessError(ArtifactStoreError):
     """Access denied, unknown or wrong credentials, or the bucket does not exist."""
+
+
+class ArtifactStoreUnsafe(ArtifactStoreError):
+    """A symbolic link, or a file of the wrong kind, where a local store keeps its own files:
+    refused, never followed. ``where`` is the path inside the store (``sha256/ab/…``): never
+    where a link points, nor anything read there."""

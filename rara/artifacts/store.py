@@ -21,6 +21,14 @@ Reads verify: ``get_bytes`` and ``get_file`` re-hash what they read and raise
 destination and renames it into place only after the digest checked out, so ``dest`` is
 never left partially written (and an existing ``dest`` is untouched on failure).
 
+Nothing below ``root`` is followed through a link: every blob, shard and temp file is opened
+relative to a directory descriptor walked down from ``root`` with ``O_NOFOLLOW``, so a symlink
+planted in the store (a blob, a shard directory, ``tmp/``) is refused with
+:class:`ArtifactStoreUnsafe` naming the path inside the store, never read, hashed, written
+through or deleted through. (``root`` itself is configuration and may be a link.) A link where
+a blob belongs is replaced by the real blob when that content is written again: a rename never
+follows its target's link.
+
 Garbage collection lives elsewhere; it gets :meth:`LocalArtifactStore.iter_blobs`,
 :meth:`LocalArtifactStore.delete` and :meth:`LocalArtifactStore.remove_stale_temporaries`
 (which spares temp files a live writer may still be producing: :func:`is_in_flight`).
@@ -29,6 +37,7 @@ Garbage collection lives elsewhere; it gets :meth:`LocalArtifactStore.iter_blobs
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import os
@@ -42,7 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from rara.artifacts.api import BlobInfo
-from rara.artifacts.errors import ArtifactCorrupted, ArtifactNotFound
+from rara.artifacts.errors import ArtifactCorrupted, ArtifactNotFound, ArtifactStoreUnsafe
 from rara.artifacts.ref import ArtifactRef
 from rara.artifacts.writer import HashingWriter
 
@@ -72,6 +81,11 @@ _TMP_NAME = re.compile(
 )
 _HOST: Final = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:63] or "localhost"
 _BLOB_MODE: Final = 0o444
+# Below the root nothing is followed through a link (the module's docstring).
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# O_NONBLOCK: a FIFO planted where a blob belongs must not hang the open; fstat refuses it.
+_READ_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+_NEW_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def parse_digest(ref: ArtifactRef | str) -> str:
@@ -109,12 +123,16 @@ def is_in_flight(
     files alone and may delete the rest of ``tmp_dir``.
     """
     p = Path(path)
-    m = _TMP_NAME.search(p.name)
-    if m is None:
-        return False
     try:
-        mtime = p.stat().st_mtime
+        mtime = p.lstat().st_mtime
     except FileNotFoundError:
+        return False
+    return _in_flight(p.name, mtime, stale_after)
+
+
+def _in_flight(name: str, mtime: float, stale_after: float) -> bool:
+    m = _TMP_NAME.search(name)
+    if m is None:
         return False
     if m["host"] == _HOST and not _pid_alive(int(m["pid"])):
         return False
@@ -134,6 +152,22 @@ def _unlink_quietly(path: Path) -> None:
         path.unlink()
 
 
+def _unsafe(where: str) -> ArtifactStoreUnsafe:
+    return ArtifactStoreUnsafe(where, "a symbolic link or a file of the wrong kind where the "
+                               "artifact store keeps its own; refused, not followed")
+
+
+def _open_below(dir_fd: int | None, name: str, where: str) -> int:
+    """The directory ``name`` (in ``dir_fd``, or a path), never through a link at its last
+    component (``where``: its path in the store, for the error)."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _unsafe(where) from None
+        raise
+
+
 def _open_new(path: Path) -> io.BufferedWriter:
     # O_EXCL: never clobber; 0o666 & ~umask for the mode like any new file.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
@@ -147,12 +181,14 @@ class ArtifactWriter(HashingWriter):
 
     def __init__(self, store: LocalArtifactStore, media_type: str = DEFAULT_MEDIA_TYPE) -> None:
         self._store = store
-        self._tmp_path, self._file = store._new_tmp()
+        # tmp/ stays open for the writer's life: the file is created, renamed and removed
+        # relative to it, whatever becomes of the path meanwhile.
+        self._tmp_dir_fd, self._tmp_name, self._file = store._new_tmp()
         super().__init__(self._file, media_type)
 
     @property
     def tmp_path(self) -> Path:
-        return self._tmp_path
+        return self._store.tmp_dir / self._tmp_name
 
     def _store_blob(self, hexdigest: str) -> None:
         try:
@@ -161,16 +197,30 @@ class ArtifactWriter(HashingWriter):
             os.fchmod(fd, _BLOB_MODE)
             if self._store.durable:
                 os.fsync(fd)
+            self._check_still_ours(os.fstat(fd))
             self._file.close()
-            self._store._install(self._tmp_path, hexdigest, self._size)
+            self._store._install(self._tmp_dir_fd, self._tmp_name, hexdigest, self._size)
         except BaseException:
-            self._file.close()
-            _unlink_quietly(self._tmp_path)
+            self._discard()
             raise
+        os.close(self._tmp_dir_fd)
+
+    def _check_still_ours(self, mine: os.stat_result) -> None:
+        """The name about to be renamed onto the blob is still the file written (not a link
+        or another file swapped in under it)."""
+        try:
+            there = os.stat(self._tmp_name, dir_fd=self._tmp_dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            there = None
+        if there is None or (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
+            raise ArtifactStoreUnsafe(f"tmp/{self._tmp_name}", "the temp file was replaced "
+                                      "while being written; refused")
 
     def _discard(self) -> None:
         self._file.close()
-        _unlink_quietly(self._tmp_path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._tmp_name, dir_fd=self._tmp_dir_fd)  # a link is removed, not followed
+        os.close(self._tmp_dir_fd)
 
 
 class LocalArtifactStore:
@@ -206,7 +256,75 @@ class LocalArtifactStore:
         return self.blob_dir / hexd[:2] / hexd[2:]
 
     def exists(self, ref: ArtifactRef | str) -> bool:
-        return self.path_of(ref).is_file()
+        """True if the blob is there as the store's own regular file (a link is not)."""
+        hexd = parse_digest(ref).removeprefix("sha256:")
+        try:
+            shard = self._open_dir("sha256", hexd[:2])
+        except FileNotFoundError:
+            return False
+        try:
+            st = os.stat(hexd[2:], dir_fd=shard, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        finally:
+            os.close(shard)
+        return stat.S_ISREG(st.st_mode)
+
+    # ---- walking below the root, links refused ------------------------------------------
+
+    def _open_dir(self, *parts: str, create: bool = False) -> int:
+        """A descriptor of ``root/<parts>``: see :meth:`_walk`."""
+        return self._walk(parts, create)[0]
+
+    def _walk(self, parts: tuple[str, ...], create: bool) -> tuple[int, bool]:
+        """(a descriptor of ``root/<parts>``, whether a part was made). The first part is
+        opened by its path (the root's own components are configuration, followed), each
+        next one relative to the one above, all with ``O_NOFOLLOW``: a link swapped in
+        meanwhile is refused too. ``create``: make missing parts. FileNotFoundError if one
+        is missing; :class:`ArtifactStoreUnsafe` if one is a link or not a directory."""
+        made = False
+        fd: int | None = None
+        try:
+            for i, part in enumerate(parts):
+                where = "/".join(parts[: i + 1])
+                parent = os.path.join(self.root, part) if fd is None else part
+                try:
+                    child = _open_below(fd, parent, where)
+                except FileNotFoundError:
+                    if not create:
+                        raise
+                    with contextlib.suppress(FileExistsError):
+                        os.mkdir(parent, dir_fd=fd)
+                        made = True
+                    child = _open_below(fd, parent, where)
+                if fd is not None:
+                    os.close(fd)
+                fd = child
+        except BaseException:
+            if fd is not None:
+                os.close(fd)
+            raise
+        assert fd is not None, "no parts to walk"
+        return fd, made
+
+    def _open_blob_fd(self, hexd: str) -> int:
+        """The blob opened read-only, never through a link. FileNotFoundError if it is not
+        there; :class:`ArtifactStoreUnsafe` (naming the path inside the store) if it or a
+        directory above it is a link or not what the store puts there."""
+        where = f"sha256/{hexd[:2]}/{hexd[2:]}"
+        shard = self._open_dir("sha256", hexd[:2])
+        try:
+            fd = os.open(hexd[2:], _READ_FLAGS, dir_fd=shard)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _unsafe(where) from None
+            raise
+        finally:
+            os.close(shard)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise _unsafe(where)
+        return fd
 
     @staticmethod
     def is_in_flight(
@@ -226,7 +344,7 @@ class LocalArtifactStore:
     ) -> ArtifactRef:
         mv = memoryview(data).cast("B")
         hexd = hashlib.sha256(mv).hexdigest()
-        if self._existing_is_valid(self._blob_path(hexd), hexd, mv.nbytes):
+        if self._existing_is_valid(hexd, mv.nbytes):
             # Stored already: skip the write and fsync entirely.
             return ArtifactRef(f"sha256:{hexd}", mv.nbytes, media_type)
         with self.open_writer(media_type) as w:
@@ -244,68 +362,92 @@ class LocalArtifactStore:
                 w.write(view[:n])
         return w.ref
 
-    def _new_tmp(self) -> tuple[Path, io.BufferedWriter]:
-        path = self.tmp_dir / _tmp_name()
+    def _new_tmp(self) -> tuple[int, str, io.BufferedWriter]:
+        """(descriptor of tmp/, the new temp file's name in it, the file open for writing)."""
+        dir_fd = self._open_dir("tmp", create=True)  # recreated if removed from under us
+        name = _tmp_name()
         try:
-            return path, _open_new(path)
-        except FileNotFoundError:  # tmp/ removed from under us: recreate once
-            self.tmp_dir.mkdir(parents=True, exist_ok=True)
-            return path, _open_new(path)
+            # O_EXCL: never clobber, nor open through a link; 0o666 & ~umask like any file.
+            fd = os.open(name, _NEW_FLAGS, 0o666, dir_fd=dir_fd)
+        except BaseException:
+            os.close(dir_fd)
+            raise
+        return dir_fd, name, io.BufferedWriter(io.FileIO(fd, "wb"), CHUNK_SIZE)
 
-    def _install(self, tmp: Path, hexd: str, size: int) -> None:
+    def _install(self, tmp_dir_fd: int, tmp_name: str, hexd: str, size: int) -> None:
         """Move a finished, fsynced, read-only temp file onto its content address."""
-        target = self._blob_path(hexd)
-        if self._existing_is_valid(target, hexd, size):
-            _unlink_quietly(tmp)
-            return
-        # Missing or corrupt: (re)place it. Racing writers of the same content each rename
-        # a complete copy of the same bytes, so whichever lands last is equally good.
-        parent = target.parent
-        new_dir = not parent.is_dir()
-        parent.mkdir(exist_ok=True)
-        os.replace(tmp, target)
-        if self.durable:
-            _fsync_dir(parent)
-            if new_dir:
-                _fsync_dir(self.blob_dir)
-
-    def _existing_is_valid(self, target: Path, hexd: str, size: int) -> bool:
-        """True if ``target`` holds exactly the blob; bumps its mtime (GC grace) if so."""
+        shard, new_dir = self._walk(("sha256", hexd[:2]), create=True)
         try:
-            st = target.stat()
+            if self._valid_in(shard, hexd, size):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp_name, dir_fd=tmp_dir_fd)
+                return
+            # Missing, corrupt or a link: (re)place it (a rename replaces a link, never
+            # follows it). Racing writers of the same content each rename a complete copy of
+            # the same bytes, so whichever lands last is equally good.
+            os.replace(tmp_name, hexd[2:], src_dir_fd=tmp_dir_fd, dst_dir_fd=shard)
+            if self.durable:
+                os.fsync(shard)
+        finally:
+            os.close(shard)
+        if self.durable and new_dir:
+            blobs = self._open_dir("sha256")
+            try:
+                os.fsync(blobs)
+            finally:
+                os.close(blobs)
+
+    def _existing_is_valid(self, hexd: str, size: int) -> bool:
+        """True if the blob is stored, exactly; bumps its mtime (GC grace) if so."""
+        try:
+            shard = self._open_dir("sha256", hexd[:2])
         except FileNotFoundError:
             return False
-        if not stat.S_ISREG(st.st_mode) or st.st_size != size:
-            return False
         try:
-            actual = self._hash_file(target)
-        except FileNotFoundError:  # deleted meanwhile (GC): write it afresh
+            return self._valid_in(shard, hexd, size)
+        finally:
+            os.close(shard)
+
+    def _valid_in(self, shard: int, hexd: str, size: int) -> bool:
+        """True if the shard directory ``shard`` holds exactly the blob ``hexd`` as a regular
+        file (a link there is not valid: it is replaced, never read)."""
+        try:
+            fd = os.open(hexd[2:], _READ_FLAGS, dir_fd=shard)
+        except FileNotFoundError:  # not there, or deleted meanwhile (GC): write it afresh
             return False
-        if actual != hexd:
-            return False
-        # Tell an mtime-based GC this blob was just produced again. Best effort: needs
-        # ownership of the file, which a shared volume may not give us.
-        with contextlib.suppress(OSError):
-            os.utime(target)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                return False
+            raise
+        with io.FileIO(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+                return False
+            if self._hash(f) != hexd:
+                return False
+            # Tell an mtime-based GC this blob was just produced again. Best effort: needs
+            # ownership of the file, which a shared volume may not give us.
+            with contextlib.suppress(OSError):
+                os.utime(fd)
         return True
 
-    def _hash_file(self, path: Path) -> str:
+    def _hash(self, f: io.FileIO) -> str:
         h = hashlib.sha256()
         buf = bytearray(self.chunk_size)
         view = memoryview(buf)
-        with open(path, "rb", buffering=0) as f:
-            while n := f.readinto(view):
-                h.update(view[:n])
+        while n := f.readinto(view):
+            h.update(view[:n])
         return h.hexdigest()
 
     # ---- reading ------------------------------------------------------------------------
 
     def _open_blob(self, digest: str) -> tuple[Path, io.FileIO]:
-        path = self._blob_path(digest.removeprefix("sha256:"))
+        hexd = digest.removeprefix("sha256:")
         try:
-            return path, open(path, "rb", buffering=0)  # caller closes
-        except (FileNotFoundError, NotADirectoryError):
+            fd = self._open_blob_fd(hexd)
+        except FileNotFoundError:
             raise ArtifactNotFound(digest, str(self.root)) from None
+        return self._blob_path(hexd), io.FileIO(fd, "rb")  # caller closes
 
     @staticmethod
     def _check(ref: ArtifactRef | str, digest: str, actual_hex: str, size: int, path: Path) -> None:
@@ -366,51 +508,72 @@ class LocalArtifactStore:
     def iter_blobs(self) -> Iterator[BlobInfo]:
         """Every stored blob (digest, size, mtime). Tolerates concurrent writes/deletes."""
         try:
-            fans = list(os.scandir(self.blob_dir))
+            blobs = self._open_dir("sha256")
         except FileNotFoundError:
             return
-        for fan in fans:
-            if not _HEX2.match(fan.name) or not fan.is_dir(follow_symlinks=False):
-                continue
-            try:
-                entries = list(os.scandir(fan.path))
-            except FileNotFoundError:
-                continue
-            for entry in entries:
-                if not _HEX62.match(entry.name):
+        try:
+            fans = [f.name for f in os.scandir(blobs)
+                    if _HEX2.match(f.name) and f.is_dir(follow_symlinks=False)]
+            for fan in fans:
+                try:
+                    fan_fd = _open_below(blobs, fan, f"sha256/{fan}")
+                except (FileNotFoundError, ArtifactStoreUnsafe):  # gone, or a link: not ours
                     continue
                 try:
-                    st = entry.stat(follow_symlinks=False)
-                except FileNotFoundError:
-                    continue
-                if stat.S_ISREG(st.st_mode):
-                    yield BlobInfo(f"sha256:{fan.name}{entry.name}", st.st_size, st.st_mtime)
+                    found = []
+                    for entry in os.scandir(fan_fd):
+                        if not _HEX62.match(entry.name):
+                            continue
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except FileNotFoundError:
+                            continue
+                        if stat.S_ISREG(st.st_mode):
+                            found.append(BlobInfo(f"sha256:{fan}{entry.name}", st.st_size,
+                                                  st.st_mtime))
+                finally:
+                    os.close(fan_fd)
+                yield from found
+        finally:
+            os.close(blobs)
 
     def delete(self, ref: ArtifactRef | str) -> bool:
         """Remove a blob; False if it was not there. Fan-out directories are kept (a
         concurrent writer may be about to rename into one)."""
+        hexd = parse_digest(ref).removeprefix("sha256:")
         try:
-            self.path_of(ref).unlink()
+            shard = self._open_dir("sha256", hexd[:2])
         except FileNotFoundError:
             return False
+        try:
+            os.unlink(hexd[2:], dir_fd=shard)  # a link is removed, never followed
+        except FileNotFoundError:
+            return False
+        finally:
+            os.close(shard)
         return True
 
     def remove_stale_temporaries(self, older_than: float, *, dry_run: bool = False) -> int:
         """Remove temp files untouched since ``older_than`` (epoch s) and not in flight."""
         removed = 0
         try:
-            entries = list(os.scandir(self.tmp_dir))
+            tmp = self._open_dir("tmp")
         except FileNotFoundError:
             return 0
-        for entry in entries:
-            try:
-                old = entry.stat(follow_symlinks=False).st_mtime < older_than
-            except FileNotFoundError:
-                continue
-            if old and not is_in_flight(entry.path):
-                if not dry_run:
-                    _unlink_quietly(Path(entry.path))
-                removed += 1
+        try:
+            for entry in list(os.scandir(tmp)):
+                try:
+                    mtime = entry.stat(follow_symlinks=False).st_mtime
+                except FileNotFoundError:
+                    continue
+                if mtime < older_than and not _in_flight(entry.name, mtime,
+                                                         DEFAULT_STALE_AFTER_S):
+                    if not dry_run:
+                        with contextlib.suppress(FileNotFoundError):
+                            os.unlink(entry.name, dir_fd=tmp)
+                    removed += 1
+        finally:
+            os.close(tmp)
         return removed
 
 

@@ -10,15 +10,13 @@ import re
 import tempfile
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, BinaryIO
 
-from anyio import to_thread
+from anyio import to_thread, wrap_file
 from psycopg_pool import AsyncConnectionPool
-from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import (
-    FileResponse,
     JSONResponse,
     PlainTextResponse,
     RedirectResponse,
@@ -27,6 +25,10 @@ from starlette.responses import (
 )
 
 from rara.artifacts import open_store
+from rara.artifacts.api import ArtifactStore
+from rara.artifacts.errors import ArtifactNotFound
+from rara.artifacts.media_type import is_valid_media_type
+from rara.artifacts.store import DEFAULT_MEDIA_TYPE
 from rara.pg.queries import AsyncConn
 from rara.states import RunStatus
 from rara.ui import charts, data
@@ -37,6 +39,7 @@ from rara.ui.timeline import timeline
 
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 STATUSES = [s.value for s in RunStatus]
+DOWNLOAD_CHUNK = 64 * 1024
 ROWS = 200  # table rows of a run page (the DAG shows every step); ?rows=all for the rest
 
 
@@ -231,19 +234,35 @@ async def artifact_download(request: Request) -> Response:
         media_type = await data.artifact_media_type(conn, digest)
     if blob is None:
         raise HTTPException(404, f"no artifact {digest}")
+    if not is_valid_media_type(media_type):  # an older or hand-written row: never a header
+        media_type = DEFAULT_MEDIA_TYPE
     store = open_store(request.app.state.config.artifacts)
-    fd, path = tempfile.mkstemp(prefix="rara-ui-")
-    os.close(fd)
     try:
-        await to_thread.run_sync(store.get_file, digest, path)
-    except Exception:
-        os.unlink(path)
-        raise
-    name = f"{digest[7:19]}.bin"
-    return FileResponse(path, media_type=media_type or "application/octet-stream",
-                        filename=name, background=BackgroundTask(os.unlink, path),
-                        headers={"x-rara-digest": digest,
-                                 "content-security-policy": "sandbox"})
+        verified = await to_thread.run_sync(_verified_copy, store, digest)
+    except ArtifactNotFound:
+        raise HTTPException(404, f"artifact {digest} is not in the store") from None
+    size = os.fstat(verified.fileno()).st_size
+    return StreamingResponse(
+        _blob_chunks(verified), media_type=media_type,
+        headers={"content-length": str(size),
+                 "content-disposition": f'attachment; filename="{digest[7:19]}.bin"',
+                 "x-rara-digest": digest, "content-security-policy": "sandbox"})
+
+
+def _verified_copy(store: ArtifactStore, digest: str) -> BinaryIO:
+    """The blob, verified, as an open file whose name is already gone: nothing a download
+    meets later (the client leaving, an error mid-stream) can leave a copy on the disk, and
+    the folder is removed whatever ``get_file`` raised."""
+    with tempfile.TemporaryDirectory(prefix="rara-ui-") as folder:
+        path = os.path.join(folder, "blob")
+        store.get_file(digest, path)
+        return open(path, "rb")  # closed by _blob_chunks (or, never sent, when dropped)
+
+
+async def _blob_chunks(verified: BinaryIO) -> AsyncIterator[bytes]:
+    async with wrap_file(verified) as source:
+        while chunk := await source.read(DOWNLOAD_CHUNK):
+            yield chunk
 
 
 async def fleet(request: Request) -> Response:

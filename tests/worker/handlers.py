@@ -155,9 +155,11 @@ async def checkpoint_awaited(ctx: StepContext) -> Any:
 
 @registry.handler("test.produce@1")
 def produce(ctx: StepContext) -> StepOutcome:
-    ref = ctx.artifacts.put_bytes(ctx.input["text"].encode())
+    """``text`` (``repeat`` times) as the artifact ``corpus.txt`` of ``media_type``."""
+    ref = ctx.artifacts.put_bytes(ctx.input["text"].encode() * ctx.input.get("repeat", 1))
+    media_type = ctx.input.get("media_type", "text/plain")
     return StepOutcome(result={"digest": ref.digest},
-                       artifacts=[OutputArtifact("corpus.txt", ref, "text/plain")])
+                       artifacts=[OutputArtifact("corpus.txt", ref, media_type)])
 
 
 @registry.handler("test.consume@1")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import structlog
 
+from rara.artifacts.media_type import media_type_problem
 from rara.context import StepContext, StepOutcome
 from rara.executor import limits
 from rara.executor.context import ExecutorStepContext
@@ -154,6 +155,8 @@ class RunningJob:
             return failed(pb.ERROR_CODE_HANDLER_ERROR, "result: " + limits.describe(len(result)),
                           retryable=False)
         for art in outcome.artifacts:
+            if (problem := media_type_problem(art.name, art.media_type)) is not None:
+                return failed(pb.ERROR_CODE_HANDLER_ERROR, problem, retryable=False)
             if not self.ctx.artifacts.exists(art.ref):
                 return failed(pb.ERROR_CODE_HANDLER_ERROR, f"artifact {art.name!r} "
                               f"({art.ref.digest}) is not in the store", retryable=False)

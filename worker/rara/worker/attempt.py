@@ -33,6 +33,7 @@ from typing import Any
 
 import structlog
 
+from rara.artifacts.media_type import media_type_problem
 from rara.context import StepContext, StepOutcome
 from rara.errors import ErrorCode, NotStarted
 from rara.states import AttemptOutcome, StepStatus
@@ -229,6 +230,14 @@ async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: Sto
                                     f"of JSON; the limit is {MAX_RESULT_BYTES} — store large "
                                     "outputs as artifacts (ctx.artifacts) and return their refs"}
                 return await ended(AttemptOutcome.FAILED, error=error, retryable=False)
+        # Every manifest row, in-process or from an executor's report, passes here: a media
+        # type the dashboard could not serve is refused for good, and nothing is written.
+        problem = next(filter(None, (media_type_problem(a.name, a.media_type)
+                                     for a in outcome.artifacts)), None)
+        if problem is not None:
+            error = {"code": ErrorCode.RESULT_INVALID, "retryable": False,
+                     "type": "InvalidMediaType", "message": f"step {state.step.key!r}: {problem}"}
+            return await ended(AttemptOutcome.FAILED, error=error, retryable=False)
         manifest = [{"name": a.name, "digest": a.ref.digest, "size": a.ref.size,
                      "media_type": a.media_type} for a in outcome.artifacts]
         return await ended(AttemptOutcome.SUCCEEDED, result=outcome.result, artifacts=manifest)

@@ -1887,7 +1887,7 @@ ALTER TABLE ONLY public.rara_schema_migrations
 -- CHECK CONSTRAINT: rara_step_artifacts rara_step_artifacts_media_type_check
 
 ALTER TABLE public.rara_step_artifacts
-    ADD CONSTRAINT rara_step_artifacts_media_type_check CHECK (((length(media_type) <= 255) AND (media_type ~ '^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}( *; *[A-Za-z0-9!#$&^_.+-]+=([A-Za-z0-9!#$&^_.+-]+|"[^"\\[:cntrl:]]*"))*$'::text))) NOT VALID;
+    ADD CONSTRAINT rara_step_artifacts_media_type_check CHECK (((char_length(media_type) <= 255) AND (media_type ~ '^[ -~]*$'::text) AND (media_type ~ '^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}( *; *[A-Za-z0-9!#$&^_.+-]+=([A-Za-z0-9!#$&^_.+-]+|"[^"\\[:cntrl:]]*"))*$'::text))) NOT VALID;
 
 -- CONSTRAINT: rara_step_artifacts rara_step_artifacts_pkey
 

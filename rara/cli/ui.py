@@ -10,6 +10,7 @@ import typer
 
 from rara.cli.common import console, fail
 from rara.pg.connect import database_url
+from rara.ui.auth import SESSION_SECONDS
 
 
 def read_token(token_file: Path | None) -> str | None:
@@ -42,6 +43,10 @@ def ui(
         envvar="RARA_UI_AUTH_HEADER",
         help="trust this header as the user's identity (set by an authenticating proxy, "
              "e.g. X-Forwarded-User); only behind such a proxy")] = None,
+    session_seconds: Annotated[int, typer.Option(
+        min=1, envvar="RARA_UI_SESSION_SECONDS",
+        help="a login's lifetime: its cookie is refused after this many seconds, after "
+             "logout, or once the server restarts")] = SESSION_SECONDS,
     artifacts: Annotated[str | None, typer.Option(
         "--artifacts", envvar="RARA_ARTIFACTS",
         help="artifact store for downloads: a directory or s3://…")] = None,
@@ -59,7 +64,8 @@ def ui(
                    "RARA_UI_TOKEN or --auth-header")
     config = UiConfig(
         database_url=database_url(db_url),
-        auth=AuthConfig(read_only=read_only, token=token, auth_header=auth_header),
+        auth=AuthConfig(read_only=read_only, token=token, auth_header=auth_header,
+                        session_seconds=session_seconds),
         artifacts=artifacts, pool_size=pool_size)
     mode = "read-only" if read_only else "actions allowed to authenticated users"
     console.print(f"rara ui on http://{host}:{port} ({mode})", highlight=False)

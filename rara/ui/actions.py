@@ -112,13 +112,19 @@ async def login(request: Request) -> Response:
     if not auth.check_token(fields.get("token", "")):
         return page(request, "login.html", status_code=401, next=target,
                     error="wrong token" if auth.can_login else "no token is configured")
+    auth.sessions.end(request.cookies.get(SESSION_COOKIE, ""))  # a new login, a new session
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(SESSION_COOKIE, auth.session_value(), httponly=True, samesite="strict",
+    # Max-Age: the browser forgets the cookie when the server does.
+    response.set_cookie(SESSION_COOKIE, auth.sessions.create(),
+                        max_age=int(auth.sessions.seconds), httponly=True, samesite="strict",
                         secure=request.url.scheme == "https", path="/")
     return response
 
 
 async def logout(request: Request) -> Response:
+    """Ends the session on the server: the cookie is refused from now on, wherever a copy of
+    it is (deleting it in this browser alone would not stop a copy)."""
+    _auth(request).sessions.end(request.cookies.get(SESSION_COOKIE, ""))
     response = RedirectResponse("/runs", status_code=303)
-    response.delete_cookie(SESSION_COOKIE, path="/")
+    response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
     return response

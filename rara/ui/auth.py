@@ -7,9 +7,14 @@ proxy). Actions need all of: the server not read-only; an identity, either a bea
 (``--auth-header X-Forwarded-User``); and a CSRF token bound to that identity in the form,
 from a page of the same origin.
 
-The session cookie and the CSRF tokens are HMACs keyed by the configured token (or a random
-key per process when only the proxy header is trusted): neither reveals the token, and they
-survive a restart of the server when a token is configured.
+Each login gets a session of its own: a random id in the cookie, known to this process only
+(``Sessions``), which forgets it at its lifetime's end (``--session-seconds``, 12 hours by
+default), at logout, or when the process restarts; a cookie copied once stops working then.
+The sessions live in the process's memory, not in a table, because the UI's database login may
+only read (``rara_reader``; docs/least-privilege.md): so one process per dashboard (the chart
+refuses ``ui.replicas`` above 1 with actions on). A form's CSRF token is an HMAC of the
+identity (for a browser: of its session id), keyed by the configured token (or a random key per
+process when only the proxy header is trusted): it reveals neither, and dies with the session.
 """
 
 from __future__ import annotations
@@ -17,11 +22,64 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from starlette.requests import Request
+if TYPE_CHECKING:  # only for annotations: `rara ui`'s options read SESSION_SECONDS from here,
+    # and every `rara` command builds those options, so this module imports nothing heavy
+    from starlette.requests import Request
 
 SESSION_COOKIE = "rara_ui_session"
+SESSION_SECONDS = 12 * 3600  # a working day: one login in the morning, none kept overnight
+MAX_SESSIONS = 10_000  # only token holders make sessions; the bound is against a runaway script
+
+
+class Sessions:
+    """This process's logins: session id → when it ends, on ``clock`` (monotonic: a wall-clock
+    step neither revives nor kills a session). Every session lives the same ``seconds``, so
+    the dict's order (insertion) is also expiry order: pruning takes from the front."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic,
+                 limit: int = MAX_SESSIONS) -> None:
+        if seconds <= 0:
+            raise ValueError(f"the session lifetime must be positive, got {seconds} seconds")
+        self.seconds = seconds
+        self._clock = clock
+        self._limit = limit
+        self._ends: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def _prune(self, now: float) -> None:
+        while self._ends:
+            oldest, ends = next(iter(self._ends.items()))
+            if ends > now:
+                return
+            del self._ends[oldest]
+
+    def create(self) -> str:
+        session_id = secrets.token_urlsafe(32)
+        with self._lock:
+            now = self._clock()
+            self._prune(now)
+            while len(self._ends) >= self._limit:  # full: the oldest goes (the next to end)
+                del self._ends[next(iter(self._ends))]
+            self._ends[session_id] = now + self.seconds
+        return session_id
+
+    def valid(self, session_id: str) -> bool:
+        with self._lock:
+            self._prune(self._clock())
+            return session_id in self._ends
+
+    def end(self, session_id: str) -> None:
+        with self._lock:
+            self._ends.pop(session_id, None)
 
 
 @dataclass(frozen=True)
@@ -29,12 +87,16 @@ class AuthConfig:
     read_only: bool = True
     token: str | None = None
     auth_header: str | None = None
-    key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    session_seconds: float = SESSION_SECONDS
+    clock: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)
+    key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
+    sessions: Sessions = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.token is not None:  # stable across restarts: derived from the token
             object.__setattr__(self, "key", hashlib.sha256(
                 b"rara-ui-key\0" + self.token.encode()).digest())
+        object.__setattr__(self, "sessions", Sessions(self.session_seconds, self.clock))
 
     @property
     def can_login(self) -> bool:
@@ -43,24 +105,27 @@ class AuthConfig:
     def _mac(self, what: str) -> str:
         return hmac.new(self.key, what.encode(), hashlib.sha256).hexdigest()
 
-    def session_value(self) -> str:
-        return self._mac("session")
-
-    def identity(self, request: Request) -> str | None:
-        """The caller's identity, or None (anonymous: may read, may not act)."""
+    def _caller(self, request: Request) -> tuple[str, str] | None:
+        """(identity, what its CSRF tokens are bound to), or None for anonymous. A browser's
+        identity is the token's, its CSRF binding is its own session."""
         if self.auth_header is not None:
             user = request.headers.get(self.auth_header, "").strip()
             if user:
-                return f"user:{user}"
+                return f"user:{user}", f"user:{user}"
         if self.token is not None:
             bearer = request.headers.get("authorization", "")
             if bearer.lower().startswith("bearer ") and hmac.compare_digest(
                     bearer[7:].strip().encode(), self.token.encode()):
-                return "token"
-            cookie = request.cookies.get(SESSION_COOKIE, "")
-            if cookie and hmac.compare_digest(cookie, self.session_value()):
-                return "token"
+                return "token", "token"
+            session_id = request.cookies.get(SESSION_COOKIE, "")
+            if session_id and self.sessions.valid(session_id):
+                return "token", f"session:{session_id}"
         return None
+
+    def identity(self, request: Request) -> str | None:
+        """The caller's identity, or None (anonymous: may read, may not act)."""
+        caller = self._caller(request)
+        return None if caller is None else caller[0]
 
     def check_token(self, candidate: str) -> bool:
         return self.token is not None and hmac.compare_digest(candidate.encode(),
@@ -70,8 +135,8 @@ class AuthConfig:
         return not self.read_only and self.identity(request) is not None
 
     def csrf_token(self, request: Request) -> str:
-        who = self.identity(request)
-        return "" if who is None else self._mac(f"csrf:{who}")
+        caller = self._caller(request)
+        return "" if caller is None else self._mac(f"csrf:{caller[1]}")
 
     def csrf_ok(self, request: Request, submitted: str) -> bool:
         """The form's token matches this caller, and the browser (when it says) posted from

@@ -4,12 +4,13 @@ settings as RARA_UI_* variables (each one an option of `rara ui`), valid Kuberne
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.test_chart import KUBE_VERSION, by_kind, env_of, helm, render
+from tests.test_chart import BASE, CHART, KUBE_VERSION, by_kind, env_of, helm, render
 
 __all__ = ["helm"]  # the fixture, used by name below
 
@@ -66,3 +67,21 @@ def test_actions_with_a_token_file_and_a_read_mostly_role(helm: Path) -> None:
         names = param.envvar if isinstance(param.envvar, list) else [param.envvar]
         read |= {n for n in names if n}
     assert set(env) <= read, set(env) - read
+
+
+def test_one_replica_with_actions_and_the_session_lifetime(helm: Path) -> None:
+    """Sessions live in one process's memory: with actions on, a second replica is refused
+    (it would refuse the first one's logins); read-only, replicas are free."""
+    actions = ["--set", "ui.enabled=true", "--set", "ui.readOnly=false",
+               "--set", "ui.auth.existingSecret=ui-token"]
+    done = subprocess.run([str(helm), "template", "rara", str(CHART), "--kube-version",
+                           KUBE_VERSION, *BASE, *actions, "--set", "ui.replicas=2"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0
+    assert "ui.replicas must be 0 or 1 while ui.readOnly is false" in done.stderr
+    deployment, _ = _ui(render(helm, *actions, "--set", "ui.sessionSeconds=3600"))
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert env_of(container)["RARA_UI_SESSION_SECONDS"]["value"] == "3600"
+    assert deployment["spec"]["replicas"] == 1
+    deployment, _ = _ui(render(helm, "--set", "ui.enabled=true", "--set", "ui.replicas=3"))
+    assert deployment["spec"]["replicas"] == 3

@@ -27,3 +27,9 @@ def test_a_short_or_missing_token_file_is_refused(tmp_path: Path) -> None:
     done = _ui("--token-file", str(tmp_path / "missing"))
     assert done.returncode == 2
     assert "cannot read" in done.stderr
+
+
+def test_a_session_lifetime_under_a_second_is_refused() -> None:
+    done = _ui("--no-read-only", "--session-seconds", "0")
+    assert done.returncode == 2
+    assert "--session-seconds" in done.stderr

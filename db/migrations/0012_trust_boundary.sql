@@ -271,8 +271,23 @@ DROP FUNCTION IF EXISTS rara_run_start(text, integer, text, jsonb, jsonb, text, 
 
 ALTER TABLE rara_definition_versions ADD COLUMN steps jsonb;
 ALTER TABLE rara_definition_versions DISABLE TRIGGER rara_definition_versions_immutable;
-UPDATE rara_definition_versions
-SET digest = rara_spec_digest(spec), steps = rara_spec_steps(spec);
+-- Every version registered through rara passed rara.definitions.model, whose rules include
+-- these; one made by hand that does not is named, and the migration stops for a person.
+DO $$
+DECLARE
+    v record;
+BEGIN
+    FOR v IN SELECT id, name, version, spec FROM rara_definition_versions ORDER BY id LOOP
+        BEGIN
+            UPDATE rara_definition_versions
+            SET digest = rara_spec_digest(v.spec), steps = rara_spec_steps(v.spec)
+            WHERE id = v.id;
+        EXCEPTION WHEN invalid_parameter_value THEN
+            RAISE EXCEPTION 'definition % version %: %', v.name, v.version, SQLERRM
+                USING ERRCODE = 'invalid_parameter_value';
+        END;
+    END LOOP;
+END $$;
 ALTER TABLE rara_definition_versions ENABLE TRIGGER rara_definition_versions_immutable;
 ALTER TABLE rara_definition_versions ALTER COLUMN steps SET NOT NULL;
 

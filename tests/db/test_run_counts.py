@@ -165,7 +165,8 @@ def test_migration_counts_the_runs_that_exist(pg_admin_url: str) -> None:
         # (as 0005 left it: no functions yet, only tables)
         conn.execute("INSERT INTO rara_definitions (name) VALUES ('diamond')")
         conn.execute("INSERT INTO rara_definition_versions (name, version, digest, spec) "
-                     "VALUES ('diamond', 1, %s, '{}')", ("sha256:" + "0" * 64,))
+                     "VALUES ('diamond', 1, %s, %s)", ("sha256:" + "0" * 64, json.dumps(
+                         {"steps": [{"key": "a", "capability": "x@1"}]})))
         run = conn.execute("INSERT INTO rara_runs (definition_version_id) SELECT id FROM "
                            "rara_definition_versions RETURNING id").fetchone()
         assert run is not None

@@ -24,8 +24,9 @@ def _hostile_rows(conn: psycopg.Connection[Any]) -> int:
     for version in (1, 2):
         spec = {"steps": [{"key": KEY, "capability": "evil.cap@1", "input": {"v": version}},
                           {"key": EVIL, "dependsOn": [KEY], "capability": "evil.cap@1"}]}
-        conn.execute("INSERT INTO rara_definition_versions (name, version, digest, spec) "
-                     "VALUES (%s, %s, %s, %s)",
+        # (as the owner, past rara_definition_register's checks: no run starts from these)
+        conn.execute("INSERT INTO rara_definition_versions (name, version, digest, spec, steps)"
+                     " VALUES (%s, %s, %s, %s, '[]')",
                      (EVIL, version, f"sha256:{version:064x}", Jsonb(spec)))
     error = {"code": "<b>CODE</b>", "message": MESSAGE, "retryable": False,
              "cause": {"message": EVIL}}

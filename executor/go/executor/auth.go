@@ -3,8 +3,9 @@ package executor
 // Who may call the executor: a bearer token, mutual TLS, or — on loopback only — nobody.
 // The same rules as the Python executor (rara/executor/auth.py): running an operation is
 // remote code execution with the executor's resources, so it refuses to start
-// unauthenticated unless told --insecure-loopback on a loopback address. The health service
-// is exempt from the token (Kubernetes gRPC probes cannot send metadata).
+// unauthenticated unless told --insecure-loopback on a loopback address, and refuses a
+// bearer token in clear text off loopback (anyone on the path could read and replay it).
+// The health service is exempt from the token (Kubernetes gRPC probes cannot send metadata).
 //
 // The token is checked when a call's headers arrive, before its request message is read:
 // a caller without it learns nothing else (not even the size limit) and costs no decoding.
@@ -76,6 +77,11 @@ func (c AuthConfig) Check(listen string) error {
 	}
 	if c.TLSClientCA != "" && c.TLSCert == "" {
 		return fmt.Errorf("%w: --tls-client-ca needs --tls-cert and --tls-key", ErrInsecure)
+	}
+	if c.Token != "" && c.TLSCert == "" && !IsLoopback(listen) {
+		return fmt.Errorf("%w: --token-file given with --listen %q and no --tls-cert: the "+
+			"bearer token would travel in clear text; serve TLS (--tls-cert/--tls-key) or "+
+			"listen on loopback (127.0.0.1, [::1], localhost)", ErrInsecure, listen)
 	}
 	if c.authenticates() {
 		return nil

@@ -3,7 +3,9 @@
 Running a plugin is remote code execution with the executor's GPUs and artifact store, so
 the default is to refuse to start unauthenticated. ``--insecure-loopback`` lifts that only
 for a loopback bind (a laptop, a sidecar in the same pod); asking for it on any other
-address is an error rather than a warning, because warnings get ignored.
+address is an error rather than a warning, because warnings get ignored. For the same
+reason a bearer token is refused off loopback without TLS: it is a password sent with every
+call, and anyone on the path could read it and replay it.
 
 A caller without the token is refused before its request is read (see
 :class:`BearerTokenInterceptor`): it learns nothing else, not even the size limit.
@@ -69,6 +71,12 @@ def is_loopback(listen: str) -> bool:
 
 def check(config: AuthConfig, listen: str) -> None:
     """Raise InsecureConfigError unless the settings are safe for ``listen``."""
+    if config.token is not None and config.tls is None and not is_loopback(listen):
+        raise InsecureConfigError(
+            f"--token-file given with --listen {listen!r} and no --tls-cert: the bearer token "
+            "would travel in clear text; serve TLS (--tls-cert/--tls-key) or listen on "
+            "loopback (127.0.0.1, [::1], localhost)"
+        )
     if config.authenticates:
         return
     if not config.insecure_loopback:

@@ -241,7 +241,8 @@ def test_gpu_executor(helm: Path) -> None:
     assert pod["nodeSelector"]
     token = "/var/run/rara/executor/token"
     assert executor["RARA_EXECUTOR_TOKEN_FILE"]["value"] == token
-    assert executor["RARA_EXECUTOR_LISTEN"]["value"] == "0.0.0.0:50051"
+    # Its token travels without TLS: so only on loopback, where the worker beside it calls.
+    assert executor["RARA_EXECUTOR_LISTEN"]["value"] == "127.0.0.1:50051"
     assert executor["RARA_EXECUTOR_PLUGINS"]["value"] == "rara_rag.demo.plugins"
     assert worker["RARA_WORKER_EXECUTOR_TOKEN_FILE"]["value"] == token
     assert worker["RARA_WORKER_EXECUTOR_ENDPOINTS"]["value"] == "127.0.0.1:50051"
@@ -254,6 +255,7 @@ def test_gpu_executor(helm: Path) -> None:
 
 def test_rendered_env_loads_as_settings(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What the chart writes is what the settings classes accept (types, names, lists)."""
+    from rara.executor import auth
     from rara.executor.settings import ExecutorSettings
     from rara.operator.peering import Peering
     from rara.operator.settings import OperatorSettings
@@ -280,6 +282,8 @@ def test_rendered_env_loads_as_settings(helm: Path, monkeypatch: pytest.MonkeyPa
     assert isinstance(executor, ExecutorSettings)
     assert executor.plugins == ["rara_rag.demo.plugins"]
     assert executor.grace == 60
+    # It starts: a token without TLS is refused on any address but loopback.
+    auth.check(auth.AuthConfig(token="t"), executor.listen)
     worker = loaded["rara-worker-cpu", "worker"]
     assert isinstance(worker, WorkerSettings)
     assert worker.handlers == ["rara_rag.demo.handlers"]

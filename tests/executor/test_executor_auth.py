@@ -71,7 +71,10 @@ def test_unauthenticated_start_is_refused_unless_loopback_and_asked() -> None:
     with pytest.raises(InsecureConfigError):
         auth.check(AuthConfig(tls=server_only_tls), "0.0.0.0:1")
     auth.check(AuthConfig(insecure_loopback=True), "127.0.0.1:0")
-    auth.check(AuthConfig(token="t"), "0.0.0.0:1")
+    with pytest.raises(InsecureConfigError, match="clear text"):
+        auth.check(AuthConfig(token="t"), "0.0.0.0:1")  # tests/security has the process
+    auth.check(AuthConfig(token="t"), "127.0.0.1:1")
+    auth.check(AuthConfig(token="t", tls=server_only_tls), "0.0.0.0:1")
     auth.check(AuthConfig(tls=TlsFiles(Path("c"), Path("k"), Path("ca"))), "0.0.0.0:1")
 
 

@@ -3,8 +3,12 @@ package executor
 // Who may call the executor: a bearer token, mutual TLS, or — on loopback only — nobody.
 // The same rules as the Python executor (rara/executor/auth.py): running an operation is
 // remote code execution with the executor's resources, so it refuses to start
-// unauthenticated unless told --insecure-loopback on a loopback address. The health service
-// is exempt from the token (Kubernetes gRPC probes cannot send metadata).
+// unauthenticated unless told --insecure-loopback on a loopback address, and refuses a
+// bearer token in clear text off loopback (anyone on the path could read and replay it).
+// The health service is exempt from the token (Kubernetes gRPC probes cannot send metadata).
+//
+// The token is checked when a call's headers arrive, before its request message is read:
+// a caller without it learns nothing else (not even the size limit) and costs no decoding.
 
 import (
 	"context"
@@ -20,8 +24,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 )
 
 const exemptPrefix = "/grpc.health.v1.Health/"
@@ -74,6 +78,11 @@ func (c AuthConfig) Check(listen string) error {
 	if c.TLSClientCA != "" && c.TLSCert == "" {
 		return fmt.Errorf("%w: --tls-client-ca needs --tls-cert and --tls-key", ErrInsecure)
 	}
+	if c.Token != "" && c.TLSCert == "" && !IsLoopback(listen) {
+		return fmt.Errorf("%w: --token-file given with --listen %q and no --tls-cert: the "+
+			"bearer token would travel in clear text; serve TLS (--tls-cert/--tls-key) or "+
+			"listen on loopback (127.0.0.1, [::1], localhost)", ErrInsecure, listen)
+	}
 	if c.authenticates() {
 		return nil
 	}
@@ -90,7 +99,7 @@ func (c AuthConfig) Check(listen string) error {
 	return nil
 }
 
-// ServerOptions: TLS credentials and the token interceptors, as configured.
+// ServerOptions: TLS credentials and the token check, as configured.
 func (c AuthConfig) ServerOptions() ([]grpc.ServerOption, error) {
 	var opts []grpc.ServerOption
 	if c.TLSCert != "" {
@@ -114,38 +123,25 @@ func (c AuthConfig) ServerOptions() ([]grpc.ServerOption, error) {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(conf)))
 	}
 	if c.Token != "" {
-		check := tokenChecker("Bearer " + c.Token)
-		opts = append(opts,
-			grpc.ChainUnaryInterceptor(func(ctx context.Context, req any,
-				info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-				if err := check(ctx, info.FullMethod); err != nil {
-					return nil, err
-				}
-				return handler(ctx, req)
-			}),
-			grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream,
-				info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-				if err := check(ss.Context(), info.FullMethod); err != nil {
-					return err
-				}
-				return handler(srv, ss)
-			}))
+		// A tap handle, not an interceptor: grpc-go decodes a unary call's request before its
+		// interceptors run (so an oversized one got RESOURCE_EXHAUSTED, not UNAUTHENTICATED);
+		// the tap sees only the method and the headers, before the stream is even created.
+		opts = append(opts, grpc.InTapHandle(tokenChecker("Bearer "+c.Token)))
 	}
 	return opts, nil
 }
 
-func tokenChecker(expected string) func(context.Context, string) error {
+func tokenChecker(expected string) tap.ServerInHandle {
 	want := []byte(expected)
-	return func(ctx context.Context, method string) error {
-		if strings.HasPrefix(method, exemptPrefix) {
-			return nil
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if strings.HasPrefix(info.FullMethodName, exemptPrefix) {
+			return ctx, nil
 		}
-		md, _ := metadata.FromIncomingContext(ctx)
-		values := md.Get("authorization")
+		values := info.Header.Get("authorization")
 		// ConstantTimeCompare: the time taken must not reveal how much of a guess matched.
 		if len(values) == 1 && subtle.ConstantTimeCompare([]byte(values[0]), want) == 1 {
-			return nil
+			return ctx, nil
 		}
-		return status.Error(codes.Unauthenticated, "missing or invalid bearer token")
+		return nil, status.Error(codes.Unauthenticated, "missing or invalid bearer token")
 	}
 }

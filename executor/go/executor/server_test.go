@@ -329,6 +329,29 @@ func TestAuth(t *testing.T) {
 	}
 }
 
+// A caller without the token learns nothing else, not even the size limit: an oversized
+// request is refused as UNAUTHENTICATED, and only with the token as RESOURCE_EXHAUSTED.
+func TestAuthBeforeSizeLimit(t *testing.T) {
+	f := start(t, 4)
+	big := strings.Repeat("x", executor.MaxMessageBytes+1)
+	unlimited := grpc.MaxCallSendMsgSize(4 * executor.MaxMessageBytes) // another client's
+	for name, ctx := range map[string]context.Context{"no token": context.Background(),
+		"wrong token": metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer nope")} {
+		_, err := f.client.Cancel(ctx, &pb.CancelRequest{IdempotencyKey: "k", Attempt: 1, Reason: big}, unlimited)
+		if status.Code(err) != codes.Unauthenticated {
+			t.Errorf("%s, unary: %v", name, err)
+		}
+		stream, _ := f.client.Execute(ctx, &pb.ExecuteRequest{Job: job("test.echo@1", "u", `{"b": "`+big+`"}`)}, unlimited)
+		if _, err := stream.Recv(); status.Code(err) != codes.Unauthenticated {
+			t.Errorf("%s, stream: %v", name, err)
+		}
+	}
+	_, err := f.client.Cancel(f.ctx, &pb.CancelRequest{IdempotencyKey: "k", Attempt: 1, Reason: big}, unlimited)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("with the token, the size limit: %v", err)
+	}
+}
+
 func TestDrain(t *testing.T) {
 	f := start(t, 4)
 	stream, err := f.client.Execute(f.ctx, &pb.ExecuteRequest{Job: job("test.hang@1", "h", "")})

@@ -125,6 +125,18 @@ func TestAuthCheck(t *testing.T) {
 	if err := (AuthConfig{Token: "t", TLSCert: "c"}).Check("0.0.0.0:1"); err == nil {
 		t.Error("cert without key must be refused")
 	}
+	for _, listen := range []string{"0.0.0.0:1", "[::]:1", ":1", "10.0.0.1:1", "example.com:1"} {
+		if err := (AuthConfig{Token: "t"}).Check(listen); err == nil ||
+			!strings.Contains(err.Error(), "--tls-cert") {
+			t.Errorf("a token in clear text on %s must be refused naming --tls-cert, got %v", listen, err)
+		}
+	}
+	if err := (AuthConfig{Token: "t", TLSCert: "c", TLSKey: "k"}).Check("0.0.0.0:1"); err != nil {
+		t.Error(err)
+	}
+	if err := (AuthConfig{Token: "t"}).Check("127.0.0.1:1"); err != nil {
+		t.Error(err)
+	}
 }
 
 func TestCredentialScreen(t *testing.T) {

@@ -3,7 +3,12 @@
 Running a plugin is remote code execution with the executor's GPUs and artifact store, so
 the default is to refuse to start unauthenticated. ``--insecure-loopback`` lifts that only
 for a loopback bind (a laptop, a sidecar in the same pod); asking for it on any other
-address is an error rather than a warning, because warnings get ignored.
+address is an error rather than a warning, because warnings get ignored. For the same
+reason a bearer token is refused off loopback without TLS: it is a password sent with every
+call, and anyone on the path could read it and replay it.
+
+A caller without the token is refused before its request is read (see
+:class:`BearerTokenInterceptor`): it learns nothing else, not even the size limit.
 
 The health service is exempt from the token: Kubernetes gRPC probes cannot send metadata,
 and serving status reveals nothing.
@@ -66,6 +71,12 @@ def is_loopback(listen: str) -> bool:
 
 def check(config: AuthConfig, listen: str) -> None:
     """Raise InsecureConfigError unless the settings are safe for ``listen``."""
+    if config.token is not None and config.tls is None and not is_loopback(listen):
+        raise InsecureConfigError(
+            f"--token-file given with --listen {listen!r} and no --tls-cert: the bearer token "
+            "would travel in clear text; serve TLS (--tls-cert/--tls-key) or listen on "
+            "loopback (127.0.0.1, [::1], localhost)"
+        )
     if config.authenticates:
         return
     if not config.insecure_loopback:
@@ -91,7 +102,7 @@ def server_credentials(tls: TlsFiles) -> Any:
     )
 
 
-async def _deny(request: Any, context: Any) -> None:
+async def _deny(requests: Any, context: Any) -> None:  # never reads the requests
     await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
 
 
@@ -119,11 +130,7 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return handler
         if self._authorized(handler_call_details.invocation_metadata):
             return handler
-        # Same call shape as the real handler, so the client sees a clean status.
-        if handler.unary_stream is not None:
-            return grpc.unary_stream_rpc_method_handler(_deny)
-        if handler.stream_unary is not None:
-            return grpc.stream_unary_rpc_method_handler(_deny)
-        if handler.stream_stream is not None:
-            return grpc.stream_stream_rpc_method_handler(_deny)
-        return grpc.unary_unary_rpc_method_handler(_deny)
+        # Stream-request shape whatever the method's: gRPC reads a unary request before the
+        # handler runs (and refuses an oversized one as RESOURCE_EXHAUSTED), while a stream
+        # is read only when iterated, which _deny never does. The wire is the same either way.
+        return grpc.stream_stream_rpc_method_handler(_deny)

@@ -1,11 +1,12 @@
 """The gRPC ExecutorService: admission, job bookkeeping and graceful shutdown.
 
 Admission order for Execute, cheapest refusal first and never after work started:
+no valid token -> UNAUTHENTICATED, before the request is read (auth.BearerTokenInterceptor);
 draining -> UNAVAILABLE status; malformed or incompatible job (missing field, bad JSON,
 credential-looking payload, unknown capability or major) -> a single non-retryable Failed
 event naming the field; same attempt already running -> ALREADY_EXISTS; no free slot ->
-RESOURCE_EXHAUSTED. Messages over ``limits.MAX_MESSAGE_BYTES`` never reach the handler:
-gRPC refuses them with RESOURCE_EXHAUSTED, naming both sizes.
+RESOURCE_EXHAUSTED. Messages over ``limits.MAX_MESSAGE_BYTES`` from a caller with the token
+never reach the handler: gRPC refuses them with RESOURCE_EXHAUSTED, naming both sizes.
 A slot is held by the job task, not the RPC, so a job still stopping after its client went
 away keeps counting against the limit until it really ended.
 """

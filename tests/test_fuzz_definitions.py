@@ -84,7 +84,8 @@ def _outcome(doc: Any) -> WorkflowDefinition | DefinitionInvalid:
 def test_structured_definitions_never_crash(doc: dict[str, Any]) -> None:
     result = _outcome(copy.deepcopy(doc))
     if isinstance(result, WorkflowDefinition):
-        # valid ones have a stable canonical form (what the database hashes) and survive a round trip through their canonical form
+        # valid ones survive a round trip through their canonical form (what the database
+        # stores and hashes)
         again = definition_from_object(
             {**doc, "spec": result.spec.model_dump(mode="json", by_alias=True)}
         )

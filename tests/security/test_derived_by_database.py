@@ -4,6 +4,7 @@ EXECUTE on the functions sends."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable
 from typing import Any
@@ -39,19 +40,20 @@ def test_a_spec_cannot_be_stored_under_another_specs_digest(
     caller = login(group)
     real = apply_definition(conn, _real())
     forged = json.dumps({"steps": [{**REAL[0], "input": {"limit": 10**6}}, REAL[1]]})
-    try:  # the old signature took the digest from the caller
-        caller.execute("SELECT * FROM rara_definition_register(p_name => 'rag2', p_digest => %s,"
-                       " p_spec => %s::jsonb)", (real.digest, forged))
-    except psycopg.errors.UndefinedFunction:
-        pass
+    with contextlib.suppress(psycopg.errors.UndefinedFunction):  # the old signature took
+        caller.execute(  # the digest from the caller
+            "SELECT * FROM rara_definition_register(p_name => 'rag2', p_digest => %s,"
+            " p_spec => %s::jsonb)", (real.digest, forged))
     row = caller.execute("SELECT version, digest FROM rara_definition_register('rag2', %s)",
                          (forged,)).fetchone()
-    assert row is not None and row[1] != real.digest
+    assert row is not None
+    assert row[1] != real.digest
     assert row[1] == conn.execute("SELECT rara_spec_digest(spec) FROM rara_definition_versions"
                                   " WHERE name = 'rag2'").fetchone()[0]  # type: ignore[index]
     # The real file applied under that name is a new version, and runs run it.
     applied = apply_definition(conn, definition_from_object(definition("rag2", REAL)))
-    assert applied.created and applied.digest == real.digest
+    assert applied.created
+    assert applied.digest == real.digest
     run_id = start_run(conn, "rag2", queue_anyway=True).run_id
     assert _steps(conn, run_id)[0][4]["input"] == {"limit": 3}
 
@@ -68,11 +70,10 @@ def test_a_run_holds_exactly_its_specs_steps(
                                 "capability": "adapt.lora@1", "executor": "grpc",
                                 "priority": 1000, "payload": {}, "max_attempts": 1}])
     for steps in (forged_steps, "[]"):
-        try:  # the old signature took the step rows from the caller
-            caller.execute("SELECT * FROM rara_run_start('rag', NULL, %s, %s::jsonb, '{}', NULL,"
-                           " false, 30)", (version.digest, steps))
-        except psycopg.errors.UndefinedFunction:
-            pass
+        with contextlib.suppress(psycopg.errors.UndefinedFunction):  # the old signature
+            caller.execute(  # took the step rows from the caller
+                "SELECT * FROM rara_run_start('rag', NULL, %s, %s::jsonb, '{}', NULL, false, 30)",
+                (version.digest, steps))
     [(run_id,)] = caller.execute(
         "SELECT run_id FROM rara_run_start('rag', NULL, %s, '{}', NULL, false, 30)",
         (version.digest,)).fetchall()
@@ -137,7 +138,8 @@ def test_the_database_builds_what_the_model_means(conn: psycopg.Connection[Any])
     assert (steps[2]["map_over"], steps[2]["max_attempts"], steps[2]["retry_initial_ms"],
             steps[2]["retry_max_ms"], steps[2]["timeout_ms"]) == (
         ["$input", "items"], 3, 1000, 60_000, None)
-    assert steps[3]["depends_on"] == ["shard", "collect"] and steps[3]["dependants"] == []
+    assert steps[3]["depends_on"] == ["shard", "collect"]
+    assert steps[3]["dependants"] == []
 
 
 def test_versions_from_before_get_the_databases_digest_and_steps(pg_admin_url: str) -> None:

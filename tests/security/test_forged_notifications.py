@@ -12,15 +12,7 @@ import psycopg
 
 from rara.client import Client
 from tests.helpers import wait_for
-from tests.worker.conftest import (  # noqa: F401 (the worker's fixtures, used by name)
-    _forget_seen,
-    attempts_of,
-    define,
-    start,
-    steps_of,
-    thread_worker,
-    wait_run,
-)
+from tests.worker.conftest import attempts_of, define, start, steps_of, wait_run
 from tests.worker.handlers import SEEN
 
 Login = Callable[[str | None], psycopg.Connection[Any]]

@@ -6,7 +6,8 @@ CLI's output and in the database: it must be a plain ``type/subtype`` with optio
 CR/LF smuggled into a header) or an unbounded value is refused before anything is written.
 
 The database enforces the same rule as a CHECK constraint on ``rara_step_artifacts``
-(:data:`MEDIA_TYPE_SQL_CHECK`); keep the two identical in meaning.
+(migration 0012, in PostgreSQL's spelling); tests/security/test_artifact_attacks.py runs that
+constraint and this rule on the same values.
 """
 
 from __future__ import annotations
@@ -14,24 +15,15 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["MEDIA_TYPE_MAX_LENGTH", "MEDIA_TYPE_PATTERN", "MEDIA_TYPE_SQL_CHECK",
-           "is_valid_media_type", "media_type_problem"]
+__all__ = ["MEDIA_TYPE_MAX_LENGTH", "MEDIA_TYPE_PATTERN", "is_valid_media_type",
+           "media_type_problem"]
 
 MEDIA_TYPE_MAX_LENGTH: Final = 255
-#: Python's spelling; ``[:cntrl:]`` of the SQL spelling is ``\x00-\x1f\x7f`` here.
+#: Python's spelling; ``[:cntrl:]`` of the SQL spelling is ``\x00-\x1f\x7f`` here, and its
+#: ``[ -~]`` (printable ASCII) clause is :meth:`str.isascii` below.
 MEDIA_TYPE_PATTERN: Final = (
     r'^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}'
     r'( *; *[A-Za-z0-9!#$&^_.+-]+=([A-Za-z0-9!#$&^_.+-]+|"[^"\\\x00-\x1f\x7f]*"))*$'
-)
-#: The same rule in SQL (PostgreSQL ARE), for the CHECK constraint: ``[:cntrl:]`` means
-#: ``\x00-\x1f\x7f`` on ASCII text, and the ``[ -~]`` (printable ASCII) clause is
-#: :meth:`str.isascii` below (only a quoted parameter value could otherwise hold a non-ASCII
-#: character, and what ``[:cntrl:]`` means beyond ASCII depends on the database's locale).
-#: tests/security/test_artifact_attacks.py runs it in PostgreSQL against the Python rule.
-MEDIA_TYPE_SQL_CHECK: Final = (
-    "char_length(media_type) <= 255 AND media_type ~ '^[ -~]*$' AND media_type ~ "
-    "'^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
-    "( *; *[A-Za-z0-9!#$&^_.+-]+=([A-Za-z0-9!#$&^_.+-]+|\"[^\"\\\\[:cntrl:]]*\"))*$'"
 )
 # fullmatch, not match: Python's ``$`` also matches before a final newline, PostgreSQL's not.
 _MEDIA_TYPE = re.compile(MEDIA_TYPE_PATTERN)

@@ -55,6 +55,9 @@ def _hostile_rows(conn: psycopg.Connection[Any]) -> int:
                       (step_id, MESSAGE, Jsonb({EVIL: 0.25})))
     digest = "sha256:" + "ab" * 32
     conn.execute("INSERT INTO rara_artifacts (digest, size) VALUES (%s, 3)", (digest,))
+    # (a row from before 0012's media type CHECK, which does not hold for rows written before)
+    conn.execute("ALTER TABLE rara_step_artifacts"
+                 " DROP CONSTRAINT rara_step_artifacts_media_type_check")
     conn.execute("INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, "
                  "media_type) VALUES (%s, 1, 'out.html', %s, 3, %s)", (steps[0], digest, EVIL))
     conn.execute("INSERT INTO rara_workers (id, capabilities) VALUES (%s, %s)", (EVIL, [EVIL]))

@@ -1,7 +1,12 @@
--- The processes' own logins in the kind cluster's PostgreSQL (docs/least-privilege.md,
--- "Logins"): install-rara.sh runs this as the owner, through psql, after PostgreSQL is Ready
--- and before `helm upgrade --install`, with :worker_password and :operator_password set to
--- the passwords in Secrets rara-db-worker and rara-db-operator. Idempotent.
+-- The owner and the processes' own logins in the kind cluster's PostgreSQL
+-- (docs/least-privilege.md, "Threat model" and "Logins"): install-rara.sh runs this as the
+-- server's superuser, through psql, after PostgreSQL is Ready and before `helm upgrade
+-- --install`, with :owner_password, :worker_password and :operator_password set to the
+-- passwords in Secrets rara-db, rara-db-worker and rara-db-operator. Idempotent.
+--
+-- The owner, whose URL the chart gives the migration Job only, is no superuser: a login with
+-- CREATEROLE that owns the database (and so, on PostgreSQL 15, its public schema). Every
+-- SECURITY DEFINER function runs as it; its compromise is rara's data, not the server.
 --
 -- Why the group roles are made here, before the migrations: the chart's pods connect as these
 -- logins as soon as the migration Job (a pre-install hook) is done, so each login must exist
@@ -17,6 +22,11 @@ SELECT format('CREATE ROLE %I NOLOGIN', g)
  WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = g)
 \gexec
 
+SELECT 'CREATE ROLE rara_owner LOGIN CREATEROLE NOSUPERUSER'
+ WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'rara_owner')
+\gexec
+ALTER DATABASE rara OWNER TO rara_owner;
+
 -- Each login a member of its group role and of nothing else (the role holds no grants of its
 -- own: migrations grant to the groups).
 SELECT format('CREATE ROLE %I LOGIN IN ROLE %I', login, grp)
@@ -26,5 +36,6 @@ SELECT format('CREATE ROLE %I LOGIN IN ROLE %I', login, grp)
 \gexec
 
 -- The passwords of the Secrets, set again on every install (a re-made Secret wins).
+ALTER ROLE rara_owner PASSWORD :'owner_password';
 ALTER ROLE rara_worker_login PASSWORD :'worker_password';
 ALTER ROLE rara_operator_login PASSWORD :'operator_password';

@@ -34,18 +34,21 @@ kept() {  # SECRET KEY PREFIX: the Secret's value, else PREFIX and 32 random hex
   [[ -n "${v}" ]] || v="$3$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
   printf '%s' "${v}"
 }
+OWNER_DB_PASSWORD="$(kept rara-db password "")"
 WORKER_DB_PASSWORD="$(kept rara-db-worker password "")"
 OPERATOR_DB_PASSWORD="$(kept rara-db-operator password "")"
 S3_ACCESS_KEY="$(kept rara-s3 AWS_ACCESS_KEY_ID rara)"
 S3_SECRET_KEY="$(kept rara-s3 AWS_SECRET_ACCESS_KEY "")"
 export NAMESPACE POSTGRES_IMAGE="${img[POSTGRES_IMAGE]}" S3_IMAGE="${img[S3_IMAGE]}" \
-  WORKER_DB_PASSWORD OPERATOR_DB_PASSWORD S3_ACCESS_KEY S3_SECRET_KEY
-envsubst '${NAMESPACE} ${POSTGRES_IMAGE} ${S3_IMAGE} ${WORKER_DB_PASSWORD} ${OPERATOR_DB_PASSWORD} ${S3_ACCESS_KEY} ${S3_SECRET_KEY}' \
+  OWNER_DB_PASSWORD WORKER_DB_PASSWORD OPERATOR_DB_PASSWORD S3_ACCESS_KEY S3_SECRET_KEY
+envsubst '${NAMESPACE} ${POSTGRES_IMAGE} ${S3_IMAGE} ${OWNER_DB_PASSWORD} ${WORKER_DB_PASSWORD} ${OPERATOR_DB_PASSWORD} ${S3_ACCESS_KEY} ${S3_SECRET_KEY}' \
   < "${HERE}/rara-deps.yaml" | k apply -f - >/dev/null
 timed "postgres ready" k -n "${NAMESPACE}" rollout status deploy/rara-postgres --timeout=300s >/dev/null
-# The logins before helm: the chart's pods connect as them once the migration Job is done
-# (db-logins.sql says why the group roles are made here too). Passwords on stdin, not argv.
-{ printf '\\set worker_password %s\n\\set operator_password %s\n' "${WORKER_DB_PASSWORD}" "${OPERATOR_DB_PASSWORD}"
+# The logins before helm: the migration Job connects as the owner (a non-superuser owner of
+# the database), the chart's pods as theirs once it is done (db-logins.sql says why the group
+# roles are made here too). Passwords on stdin, not argv.
+{ printf '\\set owner_password %s\n\\set worker_password %s\n\\set operator_password %s\n' \
+    "${OWNER_DB_PASSWORD}" "${WORKER_DB_PASSWORD}" "${OPERATOR_DB_PASSWORD}"
   cat "${HERE}/db-logins.sql"; } \
   | k -n "${NAMESPACE}" exec -i deploy/rara-postgres -- psql -X -q -U rara -d rara >/dev/null
 # The bucket is made by the S3 pod's init container: Ready means it exists.

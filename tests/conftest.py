@@ -91,14 +91,16 @@ def conn(database_url: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
 def role_url(database_url: str) -> Iterator[Callable[[str], str]]:
     """``role_url(group)``: the URL of this test's database for a new login role that is a
     member of ``group`` (rara_worker, rara_operator, rara_client, rara_reader: migrations 0002,
-    0007), as a deployment gives each process its own; dropped after the test. (Connections
+    0007), as a deployment gives each process its own, or of no role at all when ``group`` is
+    None (any login of a shared server: tests/security); dropped after the test. (Connections
     of their own: a chaos test restarts the server under the test's ``conn``.)"""
     made: list[str] = []
 
-    def make(group: str) -> str:
-        name = f"t_{group}_{uuid.uuid4().hex[:8]}"
+    def make(group: str | None) -> str:
+        name = f"t_{group or 'nobody'}_{uuid.uuid4().hex[:8]}"
+        member = f" IN ROLE {group}" if group else ""
         with psycopg.connect(database_url, autocommit=True) as admin:
-            admin.execute(f"CREATE ROLE {name} LOGIN IN ROLE {group}")
+            admin.execute(f"CREATE ROLE {name} LOGIN{member}")
         made.append(name)
         parts = urlsplit(database_url)
         return urlunsplit(parts._replace(netloc=f"{name}@{parts.hostname}:{parts.port}"))

@@ -173,7 +173,10 @@ BEGIN
     -- The worker's heartbeat in one statement: its own row (what it serves, that it is
     -- alive) and every lease it still holds extended (empty arrays when it runs nothing),
     -- fenced per lease. The answer carries the cancel requests; attempts missing from it have
-    -- lost their lease.
+    -- lost their lease. A lease that has expired is not extended, reaped or not: its worker
+    -- has stopped the attempt by then (its own clock said the lease was not confirmed in
+    -- time), and a heartbeat delayed past the expiry (sent before an outage, answered after)
+    -- would otherwise keep a step nobody runs away from the reaper for another lease.
     PERFORM rara_worker_check_login(p_worker);
     RETURN QUERY
     WITH me AS (
@@ -185,7 +188,7 @@ BEGIN
     FROM unnest(p_step_ids, p_tokens) AS h(id, token)
     -- (= ANY: primary key probes, whichever side of the join the plan puts rara_steps on)
     WHERE s.id = ANY (p_step_ids) AND s.id = h.id AND s.lease_token = h.token
-      AND s.leased_by = p_worker AND s.status = 'running'
+      AND s.leased_by = p_worker AND s.status = 'running' AND s.lease_expires_at > now()
     RETURNING s.id, s.cancel_requested;
 END $$;
 SELECT rara_grant('rara_step_heartbeat', 'rara_worker');

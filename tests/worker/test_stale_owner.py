@@ -64,7 +64,7 @@ async def test_stale_owner_writes_nothing(conn: psycopg.Connection[Any],
     assert await old.end_many([Ending(stale, run_id, AttemptOutcome.FAILED, error={"code": "X"},
                                       retryable=True, jitter=0)]) == [None]
     assert await old.end_many([Ending(stale, run_id, AttemptOutcome.CANCELLED)]) == [None]
-    assert await old.heartbeat_all(["test.echo@1"], [(mine.id, token)], 30) == {}
+    assert await old.heartbeat_all(["test.echo@1"], lambda: [(mine.id, token)], 30) == {}
     assert await old.write_progress([(mine.id, token, 1, 0.5, "late", {})]) == set()
     assert await old.write_checkpoint(mine.id, token, 1, {"late": True}, None) is False
     assert await old.release([(mine.id, token)]) == []

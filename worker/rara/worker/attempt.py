@@ -150,7 +150,10 @@ async def supervise(state: AttemptState, executor: Executor, ctx: StepContext,
     # A hard stop (this task cancelled) cannot cut the final write in half: the ending is
     # written by the completion batcher's flush, one transaction that this task only waits
     # for, and a release runs shielded.
-    return await _end(state, task, reason, io)
+    try:
+        return await _end(state, task, reason, io)
+    finally:
+        state.ended = True  # heartbeats leave it out from now on
 
 
 def _bound(state: AttemptState) -> Any:

@@ -69,6 +69,10 @@ class AttemptState:
     lease_valid_until: float = float("inf")  # monotonic: surely held until then
     cancel_requested: bool = False
     lease_lost: bool = False
+    # The supervisor is done with the attempt: its end was written, found lost, or given up
+    # ("its lease will expire"). Set before the worker forgets the attempt (a task's done
+    # callbacks run later), so no heartbeat sent meanwhile names it.
+    ended: bool = False
     stop_reason: StopReason | None = None  # set by the worker when it stops the handler itself
     pending_progress: Progress | None = None
     last_report: float = field(default_factory=time.monotonic)  # progress or checkpoint
@@ -80,6 +84,14 @@ class AttemptState:
     waiter: asyncio.Future[None] | None = None
     # Checkpoint writes queued by save_checkpoint on the loop thread: the end waits for them.
     queued_checkpoints: list[asyncio.Task[None]] = field(default_factory=list)
+
+    @property
+    def holds_lease(self) -> bool:
+        """Whether a heartbeat should extend this attempt's lease: never once the attempt was
+        stopped as lost or its supervisor is done with it; such a lease is left to expire (or
+        was already taken), and extending it would keep a step that nobody runs from the
+        reaper for another lease."""
+        return not (self.lease_lost or self.ended)
 
     def poke(self) -> None:
         """Wake the attempt's supervisor (from any thread)."""

@@ -2,6 +2,14 @@
 
 Only ``psycopg.OperationalError`` (lost connection, server shutting down, pool timeout) is
 treated as transient; anything else is a bug and propagates.
+
+The cadence, in one place (docs/operations.md): every loop that reconnects — the pool's
+connections (``rara.worker.store.make_pool``), the listener, the lease loop, the reaper and
+the writes ``persist`` retries — backs off from 50 ms to at most ``RECONNECT_CAP`` seconds
+between tries, so a worker finds the database within about that long of its return, however
+long the outage was. Failed heartbeats are retried about every ``HEARTBEAT_RETRY`` seconds
+(``heartbeat_delay``): a lease is only kept through an outage if some heartbeat lands before
+it expires.
 """
 
 from __future__ import annotations
@@ -20,20 +28,46 @@ log = structlog.get_logger("rara.worker")
 
 TRANSIENT = (psycopg.OperationalError,)
 
+# The longest wait between two tries to reach the database, in any of the worker's loops. An
+# exponential backoff without a cap waits longer the longer the outage lasted: after 20 s down
+# the next try could come 10 s after the database is back, and leases expire meanwhile.
+RECONNECT_CAP = 2.0
+
+# Between failed heartbeats (jittered ±20%), and how long before a lease's local horizon the
+# last try must be sent: a try takes a round trip, and an answer after the horizon is too late
+# (the attempt has been stopped as lost by then, rara.worker.attempt).
+HEARTBEAT_RETRY = 1.0
+HEARTBEAT_MARGIN = 1.0
+# One heartbeat try is abandoned after this long (half the lease when that is shorter, 1 s at
+# least), with its connection: a half-open connection to a failed-over server would otherwise
+# hang it until TCP gives up, minutes later, while the leases run out.
+HEARTBEAT_ANSWER = 5.0
+
 
 class Backoff:
     """Exponential backoff with full jitter, 50 ms up to ``cap`` seconds."""
 
-    def __init__(self, cap: float = 5.0) -> None:
+    def __init__(self, cap: float = RECONNECT_CAP) -> None:
         self.cap = cap
         self.failures = 0
 
     def next_delay(self) -> float:
         self.failures += 1
-        return random.uniform(0, min(self.cap, 0.05 * 2 ** self.failures))
+        return random.uniform(0, min(self.cap, 0.05 * 2 ** min(self.failures, 30)))
 
     def reset(self) -> None:
         self.failures = 0
+
+
+def heartbeat_delay(now: float, horizon: float, lease_seconds: float) -> float:
+    """How long to wait after a failed heartbeat: about ``HEARTBEAT_RETRY``, but not past the
+    earliest held lease's local ``horizon`` (monotonic) less a margin (a tenth of the lease
+    when that is less), so the last try before it still has time for its answer. Inside the
+    margin, tries come a quarter of a second apart (the margin, if shorter) until the horizon
+    passes and the attempts are stopped as lost."""
+    margin = min(HEARTBEAT_MARGIN, lease_seconds / 10)
+    delay = HEARTBEAT_RETRY * random.uniform(0.8, 1.2)
+    return max(min(0.25, margin), min(delay, horizon - margin - now))
 
 
 async def persist(what: str, fn: Callable[[], Awaitable[T]], *, give_up_after: float) -> T:

@@ -21,6 +21,7 @@ import random
 import time
 from collections.abc import Coroutine, Sequence
 from typing import Any
+from uuid import UUID
 
 import structlog
 
@@ -34,7 +35,13 @@ from rara.worker.dispatch import Executor, LeasedStep
 from rara.worker.lease_cursor import LeaseCursors
 from rara.worker.listener import listen
 from rara.worker.progress import ProgressWriter
-from rara.worker.retry import TRANSIENT, Backoff, persist
+from rara.worker.retry import (
+    HEARTBEAT_ANSWER,
+    TRANSIENT,
+    Backoff,
+    heartbeat_delay,
+    persist,
+)
 from rara.worker.settings import WorkerSettings
 from rara.worker.store import Fence, WorkerStore, make_pool
 
@@ -267,29 +274,27 @@ class Worker:
         self.wake.set()
 
     async def _heartbeat_loop(self) -> None:
+        """Every ``heartbeat_interval``; after a failure about every second instead
+        (``rara.worker.retry.heartbeat_delay``), so that an outage shorter than the lease is
+        answered before any lease it holds expires."""
         s = self.settings
+        wait = s.heartbeat_interval * random.uniform(0.9, 1.0)
+        # One try is abandoned (and retried on a new connection) after this long.
+        within = min(HEARTBEAT_ANSWER, max(1.0, s.lease_seconds / 2))
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(s.heartbeat_interval * random.uniform(0.9, 1.0)):
+                async with asyncio.timeout(wait):
                     await self.heartbeat_due.wait()
             self.heartbeat_due.clear()
-            states = list(self.attempts.values())
-            sent = time.monotonic()
             try:
-                # One statement: the worker's row and every lease it holds.
-                answer = await self.store.heartbeat_all(
-                    self.capabilities, [(st.fence.step_id, st.fence.token) for st in states],
-                    s.lease_seconds)
-                if states:
-                    for st in states:
-                        if st.step.id not in answer:
-                            st.lose()
-                        else:
-                            st.lease_valid_until = sent + s.lease_seconds
-                            if answer[st.step.id]:
-                                st.request_cancel()
+                await self._heartbeat(within)
+                wait = s.heartbeat_interval * random.uniform(0.9, 1.0)
             except TRANSIENT as exc:
-                self.log.warning("heartbeat failed", error=str(exc))
+                horizon = min((st.lease_valid_until for st in self.attempts.values()
+                               if st.holds_lease), default=float("inf"))
+                wait = heartbeat_delay(time.monotonic(), horizon, s.lease_seconds)
+                self.log.warning("heartbeat failed, retrying", error=str(exc),
+                                 retry_in=round(wait, 3))
             # Without an answer we cannot know whether a reaper took our steps: once the lease
             # surely expired, stop as if lost rather than risk two owners doing the work.
             now = time.monotonic()
@@ -297,18 +302,49 @@ class Worker:
                 if now > st.lease_valid_until:
                     st.lose()
 
+    async def _heartbeat(self, within: float) -> None:
+        """One statement: the worker's row and every lease it holds. Which leases is read when
+        the statement is sent (``holds_lease``): none stopped as lost or given up."""
+        s = self.settings
+        sent: list[AttemptState] = []
+        sent_at = 0.0
+
+        def held_now() -> list[tuple[int, UUID]]:
+            nonlocal sent_at
+            sent[:] = [st for st in self.attempts.values() if st.holds_lease]
+            sent_at = time.monotonic()
+            return [(st.fence.step_id, st.fence.token) for st in sent]
+
+        answer = await self.store.heartbeat_all(self.capabilities, held_now, s.lease_seconds,
+                                                within=within)
+        for st in sent:
+            if st.step.id not in answer:
+                st.lose()
+            else:
+                # The database's expiry is its now() + lease, now() being no earlier than this.
+                st.lease_valid_until = sent_at + s.lease_seconds
+                if answer[st.step.id]:
+                    st.request_cancel()
+
     async def _reaper_loop(self) -> None:
         s = self.settings
+        backoff = Backoff()
         while not self.stopping.is_set():
             try:
                 reaped = await self.store.reap(s.reaper_batch, s.jitter)
+                backoff.reset()
                 if reaped:
                     metrics.LEASE_EXPIRIES.inc(len(reaped))
                     self.log.info("reaped expired leases", steps=[r[0] for r in reaped])
                 if len(reaped) == s.reaper_batch:
                     continue  # more may be waiting
             except TRANSIENT as exc:
-                self.log.warning("reaper failed", error=str(exc))
+                # Sooner than the next pass: reaping what expired during an outage is what
+                # frees the steps of workers that did not survive it.
+                delay = min(backoff.next_delay(), s.reaper_seconds)
+                self.log.warning("reaper failed", error=str(exc), retry_in=round(delay, 3))
+                await asyncio.sleep(delay)
+                continue
             await asyncio.sleep(s.reaper_seconds * random.uniform(0.8, 1.2))
 
     async def _progress_loop(self) -> None:

@@ -18,16 +18,19 @@ scans a run's steps: the cost of an end is the same in a run of one step or of 1
 
 Why a pool (psycopg_pool) and not one connection per loop: attempts end concurrently while
 heartbeats, leases and the reaper run beside them; the pool shares a few connections among
-them, and after a server restart it replaces broken connections by itself. So the loops only
-need to catch ``psycopg.OperationalError`` (``PoolTimeout`` is one) and retry. The two hot
-paths, leases and the batcher's flushes, have a connection each (``HOT_PATH_SESSION``); the
-LISTEN connection is separate (``rara.worker.listener``).
+them, and after a server restart it replaces broken connections by itself, trying again at
+most ``RECONNECT_CAP`` seconds apart (``make_pool``). So the loops only need to catch
+``psycopg.OperationalError`` (``PoolTimeout`` is one) and retry. The two hot paths, leases and
+the batcher's flushes, have a connection each (``HOT_PATH_SESSION``), and so has the heartbeat,
+so that no other work queues in front of it during an outage; the LISTEN connection is
+separate (``rara.worker.listener``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -36,22 +39,45 @@ import psycopg
 from psycopg.rows import class_row, scalar_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
+from psycopg_pool.base import AttemptWithBackoff
 
 from rara.artifacts.ref import ArtifactRef
 from rara.pg import steps as step_sql
 from rara.pg.queries import amany, avalue, sql
 from rara.states import AttemptOutcome, StepStatus, check_step_transition
 from rara.worker.dispatch import LEASED, LeasedStep
+from rara.worker.retry import RECONNECT_CAP
 
 AsyncConn = psycopg.AsyncConnection[Any]
 Pool = AsyncConnectionPool[AsyncConn]
 Pairs = Sequence[tuple[str, str]]  # (capability, executor kind)
 Cursors = Mapping[str, Sequence[Any] | None]  # the lease cursors' parameters (LeaseCursors.after)
+Leases = Sequence[tuple[int, UUID]]  # (step id, lease token)
+
+
+class _CappedAttempt(AttemptWithBackoff):
+    """psycopg_pool's reconnect backoff (1 s, doubling: after a 20 s outage its next try could
+    come 11 s after the server is back), capped at ``RECONNECT_CAP``."""
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, RECONNECT_CAP)
+
+
+class _WorkerPool(AsyncConnectionPool[AsyncConn]):
+    """The pool, reconnecting with ``_CappedAttempt``: every reconnect attempt starts in
+    ``_add_connection`` (psycopg_pool 3.3, pinned), which makes its backoff state only when
+    given none and passes the one it has to each retry."""
+
+    async def _add_connection(self, attempt: AttemptWithBackoff | None,
+                              growing: bool = False) -> None:
+        await super()._add_connection(
+            attempt or _CappedAttempt(timeout=self.reconnect_timeout), growing)
 
 
 def make_pool(url: str, size: int) -> Pool:
-    return AsyncConnectionPool(url, kwargs={"autocommit": True}, min_size=1, max_size=size,
-                               open=False, timeout=10.0, name="rara-worker")
+    return _WorkerPool(url, kwargs={"autocommit": True}, min_size=1, max_size=size,
+                       open=False, timeout=10.0, name="rara-worker")
 
 
 # The hot paths' sessions (and the lease benchmark's): statements prepared on first use and
@@ -209,7 +235,8 @@ class HeldLease:
 
 class _OwnConnection:
     """A connection of its own for one sequential caller (the lease loop, the completion
-    batcher), re-opened after a failure; a hot path's session (``HOT_PATH_SESSION``)."""
+    batcher, the heartbeat), re-opened after a failure; a hot path's session
+    (``HOT_PATH_SESSION``)."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -220,6 +247,11 @@ class _OwnConnection:
             self._conn = await psycopg.AsyncConnection.connect(
                 self.url, autocommit=True, connect_timeout=10, **HOT_PATH_SESSION)
         return self._conn
+
+    def forget(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """``conn`` is not to be used again (its caller closes it): a new one next time."""
+        if self._conn is conn:
+            self._conn = None
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -245,9 +277,10 @@ class WorkerStore:
         self.worker = worker
         self._lease_conn = _OwnConnection(own_url) if own_url else None
         self._end_conn = _OwnConnection(own_url) if own_url else None
+        self._beat_conn = _OwnConnection(own_url) if own_url else None
 
     async def close(self) -> None:
-        for own in (self._lease_conn, self._end_conn):
+        for own in (self._lease_conn, self._end_conn, self._beat_conn):
             if own is not None:
                 await own.close()
 
@@ -268,15 +301,49 @@ class WorkerStore:
         async with self.pool.connection() as conn:
             return await step_sql.next_available(conn, list(pairs))
 
-    async def heartbeat_all(self, capabilities: Sequence[str], leases: Sequence[tuple[int, UUID]],
-                            lease_seconds: float) -> dict[int, bool]:
+    async def heartbeat_all(self, capabilities: Sequence[str], leases: Callable[[], Leases],
+                            lease_seconds: float, *, within: float | None = None
+                            ) -> dict[int, bool]:
         """The worker's row and every lease it holds, in one statement. Answer: step id →
-        cancel requested, for the leases still held (a lease missing from it is lost)."""
-        async with self.pool.connection() as conn:
-            held = await amany(conn, "step_heartbeat", class_row(HeldLease), worker=self.worker,
-                               capabilities=list(capabilities), step_ids=[s for s, _ in leases],
-                               tokens=[t for _, t in leases], lease_seconds=lease_seconds)
-            return {r.id: r.cancel_requested for r in held}
+        cancel requested, for the leases still held (a lease missing from it is lost).
+
+        ``leases()`` is asked once a connection is at hand, just before the statement is sent:
+        a list read before a wait for a connection could name attempts given up meanwhile.
+        On the heartbeat's own connection, one try takes ``within`` seconds at most: a try
+        that hangs (a half-open connection to a failed-over server) is abandoned with its
+        connection and fails as ``OperationalError``, so the caller tries again on a new one.
+        """
+        if self._beat_conn is None:
+            async with self.pool.connection() as conn:
+                return await self._heartbeat(conn, capabilities, leases(), lease_seconds)
+        beat = asyncio.ensure_future(self._heartbeat_own(self._beat_conn, capabilities, leases,
+                                                         lease_seconds))
+        done, _ = await asyncio.wait({beat}, timeout=within)
+        if not done:
+            # Not awaited: a cancelled query may take seconds to unwind (psycopg asks the
+            # server to cancel it); its connection is closed as it does.
+            beat.cancel()
+            beat.add_done_callback(lambda t: t.cancelled() or t.exception())
+            raise psycopg.OperationalError(f"no heartbeat answer within {within:.1f} s")
+        return beat.result()
+
+    async def _heartbeat_own(self, own: _OwnConnection, capabilities: Sequence[str],
+                             leases: Callable[[], Leases], lease_seconds: float
+                             ) -> dict[int, bool]:
+        conn = await own.get()
+        try:
+            return await self._heartbeat(conn, capabilities, leases(), lease_seconds)
+        except BaseException:  # a failed or abandoned try: a new connection next time
+            own.forget(conn)
+            await conn.close()
+            raise
+
+    async def _heartbeat(self, conn: AsyncConn, capabilities: Sequence[str], leases: Leases,
+                         lease_seconds: float) -> dict[int, bool]:
+        held = await amany(conn, "step_heartbeat", class_row(HeldLease), worker=self.worker,
+                           capabilities=list(capabilities), step_ids=[s for s, _ in leases],
+                           tokens=[t for _, t in leases], lease_seconds=lease_seconds)
+        return {r.id: r.cancel_requested for r in held}
 
     async def write_progress(self, items: Sequence[tuple[int, UUID, int, float | None, str,
                                                          Mapping[str, float]]]) -> set[int]:

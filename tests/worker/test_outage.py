@@ -1,0 +1,106 @@
+"""What a heartbeat may extend, and how often it is retried while the database is away.
+
+A heartbeat never extends a lease that has expired (the SQL fence in ``rara_step_heartbeat``),
+nor one the worker has stopped as lost or is done with (``AttemptState.holds_lease``, read when
+the statement is sent): a heartbeat sent before an outage and answered after it would otherwise
+keep steps nobody runs away from the reaper for another lease. The outage itself, with real
+processes and a real server stopped: tests/e2e/test_outage.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from rara.worker.context import AttemptState
+from rara.worker.dispatch import InProcessExecutor
+from rara.worker.registry import load_registry
+from rara.worker.retry import HEARTBEAT_MARGIN, heartbeat_delay
+from rara.worker.runner import Worker
+from rara.worker.settings import WorkerSettings
+from rara.worker.store import Fence, WorkerStore, make_pool
+from tests.worker.conftest import HANDLERS, define, start
+
+PAIRS = [("test.echo@1", "inprocess")]
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[WorkerStore]:
+    pool = make_pool(database_url, 2)
+    await pool.open()
+    try:
+        yield WorkerStore(pool, "w-outage")
+    finally:
+        await pool.close()
+
+
+def _expiry(conn: psycopg.Connection[Any], step_id: int) -> Any:
+    row = conn.execute("SELECT lease_expires_at FROM rara_steps WHERE id = %s",
+                       (step_id,)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+async def test_a_heartbeat_does_not_revive_an_expired_lease(
+        conn: psycopg.Connection[Any], store: WorkerStore) -> None:
+    define(conn, "expired", [{"key": "s", "capability": "test.echo@1"}])
+    start(conn, "expired")
+    [step] = await store.lease(PAIRS, 1, lease_seconds=0.2)
+    while conn.execute("SELECT lease_expires_at > now() FROM rara_steps WHERE id = %s",
+                       (step.id,)).fetchone() != (False,):
+        await asyncio.sleep(0.02)
+    expired_at = _expiry(conn, step.id)
+    # Expired, not yet reaped: the fence (id, worker, token, running) still matches.
+    answer = await store.heartbeat_all(["test.echo@1"], lambda: [(step.id, step.lease_token)], 30)
+    assert answer == {}, "an expired lease was extended"
+    assert _expiry(conn, step.id) == expired_at
+    assert [s for s, _ in await store.reap(10, 0.0)] == [step.id]
+
+
+async def test_a_heartbeat_leaves_out_attempts_lost_or_ended(
+        conn: psycopg.Connection[Any], database_url: str, tmp_path: Path) -> None:
+    define(conn, "three", [{"key": "s", "capability": "test.echo@1"}])
+    for _ in range(3):
+        start(conn, "three")
+    settings = WorkerSettings(database_url=database_url, handlers=[HANDLERS], id="w-outage",
+                              lease_seconds=30.0, artifact_root=tmp_path / "artifacts")
+    worker = Worker(settings, [InProcessExecutor(load_registry(settings.handlers))],
+                    database_url)
+    await worker.pool.open()
+    try:
+        await worker.store.register(["test.echo@1"])
+        leased = await worker.store.lease(PAIRS, 3, lease_seconds=30)
+        live, lost, ended = (AttemptState(step=s, fence=Fence(s.id, "w-outage", s.lease_token),
+                                          loop=asyncio.get_running_loop()) for s in leased)
+        lost.lose()  # stopped as lost: its local horizon passed without an answer
+        ended.ended = True  # its end was given up ("its lease will expire")
+        worker.attempts.update({st.step.id: st for st in (live, lost, ended)})
+        before = {st.step.id: _expiry(conn, st.step.id) for st in (live, lost, ended)}
+        await worker._heartbeat(within=5.0)
+        after = {st.step.id: _expiry(conn, st.step.id) for st in (live, lost, ended)}
+        assert after[live.step.id] > before[live.step.id]
+        assert after[lost.step.id] == before[lost.step.id], "a lost attempt's lease extended"
+        assert after[ended.step.id] == before[ended.step.id], "an ended attempt's lease extended"
+        assert not live.lease_lost and live.lease_valid_until < float("inf")
+    finally:
+        await worker.store.close()
+        await worker.pool.close()
+
+
+def test_failed_heartbeats_are_retried_about_every_second_within_the_lease() -> None:
+    now = 1000.0
+    far = now + 50  # the earliest lease is confirmed for another 50 s
+    delays = [heartbeat_delay(now, far, 60.0) for _ in range(200)]
+    assert all(0.8 <= d <= 1.2 for d in delays), (min(delays), max(delays))
+    # Never past the horizon less the margin, while there is time before it.
+    near = now + HEARTBEAT_MARGIN + 0.5
+    assert all(heartbeat_delay(now, near, 60.0) <= 0.5 for _ in range(200))
+    # Inside the margin: tries a quarter of a second apart until the horizon passes.
+    assert heartbeat_delay(now, now + 0.1, 60.0) == 0.25
+    # A short lease: a tenth of it as the margin.
+    assert heartbeat_delay(now, now + 2.0, 2.0) <= 1.8

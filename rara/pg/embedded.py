@@ -233,6 +233,26 @@ class EmbeddedPostgres:
             self._run(self._bin("pg_ctl"), "stop", "-w", "-m", "fast", "-D", data, check=False)
             self._start(data, int(str(state["port"])))
 
+    def crash(self) -> None:
+        """Stop at once, as a crash or a failover does (``pg_ctl stop -m immediate``: no
+        shutdown checkpoint, every client's connection dropped); ``resume()`` starts it again.
+        Used by outage tests and ``bench/outage.py``."""
+        with self._locked():
+            state = self._read_state()
+            if state is None:
+                raise EmbeddedPostgresError(f"no embedded PostgreSQL under {self.base}")
+            self._run(self._bin("pg_ctl"), "stop", "-w", "-m", "immediate", "-D",
+                      str(state["data"]))
+
+    def resume(self) -> None:
+        """Start again on the same data directory and port (after ``crash()`` or ``down()``):
+        the clients' URLs stay valid, as a failover's service name does."""
+        with self._locked():
+            state = self._read_state()
+            if state is None:
+                raise EmbeddedPostgresError(f"no embedded PostgreSQL under {self.base}")
+            self._start(Path(str(state["data"])), int(str(state["port"])))
+
     def destroy(self) -> None:
         """Stop and delete all data (test teardown)."""
         state = self._read_state()

@@ -919,23 +919,30 @@ CREATE FUNCTION public.rara_step_cancel_dependants(p_run_id bigint, p_key text) 
     LANGUAGE plpgsql
     AS $$
 DECLARE
+    waiting bigint[];
     cancelled integer;
 BEGIN
     -- A step failed for good: every step downstream of it in the run can never run; cancel
     -- them. Walked by the dependants of each step (probes of (run_id, key), migration 0006):
     -- the cost is the downstream's size, not the run's. Returns how many were cancelled.
+    -- Their rows are locked in id order before the update (whatever order the walk found
+    -- them in), as every end locks step rows (rara_step_end_lock).
     WITH RECURSIVE downstream(key) AS (
         SELECT p_key
         UNION
         SELECT dependant.key FROM downstream d
         JOIN rara_steps s ON s.run_id = p_run_id AND s.key = d.key
         CROSS JOIN LATERAL unnest(s.dependants) AS dependant(key)
-    ), cancelled AS (
+    )
+    SELECT array_agg(s.id) INTO waiting
+    FROM downstream d JOIN rara_steps s ON s.run_id = p_run_id AND s.key = d.key
+    WHERE s.status IN ('blocked', 'ready');
+    PERFORM 1 FROM rara_steps s WHERE s.id = ANY (waiting) ORDER BY s.id FOR UPDATE;
+    WITH cancelled AS (
         UPDATE rara_steps s SET status = 'cancelled', finished_at = now(),
             error = jsonb_build_object('code', 'UPSTREAM_FAILED',
                                        'message', 'dependency ' || p_key || ' failed')
-        FROM downstream d
-        WHERE s.run_id = p_run_id AND s.key = d.key AND s.status IN ('blocked', 'ready')
+        WHERE s.id = ANY (waiting) AND s.status IN ('blocked', 'ready')
         RETURNING s.id
     )
     SELECT count(*) INTO cancelled FROM cancelled;
@@ -991,6 +998,92 @@ BEGIN
         'cancelled', (p_status = 'cancelled')::integer + downstream));
 END $$;
 
+-- FUNCTION: rara_step_end_lock(bigint[], bigint[])
+
+CREATE FUNCTION public.rara_step_end_lock(p_steps bigint[], p_failing bigint[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    locked bigint[];
+BEGIN
+    -- The locks of a batch of ends (rara_step_end_many), all taken before its first write, in
+    -- one order: the step rows it may write, by id — then, last, its runs, by id
+    -- (rara_run_count). A batch waits for another only while it holds rows of lower ids than
+    -- the one it waits for, so no two batches (nor a batch and a run cancel, which locks its
+    -- run's steps by id too: rara_run_cancel) wait on each other in a cycle. Without it, two
+    -- batches that shared dependants, map steps or downstream took them in the order each
+    -- visited them (the failures in input order, each with its downstream; the dependants in
+    -- a join's order; a map step after its child, whose row a failing map had taken to flag
+    -- it; the map's downstream after the map) and deadlocked under normal load (issue 30,
+    -- tests/db/test_end_deadlocks.py).
+    -- The rows: the ended steps p_steps; the map steps of those that are children; the
+    -- dependants of both (unblocked by a success, or a map's success); and, when p_failing
+    -- (failures and cancels, rare) is not empty, the whole downstream of those and of a map
+    -- with a child among them (a map fails at its first child that fails or is cancelled):
+    -- what a failure for good cancels. Rows the batch ends up not writing (a failure that
+    -- retries, a map not done yet) are locked all the same, until the commit. FOR NO KEY
+    -- UPDATE: the lock the updates take (foreign key checks of events written meanwhile are
+    -- not held up).
+    -- Not covered: a map that its upstream's success expands and that then ends in the same
+    -- transaction (an empty list, or not a list) writes its own dependants after the rows
+    -- above (rara_map_succeed, rara_map_fail); rare, and retried by the worker if it ever
+    -- deadlocks.
+    IF cardinality(p_failing) = 0 THEN
+        -- Successes only (most batches): one level of dependants, no recursion.
+        WITH ended AS MATERIALIZED (
+            SELECT s.id, s.run_id, s.dependants, s.map_parent
+            FROM rara_steps s WHERE s.id = ANY (p_steps)
+        ), maps AS MATERIALIZED (
+            SELECT m.id, m.run_id, m.dependants FROM rara_steps m
+            -- (= ANY: primary key probes of the map steps)
+            WHERE m.id = ANY (ARRAY(SELECT e.map_parent FROM ended e
+                                    WHERE e.map_parent IS NOT NULL))
+        ), written AS (
+            SELECT e.id, e.run_id, e.dependants FROM ended e
+            UNION ALL
+            SELECT m.id, m.run_id, m.dependants FROM maps m
+        )
+        SELECT array_agg(w.id) || coalesce(array_agg(b.id) FILTER (WHERE b.id IS NOT NULL),
+                                           '{}')
+        INTO locked
+        FROM written w
+        LEFT JOIN LATERAL unnest(w.dependants) AS dependant(key) ON true
+        -- (by (run_id, key) probes of the dependants)
+        LEFT JOIN LATERAL (
+            SELECT b.id FROM rara_steps b
+            WHERE b.run_id = w.run_id AND b.key = dependant.key
+            OFFSET 0) AS b ON true;
+    ELSE
+        WITH RECURSIVE ended AS MATERIALIZED (
+            SELECT s.id, s.run_id, s.dependants, s.map_parent, s.id = ANY (p_failing) AS failing
+            FROM rara_steps s WHERE s.id = ANY (p_steps)
+        ), maps AS MATERIALIZED (
+            SELECT m.id, m.run_id, m.dependants, bool_or(e.failing) AS failing
+            FROM ended e JOIN rara_steps m ON m.id = e.map_parent
+            WHERE m.id = ANY (ARRAY(SELECT e2.map_parent FROM ended e2
+                                    WHERE e2.map_parent IS NOT NULL))
+            GROUP BY m.id, m.run_id, m.dependants
+        ), written(id, run_id, dependants, failing, first) AS (
+            SELECT e.id, e.run_id, e.dependants, e.failing, true FROM ended e
+            UNION
+            SELECT m.id, m.run_id, m.dependants, m.failing, true FROM maps m
+            UNION
+            -- A row's dependants: one level from an ended step or a map, the whole downstream
+            -- from a failure.
+            SELECT b.id, b.run_id, b.dependants, w.failing, false
+            FROM written w CROSS JOIN LATERAL unnest(w.dependants) AS dependant(key)
+            CROSS JOIN LATERAL (
+                SELECT b.id, b.run_id, b.dependants FROM rara_steps b
+                WHERE b.run_id = w.run_id AND b.key = dependant.key
+                OFFSET 0) AS b
+            WHERE w.first OR w.failing
+        )
+        SELECT array_agg(w.id) INTO locked FROM written w;
+    END IF;
+    -- (a row found twice is locked once)
+    PERFORM 1 FROM rara_steps s WHERE s.id = ANY (locked) ORDER BY s.id FOR NO KEY UPDATE;
+END $$;
+
 -- FUNCTION: rara_step_end_many(text, jsonb, jsonb)
 
 CREATE FUNCTION public.rara_step_end_many(p_worker text, p_successes jsonb, p_others jsonb DEFAULT '[]'::jsonb) RETURNS TABLE(id bigint, status text)
@@ -1009,6 +1102,7 @@ DECLARE
     map_ends_of_successes jsonb;
     maps_due bigint[];          -- map steps whose upstream all succeeded: to expand
     map bigint;
+    failing bigint[];           -- the steps of p_others
 BEGIN
     -- Many ends of one worker's attempts in one transaction, each fenced on its own: the rows
     -- returned are the steps whose fence matched, with their status after the end; any other
@@ -1020,6 +1114,13 @@ BEGIN
     -- in one statement; last, everything that ended is counted in the runs' step counts, so
     -- that the transaction locks its runs once, in id order, after all its step rows.
     -- (Most batches have no failure or cancel: no query is opened for them.)
+    -- Every step row the batch writes is locked first, in id order (rara_step_end_lock): the
+    -- statements below then take no step row another end or a run cancel could hold while
+    -- waiting for one of this batch's, in whatever order they visit the rows.
+    failing := ARRAY(SELECT o.id FROM jsonb_to_recordset(p_others) AS o(id bigint));
+    PERFORM rara_step_end_lock(
+        ARRAY(SELECT g.id FROM jsonb_to_recordset(p_successes) AS g(id bigint)) || failing,
+        failing);
     IF p_others <> '[]' THEN
         FOR other IN
             SELECT * FROM jsonb_to_recordset(p_others) AS o(id bigint, token uuid, outcome text,
@@ -1499,7 +1600,11 @@ DECLARE
 BEGIN
     -- One step of the run succeeded outside a completion batch (a map step): its dependants'
     -- pending dependencies drop by one; those with none left become ready, or, map steps,
-    -- expand. (A batch of ends does the same set-wise: rara_step_end_many.)
+    -- expand. (A batch of ends does the same set-wise: rara_step_end_many.) Their rows are
+    -- locked in id order first, as every end locks step rows (rara_step_end_lock).
+    PERFORM 1 FROM rara_steps s
+    WHERE s.run_id = p_run_id AND s.key = ANY (p_dependants) AND s.status = 'blocked'
+    ORDER BY s.id FOR UPDATE;
     WITH unblocked AS (
         UPDATE rara_steps s SET
             pending_deps = s.pending_deps - 1,
@@ -2144,6 +2249,10 @@ GRANT ALL ON FUNCTION public.rara_step_checkpoint(p_worker text, p_step_id bigin
 -- ACL: FUNCTION rara_step_end_deltas(p_run_id bigint, p_key text, p_status text)
 
 REVOKE ALL ON FUNCTION public.rara_step_end_deltas(p_run_id bigint, p_key text, p_status text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_step_end_lock(p_steps bigint[], p_failing bigint[])
+
+REVOKE ALL ON FUNCTION public.rara_step_end_lock(p_steps bigint[], p_failing bigint[]) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_step_end_many(p_worker text, p_successes jsonb, p_others jsonb)
 

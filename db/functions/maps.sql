@@ -3,8 +3,9 @@
 -- steps (runs.sql, lease.sql), inside their transactions; granted to nobody.
 -- Each returns the run count deltas of what it changed (rara_run_count's format, with `total`
 -- for steps added to the run), which its caller counts last, with everything else it ended.
--- Locks: a child's row, then its map step's (the child's end takes them in that order; the
--- map's end cancels waiting children with SKIP LOCKED, never waiting on one), then the run's.
+-- Locks: a batch of ends takes every step row it may write first, in id order — a map step's
+-- before its children's (rara_step_end_lock) — and the map's end cancels waiting children
+-- with SKIP LOCKED, never waiting on one; then the runs'.
 -- Repeatable (rara.pg.migrate): edit in place.
 
 CREATE OR REPLACE FUNCTION rara_map_expand(p_map bigint)
@@ -228,7 +229,11 @@ DECLARE
 BEGIN
     -- One step of the run succeeded outside a completion batch (a map step): its dependants'
     -- pending dependencies drop by one; those with none left become ready, or, map steps,
-    -- expand. (A batch of ends does the same set-wise: rara_step_end_many.)
+    -- expand. (A batch of ends does the same set-wise: rara_step_end_many.) Their rows are
+    -- locked in id order first, as every end locks step rows (rara_step_end_lock).
+    PERFORM 1 FROM rara_steps s
+    WHERE s.run_id = p_run_id AND s.key = ANY (p_dependants) AND s.status = 'blocked'
+    ORDER BY s.id FOR UPDATE;
     WITH unblocked AS (
         UPDATE rara_steps s SET
             pending_deps = s.pending_deps - 1,

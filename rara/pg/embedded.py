@@ -22,6 +22,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,14 +224,16 @@ class EmbeddedPostgres:
             self._run(self._bin("pg_ctl"), "stop", "-w", "-m", "fast", "-D", str(state["data"]))
             return True
 
-    def restart(self) -> None:
-        """Fast-stop then start on the same port (used by crash tests)."""
+    def restart(self, down_for: float = 0.0) -> None:
+        """Fast-stop then start on the same port (used by crash tests); ``down_for``: seconds
+        the server stays down in between (an outage, for the reconnect tests)."""
         with self._locked():
             state = self._read_state()
             if state is None:
                 raise EmbeddedPostgresError(f"no embedded PostgreSQL under {self.base}")
             data = Path(str(state["data"]))
             self._run(self._bin("pg_ctl"), "stop", "-w", "-m", "fast", "-D", data, check=False)
+            time.sleep(down_for)
             self._start(data, int(str(state["port"])))
 
     def crash(self) -> None:

@@ -21,6 +21,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rara.pg import reconnect
 from rara.ui import actions, pages
 from rara.ui.auth import AuthConfig
 from rara.ui.live import LiveHub
@@ -79,7 +80,10 @@ def create_app(config: UiConfig) -> Starlette:
         # connection, through rara.client). No prepared statements: each read is planned
         # with its values, so unused filters fold away.
         kwargs={"autocommit": True, "prepare_threshold": None,
+                "connect_timeout": reconnect.CONNECT_TIMEOUT_SECONDS,
                 "options": "-c default_transaction_read_only=on -c statement_timeout=15000"},
+        # Back within ~2 s of the database after an outage (rara.pg.reconnect).
+        **reconnect.async_pool_settings(),
     )
     hub = LiveHub(config.database_url, pool, config.live_interval)
 

@@ -8,8 +8,8 @@ watches: one statement for all watched runs together, one for the runs list; not
 when nobody watches. A topic's state goes to its viewers only when it changed, as a complete
 JSON snapshot, into a one-slot mailbox per viewer (a slow viewer skips stale states, never
 queues them). So an idle viewer costs the database nothing, and a thousand viewers of one run
-cost what one does. A lost listening connection is re-opened with backoff; meanwhile the
-interval keeps the views moving.
+cost what one does. A lost listening connection is re-opened with backoff (capped at 2 s:
+rara.pg.reconnect); meanwhile the interval keeps the views moving.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import psycopg
 import structlog
 from psycopg_pool import AsyncConnectionPool
 
+from rara.pg import reconnect
 from rara.ui import data
 
 log = structlog.get_logger("rara.ui.live")
@@ -100,8 +101,9 @@ class LiveHub:
         delay = 0.5
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(self.url,
-                                                                 autocommit=True) as conn:
+                async with await psycopg.AsyncConnection.connect(
+                        self.url, autocommit=True,
+                        connect_timeout=reconnect.CONNECT_TIMEOUT_SECONDS) as conn:
                     for channel in CHANNELS:
                         await conn.execute(f"LISTEN {channel}")
                     self.listening.set()
@@ -114,7 +116,9 @@ class LiveHub:
             finally:
                 self.listening.clear()
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 10.0)
+            # Capped as the pools' reconnects are (rara.pg.reconnect): listening again within
+            # ~2 s of the database's return, not up to 10 s after.
+            delay = min(delay * 2, reconnect.RECONNECT_SECONDS)
 
     async def _poll(self) -> None:
         while True:

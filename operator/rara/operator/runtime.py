@@ -2,7 +2,11 @@
 
 The handlers are sync functions (kopf runs them in its thread pool), so a thread-safe
 psycopg pool serves them; a broken connection is replaced on checkout, and a database that is
-down surfaces as kopf.TemporaryError, which kopf retries with its own backoff.
+down surfaces as kopf.TemporaryError, which kopf retries after DB_RETRY_SECONDS. The pool's
+reconnect back-off is bounded (rara.pg.reconnect: an attempt about every second), so after an
+outage the handlers, the timers and the run sync are back within ~2 s of the database: a
+handler waiting for a connection gets the first one made, one between tries tries again
+within DB_RETRY_SECONDS.
 """
 
 from __future__ import annotations
@@ -20,8 +24,11 @@ from kubernetes.config.config_exception import ConfigException
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rara.operator.peering import Peering
+from rara.pg import reconnect
 
-DB_RETRY_SECONDS = 5.0
+# A handler that found the database down tries again this soon (kopf's TemporaryError delay):
+# at most this long after the database is back, on top of the pool's ~1 s between attempts.
+DB_RETRY_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -46,14 +53,18 @@ class Runtime:
 
 
 def open_runtime(cfg: OperatorConfig) -> Runtime:
+    return Runtime(cfg, open_pool(cfg.database_url, cfg.pool_size), kube_client())
+
+
+def open_pool(database_url: str, size: int) -> ConnectionPool[psycopg.Connection[Any]]:
     # open=True, but do not wait: an operator whose database is briefly down still starts,
     # and its handlers retry.
-    pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
-        cfg.database_url, min_size=1, max_size=cfg.pool_size, open=True, timeout=10.0,
-        kwargs={"autocommit": True}, check=ConnectionPool.check_connection,
-        name="rara-operator",
+    return ConnectionPool(
+        database_url, min_size=1, max_size=size, open=True, timeout=10.0,
+        kwargs={"autocommit": True, "connect_timeout": reconnect.CONNECT_TIMEOUT_SECONDS},
+        check=ConnectionPool.check_connection, name="rara-operator",
+        **reconnect.pool_settings(),
     )
-    return Runtime(cfg, pool, kube_client())
 
 
 def kube_client() -> client.ApiClient:

@@ -1,0 +1,48 @@
+"""Back on the database within seconds of an outage's end: the settings of every pool outside
+the worker (the operator's, the dashboard's) that bound its reconnect back-off (issue 30).
+
+psycopg_pool retries a lost connection with an exponential back-off (1 s, doubled per failed
+attempt), uncapped but for ``reconnect_timeout`` (5 min by default): after a 73 s outage the
+operator's next attempt came ~48 s after the database was back, and every handler waited for
+it. The pool has no parameter for a cap. What it documents is ``reconnect_timeout``, how long
+one chain of attempts goes on, after which it calls ``reconnect_failed`` and gives the
+connection's slot up — a new chain then starts only when a client asks for a connection and
+finds none free, not for the clients already waiting. So:
+
+- ``reconnect_timeout`` of RECONNECT_SECONDS (2 s): a chain's attempts come at 0, ~1 and 2 s,
+  never more than ~1.1 s apart (the back-off's 10 % jitter);
+- ``reconnect_failed`` calls the pool's ``check()``, which (documented) lets a pool without
+  a connection grow: the next chain starts at once, whether or not a client asks.
+
+While the database is down a pool tries about once a second, each try one refused connection;
+the first that succeeds after the database is back goes to the longest waiting client.
+CONNECT_TIMEOUT_SECONDS bounds one attempt against a host that does not answer at all (libpq
+waits for the kernel's TCP timeout otherwise, minutes), overriding one in the URL.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+RECONNECT_SECONDS = 2.0  # the longest chain of attempts; its attempts ~1 s apart
+CONNECT_TIMEOUT_SECONDS = 5  # one attempt (libpq's connect_timeout, whole seconds)
+
+
+def _next_chain(pool: ConnectionPool[Any]) -> None:
+    pool.check()
+
+
+async def _next_chain_async(pool: AsyncConnectionPool[Any]) -> None:
+    await pool.check()
+
+
+def pool_settings() -> dict[str, Any]:
+    """``ConnectionPool`` arguments that bound its reconnect back-off."""
+    return {"reconnect_timeout": RECONNECT_SECONDS, "reconnect_failed": _next_chain}
+
+
+def async_pool_settings() -> dict[str, Any]:
+    """``AsyncConnectionPool`` arguments that bound its reconnect back-off."""
+    return {"reconnect_timeout": RECONNECT_SECONDS, "reconnect_failed": _next_chain_async}

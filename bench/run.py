@@ -23,6 +23,10 @@ horizon      throughput while another connection holds the xmin horizon (an open
              READ transaction that did a SELECT) for 60 s (``--quick``: 15 s) vs without
 history      lease latency and drain throughput with 10M rows of finished attempts and
              events vs an empty database (``bench.history``; ``--quick``: 2M rows, one round)
+outage       database outages of 5, 20 and 45 s (a server of its own stopped at once, lease
+             60 s) under a stream of runs: the time from the database's return to the worker's
+             first heartbeat and to its first lease, and the leases that expired
+             (``bench.outage``; the same in ``--quick``)
 peers        PgQueuer (asyncpg, psycopg), Procrastinate, DBOS (1- and 3-step workflows) and
              River (a Go driver) on the same server (``bench.peers.run_all``; a peer that
              cannot be installed here is reported skipped, with why), and the pgbench
@@ -341,7 +345,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller everything (~4 minutes)")
     parser.add_argument("--skip", default="", help="comma-separated: throughput,latency,grpc,"
-                                                   "size,depth,horizon,history,peers")
+                                                   "size,depth,horizon,history,outage,peers")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -426,6 +430,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             log(f"== history: {rows:,} rows of finished attempts and events vs none")
             results["history"] = measure_history(server, logs, rows=rows, rounds=1 if quick else 3,
                                                  runs=single_runs, n_workers=2, say=log)
+        if "outage" not in skip:
+            from bench.outage import measure as measure_outage
+
+            log("== database outage (lease 60 s; a server of its own, stopped at once)")
+            results["outage"] = measure_outage(say=lambda m: log("  " + m), logs=logs)
         if "peers" not in skip:
             log("== peers (same server)")
             jobs = ({"pgqueuer-asyncpg": 5_000, "pgqueuer-psycopg": 5_000, "procrastinate": 1_000,
@@ -585,6 +594,11 @@ def print_table(r: dict[str, Any]) -> None:
             rows.append((f"{kind} database, round {i + 1}",
                          f"lease p50 {x['lease']['p50']:.3f} ms  p99 {x['lease']['p99']:.3f} ms  "
                          f"drain {x['drain']['steps_per_s']:.0f} steps/s"))
+    for x in r.get("outage", {}).get("outages", []):
+        rows.append((f"database outage {x['outage_s']:.0f} s, lease 60 s",
+                     f"after its return: first heartbeat {x['return_to_first_heartbeat_s']:.2f}"
+                     f" s, first lease {x['return_to_first_lease_s']:.2f} s  "
+                     f"expired leases {x['expired_leases']}"))
     for row in r.get("peers", []):
         if "skipped" in row:
             rows.append((f"peer {row['peer']}", f"skipped: {row['skipped'].splitlines()[0]}"))

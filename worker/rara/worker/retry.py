@@ -3,10 +3,10 @@
 Only ``psycopg.OperationalError`` (lost connection, server shutting down, pool timeout) is
 treated as transient; anything else is a bug and propagates.
 
-The cadence, in one place (docs/operations.md): every loop that reconnects — the pool's
-connections (``rara.worker.store.make_pool``), the listener, the lease loop, the reaper and
-the writes ``persist`` retries — backs off from 50 ms to at most ``RECONNECT_CAP`` seconds
-between tries, so a worker finds the database within about that long of its return, however
+The cadence, in one place (docs/operations.md): every loop that reconnects — the listener,
+the lease loop, the reaper and the writes ``persist`` retries — backs off from 50 ms to at
+most ``RECONNECT_CAP`` seconds between tries (the pool's own reconnects are bound alike:
+``rara.pg.reconnect``), so a worker finds the database within about that long of its return, however
 long the outage was. Failed heartbeats are retried about every ``HEARTBEAT_RETRY`` seconds
 (``heartbeat_delay``): a lease is only kept through an outage if some heartbeat lands before
 it expires.
@@ -23,15 +23,18 @@ from typing import TypeVar
 import psycopg
 import structlog
 
+from rara.pg.reconnect import RECONNECT_SECONDS
+
 T = TypeVar("T")
 log = structlog.get_logger("rara.worker")
 
 TRANSIENT = (psycopg.OperationalError,)
 
-# The longest wait between two tries to reach the database, in any of the worker's loops. An
-# exponential backoff without a cap waits longer the longer the outage lasted: after 20 s down
-# the next try could come 10 s after the database is back, and leases expire meanwhile.
-RECONNECT_CAP = 2.0
+# The longest wait between two tries to reach the database, in any of the worker's loops (the
+# pools' own reconnects are bound the same: rara.pg.reconnect). An exponential backoff without
+# a cap waits longer the longer the outage lasted: after 20 s down the next try could come
+# 10 s after the database is back, and leases expire meanwhile.
+RECONNECT_CAP = RECONNECT_SECONDS
 
 # Between failed heartbeats (jittered ±20%), and how long before a lease's local horizon the
 # last try must be sent: a try takes a round trip, and an answer after the horizon is too late

@@ -18,8 +18,8 @@ scans a run's steps: the cost of an end is the same in a run of one step or of 1
 
 Why a pool (psycopg_pool) and not one connection per loop: attempts end concurrently while
 heartbeats, leases and the reaper run beside them; the pool shares a few connections among
-them, and after a server restart it replaces broken connections by itself, trying again at
-most ``RECONNECT_CAP`` seconds apart (``make_pool``). So the loops only need to catch
+them, and after a server restart it replaces broken connections by itself, trying again
+about once a second (``make_pool``, ``rara.pg.reconnect``). So the loops only need to catch
 ``psycopg.OperationalError`` (``PoolTimeout`` is one) and retry. The two hot paths, leases and
 the batcher's flushes, have a connection each (``HOT_PATH_SESSION``), and so has the heartbeat,
 so that no other work queues in front of it during an outage; the LISTEN connection is
@@ -39,14 +39,13 @@ import psycopg
 from psycopg.rows import class_row, scalar_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
-from psycopg_pool.base import AttemptWithBackoff
 
 from rara.artifacts.ref import ArtifactRef
 from rara.pg import steps as step_sql
 from rara.pg.queries import amany, avalue, sql
+from rara.pg.reconnect import async_pool_settings
 from rara.states import AttemptOutcome, StepStatus, check_step_transition
 from rara.worker.dispatch import LEASED, LeasedStep
-from rara.worker.retry import RECONNECT_CAP
 
 AsyncConn = psycopg.AsyncConnection[Any]
 Pool = AsyncConnectionPool[AsyncConn]
@@ -55,29 +54,12 @@ Cursors = Mapping[str, Sequence[Any] | None]  # the lease cursors' parameters (L
 Leases = Sequence[tuple[int, UUID]]  # (step id, lease token)
 
 
-class _CappedAttempt(AttemptWithBackoff):
-    """psycopg_pool's reconnect backoff (1 s, doubling: after a 20 s outage its next try could
-    come 11 s after the server is back), capped at ``RECONNECT_CAP``."""
-
-    def update_delay(self, now: float) -> None:
-        super().update_delay(now)
-        self.delay = min(self.delay, RECONNECT_CAP)
-
-
-class _WorkerPool(AsyncConnectionPool[AsyncConn]):
-    """The pool, reconnecting with ``_CappedAttempt``: every reconnect attempt starts in
-    ``_add_connection`` (psycopg_pool 3.3, pinned), which makes its backoff state only when
-    given none and passes the one it has to each retry."""
-
-    async def _add_connection(self, attempt: AttemptWithBackoff | None,
-                              growing: bool = False) -> None:
-        await super()._add_connection(
-            attempt or _CappedAttempt(timeout=self.reconnect_timeout), growing)
-
-
 def make_pool(url: str, size: int) -> Pool:
-    return _WorkerPool(url, kwargs={"autocommit": True}, min_size=1, max_size=size,
-                       open=False, timeout=10.0, name="rara-worker")
+    # Back within ~1 s of the database's return, however long the outage (rara.pg.reconnect:
+    # the operator's and the dashboard's pools are bound the same way).
+    return AsyncConnectionPool(url, kwargs={"autocommit": True}, min_size=1, max_size=size,
+                               open=False, timeout=10.0, name="rara-worker",
+                               **async_pool_settings())
 
 
 # The hot paths' sessions (and the lease benchmark's): statements prepared on first use and

@@ -142,9 +142,11 @@ def _ride(url: str, server: Any, seconds: float, after: float, n: int, lease_sec
     down_at = time.monotonic()
     time.sleep(seconds)  # the outage itself
     server.resume()
-    back_at, back_wall = time.monotonic(), time.time()
-    down = back_at - down_at
+    down = time.monotonic() - down_at
     with _connect(url) as conn:
+        # The return: when the server started (a heartbeat or lease may land before resume()
+        # has returned, and rara_workers keeps only the latest heartbeat).
+        back_wall = float(_scalar(conn, "SELECT extract(epoch FROM pg_postmaster_start_time())"))
         beat_at: datetime = _until(lambda: _scalar(
             conn, "SELECT max(heartbeat_at) FROM rara_workers WHERE heartbeat_at > "
                   "to_timestamp(%s)", (back_wall,)), 60, "a heartbeat after the outage")

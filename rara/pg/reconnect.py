@@ -18,6 +18,10 @@ While the database is down a pool tries about once a second, each try one refuse
 the first that succeeds after the database is back goes to the longest waiting client.
 CONNECT_TIMEOUT_SECONDS bounds one attempt against a host that does not answer at all (libpq
 waits for the kernel's TCP timeout otherwise, minutes), overriding one in the URL.
+
+An open connection whose server vanished (a failed-over primary's old address, a partition) is
+found dead by TCP, not by a timer on the statement (``dead_peer_settings``): a server that is
+alive but slow acknowledges what it is sent at once, so its slow answer is still waited for.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 RECONNECT_SECONDS = 2.0  # the longest chain of attempts; its attempts ~1 s apart
 CONNECT_TIMEOUT_SECONDS = 5  # one attempt (libpq's connect_timeout, whole seconds)
+DEAD_PEER_SECONDS = 5  # an open connection to a vanished server fails within ~2x this
 
 
 def _next_chain(pool: ConnectionPool[Any]) -> None:
@@ -46,3 +51,17 @@ def pool_settings() -> dict[str, Any]:
 def async_pool_settings() -> dict[str, Any]:
     """``AsyncConnectionPool`` arguments that bound its reconnect back-off."""
     return {"reconnect_timeout": RECONNECT_SECONDS, "reconnect_failed": _next_chain_async}
+
+
+def dead_peer_settings() -> dict[str, Any]:
+    """libpq parameters under which a connection to a server that vanished fails within
+    seconds instead of hanging until the kernel's TCP timeouts (15 min on Linux): keepalive
+    probes find an idle one dead (after DEAD_PEER_SECONDS idle, then one probe a second),
+    ``tcp_user_timeout`` one whose statement went unacknowledged for DEAD_PEER_SECONDS."""
+    return {
+        "keepalives": 1,
+        "keepalives_idle": DEAD_PEER_SECONDS,
+        "keepalives_interval": 1,
+        "keepalives_count": DEAD_PEER_SECONDS,
+        "tcp_user_timeout": DEAD_PEER_SECONDS * 1000,  # milliseconds
+    }

@@ -41,10 +41,8 @@ RECONNECT_CAP = RECONNECT_SECONDS
 # (the attempt has been stopped as lost by then, rara.worker.attempt).
 HEARTBEAT_RETRY = 1.0
 HEARTBEAT_MARGIN = 1.0
-# One heartbeat try is abandoned after this long (half the lease when that is shorter, 1 s at
-# least), with its connection: a half-open connection to a failed-over server would otherwise
-# hang it until TCP gives up, minutes later, while the leases run out.
-HEARTBEAT_ANSWER = 5.0
+# The shortest wait for one heartbeat try's answer (heartbeat_within).
+HEARTBEAT_TRY_MIN = 1.0
 
 
 class Backoff:
@@ -71,6 +69,21 @@ def heartbeat_delay(now: float, horizon: float, lease_seconds: float) -> float:
     margin = min(HEARTBEAT_MARGIN, lease_seconds / 10)
     delay = HEARTBEAT_RETRY * random.uniform(0.8, 1.2)
     return max(min(0.25, margin), min(delay, horizon - margin - now))
+
+
+def heartbeat_within(now: float, horizon: float, lease_seconds: float) -> float:
+    """How long one heartbeat try waits for its answer before it is abandoned with its
+    connection: until the earliest held lease's local ``horizon`` (monotonic; ``inf`` when the
+    worker holds none, then the lease), ``HEARTBEAT_TRY_MIN`` at least. An answer after the
+    horizon comes too late (those attempts are stopped as lost by then); one before it keeps
+    every lease, however slow. A try is not cut shorter: on a busy node (a 2-core kind node
+    during a `helm upgrade`, the executor training beside its worker) answers took over 5 s,
+    and tries cut at 5 s, each on a new connection, never got one while every lease of the pod
+    expired. A server that vanished is found by the connection's TCP settings instead
+    (``rara.pg.reconnect.dead_peer_settings``), which a slow but live server passes."""
+    if horizon == float("inf"):
+        return lease_seconds
+    return max(HEARTBEAT_TRY_MIN, horizon - now)
 
 
 async def persist(what: str, fn: Callable[[], Awaitable[T]], *, give_up_after: float) -> T:

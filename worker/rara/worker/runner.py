@@ -36,10 +36,10 @@ from rara.worker.lease_cursor import LeaseCursors
 from rara.worker.listener import listen
 from rara.worker.progress import ProgressWriter
 from rara.worker.retry import (
-    HEARTBEAT_ANSWER,
     TRANSIENT,
     Backoff,
     heartbeat_delay,
+    heartbeat_within,
     persist,
 )
 from rara.worker.settings import WorkerSettings
@@ -279,20 +279,17 @@ class Worker:
         answered before any lease it holds expires."""
         s = self.settings
         wait = s.heartbeat_interval * random.uniform(0.9, 1.0)
-        # One try is abandoned (and retried on a new connection) after this long.
-        within = min(HEARTBEAT_ANSWER, max(1.0, s.lease_seconds / 2))
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self.heartbeat_due.wait()
             self.heartbeat_due.clear()
             try:
-                await self._heartbeat(within)
+                await self._heartbeat(
+                    heartbeat_within(time.monotonic(), self._horizon(), s.lease_seconds))
                 wait = s.heartbeat_interval * random.uniform(0.9, 1.0)
             except TRANSIENT as exc:
-                horizon = min((st.lease_valid_until for st in self.attempts.values()
-                               if st.holds_lease), default=float("inf"))
-                wait = heartbeat_delay(time.monotonic(), horizon, s.lease_seconds)
+                wait = heartbeat_delay(time.monotonic(), self._horizon(), s.lease_seconds)
                 self.log.warning("heartbeat failed, retrying", error=str(exc),
                                  retry_in=round(wait, 3))
             # Without an answer we cannot know whether a reaper took our steps: once the lease
@@ -301,6 +298,11 @@ class Worker:
             for st in list(self.attempts.values()):
                 if now > st.lease_valid_until:
                     st.lose()
+
+    def _horizon(self) -> float:
+        """The earliest local horizon of the leases heartbeats still extend (``inf``: none)."""
+        return min((st.lease_valid_until for st in self.attempts.values() if st.holds_lease),
+                   default=float("inf"))
 
     async def _heartbeat(self, within: float) -> None:
         """One statement: the worker's row and every lease it holds. Which leases is read when

@@ -43,7 +43,7 @@ from psycopg_pool import AsyncConnectionPool
 from rara.artifacts.ref import ArtifactRef
 from rara.pg import steps as step_sql
 from rara.pg.queries import amany, avalue, sql
-from rara.pg.reconnect import async_pool_settings
+from rara.pg.reconnect import async_pool_settings, dead_peer_settings
 from rara.states import AttemptOutcome, StepStatus, check_step_transition
 from rara.worker.dispatch import LEASED, LeasedStep
 
@@ -57,7 +57,8 @@ Leases = Sequence[tuple[int, UUID]]  # (step id, lease token)
 def make_pool(url: str, size: int) -> Pool:
     # Back within ~1 s of the database's return, however long the outage (rara.pg.reconnect:
     # the operator's and the dashboard's pools are bound the same way).
-    return AsyncConnectionPool(url, kwargs={"autocommit": True}, min_size=1, max_size=size,
+    return AsyncConnectionPool(url, kwargs={"autocommit": True, **dead_peer_settings()},
+                               min_size=1, max_size=size,
                                open=False, timeout=10.0, name="rara-worker",
                                **async_pool_settings())
 
@@ -227,7 +228,8 @@ class _OwnConnection:
     async def get(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
             self._conn = await psycopg.AsyncConnection.connect(
-                self.url, autocommit=True, connect_timeout=10, **HOT_PATH_SESSION)
+                self.url, autocommit=True, connect_timeout=10, **HOT_PATH_SESSION,
+                **dead_peer_settings())
         return self._conn
 
     def forget(self, conn: psycopg.AsyncConnection[Any]) -> None:
@@ -291,9 +293,10 @@ class WorkerStore:
 
         ``leases()`` is asked once a connection is at hand, just before the statement is sent:
         a list read before a wait for a connection could name attempts given up meanwhile.
-        On the heartbeat's own connection, one try takes ``within`` seconds at most: a try
-        that hangs (a half-open connection to a failed-over server) is abandoned with its
-        connection and fails as ``OperationalError``, so the caller tries again on a new one.
+        On the heartbeat's own connection, one try takes ``within`` seconds at most (the
+        caller's ``heartbeat_within``: until the earliest lease's horizon); one still without an
+        answer then is abandoned with its connection and fails as ``OperationalError``, so the
+        caller tries again on a new one.
         """
         if self._beat_conn is None:
             async with self.pool.connection() as conn:

@@ -17,7 +17,7 @@ from kubernetes import client, dynamic
 from kubernetes.client.exceptions import ApiException
 
 from rara.operator.peering import Peering
-from rara.runs import start_run
+from rara.runs import cancel_run, start_run
 from tests.helpers import apply
 
 from .apiserver import write_kubeconfig
@@ -27,7 +27,9 @@ from .test_operator import (
     Objects,
     Operator,
     condition,
+    delete_workflow_runs,
     deployment,
+    events_of,
     eventually,
     measure,
 )
@@ -130,6 +132,17 @@ def test_operator_runs_with_the_charts_rbac(kube_api: KubeFixture, rara_crds: No
                        {"deploymentName": "workers", "capabilities": ["demo.fan@1"]})
         eventually(lambda: apps.read_namespaced_deployment_scale("workers", namespace)
                    .spec.replicas == 1, what="scaled under the chart's Role")
+        # Events from the create handler (kopf's client) and from the status sync (rara's).
+        uid = objects.create("workflowruns", "WorkflowRun", "nightly",
+                             {"definition": "rag"})["metadata"]["uid"]
+        run_id = eventually(lambda: objects.status("workflowruns", "nightly").get("runId"),
+                            what="run started under the chart's Role")
+        with psycopg.connect(database_url, autocommit=True) as db:
+            cancel_run(db, run_id)
+        eventually(lambda: events_of(kube_api, namespace, uid) == [("Normal", "Accepted"),
+                                                                   ("Normal", "Cancelled")],
+                   what="Events posted under the chart's Role")
+        delete_workflow_runs(objects.api, namespace)
         objects.delete("workflowdefinitions", "rag")
         eventually(lambda: objects.get("workflowdefinitions", "rag") is None,
                    what="finalizer released under the chart's Role")

@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 
 from rara import logs, metrics
-from rara.operator import definitions, login, peering, pools, runs, runsync
+from rara.operator import definitions, events, login, peering, pools, runs, runsync
 from rara.operator.models import GROUP, VERSION
 from rara.operator.peering import Peering
 from rara.operator.runtime import OperatorConfig, open_runtime
@@ -31,6 +31,9 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger,
                   **_: Any) -> None:
         configure_settings(settings, config.peering)
+        # Said once, because a WorkflowRun in a namespace no operator serves just sits there.
+        logger.info("serving " + (f"namespaces {', '.join(config.namespaces)}"
+                                  if config.namespaces else "every namespace"))
         memo.runtime = open_runtime(config)
         if config.peering is not None:
             peering.warn_if_missing(memo.runtime.kube, config.peering, config.namespaces,
@@ -80,6 +83,9 @@ def configure_settings(settings: kopf.OperatorSettings, peers: Peering | None = 
     peering.configure(settings, peers)
     # Progress and diff-base in annotations under our prefix: the CRD status schemas are
     # closed (no status.kopf), so kopf's default status storage would be pruned away.
+    # Events name the operator, as the run sync's own do (rara.operator.events).
+    settings.posting.reporting_component = events.COMPONENT
+    settings.posting.reporting_instance = events.instance()
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=ANNOTATION_PREFIX)

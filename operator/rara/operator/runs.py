@@ -7,6 +7,10 @@ lost status patch) finds the run it already started instead of starting another.
 queue_anyway: workers may be scaled to zero, and the WorkerPool scaler starts them *because*
 steps wait; refusing the run for lack of a live worker would deadlock that.
 
+Before a run exists the phase says why: Waiting (no such definition yet: retried) or Refused
+(invalid spec or input: final), with status.reason and a Warning Event. An accepted run gets
+a Normal Event here, and each later phase one from the sync.
+
 Deleting a WorkflowRun stops its work, as deleting an Argo Workflow does: the delete handler
 is not optional, so kopf keeps its finalizer on the resource and the API server waits for the
 cancel (docs/operator.md, "Deleting a WorkflowRun").
@@ -29,7 +33,12 @@ from rara.pg import runs as pg_runs
 from rara.runs import cancel_run, run_id_by_key, start_run
 
 NOT_FOUND_RETRY_SECONDS = 10.0  # the definition may be applied in the same `kubectl apply`
-TERMINAL = {"Succeeded", "Failed", "Cancelled"}
+# Phases before a run exists (the others are the run's own, rara.states.RunStatus):
+WAITING = "Waiting"  # no such definition (or version) yet: retried
+REFUSED = "Refused"  # invalid spec or input: only a new WorkflowRun can fix it
+TERMINAL = {"Succeeded", "Failed", "Cancelled"}  # the run ended: nothing to cancel
+SETTLED = TERMINAL | {REFUSED}  # nothing (more) to mirror
+MAX_MESSAGE = 1000  # status and Event messages stay readable in `kubectl describe`
 
 
 def idempotency_key(uid: str) -> str:
@@ -47,19 +56,23 @@ def start_workflow_run(
             started = start_run(conn, run_spec.definition, version=run_spec.version,
                                 input=run_spec.input, idempotency_key=idempotency_key(uid),
                                 queue_anyway=True)
-            refresh_status(conn, started.run_id, status, patch)
+            mirrored = refresh_status(conn, started.run_id, status, patch)
     except (ValidationError, InputInvalid) as exc:
         # Not retried: only a new WorkflowRun (the spec is immutable) can fix it.
-        _accepted(patch, status, False, "SpecInvalid", str(exc)[:1000], generation)
-        kopf.warn(body, reason="SpecInvalid", message=str(exc)[:1000])
+        reason = "SpecInvalid" if isinstance(exc, ValidationError) else "InputInvalid"
+        _not_accepted(body, patch, status, REFUSED, reason, str(exc), generation)
         return
     except NotFound as exc:
-        _accepted(patch, status, False, "DefinitionNotFound", str(exc), generation)
+        _not_accepted(body, patch, status, WAITING, "DefinitionNotFound", str(exc), generation)
         raise kopf.TemporaryError(str(exc), delay=NOT_FOUND_RETRY_SECONDS) from exc
     logger.info(f"run {name} is rara run {started.run_id}"
                 + ("" if started.created else " (already started)"))
     patch.status["observedGeneration"] = generation
+    patch.status["reason"] = patch.status["message"] = None  # a Waiting one's, now past
     _accepted(patch, status, True, "RunStarted", f"rara run {started.run_id}", generation)
+    if started.created and mirrored:  # not again when a resumed handler finds its run
+        kopf.info(body, reason="Accepted", message=f"rara run {started.run_id} of "
+                  f"{run_spec.definition} version {mirrored['version']} created")
 
 
 def cancel_workflow_run(status: kopf.Status, uid: str, name: str, memo: kopf.Memo,
@@ -85,13 +98,17 @@ def cancel_workflow_run(status: kopf.Status, uid: str, name: str, memo: kopf.Mem
                 + ("cancelled" if cancelled else "had already ended"))
 
 
-def refresh_status(conn: Any, run_id: int, status: kopf.Status, patch: kopf.Patch) -> None:
-    """The create handler's first mirror of its run; later ones are rara.operator.runsync's."""
+def refresh_status(conn: Any, run_id: int, status: kopf.Status,
+                   patch: kopf.Patch) -> dict[str, Any] | None:
+    """The create handler's first mirror of its run (later ones are rara.operator.runsync's);
+    what it mirrored, None when the run is gone."""
     rows = pg_runs.status_many(conn, [run_id])
     if not rows:  # deleted from PostgreSQL by hand: nothing left to mirror
-        return
-    for key, value in changed_status(status, mirrored_status(rows[0])).items():
+        return None
+    mirrored = mirrored_status(rows[0])
+    for key, value in changed_status(status, mirrored).items():
         patch.status[key] = value
+    return mirrored
 
 
 def mirrored_status(run: pg_runs.RunStatusRow) -> dict[str, Any]:
@@ -103,10 +120,38 @@ def mirrored_status(run: pg_runs.RunStatusRow) -> dict[str, Any]:
     }
 
 
+def phase_event(phase: str, status: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """The Event (type, reason, message) for a run that reached ``phase``; None for Pending,
+    which the create handler's Accepted Event already told."""
+    run = f"rara run {status.get('runId')}"
+    done = f"{status.get('progress')} steps succeeded"
+    return {
+        "Running": ("Normal", "Running", f"{run} is running: a worker leased its first step"),
+        "Succeeded": ("Normal", "Succeeded", f"{run} succeeded: {done}"),
+        "Failed": ("Warning", "Failed", f"{run} failed ({done}; `rara runs show "
+                                        f"{status.get('runId')} --attempts` says why)"),
+        "Cancelled": ("Normal", "Cancelled", f"{run} was cancelled ({done})"),
+    }.get(phase)
+
+
 def changed_status(status: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     """The fields of ``new`` that ``status`` lacks or differs in: an unchanged status must not
     cost an API write per tick."""
     return {key: value for key, value in new.items() if status.get(key) != value}
+
+
+def _not_accepted(body: kopf.Body, patch: kopf.Patch, status: kopf.Status, phase: str,
+                  reason: str, message: str, generation: int | None) -> None:
+    """No run (yet): the phase and reason `kubectl get` shows, and a Warning Event the first
+    time (a retry or a resume after a restart finds the same reason and stays quiet)."""
+    message = message[:MAX_MESSAGE]
+    if status.get("reason") != reason:
+        kopf.warn(body, reason=reason, message=message)
+    patch.status["observedGeneration"] = generation
+    patch.status["phase"] = phase
+    patch.status["reason"] = reason
+    patch.status["message"] = message
+    _accepted(patch, status, False, reason, message, generation)
 
 
 def _accepted(patch: kopf.Patch, status: kopf.Status, ok: bool, reason: str, message: str,

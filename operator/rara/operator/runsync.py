@@ -17,9 +17,11 @@ create handlers of new ones, which then started late. Now two parts share the wo
   which ticks every ``run_sync_interval``: it snapshots the tracked bodies, then (in a
   thread, the pool and the API client being sync) reads all their runs with one statement
   (``run_status_many``) and patches the status of each WorkflowRun whose mirrored fields
-  differ, ``PATCH_CONCURRENCY`` at a time. No tracked WorkflowRun with a run: no read; no
-  change: no patch. A snapshot taken before the watch event of the tick's own patch arrives
-  patches the same values again: harmless, and rare at one tick a second or slower.
+  differ, ``PATCH_CONCURRENCY`` at a time, with an Event when the phase changed
+  (rara.operator.events). No tracked WorkflowRun with a run: no read; no change: no patch.
+  A snapshot taken before the watch event of the tick's own patch arrives patches the same
+  values again: harmless, and rare at one tick a second or slower; its Event is not posted
+  twice (``RunSync.announced``).
 
 Why not one kopf daemon on a singleton object: no object exists once per served namespace
 that the chart's RBAC lets the operator watch in every mode (a namespace needs a cluster-wide
@@ -38,16 +40,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
-from kubernetes.client import CustomObjectsApi
+from kubernetes.client import CoreV1Api, CustomObjectsApi
 from kubernetes.client.exceptions import ApiException
 
 from rara import metrics
+from rara.operator import events
 from rara.operator.models import GROUP, VERSION
-from rara.operator.runs import TERMINAL, changed_status, mirrored_status
+from rara.operator.runs import SETTLED, TERMINAL, changed_status, mirrored_status, phase_event
 from rara.operator.runtime import Runtime, runtime_of
 from rara.pg import runs as pg_runs
 
 PLURAL = "workflowruns"
+KIND = "WorkflowRun"
 MERGE_PATCH = "application/merge-patch+json"
 # Status patches in flight per tick. One at a time, 90 of them took 3.6 s (40 ms each) with
 # the API server on the same loaded 2 cores: a tick's patches overlap their round trips.
@@ -62,8 +66,14 @@ class Target:
 
     namespace: str
     name: str
+    uid: str
     run_id: int
     status: dict[str, Any]
+
+    def ref(self) -> dict[str, str]:
+        """The WorkflowRun as an Event's involvedObject."""
+        return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "namespace": self.namespace,
+                "name": self.name, "uid": self.uid}
 
 
 @dataclass
@@ -71,6 +81,8 @@ class RunSync:
     """What the daemons and the tick share (in kopf's memo): the live bodies by uid."""
 
     tracked: dict[str, kopf.Body] = field(default_factory=dict)
+    # The phase each target's last Event told, by uid: only the tick's thread touches it.
+    announced: dict[str, str] = field(default_factory=dict)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
 
@@ -82,14 +94,14 @@ class RunSync:
             run_id = status.get("runId")
             if run_id is None or status.get("phase") in TERMINAL:
                 continue  # not started yet (create handler pending), or ended
-            found.append(Target(str(body.meta.namespace), str(body.meta.name), int(run_id),
-                                status))
+            found.append(Target(str(body.meta.namespace), str(body.meta.name),
+                                str(body.meta.uid), int(run_id), status))
         return found
 
 
 def unfinished(status: kopf.Status, **_: Any) -> bool:
-    """The daemon's filter: a WorkflowRun whose run has not ended."""
-    return status.get("phase") not in TERMINAL
+    """The daemon's filter: a WorkflowRun whose run has not ended (or that may yet start)."""
+    return status.get("phase") not in SETTLED
 
 
 async def track_workflow_run(body: kopf.Body, uid: str, memo: kopf.Memo,
@@ -138,7 +150,8 @@ async def _loop(sync: RunSync, memo: kopf.Memo, interval: float) -> None:
         if not targets:
             continue
         try:
-            patched = await asyncio.to_thread(sync_once, runtime_of(memo), targets)
+            patched = await asyncio.to_thread(sync_once, runtime_of(memo), targets,
+                                              sync.announced)
         except Exception as exc:  # database or API down: said, and tried again next tick
             log.warning(f"run sync: {len(targets)} WorkflowRuns not mirrored: {exc!r}")
             continue
@@ -146,8 +159,14 @@ async def _loop(sync: RunSync, memo: kopf.Memo, interval: float) -> None:
             log.debug(f"run sync: {len(targets)} WorkflowRuns read, {patched} patched")
 
 
-def sync_once(runtime: Runtime, targets: list[Target]) -> int:
-    """One tick: one read for all ``targets``, a patch per changed status; how many patched."""
+def sync_once(runtime: Runtime, targets: list[Target],
+              announced: dict[str, str] | None = None) -> int:
+    """One tick: one read for all ``targets``, a patch per changed status; how many patched.
+    ``announced``: the phases already told by an Event, kept for the WorkflowRuns still
+    targets (a stale snapshot repeats a patch, not its Event)."""
+    announced = {} if announced is None else announced
+    for uid in announced.keys() - {t.uid for t in targets}:
+        del announced[uid]
     with runtime.pool.connection() as conn:
         rows = pg_runs.status_many(conn, sorted({t.run_id for t in targets}))
     metrics.RUN_SYNC_READS.inc()
@@ -156,13 +175,15 @@ def sync_once(runtime: Runtime, targets: list[Target]) -> int:
                and (change := changed_status(target.status, mirrored_status(row)))]
     if not changes:
         return 0
-    api = CustomObjectsApi(runtime.kube)
+    api, core = CustomObjectsApi(runtime.kube), CoreV1Api(runtime.kube)
     with ThreadPoolExecutor(min(PATCH_CONCURRENCY, len(changes)),
                             thread_name_prefix="run-sync") as pool:
-        return sum(pool.map(lambda change: _patch(api, *change), changes))
+        return sum(pool.map(lambda change: _patch(api, core, announced, *change), changes))
 
 
-def _patch(api: CustomObjectsApi, target: Target, change: dict[str, Any]) -> int:
+def _patch(api: CustomObjectsApi, core: CoreV1Api, announced: dict[str, str], target: Target,
+           change: dict[str, Any]) -> int:
+    """Patch one status; a new phase is also an Event on the WorkflowRun."""
     try:
         api.patch_namespaced_custom_object_status(
             GROUP, VERSION, target.namespace, PLURAL, target.name, {"status": change},
@@ -173,4 +194,9 @@ def _patch(api: CustomObjectsApi, target: Target, change: dict[str, Any]) -> int
                         f"{exc.status} {exc.reason}")
         return 0
     metrics.RUN_SYNC_PATCHES.inc()
+    phase = change.get("phase")
+    if phase and announced.get(target.uid) != phase:
+        announced[target.uid] = phase
+        if event := phase_event(phase, target.status | change):
+            events.post(core, target.ref(), *event)
     return 1

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The Debian base every image of the project starts from, made here: no registry is
-# reachable (notes/real-cluster.md), so `FROM debian:bookworm` cannot be pulled.
+# reachable (docs/cluster.md, obstacle 4), so `FROM debian:bookworm` cannot be pulled.
 #   debootstrap --variant=minbase bookworm  ->  rootfs tarball (cached)  ->  docker import
 # The tarball is cached under ~/.cache/rara/rootfs-bookworm/ (~50 s to make, once); the
 # import (a few seconds) is redone only when the engine lacks the image.

@@ -6,7 +6,7 @@
 # Why these versions: Kubernetes is the one .ci/k8s-binaries.sh already builds for the
 # operator tests (one Go build cache for both); kubeadm v1.37 asks for CoreDNS v1.14.6 and
 # pause 3.10.2 (cmd/kubeadm/app/constants); kubelet >= 1.36 needs containerd >= 2.0
-# (notes/real-cluster.md, obstacle 3); etcd is the one the operator tests already use.
+# (docs/cluster.md, obstacle 3); etcd is the one the operator tests already use.
 
 RARA_CACHE="${RARA_CACHE:-${HOME}/.cache/rara}"
 

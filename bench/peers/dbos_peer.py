@@ -36,7 +36,7 @@ WORKFLOW = "bench_noop"
 # The queue's polling interval. 0.05 s: DBOS claims up to WORKER_CONCURRENCY workflows per poll
 # and process, so the interval bounds the drain at about WORKER_CONCURRENCY / interval per
 # process and the wake-up at about half of it. Measured on 2 cores (2 processes, 1-step): see
-# the README's benchmark section.
+# docs/benchmarks.md.
 POLL_S = float(os.environ.get("PEER_DBOS_POLL_S", "0.01"))
 # Workflows running at once per process: DBOS runs each in a thread of an unbounded pool, so
 # this is the only bound on threads; 64 keeps a poll's claim large without thousands of threads.

@@ -2,9 +2,10 @@
 group role of migrations 0002/0007 (rara_worker, rara_operator, rara_client, rara_reader) and
 holds nothing else, so the process can do its job and no more.
 
-Deployments create their logins themselves, with passwords from their secret store (README,
-"Database roles"); ``ensure_login`` is for a server rara runs itself (the embedded one, whose
-local connections are trusted), where the demo gives each of its processes a login of its own.
+Deployments create their logins themselves, with passwords from their secret store
+(docs/security.md, "Database roles"); ``ensure_login`` is for a server rara runs itself (the
+embedded one, whose local connections are trusted), where the demo gives each of its processes
+a login of its own.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from rara.definitions.parse import definition_from_object
 from rara.errors import DefinitionInvalid
 from rara.operator.models import WorkerPoolSpec, WorkflowRunSpec
+from tests.test_examples import PLURALS, example_documents
 
 from .conftest import KubeFixture
 
@@ -209,3 +210,16 @@ def test_pool_defaults_are_the_models(kube_api: KubeFixture, rara_crds: None,
     stored = api.create_namespaced_custom_object(GROUP, VERSION, namespace, "workerpools", pool())
     assert stored["spec"] == WorkerPoolSpec.model_validate(stored["spec"]).model_dump(
         by_alias=True) == WorkerPoolSpec.model_validate(pool()["spec"]).model_dump(by_alias=True)
+
+
+EXAMPLES = example_documents()
+
+
+@pytest.mark.parametrize(("name", "doc"), EXAMPLES, ids=[name for name, _ in EXAMPLES])
+def test_examples_are_accepted(kube_api: KubeFixture, rara_crds: None, namespace: str,
+                               name: str, doc: dict[str, Any]) -> None:
+    """What the README has people `kubectl apply` and `kubectl create` (examples/), under
+    strict field validation: an unknown field is refused, not pruned."""
+    accepted, why = server_accepts(kube_api.api_client, namespace, PLURALS[doc["kind"]],
+                                   copy.deepcopy(doc))
+    assert accepted, why

@@ -123,7 +123,7 @@ def test_each_login_gets_its_own_expiring_http_only_cookie(
     assert "httponly" in flags
     assert flags["samesite"].lower() == "strict"
     assert flags["max-age"] == str(SESSION_SECONDS)  # the lifetime the server keeps it
-    assert SESSION_SECONDS == 12 * 3600  # the documented default (README, chart)
+    assert SESSION_SECONDS == 12 * 3600  # the documented default (docs/ui.md, chart)
     assert flags["path"] == "/"
     assert ui.logged_in(first)
     assert ui.logged_in(second)

@@ -18,7 +18,7 @@ from tests.helpers import apply, wait_for
 from tests.ui.conftest import ROOT, UiServer
 from tests.worker.conftest import WorkerProcess, attempts_of, wait_run
 
-# The README's picture: RARA_UI_SCREENSHOT=docs/ui-run.png pytest tests/ui -k green (else the
+# docs/ui.md's picture: RARA_UI_SCREENSHOT=docs/ui-run.png pytest tests/ui -k green (else the
 # screenshot goes to the test's temporary folder, and the committed one stays as it is).
 SCREENSHOT = os.environ.get("RARA_UI_SCREENSHOT")
 

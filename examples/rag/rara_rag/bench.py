@@ -4,7 +4,7 @@
 collect a built-in corpus, clean, index, derive the query set, evaluate BM25, adapt MiniLM
 with LoRA (hard negatives mined with the index) and evaluate it before/after/hybrid on the
 held-out split, with bootstrap intervals. A smoke test of the ML stack (``rara-rag``'s
-dependencies) on a new machine, and a way to try one setting; the README's numbers, settings
+dependencies) on a new machine, and a way to try one setting; docs/demo.md's numbers, settings
 chosen on validation queries, come from ``python -m rara_rag.tune``.
 """
 

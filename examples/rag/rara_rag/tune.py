@@ -1,5 +1,5 @@
 """Choose the adaptation's hyper-parameters on validation queries, then score the choice on
-the test queries once, for several training seeds. Prints the README's tables (markdown).
+the test queries once, for several training seeds. Prints docs/demo.md's tables (markdown).
 
 ``python -m rara_rag.tune [--seeds 0 1 2] [--split-seeds 0 1 2]``
 

@@ -69,7 +69,7 @@ def logins(url: str, console: Console) -> tuple[str, str]:
     rara_client (docs/least-privilege.md), so the pipeline runs with what each process may do
     and no more — where the owner may create roles and the server trusts local logins (the
     demo's own server does). Elsewhere the given URL for both, said so: logins with passwords
-    are their owner's to make (README, "Database roles")."""
+    are their owner's to make (docs/security.md, "Database roles")."""
     try:
         worker = ensure_login(url, "rara_worker", "rara_demo_worker")
         client = ensure_login(url, "rara_client", "rara_demo_client")

@@ -3,7 +3,9 @@
 In-process handlers (worker registry) and executor plugins (gRPC service) both receive a
 ``StepContext``. Its methods are safe to call from the event loop *and* from a worker thread
 (sync handlers run in threads so heartbeats go on), which is why they are plain methods that
-hand work to the owner of the lease rather than coroutines.
+hand work to the owner of the lease. The one coroutine, ``asave_checkpoint``, is the async
+form of ``save_checkpoint``, the only method that waits for the database: async code awaits it
+rather than block the loop.
 """
 
 from __future__ import annotations

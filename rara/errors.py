@@ -32,7 +32,9 @@ class ErrorCode(StrEnum):
     # The handler's result was refused (terminal: a retry would return the same).
     RESULT_INVALID = "RESULT_INVALID"
     RESULT_TOO_LARGE = "RESULT_TOO_LARGE"
-    # Written by SQL: step_reap_expired, step_cancel_dependants, step_cancel(_waiting).
+    # Written by SQL (db/functions/): LEASE_EXPIRED by rara_step_reap_expired; UPSTREAM_FAILED
+    # by rara_step_cancel_dependants and rara_map_fail; CANCELLED by rara_step_cancel and
+    # rara_run_cancel.
     LEASE_EXPIRED = "LEASE_EXPIRED"
     UPSTREAM_FAILED = "UPSTREAM_FAILED"
     CANCELLED = "CANCELLED"

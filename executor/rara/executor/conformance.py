@@ -1,10 +1,10 @@
 """Conformance suite for any ExecutorService implementation, reached by address only.
 
 ``run_conformance("host:port", token)`` runs every check in ``conformance_checks``
-against a live endpoint and returns a report; ``rara executor conformance ADDRESS`` will
-print it. The endpoint must serve the plugins of ``rara.executor.conformance_plugins`` under the
-same names and behaviour, and nothing else should use it meanwhile: some checks count the
-executor's active jobs.
+against a live endpoint and returns a report; ``rara executor-conformance ADDRESS``
+(``rara/cli/executor.py``) prints it. The endpoint must serve the plugins of
+``rara.executor.conformance_plugins`` under the same names and behaviour, and nothing else
+should use it meanwhile: some checks count the executor's active jobs.
 
 Checks are pytest-style — plain ``assert`` with a message — so a failure reads the same in
 the report as in a test run.

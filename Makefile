@@ -82,9 +82,11 @@ test: setup ## the whole test suite (its own PostgreSQL, API server, S3 server),
 test-kind: setup ## the real-cluster suite alone: kind, images, pod chaos, scaling, upgrade
 	RARA_E2E_KIND=$${RARA_E2E_KIND:-1} $(PY) -m pytest tests/e2e/kind -m slow -v -s
 
-lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, generated code current, go vet, links
+lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, generated code current, go vet, links, query names
 	@# The repository stands alone: no path outside it, every relative Markdown link resolves.
 	$(PY) .ci/check-links.py
+	@# Docs, docstrings and SQL comments name only statements that db/queries/ has.
+	$(PY) .ci/check-query-names.py
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	PYTHONPATH=$(NAMESPACE_ROOTS) $(VENV)/bin/lint-imports

@@ -1011,11 +1011,8 @@ BEGIN
     -- (rara_run_count). A batch waits for another only while it holds rows of lower ids than
     -- the one it waits for, so no two batches (nor a batch and a run cancel, which locks its
     -- run's steps by id too: rara_run_cancel) wait on each other in a cycle. Without it, two
-    -- batches that shared dependants, map steps or downstream took them in the order each
-    -- visited them (the failures in input order, each with its downstream; the dependants in
-    -- a join's order; a map step after its child, whose row a failing map had taken to flag
-    -- it; the map's downstream after the map) and deadlocked under normal load (issue 30,
-    -- tests/db/test_end_deadlocks.py).
+    -- batches that share dependants, map steps or downstream take them in the order each
+    -- visits them, and deadlock under normal load (tests/db/test_end_deadlocks.py).
     -- The rows: the ended steps p_steps; the map steps of those that are children; the
     -- dependants of both (unblocked by a success, or a map's success); and, when p_failing
     -- (failures and cancels, rare) is not empty, the whole downstream of those and of a map

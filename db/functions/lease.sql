@@ -13,14 +13,12 @@
 -- Plans that do not depend on the statistics. A session's PL/pgSQL keeps a generic plan of each
 -- statement from its sixth call on, costed on the tables' size at that moment, until the
 -- tables are analyzed again. Made on a fresh database's few rows, where a seq scan of one page
--- beats every index, that plan walked the whole of rara_steps for every step leased or ended
--- once a big map had expanded (or a big batch of runs arrived), until autovacuum's ANALYZE: a
--- lease of 100 children of a 20,000-child map read 233,000 buffers instead of 2,800
--- (docs/map-steps.md, "Planner statistics"). So every function a worker calls runs with
--- enable_seqscan off, and every statement reaches its rows by an index condition bounded by
--- the steps it works on (`= ANY (ARRAY(…))`, lateral probes by key), whatever join order the
--- planner picks: the same plan however large the tables and whatever their statistics
--- (tests/db/test_stale_plans.py).
+-- beats every index, that plan walks the whole of rara_steps for every step leased or ended
+-- once the table has grown. So every function a worker calls runs with enable_seqscan off,
+-- and every statement reaches its rows by an index condition bounded by the steps it works on
+-- (`= ANY (ARRAY(…))`, lateral probes by key), whatever join order the planner picks: the
+-- same plan however large the tables and whatever their statistics
+-- (tests/db/test_stale_plans.py; the measurements: docs/map-steps.md, "Planner statistics").
 
 CREATE OR REPLACE FUNCTION rara_step_lease(
     p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[],
@@ -416,11 +414,8 @@ BEGIN
     -- (rara_run_count). A batch waits for another only while it holds rows of lower ids than
     -- the one it waits for, so no two batches (nor a batch and a run cancel, which locks its
     -- run's steps by id too: rara_run_cancel) wait on each other in a cycle. Without it, two
-    -- batches that shared dependants, map steps or downstream took them in the order each
-    -- visited them (the failures in input order, each with its downstream; the dependants in
-    -- a join's order; a map step after its child, whose row a failing map had taken to flag
-    -- it; the map's downstream after the map) and deadlocked under normal load (issue 30,
-    -- tests/db/test_end_deadlocks.py).
+    -- batches that share dependants, map steps or downstream take them in the order each
+    -- visits them, and deadlock under normal load (tests/db/test_end_deadlocks.py).
     -- The rows: the ended steps p_steps; the map steps of those that are children; the
     -- dependants of both (unblocked by a success, or a map's success); and, when p_failing
     -- (failures and cancels, rare) is not empty, the whole downstream of those and of a map

@@ -9,7 +9,7 @@ import psycopg
 from typer.testing import CliRunner
 
 from rara.cli.main import app
-from rara.watch import shorten
+from rara.cli.watch import shorten
 from tests.worker.conftest import define, start, wait_run
 
 

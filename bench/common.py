@@ -41,13 +41,14 @@ def bench_database() -> Iterator[str]:
 def worker_processes(url: str, names: list[str], logs: Path, *,
                      env: dict[str, str] | None = None,
                      **flags: Any) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """One ``python -m rara.worker`` per name (handlers: ``rara.worker.testing``), logging JSON
-    to ``logs/<name>.log``; ``flags`` become ``--flag value`` options, ``env`` adds settings
-    (``RARA_WORKER_*``). At the end SIGTERM (a graceful stop), SIGKILL after 20 s."""
+    """One ``python -m rara.worker`` per name (handlers: ``tests.support.bench_handlers``),
+    logging JSON to ``logs/<name>.log``; ``flags`` become ``--flag value`` options, ``env``
+    adds settings (``RARA_WORKER_*``). At the end SIGTERM (a graceful stop), SIGKILL after 20 s."""
     procs = []
     for name in names:
-        args = [sys.executable, "-m", "rara.worker", "--handlers", "rara.worker.testing",
-                "--database-url", url, "--id", name, "--log-level", "warning"]
+        args = [sys.executable, "-m", "rara.worker",
+                "--handlers", "tests.support.bench_handlers", "--database-url", url,
+                "--id", name, "--log-level", "warning"]
         for key, value in flags.items():
             args += [f"--{key.replace('_', '-')}", str(value)]
         with open(logs / f"{name}.log", "ab") as out:

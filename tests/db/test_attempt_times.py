@@ -13,8 +13,8 @@ from typing import Any
 import psycopg
 
 from rara.runs import start_run
-from rara.worker.testing import lease_now
 from tests.helpers import apply, wait_for
+from tests.support.leasing import lease_now
 
 
 def test_an_end_that_waited_is_stamped_after_the_progress_written_meanwhile(

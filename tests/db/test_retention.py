@@ -26,8 +26,8 @@ from rara.pg.queries import sql
 from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome
 from rara.worker.store import Ending, Fence, end_many
-from rara.worker.testing import lease_now
 from tests.helpers import apply
+from tests.support.leasing import lease_now
 
 PAIR = [{"key": "a", "capability": "x@1"},
         {"key": "b", "capability": "x@1", "dependsOn": ["a"]}]

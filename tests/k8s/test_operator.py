@@ -27,8 +27,8 @@ from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome, StepStatus
 from rara.worker.dispatch import LeasedStep
 from rara.worker.store import Ending, Fence, end_many
-from rara.worker.testing import lease_now
 from tests.helpers import apply
+from tests.support.leasing import lease_now
 
 from .conftest import KubeFixture
 from .test_operator_crds import GROUP, VERSION, rara_crds

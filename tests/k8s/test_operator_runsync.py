@@ -21,8 +21,8 @@ import pytest
 
 from rara.states import AttemptOutcome
 from rara.worker.store import Ending, Fence, end_many
-from rara.worker.testing import lease_now
 from tests.helpers import apply
+from tests.support.leasing import lease_now
 
 from .conftest import KubeFixture
 from .test_operator import STEPS, Objects, eventually, measure

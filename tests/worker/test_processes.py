@@ -11,9 +11,9 @@ import psycopg
 import pytest
 
 from rara.pg.embedded import EmbeddedPostgres
-from rara.worker.testing import enqueue_single_step_runs
 from tests.helpers import apply, wait_for
 from tests.history import check_history
+from tests.support.leasing import enqueue_single_step_runs
 from tests.worker.conftest import FAST, attempts_of, define, start, steps_of, wait_run
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import statistics
@@ -143,29 +142,3 @@ class CpuMeter:
                 "workers_us": round(self.processes / units * 1e6, 1)}
 
 
-def nested_plans(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any], *,
-                 analyze: bool = False) -> list[dict[str, Any]]:
-    """The plans (JSON; with ``analyze``, run and with buffers) of every statement run inside
-    the functions ``statement`` calls, by auto_explain at NOTICE level; the statement is rolled
-    back. Every state change is a function (db/functions/), whose statements a plain EXPLAIN of
-    the call does not show."""
-    plans: list[dict[str, Any]] = []
-
-    def collect(diagnostic: psycopg.errors.Diagnostic) -> None:
-        message = diagnostic.message_primary or ""
-        if "plan:" in message:
-            plans.append(json.loads(message.split("plan:", 1)[1]))
-
-    conn.add_notice_handler(collect)
-    try:
-        with conn.transaction(force_rollback=True):
-            conn.execute("LOAD 'auto_explain'")
-            for setting, value in (("log_min_duration", "0"), ("log_nested_statements", "on"),
-                                   ("log_format", "json"), ("log_level", "notice"),
-                                   ("log_analyze", "on" if analyze else "off"),
-                                   ("log_buffers", "on" if analyze else "off")):
-                conn.execute(f"SET LOCAL auto_explain.{setting} = {value}")
-            conn.execute(statement, params)
-    finally:
-        conn.remove_notice_handler(collect)
-    return plans

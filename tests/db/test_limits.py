@@ -19,7 +19,7 @@ from rara.pg.queries import many
 from rara.pg.runs import enqueue_many
 from rara.worker.dispatch import LEASED
 from tests.db.test_map_steps import _end, _won
-from tests.helpers import apply
+from tests.support.definitions import apply
 from tests.support.leasing import lease_now
 
 

@@ -21,8 +21,8 @@ from rara.runs import cancel_run, start_run
 from rara.states import MAP_STEP_TRANSITIONS, AttemptOutcome, StepStatus
 from rara.worker.dispatch import LeasedStep
 from rara.worker.store import Ending, Fence, end_many, reap
-from tests.helpers import apply, definition
-from tests.history import check_history
+from tests.support.definitions import apply, definition
+from tests.support.history import check_history
 from tests.support.leasing import lease_now
 
 SPLIT = {"key": "split", "capability": "split@1"}

@@ -13,7 +13,7 @@ from rara.pg.queries import run
 from rara.runs import start_run
 from rara.states import AttemptOutcome, StepStatus
 from rara.worker.store import Ending, Fence, end_many
-from tests.helpers import apply
+from tests.support.definitions import apply
 from tests.support.leasing import lease_now
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import statistics
@@ -41,13 +40,14 @@ def bench_database() -> Iterator[str]:
 def worker_processes(url: str, names: list[str], logs: Path, *,
                      env: dict[str, str] | None = None,
                      **flags: Any) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """One ``python -m rara.worker`` per name (handlers: ``rara.worker.testing``), logging JSON
-    to ``logs/<name>.log``; ``flags`` become ``--flag value`` options, ``env`` adds settings
-    (``RARA_WORKER_*``). At the end SIGTERM (a graceful stop), SIGKILL after 20 s."""
+    """One ``python -m rara.worker`` per name (handlers: ``tests.support.bench_handlers``),
+    logging JSON to ``logs/<name>.log``; ``flags`` become ``--flag value`` options, ``env``
+    adds settings (``RARA_WORKER_*``). At the end SIGTERM (a graceful stop), SIGKILL after 20 s."""
     procs = []
     for name in names:
-        args = [sys.executable, "-m", "rara.worker", "--handlers", "rara.worker.testing",
-                "--database-url", url, "--id", name, "--log-level", "warning"]
+        args = [sys.executable, "-m", "rara.worker",
+                "--handlers", "tests.support.bench_handlers", "--database-url", url,
+                "--id", name, "--log-level", "warning"]
         for key, value in flags.items():
             args += [f"--{key.replace('_', '-')}", str(value)]
         with open(logs / f"{name}.log", "ab") as out:
@@ -142,29 +142,3 @@ class CpuMeter:
                 "workers_us": round(self.processes / units * 1e6, 1)}
 
 
-def nested_plans(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any], *,
-                 analyze: bool = False) -> list[dict[str, Any]]:
-    """The plans (JSON; with ``analyze``, run and with buffers) of every statement run inside
-    the functions ``statement`` calls, by auto_explain at NOTICE level; the statement is rolled
-    back. Every state change is a function (db/functions/), whose statements a plain EXPLAIN of
-    the call does not show."""
-    plans: list[dict[str, Any]] = []
-
-    def collect(diagnostic: psycopg.errors.Diagnostic) -> None:
-        message = diagnostic.message_primary or ""
-        if "plan:" in message:
-            plans.append(json.loads(message.split("plan:", 1)[1]))
-
-    conn.add_notice_handler(collect)
-    try:
-        with conn.transaction(force_rollback=True):
-            conn.execute("LOAD 'auto_explain'")
-            for setting, value in (("log_min_duration", "0"), ("log_nested_statements", "on"),
-                                   ("log_format", "json"), ("log_level", "notice"),
-                                   ("log_analyze", "on" if analyze else "off"),
-                                   ("log_buffers", "on" if analyze else "off")):
-                conn.execute(f"SET LOCAL auto_explain.{setting} = {value}")
-            conn.execute(statement, params)
-    finally:
-        conn.remove_notice_handler(collect)
-    return plans

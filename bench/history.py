@@ -51,7 +51,6 @@ from bench.common import (  # noqa: E402
     CpuMeter,
     bench_database,
     bulk_ready_steps,
-    nested_plans,
     noop_definition,
     percentiles,
     worker_processes,
@@ -63,6 +62,7 @@ from rara.pg.queries import many, sql  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
 from rara.worker.dispatch import LEASED  # noqa: E402
 from rara.worker.store import HOT_PATH_SESSION  # noqa: E402
+from tests.support.plans import nested_plans  # noqa: E402
 
 Conn = psycopg.Connection[Any]
 STEPS, ATTEMPTS = 5, 2  # per history run, per history step

@@ -22,7 +22,7 @@ from psycopg.types.json import Jsonb
 
 from bench.common import bench_database, bulk_ready_steps, noop_definition
 from rara.pg.queries import amany
-from rara.worker.testing import lease_now
+from tests.support.leasing import lease_now
 
 
 async def event_throughput(url: str, events: int) -> float:

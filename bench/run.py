@@ -163,7 +163,8 @@ def workers(url: str, names: list[str], logs: Path, endpoint: str | None = None,
             concurrency: int = CONCURRENCY, tmp: Path | None = None,
             handlers: str | None = None) -> Iterator[list[int]]:
     """Worker processes as configured for the drains (``worker_processes``), registered;
-    yields their pids. ``handlers``: a handler module served beside ``rara.worker.testing``."""
+    yields their pids. ``handlers``: a handler module served beside
+    ``tests.support.bench_handlers``."""
     flags: dict[str, Any] = {"concurrency": concurrency}
     if handlers is not None:
         flags["handlers"] = handlers

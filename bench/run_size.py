@@ -73,7 +73,7 @@ MAP_RESULT_DEFINITION = {
     "spec": {"steps": [{"key": "list", "capability": "bench.items@1"},
                        {"key": "each", "dependsOn": ["list"], "capability": "bench.noop@1",
                         "map": {"over": "list.result.items"}}]}}
-HANDLERS = "bench.map_handlers"  # bench.items@1, served beside rara.worker.testing
+HANDLERS = "bench.map_handlers"  # bench.items@1, served beside tests.support.bench_handlers
 
 
 class LockSampler:

@@ -150,7 +150,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
-    from tests.ui.conftest import UiServer  # the same server process the browser tests use
+    from tests.support.ui import UiServer  # the same server process the browser tests use
 
     with bench_database() as url:
         with psycopg.connect(url, autocommit=True) as conn:

@@ -34,7 +34,7 @@ from rara.definitions.registry import apply_definition  # noqa: E402
 from rara.pg.clone import clone_database  # noqa: E402
 from rara.pg.embedded import temporary_server  # noqa: E402
 from rara.pg.migrate import migrate  # noqa: E402
-from rara.worker.testing import enqueue_single_step_runs  # noqa: E402
+from tests.support.leasing import enqueue_single_step_runs  # noqa: E402
 
 Conn = psycopg.Connection[Any]
 

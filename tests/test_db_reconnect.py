@@ -23,7 +23,7 @@ from starlette.testclient import TestClient
 from rara.operator.runtime import DB_RETRY_SECONDS, open_pool
 from rara.pg.embedded import EmbeddedPostgres, temporary_server
 from rara.ui.app import UiConfig, create_app
-from tests.helpers import wait_for
+from tests.support.waiting import wait_until
 
 OUTAGE = 20.0  # seconds the database is down
 BACK_WITHIN = 2.0  # the bound (rara.pg.reconnect)
@@ -91,7 +91,7 @@ def test_the_operator_and_the_dashboard_are_back_within_seconds_of_the_database(
         with TestClient(app, raise_server_exceptions=False) as ui:
             hub = app.state.hub
             assert ui.get("/readyz").status_code == 200
-            wait_for(hub.listening.is_set, timeout=30, what="the hub listening")
+            wait_until(hub.listening.is_set, timeout=30, message="the hub listening")
             operator_handler()
             probes = {"operator pool": Probe(operator_handler),
                       "dashboard /readyz": Probe(lambda: ui.get("/readyz").status_code == 200),
@@ -100,7 +100,7 @@ def test_the_operator_and_the_dashboard_are_back_within_seconds_of_the_database(
                 own_server.restart(down_for=OUTAGE)
                 returned_at = time.monotonic()  # pg_ctl start -w: accepting connections
                 for name, probe in probes.items():
-                    wait_for(probe.is_back, timeout=60, what=f"{name} back")
+                    wait_until(probe.is_back, timeout=60, message=f"{name} back")
             finally:
                 for probe in probes.values():
                     probe.stop()

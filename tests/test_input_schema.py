@@ -13,7 +13,7 @@ from rara.definitions.inputs import check_run_input
 from rara.definitions.parse import canonical_spec, definition_from_object
 from rara.errors import DefinitionInvalid, InputInvalid
 from rara.runs import start_run
-from tests.helpers import apply
+from tests.support.definitions import apply
 
 LIMIT = {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1}}}
 

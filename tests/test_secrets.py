@@ -10,7 +10,7 @@ import pytest
 from rara.errors import InputInvalid
 from rara.runs import start_run, validate_input
 from rara.secrets import SecretNotFound, find_credentials, redact, redact_value, resolve
-from tests.helpers import apply
+from tests.support.definitions import apply
 
 LOOKALIKES = [
     "-----BEGIN RSA PRIVATE KEY-----\nMIIE",

@@ -190,8 +190,8 @@ def watch(
     run_id: int, timeout: Annotated[float | None, typer.Option(help="seconds")] = None
 ) -> None:
     """Live per-step progress until the run ends, then a summary; exit 1 unless it succeeded."""
-    from rara.watch import summary
-    from rara.watch import watch as watch_run
+    from rara.cli.watch import summary
+    from rara.cli.watch import watch as watch_run
 
     client = Client()
     client.get_run(run_id)  # a clear error for an unknown run before the live view starts

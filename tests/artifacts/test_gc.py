@@ -12,7 +12,7 @@ import psycopg
 from rara.artifacts.gc import collect_garbage
 from rara.artifacts.store import LocalArtifactStore
 from rara.runs import start_run
-from tests.helpers import apply
+from tests.support.definitions import apply
 
 
 def _age(path: Path, seconds: float) -> None:

@@ -16,7 +16,7 @@ from rara.artifacts.errors import ArtifactStoreUnavailable
 from rara.artifacts.gc import collect_garbage
 from rara.artifacts.location import S3Config
 from rara.runs import start_run
-from tests.helpers import apply
+from tests.support.definitions import apply
 
 pytest.importorskip("minio", reason="the s3 extra is not installed (pip install '.[s3]')")
 

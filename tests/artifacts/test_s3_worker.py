@@ -11,7 +11,8 @@ import pytest
 
 from rara.artifacts import open_store
 from rara.worker.settings import WorkerSettings
-from tests.worker.conftest import FAST, HANDLERS, ThreadWorker, define, start, steps_of, wait_run
+from tests.support.runs import define, start, steps_of, wait_run
+from tests.support.workers import FAST, HANDLERS, ThreadWorker
 
 pytest.importorskip("minio", reason="the s3 extra is not installed (pip install '.[s3]')")
 

@@ -13,8 +13,9 @@ from typing import Any
 import psycopg
 
 from rara.runs import start_run
-from rara.worker.testing import lease_now
-from tests.helpers import apply, wait_for
+from tests.support.definitions import apply
+from tests.support.leasing import lease_now
+from tests.support.waiting import wait_until
 
 
 def test_an_end_that_waited_is_stamped_after_the_progress_written_meanwhile(
@@ -35,10 +36,10 @@ def test_an_end_that_waited_is_stamped_after_the_progress_written_meanwhile(
         # the steps in id order, and waits at the first.
         blocker.execute("SELECT 1 FROM rara_steps WHERE id = %s FOR UPDATE", (first.id,))
         ending = pool.submit(end_both)
-        wait_for(lambda: conn.execute(
+        wait_until(lambda: conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
             " AND query LIKE '%%rara_step_end_many%%'").fetchone() == (1,),
-            timeout=20, what="the end waiting for the first step's lock")
+            timeout=20, message="the end waiting for the first step's lock")
         # Meanwhile the second attempt still owns its step: its progress is accepted.
         accepted = conn.execute(
             "SELECT * FROM rara_step_progress_many('w', %s, %s, '{1}', '{0.5}', '{half}',"

@@ -12,7 +12,7 @@ import pytest
 from rara.definitions.parse import canonical_spec, definition_from_object, load_definition
 from rara.definitions.registry import apply_definition
 from rara.errors import DefinitionInvalid
-from tests.helpers import definition
+from tests.support.definitions import definition
 
 GOOD = textwrap.dedent("""
     apiVersion: rara.dev/v1alpha1

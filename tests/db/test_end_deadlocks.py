@@ -24,8 +24,8 @@ from rara.runs import start_run
 from rara.states import AttemptOutcome
 from rara.worker.dispatch import LeasedStep
 from rara.worker.store import Ending, Fence, end_many
-from rara.worker.testing import lease_now
-from tests.helpers import apply
+from tests.support.definitions import apply
+from tests.support.leasing import lease_now
 
 ENDERS = 4          # connections ending batches at once
 RUNS = 8            # runs started per wave

@@ -18,8 +18,8 @@ from bench.history import fill
 from rara.pg.queries import sql
 from rara.pg.runs import enqueue_many
 from rara.worker.dispatch import LeasedStep
-from rara.worker.testing import lease_now
-from tests.helpers import buffers
+from tests.support.leasing import lease_now
+from tests.support.plans import buffers
 
 Conn = psycopg.Connection[Any]
 

@@ -18,9 +18,9 @@ from rara.pg import steps as step_sql
 from rara.pg.queries import many
 from rara.pg.runs import enqueue_many
 from rara.worker.dispatch import LEASED
-from rara.worker.testing import lease_now
 from tests.db.test_map_steps import _end, _won
-from tests.helpers import apply
+from tests.support.definitions import apply
+from tests.support.leasing import lease_now
 
 
 def _ready(conn: psycopg.Connection[Any], n: int, executor: str = "inprocess") -> None:

@@ -13,17 +13,17 @@ import psycopg
 import pytest
 from pydantic import ValidationError
 
+from rara.cli.watch import summary
 from rara.definitions.parse import definition_from_object
 from rara.pg import steps as step_sql
 from rara.pg.migrate import available
 from rara.runs import cancel_run, start_run
 from rara.states import MAP_STEP_TRANSITIONS, AttemptOutcome, StepStatus
-from rara.watch import summary
 from rara.worker.dispatch import LeasedStep
 from rara.worker.store import Ending, Fence, end_many, reap
-from rara.worker.testing import lease_now
-from tests.helpers import apply, definition
-from tests.history import check_history
+from tests.support.definitions import apply, definition
+from tests.support.history import check_history
+from tests.support.leasing import lease_now
 
 SPLIT = {"key": "split", "capability": "split@1"}
 WORK = {"key": "work", "capability": "work@1", "dependsOn": ["split"],

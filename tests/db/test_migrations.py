@@ -21,7 +21,7 @@ from rara.pg.migrate import (
     migrate,
 )
 from rara.pg.queries import sql
-from tests.helpers import nested_plans
+from tests.support.plans import nested_plans
 
 
 def _fresh(admin_url: str, name: str) -> str:

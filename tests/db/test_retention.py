@@ -26,8 +26,8 @@ from rara.pg.queries import sql
 from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome
 from rara.worker.store import Ending, Fence, end_many
-from rara.worker.testing import lease_now
-from tests.helpers import apply
+from tests.support.definitions import apply
+from tests.support.leasing import lease_now
 
 PAIR = [{"key": "a", "capability": "x@1"},
         {"key": "b", "capability": "x@1", "dependsOn": ["a"]}]
@@ -306,7 +306,7 @@ def test_the_benchmark_history_is_a_valid_history_and_prunes_by_age(conn: Conn) 
     invariant a worker-made one does, and a prune of 30 days takes the older half of it."""
     from bench.common import noop_definition
     from bench.history import fill
-    from tests.history import check_history
+    from tests.support.history import check_history
 
     noop_definition(conn)
     assert fill(conn, 2_000)["rows"] == {"rara_runs": 100, "rara_steps": 500,

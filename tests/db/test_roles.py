@@ -18,8 +18,8 @@ from rara.pg.queries import sql
 from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome, StepStatus
 from rara.worker.store import Ending, Fence, end_many
-from rara.worker.testing import lease_now
-from tests.helpers import apply
+from tests.support.definitions import apply
+from tests.support.leasing import lease_now
 
 Denied = psycopg.errors.InsufficientPrivilege
 FORGED = '{"forged": true}'

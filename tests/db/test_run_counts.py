@@ -18,9 +18,9 @@ from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome
 from rara.worker.dispatch import LeasedStep
 from rara.worker.store import Ending, Fence, end_many, reap
-from rara.worker.testing import lease_now
-from tests.helpers import apply
-from tests.history import run_count_violations
+from tests.support.definitions import apply
+from tests.support.history import run_count_violations
+from tests.support.leasing import lease_now
 
 DIAMOND = [
     {"key": "a", "capability": "x@1", "retry": {"maxAttempts": 1}},

@@ -15,7 +15,7 @@ from rara.errors import CapabilityUnavailable, NotFound, RaraError
 from rara.pg import definitions
 from rara.pg import runs as run_sql
 from rara.runs import start_run
-from tests.helpers import apply
+from tests.support.definitions import apply
 
 # libpq's trace of what the client sends: each Execute (extended protocol) or Query (simple
 # protocol: BEGIN, COMMIT) is one statement and one round trip. Not counted: the Parse + Sync

@@ -13,8 +13,8 @@ from rara.pg import runs
 from rara.runs import start_run
 from rara.states import AttemptOutcome, RunStatus
 from rara.worker.store import Ending, Fence, end_many
-from rara.worker.testing import lease_now
-from tests.helpers import apply
+from tests.support.definitions import apply
+from tests.support.leasing import lease_now
 
 STEPS = [
     {"key": "collect", "capability": "demo.collect@1"},

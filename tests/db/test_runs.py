@@ -14,8 +14,8 @@ from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome, StepStatus
 from rara.worker.dispatch import LeasedStep
 from rara.worker.store import Ending, Fence, end_many
-from rara.worker.testing import lease_now
-from tests.helpers import apply
+from tests.support.definitions import apply
+from tests.support.leasing import lease_now
 
 CHAIN = [
     {"key": "a", "capability": "x@1", "retry": {"maxAttempts": 1}},

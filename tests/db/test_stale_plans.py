@@ -20,8 +20,9 @@ from rara.pg.queries import sql
 from rara.runs import start_run
 from rara.worker.dispatch import LeasedStep
 from rara.worker.store import HOT_PATH_SESSION
-from rara.worker.testing import lease_now
-from tests.helpers import apply, buffers
+from tests.support.definitions import apply
+from tests.support.leasing import lease_now
+from tests.support.plans import buffers
 
 Conn = psycopg.Connection[Any]
 SPLIT = {"key": "split", "capability": "split@1"}

@@ -23,7 +23,7 @@ from rara.states import (
     check_run_transition,
     check_step_transition,
 )
-from tests.helpers import apply
+from tests.support.definitions import apply
 
 STEP_PAIRS = list(itertools.product(StepStatus, StepStatus))
 RUN_PAIRS = list(itertools.product(RunStatus, RunStatus))

@@ -57,7 +57,7 @@ from tests.e2e.test_restart_smoke import (  # the restart smoke's helpers and fi
     services,  # noqa: F401 - fixture
 )
 from tests.executor.test_go_executor import build_go_executor
-from tests.helpers import apply
+from tests.support.definitions import apply
 
 pytestmark = [
     pytest.mark.slow,

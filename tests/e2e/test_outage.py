@@ -25,7 +25,7 @@ import psycopg
 import pytest
 
 from bench.outage import OUTAGES, measure
-from tests.history import check_history
+from tests.support.history import check_history
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -48,7 +48,7 @@ from tests.e2e.chaos.fleet import (
     make_plan,
 )
 from tests.e2e.chaos.invariants import evaluate, format_summary
-from tests.helpers import apply
+from tests.support.definitions import apply
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

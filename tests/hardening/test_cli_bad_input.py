@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from rara.cli.main import app
 from rara.runs import MAX_INPUT_BYTES
-from tests.helpers import apply
+from tests.support.definitions import apply
 
 ONE_STEP = [{"key": "a", "capability": "x@1"}]
 

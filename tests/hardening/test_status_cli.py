@@ -13,8 +13,8 @@ from rara.pg.queries import run
 from rara.runs import start_run
 from rara.states import AttemptOutcome, StepStatus
 from rara.worker.store import Ending, Fence, end_many
-from rara.worker.testing import lease_now
-from tests.helpers import apply
+from tests.support.definitions import apply
+from tests.support.leasing import lease_now
 
 
 async def _fail(url: str, fence: Fence, run_id: int) -> StepStatus | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from rara.watch import elapsed
+from rara.cli.watch import elapsed
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 

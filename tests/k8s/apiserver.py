@@ -44,8 +44,12 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
+
+if TYPE_CHECKING:
+    from kubernetes import client
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / ".ci" / "k8s-binaries.sh"
@@ -494,3 +498,16 @@ def kube_api_from_env() -> Iterator[KubeAPI]:
         return
     with local_apiserver() as api:
         yield api
+
+
+@dataclass
+class KubeFixture:
+    """What ``kube_api`` yields: the kubeconfig path and a configured ApiClient."""
+
+    kubeconfig: Path
+    api_client: client.ApiClient
+    info: KubeAPI
+
+    @property
+    def external(self) -> bool:
+        return self.info.external

@@ -10,26 +10,11 @@ from __future__ import annotations
 import contextlib
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from kubernetes import client, config
 
-from .apiserver import KubeAPI, KubeUnavailable, kube_api_from_env
-
-
-@dataclass
-class KubeFixture:
-    """What ``kube_api`` yields: the kubeconfig path and a configured ApiClient."""
-
-    kubeconfig: Path
-    api_client: client.ApiClient
-    info: KubeAPI
-
-    @property
-    def external(self) -> bool:
-        return self.info.external
+from .apiserver import KubeFixture, KubeUnavailable, kube_api_from_env
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from .conftest import KubeFixture
+from .apiserver import KubeFixture
 
 pytestmark = pytest.mark.k8s
 

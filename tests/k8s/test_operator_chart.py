@@ -18,10 +18,9 @@ from kubernetes.client.exceptions import ApiException
 
 from rara.operator.peering import Peering
 from rara.runs import cancel_run, start_run
-from tests.helpers import apply
+from tests.support.definitions import apply
 
-from .apiserver import write_kubeconfig
-from .conftest import KubeFixture
+from .apiserver import KubeFixture, write_kubeconfig
 from .test_operator import (
     STEPS,
     Objects,

@@ -20,7 +20,7 @@ from rara.errors import DefinitionInvalid
 from rara.operator.models import WorkerPoolSpec, WorkflowRunSpec
 from tests.test_examples import PLURALS, example_documents
 
-from .conftest import KubeFixture
+from .apiserver import KubeFixture
 
 pytestmark = pytest.mark.k8s
 

@@ -13,7 +13,7 @@ import pytest
 from rara.operator.app import FINALIZER
 from rara.operator.runs import idempotency_key
 from rara.runs import cancel_run, start_run
-from tests.helpers import apply
+from tests.support.definitions import apply
 
 from .test_operator import (
     STEPS,

@@ -24,7 +24,7 @@ from kubernetes import client
 
 from rara.runs import cancel_run
 
-from .conftest import KubeFixture
+from .apiserver import KubeFixture
 from .test_operator import STEPS, Objects, condition, eventually, measure, versions
 from .test_operator_crds import rara_crds
 

@@ -21,10 +21,10 @@ import pytest
 
 from rara.states import AttemptOutcome
 from rara.worker.store import Ending, Fence, end_many
-from rara.worker.testing import lease_now
-from tests.helpers import apply
+from tests.support.definitions import apply
+from tests.support.leasing import lease_now
 
-from .conftest import KubeFixture
+from .apiserver import KubeFixture
 from .test_operator import STEPS, Objects, eventually, measure
 from .test_operator_crds import GROUP, VERSION, rara_crds
 from .test_operator_peering import Metrics, Replica, free_port

@@ -10,12 +10,6 @@ from typing import Any
 import psycopg
 import pytest
 
-# The worker's fixtures (a worker in a thread; the handlers' record cleared per test), for the
-# attacks on a running worker.
-from tests.worker.conftest import _forget_seen, thread_worker  # noqa: F401
-
-ROLES = ("rara_reader", "rara_worker", "rara_client", "rara_operator")
-
 
 @pytest.fixture
 def login(role_url: Callable[[str | None], str]

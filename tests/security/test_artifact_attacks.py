@@ -34,8 +34,9 @@ from rara.executor.server import create_server
 from rara.v1 import executor_pb2 as pb
 from rara.v1 import executor_pb2_grpc as pb_grpc
 from tests.executor.support import TOKEN, collect
-from tests.ui.conftest import UiServer
-from tests.worker.conftest import ThreadWorker, WorkerProcess, define, start, wait_run
+from tests.support.runs import define, start, wait_run
+from tests.support.ui import UiServer
+from tests.support.workers import ThreadWorker, WorkerProcess
 
 CRLF = "text/plain\r\nSet-Cookie: session=stolen"
 

@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.security.conftest import ROLES
+from tests.support.roles import ROLES
 
 Denied = psycopg.errors.InsufficientPrivilege
 Login = Callable[[str | None], psycopg.Connection[Any]]

@@ -16,7 +16,7 @@ from rara.definitions.parse import canonical_spec, definition_from_object
 from rara.definitions.registry import apply_definition
 from rara.pg.migrate import available, migrate
 from rara.runs import start_run
-from tests.helpers import definition
+from tests.support.definitions import definition
 
 Login = Callable[[str | None], psycopg.Connection[Any]]
 REAL = [{"key": "collect", "capability": "corpus.collect@1", "input": {"limit": 3}},

@@ -28,7 +28,6 @@ from rara.executor.client import ExecutorClient, make_job
 from rara.executor.limits import MAX_MESSAGE_BYTES
 from rara.v1 import executor_pb2 as pb
 from rara.v1 import executor_pb2_grpc as pb_grpc
-from tests.executor.conftest import start_executor  # noqa: F401 - the fixture, reused
 from tests.executor.support import TOKEN, WAIT_S, StartExecutor
 from tests.executor.test_executor_auth import pki  # noqa: F401 - the fixture, reused
 from tests.executor.test_go_executor import _listening, build_go_executor, running
@@ -158,7 +157,7 @@ async def _assert_auth_before_size(address: str) -> None:
 
 
 async def test_python_executor_checks_the_token_before_the_size(
-        start_executor: StartExecutor) -> None:  # noqa: F811
+        start_executor: StartExecutor) -> None:
     executor = await start_executor()
     await _assert_auth_before_size(executor.address)
     assert executor.server.servicer._jobs == {}

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 
 from rara.client import Client
-from tests.helpers import wait_for
-from tests.worker.conftest import attempts_of, define, start, steps_of, wait_run
+from tests.support.runs import attempts_of, define, start, steps_of, wait_run
+from tests.support.waiting import wait_until
 from tests.worker.handlers import SEEN
 
 Login = Callable[[str | None], psycopg.Connection[Any]]
@@ -23,7 +23,7 @@ def test_a_forged_cancel_stops_nothing(conn: psycopg.Connection[Any], thread_wor
     define(conn, "long", [{"key": "s", "capability": "test.sleep@1"}])
     thread_worker()
     run_id = start(conn, "long", {"seconds": 2})
-    wait_for(lambda: f"{run_id}:s" in SEEN, what="handler started")
+    wait_until(lambda: f"{run_id}:s" in SEEN, message="handler started")
     [(step_id,)] = conn.execute("SELECT id FROM rara_steps WHERE run_id = %s", (run_id,))
     stranger = login(None)
     for channel in ("rara_cancel", "rara_ready", "rara_run"):
@@ -41,7 +41,7 @@ def test_a_forged_run_end_does_not_end_a_wait(conn: psycopg.Connection[Any], thr
     define(conn, "long", [{"key": "s", "capability": "test.sleep@1"}])
     thread_worker()
     run_id = start(conn, "long", {"seconds": 1})
-    wait_for(lambda: f"{run_id}:s" in SEEN, what="handler started")
+    wait_until(lambda: f"{run_id}:s" in SEEN, message="handler started")
     login(None).execute(f"NOTIFY rara_run, '{run_id}:succeeded'")
     view = Client(database_url).wait(run_id, timeout=15)
     assert view.status == "succeeded"

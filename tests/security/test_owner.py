@@ -14,7 +14,7 @@ from rara.definitions.parse import definition_from_object
 from rara.definitions.registry import apply_definition
 from rara.pg.migrate import migrate
 from rara.runs import start_run
-from tests.helpers import definition
+from tests.support.definitions import definition
 
 
 def test_a_non_superuser_owner_migrates_and_runs(pg_admin_url: str) -> None:

@@ -24,10 +24,9 @@ import pytest
 
 from rara.runs import start_run
 from rara.ui.auth import SESSION_COOKIE, SESSION_SECONDS, Sessions
-from tests.helpers import apply, wait_for
-from tests.ui.conftest import UiServer, ui_server
-
-__all__ = ["ui_server"]  # the fixture, used by name below
+from tests.support.definitions import apply
+from tests.support.ui import UiServer
+from tests.support.waiting import wait_until
 
 TOKEN = "t0ken-for-the-session-tests-0123456789"
 FORM = {"content-type": "application/x-www-form-urlencoded"}
@@ -150,8 +149,8 @@ def test_an_expired_session_is_refused(dashboard: Callable[..., Dashboard],
     cookie, header = ui.login()
     assert "Max-Age=3" in header
     csrf = ui.csrf(cookie)
-    wait_for(lambda: not ui.logged_in(cookie), timeout=30, interval=0.2,
-             what="the session expired")
+    wait_until(lambda: not ui.logged_in(cookie), timeout=30, interval=0.2,
+             message="the session expired")
     assert ui.cancel(cookie, csrf) == 401
     assert not _cancel_requested(conn, ui.run_id)
 

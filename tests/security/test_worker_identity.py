@@ -12,7 +12,7 @@ import pytest
 
 from rara.pg.queries import sql
 from rara.runs import start_run
-from tests.helpers import apply
+from tests.support.definitions import apply
 
 Denied = psycopg.errors.InsufficientPrivilege
 Login = Callable[[str | None], psycopg.Connection[Any]]

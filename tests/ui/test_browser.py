@@ -14,9 +14,11 @@ import psycopg
 import pytest
 
 from rara.runs import start_run
-from tests.helpers import apply, wait_for
-from tests.ui.conftest import ROOT, UiServer
-from tests.worker.conftest import WorkerProcess, attempts_of, wait_run
+from tests.support.definitions import apply
+from tests.support.runs import attempts_of, wait_run
+from tests.support.ui import ROOT, UiServer
+from tests.support.waiting import wait_until
+from tests.support.workers import WorkerProcess
 
 # docs/ui.md's picture: RARA_UI_SCREENSHOT=docs/ui-run.png pytest tests/ui -k green (else the
 # screenshot goes to the test's temporary folder, and the committed one stays as it is).
@@ -43,7 +45,7 @@ def _worker(database_url: str, tmp_path: Path, conn: psycopg.Connection[Any],
         return conn.execute("SELECT 1 FROM rara_workers WHERE id = %s",
                             (name,)).fetchone() is not None
 
-    wait_for(registered, timeout=60, what="worker registered")
+    wait_until(registered, timeout=60, message="worker registered")
     return proc
 
 
@@ -124,8 +126,8 @@ def test_cancel_from_the_page_reaches_the_running_step(
     worker = _worker(database_url, tmp_path, conn, "ui-worker-2")
     try:
         run_id = start_run(conn, "slow", input={"seconds": 120}).run_id
-        wait_for(lambda: conn.execute("SELECT status = 'running' FROM rara_steps WHERE run_id "
-                                      "= %s", (run_id,)).fetchone()[0], what="step running")
+        wait_until(lambda: conn.execute("SELECT status = 'running' FROM rara_steps WHERE run_id "
+                                      "= %s", (run_id,)).fetchone()[0], message="step running")
         page.goto(f"{ui.url}/runs/{run_id}")
         expect(page.locator("#cancel")).to_have_count(0)  # anonymous: no actions
         page.goto(f"{ui.url}/login?next=/runs/{run_id}")

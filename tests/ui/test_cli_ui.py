@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from tests.ui.conftest import RARA
+from tests.support.ui import RARA
 
 
 def _ui(*args: str) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from rara.runs import start_run
 from rara.ui.live import RUNS, LiveHub
-from tests.helpers import apply
+from tests.support.definitions import apply
 
 
 def test_viewers_share_one_read_and_idle_costs_nothing(

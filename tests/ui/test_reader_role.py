@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 
 from rara.runs import start_run
-from tests.helpers import apply
-from tests.ui.conftest import UiServer
+from tests.support.definitions import apply
+from tests.support.ui import UiServer
 
 
 def _get(server: UiServer, path: str) -> tuple[int, str]:

@@ -7,9 +7,9 @@ from typing import Any
 
 import psycopg
 
-from tests.helpers import wait_for
-from tests.history import check_history
-from tests.worker.conftest import attempts_of, define, start, steps_of, wait_run
+from tests.support.history import check_history
+from tests.support.runs import attempts_of, define, start, steps_of, wait_run
+from tests.support.waiting import wait_until
 
 
 def test_result_and_input_merge(conn: psycopg.Connection[Any], thread_worker: Any) -> None:
@@ -126,7 +126,8 @@ def test_grpc_steps_are_not_leased_without_a_grpc_executor(conn: psycopg.Connect
                             {"key": "local", "capability": "test.echo@1"}])
     thread_worker()
     run_id = start(conn, "routed")
-    wait_for(lambda: steps_of(conn, run_id)[1]["status"] == "succeeded", what="local step done")
+    wait_until(lambda: steps_of(conn, run_id)[1]["status"] == "succeeded",
+               message="local step done")
     assert steps_of(conn, run_id)[0]["status"] == "ready"
     assert attempts_of(conn, run_id)[0]["key"] == "local"
 

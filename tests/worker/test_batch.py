@@ -16,17 +16,10 @@ from rara.states import AttemptOutcome, StepStatus
 from rara.worker.batcher import CompletionBatcher
 from rara.worker.dispatch import LeasedStep
 from rara.worker.store import Ending, Fence, WorkerStore, end_many
-from tests.helpers import wait_for
-from tests.history import check_history
-from tests.worker.conftest import (
-    attempts_of,
-    define,
-    run_status,
-    start,
-    steps_of,
-    wait_run,
-    worker_store,
-)
+from tests.support.history import check_history
+from tests.support.runs import attempts_of, define, run_status, start, steps_of, wait_run
+from tests.support.waiting import wait_until
+from tests.support.workers import worker_store
 
 PAIRS = [("test.echo@1", "inprocess")]
 ONE_TRY = {"maxAttempts": 1}
@@ -227,7 +220,7 @@ def test_worker_batches_completions_and_counts_them(conn: psycopg.Connection[Any
     assert worker.worker is not None
     assert worker.worker.batcher.batches < len(runs)  # several ends per transaction
     check_history(conn)
-    wait_for(lambda: not worker.worker.attempts, what="attempts to finish")
+    wait_until(lambda: not worker.worker.attempts, message="attempts to finish")
     after = (_sample("rara_leases_total", **cap),
              _sample("rara_completions_total", **cap, outcome="succeeded"),
              _sample("rara_step_duration_seconds_count", **cap))

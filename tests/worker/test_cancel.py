@@ -10,14 +10,15 @@ import psycopg
 import pytest
 
 from rara.runs import cancel_run
-from tests.helpers import wait_for
-from tests.worker.conftest import FAST, attempts_of, define, start, steps_of, wait_run
+from tests.support.runs import attempts_of, define, start, steps_of, wait_run
+from tests.support.waiting import wait_until
+from tests.support.workers import FAST
 from tests.worker.handlers import SEEN
 
 
 def _cancel_when_running(conn: psycopg.Connection[Any], run_id: int) -> float:
-    wait_for(lambda: steps_of(conn, run_id)[0]["status"] == "running", what="step running")
-    wait_for(lambda: f"{run_id}:s" in SEEN, what="handler started")
+    wait_until(lambda: steps_of(conn, run_id)[0]["status"] == "running", message="step running")
+    wait_until(lambda: f"{run_id}:s" in SEEN, message="handler started")
     t0 = time.monotonic()
     assert cancel_run(conn, run_id)
     return t0
@@ -33,7 +34,7 @@ def test_cancel_reaches_a_running_handler(conn: psycopg.Connection[Any], thread_
     t0 = _cancel_when_running(conn, run_id)
     later = steps_of(conn, run_id)[1]
     assert later["status"] == "cancelled"  # a waiting step is cancelled at once
-    wait_for(lambda: "cancelled" in SEEN[f"{run_id}:s"], timeout=5, what="handler saw cancel")
+    wait_until(lambda: "cancelled" in SEEN[f"{run_id}:s"], timeout=5, message="handler saw cancel")
     assert SEEN[f"{run_id}:s"]["cancelled"] - t0 <= within + 0.15
     wait_run(conn, run_id, status="cancelled", timeout=5)
     [attempt] = attempts_of(conn, run_id)
@@ -56,7 +57,7 @@ def test_cancel_reaches_a_sync_handler_thread(conn: psycopg.Connection[Any],
     thread_worker()
     run_id = start(conn, "threaded", {"seconds": 60})
     t0 = _cancel_when_running(conn, run_id)
-    wait_for(lambda: "cancelled" in SEEN[f"{run_id}:s"], timeout=5, what="thread saw cancel")
+    wait_until(lambda: "cancelled" in SEEN[f"{run_id}:s"], timeout=5, message="thread saw cancel")
     assert SEEN[f"{run_id}:s"]["cancelled"] - t0 <= 0.35
     wait_run(conn, run_id, status="cancelled", timeout=5)
 

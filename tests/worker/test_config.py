@@ -45,7 +45,7 @@ def test_registry_rules() -> None:
         registry.register("corpus.clean@2", collect)
     with pytest.raises(RegistryError, match="name@major"):
         registry.register("NoVersion", clean)
-    merged = load_registry(["tests.worker.handlers", "rara.worker.testing"])
+    merged = load_registry(["tests.worker.handlers", "tests.support.bench_handlers"])
     assert "test.noop@1" in merged
     assert "bench.noop@1" in merged
     with pytest.raises(RegistryError, match="must define"):

@@ -16,8 +16,8 @@ import psycopg
 
 from rara.pg import workers
 from rara.runs import start_run
-from tests.helpers import wait_for
-from tests.worker.conftest import define
+from tests.support.runs import define
+from tests.support.waiting import wait_until
 
 REMOTE = "test.hang@1"  # served only by the executor's conformance plugins
 
@@ -38,8 +38,8 @@ def test_a_late_executor_is_servable_within_seconds(
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         started = time.monotonic()
-        wait_for(lambda: REMOTE in workers.capabilities(conn, alive_seconds=30), timeout=12,
-                 what="the executor's capability served (was ~16 s before the fix)")
+        wait_until(lambda: REMOTE in workers.capabilities(conn, alive_seconds=30), timeout=12,
+                 message="the executor's capability served (was ~16 s before the fix)")
         print(f"servable {time.monotonic() - started:.2f} s after the executor started")
         assert start_run(conn, "late").created
     finally:
@@ -73,23 +73,23 @@ def test_an_executor_down_when_its_job_is_sent_costs_no_retry(
                                  "retry": {"maxAttempts": 1}}])
         # (a capability that only the executor serves: test.echo@1 is also in-process, so it
         # is listed before the worker has heard from the executor at all)
-        wait_for(lambda: REMOTE in workers.capabilities(conn, alive_seconds=30),
-                 timeout=20, what="the executor's capabilities served")
+        wait_until(lambda: REMOTE in workers.capabilities(conn, alive_seconds=30),
+                 timeout=20, message="the executor's capabilities served")
     finally:
         first.kill()
         first.wait(30)
     run_id = start_run(conn, "remote", input={"text": "hi"}).run_id
     try:
-        wait_for(lambda: conn.execute("SELECT count(*) FROM rara_attempts WHERE run_id = %s",
+        wait_until(lambda: conn.execute("SELECT count(*) FROM rara_attempts WHERE run_id = %s",
                                       (run_id,)).fetchone()[0] >= 1,  # type: ignore[index]
-                 timeout=30, what="the step leased and its call tried")
+                 timeout=30, message="the step leased and its call tried")
     except TimeoutError as exc:
         raise AssertionError(f"{exc}; the worker said:\n{worker.output()}") from None
     second = executor()
     try:
-        wait_for(lambda: conn.execute("SELECT status::text FROM rara_runs WHERE id = %s",
+        wait_until(lambda: conn.execute("SELECT status::text FROM rara_runs WHERE id = %s",
                                       (run_id,)).fetchone() == ("succeeded",),
-                 timeout=30, what="the run done once the executor is back")
+                 timeout=30, message="the run done once the executor is back")
     finally:
         second.terminate()
         second.wait(30)

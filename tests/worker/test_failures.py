@@ -6,7 +6,8 @@ from typing import Any
 
 import psycopg
 
-from tests.worker.conftest import FAST, attempts_of, define, start, steps_of, wait_run
+from tests.support.runs import attempts_of, define, start, steps_of, wait_run
+from tests.support.workers import FAST
 
 
 def test_backoff_within_jitter_bounds_then_failed_for_good(conn: psycopg.Connection[Any],

@@ -15,9 +15,10 @@ import pytest
 from rara.pg.queries import sql
 from rara.worker.lease_cursor import LeaseCursors
 from rara.worker.store import WorkerStore
-from rara.worker.testing import enqueue_single_step_runs
-from tests.helpers import nested_plans
-from tests.worker.conftest import define, worker_store
+from tests.support.leasing import enqueue_single_step_runs
+from tests.support.plans import nested_plans
+from tests.support.runs import define
+from tests.support.workers import worker_store
 
 PAIRS = [("test.echo@1", "inprocess")]
 

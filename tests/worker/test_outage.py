@@ -25,7 +25,8 @@ from rara.worker.retry import HEARTBEAT_MARGIN, HEARTBEAT_TRY_MIN, heartbeat_del
 from rara.worker.runner import Worker
 from rara.worker.settings import WorkerSettings
 from rara.worker.store import Fence, WorkerStore, make_pool
-from tests.worker.conftest import HANDLERS, define, start
+from tests.support.runs import define, start
+from tests.support.workers import HANDLERS
 
 PAIRS = [("test.echo@1", "inprocess")]
 

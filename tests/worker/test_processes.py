@@ -11,10 +11,12 @@ import psycopg
 import pytest
 
 from rara.pg.embedded import EmbeddedPostgres
-from rara.worker.testing import enqueue_single_step_runs
-from tests.helpers import apply, wait_for
-from tests.history import check_history
-from tests.worker.conftest import FAST, attempts_of, define, start, steps_of, wait_run
+from tests.support.definitions import apply
+from tests.support.history import check_history
+from tests.support.leasing import enqueue_single_step_runs
+from tests.support.runs import attempts_of, define, start, steps_of, wait_run
+from tests.support.waiting import wait_until
+from tests.support.workers import FAST
 
 
 def _leased_by(conn: psycopg.Connection[Any], run_id: int) -> str | None:
@@ -28,7 +30,7 @@ def test_sigkill_mid_step_recovered_after_lease_expiry(conn: psycopg.Connection[
                              "retry": {"maxAttempts": 2, "initialDelay": "1ms"}}])
     victim = spawn("victim")
     run_id = start(conn, "crashy", {"seconds": 60, "slow_attempts": 1})
-    wait_for(lambda: _leased_by(conn, run_id) == "victim", what="victim leased the step")
+    wait_until(lambda: _leased_by(conn, run_id) == "victim", message="victim leased the step")
     spawn("rescuer")
     victim.signal(signal.SIGKILL)
     killed = time.monotonic()
@@ -55,8 +57,8 @@ def test_sigterm_releases_leases_within_the_grace(conn: psycopg.Connection[Any],
     leaving = spawn("leaving", shutdown_grace_seconds=grace, concurrency=2)
     short = start(conn, "short", {"seconds": 0.5})
     long = start(conn, "long", {"seconds": 60, "slow_attempts": 1, "ignore_cancel": True})
-    wait_for(lambda: _leased_by(conn, short) == _leased_by(conn, long) == "leaving",
-             what="both steps leased")
+    wait_until(lambda: _leased_by(conn, short) == _leased_by(conn, long) == "leaving",
+             message="both steps leased")
     spawn("staying")
     leaving.signal(signal.SIGTERM)
     signalled = time.monotonic()
@@ -91,8 +93,8 @@ def test_competing_workers_run_every_step_exactly_once(conn: psycopg.Connection[
     procs = [spawn(f"w{i}", wait=False, concurrency=8, lease_seconds=10.0,
                    heartbeat_seconds=3.0) for i in range(workers)]
     began = time.monotonic()
-    wait_for(lambda: _succeeded(conn) == steps, timeout=120, interval=0.2,
-             what=f"{steps} steps to succeed")
+    wait_until(lambda: _succeeded(conn) == steps, timeout=120, interval=0.2,
+             message=f"{steps} steps to succeed")
     elapsed = time.monotonic() - began
     for proc in procs:
         assert proc.proc.poll() is None, proc.output()
@@ -120,7 +122,7 @@ def test_postgres_restart_mid_run(conn: psycopg.Connection[Any], spawn: Any,
                              max_ms=1000, input={"ledger_dsn": database_url, "seconds": 0.02})
     procs = [spawn(f"pg{i}", concurrency=4, lease_seconds=8.0, heartbeat_seconds=1.0)
              for i in range(2)]
-    wait_for(lambda: _succeeded(conn) >= steps // 4, timeout=60, what="a quarter done")
+    wait_until(lambda: _succeeded(conn) >= steps // 4, timeout=60, message="a quarter done")
     pg_server.restart()
 
     def done() -> bool:
@@ -130,7 +132,7 @@ def test_postgres_restart_mid_run(conn: psycopg.Connection[Any], spawn: Any,
         except psycopg.OperationalError:
             return False
 
-    wait_for(done, timeout=90, interval=0.2, what="every step to succeed after the restart")
+    wait_until(done, timeout=90, interval=0.2, message="every step to succeed after the restart")
     for proc in procs:
         assert proc.proc.poll() is None, proc.output()  # survived the restart
     with psycopg.connect(database_url, autocommit=True) as fresh:

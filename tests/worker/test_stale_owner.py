@@ -13,9 +13,9 @@ import pytest
 
 from rara.states import AttemptOutcome
 from rara.worker.store import Ending, Fence, WorkerStore, make_pool
-from tests.helpers import wait_for
-from tests.history import check_history
-from tests.worker.conftest import attempts_of, define, start, steps_of
+from tests.support.history import check_history
+from tests.support.runs import attempts_of, define, start, steps_of
+from tests.support.waiting import wait_until
 from tests.worker.handlers import SEEN
 
 PAIRS = [("test.echo@1", "inprocess")]
@@ -88,16 +88,16 @@ def test_running_worker_stops_a_handler_whose_lease_was_taken(
     define(conn, "taken", [{"key": "s", "capability": "test.sleep@1", "retry": QUICK_RETRY}])
     worker = thread_worker()
     run_id = start(conn, "taken", {"seconds": 60})
-    wait_for(lambda: f"{run_id}:s" in SEEN, what="handler started")
+    wait_until(lambda: f"{run_id}:s" in SEEN, message="handler started")
     # Another owner takes the step over behind the worker's back (as after a partition).
     conn.execute("UPDATE rara_steps SET leased_by = 'intruder', "
                  "lease_expires_at = now() + interval '1 hour' WHERE run_id = %s", (run_id,))
     assert worker.worker is not None
-    wait_for(lambda: not worker.worker.attempts, timeout=5, what="attempt stopped")
+    wait_until(lambda: not worker.worker.attempts, timeout=5, message="attempt stopped")
     for _ in range(2):  # two more worker heartbeats: time for a wrong write to show up
         beat = conn.execute("SELECT heartbeat_at FROM rara_workers").fetchone()
-        wait_for(lambda beat=beat: conn.execute("SELECT heartbeat_at FROM rara_workers"
-                                                ).fetchone() != beat, what="a heartbeat")
+        wait_until(lambda beat=beat: conn.execute("SELECT heartbeat_at FROM rara_workers"
+                                                ).fetchone() != beat, message="a heartbeat")
     [step] = steps_of(conn, run_id)
     assert (step["status"], step["leased_by"]) == ("running", "intruder")
     [attempt] = attempts_of(conn, run_id)

@@ -38,7 +38,7 @@ from tests.e2e.chaos.fleet import (
     WORKER_SIGTERM,
     ChaosEvent,
 )
-from tests.history import check_history, progress_gaps, write_violations
+from tests.support.history import check_history, progress_gaps, write_violations
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,10 @@ import pytest
 
 from rara.worker.store import WorkerStore
 from tests.e2e.chaos.handlers import TICKS
-from tests.helpers import apply, wait_for
-from tests.worker.conftest import ThreadWorker, start
+from tests.support.definitions import apply
+from tests.support.runs import start
+from tests.support.waiting import wait_until
+from tests.support.workers import ThreadWorker
 
 LEASE = 1.0
 HANDLERS = ["tests.e2e.chaos.handlers"]
@@ -72,13 +74,14 @@ def test_handler_stops_when_the_lease_surely_expired_even_if_heartbeats_hang(
                          lease_seconds=LEASE, heartbeat_seconds=0.3, reaper_seconds=60.0)
     stuck.start(conn)
     try:
-        wait_for(lambda: first in TICKS, what="the first attempt started")
+        wait_until(lambda: first in TICKS, message="the first attempt started")
         # The lease expires in the database; another worker recovers and re-runs the step.
         rescuer = ThreadWorker(database_url, tmp_path, id="rescuer", handlers=HANDLERS,
                                lease_seconds=30.0)
         rescuer.start(conn)
         try:
-            wait_for(lambda: second in TICKS, timeout=15, what="the step's next attempt started")
+            wait_until(lambda: second in TICKS, timeout=15,
+                       message="the step's next attempt started")
             time.sleep(0.5)
             old, new = TICKS[first], TICKS[second]
             overlap = old["last"] - new["started"]
@@ -122,17 +125,18 @@ def test_a_worker_that_leases_a_step_again_keeps_tracking_the_new_attempt(
                          lease_seconds=LEASE, heartbeat_seconds=0.3, reaper_seconds=60.0)
     stuck.start(conn)
     try:
-        wait_for(lambda: (key, 1) in TICKS, what="attempt 1 started")
+        wait_until(lambda: (key, 1) in TICKS, message="attempt 1 started")
         # A reaper-only worker recovers the expired lease; the partitioned worker, whose lease
         # loop still works, leases the step again (attempt 2) while attempt 1 runs on.
         reaper = ThreadWorker(database_url, tmp_path, id="reaper", handlers=[])
         reaper.start(conn)
         try:
-            wait_for(lambda: (key, 2) in TICKS, timeout=15, what="attempt 2 on the same worker")
+            wait_until(lambda: (key, 2) in TICKS, timeout=15,
+                       message="attempt 2 on the same worker")
         finally:
             reaper.stop()
         hang.set()  # the partition heals; heartbeats flow again
-        wait_for(lambda: "ended" in TICKS[(key, 1)], timeout=15, what="attempt 1 ended")
+        wait_until(lambda: "ended" in TICKS[(key, 1)], timeout=15, message="attempt 1 ended")
         time.sleep(0.3)
         assert "ended" not in TICKS[(key, 2)], "attempt 2 ended too soon for this test"
         assert stuck.worker is not None

@@ -27,12 +27,12 @@ from rich.console import Console
 from rich.table import Table
 
 from rara.artifacts.location import ENV_VAR
+from rara.cli.watch import summary, watch
 from rara.client import Client
 from rara.pg.connect import database_url
 from rara.pg.logins import ensure_login
 from rara.pg.migrate import migrate
 from rara.states import RunStatus
-from rara.watch import summary, watch
 from rara_rag.demo import store
 from rara_rag.demo.chaos import ChaosMonkey, deterministic_digests
 from rara_rag.demo.processes import Child

@@ -11,7 +11,7 @@ import psycopg
 from typer.testing import CliRunner
 
 from rara.cli.main import app
-from tests.worker.conftest import define, start, wait_run
+from tests.support.runs import define, start, wait_run
 
 
 def test_show_lists_full_digests_and_get_takes_a_unique_prefix(

@@ -3,21 +3,19 @@
 ``start_run`` is one transaction per run with validation and routing checks; filling a queue
 with thousands of single-step runs that way measures the client, not the worker. This writes
 the same rows in one statement (``run_enqueue_many``, db/queries/runs.sql).
+
+Test-only code, so outside the wheel; the benchmarks (bench/) import it from here.
 """
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import psycopg
 
-from rara.context import StepContext
 from rara.pg import runs
 from rara.pg.queries import many
 from rara.worker.dispatch import LEASED, LeasedStep
-from rara.worker.registry import Registry
 
 
 def enqueue_single_step_runs(conn: psycopg.Connection[Any], *, definition: str, version: int,
@@ -40,26 +38,3 @@ def lease_now(conn: psycopg.Connection[Any], capabilities: list[str], *, worker:
     return many(conn, "step_lease", LEASED, capabilities=capabilities,
                 executors=[executor] * len(capabilities), limit=limit, worker=worker,
                 lease_seconds=lease_seconds, after_ranks=None, after_ats=None, after_ids=None)
-
-
-# Handlers for benchmarks and smoke tests: ``--handlers rara.worker.testing``.
-registry = Registry()
-
-
-@registry.handler("bench.noop@1")
-async def noop(ctx: StepContext) -> None:
-    return None
-
-
-@registry.handler("bench.sleep@1")
-async def sleep(ctx: StepContext) -> None:
-    """Sleeps ``seconds`` on the first attempt only: a later attempt (after a crash) is quick."""
-    if ctx.attempt == 1:
-        await asyncio.sleep(float(ctx.input.get("seconds", 0)))
-
-
-@registry.handler("bench.stamp@1")
-async def stamp(ctx: StepContext) -> dict[str, float]:
-    """When the handler started (CLOCK_MONOTONIC, shared by the processes of one machine): the
-    benchmark's start latency is this minus the client's clock before it started the run."""
-    return {"started": time.monotonic()}

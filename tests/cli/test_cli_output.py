@@ -9,8 +9,8 @@ import psycopg
 from typer.testing import CliRunner
 
 from rara.cli.main import app
-from rara.watch import shorten
-from tests.worker.conftest import define, start, wait_run
+from rara.cli.watch import shorten
+from tests.support.runs import define, start, wait_run
 
 
 def test_in_a_pipe_watch_and_events_are_plain_lines(

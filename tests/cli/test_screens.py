@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.worker.conftest import define, start, wait_run
+from tests.support.runs import define, start, wait_run
 
 RARA = str(Path(sys.executable).with_name("rara"))
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None,

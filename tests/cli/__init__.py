@@ -1,0 +1,1 @@
+"""Tests of the `rara` command line (rara.cli): output, screens, and its artifact commands."""

@@ -179,7 +179,18 @@ class Worker:
     async def _lease_loop(self) -> None:
         s = self.settings
         backoff = Backoff()
+        unanswered = False  # a lease failed: it may have committed with its answer lost
         while not self.stopping.is_set():
+            if unanswered:
+                try:
+                    await self._release_unheld()
+                    unanswered = False
+                except TRANSIENT as exc:
+                    delay = backoff.next_delay()
+                    self.log.warning("could not give back unheld leases, retrying",
+                                     error=str(exc), retry_in=round(delay, 3))
+                    await asyncio.sleep(delay)
+                    continue
             free = s.concurrency - len(self.attempts)
             pairs = self.pairs
             if free <= 0 or not pairs:
@@ -195,6 +206,7 @@ class Worker:
                 leased = await self._lease(pairs, limit)
                 backoff.reset()
             except TRANSIENT as exc:
+                unanswered = True
                 delay = backoff.next_delay()
                 self.log.warning("lease failed, retrying", error=str(exc), retry_in=round(delay, 3))
                 await asyncio.sleep(delay)
@@ -217,6 +229,16 @@ class Worker:
                     except TRANSIENT as exc:
                         self.log.warning("could not ask for the next retry time", error=str(exc))
                 await self._sleep(delay)
+
+    async def _release_unheld(self) -> None:
+        """A lease that failed may have committed with its answer lost (the connection dropped
+        between the commit and the reply): its steps run nowhere and would wait out a whole
+        lease for the reaper, at the cost of an attempt. Give back whatever is leased in this
+        worker's name that it does not run. Only this loop leases, so while it is here every
+        lease the worker holds is in ``self.attempts``."""
+        released = await self.store.release_unheld(list(self.attempts))
+        if released:
+            self.log.warning("gave back leases whose answer was lost", steps=released)
 
     async def _lease(self, pairs: list[tuple[str, str]], limit: int) -> list[LeasedStep]:
         """Lease after the cursors, or from the start of the ranges when that is due

@@ -296,9 +296,10 @@ class Worker:
         self.wake.set()
 
     async def _heartbeat_loop(self) -> None:
-        """Every ``heartbeat_interval``; after a failure about every second instead
-        (``rara.worker.retry.heartbeat_delay``), so that an outage shorter than the lease is
-        answered before any lease it holds expires."""
+        """Every ``heartbeat_interval`` from the last one's send (so a slow answer does not
+        push the next one later: a lease lasts from the send that confirmed it); after a
+        failure about every second instead (``rara.worker.retry.heartbeat_delay``), so that an
+        outage shorter than the lease is answered before any lease it holds expires."""
         s = self.settings
         wait = s.heartbeat_interval * random.uniform(0.9, 1.0)
         while True:
@@ -307,9 +308,10 @@ class Worker:
                     await self.heartbeat_due.wait()
             self.heartbeat_due.clear()
             try:
-                await self._heartbeat(
+                sent = await self._heartbeat(
                     heartbeat_within(time.monotonic(), self._horizon(), s.lease_seconds))
-                wait = s.heartbeat_interval * random.uniform(0.9, 1.0)
+                wait = max(0.0, sent + s.heartbeat_interval * random.uniform(0.9, 1.0)
+                           - time.monotonic())
             except TRANSIENT as exc:
                 wait = heartbeat_delay(time.monotonic(), self._horizon(), s.lease_seconds)
                 self.log.warning("heartbeat failed, retrying", error=str(exc),
@@ -326,9 +328,10 @@ class Worker:
         return min((st.lease_valid_until for st in self.attempts.values() if st.holds_lease),
                    default=float("inf"))
 
-    async def _heartbeat(self, within: float) -> None:
+    async def _heartbeat(self, within: float) -> float:
         """One statement: the worker's row and every lease it holds. Which leases is read when
-        the statement is sent (``holds_lease``): none stopped as lost or given up."""
+        the statement is sent (``holds_lease``): none stopped as lost or given up. Returns
+        when it was sent (monotonic)."""
         s = self.settings
         sent: list[AttemptState] = []
         sent_at = 0.0
@@ -349,6 +352,7 @@ class Worker:
                 st.lease_valid_until = sent_at + s.lease_seconds
                 if answer[st.step.id]:
                     st.request_cancel()
+        return sent_at
 
     async def _reaper_loop(self) -> None:
         s = self.settings

@@ -625,6 +625,42 @@ BEGIN
 END $$;
 SELECT rara_grant('rara_step_release_many', 'rara_worker');
 
+CREATE OR REPLACE FUNCTION rara_step_release_unheld(p_worker text, p_held bigint[])
+RETURNS SETOF bigint
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT SET enable_seqscan = off AS $$
+BEGIN
+    -- A lease whose answer never reached its worker (the connection dropped between the
+    -- commit and the reply: a crash or a failover in the middle of the statement) is held by
+    -- nobody: the worker never learnt its token and would leave it to expire a whole lease
+    -- later, at the cost of an attempt. After such a lease, once it can write again, the worker
+    -- gives back every lease in its name that it does not hold (p_held: the steps it runs).
+    -- Without a token the worker's name is the fence, so only its own login may
+    -- (rara_worker_check_login). Released, not failed: `releases` keeps it out of the retry
+    -- budget. Rows locked in id order, as every end locks them (rara_step_end_lock).
+    PERFORM rara_worker_check_login(p_worker);
+    RETURN QUERY
+    WITH unheld AS MATERIALIZED (
+        SELECT s.id FROM rara_steps s
+        WHERE s.lease_expires_at IS NOT NULL  -- the running steps (rara_steps_running_expiry)
+          AND s.leased_by = p_worker AND s.status = 'running' AND s.id <> ALL (p_held)
+        ORDER BY s.id
+        FOR NO KEY UPDATE
+    ), released AS (
+        UPDATE rara_steps s SET status = 'ready', available_at = now(),
+            releases = s.releases + 1, leased_by = NULL, lease_token = NULL,
+            lease_expires_at = NULL
+        FROM unheld u
+        WHERE s.id = u.id AND s.leased_by = p_worker AND s.status = 'running'
+        RETURNING s.id, s.attempt
+    ), closed AS (
+        UPDATE rara_attempts a
+        SET outcome = 'released', ended_at = clock_timestamp(), ended_by = p_worker
+        FROM released r WHERE a.step_id = r.id AND a.attempt = r.attempt
+    )
+    SELECT r.id FROM released r;
+END $$;
+SELECT rara_grant('rara_step_release_unheld', 'rara_worker');
+
 CREATE OR REPLACE FUNCTION rara_step_reap_expired(p_worker text, p_limit integer,
                                                   p_jitter double precision)
 RETURNS TABLE (id bigint, status text)

@@ -52,6 +52,12 @@ SELECT * FROM rara_step_release_many(
     p_worker => :worker, p_step_ids => CAST(:step_ids AS bigint[]),
     p_tokens => CAST(:tokens AS uuid[]));
 
+-- name: step_release_unheld
+-- After a lease whose answer was lost: the leases in the worker's name it does not hold, given
+-- back (their ids).
+SELECT * FROM rara_step_release_unheld(p_worker => :worker,
+                                       p_held => CAST(:held AS bigint[]));
+
 -- name: step_reap_expired
 -- Up to :limit expired leases recovered: (id, status) of each.
 SELECT * FROM rara_step_reap_expired(p_worker => :worker, p_limit => :limit,

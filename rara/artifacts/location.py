@@ -12,7 +12,10 @@ Query parameters of an ``s3://`` URL (all optional):
 ``region``         default: asked of the server (one extra request per bucket)
 ``part_size``      multipart part size in MiB (default 8; grows so a blob fits 10,000 parts)
 ``concurrency``    parts uploaded at once (default 4); memory is about (this + 1) x part size
-``attempts``       tries per request on throttling/transient errors (default 5)
+``retry_seconds``  how long one request is retried on throttling/transient errors (default
+                   30): an outage of the store shorter than that costs retries, not the step's
+                   attempt (a restarted S3 pod, a failover)
+``attempts``       the most tries per request within that time (default 100)
 ``credentials_file`` / ``profile``   an AWS shared-credentials file (a mounted secret) and
                    its profile
 
@@ -53,7 +56,8 @@ class S3Config:
     region: str | None = None
     part_size: int = 8 * MIB
     concurrency: int = 4
-    attempts: int = 5
+    attempts: int = 100
+    retry_seconds: float = 30.0
     credentials_file: str | None = None
     profile: str | None = None
 
@@ -77,7 +81,7 @@ class S3Config:
                 "give them by reference (environment, credentials file, the pod's role)"
             )
         known = {"endpoint", "region", "part_size", "concurrency", "attempts",
-                 "credentials_file", "profile"}
+                 "retry_seconds", "credentials_file", "profile"}
         if unknown := set(query) - known:
             raise ValueError(f"unknown s3 URL parameters {sorted(unknown)}; known: "
                              f"{sorted(known)}")
@@ -94,12 +98,15 @@ class S3Config:
             region=query.get("region") or None,
             part_size=int(query.get("part_size", "8")) * MIB,
             concurrency=int(query.get("concurrency", "4")),
-            attempts=int(query.get("attempts", "5")),
+            attempts=int(query.get("attempts", "100")),
+            retry_seconds=float(query.get("retry_seconds", "30")),
             credentials_file=query.get("credentials_file") or None,
             profile=query.get("profile") or None,
         )
-        if cfg.part_size < 5 * MIB or cfg.concurrency < 1 or cfg.attempts < 1:
-            raise ValueError("s3 URL: part_size >= 5 (MiB), concurrency >= 1, attempts >= 1")
+        if (cfg.part_size < 5 * MIB or cfg.concurrency < 1 or cfg.attempts < 1
+                or not cfg.retry_seconds >= 0):
+            raise ValueError("s3 URL: part_size >= 5 (MiB), concurrency >= 1, attempts >= 1, "
+                             "retry_seconds >= 0")
         return cfg
 
     def __str__(self) -> str:

@@ -22,8 +22,10 @@ known before anything is sent. Then:
 there, which is all a content-addressed write wants, and nothing is overwritten. Reads stream
 and re-hash; a mismatch raises :class:`ArtifactCorrupted` and leaves nothing behind.
 
-Every request is retried with exponential backoff and full jitter on throttling, timeouts,
-5xx and connection errors (:class:`ArtifactStoreUnavailable` once the attempts are spent);
+Every request is retried with exponential backoff (2 s at most between tries, full jitter) on
+throttling, timeouts, 5xx and connection errors for ``retry_seconds`` (30 s by default: a
+restarted S3 pod or a failover costs retries, not the step's attempt), within ``attempts``
+tries (:class:`ArtifactStoreUnavailable` once either is spent);
 access denied, bad credentials and a missing bucket raise
 :class:`ArtifactStoreAccessError` at once, naming bucket and key.
 """
@@ -126,8 +128,9 @@ class S3ArtifactStore:
         client: Minio | None = None,
         spool_dir: str | os.PathLike[str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
         backoff_base: float = 0.1,
-        backoff_cap: float = 5.0,
+        backoff_cap: float = 2.0,
     ) -> None:
         self.cfg = cfg
         self.bucket = cfg.bucket
@@ -135,6 +138,7 @@ class S3ArtifactStore:
         self.client = client if client is not None else make_client(cfg)
         self.spool_dir = os.fspath(spool_dir) if spool_dir is not None else None
         self._sleep = sleep
+        self._clock = clock
         self._backoff = (backoff_base, backoff_cap)
         self._bucket_checked = threading.Event()
 
@@ -160,6 +164,7 @@ class S3ArtifactStore:
         boundary (others, e.g. NoSuchKey or PreconditionFailed, are the caller's to read)."""
         base, cap = self._backoff
         attempts = self.cfg.attempts
+        started = self._clock()
         for attempt in range(attempts):
             try:
                 return fn()
@@ -173,11 +178,12 @@ class S3ArtifactStore:
                         self._where(key), f"S3 {op} failed: {what}", digest) from exc
                 if not is_transient(exc):
                     raise
-                if attempt + 1 == attempts:
+                spent = self._clock() - started
+                if attempt + 1 == attempts or spent >= self.cfg.retry_seconds:
                     raise ArtifactStoreUnavailable(
                         self._where(key),
-                        f"S3 {op} failed after {attempts} attempts: {type(exc).__name__}: "
-                        f"{code or exc}", digest) from exc
+                        f"S3 {op} failed after {attempt + 1} attempts in {spent:.1f} s: "
+                        f"{type(exc).__name__}: {code or exc}", digest) from exc
                 delay = random.uniform(0, min(cap, base * 2**attempt))  # full jitter
                 log.warning("s3 request failed; retrying", op=op, key=key, attempt=attempt + 1,
                             error=code or type(exc).__name__, delay=round(delay, 3))

@@ -141,3 +141,27 @@ def test_gc_on_s3_keeps_referenced_and_young_blobs(
     assert store.exists(kept)
     assert conn.execute("SELECT count(*) FROM rara_artifacts WHERE digest = %s",
                         (orphan.digest,)).fetchone() == (0,)
+
+
+def test_retries_are_bounded_by_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store outage is ridden through for ``retry_seconds`` (default 30 s: a restarted S3 pod
+    costs retries, not the step's attempt), then the request fails as unavailable, naming how
+    long it tried; the tries never wait more than 2 s apart."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
+    # Nothing listens on port 9 here: every try is refused, a transient error.
+    cfg = S3Config.parse("s3://art/p?endpoint=http://127.0.0.1:9&region=us-east-1")
+    assert (cfg.retry_seconds, cfg.attempts) == (30.0, 100)
+    now = [0.0]
+    delays: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        delays.append(seconds)
+        now[0] += seconds
+
+    store = S3ArtifactStore(cfg, sleep=sleep, clock=lambda: now[0])
+    with pytest.raises(ArtifactStoreUnavailable, match=r"attempts in 3\d\.\d s"):
+        store.exists("sha256:" + "0" * 64)
+    assert now[0] >= 30.0 and max(delays) <= 2.0
+    with pytest.raises(ValueError, match="retry_seconds"):
+        S3Config.parse("s3://art/p?retry_seconds=-1")

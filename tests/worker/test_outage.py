@@ -151,3 +151,38 @@ def test_failed_heartbeats_are_retried_about_every_second_within_the_lease() -> 
     assert heartbeat_delay(now, now + 0.1, 60.0) == 0.25
     # A short lease: a tenth of it as the margin.
     assert heartbeat_delay(now, now + 2.0, 2.0) <= 1.8
+
+
+async def test_leases_whose_answer_was_lost_are_given_back(
+        conn: psycopg.Connection[Any], database_url: str, tmp_path: Path) -> None:
+    """A lease can commit and its answer never arrive (the connection dropped between the commit
+    and the reply). After a failed lease the worker gives back whatever is leased in its name
+    that it does not run: released at once, not left to expire a lease later for an attempt."""
+    define(conn, "unheld", [{"key": "s", "capability": "test.echo@1"}])
+    for _ in range(3):
+        start(conn, "unheld")
+    settings = WorkerSettings(database_url=database_url, handlers=[HANDLERS], id="w-unheld",
+                              lease_seconds=30.0, artifact_root=tmp_path / "artifacts")
+    worker = Worker(settings, [InProcessExecutor(load_registry(settings.handlers))],
+                    database_url)
+    other = WorkerStore(worker.pool, "w-other")
+    await worker.pool.open()
+    try:
+        await worker.store.register(["test.echo@1"])
+        await other.register(["test.echo@1"])
+        held, lost = await worker.store.lease(PAIRS, 2, lease_seconds=30)  # answer "lost"
+        [others] = await other.lease(PAIRS, 1, lease_seconds=30)
+        worker.attempts[held.id] = AttemptState(
+            step=held, fence=Fence(held.id, "w-unheld", held.lease_token),
+            loop=asyncio.get_running_loop())
+        await worker._release_unheld()
+        rows = {r[0]: r[1:] for r in conn.execute(
+            "SELECT s.id, s.status::text, s.releases, s.leased_by, a.outcome::text "
+            "FROM rara_steps s JOIN rara_attempts a ON a.step_id = s.id AND a.attempt = s.attempt "
+            "WHERE s.id = ANY(%s)", ([held.id, lost.id, others.id],))}
+        assert rows[lost.id] == ("ready", 1, None, "released")
+        assert rows[held.id] == ("running", 0, "w-unheld", "running"), "a held lease given back"
+        assert rows[others.id] == ("running", 0, "w-other", "running"), "another's lease given back"
+    finally:
+        await worker.store.close()
+        await worker.pool.close()

@@ -20,7 +20,11 @@ What it does (every step a real command, each bounded by a timeout):
    tests), then for ``RARA_E2E_CHAOS_SECONDS``
    delete or evict worker and executor pods at random: graceful delete (SIGTERM: leases are
    released), forced delete with grace 0 (SIGKILL: leases expire), and the Eviction API
-   (what a node drain or GPU preemption does; a PodDisruptionBudget may refuse it: 429).
+   (what a node drain or GPU preemption does; a PodDisruptionBudget may refuse it: 429);
+   a SIGKILL of containers in their pod; the working operator killed twice; and the
+   PostgreSQL container (a third of the way in) and the S3 server's (two thirds) SIGKILLed:
+   each restarts in its pod on the same emptyDir data, with every process holding
+   connections to it (a database failover, an object store restart).
 4. Wait (bounded) for every run to finish, then check the invariants in PostgreSQL:
    every run succeeded; every step succeeded with exactly one succeeded attempt; no
    artifact manifest rows and no events from an attempt other than the one that won (a
@@ -63,7 +67,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
@@ -409,11 +413,37 @@ TOOK = {"sigterm": "sigterm", "sigkill": "sigkill", "evict": "evicted",
         "container-sigkill": "container-sigkill"}  # fmt: skip
 
 
+def _app_pod(cluster: Cluster, name: str) -> str | None:
+    """The running pod of one of the cluster's services (rara-deps.yaml: PostgreSQL, S3)."""
+    doc = cluster.kubectl_json(
+        "-n", NAMESPACE, "get", "pods", "-l", f"app.kubernetes.io/name={name}"
+    )
+    live = [
+        p["metadata"]["name"]
+        for p in doc.get("items", [])
+        if p.get("status", {}).get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+    return live[0] if live else None
+
+
+# The services whose containers the chaos SIGKILLs at set offsets (a crash: the kubelet
+# restarts the container in its pod, on the same emptyDir data), and what it calls each kill.
+SERVICE_KILLS = {PG_NAME: "postgres-kill", "rara-s3": "s3-kill"}
+
+
 def chaos(
-    cluster: Cluster, rng: random.Random, seconds: float, operator_kills_at: list[float]
+    cluster: Cluster,
+    rng: random.Random,
+    seconds: float,
+    operator_kills_at: list[float],
+    service_kills_at: Sequence[tuple[float, str]] = (),
 ) -> list[Disruption]:
     """Disrupt a random worker or executor pod every 3-10 s for ``seconds``; kill the
-    operator's pod (forced: no graceful exit) at each offset of ``operator_kills_at``.
+    operator's pod (forced: no graceful exit) at each offset of ``operator_kills_at``, and
+    SIGKILL the container of a service (PostgreSQL, S3) at each ``(offset, name)`` of
+    ``service_kills_at``: the database or the object store is gone for as long as its restart
+    takes, with every worker, executor and the operator holding connections to it.
 
     The kinds of disruption are dealt from shuffled decks of all four, and one that did not
     take (an eviction the budget refused, a container gone before its kill) goes back in the
@@ -422,6 +452,7 @@ def chaos(
     done: list[Disruption] = []
     started = time.monotonic()
     pending = sorted(operator_kills_at)
+    services = sorted(service_kills_at)
     deck: list[str] = []
     while (elapsed := time.monotonic() - started) < seconds:
         if pending and elapsed >= pending[0]:
@@ -430,6 +461,12 @@ def chaos(
                 done.append(
                     Disruption(time.time(), disrupt(cluster, "operator-kill", working), working)
                 )
+        if services and elapsed >= services[0][0]:
+            _, name = services.pop(0)
+            if pod := _app_pod(cluster, name):
+                at = time.time()
+                took = _kill_containers(cluster, pod) == "container-sigkill"
+                done.append(Disruption(at, SERVICE_KILLS[name] if took else "missed", pod))
         time.sleep(rng.uniform(3, 10))
         pods = _pods(cluster)
         if not pods:
@@ -652,11 +689,19 @@ def test_runs_survive_pod_chaos(installed: Cluster) -> None:
 
     with ThreadPoolExecutor(1) as later:
         late = later.submit(apply_the_rest)
-        disruptions = chaos(cluster, rng, chaos_seconds, operator_kills_at=[5.5, chaos_seconds / 2])
+        disruptions = chaos(
+            cluster,
+            rng,
+            chaos_seconds,
+            operator_kills_at=[5.5, chaos_seconds / 2],
+            service_kills_at=[(chaos_seconds / 3, PG_NAME), (chaos_seconds * 2 / 3, "rara-s3")],
+        )
         late.result()
     actions = Counter(d.action for d in disruptions)
     print(f"chaos actions over {chaos_seconds} s: {dict(actions)}")
-    for needed in ("sigterm", "sigkill", "evicted", "container-sigkill", "operator-kill"):
+    needed_actions = ("sigterm", "sigkill", "evicted", "container-sigkill", "operator-kill",
+                      *SERVICE_KILLS.values())  # fmt: skip
+    for needed in needed_actions:
         assert actions[needed] > 0, f"the chaos never did {needed}: {dict(actions)}"
 
     run_ids = batch.wait_succeeded(timeout=1800)

@@ -179,7 +179,18 @@ class Worker:
     async def _lease_loop(self) -> None:
         s = self.settings
         backoff = Backoff()
+        unanswered = False  # a lease failed: it may have committed with its answer lost
         while not self.stopping.is_set():
+            if unanswered:
+                try:
+                    await self._release_unheld()
+                    unanswered = False
+                except TRANSIENT as exc:
+                    delay = backoff.next_delay()
+                    self.log.warning("could not give back unheld leases, retrying",
+                                     error=str(exc), retry_in=round(delay, 3))
+                    await asyncio.sleep(delay)
+                    continue
             free = s.concurrency - len(self.attempts)
             pairs = self.pairs
             if free <= 0 or not pairs:
@@ -195,6 +206,7 @@ class Worker:
                 leased = await self._lease(pairs, limit)
                 backoff.reset()
             except TRANSIENT as exc:
+                unanswered = True
                 delay = backoff.next_delay()
                 self.log.warning("lease failed, retrying", error=str(exc), retry_in=round(delay, 3))
                 await asyncio.sleep(delay)
@@ -217,6 +229,16 @@ class Worker:
                     except TRANSIENT as exc:
                         self.log.warning("could not ask for the next retry time", error=str(exc))
                 await self._sleep(delay)
+
+    async def _release_unheld(self) -> None:
+        """A lease that failed may have committed with its answer lost (the connection dropped
+        between the commit and the reply): its steps run nowhere and would wait out a whole
+        lease for the reaper, at the cost of an attempt. Give back whatever is leased in this
+        worker's name that it does not run. Only this loop leases, so while it is here every
+        lease the worker holds is in ``self.attempts``."""
+        released = await self.store.release_unheld(list(self.attempts))
+        if released:
+            self.log.warning("gave back leases whose answer was lost", steps=released)
 
     async def _lease(self, pairs: list[tuple[str, str]], limit: int) -> list[LeasedStep]:
         """Lease after the cursors, or from the start of the ranges when that is due
@@ -274,9 +296,10 @@ class Worker:
         self.wake.set()
 
     async def _heartbeat_loop(self) -> None:
-        """Every ``heartbeat_interval``; after a failure about every second instead
-        (``rara.worker.retry.heartbeat_delay``), so that an outage shorter than the lease is
-        answered before any lease it holds expires."""
+        """Every ``heartbeat_interval`` from the last one's send (so a slow answer does not
+        push the next one later: a lease lasts from the send that confirmed it); after a
+        failure about every second instead (``rara.worker.retry.heartbeat_delay``), so that an
+        outage shorter than the lease is answered before any lease it holds expires."""
         s = self.settings
         wait = s.heartbeat_interval * random.uniform(0.9, 1.0)
         while True:
@@ -285,9 +308,10 @@ class Worker:
                     await self.heartbeat_due.wait()
             self.heartbeat_due.clear()
             try:
-                await self._heartbeat(
+                sent = await self._heartbeat(
                     heartbeat_within(time.monotonic(), self._horizon(), s.lease_seconds))
-                wait = s.heartbeat_interval * random.uniform(0.9, 1.0)
+                wait = max(0.0, sent + s.heartbeat_interval * random.uniform(0.9, 1.0)
+                           - time.monotonic())
             except TRANSIENT as exc:
                 wait = heartbeat_delay(time.monotonic(), self._horizon(), s.lease_seconds)
                 self.log.warning("heartbeat failed, retrying", error=str(exc),
@@ -304,9 +328,10 @@ class Worker:
         return min((st.lease_valid_until for st in self.attempts.values() if st.holds_lease),
                    default=float("inf"))
 
-    async def _heartbeat(self, within: float) -> None:
+    async def _heartbeat(self, within: float) -> float:
         """One statement: the worker's row and every lease it holds. Which leases is read when
-        the statement is sent (``holds_lease``): none stopped as lost or given up."""
+        the statement is sent (``holds_lease``): none stopped as lost or given up. Returns
+        when it was sent (monotonic)."""
         s = self.settings
         sent: list[AttemptState] = []
         sent_at = 0.0
@@ -327,6 +352,7 @@ class Worker:
                 st.lease_valid_until = sent_at + s.lease_seconds
                 if answer[st.step.id]:
                     st.request_cancel()
+        return sent_at
 
     async def _reaper_loop(self) -> None:
         s = self.settings

@@ -366,6 +366,13 @@ class WorkerStore:
         async with self.pool.connection() as conn:
             return await release(conn, self.worker, leases)
 
+    async def release_unheld(self, held: Sequence[int]) -> list[int]:
+        """Give back the leases in this worker's name that it does not hold (``held``: the
+        steps it runs): those of a lease whose answer was lost. Returns their step ids."""
+        async with self.pool.connection() as conn:
+            return await amany(conn, "step_release_unheld", scalar_row, worker=self.worker,
+                               held=list(held))
+
     async def reap(self, limit: int, jitter: float) -> list[tuple[int, StepStatus]]:
         async with self.pool.connection() as conn:
             return await reap(conn, self.worker, limit=limit, jitter=jitter)

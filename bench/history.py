@@ -61,8 +61,7 @@ from bench.run import CONCURRENCY, LEASE_BATCH, Server  # noqa: E402
 from rara.pg import retention  # noqa: E402
 from rara.pg.queries import many, sql  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
-from rara.worker.dispatch import LEASED  # noqa: E402
-from rara.worker.store import HOT_PATH_SESSION  # noqa: E402
+from rara.worker.store import HOT_PATH_SESSION, LEASED  # noqa: E402
 
 Conn = psycopg.Connection[Any]
 STEPS, ATTEMPTS = 5, 2  # per history run, per history step

@@ -22,9 +22,9 @@ import pytest
 
 from rara.runs import start_run
 from rara.states import AttemptOutcome
-from rara.worker.dispatch import LeasedStep
-from rara.worker.store import Ending, Fence, end_many
+from rara.worker.store import end_many
 from rara.worker.testing import lease_now
+from rara.worker.vocabulary import Ending, Fence, LeasedStep
 from tests.helpers import apply
 
 ENDERS = 4          # connections ending batches at once

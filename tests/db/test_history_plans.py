@@ -17,8 +17,8 @@ from bench.common import noop_definition
 from bench.history import fill
 from rara.pg.queries import sql
 from rara.pg.runs import enqueue_many
-from rara.worker.dispatch import LeasedStep
 from rara.worker.testing import lease_now
+from rara.worker.vocabulary import LeasedStep
 from tests.helpers import buffers
 
 Conn = psycopg.Connection[Any]

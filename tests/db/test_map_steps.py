@@ -19,9 +19,9 @@ from rara.pg.migrate import available
 from rara.runs import cancel_run, start_run
 from rara.states import MAP_STEP_TRANSITIONS, AttemptOutcome, StepStatus
 from rara.watch import summary
-from rara.worker.dispatch import LeasedStep
-from rara.worker.store import Ending, Fence, end_many, reap
+from rara.worker.store import end_many, reap
 from rara.worker.testing import lease_now
+from rara.worker.vocabulary import Ending, Fence, LeasedStep
 from tests.helpers import apply, definition
 from tests.history import check_history
 

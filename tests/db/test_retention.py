@@ -25,8 +25,9 @@ from rara.pg import retention
 from rara.pg.queries import sql
 from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome
-from rara.worker.store import Ending, Fence, end_many
+from rara.worker.store import end_many
 from rara.worker.testing import lease_now
+from rara.worker.vocabulary import Ending, Fence
 from tests.helpers import apply
 
 PAIR = [{"key": "a", "capability": "x@1"},

@@ -12,8 +12,9 @@ import psycopg
 from rara.pg import runs
 from rara.runs import start_run
 from rara.states import AttemptOutcome, RunStatus
-from rara.worker.store import Ending, Fence, end_many
+from rara.worker.store import end_many
 from rara.worker.testing import lease_now
+from rara.worker.vocabulary import Ending, Fence
 from tests.helpers import apply
 
 STEPS = [

@@ -18,9 +18,9 @@ import pytest
 
 from rara.pg.queries import sql
 from rara.runs import start_run
-from rara.worker.dispatch import LeasedStep
 from rara.worker.store import HOT_PATH_SESSION
 from rara.worker.testing import lease_now
+from rara.worker.vocabulary import LeasedStep
 from tests.helpers import apply, buffers
 
 Conn = psycopg.Connection[Any]

@@ -20,8 +20,9 @@ import psycopg
 import pytest
 
 from rara.states import AttemptOutcome
-from rara.worker.store import Ending, Fence, end_many
+from rara.worker.store import end_many
 from rara.worker.testing import lease_now
+from rara.worker.vocabulary import Ending, Fence
 from tests.helpers import apply
 
 from .conftest import KubeFixture

@@ -14,8 +14,8 @@ from prometheus_client import REGISTRY
 
 from rara.states import AttemptOutcome, StepStatus
 from rara.worker.batcher import CompletionBatcher
-from rara.worker.dispatch import LeasedStep
-from rara.worker.store import Ending, Fence, WorkerStore, end_many
+from rara.worker.store import WorkerStore, end_many
+from rara.worker.vocabulary import Ending, Fence, LeasedStep
 from tests.helpers import wait_for
 from tests.history import check_history
 from tests.worker.conftest import (

@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from rara.states import AttemptOutcome
-from rara.worker.store import Ending, Fence, WorkerStore, make_pool
+from rara.worker.store import WorkerStore, make_pool
+from rara.worker.vocabulary import Ending, Fence
 from tests.helpers import wait_for
 from tests.history import check_history
 from tests.worker.conftest import attempts_of, define, start, steps_of

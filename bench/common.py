@@ -7,21 +7,29 @@ import signal
 import statistics
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from bench.proc_cpu import postmaster_of, process_cpu, server_cpu
 from rara.definitions.parse import definition_from_object
 from rara.definitions.registry import apply_definition
+from rara.pg.clone import clone_database
 from rara.pg.embedded import temporary_server
 from rara.pg.migrate import migrate
 from rara.pg.runs import enqueue_many
 
+Conn = psycopg.Connection[Any]
 ROOT = Path(__file__).resolve().parents[1]
+# Worker configuration for no-op drains: many attempts in flight, leased 100 at a time (the
+# peers get their best configuration too, see bench/peers/run_peer.py).
+CONCURRENCY = 128
+LEASE_BATCH = 100
 
 
 @contextmanager
@@ -142,3 +150,57 @@ class CpuMeter:
                 "workers_us": round(self.processes / units * 1e6, 1)}
 
 
+class Server:
+    """The bench server: fresh databases cloned from the migrated one."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.template = url.rsplit("/", 1)[1]
+        self.admin = url.rsplit("/", 1)[0] + "/postgres"
+
+    def fresh(self, name: str) -> str:
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+            clone_database(conn, self.template, name)
+        return self.url.rsplit("/", 1)[0] + "/" + name
+
+    def drop(self, name: str) -> None:
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+
+
+def wait_until(condition: Callable[[], bool], timeout: float, what: str,
+               every: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(every)
+
+
+def scalar(conn: Conn, query: str, params: Any = None) -> Any:
+    row = conn.execute(query, params).fetchone()
+    assert row is not None
+    return row[0]
+
+
+@contextmanager
+def workers(url: str, names: list[str], logs: Path, endpoint: str | None = None,
+            concurrency: int = CONCURRENCY, tmp: Path | None = None,
+            handlers: str | None = None) -> Iterator[list[int]]:
+    """Worker processes as configured for the drains (``worker_processes``), registered;
+    yields their pids. ``handlers``: a handler module served beside
+    ``tests.support.bench_handlers``."""
+    flags: dict[str, Any] = {"concurrency": concurrency}
+    if handlers is not None:
+        flags["handlers"] = handlers
+    if endpoint is not None:
+        assert tmp is not None
+        flags.update(executor_endpoint=endpoint, executor_token_file=tmp / "token")
+    with worker_processes(url, names, logs, env={"RARA_WORKER_LEASE_BATCH": str(LEASE_BATCH)},
+                          **flags) as procs, psycopg.connect(url, autocommit=True) as conn:
+        wait_until(lambda: scalar(conn, "SELECT count(*) FROM rara_workers WHERE id = ANY(%s)",
+                                  (names,)) == len(names), 60, "workers to register")
+        yield [p.pid for p in procs]

@@ -48,20 +48,22 @@ import aiosql  # noqa: E402
 import psycopg  # noqa: E402
 
 from bench.common import (  # noqa: E402
+    CONCURRENCY,
+    LEASE_BATCH,
     CpuMeter,
+    Server,
     bench_database,
     bulk_ready_steps,
     noop_definition,
     percentiles,
+    scalar,
     worker_processes,
 )
 from bench.lease_depth import PARAMS  # noqa: E402
-from bench.run import CONCURRENCY, LEASE_BATCH, Server  # noqa: E402
 from rara.pg import retention  # noqa: E402
 from rara.pg.queries import many, sql  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
-from rara.worker.dispatch import LEASED  # noqa: E402
-from rara.worker.store import HOT_PATH_SESSION  # noqa: E402
+from rara.worker.store import HOT_PATH_SESSION, LEASED  # noqa: E402
 from tests.support.plans import nested_plans  # noqa: E402
 
 Conn = psycopg.Connection[Any]
@@ -75,12 +77,6 @@ def log(message: str) -> None:
     print(message, flush=True)
 
 
-def _scalar(conn: Conn, query: str, params: Any = None) -> Any:
-    row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
-
-
 def fill(conn: Conn, rows: int) -> dict[str, Any]:
     """``rows`` finished attempts + events (and their steps and runs) of the ``noop``
     definition, ending over the last SPAN_DAYS days; then VACUUM ANALYZE, as autovacuum would
@@ -89,8 +85,8 @@ def fill(conn: Conn, rows: int) -> dict[str, Any]:
                                     mandatory_parameters=False)
     runs = max(1, rows // (2 * STEPS * ATTEMPTS))
     t0 = time.monotonic()
-    params = {"base_run": _scalar(conn, "SELECT coalesce(max(id), 0) FROM rara_runs"),
-              "base_step": _scalar(conn, "SELECT coalesce(max(id), 0) FROM rara_steps"),
+    params = {"base_run": scalar(conn, "SELECT coalesce(max(id), 0) FROM rara_runs"),
+              "base_step": scalar(conn, "SELECT coalesce(max(id), 0) FROM rara_steps"),
               "runs": runs, "steps": STEPS, "attempts": ATTEMPTS, "definition": "noop",
               "capability": "bench.noop@1", "span_seconds": SPAN_DAYS * 86400}
     with conn.transaction():
@@ -101,11 +97,11 @@ def fill(conn: Conn, rows: int) -> dict[str, Any]:
             conn.execute(f"SELECT setval('{seq}', (SELECT max(id) FROM {table}))")
     filled = time.monotonic() - t0
     conn.execute("VACUUM ANALYZE")
-    counts = {t: _scalar(conn, f"SELECT count(*) FROM {t}")
+    counts = {t: scalar(conn, f"SELECT count(*) FROM {t}")
               for t in ("rara_runs", "rara_steps", "rara_attempts", "rara_events")}
     return {"rows": counts, "fill_seconds": round(filled, 1),
             "vacuum_seconds": round(time.monotonic() - t0 - filled, 1),
-            "database_bytes": _scalar(
+            "database_bytes": scalar(
                 conn, "SELECT pg_database_size(current_database())")}
 
 
@@ -129,7 +125,7 @@ def _lease_once(conn: Conn, params: dict[str, Any]) -> float:
 def _lease_queue(conn: Conn) -> int:
     """LEASE_QUEUE ready steps of the lease capability in a run of their own; the run id
     before it (``_drop_queue`` takes it away)."""
-    after = int(_scalar(conn, "SELECT coalesce(max(id), 0) FROM rara_runs"))
+    after = int(scalar(conn, "SELECT coalesce(max(id), 0) FROM rara_runs"))
     bulk_ready_steps(conn, LEASE_QUEUE, capability=LEASE_CAPABILITY)
     return after
 
@@ -191,8 +187,8 @@ def drain(urls: dict[str, str], logs: Path, *, runs: int, n_workers: int,
     after: dict[str, tuple[int, int]] = {}
     try:
         for kind, conn in conns.items():
-            after[kind] = (_scalar(conn, "SELECT coalesce(max(id), 0) FROM rara_runs"),
-                           _scalar(conn, "SELECT coalesce(max(id), 0) FROM rara_steps"))
+            after[kind] = (scalar(conn, "SELECT coalesce(max(id), 0) FROM rara_runs"),
+                           scalar(conn, "SELECT coalesce(max(id), 0) FROM rara_steps"))
             enqueue_many(conn, definition="noop", version=None, runs=runs, steps=1, key="s",
                          capability="bench.noop@1")
             conn.execute("VACUUM ANALYZE rara_runs, rara_steps, rara_attempts")
@@ -206,7 +202,7 @@ def drain(urls: dict[str, str], logs: Path, *, runs: int, n_workers: int,
             cpu = CpuMeter(next(iter(urls.values())), [p.pid for p in procs])  # one server
             cpu.start()
             deadline = time.monotonic() + 900
-            while any(_scalar(conn, "SELECT count(*) FROM rara_runs WHERE id > %s AND status "
+            while any(scalar(conn, "SELECT count(*) FROM rara_runs WHERE id > %s AND status "
                                     "IN ('pending', 'running')", (after[kind][0],))
                       for kind, conn in conns.items()):
                 if time.monotonic() > deadline:
@@ -224,7 +220,7 @@ def drain(urls: dict[str, str], logs: Path, *, runs: int, n_workers: int,
             span = spans[kind]
             assert span is not None
             assert span[2] == runs, (kind, span, runs)
-            both = _scalar(conn, "SELECT count(*) FROM rara_attempts WHERE step_id > %s "
+            both = scalar(conn, "SELECT count(*) FROM rara_attempts WHERE step_id > %s "
                                  "AND outcome = 'succeeded' AND ended_at BETWEEN %s AND %s",
                            (after[kind][1], start, end))
             seconds = (span[1] - span[0]).total_seconds()

@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,68 +57,30 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(1, str(ROOT))  # bench.* from the repository root
 
 import psycopg  # noqa: E402
-from psycopg import sql  # noqa: E402
 
 from bench.common import (  # noqa: E402
+    CONCURRENCY,
+    LEASE_BATCH,
     CpuMeter,
+    Server,
     bench_database,
     noop_definition,
     percentiles,
-    worker_processes,
+    scalar,
+    wait_until,
+    workers,
 )
 from bench.lease_depth import measure_depths  # noqa: E402
 from bench.peers import run_all  # noqa: E402
 from bench.pgbench_ceiling import measure_ceiling  # noqa: E402
-from rara.pg.clone import clone_database  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
 from rara.runs import start_run  # noqa: E402
 from rara.worker.store import HOT_PATH_SESSION  # noqa: E402
 
 Conn = psycopg.Connection[Any]
 TOKEN = "bench-token"
-# Worker configuration for no-op drains: many attempts in flight, leased 100 at a time (the
-# peers get their best configuration too, see bench/peers/run_peer.py).
-CONCURRENCY = 128
-LEASE_BATCH = 100
-
-
 def log(message: str) -> None:
     print(message, flush=True)
-
-
-class Server:
-    """The bench server: fresh databases cloned from the migrated one."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.template = url.rsplit("/", 1)[1]
-        self.admin = url.rsplit("/", 1)[0] + "/postgres"
-
-    def fresh(self, name: str) -> str:
-        with psycopg.connect(self.admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))
-            clone_database(conn, self.template, name)
-        return self.url.rsplit("/", 1)[0] + "/" + name
-
-    def drop(self, name: str) -> None:
-        with psycopg.connect(self.admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))
-
-
-def _wait(condition: Callable[[], bool], timeout: float, what: str, every: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(every)
-
-
-def _scalar(conn: Conn, query: str, params: Any = None) -> Any:
-    row = conn.execute(query, params).fetchone()
-    assert row is not None
-    return row[0]
 
 
 @contextmanager
@@ -158,26 +120,6 @@ def executor_process(tmp: Path, streams: int = 512) -> Iterator[str]:
             proc.kill()
 
 
-@contextmanager
-def workers(url: str, names: list[str], logs: Path, endpoint: str | None = None,
-            concurrency: int = CONCURRENCY, tmp: Path | None = None,
-            handlers: str | None = None) -> Iterator[list[int]]:
-    """Worker processes as configured for the drains (``worker_processes``), registered;
-    yields their pids. ``handlers``: a handler module served beside
-    ``tests.support.bench_handlers``."""
-    flags: dict[str, Any] = {"concurrency": concurrency}
-    if handlers is not None:
-        flags["handlers"] = handlers
-    if endpoint is not None:
-        assert tmp is not None
-        flags.update(executor_endpoint=endpoint, executor_token_file=tmp / "token")
-    with worker_processes(url, names, logs, env={"RARA_WORKER_LEASE_BATCH": str(LEASE_BATCH)},
-                          **flags) as procs, psycopg.connect(url, autocommit=True) as conn:
-        _wait(lambda: _scalar(conn, "SELECT count(*) FROM rara_workers WHERE id = ANY(%s)",
-                              (names,)) == len(names), 60, "workers to register")
-        yield [p.pid for p in procs]
-
-
 def _enqueue(conn: Conn, name: str, runs: int, steps: int, capability: str,
              executor: str) -> None:
     # Keys s0, s1, … (s when one step): the chain noop_definition declares.
@@ -205,14 +147,14 @@ def drain(server: Server, logs: Path, *, n_workers: int, runs: int, steps: int,
                 cpu.start()
                 # The rate comes from the attempts' own timestamps, not from this poll: poll
                 # seldom, so that counting the runs left takes no CPU from the drain.
-                _wait(lambda: _scalar(conn, "SELECT count(*) FROM rara_runs WHERE status IN "
+                wait_until(lambda: scalar(conn, "SELECT count(*) FROM rara_runs WHERE status IN "
                                             "('pending', 'running')") == 0,
                       900, f"{name} to drain", every=0.5)
                 cpu.stop()
             seconds, count = conn.execute(
                 "SELECT extract(epoch FROM max(ended_at) - min(started_at))::float8, count(*) "
                 "FROM rara_attempts WHERE outcome = 'succeeded'").fetchone() or (0.0, 0)
-            failed = _scalar(conn, "SELECT count(*) FROM rara_steps WHERE status <> 'succeeded'")
+            failed = scalar(conn, "SELECT count(*) FROM rara_steps WHERE status <> 'succeeded'")
         assert count == total, (count, total)
         assert failed == 0, failed
         return {"workers": n_workers, "steps": total, "seconds": round(seconds, 3),
@@ -251,7 +193,7 @@ def start_latency(server: Server, logs: Path, samples: int, warmup: int = 5) -> 
                     run_id = start_run(conn, "stamp", queue_anyway=True).run_id
                     t1 = time.monotonic()
                     _wait_run(listener, run_id)
-                    started = _scalar(conn, "SELECT (result->>'started')::float8 FROM rara_steps "
+                    started = scalar(conn, "SELECT (result->>'started')::float8 FROM rara_steps "
                                             "WHERE run_id = %s", (run_id,))
                     if i >= warmup:
                         ms.append((started - t0) * 1000)
@@ -322,14 +264,14 @@ def horizon(server: Server, logs: Path, seconds: float, rate_hint: float,
                 names = [f"{name}-{i}" for i in range(n_workers)]
                 with workers(url, names, logs):
                     time.sleep(2.0)  # past start-up
-                    t0 = _scalar(conn, "SELECT clock_timestamp()")
+                    t0 = scalar(conn, "SELECT clock_timestamp()")
                     time.sleep(seconds)
-                    t1 = _scalar(conn, "SELECT clock_timestamp()")
-                    done = _scalar(conn, "SELECT count(*) FROM rara_attempts WHERE ended_at "
+                    t1 = scalar(conn, "SELECT clock_timestamp()")
+                    done = scalar(conn, "SELECT count(*) FROM rara_attempts WHERE ended_at "
                                          "BETWEEN %s AND %s", (t0, t1))
-                    left = _scalar(conn, "SELECT count(*) FROM rara_steps WHERE status = 'ready'")
+                    left = scalar(conn, "SELECT count(*) FROM rara_steps WHERE status = 'ready'")
                 if held:
-                    dead = _scalar(conn, "SELECT n_dead_tup FROM pg_stat_user_tables "
+                    dead = scalar(conn, "SELECT n_dead_tup FROM pg_stat_user_tables "
                                          "WHERE relname = 'rara_steps'")
                     holder.rollback()
                     out["dead_tuples_steps"] = dead
@@ -396,7 +338,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"{g['inprocess']['p99']:.2f} ms; gRPC p50 {g['grpc']['p50']:.2f} / p99 "
                 f"{g['grpc']['p99']:.2f} ms; overhead p50 {g['overhead_p50_ms']:.2f} ms")
         if "size" not in skip:
-            from bench.run_size import measure as measure_size  # (it imports this module)
+            from bench.run_size import measure as measure_size
 
             sizes = [1_000, 10_000] if quick else [1_000, 10_000, 100_000]
             log("== run size: one map of N children vs N one-step runs (2 workers)")
@@ -425,7 +367,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"{h['held']['steps_per_s']:.0f} vs {h['normal']['steps_per_s']:.0f} steps/s "
                 f"normal (ratio {h['ratio']:.2f})")
         if "history" not in skip:
-            from bench.history import measure as measure_history  # (it imports this module)
+            from bench.history import measure as measure_history
 
             rows = 2_000_000 if quick else 10_000_000
             log(f"== history: {rows:,} rows of finished attempts and events vs none")

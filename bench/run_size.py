@@ -54,8 +54,16 @@ sys.path.insert(1, str(ROOT))  # bench.* from the repository root
 
 import psycopg  # noqa: E402
 
-from bench.common import CpuMeter, bench_database, noop_definition, percentiles  # noqa: E402
-from bench.run import Server, _scalar, _wait, workers  # noqa: E402
+from bench.common import (  # noqa: E402
+    CpuMeter,
+    Server,
+    bench_database,
+    noop_definition,
+    percentiles,
+    scalar,
+    wait_until,
+    workers,
+)
 from rara.definitions.parse import definition_from_object  # noqa: E402
 from rara.definitions.registry import apply_definition  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
@@ -128,7 +136,7 @@ def _expanded(conn: psycopg.Connection[Any], analyze: bool) -> Callable[[], bool
 
     def poll() -> bool:
         nonlocal seen
-        if not seen and _scalar(conn, "SELECT map_total FROM rara_steps WHERE key = 'each' "
+        if not seen and scalar(conn, "SELECT map_total FROM rara_steps WHERE key = 'each' "
                                       "LIMIT 1") is not None:
             seen = True
             if analyze:
@@ -180,7 +188,7 @@ def drain(server: Server, logs: Path, *, size: int, shape: str, n_workers: int,
                 create_seconds = round(time.perf_counter() - began, 3)
             # Leasable only once the workers are up and the meters run (their start-up is not
             # the drain's cost); they wake for it (step_next_available).
-            start = _scalar(conn, "UPDATE rara_steps SET available_at = now() + interval '8 s' "
+            start = scalar(conn, "UPDATE rara_steps SET available_at = now() + interval '8 s' "
                                   "RETURNING extract(epoch FROM available_at)::float8")
             conn.execute("VACUUM ANALYZE")
             names = [f"{name}-{i}" for i in range(n_workers)]
@@ -188,12 +196,12 @@ def drain(server: Server, logs: Path, *, size: int, shape: str, n_workers: int,
             with workers(url, names, logs, handlers=handlers) as pids, \
                     LockSampler(url) as locks:
                 cpu = CpuMeter(url, pids)
-                idle = start - _scalar(conn, "SELECT extract(epoch FROM clock_timestamp())::float8")
+                idle = start - scalar(conn, "SELECT extract(epoch FROM clock_timestamp())::float8")
                 time.sleep(max(0.0, idle - 0.1))  # the idle wait is not the drain's cost either
                 cpu.start()
-                metered_from = _scalar(conn, "SELECT clock_timestamp()")
+                metered_from = scalar(conn, "SELECT clock_timestamp()")
                 expanded = _expanded(conn, analyze) if shape == "map_result" else None
-                _wait(lambda: (expanded is None or expanded()) and _scalar(
+                wait_until(lambda: (expanded is None or expanded()) and scalar(
                     conn, "SELECT count(*) FROM rara_runs WHERE status IN "
                           "('pending', 'running')") == 0,
                       1800, f"{name} to drain", every=0.25)
@@ -205,14 +213,14 @@ def drain(server: Server, logs: Path, *, size: int, shape: str, n_workers: int,
                 "WHERE a.outcome = 'succeeded' AND (s.map_parent IS NOT NULL OR NOT %s)",
                 (shape.startswith("map"),)).fetchone() or (0.0, 0)
             if shape == "map_result":
-                expand_seconds = round(_scalar(
+                expand_seconds = round(scalar(
                     conn, "SELECT extract(epoch FROM min(a.started_at) - (SELECT l.ended_at "
                           "FROM rara_attempts l JOIN rara_steps s ON s.id = l.step_id "
                           "WHERE s.key = 'list'))::float8 FROM rara_attempts a "
                           "JOIN rara_steps s ON s.id = a.step_id "
                           "WHERE s.map_parent IS NOT NULL"), 3)
-            bad = _scalar(conn, "SELECT count(*) FROM rara_runs WHERE status <> 'succeeded'")
-            first = _scalar(conn, "SELECT min(started_at) FROM rara_attempts")
+            bad = scalar(conn, "SELECT count(*) FROM rara_runs WHERE status <> 'succeeded'")
+            first = scalar(conn, "SELECT min(started_at) FROM rara_attempts")
         if first < metered_from:
             print(f"  (the drain began {(metered_from - first).total_seconds():.1f} s before "
                   "the meters: its CPU is short by that)", flush=True)
@@ -264,7 +272,7 @@ def backlog_latency(server: Server, logs: Path, *, backlog: int, samples: int = 
             names = [f"{name}-{i}" for i in range(n_workers)]
 
             def ended(ids: list[int]) -> bool:
-                running = _scalar(conn, "SELECT count(*) FROM rara_runs WHERE id = ANY(%s) AND "
+                running = scalar(conn, "SELECT count(*) FROM rara_runs WHERE id = ANY(%s) AND "
                                         "status IN ('pending', 'running')", (ids,))
                 return bool(running == 0)
 
@@ -274,20 +282,20 @@ def backlog_latency(server: Server, logs: Path, *, backlog: int, samples: int = 
                 for _ in range(samples):
                     time.sleep(0.1)
                     idle.append(start_run(conn, "small", queue_anyway=True).run_id)
-                _wait(lambda: ended(idle), 60, "the small runs on idle workers")
+                wait_until(lambda: ended(idle), 60, "the small runs on idle workers")
                 big = start_run(conn, "fanr", input={"n": backlog}, queue_anyway=True).run_id
                 left = ("SELECT map_total - map_succeeded FROM rara_steps "
                         "WHERE run_id = %s AND key = 'each'")
-                _wait(_expanded(conn, analyze), 300, "the map to expand")
+                wait_until(_expanded(conn, analyze), 300, "the map to expand")
                 time.sleep(1.0)  # into the drain
-                left_before = _scalar(conn, left, (big,))
+                left_before = scalar(conn, left, (big,))
                 behind = []
                 for _ in range(samples):
                     time.sleep(every)
                     behind.append(start_run(conn, "small", queue_anyway=True).run_id)
-                left_after = _scalar(conn, left, (big,))
-                _wait(lambda: ended(behind), 300, "the small runs behind the map")
-            bad = _scalar(conn, "SELECT count(*) FROM rara_runs WHERE id = ANY(%s) "
+                left_after = scalar(conn, left, (big,))
+                wait_until(lambda: ended(behind), 300, "the small runs behind the map")
+            bad = scalar(conn, "SELECT count(*) FROM rara_runs WHERE id = ANY(%s) "
                                 "AND status <> 'succeeded'", (idle + behind,))
             assert bad == 0, bad
             out = {"backlog": backlog, "workers": n_workers, "every_s": every,

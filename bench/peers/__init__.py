@@ -39,11 +39,10 @@ Peers: ``pgqueuer-asyncpg`` and ``pgqueuer-psycopg`` (PgQueuer with each of its 
 alone (its postmaster's process tree). The machine is shared: treat single runs as noisy.
 """
 
+from bench.peers.errors import PeerError, PeerUnavailable
 from bench.peers.harness import (
     PEER_REQUIREMENTS,
     PEERS,
-    PeerError,
-    PeerUnavailable,
     ensure_peers_venv,
     peer_database,
     run_all,

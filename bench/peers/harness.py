@@ -27,6 +27,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
+from bench.peers.errors import PeerError, PeerUnavailable
 from bench.proc_cpu import postmaster_of
 
 HERE = Path(__file__).resolve().parent
@@ -54,14 +55,6 @@ DEFAULT_JOBS = {"pgqueuer-asyncpg": 20_000, "pgqueuer-psycopg": 20_000, "procras
 # connection lock for its 1 s timeout, so the dequeue waits), so it gets fewer samples.
 DEFAULT_LATENCY_SAMPLES = {"pgqueuer-asyncpg": 200, "pgqueuer-psycopg": 30, "procrastinate": 200,
                            "dbos-1step": 100, "dbos-3step": 100, "river": 200}
-
-
-class PeerError(RuntimeError):
-    """A peer run failed or timed out; the message carries the tail of its output."""
-
-
-class PeerUnavailable(PeerError):
-    """A peer cannot be installed or built on this machine; the message says why."""
 
 
 def _base_python() -> str:

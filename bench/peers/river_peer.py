@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.peers.harness import PeerError, PeerUnavailable
+from bench.peers.errors import PeerError, PeerUnavailable
 from bench.proc_cpu import server_cpu
 
 BUILD = Path(__file__).resolve().parent / "river" / "build.sh"

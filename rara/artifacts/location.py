@@ -30,12 +30,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import Final
 from urllib.parse import parse_qsl, urlsplit
-
-if TYPE_CHECKING:
-    from rara.artifacts.api import ArtifactStore
 
 ENV_VAR: Final = "RARA_ARTIFACTS"
 DEFAULT_LOCATION: Final = ".rara/artifacts"
@@ -118,27 +114,3 @@ def resolve(location: str | os.PathLike[str] | None = None) -> str:
     if location is not None and str(location):
         return os.fspath(location)
     return os.environ.get(ENV_VAR) or DEFAULT_LOCATION
-
-
-def open_store(location: str | os.PathLike[str] | None = None) -> ArtifactStore:
-    """The artifact store at ``location`` (see :func:`resolve`): a directory or ``s3://…``.
-
-    The S3 store needs the ``s3`` extra (``pip install 'rara[s3]'``). Opening does no I/O on
-    S3; the first request does, and names the bucket and key in any error.
-    """
-    where = resolve(location)
-    if where.startswith("s3://"):
-        try:
-            from rara.artifacts.s3 import S3ArtifactStore
-        except ImportError as exc:  # pragma: no cover - depends on the installed extras
-            raise RuntimeError(
-                f"{where.split('?', 1)[0]}: the S3 artifact store needs the s3 extra "
-                f"(pip install 'rara[s3]'): {exc}"
-            ) from exc
-        return S3ArtifactStore(S3Config.parse(where))
-    if "://" in where:
-        raise ValueError(f"unsupported artifact store {where.split('?', 1)[0]!r}: a directory "
-                         "or s3://bucket/prefix")
-    from rara.artifacts.store import LocalArtifactStore
-
-    return LocalArtifactStore(Path(where))

@@ -22,8 +22,8 @@ import pytest
 
 from rara.runs import start_run
 from rara.states import AttemptOutcome
-from rara.worker.dispatch import LeasedStep
-from rara.worker.store import Ending, Fence, end_many
+from rara.worker.store import end_many
+from rara.worker.vocabulary import Ending, Fence, LeasedStep
 from tests.support.definitions import apply
 from tests.support.leasing import lease_now
 

@@ -17,7 +17,7 @@ from bench.common import noop_definition
 from bench.history import fill
 from rara.pg.queries import sql
 from rara.pg.runs import enqueue_many
-from rara.worker.dispatch import LeasedStep
+from rara.worker.vocabulary import LeasedStep
 from tests.support.leasing import lease_now
 from tests.support.plans import buffers
 

@@ -17,7 +17,7 @@ from rara.pg import limits
 from rara.pg import steps as step_sql
 from rara.pg.queries import many
 from rara.pg.runs import enqueue_many
-from rara.worker.dispatch import LEASED
+from rara.worker.store import LEASED
 from tests.db.test_map_steps import _end, _won
 from tests.support.definitions import apply
 from tests.support.leasing import lease_now

@@ -19,8 +19,8 @@ from rara.pg import steps as step_sql
 from rara.pg.migrate import available
 from rara.runs import cancel_run, start_run
 from rara.states import MAP_STEP_TRANSITIONS, AttemptOutcome, StepStatus
-from rara.worker.dispatch import LeasedStep
-from rara.worker.store import Ending, Fence, end_many, reap
+from rara.worker.store import end_many, reap
+from rara.worker.vocabulary import Ending, Fence, LeasedStep
 from tests.support.definitions import apply, definition
 from tests.support.history import check_history
 from tests.support.leasing import lease_now

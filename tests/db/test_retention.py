@@ -25,7 +25,8 @@ from rara.pg import retention
 from rara.pg.queries import sql
 from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome
-from rara.worker.store import Ending, Fence, end_many
+from rara.worker.store import end_many
+from rara.worker.vocabulary import Ending, Fence
 from tests.support.definitions import apply
 from tests.support.leasing import lease_now
 

@@ -17,7 +17,8 @@ import pytest
 from rara.pg.queries import sql
 from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome, StepStatus
-from rara.worker.store import Ending, Fence, end_many
+from rara.worker.store import end_many
+from rara.worker.vocabulary import Ending, Fence
 from tests.support.definitions import apply
 from tests.support.leasing import lease_now
 

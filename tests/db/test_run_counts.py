@@ -16,8 +16,8 @@ from rara.pg.queries import sql
 from rara.pg.runs import enqueue_many
 from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome
-from rara.worker.dispatch import LeasedStep
-from rara.worker.store import Ending, Fence, end_many, reap
+from rara.worker.store import end_many, reap
+from rara.worker.vocabulary import Ending, Fence, LeasedStep
 from tests.support.definitions import apply
 from tests.support.history import run_count_violations
 from tests.support.leasing import lease_now

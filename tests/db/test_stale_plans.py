@@ -18,8 +18,8 @@ import pytest
 
 from rara.pg.queries import sql
 from rara.runs import start_run
-from rara.worker.dispatch import LeasedStep
 from rara.worker.store import HOT_PATH_SESSION
+from rara.worker.vocabulary import LeasedStep
 from tests.support.definitions import apply
 from tests.support.leasing import lease_now
 from tests.support.plans import buffers

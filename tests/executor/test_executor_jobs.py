@@ -8,7 +8,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from rara.executor.client import make_job
-from rara.executor.conformance import assert_well_formed
+from rara.executor.conformance_probe import assert_well_formed
 from rara.v1 import executor_pb2 as pb
 from tests.executor.support import WAIT_S, Executor, StartExecutor, collect, kinds
 

@@ -12,7 +12,8 @@ from rara.cli.main import app
 from rara.pg.queries import run
 from rara.runs import start_run
 from rara.states import AttemptOutcome, StepStatus
-from rara.worker.store import Ending, Fence, end_many
+from rara.worker.store import end_many
+from rara.worker.vocabulary import Ending, Fence
 from tests.support.definitions import apply
 from tests.support.leasing import lease_now
 

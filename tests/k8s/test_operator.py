@@ -25,8 +25,8 @@ from rara.operator.peering import Peering
 from rara.operator.runtime import OperatorConfig
 from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome, StepStatus
-from rara.worker.dispatch import LeasedStep
-from rara.worker.store import Ending, Fence, end_many
+from rara.worker.store import end_many
+from rara.worker.vocabulary import Ending, Fence, LeasedStep
 from tests.support.definitions import apply
 from tests.support.leasing import lease_now
 

@@ -20,7 +20,8 @@ import psycopg
 import pytest
 
 from rara.states import AttemptOutcome
-from rara.worker.store import Ending, Fence, end_many
+from rara.worker.store import end_many
+from rara.worker.vocabulary import Ending, Fence
 from tests.support.definitions import apply
 from tests.support.leasing import lease_now
 

@@ -15,7 +15,8 @@ import psycopg
 
 from rara.pg import runs
 from rara.pg.queries import many
-from rara.worker.dispatch import LEASED, LeasedStep
+from rara.worker.store import LEASED
+from rara.worker.vocabulary import LeasedStep
 
 
 def enqueue_single_step_runs(conn: psycopg.Connection[Any], *, definition: str, version: int,

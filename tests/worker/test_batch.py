@@ -14,8 +14,8 @@ from prometheus_client import REGISTRY
 
 from rara.states import AttemptOutcome, StepStatus
 from rara.worker.batcher import CompletionBatcher
-from rara.worker.dispatch import LeasedStep
-from rara.worker.store import Ending, Fence, WorkerStore, end_many
+from rara.worker.store import WorkerStore, end_many
+from rara.worker.vocabulary import Ending, Fence, LeasedStep
 from tests.support.history import check_history
 from tests.support.runs import attempts_of, define, run_status, start, steps_of, wait_run
 from tests.support.waiting import wait_until

@@ -123,7 +123,7 @@ def test_an_announced_arrival_brings_the_rescan_forward_but_not_back_to_back() -
 
 
 def test_the_cursor_keeps_the_furthest_key_per_pair() -> None:
-    from rara.worker.dispatch import LeasedStep
+    from rara.worker.vocabulary import LeasedStep
 
     at = datetime(2026, 1, 1, tzinfo=UTC)
 

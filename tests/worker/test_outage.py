@@ -18,13 +18,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from rara.worker.context import AttemptState
 from rara.worker.dispatch import InProcessExecutor
 from rara.worker.registry import load_registry
 from rara.worker.retry import HEARTBEAT_MARGIN, HEARTBEAT_TRY_MIN, heartbeat_delay, heartbeat_within
 from rara.worker.runner import Worker
 from rara.worker.settings import WorkerSettings
-from rara.worker.store import Fence, WorkerStore, make_pool
+from rara.worker.store import WorkerStore, make_pool
+from rara.worker.vocabulary import AttemptState, Fence
 from tests.support.runs import define, start
 from tests.support.workers import HANDLERS
 

@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from rara.states import AttemptOutcome
-from rara.worker.store import Ending, Fence, WorkerStore, make_pool
+from rara.worker.store import WorkerStore, make_pool
+from rara.worker.vocabulary import Ending, Fence
 from tests.support.history import check_history
 from tests.support.runs import attempts_of, define, start, steps_of
 from tests.support.waiting import wait_until

@@ -9,6 +9,7 @@ the database (the worker that holds the lease writes what it hears). Modules:
 - ``jobs``: one job attempt from accepted to its single terminal event
 - ``server`` / ``auth`` / ``main``: the gRPC service, its security and its entry point
 - ``client``: the async client the worker adapter uses
-- ``conformance`` / ``conformance_plugins``: checks any implementation against the contract,
-  and the probe plugins an endpoint serves for it
+- ``conformance`` / ``conformance_checks`` / ``conformance_probe`` / ``conformance_plugins``:
+  checks any implementation against the contract (the runner and its report, the checks, what
+  a check gets), and the probe plugins an endpoint serves for it
 """

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 import grpc
 
 from rara.context import Checkpoint
-from rara.executor.conformance import Probe, Skip, expect_status, kinds
+from rara.executor.conformance_probe import Probe, Skip, expect_status, kinds
 from rara.executor.wire import make_job
 from rara.v1 import executor_pb2 as pb
 

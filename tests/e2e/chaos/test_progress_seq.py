@@ -20,10 +20,8 @@ from uuid import uuid4
 
 import psycopg
 
-from rara.worker.context import AttemptState
-from rara.worker.dispatch import LeasedStep
 from rara.worker.progress import ProgressWriter
-from rara.worker.store import Fence
+from rara.worker.vocabulary import AttemptState, Fence, LeasedStep
 
 
 class FlakyStore:

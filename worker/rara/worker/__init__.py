@@ -1,11 +1,28 @@
 """The rara worker: leases steps from PostgreSQL and runs them.
 
-Modules: ``settings`` (flags > env > file), ``registry`` (in-process handlers),
-``dispatch`` (the Executor protocol, the in-process executor), ``context`` (the StepContext
-handlers get), ``attempt`` (one attempt from lease to its one final write), ``runner`` (the
-loops: lease, heartbeat, reaper, progress; graceful stop), ``listener`` (LISTEN/NOTIFY),
-``progress`` (progress and checkpoint writes), ``batcher`` (attempts' ends written many per
-transaction), ``store`` (the worker's SQL over a pool and its two hot connections),
-``retry`` (riding out outages), ``failures`` (errors as JSON), ``main`` (a process with
-signal handlers), ``testing`` (bulk enqueue and handlers for tests and benchmarks).
+Its modules, from the process down to the database (``make lint`` holds them to this order:
+``[tool.importlinter]`` in pyproject.toml):
+
+- ``__main__``, ``main``: a worker process (``rara worker``): settings, executors, signal
+  handlers, the ``Worker``.
+- ``runner``: the ``Worker``'s loops: lease, listener, heartbeat, reaper, progress; graceful
+  stop.
+- ``attempt``: one attempt's supervisor, from lease to its one final write.
+- ``context``: the ``StepContext`` handlers get (``WorkerStepContext``).
+- ``attempt_io``: what a running attempt writes through (checkpoint, progress, end, release).
+- ``batcher``: attempts' ends written many per transaction (``CompletionBatcher``).
+- ``progress``: progress writes, coalesced and rate-limited (``ProgressWriter``).
+- ``grpc_executor``: the ``grpc`` executor (steps run in executor services).
+- ``dispatch``: the ``Executor`` protocol and the ``inprocess`` executor.
+- ``registry``: in-process handlers by capability.
+- ``testing``: bulk enqueue and leasing by hand, for tests and benchmarks.
+- ``store``: every fenced write of an attempt, its SQL and the rows it answers, on the
+  worker's pool and hot connections.
+- ``lease_cursor``: where the next lease scan of a (capability, executor) pair starts.
+- ``listener``: LISTEN/NOTIFY (``rara_ready``, ``rara_cancel``).
+- ``retry``: riding out database outages.
+- ``failures``: a handler's error as JSON.
+- ``settings``: flags > environment > file.
+- ``vocabulary``: the words the others share: the leased step, its fence, the attempt's state,
+  why it stops, and its end. Types only, no I/O.
 """

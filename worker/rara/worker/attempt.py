@@ -19,7 +19,8 @@ first:
     lease lost              → nothing: someone else owns the step now
 
 ``supervise`` returns what it wrote as an ``AttemptEnd``: the attempt's outcome (``rara.states``)
-and the step's status after it, or why nothing was written (``Unwritten``).
+and the step's status after it, or why nothing was written (``Unwritten``; both types, like the
+attempt's state, are ``rara.worker.vocabulary``'s).
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import structlog
@@ -38,11 +37,18 @@ from rara.context import StepContext, StepOutcome
 from rara.errors import ErrorCode, NotStarted
 from rara.states import AttemptOutcome, StepStatus
 from rara.worker.attempt_io import AttemptIO
-from rara.worker.context import AttemptState, LeaseLost, StopReason
 from rara.worker.dispatch import Executor
 from rara.worker.failures import error_json, is_retryable, timeout_json
 from rara.worker.retry import persist
-from rara.worker.store import Ending
+from rara.worker.vocabulary import (
+    ABANDONED,
+    LOST,
+    AttemptEnd,
+    AttemptState,
+    Ending,
+    LeaseLost,
+    StopReason,
+)
 
 log = structlog.get_logger("rara.worker")
 
@@ -50,31 +56,6 @@ _CANCEL_WAIT = 1.0  # how long a cancelled handler task may take to unwind befor
 
 # A step's JSON result lives in its row; anything bigger belongs in the artifact store.
 MAX_RESULT_BYTES = 1024 * 1024
-
-
-class Unwritten(StrEnum):
-    """Why an attempt ended without a write of its own."""
-
-    LEASE_LOST = "lease_lost"  # someone else owns the step now (or may: the lease lapsed)
-    ABANDONED = "abandoned"  # the write kept failing; the lease will expire
-
-
-@dataclass(frozen=True, slots=True)
-class AttemptEnd:
-    """What the supervisor wrote: the attempt's outcome and the step's status after it
-    (``READY``: retried after backoff), or why nothing was written (``step`` None)."""
-
-    outcome: AttemptOutcome | Unwritten
-    step: StepStatus | None = None
-
-    @property
-    def retried(self) -> bool:
-        """Failed (or timed out) and back to ready after the backoff (a release is no retry)."""
-        return self.step is StepStatus.READY and self.outcome is not AttemptOutcome.RELEASED
-
-
-LOST = AttemptEnd(Unwritten.LEASE_LOST)
-ABANDONED = AttemptEnd(Unwritten.ABANDONED)
 
 
 def _next_stop(state: AttemptState, cancel_at: float | None,

@@ -15,11 +15,11 @@ from typing import Any
 from rara.artifacts.ref import ArtifactRef
 from rara.states import StepStatus
 from rara.worker.batcher import CompletionBatcher
-from rara.worker.context import AttemptState
 from rara.worker.progress import ProgressWriter
 from rara.worker.retry import persist
 from rara.worker.settings import WorkerSettings
-from rara.worker.store import Ending, WorkerStore
+from rara.worker.store import WorkerStore
+from rara.worker.vocabulary import AttemptState, Ending
 
 # How long a checkpoint write may wait out a database outage before the handler sees the error.
 CHECKPOINT_PATIENCE = 30.0

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 from rara.states import StepStatus
 from rara.worker.retry import TRANSIENT
-from rara.worker.store import Ending
+from rara.worker.vocabulary import Ending
 
 EndMany = Callable[[Sequence[Ending]], Awaitable[list[StepStatus | None]]]
 

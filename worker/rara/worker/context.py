@@ -1,5 +1,5 @@
-"""The StepContext in-process handlers (and executor adapters) receive, and the attempt state
-behind it.
+"""The StepContext in-process handlers (and executor adapters) receive, over the attempt's
+state (``rara.worker.vocabulary.AttemptState``) and its writes (``rara.worker.attempt_io``).
 
 Everything here is safe from the event loop and from a handler thread: ``progress()`` only
 stores the latest state (the worker's progress loop writes it, coalesced and rate-limited).
@@ -20,108 +20,15 @@ the attempt stops and writes nothing more, as for any lost lease).
 from __future__ import annotations
 
 import asyncio
-import itertools
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import StrEnum
-from typing import TYPE_CHECKING
 
 from rara.artifacts.ref import ArtifactRef
 from rara.context import JSON, ArtifactStoreAPI, Checkpoint
-from rara.errors import RaraError
-from rara.worker.dispatch import LeasedStep
-from rara.worker.store import Fence
-
-if TYPE_CHECKING:
-    from rara.worker.attempt_io import AttemptIO
-
-
-class LeaseLost(RaraError):
-    """The attempt no longer owns its step; nothing more may be written for it."""
-
-
-class StopReason(StrEnum):
-    """Why the supervisor stops a handler before it returned."""
-
-    SHUTDOWN = "shutdown"  # the worker stops: the lease is released
-    LEASE_LOST = "lease_lost"  # a fence matched nothing, or no heartbeat confirmed the lease
-    LEASE_HORIZON = "lease_horizon"  # (a wake-up only: the lease must be confirmed by then)
-    TIMEOUT = "timeout"  # the attempt's deadline
-    HEARTBEAT_TIMEOUT = "heartbeat_timeout"  # no progress or checkpoint for too long
-    CANCEL = "cancel"  # cancel asked and the grace for a cooperative stop is over
-
-
-Progress = tuple[float | None, str, Mapping[str, float]]
-
-
-@dataclass
-class AttemptState:
-    """What the worker's loops and the handler share about one running attempt."""
-
-    step: LeasedStep
-    fence: Fence
-    loop: asyncio.AbstractEventLoop
-    started: float = field(default_factory=time.monotonic)
-    deadline: float | None = None  # monotonic; None: no timeout
-    lease_valid_until: float = float("inf")  # monotonic: surely held until then
-    cancel_requested: bool = False
-    lease_lost: bool = False
-    # The supervisor is done with the attempt: its end was written, found lost, or given up
-    # ("its lease will expire"). Set before the worker forgets the attempt (a task's done
-    # callbacks run later), so no heartbeat sent meanwhile names it.
-    ended: bool = False
-    stop_reason: StopReason | None = None  # set by the worker when it stops the handler itself
-    pending_progress: Progress | None = None
-    last_report: float = field(default_factory=time.monotonic)  # progress or checkpoint
-    progress_seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-    checkpoint_seq: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
-    # The supervisor's wake-up: ``woken`` when poked while it was not waiting, else ``waiter``
-    # (a plain future, cheaper than an Event's wait task) is resolved.
-    woken: bool = False
-    waiter: asyncio.Future[None] | None = None
-    # Checkpoint writes queued by save_checkpoint on the loop thread: the end waits for them.
-    queued_checkpoints: list[asyncio.Task[None]] = field(default_factory=list)
-
-    @property
-    def holds_lease(self) -> bool:
-        """Whether a heartbeat should extend this attempt's lease: never once the attempt was
-        stopped as lost or its supervisor is done with it; such a lease is left to expire (or
-        was already taken), and extending it would keep a step that nobody runs from the
-        reaper for another lease."""
-        return not (self.lease_lost or self.ended)
-
-    def poke(self) -> None:
-        """Wake the attempt's supervisor (from any thread)."""
-        if _on_loop(self.loop):
-            self._wake_up()
-        else:
-            self.loop.call_soon_threadsafe(self._wake_up)
-
-    def _wake_up(self) -> None:
-        self.woken = True
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    def request_cancel(self) -> None:
-        if not self.cancel_requested:
-            self.cancel_requested = True
-            self.poke()
-
-    def lose(self) -> None:
-        if not self.lease_lost:
-            self.lease_lost = True
-            self.poke()
-
-
-def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
-    try:
-        return asyncio.get_running_loop() is loop
-    except RuntimeError:
-        return False
+from rara.worker.attempt_io import AttemptIO
+from rara.worker.vocabulary import AttemptState, LeaseLost, on_loop
 
 
 class WorkerStepContext:
@@ -209,7 +116,7 @@ class WorkerStepContext:
     def save_checkpoint(self, state: Mapping[str, JSON],
                         artifact: ArtifactRef | None = None) -> None:
         s = self._check_owned()
-        if _on_loop(s.loop):  # never block the loop: queue the write (see the module docstring)
+        if on_loop(s.loop):  # never block the loop: queue the write (see the module docstring)
             write = self._written(next(s.checkpoint_seq), state, artifact)
             s.queued_checkpoints.append(s.loop.create_task(write))
             s.last_report = time.monotonic()

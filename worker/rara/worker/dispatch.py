@@ -1,6 +1,8 @@
-"""Routing a leased step to what runs it: the ``Executor`` protocol.
+"""Routing a leased step to what runs it: the ``Executor`` protocol, and the in-process one.
 
-A worker holds one executor per kind (``inprocess``, later ``grpc``). It leases a step only if
+A worker holds one executor per kind: ``inprocess`` (``InProcessExecutor``, here: handlers from
+the registry) and, when endpoints are configured, ``grpc`` (``rara.worker.grpc_executor``:
+executor services; ``rara.worker.main.build_executors`` picks them). It leases a step only if
 the executor of the step's kind serves the step's capability, so a worker without a gRPC
 executor never takes ``executor: grpc`` steps. The executor runs the step's code and returns a
 ``StepOutcome`` or raises (``TerminalError`` → not retried, anything else → retried); the worker
@@ -12,103 +14,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
-from datetime import datetime
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Protocol
-from uuid import UUID
+from collections.abc import Callable
+from typing import Any, Protocol
 
-import psycopg
-from psycopg.rows import RowMaker
-
-from rara.artifacts.ref import ArtifactRef
-from rara.context import Checkpoint, StepContext, StepOutcome
+from rara.context import StepContext, StepOutcome
 from rara.worker.registry import Registry
-
-if TYPE_CHECKING:
-    from psycopg._cursor_base import BaseCursor
-
-
-@dataclass(frozen=True, slots=True)
-class LeasedStep:
-    """One attempt as leased: a row of ``step_lease``, whose columns are these fields' names
-    (the row factory ``LEASED`` builds it from them)."""
-
-    id: int
-    run_id: int
-    key: str
-    capability: str
-    executor: str
-    payload: Mapping[str, Any]
-    attempt: int
-    max_attempts: int
-    lease_token: UUID
-    lease_expires_at: datetime
-    timeout_ms: int | None
-    heartbeat_timeout_ms: int | None
-    depends_on: Sequence[str]
-    run_input: Mapping[str, Any]
-    leased_at: datetime  # database clock at lease time
-    # Folded into the lease (no round trip at attempt start): what a retry resumes from, and
-    # the upstream artifacts as ``"<step>/<name>"`` (and the bare name when unique).
-    checkpoint: Checkpoint | None = None
-    inputs: Mapping[str, ArtifactRef] = field(default_factory=dict)
-    # Its lease key (-priority, available_at, id): where the worker's next lease scan of the
-    # pair may start (rara.worker.lease_cursor).
-    rank: int = 0
-    available_at: datetime | None = None
-
-
-# LeasedStep's fields up to leased_at: plain columns of step_lease, taken as they are.
-_PLAIN = tuple(f.name for f in fields(LeasedStep))[:15]
-
-
-def LEASED(cursor: BaseCursor[Any, Any]) -> RowMaker[LeasedStep]:
-    """The row factory of step_lease: each row becomes a LeasedStep, its columns found by name
-    once per result (a missing column is a KeyError naming it; an added one is ignored), then
-    taken by a C getter: psycopg's kwargs_row cost three times as much per leased step."""
-    description = cursor.description
-    if description is None:
-        raise psycopg.ProgrammingError("step_lease returned no rows to read")
-    at = {column.name: i for i, column in enumerate(description)}
-    plain = itemgetter(*(at[name] for name in _PLAIN))
-    checkpoint, inputs, rank, available_at = (at["checkpoint"], at["inputs"], at["rank"],
-                                              at["available_at"])
-
-    def make(values: Sequence[Any]) -> LeasedStep:
-        found = values[inputs]
-        return LeasedStep(*plain(values),  # type: ignore[misc]  # the 15 fields up to leased_at
-                          checkpoint=checkpoint_from_json(values[checkpoint]),
-                          inputs=inputs_from_rows(found) if found else {},
-                          rank=values[rank], available_at=values[available_at])
-
-    return make
-
-
-def checkpoint_from_json(value: Mapping[str, Any] | None) -> Checkpoint | None:
-    if value is None:
-        return None
-    digest = value.get("digest")
-    ref = ArtifactRef(digest, int(value["size"])) if digest is not None else None
-    return Checkpoint(attempt=value["attempt"], seq=value["seq"], state=value["state"],
-                      artifact=ref)
-
-
-def inputs_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, ArtifactRef]:
-    """Upstream manifest entries ``{key, name, digest, size, media_type}`` as the inputs map:
-    ``"<step>/<name>"`` for every artifact, and the bare name when it is unique."""
-    found: dict[str, ArtifactRef] = {}
-    bare: dict[str, list[ArtifactRef]] = {}
-    for row in rows:
-        name = row["name"]
-        ref = ArtifactRef(row["digest"], int(row["size"]), row["media_type"])
-        found[f"{row['key']}/{name}"] = ref
-        bare.setdefault(name, []).append(ref)
-    for name, refs in bare.items():
-        if len(refs) == 1 and name not in found:
-            found[name] = refs[0]
-    return found
+from rara.worker.vocabulary import LeasedStep
 
 
 class Executor(Protocol):

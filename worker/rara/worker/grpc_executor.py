@@ -29,7 +29,7 @@ from rara.context import OutputArtifact, StepContext, StepOutcome
 from rara.errors import ErrorCode, NotStarted, RetryableError, StepError, TerminalError
 from rara.executor.client import ExecutorClient, make_job
 from rara.v1 import executor_pb2 as pb
-from rara.worker.dispatch import LeasedStep
+from rara.worker.vocabulary import LeasedStep
 
 log = structlog.get_logger(__name__)
 

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from rara.worker.dispatch import LeasedStep
+from rara.worker.vocabulary import LeasedStep
 
 Pair = tuple[str, str]  # (capability, executor kind)
 Key = tuple[int, datetime, int]  # (-priority, available_at, id): the lease order

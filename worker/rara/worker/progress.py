@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from rara.worker.context import AttemptState
 from rara.worker.retry import TRANSIENT
 from rara.worker.store import WorkerStore
+from rara.worker.vocabulary import AttemptState
 
 
 class ProgressWriter:

@@ -27,11 +27,11 @@ import structlog
 
 from rara import metrics
 from rara.artifacts import open_store
-from rara.worker.attempt import ABANDONED, AttemptEnd, Unwritten, supervise
+from rara.worker.attempt import supervise
 from rara.worker.attempt_io import AttemptIO
 from rara.worker.batcher import CompletionBatcher
-from rara.worker.context import AttemptState, StopReason, WorkerStepContext
-from rara.worker.dispatch import Executor, LeasedStep
+from rara.worker.context import WorkerStepContext
+from rara.worker.dispatch import Executor
 from rara.worker.lease_cursor import LeaseCursors
 from rara.worker.listener import listen
 from rara.worker.progress import ProgressWriter
@@ -43,7 +43,16 @@ from rara.worker.retry import (
     persist,
 )
 from rara.worker.settings import WorkerSettings
-from rara.worker.store import Fence, WorkerStore, make_pool
+from rara.worker.store import WorkerStore, make_pool
+from rara.worker.vocabulary import (
+    ABANDONED,
+    AttemptEnd,
+    AttemptState,
+    Fence,
+    LeasedStep,
+    StopReason,
+    Unwritten,
+)
 
 log = structlog.get_logger("rara.worker")
 

@@ -1,8 +1,10 @@
 """The one home of every fenced write of an attempt: lease, heartbeat, progress, checkpoint,
 end (success, failure, cancel), release and reap — the statements of db/queries/lease.sql,
-here and nowhere else. Production and tests take the same path: the module's functions run
-on a connection, one transaction each (``end_many``, ``release``, ``reap``, ``lease``), and
-``WorkerStore`` runs them on the worker's connections.
+here and nowhere else, with the rows they answer decoded beside them (``LEASED``: a row of
+step_lease as a ``LeasedStep``). Production and tests take the same path: the module's
+functions run on a connection, one transaction each (``end_many``, ``release``, ``reap``,
+``lease``), and ``WorkerStore`` runs them on the worker's connections. The types they take and
+give (``LeasedStep``, ``Fence``, ``Ending``) are the worker's words: ``rara.worker.vocabulary``.
 
 Every write after the lease is conditioned on its ``Fence`` (id, leased_by, lease_token,
 status = running); an empty or ``None`` answer means the fence matched nothing: the caller no
@@ -30,22 +32,27 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import class_row, scalar_row
+from psycopg.rows import RowMaker, class_row, scalar_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from rara.artifacts.ref import ArtifactRef
+from rara.context import Checkpoint
 from rara.pg import steps as step_sql
 from rara.pg.queries import amany, avalue, sql
 from rara.pg.reconnect import async_pool_settings, dead_peer_settings
 from rara.states import AttemptOutcome, StepStatus, check_step_transition
-from rara.worker.dispatch import LEASED, LeasedStep
+from rara.worker.vocabulary import Ending, Fence, LeasedStep
+
+if TYPE_CHECKING:
+    from psycopg._cursor_base import BaseCursor
 
 AsyncConn = psycopg.AsyncConnection[Any]
 Pool = AsyncConnectionPool[AsyncConn]
@@ -71,42 +78,6 @@ def make_pool(url: str, size: int) -> Pool:
 HOT_PATH_SESSION: dict[str, Any] = {
     "prepare_threshold": 0,
     "options": "-c plan_cache_mode=force_generic_plan -c jit=off -c enable_seqscan=off"}
-
-
-@dataclass(frozen=True, slots=True)
-class Fence:
-    """Who owns an attempt: every write after the lease is conditioned on it."""
-
-    step_id: int
-    worker: str
-    token: UUID
-
-
-@dataclass(frozen=True, slots=True)
-class Ending:
-    """One attempt's end, for ``end_many``, by its outcome: ``SUCCEEDED`` (result, artifact
-    manifest), ``FAILED`` or ``TIMED_OUT`` (error, retryable, jitter) or ``CANCELLED``.
-    ``run_id`` is the step's run (known from the lease), aggregated in the same transaction."""
-
-    fence: Fence
-    run_id: int
-    outcome: AttemptOutcome
-    result: Any = None
-    artifacts: Sequence[Mapping[str, Any]] = ()
-    error: Mapping[str, Any] | None = None
-    retryable: bool = True
-    jitter: float = 0.0
-
-    def __post_init__(self) -> None:
-        outcome = AttemptOutcome(self.outcome)
-        if outcome not in _ENDINGS:
-            raise ValueError(f"an attempt cannot end as {outcome}")
-        object.__setattr__(self, "outcome", outcome)
-
-
-# What an attempt's own end may record (released and lease_expired are not endings of its own).
-_ENDINGS = frozenset({AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED, AttemptOutcome.TIMED_OUT,
-                      AttemptOutcome.CANCELLED})
 
 
 async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[StepStatus | None]:
@@ -160,6 +131,60 @@ def _successes_json(wins: Sequence[tuple[Fence, Any, Sequence[Mapping[str, Any]]
         {"id": fence.step_id, "token": str(fence.token), "result": result,
          **({"manifest": list(artifacts)} if artifacts else {})}
         for fence, result, artifacts in wins], allow_nan=False, separators=(",", ":"))
+
+
+# -- the lease row: decoded here, beside the statement that returns it ----------------------
+
+# LeasedStep's fields up to leased_at: plain columns of step_lease, taken as they are.
+_PLAIN = tuple(f.name for f in fields(LeasedStep))[:15]
+
+
+def LEASED(cursor: BaseCursor[Any, Any]) -> RowMaker[LeasedStep]:
+    """The row factory of step_lease (``lease``; tests and benchmarks that lease by hand use it
+    too): each row becomes a LeasedStep, its columns found by name once per result (a missing
+    column is a KeyError naming it; an added one is ignored), then taken by a C getter:
+    psycopg's kwargs_row cost three times as much per leased step."""
+    description = cursor.description
+    if description is None:
+        raise psycopg.ProgrammingError("step_lease returned no rows to read")
+    at = {column.name: i for i, column in enumerate(description)}
+    plain = itemgetter(*(at[name] for name in _PLAIN))
+    checkpoint, inputs, rank, available_at = (at["checkpoint"], at["inputs"], at["rank"],
+                                              at["available_at"])
+
+    def make(values: Sequence[Any]) -> LeasedStep:
+        found = values[inputs]
+        return LeasedStep(*plain(values),  # type: ignore[misc]  # the 15 fields up to leased_at
+                          checkpoint=checkpoint_from_json(values[checkpoint]),
+                          inputs=inputs_from_rows(found) if found else {},
+                          rank=values[rank], available_at=values[available_at])
+
+    return make
+
+
+def checkpoint_from_json(value: Mapping[str, Any] | None) -> Checkpoint | None:
+    if value is None:
+        return None
+    digest = value.get("digest")
+    ref = ArtifactRef(digest, int(value["size"])) if digest is not None else None
+    return Checkpoint(attempt=value["attempt"], seq=value["seq"], state=value["state"],
+                      artifact=ref)
+
+
+def inputs_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, ArtifactRef]:
+    """Upstream manifest entries ``{key, name, digest, size, media_type}`` as the inputs map:
+    ``"<step>/<name>"`` for every artifact, and the bare name when it is unique."""
+    found: dict[str, ArtifactRef] = {}
+    bare: dict[str, list[ArtifactRef]] = {}
+    for row in rows:
+        name = row["name"]
+        ref = ArtifactRef(row["digest"], int(row["size"]), row["media_type"])
+        found[f"{row['key']}/{name}"] = ref
+        bare.setdefault(name, []).append(ref)
+    for name, refs in bare.items():
+        if len(refs) == 1 and name not in found:
+            found[name] = refs[0]
+    return found
 
 
 async def lease(conn: AsyncConn, worker: str, pairs: Pairs, limit: int, lease_seconds: float,

@@ -32,10 +32,11 @@ from typing import Any
 
 import psycopg
 
-from bench.common import noop_definition, worker_processes
 from rara.pg.embedded import temporary_server
 from rara.pg.migrate import migrate
 from rara.runs import start_run
+from tests.support.definitions import noop_definition
+from tests.support.workers import worker_processes
 
 Conn = psycopg.Connection[Any]
 DEFINITION = "outage"

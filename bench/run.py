@@ -62,9 +62,7 @@ from psycopg import sql  # noqa: E402
 from bench.common import (  # noqa: E402
     CpuMeter,
     bench_database,
-    noop_definition,
     percentiles,
-    worker_processes,
 )
 from bench.lease_depth import measure_depths  # noqa: E402
 from bench.peers import run_all  # noqa: E402
@@ -73,6 +71,8 @@ from rara.pg.clone import clone_database  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
 from rara.runs import start_run  # noqa: E402
 from rara.worker.store import HOT_PATH_SESSION  # noqa: E402
+from tests.support.definitions import noop_definition  # noqa: E402
+from tests.support.workers import worker_processes  # noqa: E402
 
 Conn = psycopg.Connection[Any]
 TOKEN = "bench-token"

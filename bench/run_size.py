@@ -54,12 +54,13 @@ sys.path.insert(1, str(ROOT))  # bench.* from the repository root
 
 import psycopg  # noqa: E402
 
-from bench.common import CpuMeter, bench_database, noop_definition, percentiles  # noqa: E402
+from bench.common import CpuMeter, bench_database, percentiles  # noqa: E402
 from bench.run import Server, _scalar, _wait, workers  # noqa: E402
 from rara.definitions.parse import definition_from_object  # noqa: E402
 from rara.definitions.registry import apply_definition  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
 from rara.runs import MAX_INPUT_BYTES, start_run  # noqa: E402
+from tests.support.definitions import noop_definition  # noqa: E402
 
 # One map step over the run input's items, each child a no-op.
 MAP_DEFINITION = {

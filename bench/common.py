@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,12 +13,11 @@ import psycopg
 from psycopg import sql
 
 from bench.proc_cpu import postmaster_of, process_cpu, server_cpu
-from rara.definitions.parse import definition_from_object
-from rara.definitions.registry import apply_definition
 from rara.pg.clone import clone_database
 from rara.pg.embedded import temporary_server
 from rara.pg.migrate import migrate
 from rara.pg.runs import enqueue_many
+from tests.support.workers import worker_processes
 
 Conn = psycopg.Connection[Any]
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,63 +37,6 @@ def bench_database() -> Iterator[str]:
         yield url
     finally:
         server.destroy()
-
-
-@contextmanager
-def worker_processes(url: str, names: list[str], logs: Path, *,
-                     env: dict[str, str] | None = None,
-                     **flags: Any) -> Iterator[list[subprocess.Popen[bytes]]]:
-    """One ``python -m rara.worker`` per name (handlers: ``tests.support.bench_handlers``),
-    logging JSON to ``logs/<name>.log``; ``flags`` become ``--flag value`` options, ``env``
-    adds settings (``RARA_WORKER_*``). At the end SIGTERM (a graceful stop), SIGKILL after 20 s."""
-    procs = []
-    for name in names:
-        args = [sys.executable, "-m", "rara.worker",
-                "--handlers", "tests.support.bench_handlers", "--database-url", url,
-                "--id", name, "--log-level", "warning"]
-        for key, value in flags.items():
-            args += [f"--{key.replace('_', '-')}", str(value)]
-        with open(logs / f"{name}.log", "ab") as out:
-            procs.append(subprocess.Popen(
-                args, cwd=ROOT, stdout=out, stderr=out,
-                env={**os.environ, "RARA_WORKER_LOG_JSON": "true", **(env or {})}))
-    try:
-        yield procs
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def noop_definition(
-    conn: psycopg.Connection[Any],
-    name: str = "noop",
-    steps: int = 1,
-    capability: str = "bench.noop@1",
-    executor: str = "inprocess",
-) -> None:
-    chain = [
-        {
-            "key": f"s{i}",
-            "capability": capability,
-            "executor": executor,
-            **({"dependsOn": [f"s{i - 1}"]} if i else {}),
-        }
-        for i in range(steps)
-    ]
-    doc = {
-        "apiVersion": "rara.dev/v1alpha1",
-        "kind": "WorkflowDefinition",
-        "metadata": {"name": name},
-        "spec": {"steps": chain},
-    }
-    apply_definition(conn, definition_from_object(doc))
 
 
 def bulk_ready_steps(

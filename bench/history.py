@@ -4,9 +4,9 @@ throughput with 10 million rows of history against an empty database.
     .venv/bin/python -m bench.history [--rows 10000000] [--rounds 3] [--runs 20000] [--workers 2]
 
 Fills one database (cloned from the migrated template) with ``--rows`` finished attempts plus
-events (``bench/history.sql``, set-wise: half attempts, half events; 5 steps a run, 2 attempts
-a step — 10M rows: 500k runs, 2.5M steps, 5M attempts, 5M events, ~3 GB), then per round
-against a fresh empty database:
+events (``tests/support/history_fill.py``, set-wise: half attempts, half events; 5 steps a
+run, 2 attempts a step — 10M rows: 500k runs, 2.5M steps, 5M attempts, 5M events, ~3 GB),
+then per round against a fresh empty database:
 
 lease    p50/p99 ms of a lease of 10 from 10,000 ready steps (rolled back, so every sample
          sees the same queue; a session set up as the worker's lease connection), 1,000
@@ -44,7 +44,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(1, str(ROOT))  # bench.* from the repository root
 
-import aiosql  # noqa: E402
 import psycopg  # noqa: E402
 
 from bench.common import (  # noqa: E402
@@ -54,21 +53,20 @@ from bench.common import (  # noqa: E402
     Server,
     bench_database,
     bulk_ready_steps,
-    noop_definition,
     percentiles,
     scalar,
-    worker_processes,
 )
 from bench.lease_depth import PARAMS  # noqa: E402
 from rara.pg import retention  # noqa: E402
 from rara.pg.queries import many, sql  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
 from rara.worker.store import HOT_PATH_SESSION, LEASED  # noqa: E402
+from tests.support.definitions import noop_definition  # noqa: E402
+from tests.support.history_fill import fill  # noqa: E402
 from tests.support.plans import nested_plans  # noqa: E402
+from tests.support.workers import worker_processes  # noqa: E402
 
 Conn = psycopg.Connection[Any]
-STEPS, ATTEMPTS = 5, 2  # per history run, per history step
-SPAN_DAYS = 60  # the history's runs ended over this many days up to now
 LEASE_CAPABILITY = "bench.lease@1"  # the lease samples' own queue: no worker serves it
 LEASE_QUEUE = 10_000
 
@@ -77,32 +75,6 @@ def log(message: str) -> None:
     print(message, flush=True)
 
 
-def fill(conn: Conn, rows: int) -> dict[str, Any]:
-    """``rows`` finished attempts + events (and their steps and runs) of the ``noop``
-    definition, ending over the last SPAN_DAYS days; then VACUUM ANALYZE, as autovacuum would
-    have long done, so that it does not start during the measurement."""
-    queries: Any = aiosql.from_path(ROOT / "bench" / "history.sql", "psycopg",
-                                    mandatory_parameters=False)
-    runs = max(1, rows // (2 * STEPS * ATTEMPTS))
-    t0 = time.monotonic()
-    params = {"base_run": scalar(conn, "SELECT coalesce(max(id), 0) FROM rara_runs"),
-              "base_step": scalar(conn, "SELECT coalesce(max(id), 0) FROM rara_steps"),
-              "runs": runs, "steps": STEPS, "attempts": ATTEMPTS, "definition": "noop",
-              "capability": "bench.noop@1", "span_seconds": SPAN_DAYS * 86400}
-    with conn.transaction():
-        conn.execute("SET LOCAL session_replication_role = replica")
-        for name in ("history_runs", "history_steps", "history_attempts", "history_events"):
-            conn.execute(str(getattr(queries, name).sql), params)
-        for seq, table in (("rara_runs_id_seq", "rara_runs"), ("rara_steps_id_seq", "rara_steps")):
-            conn.execute(f"SELECT setval('{seq}', (SELECT max(id) FROM {table}))")
-    filled = time.monotonic() - t0
-    conn.execute("VACUUM ANALYZE")
-    counts = {t: scalar(conn, f"SELECT count(*) FROM {t}")
-              for t in ("rara_runs", "rara_steps", "rara_attempts", "rara_events")}
-    return {"rows": counts, "fill_seconds": round(filled, 1),
-            "vacuum_seconds": round(time.monotonic() - t0 - filled, 1),
-            "database_bytes": scalar(
-                conn, "SELECT pg_database_size(current_database())")}
 
 
 def _buffers(plans: list[dict[str, Any]]) -> int:

@@ -14,9 +14,10 @@ from typing import Any
 
 import psycopg
 
-from bench.common import bench_database, bulk_ready_steps, noop_definition, percentiles
+from bench.common import bench_database, bulk_ready_steps, percentiles
 from rara.pg.queries import many, sql
 from rara.worker.store import HOT_PATH_SESSION, LEASED
+from tests.support.definitions import noop_definition
 
 # The worker's lease statement (routed by capability and executor kind, with the checkpoint and
 # inputs folded in).

@@ -20,8 +20,9 @@ import psycopg
 from psycopg.rows import scalar_row
 from psycopg.types.json import Jsonb
 
-from bench.common import bench_database, bulk_ready_steps, noop_definition
+from bench.common import bench_database, bulk_ready_steps
 from rara.pg.queries import amany
+from tests.support.definitions import noop_definition
 from tests.support.leasing import lease_now
 
 

@@ -64,7 +64,6 @@ from bench.common import (  # noqa: E402
     CpuMeter,
     Server,
     bench_database,
-    noop_definition,
     percentiles,
     scalar,
     wait_until,
@@ -76,6 +75,7 @@ from bench.pgbench_ceiling import measure_ceiling  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
 from rara.runs import start_run  # noqa: E402
 from rara.worker.store import HOT_PATH_SESSION  # noqa: E402
+from tests.support.definitions import noop_definition  # noqa: E402
 
 Conn = psycopg.Connection[Any]
 TOKEN = "bench-token"

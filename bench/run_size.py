@@ -58,7 +58,6 @@ from bench.common import (  # noqa: E402
     CpuMeter,
     Server,
     bench_database,
-    noop_definition,
     percentiles,
     scalar,
     wait_until,
@@ -68,6 +67,7 @@ from rara.definitions.parse import definition_from_object  # noqa: E402
 from rara.definitions.registry import apply_definition  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
 from rara.runs import MAX_INPUT_BYTES, start_run  # noqa: E402
+from tests.support.definitions import noop_definition  # noqa: E402
 
 # One map step over the run input's items, each child a no-op.
 MAP_DEFINITION = {

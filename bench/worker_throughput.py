@@ -28,13 +28,13 @@ import psycopg
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(1, str(ROOT))  # bench.* from the repository root
 
-from bench.common import worker_processes  # noqa: E402
 from rara.definitions.parse import definition_from_object  # noqa: E402
 from rara.definitions.registry import apply_definition  # noqa: E402
 from rara.pg.clone import clone_database  # noqa: E402
 from rara.pg.embedded import temporary_server  # noqa: E402
 from rara.pg.migrate import migrate  # noqa: E402
 from tests.support.leasing import enqueue_single_step_runs  # noqa: E402
+from tests.support.workers import worker_processes  # noqa: E402
 
 Conn = psycopg.Connection[Any]
 

@@ -13,11 +13,11 @@ from typing import Any
 
 import psycopg
 
-from bench.common import noop_definition
-from bench.history import fill
 from rara.pg.queries import sql
 from rara.pg.runs import enqueue_many
 from rara.worker.vocabulary import LeasedStep
+from tests.support.definitions import noop_definition
+from tests.support.history_fill import fill
 from tests.support.leasing import lease_now
 from tests.support.plans import buffers
 

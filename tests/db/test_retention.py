@@ -27,7 +27,8 @@ from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome
 from rara.worker.store import end_many
 from rara.worker.vocabulary import Ending, Fence
-from tests.support.definitions import apply
+from tests.support.definitions import apply, noop_definition
+from tests.support.history_fill import fill
 from tests.support.leasing import lease_now
 
 PAIR = [{"key": "a", "capability": "x@1"},
@@ -305,8 +306,6 @@ def test_cli_refuses_a_process_role(history: dict[str, Any],
 def test_the_benchmark_history_is_a_valid_history_and_prunes_by_age(conn: Conn) -> None:
     """bench/history.py's set-wise history (finished over the last 60 days) holds every
     invariant a worker-made one does, and a prune of 30 days takes the older half of it."""
-    from bench.common import noop_definition
-    from bench.history import fill
     from tests.support.history import check_history
 
     noop_definition(conn)

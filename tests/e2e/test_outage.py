@@ -1,14 +1,14 @@
 """Riding through a database outage shorter than the lease: nothing lost, nothing stalled.
 
-The scenario is ``bench/outage.py`` (``make bench``'s ``outage`` section): a server of the
-test's own, stopped at once (``pg_ctl stop -m immediate``) for 5 s and 45 s right after the
-worker's heartbeat and for 20 s beginning 10 s after one, under a stream of runs, with a lease
-of 60 s (a heartbeat every 20 s). Each outage ends before the leases held expire, so the worker
-— retrying its heartbeat about every second (rara.worker.retry) — keeps every one: no attempt
-is closed ``lease_expired``, every run succeeds, exactly once (tests/history.py), and the first
-lease after the database's return comes within a few seconds (every reconnect backs off 2 s at
-most), printed. After an outage during which a heartbeat failed (20 s, 45 s) the next one comes
-within a few seconds of the return.
+The scenario is ``tests/support/outage.py`` (also ``make bench``'s ``outage`` section): a server
+of the test's own, stopped at once (``pg_ctl stop -m immediate``) for 5 s and 45 s right after
+the worker's heartbeat and for 20 s beginning 10 s after one, under a stream of runs, with a
+lease of 60 s (a heartbeat every 20 s). Each outage ends before the leases held expire, so the
+worker — retrying its heartbeat about every second (rara.worker.retry) — keeps every one: no
+attempt is closed ``lease_expired``, every run succeeds, exactly once
+(tests/support/history.py), and the first lease after the database's return comes within a few
+seconds (every reconnect backs off 2 s at most), printed. After an outage during which a
+heartbeat failed (20 s, 45 s) the next one comes within a few seconds of the return.
 
 Before: after a failed heartbeat the worker waited its whole interval again (20 s, after up to
 10 s waiting for a pool connection): the 20 s outage, ending between two of those, had its
@@ -24,8 +24,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from bench.outage import OUTAGES, measure
 from tests.support.history import check_history
+from tests.support.outage import OUTAGES, measure
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

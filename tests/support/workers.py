@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -109,3 +110,35 @@ class WorkerProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
+
+
+@contextmanager
+def worker_processes(url: str, names: list[str], logs: Path, *,
+                     env: dict[str, str] | None = None,
+                     **flags: Any) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """One ``python -m rara.worker`` per name (handlers: ``tests.support.bench_handlers``),
+    logging JSON to ``logs/<name>.log``; ``flags`` become ``--flag value`` options, ``env``
+    adds settings (``RARA_WORKER_*``). At the end SIGTERM (a graceful stop), SIGKILL after 20 s."""
+    procs = []
+    for name in names:
+        args = [sys.executable, "-m", "rara.worker",
+                "--handlers", "tests.support.bench_handlers", "--database-url", url,
+                "--id", name, "--log-level", "warning"]
+        for key, value in flags.items():
+            args += [f"--{key.replace('_', '-')}", str(value)]
+        with open(logs / f"{name}.log", "ab") as out:
+            procs.append(subprocess.Popen(
+                args, cwd=ROOT, stdout=out, stderr=out,
+                env={**os.environ, "RARA_WORKER_LOG_JSON": "true", **(env or {})}))
+    try:
+        yield procs
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -18,7 +18,7 @@ from rara.worker.store import WorkerStore, end_many
 from rara.worker.vocabulary import Ending, Fence, LeasedStep
 from tests.support.history import check_history
 from tests.support.runs import attempts_of, define, run_status, start, steps_of, wait_run
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_until, wait_until_async
 from tests.support.workers import worker_store
 
 PAIRS = [("test.echo@1", "inprocess")]
@@ -142,7 +142,8 @@ async def test_sibling_batches_in_concurrent_transactions_end_the_run(
         await holder.execute("SELECT id FROM rara_runs WHERE id = %s FOR NO KEY UPDATE", (run,))
         first = asyncio.create_task(_end_alone(database_url, _won(leased[(run, "a")])))
         second = asyncio.create_task(_end_alone(database_url, _won(leased[(run, "b")])))
-        await _until_waiting_on_locks(conn, 2)
+        await wait_until_async(lambda: _waiting_on_locks(conn, 2), timeout=5,
+                               message="the batches to queue on the run lock", interval=0.01)
         await holder.commit()
         assert await first == ["succeeded"]
         assert await second == ["succeeded"]
@@ -154,14 +155,10 @@ async def _end_alone(url: str, ending: Ending) -> list[StepStatus | None]:
         return await end_many(c, [ending])
 
 
-async def _until_waiting_on_locks(conn: psycopg.Connection[Any], n: int) -> None:
-    for _ in range(500):
-        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
-                           "current_database() AND wait_event_type = 'Lock'").fetchone()
-        if row and row[0] >= n:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the batches never queued on the run lock")
+def _waiting_on_locks(conn: psycopg.Connection[Any], n: int) -> bool:
+    row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                       "current_database() AND wait_event_type = 'Lock'").fetchone()
+    return bool(row and row[0] >= n)
 
 
 async def test_batcher_groups_what_ends_together_and_splits_a_bad_batch() -> None:

@@ -3,8 +3,6 @@ not a failure, not a heartbeat, not progress, not a checkpoint, not a release.""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,7 +14,7 @@ from rara.worker.store import WorkerStore, make_pool
 from rara.worker.vocabulary import Ending, Fence
 from tests.support.history import check_history
 from tests.support.runs import attempts_of, define, start, steps_of
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_until, wait_until_async
 from tests.worker.handlers import SEEN
 
 PAIRS = [("test.echo@1", "inprocess")]
@@ -33,13 +31,6 @@ async def stores(database_url: str) -> AsyncIterator[tuple[WorkerStore, WorkerSt
         await pool.close()
 
 
-async def _until(condition: Any, within: float = 10.0) -> None:
-    deadline = time.monotonic() + within
-    while not await condition():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.02)
-
-
 async def test_stale_owner_writes_nothing(conn: psycopg.Connection[Any],
                                           stores: tuple[WorkerStore, WorkerStore]) -> None:
     old, new = stores
@@ -50,14 +41,14 @@ async def test_stale_owner_writes_nothing(conn: psycopg.Connection[Any],
     async def reaped() -> bool:
         return bool(await new.reap(10, 0.0))
 
-    await _until(reaped)
+    await wait_until_async(reaped, timeout=10, message="the stale attempt reaped")
     taken: list[Any] = []
 
     async def leased() -> bool:
         taken.extend(await new.lease(PAIRS, 5, lease_seconds=30))
         return bool(taken)
 
-    await _until(leased)
+    await wait_until_async(leased, timeout=10, message="the step leased again")
     stale = Fence(mine.id, "old-owner", mine.lease_token)
     token = mine.lease_token
     assert await old.end_many([Ending(stale, run_id, AttemptOutcome.SUCCEEDED,

@@ -1,6 +1,6 @@
--- History for bench/history.py: finished runs with their steps, attempts and events, inserted
--- set-wise as the database's owner (with session_replication_role = replica: no foreign key
--- checks or triggers per row) — what months of a busy deployment leave. run_enqueue_many
+-- History for bench/history.py and the retention tests (history_fill.py): finished runs with
+-- their steps, attempts and events, inserted set-wise as the database's owner (with
+-- session_replication_role = replica: no foreign key checks or triggers per row) — what months of a busy deployment leave. run_enqueue_many
 -- (db/queries/runs.sql) inserts work to do; nothing in the runtime inserts work already done,
 -- so these statements are the bench's own. Ids are explicit (after :base_run, :base_step) so
 -- that every table can be filled from the one before without RETURNING millions of rows; the

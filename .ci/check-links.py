@@ -50,7 +50,9 @@ COMMENT = re.compile(r"(?:^|\s)(?:#|--|//)(?:\s|$)")
 def repository_files(root: Path) -> list[str]:
     listed = subprocess.run(
         ["git", "-C", str(root), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     # A file deleted from the work tree but still in the index is gone for a reader.
     return sorted(name for name in set(listed.split("\0")) if name and (root / name).is_file())
@@ -83,7 +85,7 @@ def prose_of(source: str, line: str) -> str:
     if source.endswith(".md"):
         return line
     comment = COMMENT.search(line)
-    return line[comment.end():] if comment else ""
+    return line[comment.end() :] if comment else ""
 
 
 def named_markdown_problems(source: str, line: str, known: set[str]) -> list[str]:
@@ -125,8 +127,9 @@ def markdown_problems(source: str, text: str, known: set[str]) -> list[tuple[int
             if resolved is None:
                 problems.append((number, f"link {target} points above the repository's root"))
             elif resolved not in known:
-                problems.append((number, f"link {target}: no file or folder {resolved} "
-                                         "in the repository"))
+                problems.append(
+                    (number, f"link {target}: no file or folder {resolved} in the repository")
+                )
     return problems
 
 
@@ -141,13 +144,19 @@ def check(root: Path) -> list[str]:
             continue  # binary (a picture): nothing to read
         for number, line in enumerate(text.splitlines(), start=1):
             if OUTSIDE_FOLDER.search(line):
-                findings.append(f"{name}:{number}: names a folder outside the repository "
-                                f"(write what it says here instead): {line.strip()[:120]}")
-            findings += [f"{name}:{number}: {problem}"
-                         for problem in named_markdown_problems(name, line, known)]
+                findings.append(
+                    f"{name}:{number}: names a folder outside the repository "
+                    f"(write what it says here instead): {line.strip()[:120]}"
+                )
+            findings += [
+                f"{name}:{number}: {problem}"
+                for problem in named_markdown_problems(name, line, known)
+            ]
         if name.endswith(".md"):
-            findings += [f"{name}:{number}: {problem}"
-                         for number, problem in markdown_problems(name, text, known)]
+            findings += [
+                f"{name}:{number}: {problem}"
+                for number, problem in markdown_problems(name, text, known)
+            ]
     return findings
 
 

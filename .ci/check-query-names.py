@@ -53,7 +53,8 @@ NAME_LINE = re.compile(r"(?m)^-- name: ([a-z][a-z0-9_]*)")
 # attribute, a path), nor before `.x` or `/` (a file name, a folder).
 WORD = re.compile(r"(?<![\w./-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w/-]|\.\w)")
 LOADER_CALL = re.compile(
-    r"\b(?:sql|a?one|a?many|a?value|a?run)\(\s*(?:[\w.]+\s*,\s*)?[\"']([a-z][a-z0-9_]*)[\"']")
+    r"\b(?:sql|a?one|a?many|a?value|a?run)\(\s*(?:[\w.]+\s*,\s*)?[\"']([a-z][a-z0-9_]*)[\"']"
+)
 FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 SQL_COMMENT = re.compile(r"--(.*)$")
 
@@ -61,7 +62,9 @@ SQL_COMMENT = re.compile(r"--(.*)$")
 def repository_files(root: Path) -> list[str]:
     listed = subprocess.run(
         ["git", "-C", str(root), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return sorted(name for name in set(listed.split("\0")) if name and (root / name).is_file())
 
@@ -74,8 +77,11 @@ class NameSpace:
         self.objects = {name.split("_")[0] for name in names}
         # A last word after `by` names an argument, not the statement's verb: `key` of
         # `run_get_by_key` would make `step_key` (a field) look like a name.
-        self.verbs = {words[-1] for words in (name.split("_") for name in names)
-                      if len(words) < 3 or words[-2] != "by"}
+        self.verbs = {
+            words[-1]
+            for words in (name.split("_") for name in names)
+            if len(words) < 3 or words[-2] != "by"
+        }
 
     def spelled_like_a_name(self, word: str) -> bool:
         words = word.split("_")
@@ -126,8 +132,11 @@ def python_lines(text: str) -> Lines:
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             first = node.body[0] if node.body else None
-            if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
-                    and isinstance(first.value.value, str)):
+            if (
+                isinstance(first, ast.Expr)
+                and isinstance(first.value, ast.Constant)
+                and isinstance(first.value.value, str)
+            ):
                 for offset, line in enumerate(first.value.value.splitlines()):
                     yield first.lineno + offset, line, ""
     for token in tokenize.generate_tokens(io.StringIO(text).readline):
@@ -170,8 +179,10 @@ def check(root: Path) -> list[str]:
             for mention in space.mentions(prose, code):
                 if mention not in space.names and (number, mention) not in seen:
                     seen.add((number, mention))
-                    findings.append(f"{name}:{number}: `{mention}` is no statement of "
-                                    f"{QUERY_FOLDER} (renamed, or a function now?)")
+                    findings.append(
+                        f"{name}:{number}: `{mention}` is no statement of "
+                        f"{QUERY_FOLDER} (renamed, or a function now?)"
+                    )
     return sorted(findings)
 
 

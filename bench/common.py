@@ -40,13 +40,22 @@ def bench_database() -> Iterator[str]:
 
 
 def bulk_ready_steps(
-    conn: psycopg.Connection[Any], count: int, capability: str = "bench.noop@1",
+    conn: psycopg.Connection[Any],
+    count: int,
+    capability: str = "bench.noop@1",
     definition: str = "noop",
 ) -> None:
     """`count` ready steps in one run of ``definition``, inserted set-wise (run_enqueue_many:
     a bench fixture, not the runtime path)."""
-    enqueue_many(conn, definition=definition, version=None, runs=1, steps=count, key="s",
-                 capability=capability)
+    enqueue_many(
+        conn,
+        definition=definition,
+        version=None,
+        runs=1,
+        steps=count,
+        key="s",
+        capability=capability,
+    )
     conn.execute("ANALYZE rara_steps")
 
 
@@ -84,8 +93,10 @@ class CpuMeter:
 
     def per(self, units: int) -> dict[str, float]:
         """Microseconds per unit of work (``units`` steps), of each side."""
-        return {"postgres_us": round(self.postgres / units * 1e6, 1),
-                "workers_us": round(self.processes / units * 1e6, 1)}
+        return {
+            "postgres_us": round(self.postgres / units * 1e6, 1),
+            "workers_us": round(self.processes / units * 1e6, 1),
+        }
 
 
 class Server:
@@ -98,19 +109,22 @@ class Server:
 
     def fresh(self, name: str) -> str:
         with psycopg.connect(self.admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
             clone_database(conn, self.template, name)
         return self.url.rsplit("/", 1)[0] + "/" + name
 
     def drop(self, name: str) -> None:
         with psycopg.connect(self.admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                sql.Identifier(name)))
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
 
 
-def wait_until(condition: Callable[[], bool], timeout: float, what: str,
-               every: float = 0.05) -> None:
+def wait_until(
+    condition: Callable[[], bool], timeout: float, what: str, every: float = 0.05
+) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
@@ -125,9 +139,15 @@ def scalar(conn: Conn, query: str, params: Any = None) -> Any:
 
 
 @contextmanager
-def workers(url: str, names: list[str], logs: Path, endpoint: str | None = None,
-            concurrency: int = CONCURRENCY, tmp: Path | None = None,
-            handlers: str | None = None) -> Iterator[list[int]]:
+def workers(
+    url: str,
+    names: list[str],
+    logs: Path,
+    endpoint: str | None = None,
+    concurrency: int = CONCURRENCY,
+    tmp: Path | None = None,
+    handlers: str | None = None,
+) -> Iterator[list[int]]:
     """Worker processes as configured for the drains (``worker_processes``), registered;
     yields their pids. ``handlers``: a handler module served beside
     ``tests.support.bench_handlers``."""
@@ -137,8 +157,18 @@ def workers(url: str, names: list[str], logs: Path, endpoint: str | None = None,
     if endpoint is not None:
         assert tmp is not None
         flags.update(executor_endpoint=endpoint, executor_token_file=tmp / "token")
-    with worker_processes(url, names, logs, env={"RARA_WORKER_LEASE_BATCH": str(LEASE_BATCH)},
-                          **flags) as procs, psycopg.connect(url, autocommit=True) as conn:
-        wait_until(lambda: scalar(conn, "SELECT count(*) FROM rara_workers WHERE id = ANY(%s)",
-                                  (names,)) == len(names), 60, "workers to register")
+    with (
+        worker_processes(
+            url, names, logs, env={"RARA_WORKER_LEASE_BATCH": str(LEASE_BATCH)}, **flags
+        ) as procs,
+        psycopg.connect(url, autocommit=True) as conn,
+    ):
+        wait_until(
+            lambda: (
+                scalar(conn, "SELECT count(*) FROM rara_workers WHERE id = ANY(%s)", (names,))
+                == len(names)
+            ),
+            60,
+            "workers to register",
+        )
         yield [p.pid for p in procs]

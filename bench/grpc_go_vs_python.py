@@ -41,8 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 async def _start(argv: list[str]) -> tuple[asyncio.subprocess.Process, str]:
-    proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
-                                                stderr=asyncio.subprocess.DEVNULL)
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+    )
     assert proc.stdout is not None
     async with asyncio.timeout(60):
         while line := (await proc.stdout.readline()).decode():
@@ -53,16 +54,31 @@ async def _start(argv: list[str]) -> tuple[asyncio.subprocess.Process, str]:
 
 
 def _argv(kind: str, tmp: Path, inflight: int, go_binary: Path) -> list[str]:
-    common = ["--listen", "127.0.0.1:0", "--token-file", str(tmp / "token"),
-              "--artifact-root", str(tmp / "artifacts"), "--max-concurrency", str(inflight)]
+    common = [
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        str(tmp / "token"),
+        "--artifact-root",
+        str(tmp / "artifacts"),
+        "--max-concurrency",
+        str(inflight),
+    ]
     if kind == "python":
-        return [sys.executable, "-m", "rara.executor.main", *common,
-                "--plugins", "rara.executor.conformance_plugins"]
+        return [
+            sys.executable,
+            "-m",
+            "rara.executor.main",
+            *common,
+            "--plugins",
+            "rara.executor.conformance_plugins",
+        ]
     return [str(go_binary), *common, "--plugins", "builtin,conformance"]
 
 
-async def measure(kind: str, tmp: Path, jobs: int, inflight: int, go_binary: Path
-                  ) -> dict[str, Any]:
+async def measure(
+    kind: str, tmp: Path, jobs: int, inflight: int, go_binary: Path
+) -> dict[str, Any]:
     proc, address = await _start(_argv(kind, tmp, inflight, go_binary))
     try:
         async with ExecutorClient(address, token=TOKEN) as client:
@@ -91,15 +107,19 @@ async def measure(kind: str, tmp: Path, jobs: int, inflight: int, go_binary: Pat
     finally:
         proc.terminate()
         await proc.wait()
-    return {"p50_ms": pct(latencies, 50), "p99_ms": pct(latencies, 99),
-            "sequential_steps_per_s": jobs / sequential_wall,
-            "concurrent_steps_per_s": jobs / concurrent_wall,
-            "executor_cpu_ms_per_step": cpu * 1000 / (2 * jobs)}
+    return {
+        "p50_ms": pct(latencies, 50),
+        "p99_ms": pct(latencies, 99),
+        "sequential_steps_per_s": jobs / sequential_wall,
+        "concurrent_steps_per_s": jobs / concurrent_wall,
+        "executor_cpu_ms_per_step": cpu * 1000 / (2 * jobs),
+    }
 
 
 def build_go() -> Path:
-    done = subprocess.run([str(ROOT / "executor/go/build.sh")], check=True,
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [str(ROOT / "executor/go/build.sh")], check=True, capture_output=True, text=True
+    )
     return Path(done.stdout.strip())
 
 
@@ -112,28 +132,40 @@ async def main(jobs: int, inflight: int, rounds: int) -> dict[str, Any]:
         tmp = Path(tmp_name)
         (tmp / "token").write_text(TOKEN)
         for r in range(rounds):
-            for kind in (("python", "go") if r % 2 == 0 else ("go", "python")):
+            for kind in ("python", "go") if r % 2 == 0 else ("go", "python"):
                 runs[kind].append(await measure(kind, tmp, jobs, inflight, go_binary))
     result: dict[str, Any] = {
         kind: {key: round(statistics.median([m[key] for m in ms]), 3) for key in ms[0]}
-        for kind, ms in runs.items()}
-    result["setup"] = {"jobs": jobs, "inflight": inflight, "rounds": rounds,
-                       "go_build_s": round(build_s, 2), "load_avg": os.getloadavg(),
-                       "cpus": os.cpu_count()}
+        for kind, ms in runs.items()
+    }
+    result["setup"] = {
+        "jobs": jobs,
+        "inflight": inflight,
+        "rounds": rounds,
+        "go_build_s": round(build_s, 2),
+        "load_avg": os.getloadavg(),
+        "cpus": os.cpu_count(),
+    }
     return result
 
 
 def print_table(r: dict[str, Any]) -> None:
     s = r["setup"]
-    print(f"no-op job over gRPC (test.echo@1, loopback, token auth), {s['jobs']} jobs per "
-          f"phase, median of {s['rounds']} rounds, {s['cpus']} CPUs, load {s['load_avg'][0]:.1f}")
-    print(f"{'executor':10} {'p50 ms':>8} {'p99 ms':>8} {'seq steps/s':>12} "
-          f"{'steps/s @' + str(s['inflight']):>13} {'exec CPU ms/step':>17}")
+    print(
+        f"no-op job over gRPC (test.echo@1, loopback, token auth), {s['jobs']} jobs per "
+        f"phase, median of {s['rounds']} rounds, {s['cpus']} CPUs, load {s['load_avg'][0]:.1f}"
+    )
+    print(
+        f"{'executor':10} {'p50 ms':>8} {'p99 ms':>8} {'seq steps/s':>12} "
+        f"{'steps/s @' + str(s['inflight']):>13} {'exec CPU ms/step':>17}"
+    )
     for kind in ("python", "go"):
         m = r[kind]
-        print(f"{kind:10} {m['p50_ms']:8.2f} {m['p99_ms']:8.2f} "
-              f"{m['sequential_steps_per_s']:12.0f} {m['concurrent_steps_per_s']:13.0f} "
-              f"{m['executor_cpu_ms_per_step']:17.3f}")
+        print(
+            f"{kind:10} {m['p50_ms']:8.2f} {m['p99_ms']:8.2f} "
+            f"{m['sequential_steps_per_s']:12.0f} {m['concurrent_steps_per_s']:13.0f} "
+            f"{m['executor_cpu_ms_per_step']:17.3f}"
+        )
 
 
 if __name__ == "__main__":

@@ -31,10 +31,21 @@ TOKEN = "bench-token"
 async def start_executor(tmp: Path, streams: int) -> tuple[asyncio.subprocess.Process, str]:
     (tmp / "token").write_text(TOKEN)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "rara.executor.main", "--listen", "127.0.0.1:0",
-        "--token-file", str(tmp / "token"), "--artifact-root", str(tmp / "artifacts"),
-        "--plugins", "rara.executor.conformance_plugins", "--max-concurrency", str(streams),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
+        sys.executable,
+        "-m",
+        "rara.executor.main",
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        str(tmp / "token"),
+        "--artifact-root",
+        str(tmp / "artifacts"),
+        "--plugins",
+        "rara.executor.conformance_plugins",
+        "--max-concurrency",
+        str(streams),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     assert proc.stdout is not None
     async with asyncio.timeout(60):
@@ -46,11 +57,13 @@ async def start_executor(tmp: Path, streams: int) -> tuple[asyncio.subprocess.Pr
     raise RuntimeError("executor did not start")
 
 
-async def one_job(client: ExecutorClient, capability: str, key: str, payload: dict[str, object]
-                  ) -> str:
+async def one_job(
+    client: ExecutorClient, capability: str, key: str, payload: dict[str, object]
+) -> str:
     last = ""
-    async for event in client.execute(make_job(capability=capability, idempotency_key=key,
-                                               payload=payload)):
+    async for event in client.execute(
+        make_job(capability=capability, idempotency_key=key, payload=payload)
+    ):
         last = str(event.WhichOneof("event"))
     return last
 
@@ -71,18 +84,25 @@ async def main(jobs: int, streams: int) -> None:
                     t0 = time.perf_counter()
                     assert await one_job(client, "test.echo@1", f"seq-{i}", {}) == "succeeded"
                     latencies.append((time.perf_counter() - t0) * 1000)
-                print(f"no-op job round-trip over loopback ({jobs} sequential jobs): "
-                      f"p50 {pct(latencies, 50):.2f} ms, p99 {pct(latencies, 99):.2f} ms, "
-                      f"max {max(latencies):.2f} ms")
+                print(
+                    f"no-op job round-trip over loopback ({jobs} sequential jobs): "
+                    f"p50 {pct(latencies, 50):.2f} ms, p99 {pct(latencies, 99):.2f} ms, "
+                    f"max {max(latencies):.2f} ms"
+                )
 
                 t0 = time.perf_counter()
-                outcomes = await asyncio.gather(*(
-                    one_job(client, "test.sleep@1", f"conc-{i}", {"seconds": 1.0, "steps": 4})
-                    for i in range(streams)))
+                outcomes = await asyncio.gather(
+                    *(
+                        one_job(client, "test.sleep@1", f"conc-{i}", {"seconds": 1.0, "steps": 4})
+                        for i in range(streams)
+                    )
+                )
                 wall = time.perf_counter() - t0
                 ok = outcomes.count("succeeded")
-                print(f"concurrent streams: {streams} open at once (1 s sleep jobs, progress "
-                      f"on): {ok}/{streams} succeeded in {wall:.2f} s")
+                print(
+                    f"concurrent streams: {streams} open at once (1 s sleep jobs, progress "
+                    f"on): {ok}/{streams} succeeded in {wall:.2f} s"
+                )
 
                 sem = asyncio.Semaphore(streams)
 
@@ -94,8 +114,10 @@ async def main(jobs: int, streams: int) -> None:
                 t0 = time.perf_counter()
                 outcomes = await asyncio.gather(*(bounded(i) for i in range(total)))
                 wall = time.perf_counter() - t0
-                print(f"throughput: {total} no-op jobs, {streams} in flight: "
-                      f"{total / wall:.0f} jobs/s ({outcomes.count('succeeded')} succeeded)")
+                print(
+                    f"throughput: {total} no-op jobs, {streams} in flight: "
+                    f"{total / wall:.0f} jobs/s ({outcomes.count('succeeded')} succeeded)"
+                )
         finally:
             proc.terminate()
             await proc.wait()

@@ -21,9 +21,16 @@ from tests.support.definitions import noop_definition
 
 # The worker's lease statement (routed by capability and executor kind, with the checkpoint and
 # inputs folded in).
-PARAMS = {"capabilities": ["bench.noop@1"], "executors": ["inprocess"], "limit": 10,
-          "worker": "bench", "lease_seconds": 30,
-          "after_ranks": None, "after_ats": None, "after_ids": None}  # from the start
+PARAMS = {
+    "capabilities": ["bench.noop@1"],
+    "executors": ["inprocess"],
+    "limit": 10,
+    "worker": "bench",
+    "lease_seconds": 30,
+    "after_ranks": None,
+    "after_ats": None,
+    "after_ids": None,
+}  # from the start
 
 
 def measure(conn: psycopg.Connection[Any], samples: int) -> dict[str, float]:
@@ -39,13 +46,15 @@ def measure(conn: psycopg.Connection[Any], samples: int) -> dict[str, float]:
 
 def explain(conn: psycopg.Connection[Any]) -> str:
     with conn.transaction(force_rollback=True):
-        plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql("step_lease"),
-                            PARAMS).fetchall()
+        plan = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql("step_lease"), PARAMS
+        ).fetchall()
     return "\n".join(line for (line,) in plan)
 
 
-def measure_depths(conn: psycopg.Connection[Any], depths: list[int], samples: int,
-                   log: Any = print) -> dict[str, Any]:
+def measure_depths(
+    conn: psycopg.Connection[Any], depths: list[int], samples: int, log: Any = print
+) -> dict[str, Any]:
     """Fill the queue of ``conn``'s (migrated, empty) database up to each depth in turn and
     time the lease there; the p50 ratio deepest / shallowest, and the plan at the deepest."""
     results: dict[str, Any] = {}
@@ -71,8 +80,7 @@ def main() -> dict[str, Any]:
     parser.add_argument("--depths", default="1000,100000,1000000")
     parser.add_argument("--samples", type=int, default=200)
     args = parser.parse_args()
-    with bench_database() as url, psycopg.connect(url, autocommit=True,
-                                                  **HOT_PATH_SESSION) as conn:
+    with bench_database() as url, psycopg.connect(url, autocommit=True, **HOT_PATH_SESSION) as conn:
         results = measure_depths(conn, [int(d) for d in args.depths.split(",")], args.samples)
     print(f"\nEXPLAIN ANALYZE at the deepest queue:\n{results['plan']}")
     print(f"\nratio p50 deepest / shallowest: {results['ratio']:.2f}")

@@ -30,8 +30,7 @@ async def event_throughput(url: str, events: int) -> float:
     with psycopg.connect(url, autocommit=True) as conn:
         noop_definition(conn, name="events", capability="bench.events@1")
         bulk_ready_steps(conn, 1000, capability="bench.events@1", definition="events")
-        leased = lease_now(conn, ["bench.events@1"], worker="bench", limit=1000,
-                           lease_seconds=600)
+        leased = lease_now(conn, ["bench.events@1"], worker="bench", limit=1000, lease_seconds=600)
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
         seq, written, started = 0, 0, time.perf_counter()
         while written < events:

@@ -79,6 +79,8 @@ from tests.support.definitions import noop_definition  # noqa: E402
 
 Conn = psycopg.Connection[Any]
 TOKEN = "bench-token"
+
+
 def log(message: str) -> None:
     print(message, flush=True)
 
@@ -88,10 +90,26 @@ def executor_process(tmp: Path, streams: int = 512) -> Iterator[str]:
     """``python -m rara.executor.main`` with the no-op test plugins; yields its address."""
     (tmp / "token").write_text(TOKEN)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rara.executor.main", "--listen", "127.0.0.1:0",
-         "--token-file", str(tmp / "token"), "--artifact-root", str(tmp / "artifacts"),
-         "--plugins", "rara.executor.conformance_plugins", "--max-concurrency", str(streams)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        [
+            sys.executable,
+            "-m",
+            "rara.executor.main",
+            "--listen",
+            "127.0.0.1:0",
+            "--token-file",
+            str(tmp / "token"),
+            "--artifact-root",
+            str(tmp / "artifacts"),
+            "--plugins",
+            "rara.executor.conformance_plugins",
+            "--max-concurrency",
+            str(streams),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout is not None
     try:
         address = None
@@ -120,18 +138,34 @@ def executor_process(tmp: Path, streams: int = 512) -> Iterator[str]:
             proc.kill()
 
 
-def _enqueue(conn: Conn, name: str, runs: int, steps: int, capability: str,
-             executor: str) -> None:
+def _enqueue(conn: Conn, name: str, runs: int, steps: int, capability: str, executor: str) -> None:
     # Keys s0, s1, … (s when one step): the chain noop_definition declares.
-    enqueue_many(conn, definition=name, version=None, runs=runs, steps=steps, key="s",
-                 capability=capability, executor=executor, chained=True)
+    enqueue_many(
+        conn,
+        definition=name,
+        version=None,
+        runs=runs,
+        steps=steps,
+        key="s",
+        capability=capability,
+        executor=executor,
+        chained=True,
+    )
     # Statistics, and the insert-triggered autovacuum done now rather than during the measure.
     conn.execute("VACUUM ANALYZE")
 
 
-def drain(server: Server, logs: Path, *, n_workers: int, runs: int, steps: int,
-          executor: str = "inprocess", endpoint: str | None = None,
-          tmp: Path | None = None) -> dict[str, Any]:
+def drain(
+    server: Server,
+    logs: Path,
+    *,
+    n_workers: int,
+    runs: int,
+    steps: int,
+    executor: str = "inprocess",
+    endpoint: str | None = None,
+    tmp: Path | None = None,
+) -> dict[str, Any]:
     """``runs`` runs of ``steps`` chained no-op steps, drained by ``n_workers`` processes."""
     name = f"bench_drain_{executor}_{steps}_{n_workers}"
     url = server.fresh(name)
@@ -147,18 +181,33 @@ def drain(server: Server, logs: Path, *, n_workers: int, runs: int, steps: int,
                 cpu.start()
                 # The rate comes from the attempts' own timestamps, not from this poll: poll
                 # seldom, so that counting the runs left takes no CPU from the drain.
-                wait_until(lambda: scalar(conn, "SELECT count(*) FROM rara_runs WHERE status IN "
-                                            "('pending', 'running')") == 0,
-                      900, f"{name} to drain", every=0.5)
+                wait_until(
+                    lambda: (
+                        scalar(
+                            conn,
+                            "SELECT count(*) FROM rara_runs WHERE status IN ('pending', 'running')",
+                        )
+                        == 0
+                    ),
+                    900,
+                    f"{name} to drain",
+                    every=0.5,
+                )
                 cpu.stop()
             seconds, count = conn.execute(
                 "SELECT extract(epoch FROM max(ended_at) - min(started_at))::float8, count(*) "
-                "FROM rara_attempts WHERE outcome = 'succeeded'").fetchone() or (0.0, 0)
+                "FROM rara_attempts WHERE outcome = 'succeeded'"
+            ).fetchone() or (0.0, 0)
             failed = scalar(conn, "SELECT count(*) FROM rara_steps WHERE status <> 'succeeded'")
         assert count == total, (count, total)
         assert failed == 0, failed
-        return {"workers": n_workers, "steps": total, "seconds": round(seconds, 3),
-                "steps_per_s": round(total / seconds, 1), "cpu_per_step": cpu.per(total)}
+        return {
+            "workers": n_workers,
+            "steps": total,
+            "seconds": round(seconds, 3),
+            "steps_per_s": round(total / seconds, 1),
+            "cpu_per_step": cpu.per(total),
+        }
     finally:
         server.drop(name)
 
@@ -180,8 +229,10 @@ def start_latency(server: Server, logs: Path, samples: int, warmup: int = 5) -> 
     into an idle worker (as the peers' latency mode: 20 ms of idle before each)."""
     url = server.fresh("bench_latency")
     try:
-        with psycopg.connect(url, autocommit=True) as conn, \
-                psycopg.connect(url, autocommit=True) as listener:
+        with (
+            psycopg.connect(url, autocommit=True) as conn,
+            psycopg.connect(url, autocommit=True) as listener,
+        ):
             noop_definition(conn, "stamp", capability="bench.stamp@1")
             listener.execute("LISTEN rara_run")
             ms, client, worker = [], [], []
@@ -193,34 +244,42 @@ def start_latency(server: Server, logs: Path, samples: int, warmup: int = 5) -> 
                     run_id = start_run(conn, "stamp", queue_anyway=True).run_id
                     t1 = time.monotonic()
                     _wait_run(listener, run_id)
-                    started = scalar(conn, "SELECT (result->>'started')::float8 FROM rara_steps "
-                                            "WHERE run_id = %s", (run_id,))
+                    started = scalar(
+                        conn,
+                        "SELECT (result->>'started')::float8 FROM rara_steps WHERE run_id = %s",
+                        (run_id,),
+                    )
                     if i >= warmup:
                         ms.append((started - t0) * 1000)
                         client.append((t1 - t0) * 1000)
                         worker.append((started - t1) * 1000)
         # The parts: start_run itself (the client's transaction), then commit → handler.
-        return {"samples": samples, **{k: round(v, 3) for k, v in percentiles(ms).items()},
-                "start_run": {k: round(v, 3) for k, v in percentiles(client).items()},
-                "commit_to_handler": {k: round(v, 3) for k, v in percentiles(worker).items()}}
+        return {
+            "samples": samples,
+            **{k: round(v, 3) for k, v in percentiles(ms).items()},
+            "start_run": {k: round(v, 3) for k, v in percentiles(client).items()},
+            "commit_to_handler": {k: round(v, 3) for k, v in percentiles(worker).items()},
+        }
     finally:
         server.drop("bench_latency")
 
 
-def grpc_overhead(server: Server, logs: Path, tmp: Path, endpoint: str,
-                  samples: int) -> dict[str, Any]:
+def grpc_overhead(
+    server: Server, logs: Path, tmp: Path, endpoint: str, samples: int
+) -> dict[str, Any]:
     """Attempt time (database clock, lease to completion) of a no-op step in process and
     through the gRPC executor, one run at a time on an idle worker."""
     url = server.fresh("bench_grpc_overhead")
     out: dict[str, Any] = {}
     try:
-        with psycopg.connect(url, autocommit=True) as conn, \
-                psycopg.connect(url, autocommit=True) as listener:
+        with (
+            psycopg.connect(url, autocommit=True) as conn,
+            psycopg.connect(url, autocommit=True) as listener,
+        ):
             noop_definition(conn, "local", capability="bench.noop@1")
             noop_definition(conn, "remote", capability="test.echo@1", executor="grpc")
             listener.execute("LISTEN rara_run")
-            with workers(url, ["grpc-overhead"], logs, endpoint=endpoint, tmp=tmp,
-                         concurrency=10):
+            with workers(url, ["grpc-overhead"], logs, endpoint=endpoint, tmp=tmp, concurrency=10):
                 time.sleep(1.0)
                 for name in ("local", "remote"):
                     ids = []
@@ -230,11 +289,17 @@ def grpc_overhead(server: Server, logs: Path, tmp: Path, endpoint: str,
                         _wait_run(listener, run_id)
                         if i >= 5:
                             ids.append(run_id)
-                    ms = [row[0] for row in conn.execute(
-                        "SELECT extract(epoch FROM ended_at - started_at)::float8 * 1000 "
-                        "FROM rara_attempts WHERE run_id = ANY(%s)", (ids,)).fetchall()]
+                    ms = [
+                        row[0]
+                        for row in conn.execute(
+                            "SELECT extract(epoch FROM ended_at - started_at)::float8 * 1000 "
+                            "FROM rara_attempts WHERE run_id = ANY(%s)",
+                            (ids,),
+                        ).fetchall()
+                    ]
                     out["inprocess" if name == "local" else "grpc"] = {
-                        k: round(v, 3) for k, v in percentiles(ms).items()}
+                        k: round(v, 3) for k, v in percentiles(ms).items()
+                    }
         out["overhead_p50_ms"] = round(out["grpc"]["p50"] - out["inprocess"]["p50"], 3)
         out["overhead_p99_ms"] = round(out["grpc"]["p99"] - out["inprocess"]["p99"], 3)
         return out
@@ -242,8 +307,9 @@ def grpc_overhead(server: Server, logs: Path, tmp: Path, endpoint: str,
         server.drop("bench_grpc_overhead")
 
 
-def horizon(server: Server, logs: Path, seconds: float, rate_hint: float,
-            n_workers: int) -> dict[str, Any]:
+def horizon(
+    server: Server, logs: Path, seconds: float, rate_hint: float, n_workers: int
+) -> dict[str, Any]:
     """Steps/s over ``seconds`` of a deep queue, without and then with an open REPEATABLE READ
     transaction (that did a SELECT) holding back the xmin horizon of the database."""
     out: dict[str, Any] = {"seconds": seconds, "workers": n_workers}
@@ -267,17 +333,21 @@ def horizon(server: Server, logs: Path, seconds: float, rate_hint: float,
                     t0 = scalar(conn, "SELECT clock_timestamp()")
                     time.sleep(seconds)
                     t1 = scalar(conn, "SELECT clock_timestamp()")
-                    done = scalar(conn, "SELECT count(*) FROM rara_attempts WHERE ended_at "
-                                         "BETWEEN %s AND %s", (t0, t1))
+                    done = scalar(
+                        conn,
+                        "SELECT count(*) FROM rara_attempts WHERE ended_at BETWEEN %s AND %s",
+                        (t0, t1),
+                    )
                     left = scalar(conn, "SELECT count(*) FROM rara_steps WHERE status = 'ready'")
                 if held:
-                    dead = scalar(conn, "SELECT n_dead_tup FROM pg_stat_user_tables "
-                                         "WHERE relname = 'rara_steps'")
+                    dead = scalar(
+                        conn,
+                        "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'rara_steps'",
+                    )
                     holder.rollback()
                     out["dead_tuples_steps"] = dead
             rate = done / (t1 - t0).total_seconds()
-            out["held" if held else "normal"] = {"steps_per_s": round(rate, 1),
-                                                 "queue_left": left}
+            out["held" if held else "normal"] = {"steps_per_s": round(rate, 1), "queue_left": left}
         finally:
             server.drop(name)
     out["ratio"] = round(out["held"]["steps_per_s"] / out["normal"]["steps_per_s"], 3)
@@ -287,8 +357,11 @@ def horizon(server: Server, logs: Path, seconds: float, rate_hint: float,
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller everything (~4 minutes)")
-    parser.add_argument("--skip", default="", help="comma-separated: throughput,latency,grpc,"
-                                                   "size,depth,horizon,history,outage,peers")
+    parser.add_argument(
+        "--skip",
+        default="",
+        help="comma-separated: throughput,latency,grpc,size,depth,horizon,history,outage,peers",
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
@@ -299,9 +372,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     grpc_runs = 2_000 if quick else 5_000
     worker_counts = [1, 2] if quick else [1, 2, 4]
     results: dict[str, Any] = {
-        "started_at": datetime.now(UTC).isoformat(), "quick": quick,
+        "started_at": datetime.now(UTC).isoformat(),
+        "quick": quick,
         "machine": {"cpus": os.cpu_count(), "loadavg_before": os.getloadavg()},
-        "config": {"concurrency": CONCURRENCY, "lease_batch": LEASE_BATCH}}
+        "config": {"concurrency": CONCURRENCY, "lease_batch": LEASE_BATCH},
+    }
     logs = Path(tempfile.mkdtemp(prefix="rara-bench-logs-"))
     tmp = Path(tempfile.mkdtemp(prefix="rara-bench-"))
     t_start = time.monotonic()
@@ -321,30 +396,51 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 log(f"  10-step chain,     {n} worker(s): {_rate(tp['chain10'][-1])}")
             with executor_process(tmp) as endpoint:
                 for n in worker_counts[:2]:
-                    tp["grpc"].append(drain(server, logs, n_workers=n, runs=grpc_runs, steps=1,
-                                            executor="grpc", endpoint=endpoint, tmp=tmp))
+                    tp["grpc"].append(
+                        drain(
+                            server,
+                            logs,
+                            n_workers=n,
+                            runs=grpc_runs,
+                            steps=1,
+                            executor="grpc",
+                            endpoint=endpoint,
+                            tmp=tmp,
+                        )
+                    )
                     log(f"  gRPC no-op,        {n} worker(s): {_rate(tp['grpc'][-1])}")
             results["throughput"] = tp
         if "latency" not in skip:
             results["latency"] = start_latency(server, logs, 50 if quick else 200)
-            log(f"== start latency into an idle worker: p50 {results['latency']['p50']:.2f} ms, "
-                f"p99 {results['latency']['p99']:.2f} ms")
+            log(
+                f"== start latency into an idle worker: p50 {results['latency']['p50']:.2f} ms, "
+                f"p99 {results['latency']['p99']:.2f} ms"
+            )
         if "grpc" not in skip:
             with executor_process(tmp) as endpoint:
-                results["grpc_overhead"] = grpc_overhead(server, logs, tmp, endpoint,
-                                                         50 if quick else 200)
+                results["grpc_overhead"] = grpc_overhead(
+                    server, logs, tmp, endpoint, 50 if quick else 200
+                )
             g = results["grpc_overhead"]
-            log(f"== attempt time, in process p50 {g['inprocess']['p50']:.2f} / p99 "
+            log(
+                f"== attempt time, in process p50 {g['inprocess']['p50']:.2f} / p99 "
                 f"{g['inprocess']['p99']:.2f} ms; gRPC p50 {g['grpc']['p50']:.2f} / p99 "
-                f"{g['grpc']['p99']:.2f} ms; overhead p50 {g['overhead_p50_ms']:.2f} ms")
+                f"{g['grpc']['p99']:.2f} ms; overhead p50 {g['overhead_p50_ms']:.2f} ms"
+            )
         if "size" not in skip:
             from bench.run_size import measure as measure_size
 
             sizes = [1_000, 10_000] if quick else [1_000, 10_000, 100_000]
             log("== run size: one map of N children vs N one-step runs (2 workers)")
-            results["run_size"] = measure_size(server, logs, sizes=sizes,
-                                               shapes=["single", "map_result"], n_workers=2,
-                                               backlog=sizes[-1], say=lambda m: log("  " + m))
+            results["run_size"] = measure_size(
+                server,
+                logs,
+                sizes=sizes,
+                shapes=["single", "map_result"],
+                n_workers=2,
+                backlog=sizes[-1],
+                say=lambda m: log("  " + m),
+            )
         if "depth" not in skip:
             log("== lease cost vs queue depth")
             depths = [1_000, 100_000] if quick else [1_000, 100_000, 1_000_000]
@@ -352,27 +448,40 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             try:
                 with psycopg.connect(url_depth, autocommit=True, **HOT_PATH_SESSION) as conn:
                     results["lease_depth"] = measure_depths(
-                        conn, depths, 100 if quick else 200, log=lambda m: log("  " + m))
+                        conn, depths, 100 if quick else 200, log=lambda m: log("  " + m)
+                    )
             finally:
                 server.drop("bench_depth")
             log(f"  ratio p50 deepest / 1k: {results['lease_depth']['ratio']:.2f}")
         if "horizon" not in skip:
-            best = max(results.get("throughput", {}).get("single", []),
-                       key=lambda r: r["steps_per_s"], default={"workers": 1,
-                                                                "steps_per_s": 2000.0})
-            results["horizon"] = horizon(server, logs, 15.0 if quick else 60.0,
-                                         best["steps_per_s"], best["workers"])
+            best = max(
+                results.get("throughput", {}).get("single", []),
+                key=lambda r: r["steps_per_s"],
+                default={"workers": 1, "steps_per_s": 2000.0},
+            )
+            results["horizon"] = horizon(
+                server, logs, 15.0 if quick else 60.0, best["steps_per_s"], best["workers"]
+            )
             h = results["horizon"]
-            log(f"== held xmin horizon ({h['seconds']:.0f} s, {h['workers']} worker(s)): "
+            log(
+                f"== held xmin horizon ({h['seconds']:.0f} s, {h['workers']} worker(s)): "
                 f"{h['held']['steps_per_s']:.0f} vs {h['normal']['steps_per_s']:.0f} steps/s "
-                f"normal (ratio {h['ratio']:.2f})")
+                f"normal (ratio {h['ratio']:.2f})"
+            )
         if "history" not in skip:
             from bench.history import measure as measure_history
 
             rows = 2_000_000 if quick else 10_000_000
             log(f"== history: {rows:,} rows of finished attempts and events vs none")
-            results["history"] = measure_history(server, logs, rows=rows, rounds=1 if quick else 3,
-                                                 runs=single_runs, n_workers=2, say=log)
+            results["history"] = measure_history(
+                server,
+                logs,
+                rows=rows,
+                rounds=1 if quick else 3,
+                runs=single_runs,
+                n_workers=2,
+                say=log,
+            )
         if "outage" not in skip:
             from bench.outage import measure as measure_outage
 
@@ -380,22 +489,43 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results["outage"] = measure_outage(say=lambda m: log("  " + m), logs=logs)
         if "peers" not in skip:
             log("== peers (same server)")
-            jobs = ({"pgqueuer-asyncpg": 5_000, "pgqueuer-psycopg": 5_000, "procrastinate": 1_000,
-                     "dbos-1step": 1_000, "dbos-3step": 500, "river": 50_000}
-                    if quick else None)
-            lat = ({"pgqueuer-asyncpg": 50, "pgqueuer-psycopg": 10, "procrastinate": 50,
-                    "dbos-1step": 30, "dbos-3step": 30, "river": 50}
-                   if quick else None)
+            jobs = (
+                {
+                    "pgqueuer-asyncpg": 5_000,
+                    "pgqueuer-psycopg": 5_000,
+                    "procrastinate": 1_000,
+                    "dbos-1step": 1_000,
+                    "dbos-3step": 500,
+                    "river": 50_000,
+                }
+                if quick
+                else None
+            )
+            lat = (
+                {
+                    "pgqueuer-asyncpg": 50,
+                    "pgqueuer-psycopg": 10,
+                    "procrastinate": 50,
+                    "dbos-1step": 30,
+                    "dbos-3step": 30,
+                    "river": 50,
+                }
+                if quick
+                else None
+            )
             results["peers"] = run_all(url, jobs=jobs, latency_samples=lat)
             for row in results["peers"]:
                 if "skipped" in row:
                     log(f"  {row['peer']:<18} skipped: {row['skipped']}")
                     continue
-                log(f"  {row['peer']:<18} {row.get('jobs_per_s', float('nan')):>8.0f} jobs/s "
+                log(
+                    f"  {row['peer']:<18} {row.get('jobs_per_s', float('nan')):>8.0f} jobs/s "
                     f"({row.get('workers', '?')} workers)  start p50 "
                     f"{row.get('p50_ms', float('nan')):.2f} ms p99 "
-                    f"{row.get('p99_ms', float('nan')):.2f} ms" + _peer_cpu(row)
-                    + (f"  error: {row['error'][:200]}" if "error" in row else ""))
+                    f"{row.get('p99_ms', float('nan')):.2f} ms"
+                    + _peer_cpu(row)
+                    + (f"  error: {row['error'][:200]}" if "error" in row else "")
+                )
             results["pgbench"] = measure_ceiling(url, seconds=5 if quick else 10)
             log(f"  pgbench single-row UPDATE ceiling: {results['pgbench'].get('tps', 0):.0f} tps")
     results["machine"]["loadavg_after"] = os.getloadavg()
@@ -403,7 +533,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     results["summary"] = summary(results)
     print_table(results)
     out = args.out or ROOT / "bench" / "results" / (
-        datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + ".json")
+        datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + ".json"
+    )
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=str))
     log(f"\nwrote {out} (worker logs: {logs})")
@@ -413,14 +544,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def _rate(x: dict[str, Any]) -> str:
     """A drain's steps/s and where each step's CPU went (server, worker processes)."""
     cpu = x["cpu_per_step"]
-    return (f"{x['steps_per_s']:>8.0f} steps/s  (CPU per step: PostgreSQL "
-            f"{cpu['postgres_us']:.0f} us, workers {cpu['workers_us']:.0f} us)")
+    return (
+        f"{x['steps_per_s']:>8.0f} steps/s  (CPU per step: PostgreSQL "
+        f"{cpu['postgres_us']:.0f} us, workers {cpu['workers_us']:.0f} us)"
+    )
 
 
 def _peer_cpu(row: dict[str, Any]) -> str:
     cpu = row.get("cpu_per_job")
-    return (f"  (CPU per job: PostgreSQL {cpu['postgres_us']:.0f} us, workers "
-            f"{cpu['workers_us']:.0f} us)" if cpu else "")
+    return (
+        f"  (CPU per job: PostgreSQL {cpu['postgres_us']:.0f} us, workers "
+        f"{cpu['workers_us']:.0f} us)"
+        if cpu
+        else ""
+    )
 
 
 def _count(n: str) -> str:
@@ -472,8 +609,10 @@ def vs_peers(r: dict[str, Any], peers: dict[str, dict[str, Any]]) -> dict[str, A
     for name, row in peers.items():
         ratios: dict[str, float] = {}
         three = name == "dbos-3step"
-        ours = [x["steps_per_s"] / (3 if three else 1)
-                for x in tp.get("chain3" if three else "single", [])]
+        ours = [
+            x["steps_per_s"] / (3 if three else 1)
+            for x in tp.get("chain3" if three else "single", [])
+        ]
         if ours and row.get("jobs_per_s"):
             ratios["drain"] = round(max(ours) / row["jobs_per_s"], 3)
         if "latency" in r and row.get("p50_ms"):
@@ -487,66 +626,114 @@ def vs_peers(r: dict[str, Any], peers: dict[str, dict[str, Any]]) -> dict[str, A
 def print_table(r: dict[str, Any]) -> None:
     rows: list[tuple[str, str]] = []
     tp = r.get("throughput", {})
-    for kind, label in (("single", "no-op single-step"), ("chain3", "no-op 3-step chain"),
-                        ("chain10", "no-op 10-step chain"),
-                        ("grpc", "gRPC no-op single-step")):
+    for kind, label in (
+        ("single", "no-op single-step"),
+        ("chain3", "no-op 3-step chain"),
+        ("chain10", "no-op 10-step chain"),
+        ("grpc", "gRPC no-op single-step"),
+    ):
         for x in tp.get(kind, []):
             rows.append((f"{label}, {x['workers']} worker(s)", _rate(x).strip()))
     if "latency" in r:
         lat = r["latency"]
-        rows.append(("start latency, idle worker",
-                     f"p50 {lat['p50']:.2f} ms  p99 {lat['p99']:.2f} ms"))
-        rows.append(("  of which start_run (client)", f"p50 {lat['start_run']['p50']:.2f} ms  "
-                                                      f"p99 {lat['start_run']['p99']:.2f} ms"))
+        rows.append(
+            ("start latency, idle worker", f"p50 {lat['p50']:.2f} ms  p99 {lat['p99']:.2f} ms")
+        )
+        rows.append(
+            (
+                "  of which start_run (client)",
+                f"p50 {lat['start_run']['p50']:.2f} ms  p99 {lat['start_run']['p99']:.2f} ms",
+            )
+        )
         part = lat["commit_to_handler"]
-        rows.append(("  of which commit → handler",
-                     f"p50 {part['p50']:.2f} ms  p99 {part['p99']:.2f} ms"))
+        rows.append(
+            ("  of which commit → handler", f"p50 {part['p50']:.2f} ms  p99 {part['p99']:.2f} ms")
+        )
     if "grpc_overhead" in r:
         g = r["grpc_overhead"]
-        rows.append(("attempt time in process", f"p50 {g['inprocess']['p50']:.2f} ms  "
-                                                f"p99 {g['inprocess']['p99']:.2f} ms"))
-        rows.append(("attempt time via gRPC", f"p50 {g['grpc']['p50']:.2f} ms  "
-                                              f"p99 {g['grpc']['p99']:.2f} ms"))
-        rows.append(("gRPC overhead per step", f"p50 {g['overhead_p50_ms']:.2f} ms  "
-                                               f"p99 {g['overhead_p99_ms']:.2f} ms"))
+        rows.append(
+            (
+                "attempt time in process",
+                f"p50 {g['inprocess']['p50']:.2f} ms  p99 {g['inprocess']['p99']:.2f} ms",
+            )
+        )
+        rows.append(
+            (
+                "attempt time via gRPC",
+                f"p50 {g['grpc']['p50']:.2f} ms  p99 {g['grpc']['p99']:.2f} ms",
+            )
+        )
+        rows.append(
+            (
+                "gRPC overhead per step",
+                f"p50 {g['overhead_p50_ms']:.2f} ms  p99 {g['overhead_p99_ms']:.2f} ms",
+            )
+        )
     size = r.get("run_size", {})
     for x in size.get("drains", []):
-        shape = {"single": "one-step runs", "wide": "one run, parallel steps",
-                 "map": "one map over its input", "map_result": "one map over a result"}
-        rows.append((f"{x['size']:,} steps, {shape[x['shape']]}",
-                     x.get("skipped") or _rate(x).strip()))
+        shape = {
+            "single": "one-step runs",
+            "wide": "one run, parallel steps",
+            "map": "one map over its input",
+            "map_result": "one map over a result",
+        }
+        rows.append(
+            (f"{x['size']:,} steps, {shape[x['shape']]}", x.get("skipped") or _rate(x).strip())
+        )
     if "backlog" in size:
         b = size["backlog"]
-        for kind, label in (("idle", "idle workers"),
-                            ("behind_map", f"behind a {b['backlog']:,}-child map")):
-            rows.append((f"small run start → first lease, {label}",
-                         f"p50 {b[kind]['p50']:.1f} ms  p99 {b[kind]['p99']:.1f} ms "
-                         f"(of {b[kind]['samples']})"))
+        for kind, label in (
+            ("idle", "idle workers"),
+            ("behind_map", f"behind a {b['backlog']:,}-child map"),
+        ):
+            rows.append(
+                (
+                    f"small run start → first lease, {label}",
+                    f"p50 {b[kind]['p50']:.1f} ms  p99 {b[kind]['p99']:.1f} ms "
+                    f"(of {b[kind]['samples']})",
+                )
+            )
     for depth, x in r.get("lease_depth", {}).items():
         if isinstance(x, dict):
-            rows.append((f"lease (10) at depth {int(depth):,}",
-                         f"p50 {x['p50']:.3f} ms  p99 {x['p99']:.3f} ms"))
+            rows.append(
+                (
+                    f"lease (10) at depth {int(depth):,}",
+                    f"p50 {x['p50']:.3f} ms  p99 {x['p99']:.3f} ms",
+                )
+            )
     if "horizon" in r:
         h = r["horizon"]
         rows.append(("throughput, normal", f"{h['normal']['steps_per_s']:.0f} steps/s"))
-        rows.append((f"throughput, xmin held {h['seconds']:.0f} s",
-                     f"{h['held']['steps_per_s']:.0f} steps/s"))
+        rows.append(
+            (
+                f"throughput, xmin held {h['seconds']:.0f} s",
+                f"{h['held']['steps_per_s']:.0f} steps/s",
+            )
+        )
     for i, rnd in enumerate(r.get("history", {}).get("rounds", [])):
         for kind in ("empty", "history"):
             x = rnd[kind]
-            rows.append((f"{kind} database, round {i + 1}",
-                         f"lease p50 {x['lease']['p50']:.3f} ms  p99 {x['lease']['p99']:.3f} ms  "
-                         f"drain {x['drain']['steps_per_s']:.0f} steps/s"))
+            rows.append(
+                (
+                    f"{kind} database, round {i + 1}",
+                    f"lease p50 {x['lease']['p50']:.3f} ms  p99 {x['lease']['p99']:.3f} ms  "
+                    f"drain {x['drain']['steps_per_s']:.0f} steps/s",
+                )
+            )
     for x in r.get("outage", {}).get("outages", []):
-        rows.append((f"database outage {x['outage_s']:.0f} s, lease 60 s",
-                     f"after its return: first heartbeat {x['return_to_first_heartbeat_s']:.2f}"
-                     f" s, first lease {x['return_to_first_lease_s']:.2f} s  "
-                     f"expired leases {x['expired_leases']}"))
+        rows.append(
+            (
+                f"database outage {x['outage_s']:.0f} s, lease 60 s",
+                f"after its return: first heartbeat {x['return_to_first_heartbeat_s']:.2f}"
+                f" s, first lease {x['return_to_first_lease_s']:.2f} s  "
+                f"expired leases {x['expired_leases']}",
+            )
+        )
     for row in r.get("peers", []):
         if "skipped" in row:
             rows.append((f"peer {row['peer']}", f"skipped: {row['skipped'].splitlines()[0]}"))
             continue
-        value = (f"{row['jobs_per_s']:.0f} jobs/s" if "jobs_per_s" in row else "error")
+        value = f"{row['jobs_per_s']:.0f} jobs/s" if "jobs_per_s" in row else "error"
         if "p50_ms" in row:
             value += f"  start p50 {row['p50_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms"
         value += _peer_cpu(row)
@@ -556,13 +743,20 @@ def print_table(r: dict[str, Any]) -> None:
     for key, value in r.get("summary", {}).items():
         if key == "vs_peers":
             for name, ratios in value.items():
-                rows.append((f"rara / {name}", "  ".join(f"{k} {v:.2f}x"
-                                                          for k, v in ratios.items())))
+                rows.append(
+                    (f"rara / {name}", "  ".join(f"{k} {v:.2f}x" for k, v in ratios.items()))
+                )
             continue
         rows.append((key, f"{value}"))
-    rows.append(("load average before / after",
-                 " / ".join(f"{a:.2f}" for a in (r["machine"]["loadavg_before"][0],
-                                                 r["machine"]["loadavg_after"][0]))))
+    rows.append(
+        (
+            "load average before / after",
+            " / ".join(
+                f"{a:.2f}"
+                for a in (r["machine"]["loadavg_before"][0], r["machine"]["loadavg_after"][0])
+            ),
+        )
+    )
     width = max(len(a) for a, _ in rows)
     print("\n" + "-" * (width + 40))
     for a, b in rows:

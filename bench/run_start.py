@@ -27,12 +27,21 @@ SHAPES: dict[str, list[dict[str, Any]]] = {
     "6 steps": [
         {"key": "collect", "capability": "corpus.collect@1", "timeout": "5m"},
         {"key": "clean", "capability": "corpus.clean@1", "dependsOn": ["collect"]},
-        {"key": "shard", "capability": "index.shard@1", "dependsOn": ["clean"],
-         "map": {"over": "clean.result.shards"}},
+        {
+            "key": "shard",
+            "capability": "index.shard@1",
+            "dependsOn": ["clean"],
+            "map": {"over": "clean.result.shards"},
+        },
         {"key": "index", "capability": "index.build@1", "dependsOn": ["shard", "clean"]},
         {"key": "evaluate", "capability": "eval.retrieval@1", "dependsOn": ["index"]},
-        {"key": "adapt", "capability": "adapt.lora@1", "executor": "grpc",
-         "dependsOn": ["evaluate", "index"], "retry": {"maxAttempts": 5}},
+        {
+            "key": "adapt",
+            "capability": "adapt.lora@1",
+            "executor": "grpc",
+            "dependsOn": ["evaluate", "index"],
+            "retry": {"maxAttempts": 5},
+        },
     ],
 }
 
@@ -58,12 +67,22 @@ def main() -> None:
     with bench_database() as url, psycopg.connect(url, autocommit=True) as conn:
         for label, steps in SHAPES.items():
             name = label.replace(" ", "-")
-            apply_definition(conn, definition_from_object({
-                "apiVersion": "rara.dev/v1alpha1", "kind": "WorkflowDefinition",
-                "metadata": {"name": name}, "spec": {"steps": steps}}))
+            apply_definition(
+                conn,
+                definition_from_object(
+                    {
+                        "apiVersion": "rara.dev/v1alpha1",
+                        "kind": "WorkflowDefinition",
+                        "metadata": {"name": name},
+                        "spec": {"steps": steps},
+                    }
+                ),
+            )
             got = measure(conn, name, args.runs)
-            print(f"run start, {label:8} p50 {got['p50_ms']:.3f} ms  p99 {got['p99_ms']:.3f} ms"
-                  f"  {got['starts_per_s']:.0f} starts/s")
+            print(
+                f"run start, {label:8} p50 {got['p50_ms']:.3f} ms  p99 {got['p99_ms']:.3f} ms"
+                f"  {got['starts_per_s']:.0f} starts/s"
+            )
 
 
 if __name__ == "__main__":

@@ -35,21 +35,30 @@ def _upload(lib: str, a: argparse.Namespace) -> None:
         from boto3.s3.transfer import TransferConfig
 
         s3 = boto3.client("s3", endpoint_url=a.endpoint, region_name="us-east-1")
-        s3.upload_file(a.file, a.bucket, lib, Config=TransferConfig(
-            multipart_chunksize=PART, max_concurrency=4))
+        s3.upload_file(
+            a.file,
+            a.bucket,
+            lib,
+            Config=TransferConfig(multipart_chunksize=PART, max_concurrency=4),
+        )
     elif lib == "minio":
         from minio import Minio
 
-        mc = Minio(a.endpoint.removeprefix("http://"), secure=False, region="us-east-1",
-                   access_key=os.environ["AWS_ACCESS_KEY_ID"],
-                   secret_key=os.environ["AWS_SECRET_ACCESS_KEY"])
+        mc = Minio(
+            a.endpoint.removeprefix("http://"),
+            secure=False,
+            region="us-east-1",
+            access_key=os.environ["AWS_ACCESS_KEY_ID"],
+            secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+        )
         mc.fput_object(a.bucket, lib, a.file, part_size=PART, num_parallel_uploads=4)
     elif lib == "obstore":
         import obstore
         from obstore.store import S3Store
 
-        st = S3Store(a.bucket, endpoint=a.endpoint, region="us-east-1",
-                     client_options={"allow_http": True})
+        st = S3Store(
+            a.bucket, endpoint=a.endpoint, region="us-east-1", client_options={"allow_http": True}
+        )
         with open(a.file, "rb") as f:
             obstore.put(st, lib, f, chunk_size=PART, max_concurrency=4)
 
@@ -60,14 +69,19 @@ def _download(lib: str, a: argparse.Namespace) -> None:
         from boto3.s3.transfer import TransferConfig
 
         s3 = boto3.client("s3", endpoint_url=a.endpoint, region_name="us-east-1")
-        s3.download_file(a.bucket, lib, a.out, Config=TransferConfig(
-            multipart_chunksize=PART, max_concurrency=4))
+        s3.download_file(
+            a.bucket, lib, a.out, Config=TransferConfig(multipart_chunksize=PART, max_concurrency=4)
+        )
     elif lib == "minio":
         from minio import Minio
 
-        mc = Minio(a.endpoint.removeprefix("http://"), secure=False, region="us-east-1",
-                   access_key=os.environ["AWS_ACCESS_KEY_ID"],
-                   secret_key=os.environ["AWS_SECRET_ACCESS_KEY"])
+        mc = Minio(
+            a.endpoint.removeprefix("http://"),
+            secure=False,
+            region="us-east-1",
+            access_key=os.environ["AWS_ACCESS_KEY_ID"],
+            secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+        )
         resp = mc.get_object(a.bucket, lib)
         with open(a.out, "wb") as f:
             for chunk in resp.stream(MB):
@@ -78,8 +92,9 @@ def _download(lib: str, a: argparse.Namespace) -> None:
         import obstore
         from obstore.store import S3Store
 
-        st = S3Store(a.bucket, endpoint=a.endpoint, region="us-east-1",
-                     client_options={"allow_http": True})
+        st = S3Store(
+            a.bucket, endpoint=a.endpoint, region="us-east-1", client_options={"allow_http": True}
+        )
         with open(a.out, "wb") as f:
             for chunk in obstore.get(st, lib).stream(min_chunk_size=MB):
                 f.write(chunk)
@@ -113,8 +128,10 @@ def main() -> None:
     binary, why = server_binary()
     if binary is None:
         sys.exit(why)
-    with tempfile.TemporaryDirectory(prefix="rara-s3cmp-") as tmp, \
-            running(binary, Path(tmp) / "s3") as server:
+    with (
+        tempfile.TemporaryDirectory(prefix="rara-s3cmp-") as tmp,
+        running(binary, Path(tmp) / "s3") as server,
+    ):
         server.make_bucket("bench")
         src, out = Path(tmp) / "src.bin", Path(tmp) / "out.bin"
         with open(src, "wb") as f:
@@ -126,9 +143,25 @@ def main() -> None:
         for lib in a.libs.split(","):
             cells = []
             for op in ("put", "get"):
-                r = subprocess.run([sys.executable, __file__, "--one", lib, op, "--endpoint",
-                                    server.endpoint, "--file", str(src), "--out", str(out)],
-                                   env=env, capture_output=True, text=True, check=False)
+                r = subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--one",
+                        lib,
+                        op,
+                        "--endpoint",
+                        server.endpoint,
+                        "--file",
+                        str(src),
+                        "--out",
+                        str(out),
+                    ],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
                 if r.returncode:
                     cells.append("error: " + r.stderr.strip().splitlines()[-1][:60])
                     continue

@@ -63,8 +63,13 @@ def _one(store_url: str, size: int, total: int, work: Path) -> dict[str, float]:
         store.get_file(ref, dest)
     get_s = time.perf_counter() - t0
     dest.unlink()
-    return {"put": n * size / MIB / put_s, "get": n * size / MIB / get_s,
-            "rss": put_rss / MIB, "base_rss": base_rss / MIB, "n": n}
+    return {
+        "put": n * size / MIB / put_s,
+        "get": n * size / MIB / get_s,
+        "rss": put_rss / MIB,
+        "base_rss": base_rss / MIB,
+        "n": n,
+    }
 
 
 def main() -> None:
@@ -86,25 +91,45 @@ def main() -> None:
     if binary is None:
         sys.exit(why)
     sizes = [int(s) for s in a.sizes.split(",")]
-    with tempfile.TemporaryDirectory(prefix="rara-s3bench-", dir=ROOT / ".rara"
-                                     if (ROOT / ".rara").is_dir() else None) as tmp, \
-            running(binary, Path(tmp) / "s3") as server:
+    with (
+        tempfile.TemporaryDirectory(
+            prefix="rara-s3bench-", dir=ROOT / ".rara" if (ROOT / ".rara").is_dir() else None
+        ) as tmp,
+        running(binary, Path(tmp) / "s3") as server,
+    ):
         server.make_bucket("bench")
         stores = {"local": str(Path(tmp) / "local"), "s3": server.url("bench", "arts")}
         env = {**os.environ, **server.env()}
-        print(f"{'store':<7}{'blob':>9}{'n':>4}{'put MB/s':>10}{'get MB/s':>10}"
-              f"{'peak RSS MiB':>14}{'(before)':>10}", flush=True)
+        print(
+            f"{'store':<7}{'blob':>9}{'n':>4}{'put MB/s':>10}{'get MB/s':>10}"
+            f"{'peak RSS MiB':>14}{'(before)':>10}",
+            flush=True,
+        )
         for size in sizes:
             for name, url in stores.items():
-                r = subprocess.run([sys.executable, __file__, "--one", url, str(size * MIB),
-                                    str(max(a.total_mb, size) * MIB)], env=env,
-                                   capture_output=True, text=True, check=False)
+                r = subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--one",
+                        url,
+                        str(size * MIB),
+                        str(max(a.total_mb, size) * MIB),
+                    ],
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    check=False,
+                )
                 if r.returncode:
                     print(f"{name:<7}{size:>6} MiB  error: {r.stderr.strip()[-300:]}")
                     continue
                 m = json.loads(r.stdout)
-                print(f"{name:<7}{size:>5} MiB{m['n']:>4}{m['put']:>10.0f}{m['get']:>10.0f}"
-                      f"{m['rss']:>14.0f}{m['base_rss']:>10.0f}", flush=True)
+                print(
+                    f"{name:<7}{size:>5} MiB{m['n']:>4}{m['put']:>10.0f}{m['get']:>10.0f}"
+                    f"{m['rss']:>14.0f}{m['base_rss']:>10.0f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

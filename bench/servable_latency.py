@@ -57,17 +57,42 @@ def wait_served(url: str, wanted: set[str], limit: float = 60.0) -> float:
 
 def start_executor(address: str, home: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "rara.executor.main", "--listen", address, "--insecure-loopback",
-         "--plugins", "rara.executor.conformance_plugins", "--artifact-root", str(home)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "rara.executor.main",
+            "--listen",
+            address,
+            "--insecure-loopback",
+            "--plugins",
+            "rara.executor.conformance_plugins",
+            "--artifact-root",
+            str(home),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def start_worker(url: str, address: str, home: Path) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "rara.worker", "--handlers", "tests.worker.handlers",
-         "--database-url", url, "--executor-endpoint", address,
-         "--artifact-root", str(home)],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "rara.worker",
+            "--handlers",
+            "tests.worker.handlers",
+            "--database-url",
+            url,
+            "--executor-endpoint",
+            address,
+            "--artifact-root",
+            str(home),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
 def stop(*procs: subprocess.Popen[bytes]) -> None:
@@ -102,11 +127,14 @@ def main() -> None:
             worker = start_worker(url, address, home)
             executor_first.append(wait_served(url, {IN_PROCESS, REMOTE}))
             stop(worker, executor)
-    for name, times in ((f"worker first, executor +{args.delay:g}s: executor start -> served",
-                         worker_first),
-                        ("executor first: worker start -> all served", executor_first)):
-        print(f"{name}: median {statistics.median(times):.2f} s, max {max(times):.2f} s "
-              f"({', '.join(f'{t:.2f}' for t in times)})")
+    for name, times in (
+        (f"worker first, executor +{args.delay:g}s: executor start -> served", worker_first),
+        ("executor first: worker start -> all served", executor_first),
+    ):
+        print(
+            f"{name}: median {statistics.median(times):.2f} s, max {max(times):.2f} s "
+            f"({', '.join(f'{t:.2f}' for t in times)})"
+        )
 
 
 if __name__ == "__main__":

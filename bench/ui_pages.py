@@ -33,25 +33,34 @@ WIDTH, LAYERS = 20, 50  # 1,000 steps
 
 
 def _definition(name: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"apiVersion": "rara.dev/v1alpha1", "kind": "WorkflowDefinition",
-            "metadata": {"name": name}, "spec": {"steps": steps}}
+    return {
+        "apiVersion": "rara.dev/v1alpha1",
+        "kind": "WorkflowDefinition",
+        "metadata": {"name": name},
+        "spec": {"steps": steps},
+    }
 
 
 def big_run(conn: psycopg.Connection[Any]) -> int:
     steps = []
     for layer in range(LAYERS):
         for i in range(WIDTH):
-            step: dict[str, Any] = {"key": f"l{layer:02d}-s{i:02d}",
-                                    "capability": "bench.work@1", "executor": "inprocess"}
+            step: dict[str, Any] = {
+                "key": f"l{layer:02d}-s{i:02d}",
+                "capability": "bench.work@1",
+                "executor": "inprocess",
+            }
             if layer:
-                step["dependsOn"] = sorted({f"l{layer - 1:02d}-s{i:02d}",
-                                            f"l{layer - 1:02d}-s{(i + 1) % WIDTH:02d}"})
+                step["dependsOn"] = sorted(
+                    {f"l{layer - 1:02d}-s{i:02d}", f"l{layer - 1:02d}-s{(i + 1) % WIDTH:02d}"}
+                )
             steps.append(step)
     apply_definition(conn, definition_from_object(_definition("wide", steps)))
     run_id = start_run(conn, "wide", queue_anyway=True, idempotency_key="bench-wide").run_id
     # 600 steps done (one in ten after a retry), 20 running, the rest as they were: set-wise,
     # in the rows' final shape (a fixture, not the runtime path).
-    conn.execute("""
+    conn.execute(
+        """
         WITH s AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM rara_steps
                    WHERE run_id = %(run)s)
         INSERT INTO rara_attempts (step_id, attempt, run_id, worker, lease_token, started_at,
@@ -64,32 +73,45 @@ def big_run(conn: psycopg.Connection[Any]) -> int:
                CASE WHEN a = 1 AND s.n %% 10 = 0 THEN '{"code": "FLAKY", "message": "flaky"}'
                    ::jsonb END
         FROM s, generate_series(1, 2) a
-        WHERE s.n <= 600 AND (a = 1 OR s.n %% 10 = 0)""", {"run": run_id})
-    conn.execute("""
+        WHERE s.n <= 600 AND (a = 1 OR s.n %% 10 = 0)""",
+        {"run": run_id},
+    )
+    conn.execute(
+        """
         WITH s AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM rara_steps
                    WHERE run_id = %(run)s)
         INSERT INTO rara_events (step_id, attempt, seq, kind, fraction, metrics, created_at)
         SELECT s.id, 1, i, 'progress', i / 200.0,
                jsonb_build_object('loss', 2.0 / (1 + i / 20.0), 'lr', 0.0002),
                now() - interval '1 hour' + i * interval '1 second'
-        FROM s, generate_series(1, 200) i WHERE s.n <= 5""", {"run": run_id})
+        FROM s, generate_series(1, 200) i WHERE s.n <= 5""",
+        {"run": run_id},
+    )
     conn.execute("ALTER TABLE rara_steps DISABLE TRIGGER USER")
-    conn.execute("""
+    conn.execute(
+        """
         UPDATE rara_steps SET status = 'succeeded', attempt = CASE WHEN id %% 10 = 0 THEN 2
                               ELSE 1 END, pending_deps = 0,
                result = jsonb_build_object('items', id, 'recall_at_10', 0.8),
                started_at = now() - interval '1 hour', finished_at = now() - interval '30 minutes'
         WHERE id IN (SELECT id FROM rara_steps WHERE run_id = %(run)s ORDER BY id LIMIT 600)""",
-                 {"run": run_id})
-    conn.execute("""
+        {"run": run_id},
+    )
+    conn.execute(
+        """
         UPDATE rara_steps SET status = 'running', attempt = 1, leased_by = 'bench-w1',
                lease_token = gen_random_uuid(), lease_expires_at = now() + interval '1 hour',
                started_at = now() - interval '1 minute', pending_deps = 0
         WHERE id IN (SELECT id FROM rara_steps WHERE run_id = %(run)s
-                     AND status <> 'succeeded' ORDER BY id LIMIT 20)""", {"run": run_id})
+                     AND status <> 'succeeded' ORDER BY id LIMIT 20)""",
+        {"run": run_id},
+    )
     conn.execute("ALTER TABLE rara_steps ENABLE TRIGGER USER")
-    conn.execute("UPDATE rara_runs SET status = 'running', started_at = now() - interval "
-                 "'1 hour' WHERE id = %(run)s", {"run": run_id})
+    conn.execute(
+        "UPDATE rara_runs SET status = 'running', started_at = now() - interval "
+        "'1 hour' WHERE id = %(run)s",
+        {"run": run_id},
+    )
     return run_id
 
 
@@ -98,25 +120,49 @@ def many_runs(conn: psycopg.Connection[Any], runs: int) -> None:
     the definitions interleave (one in a hundred batches is the rare one), then given their
     final shape set-wise: created over 30 days, 1% failed, 0.3% cancelled, the rest done."""
     for name in ("nightly-refresh", "adapt", "rare-backfill"):
-        apply_definition(conn, definition_from_object(_definition(name, [
-            {"key": "s0", "capability": "bench.work@1", "executor": "inprocess"},
-            {"key": "s1", "capability": "bench.work@1", "executor": "inprocess",
-             "dependsOn": ["s0"]}])))
+        apply_definition(
+            conn,
+            definition_from_object(
+                _definition(
+                    name,
+                    [
+                        {"key": "s0", "capability": "bench.work@1", "executor": "inprocess"},
+                        {
+                            "key": "s1",
+                            "capability": "bench.work@1",
+                            "executor": "inprocess",
+                            "dependsOn": ["s0"],
+                        },
+                    ],
+                )
+            ),
+        )
     batch = 100
     for i in range(max(runs // batch, 1)):
         name = "rare-backfill" if i % 100 == 7 else ("adapt", "nightly-refresh")[i % 2]
-        enqueue_many(conn, definition=name, version=None, runs=batch, steps=2, key="s",
-                     capability="bench.work@1", chained=True)
+        enqueue_many(
+            conn,
+            definition=name,
+            version=None,
+            runs=batch,
+            steps=2,
+            key="s",
+            capability="bench.work@1",
+            chained=True,
+        )
     conn.execute("ALTER TABLE rara_runs DISABLE TRIGGER USER")
     conn.execute("ALTER TABLE rara_steps DISABLE TRIGGER USER")
-    conn.execute("""
+    conn.execute(
+        """
         UPDATE rara_runs r SET status = x.st::rara_run_status, idempotency_key = 'nightly-' || x.g,
                created_at = x.t, started_at = x.t, finished_at = x.t + interval '90 seconds'
         FROM (SELECT id, g, now() - interval '30 days' * (1 - g::float / %(runs)s) AS t,
                      CASE WHEN g %% 100 = 0 THEN 'failed' WHEN g %% 333 = 0 THEN 'cancelled'
                           ELSE 'succeeded' END AS st
               FROM (SELECT id, row_number() OVER (ORDER BY id) AS g FROM rara_runs) n) x
-        WHERE r.id = x.id""", {"runs": runs})
+        WHERE r.id = x.id""",
+        {"runs": runs},
+    )
     conn.execute("""
         UPDATE rara_steps s SET pending_deps = 0, attempt = 1, started_at = r.started_at,
                finished_at = r.finished_at,
@@ -160,8 +206,10 @@ def main() -> None:
             conn.execute("ANALYZE")
             middle = args.runs // 2
             since = conn.execute("SELECT (now() - interval '10 days')::date::text").fetchone()
-            blob = conn.execute("SELECT digest FROM rara_step_artifacts ORDER BY step_id "
-                                "OFFSET %s LIMIT 1", (args.runs // 3,)).fetchone()
+            blob = conn.execute(
+                "SELECT digest FROM rara_step_artifacts ORDER BY step_id OFFSET %s LIMIT 1",
+                (args.runs // 3,),
+            ).fetchone()
         print(f"filled in {time.perf_counter() - started:.1f}s", file=sys.stderr)
         day = since[0] if since else "2026-01-01"
         pages = {
@@ -191,15 +239,18 @@ def main() -> None:
                     took, size = fetch(server.url + path)
                     samples.append(took)
                 samples.sort()
-                results[name] = {"p50_ms": round(statistics.median(samples), 1),
-                                 "p95_ms": round(samples[int(0.95 * (len(samples) - 1))], 1),
-                                 "kib": round(size / 1024, 1)}
-                print(f"{name:38} p50 {results[name]['p50_ms']:7.1f} ms  "
-                      f"p95 {results[name]['p95_ms']:7.1f} ms  {results[name]['kib']:7.1f} KiB")
+                results[name] = {
+                    "p50_ms": round(statistics.median(samples), 1),
+                    "p95_ms": round(samples[int(0.95 * (len(samples) - 1))], 1),
+                    "kib": round(size / 1024, 1),
+                }
+                print(
+                    f"{name:38} p50 {results[name]['p50_ms']:7.1f} ms  "
+                    f"p95 {results[name]['p95_ms']:7.1f} ms  {results[name]['kib']:7.1f} KiB"
+                )
         finally:
             server.stop()
-        print(json.dumps({"runs": args.runs, "steps_in_big_run": WIDTH * LAYERS,
-                          "pages": results}))
+        print(json.dumps({"runs": args.runs, "steps_in_big_run": WIDTH * LAYERS, "pages": results}))
 
 
 if __name__ == "__main__":

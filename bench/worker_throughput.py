@@ -48,16 +48,27 @@ def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 def _define(conn: Conn, name: str, capability: str) -> int:
-    doc = {"apiVersion": "rara.dev/v1alpha1", "kind": "WorkflowDefinition",
-           "metadata": {"name": name},
-           "spec": {"steps": [{"key": "s", "capability": capability,
-                               "retry": {"maxAttempts": 5, "initialDelay": "1ms"}}]}}
+    doc = {
+        "apiVersion": "rara.dev/v1alpha1",
+        "kind": "WorkflowDefinition",
+        "metadata": {"name": name},
+        "spec": {
+            "steps": [
+                {
+                    "key": "s",
+                    "capability": capability,
+                    "retry": {"maxAttempts": 5, "initialDelay": "1ms"},
+                }
+            ]
+        },
+    }
     return apply_definition(conn, definition_from_object(doc)).version
 
 
 def _registered(conn: Conn, names: list[str]) -> bool:
-    row = conn.execute("SELECT count(*) FROM rara_workers WHERE id = ANY(%s) "
-                       "AND stopped_at IS NULL", (names,)).fetchone()
+    row = conn.execute(
+        "SELECT count(*) FROM rara_workers WHERE id = ANY(%s) AND stopped_at IS NULL", (names,)
+    ).fetchone()
     return bool(row and row[0] == len(names))
 
 
@@ -67,47 +78,81 @@ def _fresh_db(admin: Conn, template: str, name: str, base_url: str) -> str:
     return base_url.rsplit("/", 1)[0] + "/" + name
 
 
-def throughput(admin: Conn, base_url: str, logs: Path, steps: int, workers: int,
-               concurrency: int) -> float:
+def throughput(
+    admin: Conn, base_url: str, logs: Path, steps: int, workers: int, concurrency: int
+) -> float:
     url = _fresh_db(admin, "bench_template", f"bench_tp_{workers}", base_url)
     with psycopg.connect(url, autocommit=True) as conn:
         version = _define(conn, "noop", "bench.noop@1")
-        enqueue_single_step_runs(conn, definition="noop", version=version, key="s",
-                                 capability="bench.noop@1", n=steps)
+        enqueue_single_step_runs(
+            conn, definition="noop", version=version, key="s", capability="bench.noop@1", n=steps
+        )
         names = [f"tp{workers}-{i}" for i in range(workers)]
         with worker_processes(url, names, logs, concurrency=concurrency):
-            _wait(lambda: (conn.execute("SELECT count(*) FROM rara_steps WHERE status = "
-                                        "'succeeded'").fetchone() or (0,))[0] == steps,
-                  timeout=600, what="the queue to drain")
-        row = conn.execute("SELECT extract(epoch FROM max(ended_at) - min(started_at)), "
-                           "count(*) FROM rara_attempts").fetchone()
+            _wait(
+                lambda: (
+                    (
+                        conn.execute(
+                            "SELECT count(*) FROM rara_steps WHERE status = 'succeeded'"
+                        ).fetchone()
+                        or (0,)
+                    )[0]
+                    == steps
+                ),
+                timeout=600,
+                what="the queue to drain",
+            )
+        row = conn.execute(
+            "SELECT extract(epoch FROM max(ended_at) - min(started_at)), "
+            "count(*) FROM rara_attempts"
+        ).fetchone()
         assert row is not None
         assert row[1] == steps, row
         return steps / float(row[0])
 
 
-def recovery(admin: Conn, base_url: str, logs: Path, sig: int, trial: int,
-             lease: float) -> float:
+def recovery(admin: Conn, base_url: str, logs: Path, sig: int, trial: int, lease: float) -> float:
     url = _fresh_db(admin, "bench_template", f"bench_rec_{sig}_{trial}", base_url)
     with psycopg.connect(url, autocommit=True) as conn:
         version = _define(conn, "sleepy", "bench.sleep@1")
-        flags = {"lease_seconds": lease, "reaper_seconds": lease / 4,
-                 "shutdown_grace_seconds": 0}
+        flags = {"lease_seconds": lease, "reaper_seconds": lease / 4, "shutdown_grace_seconds": 0}
         with worker_processes(url, ["victim"], logs, **flags) as (victim,):
             _wait(lambda: _registered(conn, ["victim"]), 30, "victim")
-            [run_id] = enqueue_single_step_runs(conn, definition="sleepy", version=version,
-                                                key="s", capability="bench.sleep@1", n=1,
-                                                input={"seconds": 600})
-            _wait(lambda: conn.execute("SELECT 1 FROM rara_steps WHERE run_id = %s AND "
-                                       "status = 'running'", (run_id,)).fetchone() is not None,
-                  30, "the step to be leased")
+            [run_id] = enqueue_single_step_runs(
+                conn,
+                definition="sleepy",
+                version=version,
+                key="s",
+                capability="bench.sleep@1",
+                n=1,
+                input={"seconds": 600},
+            )
+            _wait(
+                lambda: (
+                    conn.execute(
+                        "SELECT 1 FROM rara_steps WHERE run_id = %s AND status = 'running'",
+                        (run_id,),
+                    ).fetchone()
+                    is not None
+                ),
+                30,
+                "the step to be leased",
+            )
             with worker_processes(url, ["rescuer"], logs, **flags):
                 _wait(lambda: _registered(conn, ["rescuer"]), 30, "rescuer")
                 victim.send_signal(sig)
                 t0 = time.monotonic()
-                _wait(lambda: conn.execute("SELECT 1 FROM rara_steps WHERE run_id = %s AND "
-                                           "status = 'succeeded'", (run_id,)).fetchone()
-                      is not None, 120, "the step to succeed elsewhere")
+                _wait(
+                    lambda: (
+                        conn.execute(
+                            "SELECT 1 FROM rara_steps WHERE run_id = %s AND status = 'succeeded'",
+                            (run_id,),
+                        ).fetchone()
+                        is not None
+                    ),
+                    120,
+                    "the step to succeed elsewhere",
+                )
                 return time.monotonic() - t0
 
 
@@ -127,16 +172,21 @@ def main() -> None:
         with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute("CREATE DATABASE bench_template")
             migrate(server.url("bench_template"))
-            print(f"throughput: {args.steps} no-op single-step runs, concurrency "
-                  f"{args.concurrency} per worker")
+            print(
+                f"throughput: {args.steps} no-op single-step runs, concurrency "
+                f"{args.concurrency} per worker"
+            )
             for n in (int(w) for w in args.workers.split(",")):
                 rate = throughput(admin, base, logs, args.steps, n, args.concurrency)
                 print(f"  {n} worker(s): {rate:8.0f} steps/s")
             for name, sig in (("SIGKILL", signal.SIGKILL), ("SIGTERM", signal.SIGTERM)):
-                times = [recovery(admin, base, logs, sig, i, args.lease)
-                         for i in range(args.trials)]
-                print(f"recovery after {name} (lease {args.lease}s): median "
-                      f"{statistics.median(times):.2f}s, max {max(times):.2f}s over {len(times)}")
+                times = [
+                    recovery(admin, base, logs, sig, i, args.lease) for i in range(args.trials)
+                ]
+                print(
+                    f"recovery after {name} (lease {args.lease}s): median "
+                    f"{statistics.median(times):.2f}s, max {max(times):.2f}s over {len(times)}"
+                )
     finally:
         server.destroy()
         print(f"(worker logs: {logs})")

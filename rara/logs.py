@@ -53,8 +53,10 @@ def stdlib_formatter(*, json: bool) -> structlog.stdlib.ProcessorFormatter:
             structlog.stdlib.add_logger_name,
             structlog.stdlib.ExtraAdder(allow=["k8s_ref"]),
         ],
-        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    *processors(json=json)],
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            *processors(json=json),
+        ],
     )
 
 

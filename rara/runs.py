@@ -144,8 +144,7 @@ _CACHE_LIMIT = 512  # entries per map; the oldest goes first (a process sees few
 _CACHE_LOCK = threading.Lock()  # writers only: dict reads are atomic
 
 
-def _remember(definition: str, version: int | None, digest: str,
-              spec_json: Any) -> _InputSchemas:
+def _remember(definition: str, version: int | None, digest: str, spec_json: Any) -> _InputSchemas:
     """The input schemas of the spec with this digest (parsed unless cached: only the hint was
     stale), cached with the hint for the next start of (definition, version)."""
     schemas = _INPUT_SCHEMAS.get(digest)

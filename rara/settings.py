@@ -59,8 +59,9 @@ class ProcessSettings(BaseSettings):
     command_help: ClassVar[str] = ""  # what the command taking these settings does
 
     log_level: LogLevel = Field(default="info", description="debug, info, warning or error")
-    log_json: bool | None = Field(default=None, description="JSON log lines (default: when "
-                                  "stderr is not a TTY)")
+    log_json: bool | None = Field(
+        default=None, description="JSON log lines (default: when stderr is not a TTY)"
+    )
 
     @field_validator("*", mode="before")
     @classmethod
@@ -76,14 +77,16 @@ class ProcessSettings(BaseSettings):
                 return json.loads(text)
             value = [text]
         if isinstance(value, list | tuple):
-            return [part.strip() for item in value for part in str(item).split(",")
-                    if part.strip()]
+            return [part.strip() for item in value for part in str(item).split(",") if part.strip()]
         return value
 
     @classmethod
     def settings_customise_sources(
-        cls, settings_cls: type[BaseSettings], init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource, dotenv_settings: PydanticBaseSettingsSource,
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         file = _FILE.get()
@@ -156,11 +159,20 @@ def command(cls: type[S], run: Callable[[S], int | None]) -> Callable[..., None]
         raise typer.Exit(run(settings) or 0)
 
     config = inspect.Parameter(
-        "config", inspect.Parameter.KEYWORD_ONLY, default=None,
-        annotation=Annotated[Path | None, typer.Option(
-            "--config", envvar=f"{prefix}CONFIG", show_envvar=False,
-            help=f"Settings file: YAML, or TOML by its .toml suffix; below env and flags "
-                 f"(env {prefix}CONFIG)")])
+        "config",
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[
+            Path | None,
+            typer.Option(
+                "--config",
+                envvar=f"{prefix}CONFIG",
+                show_envvar=False,
+                help=f"Settings file: YAML, or TOML by its .toml suffix; below env and flags "
+                f"(env {prefix}CONFIG)",
+            ),
+        ],
+    )
     # The process's own settings first, then the ones every process has (logging).
     names = sorted(cls.model_fields, key=lambda name: name in ProcessSettings.model_fields)
     params = [_parameter(cls, name, cls.model_fields[name]) for name in names]
@@ -182,8 +194,12 @@ def _parameter(cls: type[ProcessSettings], name: str, field: FieldInfo) -> inspe
     if kind is bool:
         decls = [d if "/" in d or not d.startswith("--") else f"{d}/--no-{d[2:]}" for d in decls]
     option = typer.Option(*decls, help=_help(cls, name, field), show_default=False)
-    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
-                             annotation=Annotated[kind | None, option])
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=None,
+        annotation=Annotated[kind | None, option],
+    )
 
 
 def _help(cls: type[ProcessSettings], name: str, field: FieldInfo) -> str:

@@ -131,6 +131,7 @@ def role_url(database_url: str) -> Iterator[Callable[[str], str]]:
 
 # Workers
 
+
 @pytest.fixture(autouse=True)
 def _forget_seen() -> Iterator[None]:
     """Run ids restart at 1 in every test database: what handlers saw must not leak across."""
@@ -140,8 +141,9 @@ def _forget_seen() -> Iterator[None]:
 
 
 @pytest.fixture
-def thread_worker(database_url: str, tmp_path: Path,
-                  conn: psycopg.Connection[Any]) -> Iterator[Callable[..., ThreadWorker]]:
+def thread_worker(
+    database_url: str, tmp_path: Path, conn: psycopg.Connection[Any]
+) -> Iterator[Callable[..., ThreadWorker]]:
     started: list[ThreadWorker] = []
 
     def make(**settings: Any) -> ThreadWorker:
@@ -155,19 +157,31 @@ def thread_worker(database_url: str, tmp_path: Path,
 
 
 @pytest.fixture
-def spawn(database_url: str, tmp_path: Path,
-          conn: psycopg.Connection[Any]) -> Iterator[Callable[..., WorkerProcess]]:
+def spawn(
+    database_url: str, tmp_path: Path, conn: psycopg.Connection[Any]
+) -> Iterator[Callable[..., WorkerProcess]]:
     procs: list[WorkerProcess] = []
 
     def make(worker_id: str, *, wait: bool = True, **settings: Any) -> WorkerProcess:
-        proc = WorkerProcess(database_url, worker_id, tmp_path / f"{worker_id}.log",
-                             artifact_root=tmp_path / "artifacts", **settings)
+        proc = WorkerProcess(
+            database_url,
+            worker_id,
+            tmp_path / f"{worker_id}.log",
+            artifact_root=tmp_path / "artifacts",
+            **settings,
+        )
         procs.append(proc)
         if wait:
+
             def registered() -> bool:
                 assert proc.proc.poll() is None, f"worker {worker_id} exited:\n{proc.output()}"
-                return conn.execute("SELECT 1 FROM rara_workers WHERE id = %s",
-                                    (worker_id,)).fetchone() is not None
+                return (
+                    conn.execute(
+                        "SELECT 1 FROM rara_workers WHERE id = %s", (worker_id,)
+                    ).fetchone()
+                    is not None
+                )
+
             wait_until(registered, timeout=30, message=f"worker {worker_id} registered")
         return proc
 
@@ -180,14 +194,14 @@ def spawn(database_url: str, tmp_path: Path,
 
 # Servers
 
+
 @pytest.fixture
 def ui_server(database_url: str, tmp_path: Path) -> Iterator[Callable[..., UiServer]]:
     started: list[UiServer] = []
 
     def make(*args: str, env: dict[str, str] | None = None, url: str | None = None) -> UiServer:
         """``url``: another database URL (a login role's) than the test database's owner's."""
-        server = UiServer(url or database_url, tmp_path / f"ui-{len(started)}.log", *args,
-                          env=env)
+        server = UiServer(url or database_url, tmp_path / f"ui-{len(started)}.log", *args, env=env)
         started.append(server)
         return server
 

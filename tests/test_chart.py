@@ -28,13 +28,16 @@ BASE = ["--set", "database.url=postgresql://rara@db:5432/rara"]
 def helm() -> Path:
     started = time.monotonic()
     try:
-        done = subprocess.run(["bash", str(TOOLS)], capture_output=True, text=True,
-                              timeout=1800, check=False)
+        done = subprocess.run(
+            ["bash", str(TOOLS)], capture_output=True, text=True, timeout=1800, check=False
+        )
     except subprocess.TimeoutExpired:
         pytest.skip("building helm with charts/tools.sh took over 30 minutes")
     if done.returncode != 0:
-        pytest.skip(f"helm could not be built by charts/tools.sh (needs go and the Go module "
-                    f"proxy): {done.stderr.strip()[-500:]}")
+        pytest.skip(
+            f"helm could not be built by charts/tools.sh (needs go and the Go module "
+            f"proxy): {done.stderr.strip()[-500:]}"
+        )
     path = Path(done.stdout.strip().splitlines()[-1])
     print(f"\n[measure] helm ready in {time.monotonic() - started:.1f}s ({path.name})")
     return path
@@ -42,9 +45,24 @@ def helm() -> Path:
 
 def render(helm: Path, *args: str) -> list[dict[str, Any]]:
     done = subprocess.run(
-        [str(helm), "template", "rara", str(CHART), "--namespace", "ml", "--include-crds",
-         "--kube-version", KUBE_VERSION, *BASE, *args],
-        capture_output=True, text=True, timeout=120, check=False)
+        [
+            str(helm),
+            "template",
+            "rara",
+            str(CHART),
+            "--namespace",
+            "ml",
+            "--include-crds",
+            "--kube-version",
+            KUBE_VERSION,
+            *BASE,
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
@@ -60,12 +78,21 @@ def named(docs: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
 
 VARIANTS = {
     "defaults": [],
-    "existing secrets, cluster-wide": ["--set", "database.existingSecret=pg",
-                                       "--set", "executorToken.existingSecret=tok",
-                                       "--set", "operator.clusterWide=true"],
-    "no executor, two pools": ["--set", "executor.enabled=false", "--set-json",
-                               'pools=[{"name":"cpu","capabilities":["a.b@1"]},'
-                               '{"name":"io","capabilities":["c@2"],"maxReplicas":0}]'],
+    "existing secrets, cluster-wide": [
+        "--set",
+        "database.existingSecret=pg",
+        "--set",
+        "executorToken.existingSecret=tok",
+        "--set",
+        "operator.clusterWide=true",
+    ],
+    "no executor, two pools": [
+        "--set",
+        "executor.enabled=false",
+        "--set-json",
+        'pools=[{"name":"cpu","capabilities":["a.b@1"]},'
+        '{"name":"io","capabilities":["c@2"],"maxReplicas":0}]',
+    ],
 }
 
 
@@ -75,23 +102,46 @@ def rendered(request: pytest.FixtureRequest, helm: Path) -> list[dict[str, Any]]
 
 
 def test_lint(helm: Path) -> None:
-    done = subprocess.run([str(helm), "lint", "--strict", str(CHART), *BASE],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [str(helm), "lint", "--strict", str(CHART), *BASE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_values_schema_refuses_typos(helm: Path) -> None:
-    done = subprocess.run([str(helm), "template", "rara", str(CHART), *BASE,
-                           "--kube-version", KUBE_VERSION, "--set", "pools[0].maxReplica=3"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [
+            str(helm),
+            "template",
+            "rara",
+            str(CHART),
+            *BASE,
+            "--kube-version",
+            KUBE_VERSION,
+            "--set",
+            "pools[0].maxReplica=3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode != 0
     assert "maxReplica" in done.stderr
 
 
 def test_database_is_required(helm: Path) -> None:
-    done = subprocess.run([str(helm), "template", "rara", str(CHART), "--kube-version",
-                           KUBE_VERSION], capture_output=True, text=True, timeout=120,
-                          check=False)
+    done = subprocess.run(
+        [str(helm), "template", "rara", str(CHART), "--kube-version", KUBE_VERSION],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode != 0
     assert "database.existingSecret" in done.stderr
 
@@ -118,15 +168,26 @@ def test_crds_are_the_top_level_ones(rendered: list[dict[str, Any]]) -> None:
 def test_rbac_is_least_privilege(rendered: list[dict[str, Any]]) -> None:
     roles = by_kind(rendered, "Role") + by_kind(rendered, "ClusterRole")
     (role,) = roles
-    rules = {(tuple(r["apiGroups"]), tuple(r["resources"]), *(
-                 [tuple(r["resourceNames"])] if "resourceNames" in r else [])): set(r["verbs"])
-             for r in role["rules"]}
+    rules = {
+        (
+            tuple(r["apiGroups"]),
+            tuple(r["resources"]),
+            *([tuple(r["resourceNames"])] if "resourceNames" in r else []),
+        ): set(r["verbs"])
+        for r in role["rules"]
+    }
     peerings = "kopfpeerings" if role["kind"] == "Role" else "clusterkopfpeerings"
     assert rules == {
-        (("rara.dev",), ("workflowdefinitions", "workflowruns", "workerpools")):
-            {"get", "list", "watch", "patch"},
-        (("rara.dev",), ("workflowdefinitions/status", "workflowruns/status",
-                         "workerpools/status")): {"get", "patch"},
+        (("rara.dev",), ("workflowdefinitions", "workflowruns", "workerpools")): {
+            "get",
+            "list",
+            "watch",
+            "patch",
+        },
+        (
+            ("rara.dev",),
+            ("workflowdefinitions/status", "workflowruns/status", "workerpools/status"),
+        ): {"get", "patch"},
         (("apps",), ("deployments/scale",)): {"get", "patch"},
         (("",), ("events",)): {"create"},
         (("events.k8s.io",), ("events",)): {"create"},
@@ -176,8 +237,12 @@ def test_pods_outlive_the_workers_shutdown_grace(rendered: list[dict[str, Any]])
 
 
 # The env prefix each container's process reads its settings under (rara/settings.py).
-PREFIX = {"worker": "RARA_WORKER_", "executor": "RARA_EXECUTOR_",
-          "operator": "RARA_OPERATOR_", "migrate": ""}
+PREFIX = {
+    "worker": "RARA_WORKER_",
+    "executor": "RARA_EXECUTOR_",
+    "operator": "RARA_OPERATOR_",
+    "migrate": "",
+}
 
 
 def test_every_process_takes_its_settings_from_its_env(rendered: list[dict[str, Any]]) -> None:
@@ -187,8 +252,11 @@ def test_every_process_takes_its_settings_from_its_env(rendered: list[dict[str, 
     from rara.operator.settings import OperatorSettings
     from rara.worker.settings import WorkerSettings
 
-    fields = {"worker": WorkerSettings.model_fields, "executor": ExecutorSettings.model_fields,
-              "operator": OperatorSettings.model_fields}
+    fields = {
+        "worker": WorkerSettings.model_fields,
+        "executor": ExecutorSettings.model_fields,
+        "operator": OperatorSettings.model_fields,
+    }
     workloads = by_kind(rendered, "Deployment") + by_kind(rendered, "Job")
     seen = set()
     for workload in workloads:
@@ -216,8 +284,11 @@ def test_secrets_are_passed_by_reference(rendered: list[dict[str, Any]]) -> None
                 assert "TOKEN" not in name or name.endswith("_TOKEN_FILE"), name
             if container["name"] == "executor":
                 continue  # executors never touch the database
-            var = f"{PREFIX[container['name']]}DATABASE_URL" if container["name"] != "migrate" \
+            var = (
+                f"{PREFIX[container['name']]}DATABASE_URL"
+                if container["name"] != "migrate"
                 else "DATABASE_URL"
+            )
             assert "secretKeyRef" in env[var]["valueFrom"], workload["metadata"]
 
 
@@ -227,8 +298,9 @@ def test_migration_job_is_a_hook_and_its_secret_comes_first(helm: Path) -> None:
     assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
     assert job["spec"]["template"]["spec"]["containers"][0]["args"] == ["migrate"]
     secret = named(docs, "Secret", "rara-database")
-    assert int(secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < \
-        int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
+    assert int(secret["metadata"]["annotations"]["helm.sh/hook-weight"]) < int(
+        job["metadata"]["annotations"]["helm.sh/hook-weight"]
+    )
 
 
 def test_gpu_executor(helm: Path) -> None:
@@ -248,8 +320,10 @@ def test_gpu_executor(helm: Path) -> None:
     assert worker["RARA_WORKER_EXECUTOR_TOKEN_FILE"]["value"] == token
     assert worker["RARA_WORKER_EXECUTOR_ENDPOINTS"]["value"] == "127.0.0.1:50051"
     # Two processes in one pod: the worker's metrics port is the next one.
-    assert int(worker["RARA_WORKER_METRICS_PORT"]["value"]) == \
-        int(executor["RARA_EXECUTOR_METRICS_PORT"]["value"]) + 1
+    assert (
+        int(worker["RARA_WORKER_METRICS_PORT"]["value"])
+        == int(executor["RARA_EXECUTOR_METRICS_PORT"]["value"]) + 1
+    )
     (volume,) = [v for v in pod["volumes"] if v["name"] == "executor-token"]
     assert volume["secret"]["secretName"] == "rara-executor-token"
 
@@ -263,8 +337,7 @@ def test_rendered_env_loads_as_settings(helm: Path, monkeypatch: pytest.MonkeyPa
     from rara.worker.settings import WorkerSettings
 
     docs = render(helm)
-    classes = {"worker": WorkerSettings, "executor": ExecutorSettings,
-               "operator": OperatorSettings}
+    classes = {"worker": WorkerSettings, "executor": ExecutorSettings, "operator": OperatorSettings}
     loaded = {}
     for dep in by_kind(docs, "Deployment"):
         for container in dep["spec"]["template"]["spec"]["containers"]:
@@ -272,8 +345,9 @@ def test_rendered_env_loads_as_settings(helm: Path, monkeypatch: pytest.MonkeyPa
                 for entry in container["env"]:
                     if "value" in entry:
                         env.setenv(entry["name"], entry["value"])
-                loaded[dep["metadata"]["name"], container["name"]] = \
-                    classes[container["name"]].load()
+                loaded[dep["metadata"]["name"], container["name"]] = classes[
+                    container["name"]
+                ].load()
     operator = loaded["rara-operator", "operator"]
     assert isinstance(operator, OperatorSettings)
     assert operator.served_namespaces() == ("ml",)
@@ -326,26 +400,51 @@ def test_operator_replicas_are_peered(helm: Path) -> None:
     assert env["RARA_OPERATOR_PEERING_LIFETIME"]["value"] == "15"
     assert env["POD_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert named(docs, "KopfPeering", "rara-operator")
-    assert dep["spec"]["strategy"] == {"type": "RollingUpdate",
-                                       "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert dep["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     selector = dep["spec"]["selector"]["matchLabels"]
     (term,) = pod["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
-    assert term["podAffinityTerm"] == {"topologyKey": "kubernetes.io/hostname",
-                                       "labelSelector": {"matchLabels": selector}}
+    assert term["podAffinityTerm"] == {
+        "topologyKey": "kubernetes.io/hostname",
+        "labelSelector": {"matchLabels": selector},
+    }
     pdb = named(docs, "PodDisruptionBudget", "rara-operator")
     assert pdb["spec"] == {"maxUnavailable": 1, "selector": {"matchLabels": selector}}
 
-    one = render(helm, "--set", "operator.replicas=1", "--set", "operator.peeringLifetime=5",
-                 "--set-json", 'operator.affinity={"nodeAffinity":{}}')
+    one = render(
+        helm,
+        "--set",
+        "operator.replicas=1",
+        "--set",
+        "operator.peeringLifetime=5",
+        "--set-json",
+        'operator.affinity={"nodeAffinity":{}}',
+    )
     dep = named(one, "Deployment", "rara-operator")
     assert dep["spec"]["replicas"] == 1
     assert dep["spec"]["template"]["spec"]["affinity"] == {"nodeAffinity": {}}
     (container,) = dep["spec"]["template"]["spec"]["containers"]
     assert env_of(container)["RARA_OPERATOR_PEERING_LIFETIME"]["value"] == "5"
     for bad in ("operator.replicas=0", "operator.peeringLifetime=2"):
-        done = subprocess.run([str(helm), "template", "rara", str(CHART), *BASE,
-                               "--kube-version", KUBE_VERSION, "--set", bad],
-                              capture_output=True, text=True, timeout=120, check=False)
+        done = subprocess.run(
+            [
+                str(helm),
+                "template",
+                "rara",
+                str(CHART),
+                *BASE,
+                "--kube-version",
+                KUBE_VERSION,
+                "--set",
+                bad,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert done.returncode != 0, bad
 
 
@@ -359,25 +458,41 @@ def test_artifacts_in_s3_by_url_and_credentials_by_reference(
     from rara.executor.settings import ExecutorSettings
     from rara.worker.settings import WorkerSettings
 
-    s3 = ["--set", "artifacts.s3.bucket=arts", "--set", "artifacts.s3.prefix=/team/a/",
-          "--set", "artifacts.s3.endpoint=http://minio.storage:9000",
-          "--set", "artifacts.s3.region=eu-west-1"]
+    s3 = [
+        "--set",
+        "artifacts.s3.bucket=arts",
+        "--set",
+        "artifacts.s3.prefix=/team/a/",
+        "--set",
+        "artifacts.s3.endpoint=http://minio.storage:9000",
+        "--set",
+        "artifacts.s3.region=eu-west-1",
+    ]
     for secret in ("s3creds", ""):
         docs = render(helm, *s3, "--set", f"artifacts.s3.existingSecret={secret}")
-        containers = [c for d in by_kind(docs, "Deployment")
-                      for c in d["spec"]["template"]["spec"]["containers"]
-                      if c["name"] in ("worker", "executor")]
+        containers = [
+            c
+            for d in by_kind(docs, "Deployment")
+            for c in d["spec"]["template"]["spec"]["containers"]
+            if c["name"] in ("worker", "executor")
+        ]
         assert {c["name"] for c in containers} == {"worker", "executor"}
         for container in containers:
             env = env_of(container)
             url = env["RARA_ARTIFACTS"]["value"]
             cfg = S3Config.parse(url)
-            assert (cfg.bucket, cfg.prefix, cfg.endpoint, cfg.region) == \
-                ("arts", "team/a/", "http://minio.storage:9000", "eu-west-1")
+            assert (cfg.bucket, cfg.prefix, cfg.endpoint, cfg.region) == (
+                "arts",
+                "team/a/",
+                "http://minio.storage:9000",
+                "eu-west-1",
+            )
             assert not [n for n in env if n.endswith("ARTIFACT_ROOT")]
             if secret:
-                assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == \
-                    {"name": "s3creds", "key": "AWS_SECRET_ACCESS_KEY"}
+                assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
+                    "name": "s3creds",
+                    "key": "AWS_SECRET_ACCESS_KEY",
+                }
                 assert "value" not in env["AWS_ACCESS_KEY_ID"]
             else:
                 assert not [n for n in env if n.startswith("AWS_")]
@@ -387,9 +502,21 @@ def test_artifacts_in_s3_by_url_and_credentials_by_reference(
                         menv.setenv(entry["name"], entry["value"])
                 cls = ExecutorSettings if container["name"] == "executor" else WorkerSettings
                 assert "artifact_root" not in cls.load().model_fields_set
-    bad = subprocess.run([str(helm), "template", "rara", str(CHART), *BASE, "--set",
-                          "artifacts.s3.endpoint=http://key:secret@host"],
-                         capture_output=True, text=True, timeout=120, check=False)
+    bad = subprocess.run(
+        [
+            str(helm),
+            "template",
+            "rara",
+            str(CHART),
+            *BASE,
+            "--set",
+            "artifacts.s3.endpoint=http://key:secret@host",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert bad.returncode != 0  # the schema refuses credentials in the endpoint
 
 
@@ -397,11 +524,21 @@ def test_each_process_reads_its_own_login(helm: Path) -> None:
     """database.<process>.existingSecret (docs/least-privilege.md): every worker (in pools and
     in executor pods) reads the worker login's Secret, the operator its own, the UI its own,
     and only the migration Job the owner's."""
-    docs = render(helm, "--set", "database.existingSecret=owner",
-                  "--set", "database.worker.existingSecret=worker-login",
-                  "--set", "database.operator.existingSecret=operator-login",
-                  "--set", "database.operator.secretKey=dsn",
-                  "--set", "ui.enabled=true", "--set", "ui.database.existingSecret=ui-reader")
+    docs = render(
+        helm,
+        "--set",
+        "database.existingSecret=owner",
+        "--set",
+        "database.worker.existingSecret=worker-login",
+        "--set",
+        "database.operator.existingSecret=operator-login",
+        "--set",
+        "database.operator.secretKey=dsn",
+        "--set",
+        "ui.enabled=true",
+        "--set",
+        "ui.database.existingSecret=ui-reader",
+    )
     seen: dict[str, set[tuple[str, str]]] = {}
     for workload in by_kind(docs, "Deployment") + by_kind(docs, "Job"):
         for container in workload["spec"]["template"]["spec"]["containers"]:
@@ -409,10 +546,12 @@ def test_each_process_reads_its_own_login(helm: Path) -> None:
                 if name.endswith("DATABASE_URL"):
                     ref = entry["valueFrom"]["secretKeyRef"]
                     seen.setdefault(container["name"], set()).add((ref["name"], ref["key"]))
-    assert seen == {"worker": {("worker-login", "url")},
-                    "operator": {("operator-login", "dsn")},
-                    "ui": {("ui-reader", "url")},
-                    "migrate": {("owner", "url")}}
+    assert seen == {
+        "worker": {("worker-login", "url")},
+        "operator": {("operator-login", "dsn")},
+        "ui": {("ui-reader", "url")},
+        "migrate": {("owner", "url")},
+    }
 
 
 def test_default_pools_scale_for_what_they_serve(helm: Path) -> None:
@@ -430,8 +569,14 @@ def test_default_pools_scale_for_what_they_serve(helm: Path) -> None:
         values["pools"][0]["name"]: load_registry([values["worker"]["handlers"]]).capabilities(),
         values["executor"]["name"]: {p.capability for p in plugins.plugins()},
     }
-    pools = {d["metadata"]["name"]: set(d["spec"]["capabilities"])
-             for d in by_kind(render(helm, *VARIANTS["defaults"]), "WorkerPool")}
-    assert pools == {f"rara-{kind}-{name}": served[name]
-                     for kind, name in (("worker", values["pools"][0]["name"]),
-                                        ("executor", values["executor"]["name"]))}
+    pools = {
+        d["metadata"]["name"]: set(d["spec"]["capabilities"])
+        for d in by_kind(render(helm, *VARIANTS["defaults"]), "WorkerPool")
+    }
+    assert pools == {
+        f"rara-{kind}-{name}": served[name]
+        for kind, name in (
+            ("worker", values["pools"][0]["name"]),
+            ("executor", values["executor"]["name"]),
+        )
+    }

@@ -30,8 +30,9 @@ KEYWORDS = ("type", "pattern", "enum", "minimum", "maximum", "minItems", "maxIte
 class _Schema(GenerateJsonSchema):
     """Durations are strings in YAML; pydantic only sees the int they parse into."""
 
-    def function_before_schema(self, schema: core_schema.BeforeValidatorFunctionSchema
-                               ) -> JsonSchemaValue:
+    def function_before_schema(
+        self, schema: core_schema.BeforeValidatorFunctionSchema
+    ) -> JsonSchemaValue:
         if schema["function"].get("function") is durations.parse_duration_ms:
             return {"type": "string", "pattern": durations._WHOLE.pattern}
         return super().function_before_schema(schema)
@@ -61,8 +62,10 @@ def from_crd(schema: dict[str, Any], *, defaults: bool) -> dict[str, Any]:
 
 def _normal(node: dict[str, Any], defs: dict[str, Any], *, defaults: bool) -> dict[str, Any]:
     if "$ref" in node:
-        node = {**defs[node["$ref"].rsplit("/", 1)[1]], **{k: v for k, v in node.items()
-                                                            if k != "$ref"}}
+        node = {
+            **defs[node["$ref"].rsplit("/", 1)[1]],
+            **{k: v for k, v in node.items() if k != "$ref"},
+        }
     out: dict[str, Any] = {}
     if "anyOf" in node:  # pydantic's Optional[X]: X or null
         options = [o for o in node["anyOf"] if o.get("type") != "null"]
@@ -76,8 +79,9 @@ def _normal(node: dict[str, Any], defs: dict[str, Any], *, defaults: bool) -> di
         if key in node:
             out[key] = node[key]
     if "properties" in node:
-        out["properties"] = {name: _normal(sub, defs, defaults=defaults)
-                             for name, sub in node["properties"].items()}
+        out["properties"] = {
+            name: _normal(sub, defs, defaults=defaults) for name, sub in node["properties"].items()
+        }
         out["required"] = sorted(node.get("required", []))
     if "items" in node:
         out["items"] = _normal(node["items"], defs, defaults=defaults)
@@ -90,16 +94,21 @@ def _normal(node: dict[str, Any], defs: dict[str, Any], *, defaults: bool) -> di
     # unknown fields, or refuses them under kubectl's default --validate=strict.
     if defaults and "default" in node and not isinstance(node["default"], (dict, list)):
         out["default"] = node["default"]
-    if node.get("type") == "object" and "properties" not in node and "free" not in out \
-            and "values" not in out:
+    if (
+        node.get("type") == "object"
+        and "properties" not in node
+        and "free" not in out
+        and "values" not in out
+    ):
         out["free"] = True
     return out
 
 
 def _drop_none_defaults(node: Any) -> Any:
     if isinstance(node, dict):
-        return {k: _drop_none_defaults(v) for k, v in node.items()
-                if not (k == "default" and v is None)}
+        return {
+            k: _drop_none_defaults(v) for k, v in node.items() if not (k == "default" and v is None)
+        }
     return node
 
 
@@ -205,5 +214,7 @@ def test_undocumented_fields_are_found() -> None:
     del schema["properties"]["spec"]["properties"]["input"]["description"]
     conditions = schema["properties"]["status"]["properties"]["conditions"]
     del conditions["items"]["properties"]["reason"]["description"]
-    assert undocumented(schema, "v1alpha1") == ["v1alpha1.spec.input",
-                                               "v1alpha1.status.conditions[].reason"]
+    assert undocumented(schema, "v1alpha1") == [
+        "v1alpha1.spec.input",
+        "v1alpha1.status.conditions[].reason",
+    ]

@@ -73,7 +73,8 @@ class Probe:
 
 @pytest.mark.timeout(180)
 def test_the_operator_and_the_dashboard_are_back_within_seconds_of_the_database(
-        own_server: EmbeddedPostgres) -> None:
+    own_server: EmbeddedPostgres,
+) -> None:
     url = own_server.url()
     pool = open_pool(url, 2)
     app = create_app(UiConfig(url, live_interval=0.5))
@@ -93,9 +94,11 @@ def test_the_operator_and_the_dashboard_are_back_within_seconds_of_the_database(
             assert ui.get("/readyz").status_code == 200
             wait_until(hub.listening.is_set, timeout=30, message="the hub listening")
             operator_handler()
-            probes = {"operator pool": Probe(operator_handler),
-                      "dashboard /readyz": Probe(lambda: ui.get("/readyz").status_code == 200),
-                      "dashboard hub": Probe(hub.listening.is_set)}
+            probes = {
+                "operator pool": Probe(operator_handler),
+                "dashboard /readyz": Probe(lambda: ui.get("/readyz").status_code == 200),
+                "dashboard hub": Probe(hub.listening.is_set),
+            }
             try:
                 own_server.restart(down_for=OUTAGE)
                 returned_at = time.monotonic()  # pg_ctl start -w: accepting connections
@@ -108,8 +111,11 @@ def test_the_operator_and_the_dashboard_are_back_within_seconds_of_the_database(
         pool.close()
 
     back = {name: (p.back_at or 0.0) - returned_at for name, p in probes.items()}
-    print("after a {:.0f} s outage, back (s after the database): {}".format(
-        OUTAGE, ", ".join(f"{name} {seconds:.2f}" for name, seconds in back.items())))
+    print(
+        "after a {:.0f} s outage, back (s after the database): {}".format(
+            OUTAGE, ", ".join(f"{name} {seconds:.2f}" for name, seconds in back.items())
+        )
+    )
     for name, probe in probes.items():
         assert probe.failed_at is not None, f"{name} never saw the outage"
     for name, seconds in back.items():

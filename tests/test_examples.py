@@ -30,13 +30,20 @@ from rara.operator.models import WorkflowRunSpec
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 # Each kind's plural: its CRD's file in crds/ and its resource path on the API server.
-PLURALS = {"WorkflowDefinition": "workflowdefinitions", "WorkflowRun": "workflowruns",
-           "WorkerPool": "workerpools"}
+PLURALS = {
+    "WorkflowDefinition": "workflowdefinitions",
+    "WorkflowRun": "workflowruns",
+    "WorkerPool": "workerpools",
+}
 
 
 def example_documents() -> list[tuple[str, dict[str, Any]]]:
-    return [(path.name, doc) for path in EXAMPLES
-            for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+    return [
+        (path.name, doc)
+        for path in EXAMPLES
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc is not None
+    ]
 
 
 def crd_schema(kind: str) -> dict[str, Any]:
@@ -46,8 +53,11 @@ def crd_schema(kind: str) -> dict[str, Any]:
 
 
 def definitions() -> dict[str, WorkflowDefinition]:
-    found = [definition_from_object(doc) for _, doc in example_documents()
-             if doc["kind"] == "WorkflowDefinition"]
+    found = [
+        definition_from_object(doc)
+        for _, doc in example_documents()
+        if doc["kind"] == "WorkflowDefinition"
+    ]
     return {d.metadata.name: d for d in found}
 
 
@@ -64,8 +74,7 @@ def run_problems(doc: dict[str, Any]) -> list[str]:
     definition = definitions().get(spec.definition)
     if definition is None:
         return [f"spec.definition: no WorkflowDefinition {spec.definition!r} in examples/"]
-    schemas = [(s.key, s.input_schema) for s in definition.spec.steps
-               if s.input_schema is not None]
+    schemas = [(s.key, s.input_schema) for s in definition.spec.steps if s.input_schema is not None]
     check_run_input(spec.input, schemas)
     return []
 
@@ -74,8 +83,9 @@ DOCUMENTS = example_documents()
 
 
 def test_examples_hold_a_workflow_run() -> None:
-    assert "rag-refresh-run.yaml" in {name for name, doc in DOCUMENTS
-                                      if doc["kind"] == "WorkflowRun"}
+    assert "rag-refresh-run.yaml" in {
+        name for name, doc in DOCUMENTS if doc["kind"] == "WorkflowRun"
+    }
 
 
 @pytest.mark.parametrize(("name", "doc"), DOCUMENTS, ids=[name for name, _ in DOCUMENTS])
@@ -102,7 +112,8 @@ def test_the_checks_refuse_a_bad_run() -> None:
     assert any(p.startswith("spec.definition:") for p in schema_problems(bad_name))
     unknown = {**run, "spec": {**run["spec"], "definition": "no-such-pipeline"}}
     assert run_problems(unknown) == [
-        "spec.definition: no WorkflowDefinition 'no-such-pipeline' in examples/"]
+        "spec.definition: no WorkflowDefinition 'no-such-pipeline' in examples/"
+    ]
     with pytest.raises(InputInvalid, match=r"input\.limit: 0 is less than the minimum of 1"):
         run_problems({**run, "spec": {**run["spec"], "input": {"limit": 0}}})
     with pytest.raises(ValidationError, match="inputs"):

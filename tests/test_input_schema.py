@@ -19,17 +19,21 @@ LIMIT = {"type": "object", "properties": {"limit": {"type": "integer", "minimum"
 
 
 def document(**step: Any) -> dict[str, Any]:
-    return {"apiVersion": "rara.dev/v1alpha1", "kind": "WorkflowDefinition",
-            "metadata": {"name": "w"},
-            "spec": {"steps": [{"key": "collect", "capability": "corpus.collect@1", **step}]}}
+    return {
+        "apiVersion": "rara.dev/v1alpha1",
+        "kind": "WorkflowDefinition",
+        "metadata": {"name": "w"},
+        "spec": {"steps": [{"key": "collect", "capability": "corpus.collect@1", **step}]},
+    }
 
 
 def test_an_invalid_schema_is_refused_naming_the_step() -> None:
     with pytest.raises(DefinitionInvalid) as caught:
         definition_from_object(document(inputSchema={"type": "integr"}))
     (problem,) = caught.value.problems
-    assert problem.startswith("spec.steps[0] (step 'collect').inputSchema: not a valid JSON "
-                              "Schema at type:"), problem
+    assert problem.startswith(
+        "spec.steps[0] (step 'collect').inputSchema: not a valid JSON Schema at type:"
+    ), problem
 
 
 def test_run_input_is_checked_against_each_declared_schema() -> None:
@@ -37,24 +41,32 @@ def test_run_input_is_checked_against_each_declared_schema() -> None:
     check_run_input({}, [("collect", LIMIT)])  # nothing required
     with pytest.raises(InputInvalid) as caught:
         check_run_input({"limit": -1}, [("collect", LIMIT)])
-    assert str(caught.value) == ("run input refused: input.limit: -1 is less than the minimum "
-                                 "of 1 (input of step 'collect')")
-    paths = {"type": "object", "properties": {"paths": {"type": "array",
-                                                        "items": {"type": "string"}}}}
-    with pytest.raises(InputInvalid, match=r"input\.paths\[1\]: 3 is not of type 'string' "
-                                           r"\(input of step 'load'\)"):
+    assert str(caught.value) == (
+        "run input refused: input.limit: -1 is less than the minimum of 1 (input of step 'collect')"
+    )
+    paths = {
+        "type": "object",
+        "properties": {"paths": {"type": "array", "items": {"type": "string"}}},
+    }
+    with pytest.raises(
+        InputInvalid,
+        match=r"input\.paths\[1\]: 3 is not of type 'string' "
+        r"\(input of step 'load'\)",
+    ):
         check_run_input({"paths": ["a", 3]}, [("collect", LIMIT), ("load", paths)])
 
 
 def test_a_schema_may_only_refer_within_itself() -> None:
-    local = {"$defs": {"n": {"type": "integer"}},
-             "properties": {"limit": {"$ref": "#/$defs/n"}}}
+    local = {"$defs": {"n": {"type": "integer"}}, "properties": {"limit": {"$ref": "#/$defs/n"}}}
     definition_from_object(document(inputSchema=local))
     with pytest.raises(InputInvalid, match=r"input\.limit: 'x' is not of type 'integer'"):
         check_run_input({"limit": "x"}, [("collect", local)])
     remote = {"properties": {"limit": {"$ref": "https://example.invalid/n.json"}}}
-    with pytest.raises(DefinitionInvalid, match=r"inputSchema: properties\.limit\.\$ref: only "
-                                                r"references within the schema"):
+    with pytest.raises(
+        DefinitionInvalid,
+        match=r"inputSchema: properties\.limit\.\$ref: only "
+        r"references within the schema",
+    ):
         definition_from_object(document(inputSchema=remote))
 
 
@@ -73,14 +85,18 @@ def test_kubernetes_status_is_accepted_and_ignored() -> None:
 
 
 def test_a_run_whose_input_a_step_refuses_never_starts(conn: psycopg.Connection[Any]) -> None:
-    apply(conn, "typed", [{"key": "collect", "capability": "corpus.collect@1",
-                           "inputSchema": LIMIT}])
+    apply(
+        conn, "typed", [{"key": "collect", "capability": "corpus.collect@1", "inputSchema": LIMIT}]
+    )
     for attempt in range(2):  # a process that has not seen the spec yet, then one that has
         if attempt == 0:
             runs._INPUT_SCHEMAS.clear()
             runs._DIGEST_HINTS.clear()
-        with pytest.raises(InputInvalid, match=r"input\.limit: -1 is less than the minimum of 1 "
-                                               r"\(input of step 'collect'\)"):
+        with pytest.raises(
+            InputInvalid,
+            match=r"input\.limit: -1 is less than the minimum of 1 "
+            r"\(input of step 'collect'\)",
+        ):
             start_run(conn, "typed", input={"limit": -1}, queue_anyway=True)
     row = conn.execute("SELECT count(*) FROM rara_runs").fetchone()
     assert row == (0,), "nothing was written"

@@ -49,10 +49,18 @@ CASES = [
 
 @pytest.mark.parametrize(
     ("case", "backlog", "current", "age", "peak", "replicas", "keeps_window"),
-    CASES, ids=[c[0] for c in CASES],
+    CASES,
+    ids=[c[0] for c in CASES],
 )
-def test_decide(case: str, backlog: int, current: int, age: int | None, peak: int | None,
-                replicas: int, keeps_window: bool) -> None:
+def test_decide(
+    case: str,
+    backlog: int,
+    current: int,
+    age: int | None,
+    peak: int | None,
+    replicas: int,
+    keeps_window: bool,
+) -> None:
     window = None if age is None else Window(T0 - timedelta(seconds=age), peak or 0)
     decision = decide(POLICY, backlog=backlog, current=current, now=T0, window=window)
     assert decision.replicas == replicas, decision.reason
@@ -66,8 +74,9 @@ def test_window_remembers_the_peak_and_its_start() -> None:
     second = decide(POLICY, backlog=0, current=4, now=later, window=first.window)
     assert second.window == Window(T0, 2)  # the start does not move; the peak is kept
     assert "cooldown 30s left" in second.reason
-    done = decide(POLICY, backlog=0, current=4, now=T0 + timedelta(seconds=60),
-                  window=second.window)
+    done = decide(
+        POLICY, backlog=0, current=4, now=T0 + timedelta(seconds=60), window=second.window
+    )
     assert done.replicas == 2
     assert done.window is None
 

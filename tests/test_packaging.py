@@ -40,8 +40,9 @@ def test_listed_packages_live_where_their_names_say() -> None:
 
 
 def test_no_symlinks_in_the_repository() -> None:
-    files = subprocess.run(["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True,
-                           check=True).stdout.splitlines()
+    files = subprocess.run(
+        ["git", "ls-files", "-s"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     links = [line.split("\t", 1)[1] for line in files if line.startswith("120000")]
     assert links == []
 

@@ -30,8 +30,12 @@ def test_peered() -> None:
     settings = kopf.OperatorSettings()
     configure(settings, Peering("rara-operator", None, 4))
     peering = settings.peering
-    assert (peering.standalone, peering.mandatory, peering.name, peering.lifetime) == \
-        (False, True, "rara-operator", 4)
+    assert (peering.standalone, peering.mandatory, peering.name, peering.lifetime) == (
+        False,
+        True,
+        "rara-operator",
+        4,
+    )
     assert peering.priority < 0
     configure(settings, Peering("rara-operator", 7))
     assert settings.peering.priority == 7  # by hand: above every default priority

@@ -49,8 +49,13 @@ structlog.get_logger().info("native", token="{SECRET}")
 
 
 def test_stdlib_records_are_json_and_redacted() -> None:
-    done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
-                          timeout=TIMEOUT_S, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert SECRET not in done.stderr
     warning, error, native = json_lines(done.stderr)
@@ -69,19 +74,34 @@ async def test_operator_and_kopf_log_json_lines_redacted(tmp_path: Path) -> None
     """``rara operator`` against an API server that is not there: kopf's own lines, which
     quote the server URL and its credentials, come out as JSON with the password masked."""
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://kube:{SECRET}@127.0.0.1:9"}}],
-        "users": [{"name": "u", "user": {}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
-    }))
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "c",
+                "clusters": [
+                    {"name": "c", "cluster": {"server": f"https://kube:{SECRET}@127.0.0.1:9"}}
+                ],
+                "users": [{"name": "u", "user": {}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+            }
+        )
+    )
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     env.pop("RARA_NAMESPACE", None)
     proc = await asyncio.create_subprocess_exec(
-        str(Path(sys.executable).with_name("rara")), "operator", "--namespace", "ml",
+        str(Path(sys.executable).with_name("rara")),
+        "operator",
+        "--namespace",
+        "ml",
         # Nothing listens on port 9: the pool logs its retries, the operator keeps running.
-        "--database-url", f"postgresql://rara:{SECRET}@127.0.0.1:9/rara",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+        "--database-url",
+        f"postgresql://rara:{SECRET}@127.0.0.1:9/rara",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
     assert proc.stderr is not None
     seen: list[str] = []
     try:
@@ -101,8 +121,10 @@ async def test_operator_and_kopf_log_json_lines_redacted(tmp_path: Path) -> None
     assert SECRET not in text
     lines = json_lines(text)
     kopf = [line for line in lines if line.get("logger", "").startswith("kopf")]
-    assert any("Request attempt" in line["event"] and "[REDACTED]127.0.0.1:9" in line["event"]
-               for line in kopf)
+    assert any(
+        "Request attempt" in line["event"] and "[REDACTED]127.0.0.1:9" in line["event"]
+        for line in kopf
+    )
     assert any(line["event"].startswith("Signal SIGTERM") for line in kopf)
     assert all({"event", "level", "timestamp"} <= set(line) for line in lines)
     assert proc.returncode == 0, text

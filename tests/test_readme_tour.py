@@ -24,7 +24,7 @@ EXECUTOR_PORT = 50051  # the address the tour gives the executor and the worker
 
 def tour_script() -> str:
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index(TOUR_HEADING):]
+    section = readme[readme.index(TOUR_HEADING) :]
     match = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
     assert match, "the tour's ```bash block is missing"
     return match.group(1)
@@ -52,14 +52,23 @@ def test_readme_tour_runs_as_written(tmp_path: Path) -> None:
     (work / ".venv").symlink_to(ROOT / ".venv")
     script = work / "tour.sh"
     script.write_text("set -euo pipefail\n" + tour_script())
-    env = {k: v for k, v in os.environ.items()
-           if k != "DATABASE_URL" and not k.startswith(("RARA_", "PYTHON", "VIRTUAL_ENV"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k != "DATABASE_URL" and not k.startswith(("RARA_", "PYTHON", "VIRTUAL_ENV"))
+    }
     log = tmp_path / "tour.log"
     # Output to a file, and the wait on bash itself: a step that fails leaves the tour's
     # background worker and executor holding any pipe open; its session is killed after.
     with open(log, "w") as out:
-        proc = subprocess.Popen(["bash", str(script)], cwd=work, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            ["bash", str(script)],
+            cwd=work,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             proc.wait(timeout=840)
         finally:

@@ -42,8 +42,12 @@ def main() -> list[dict[str, Any]]:
     parser.add_argument("--workers", type=int, default=2, help="worker processes per drain")
     parser.add_argument("--pgqueuer-jobs", type=int, default=DEFAULT_JOBS["pgqueuer-asyncpg"])
     parser.add_argument("--procrastinate-jobs", type=int, default=DEFAULT_JOBS["procrastinate"])
-    parser.add_argument("--dbos-jobs", type=int, default=DEFAULT_JOBS["dbos-1step"],
-                        help="1-step workflows (3-step: two thirds of it)")
+    parser.add_argument(
+        "--dbos-jobs",
+        type=int,
+        default=DEFAULT_JOBS["dbos-1step"],
+        help="1-step workflows (3-step: two thirds of it)",
+    )
     parser.add_argument("--river-jobs", type=int, default=DEFAULT_JOBS["river"])
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")

@@ -91,8 +91,7 @@ def setup(dsn: str, jobs: int, steps: int) -> None:
     client = DBOSClient(system_database_url=dsn)
     engine = sa.create_engine(dsn.replace("postgresql://", "postgresql+psycopg://", 1))
     try:
-        options: Any = {"queue_name": QUEUE, "workflow_name": WORKFLOW,
-                        "app_version": "bench"}
+        options: Any = {"queue_name": QUEUE, "workflow_name": WORKFLOW, "app_version": "bench"}
         with engine.begin() as conn:
             for i in range(jobs):
                 client.enqueue_in_transaction(conn, options, i)
@@ -111,7 +110,8 @@ def count_done(dsn: str) -> tuple[int, int]:
         row = conn.execute(
             "SELECT count(*) FILTER (WHERE status = 'SUCCESS'),"
             " count(*) FILTER (WHERE status IN ('ENQUEUED', 'PENDING'))"
-            " FROM dbos.workflow_status").fetchone()
+            " FROM dbos.workflow_status"
+        ).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
 
@@ -123,7 +123,8 @@ def db_seconds(dsn: str) -> float:
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
             "SELECT (max(updated_at) - min(started_at_epoch_ms)) / 1000.0"
-            " FROM dbos.workflow_status WHERE status = 'SUCCESS'").fetchone()
+            " FROM dbos.workflow_status WHERE status = 'SUCCESS'"
+        ).fetchone()
     assert row is not None
     return float(row[0])
 
@@ -149,8 +150,9 @@ def worker(dsn: str, steps: int, ready: Any, go: Any, starts: Any, latency: bool
         ready.put(os.getpid())
         go.wait()
         # DBOS persists the queue and its thread starts polling it within a second.
-        DBOS.register_queue(QUEUE, worker_concurrency=WORKER_CONCURRENCY,
-                            polling_interval_sec=POLL_S)
+        DBOS.register_queue(
+            QUEUE, worker_concurrency=WORKER_CONCURRENCY, polling_interval_sec=POLL_S
+        )
         if latency:
             while True:  # served until the parent stops this process
                 time.sleep(3600)
@@ -170,8 +172,7 @@ class Enqueuer:
         from dbos import DBOSClient
 
         self.client = DBOSClient(system_database_url=self.dsn)
-        self.options: Any = {"queue_name": QUEUE, "workflow_name": WORKFLOW,
-                             "app_version": "bench"}
+        self.options: Any = {"queue_name": QUEUE, "workflow_name": WORKFLOW, "app_version": "bench"}
 
     async def enqueue_one(self, i: int) -> int:
         await self.client.enqueue_async(self.options, i)
@@ -181,5 +182,8 @@ class Enqueuer:
 def versions() -> dict[str, str]:
     from importlib.metadata import version
 
-    return {"dbos": version("dbos"), "sqlalchemy": version("sqlalchemy"),
-            "psycopg": version("psycopg")}
+    return {
+        "dbos": version("dbos"),
+        "sqlalchemy": version("sqlalchemy"),
+        "psycopg": version("psycopg"),
+    }

@@ -35,8 +35,14 @@ REPO = HERE.parents[1]
 RUN_PEER = HERE / "run_peer.py"
 VENV = REPO / ".rara" / "bench-peers-venv"
 
-PEERS = ("pgqueuer-asyncpg", "pgqueuer-psycopg", "procrastinate", "dbos-1step", "dbos-3step",
-         "river")
+PEERS = (
+    "pgqueuer-asyncpg",
+    "pgqueuer-psycopg",
+    "procrastinate",
+    "dbos-1step",
+    "dbos-3step",
+    "river",
+)
 
 # Every package installed directly is pinned (transitive ones follow from these).
 PEER_REQUIREMENTS = (
@@ -49,12 +55,24 @@ PEER_REQUIREMENTS = (
 )
 
 # Jobs per drain: enough for a steady state, bounded in time on a small machine.
-DEFAULT_JOBS = {"pgqueuer-asyncpg": 20_000, "pgqueuer-psycopg": 20_000, "procrastinate": 3_000,
-                "dbos-1step": 3_000, "dbos-3step": 2_000, "river": 50_000}
+DEFAULT_JOBS = {
+    "pgqueuer-asyncpg": 20_000,
+    "pgqueuer-psycopg": 20_000,
+    "procrastinate": 3_000,
+    "dbos-1step": 3_000,
+    "dbos-3step": 2_000,
+    "river": 50_000,
+}
 # Wake-up samples. PgQueuer's psycopg driver wakes after ~1 s (its notifies() watcher holds the
 # connection lock for its 1 s timeout, so the dequeue waits), so it gets fewer samples.
-DEFAULT_LATENCY_SAMPLES = {"pgqueuer-asyncpg": 200, "pgqueuer-psycopg": 30, "procrastinate": 200,
-                           "dbos-1step": 100, "dbos-3step": 100, "river": 200}
+DEFAULT_LATENCY_SAMPLES = {
+    "pgqueuer-asyncpg": 200,
+    "pgqueuer-psycopg": 30,
+    "procrastinate": 200,
+    "dbos-1step": 100,
+    "dbos-3step": 100,
+    "river": 200,
+}
 
 
 def _base_python() -> str:
@@ -89,7 +107,8 @@ def ensure_peers_venv(venv: Path = VENV) -> Path:
         )
         if proc.returncode != 0:
             raise PeerUnavailable(
-                f"pip install into {venv} failed:\n{proc.stdout}{proc.stderr}"[-4000:])
+                f"pip install into {venv} failed:\n{proc.stdout}{proc.stderr}"[-4000:]
+            )
         marker.write_text(wanted)
     return python
 

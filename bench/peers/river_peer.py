@@ -32,13 +32,15 @@ BUILD = Path(__file__).resolve().parent / "river" / "build.sh"
 def build() -> Path:
     """The driver's binary, built on first use; PeerUnavailable with the reason if it cannot."""
     try:
-        proc = subprocess.run([str(BUILD)], capture_output=True, text=True, timeout=600,
-                              check=False)
+        proc = subprocess.run(
+            [str(BUILD)], capture_output=True, text=True, timeout=600, check=False
+        )
     except subprocess.TimeoutExpired:
         raise PeerUnavailable("river: building the driver took over 10 minutes") from None
     if proc.returncode != 0:
         raise PeerUnavailable(
-            f"river: the driver could not be built: {proc.stderr.strip()[-1500:]}")
+            f"river: the driver could not be built: {proc.stderr.strip()[-1500:]}"
+        )
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
@@ -53,16 +55,33 @@ def _readline(proc: subprocess.Popen[str], deadline: float) -> str:
     raise TimeoutError
 
 
-def run(dsn: str, jobs: int, latency: bool = False, timeout: float = 300.0,
-        postmaster: int | None = None) -> dict[str, Any]:
+def run(
+    dsn: str,
+    jobs: int,
+    latency: bool = False,
+    timeout: float = 300.0,
+    postmaster: int | None = None,
+) -> dict[str, Any]:
     """One River measurement in the (empty) database of ``dsn``: the driver's JSON, with the
     server's and the driver's CPU per job for a drain."""
     binary = build()
     proc = subprocess.Popen(
-        [str(binary), "-dsn", dsn, "-jobs", str(jobs), "-timeout", f"{timeout:.0f}s",
-         *(["-latency"] if latency else [])],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True)
+        [
+            str(binary),
+            "-dsn",
+            dsn,
+            "-jobs",
+            str(jobs),
+            "-timeout",
+            f"{timeout:.0f}s",
+            *(["-latency"] if latency else []),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     assert proc.stdin is not None
     try:
         if _readline(proc, time.monotonic() + 120) != "ready\n":
@@ -86,8 +105,10 @@ def run(dsn: str, jobs: int, latency: bool = False, timeout: float = 300.0,
         raise PeerError(f"river: exit {proc.returncode}: {_stderr(proc)}")
     result: dict[str, Any] = json.loads(line)
     if not latency:
-        result["cpu_per_job"] = {"postgres_us": round(server / jobs * 1e6, 1),
-                                 "workers_us": round(result["cpu_seconds"] / jobs * 1e6, 1)}
+        result["cpu_per_job"] = {
+            "postgres_us": round(server / jobs * 1e6, 1),
+            "workers_us": round(result["cpu_seconds"] / jobs * 1e6, 1),
+        }
     return result
 
 

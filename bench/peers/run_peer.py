@@ -313,8 +313,9 @@ async def _count_done(peer: str, dsn: str) -> tuple[int, int]:
     return await _pgq_count_done(peer, dsn)
 
 
-def drain(peer: str, dsn: str, jobs: int, workers: int, timeout: float,
-          postmaster: int | None = None) -> dict[str, Any]:
+def drain(
+    peer: str, dsn: str, jobs: int, workers: int, timeout: float, postmaster: int | None = None
+) -> dict[str, Any]:
     _setup(peer, dsn, 0)
     before, queued = asyncio.run(_count_done(peer, dsn))
     if queued:
@@ -340,8 +341,12 @@ def drain(peer: str, dsn: str, jobs: int, workers: int, timeout: float,
     finally:
         _stop(procs)
     after = os.times()
-    workers_cpu += (after.children_user + after.children_system
-                    - children.children_user - children.children_system)
+    workers_cpu += (
+        after.children_user
+        + after.children_system
+        - children.children_user
+        - children.children_system
+    )
     completed, left = asyncio.run(_count_done(peer, dsn))
     completed -= before
     if completed != jobs or left:
@@ -350,11 +355,17 @@ def drain(peer: str, dsn: str, jobs: int, workers: int, timeout: float,
     if peer.startswith("dbos-"):
         steps = dbos_peer.steps_of(peer)
         if dbos_peer.checkpoints(dsn) != jobs * steps:
-            raise RuntimeError(f"{peer}: {dbos_peer.checkpoints(dsn)} step outputs recorded, "
-                               f"{jobs * steps} expected")
+            raise RuntimeError(
+                f"{peer}: {dbos_peer.checkpoints(dsn)} step outputs recorded, "
+                f"{jobs * steps} expected"
+            )
         # From DBOS's rows (first claim to last end): the launch of each process is not timed.
-        extra = {"steps_per_job": steps, "seconds_release_to_exit": round(seconds, 4),
-                 "poll_s": dbos_peer.POLL_S, "worker_concurrency": dbos_peer.WORKER_CONCURRENCY}
+        extra = {
+            "steps_per_job": steps,
+            "seconds_release_to_exit": round(seconds, 4),
+            "poll_s": dbos_peer.POLL_S,
+            "worker_concurrency": dbos_peer.WORKER_CONCURRENCY,
+        }
         seconds = dbos_peer.db_seconds(dsn)
     return {
         "peer": peer,
@@ -364,8 +375,10 @@ def drain(peer: str, dsn: str, jobs: int, workers: int, timeout: float,
         "seconds": round(seconds, 4),
         "jobs_per_s": round(jobs / seconds, 1),
         "completed_in_db": completed,
-        "cpu_per_job": {"postgres_us": round(server / jobs * 1e6, 1),
-                        "workers_us": round(workers_cpu / jobs * 1e6, 1)},
+        "cpu_per_job": {
+            "postgres_us": round(server / jobs * 1e6, 1),
+            "workers_us": round(workers_cpu / jobs * 1e6, 1),
+        },
         **extra,
     }
 
@@ -377,9 +390,13 @@ def latency(peer: str, dsn: str, samples: int, timeout: float, warmup: int = 5) 
     deadline = time.monotonic() + timeout
 
     async def measure() -> list[float]:
-        enqueuer: Any = (dbos_peer.Enqueuer(dsn) if peer.startswith("dbos-")
-                         else _ProcEnqueuer(dsn) if peer == "procrastinate"
-                         else _PgqEnqueuer(peer, dsn))
+        enqueuer: Any = (
+            dbos_peer.Enqueuer(dsn)
+            if peer.startswith("dbos-")
+            else _ProcEnqueuer(dsn)
+            if peer == "procrastinate"
+            else _PgqEnqueuer(peer, dsn)
+        )
         await enqueuer.open()
         loop = asyncio.get_running_loop()
         go.set()
@@ -428,8 +445,12 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2, help="worker processes (drain)")
     parser.add_argument("--latency", action="store_true", help="wake-up latency instead of drain")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds for the timed part")
-    parser.add_argument("--postmaster", type=int, default=None,
-                        help="pid of the server's postmaster: its CPU alone is counted")
+    parser.add_argument(
+        "--postmaster",
+        type=int,
+        default=None,
+        help="pid of the server's postmaster: its CPU alone is counted",
+    )
     args = parser.parse_args()
     # Spawned workers put the working directory first on sys.path: run from this folder so
     # that nothing in the caller's directory (e.g. a repo folder named like a stdlib module,
@@ -438,8 +459,7 @@ def main() -> int:
     if args.latency:
         result = latency(args.peer, args.dsn, args.jobs, args.timeout)
     else:
-        result = drain(args.peer, args.dsn, args.jobs, args.workers, args.timeout,
-                       args.postmaster)
+        result = drain(args.peer, args.dsn, args.jobs, args.workers, args.timeout, args.postmaster)
     result["versions"] = _versions(args.peer)
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")

@@ -37,8 +37,18 @@ ENV_VAR: Final = "RARA_ARTIFACTS"
 DEFAULT_LOCATION: Final = ".rara/artifacts"
 MIB: Final = 1 << 20
 _SECRET_PARAMS = frozenset(
-    {"access_key", "secret_key", "access_key_id", "secret_access_key", "session_token",
-     "aws_access_key_id", "aws_secret_access_key", "password", "secret", "token"}
+    {
+        "access_key",
+        "secret_key",
+        "access_key_id",
+        "secret_access_key",
+        "session_token",
+        "aws_access_key_id",
+        "aws_secret_access_key",
+        "password",
+        "secret",
+        "token",
+    }
 )
 
 
@@ -76,11 +86,18 @@ class S3Config:
                 f"credentials do not belong in the artifact store URL ({sorted(leaked)}); "
                 "give them by reference (environment, credentials file, the pod's role)"
             )
-        known = {"endpoint", "region", "part_size", "concurrency", "attempts",
-                 "retry_seconds", "credentials_file", "profile"}
+        known = {
+            "endpoint",
+            "region",
+            "part_size",
+            "concurrency",
+            "attempts",
+            "retry_seconds",
+            "credentials_file",
+            "profile",
+        }
         if unknown := set(query) - known:
-            raise ValueError(f"unknown s3 URL parameters {sorted(unknown)}; known: "
-                             f"{sorted(known)}")
+            raise ValueError(f"unknown s3 URL parameters {sorted(unknown)}; known: {sorted(known)}")
         prefix = parts.path.strip("/")
         endpoint = query.get("endpoint") or None
         if endpoint is not None:
@@ -99,10 +116,15 @@ class S3Config:
             credentials_file=query.get("credentials_file") or None,
             profile=query.get("profile") or None,
         )
-        if (cfg.part_size < 5 * MIB or cfg.concurrency < 1 or cfg.attempts < 1
-                or not cfg.retry_seconds >= 0):
-            raise ValueError("s3 URL: part_size >= 5 (MiB), concurrency >= 1, attempts >= 1, "
-                             "retry_seconds >= 0")
+        if (
+            cfg.part_size < 5 * MIB
+            or cfg.concurrency < 1
+            or cfg.attempts < 1
+            or not cfg.retry_seconds >= 0
+        ):
+            raise ValueError(
+                "s3 URL: part_size >= 5 (MiB), concurrency >= 1, attempts >= 1, retry_seconds >= 0"
+            )
         return cfg
 
     def __str__(self) -> str:

@@ -15,14 +15,18 @@ from __future__ import annotations
 import re
 from typing import Final
 
-__all__ = ["MEDIA_TYPE_MAX_LENGTH", "MEDIA_TYPE_PATTERN", "is_valid_media_type",
-           "media_type_problem"]
+__all__ = [
+    "MEDIA_TYPE_MAX_LENGTH",
+    "MEDIA_TYPE_PATTERN",
+    "is_valid_media_type",
+    "media_type_problem",
+]
 
 MEDIA_TYPE_MAX_LENGTH: Final = 255
 #: Python's spelling; ``[:cntrl:]`` of the SQL spelling is ``\x00-\x1f\x7f`` here, and its
 #: ``[ -~]`` (printable ASCII) clause is :meth:`str.isascii` below.
 MEDIA_TYPE_PATTERN: Final = (
-    r'^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}'
+    r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
     r'( *; *[A-Za-z0-9!#$&^_.+-]+=([A-Za-z0-9!#$&^_.+-]+|"[^"\\\x00-\x1f\x7f]*"))*$'
 )
 # fullmatch, not match: Python's ``$`` also matches before a final newline, PostgreSQL's not.
@@ -32,8 +36,12 @@ _SHOWN = 80  # characters of a refused value quoted in the error
 
 def is_valid_media_type(value: object) -> bool:
     """True if ``value`` may be stored (and served) as an artifact's media type."""
-    return (isinstance(value, str) and len(value) <= MEDIA_TYPE_MAX_LENGTH and value.isascii()
-            and _MEDIA_TYPE.fullmatch(value) is not None)
+    return (
+        isinstance(value, str)
+        and len(value) <= MEDIA_TYPE_MAX_LENGTH
+        and value.isascii()
+        and _MEDIA_TYPE.fullmatch(value) is not None
+    )
 
 
 def media_type_problem(artifact: str, value: object) -> str | None:
@@ -43,6 +51,8 @@ def media_type_problem(artifact: str, value: object) -> str | None:
     shown = repr(value)  # repr: a CR/LF shows as \r\n, never breaks the line it is logged on
     if len(shown) > _SHOWN:
         shown = shown[:_SHOWN] + f"… ({len(value) if isinstance(value, str) else '?'} chars)"
-    return (f"artifact {artifact!r}: media_type {shown} is not a media type (type/subtype with "
-            f"optional '; name=value' parameters, printable ASCII, at most "
-            f"{MEDIA_TYPE_MAX_LENGTH} characters)")
+    return (
+        f"artifact {artifact!r}: media_type {shown} is not a media type (type/subtype with "
+        f"optional '; name=value' parameters, printable ASCII, at most "
+        f"{MEDIA_TYPE_MAX_LENGTH} characters)"
+    )

@@ -31,8 +31,10 @@ def open_store(location: str | os.PathLike[str] | None = None) -> ArtifactStore:
             ) from exc
         return S3ArtifactStore(S3Config.parse(where))
     if "://" in where:
-        raise ValueError(f"unsupported artifact store {where.split('?', 1)[0]!r}: a directory "
-                         "or s3://bucket/prefix")
+        raise ValueError(
+            f"unsupported artifact store {where.split('?', 1)[0]!r}: a directory "
+            "or s3://bucket/prefix"
+        )
     # Imported here, as the S3 store is: `import rara.artifacts` (every process's, through
     # rara.context) stays as light as reading a location.
     from rara.artifacts.store import LocalArtifactStore

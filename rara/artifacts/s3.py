@@ -90,6 +90,8 @@ T = TypeVar("T")
 MAX_PARTS: Final = 10_000
 _PAGE: Final = 1000
 _BLOB_KEY = re.compile(r"^([0-9a-f]{2})/([0-9a-f]{62})$")
+
+
 class S3ArtifactWriter(HashingWriter):
     """Streams a blob in, hashing as it goes; uploads on commit (``S3ArtifactStore.open_writer``).
 
@@ -171,11 +173,17 @@ class S3ArtifactStore:
             except (MinioException, urllib3.exceptions.HTTPError, OSError) as exc:
                 code = error_code(exc)
                 if is_access_error(exc):
-                    what = "bucket does not exist" if code == "NoSuchBucket" else (
-                        f"access denied ({code or 'HTTP 403'}): check the credentials and the "
-                        "policy")
+                    what = (
+                        "bucket does not exist"
+                        if code == "NoSuchBucket"
+                        else (
+                            f"access denied ({code or 'HTTP 403'}): check the credentials and the "
+                            "policy"
+                        )
+                    )
                     raise ArtifactStoreAccessError(
-                        self._where(key), f"S3 {op} failed: {what}", digest) from exc
+                        self._where(key), f"S3 {op} failed: {what}", digest
+                    ) from exc
                 if not is_transient(exc):
                     raise
                 spent = self._clock() - started
@@ -183,10 +191,18 @@ class S3ArtifactStore:
                     raise ArtifactStoreUnavailable(
                         self._where(key),
                         f"S3 {op} failed after {attempt + 1} attempts in {spent:.1f} s: "
-                        f"{type(exc).__name__}: {code or exc}", digest) from exc
+                        f"{type(exc).__name__}: {code or exc}",
+                        digest,
+                    ) from exc
                 delay = random.uniform(0, min(cap, base * 2**attempt))  # full jitter
-                log.warning("s3 request failed; retrying", op=op, key=key, attempt=attempt + 1,
-                            error=code or type(exc).__name__, delay=round(delay, 3))
+                log.warning(
+                    "s3 request failed; retrying",
+                    op=op,
+                    key=key,
+                    attempt=attempt + 1,
+                    error=code or type(exc).__name__,
+                    delay=round(delay, 3),
+                )
                 self._sleep(delay)
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -221,8 +237,9 @@ class S3ArtifactStore:
     ) -> ArtifactRef:
         mv = memoryview(data).cast("B")
         hexd = hashlib.sha256(mv).hexdigest()
-        self._upload(mv.obj if isinstance(mv.obj, bytes) else bytes(mv), hexd, mv.nbytes,
-                     media_type)
+        self._upload(
+            mv.obj if isinstance(mv.obj, bytes) else bytes(mv), hexd, mv.nbytes, media_type
+        )
         return ArtifactRef(f"sha256:{hexd}", mv.nbytes, media_type)
 
     def put_file(
@@ -270,8 +287,12 @@ class S3ArtifactStore:
     def _verify_source(self, data: bytes, hexd: str, size: int, key: str) -> None:
         actual = hashlib.sha256(data).hexdigest()
         if len(data) != size or actual != hexd:
-            raise ArtifactCorrupted(f"sha256:{hexd}", f"sha256:{actual}", self._where(key),
-                                    "the source changed while it was being stored")
+            raise ArtifactCorrupted(
+                f"sha256:{hexd}",
+                f"sha256:{actual}",
+                self._where(key),
+                "the source changed while it was being stored",
+            )
 
     def _put_once(self, key: str, data: bytes, hexd: str, media_type: str) -> None:
         headers = {
@@ -280,24 +301,36 @@ class S3ArtifactStore:
             "x-amz-checksum-sha256": base64.b64encode(bytes.fromhex(hexd)).decode(),
         }
         try:
-            self._call("PUT", key, lambda: self.client._put_object(
-                self.bucket, key, data, headers=dict(headers)), f"sha256:{hexd}")
+            self._call(
+                "PUT",
+                key,
+                lambda: self.client._put_object(self.bucket, key, data, headers=dict(headers)),
+                f"sha256:{hexd}",
+            )
         except S3Error as exc:
             if exc.code != "PreconditionFailed":
                 raise
             self._touch(key)  # another writer stored the same bytes first
 
     def _put_part(self, key: str, upload_id: str, number: int, data: bytes) -> str:
-        return self._call("UploadPart", key, lambda: self.client._upload_part(
-            self.bucket, key, data, None, upload_id, number))
+        return self._call(
+            "UploadPart",
+            key,
+            lambda: self.client._upload_part(self.bucket, key, data, None, upload_id, number),
+        )
 
     def _put_multipart(
         self, key: str, src: IO[bytes], hexd: str, size: int, part: int, media_type: str
     ) -> None:
         digest = f"sha256:{hexd}"
-        upload_id = self._call("CreateMultipartUpload", key, lambda: (
-            self.client._create_multipart_upload(
-                self.bucket, key, {"Content-Type": media_type})), digest)
+        upload_id = self._call(
+            "CreateMultipartUpload",
+            key,
+            lambda: self.client._create_multipart_upload(
+                self.bucket, key, {"Content-Type": media_type}
+            ),
+            digest,
+        )
         try:
             h = hashlib.sha256()
             total = 0
@@ -308,8 +341,9 @@ class S3ArtifactStore:
                 while data := src.read(part):
                     h.update(data)
                     total += len(data)
-                    inflight.append((number, pool.submit(
-                        self._put_part, key, upload_id, number, data)))
+                    inflight.append(
+                        (number, pool.submit(self._put_part, key, upload_id, number, data))
+                    )
                     del data  # the pool's copy is the only one: memory stays bounded
                     number += 1
                     while len(inflight) >= self.cfg.concurrency:
@@ -320,28 +354,41 @@ class S3ArtifactStore:
                     etags.append((n, fut.result()))
             actual = h.hexdigest()
             if total != size or actual != hexd:
-                raise ArtifactCorrupted(digest, f"sha256:{actual}", self._where(key),
-                                        "the source changed while it was being stored")
+                raise ArtifactCorrupted(
+                    digest,
+                    f"sha256:{actual}",
+                    self._where(key),
+                    "the source changed while it was being stored",
+                )
             self._complete(key, upload_id, etags, digest)
         except BaseException:
             with contextlib.suppress(Exception):  # best effort; GC aborts what is left
                 self.client._abort_multipart_upload(self.bucket, key, upload_id)
             raise
 
-    def _complete(self, key: str, upload_id: str, etags: list[tuple[int, str]], digest: str
-                  ) -> None:
+    def _complete(
+        self, key: str, upload_id: str, etags: list[tuple[int, str]], digest: str
+    ) -> None:
         body = "".join(
             f'<Part><PartNumber>{n}</PartNumber><ETag>"{escape(etag)}"</ETag></Part>'
             for n, etag in etags
         )
         xml = f"<CompleteMultipartUpload>{body}</CompleteMultipartUpload>".encode()
-        headers = {"Content-Type": "application/xml", "If-None-Match": "*",
-                   "Content-MD5": base64.b64encode(hashlib.md5(xml).digest()).decode()}
+        headers = {
+            "Content-Type": "application/xml",
+            "If-None-Match": "*",
+            "Content-MD5": base64.b64encode(hashlib.md5(xml).digest()).decode(),
+        }
 
         def complete() -> None:
             resp = self.client._execute(
-                "POST", self.bucket, key, body=xml, headers=dict(headers),
-                query_params={"uploadId": upload_id})
+                "POST",
+                self.bucket,
+                key,
+                body=xml,
+                headers=dict(headers),
+                query_params={"uploadId": upload_id},
+            )
             # 200 with an <Error> body is how S3 reports a failure after a slow assembly.
             if b"<Error>" in resp.data[:512]:
                 raise S3Error.fromxml(resp)
@@ -351,8 +398,7 @@ class S3ArtifactStore:
         except S3Error as exc:
             if exc.code == "PreconditionFailed":  # another writer stored it first
                 with contextlib.suppress(Exception):
-                    self.client._abort_multipart_upload(
-                        self.bucket, key, upload_id)
+                    self.client._abort_multipart_upload(self.bucket, key, upload_id)
                 self._touch(key)
                 return
             # A retried complete whose first try landed (answer lost) finds no upload.
@@ -362,13 +408,15 @@ class S3ArtifactStore:
 
     def _touch(self, key: str) -> None:
         tkey = self._touch_key(key)
-        self._call("PUT", tkey, lambda: self.client.put_object(
-            self.bucket, tkey, io.BytesIO(b""), 0))
+        self._call(
+            "PUT", tkey, lambda: self.client.put_object(self.bucket, tkey, io.BytesIO(b""), 0)
+        )
 
     # ---- reading ----------------------------------------------------------------------------
 
-    def _read_into(self, ref: ArtifactRef | str, sink: Callable[[bytes], object],
-                   restart: Callable[[], None]) -> tuple[str, int]:
+    def _read_into(
+        self, ref: ArtifactRef | str, sink: Callable[[bytes], object], restart: Callable[[], None]
+    ) -> tuple[str, int]:
         """Stream the blob into ``sink``, hashing; on a transient failure mid-body ``restart``
         and read again (bounded by the attempts). Returns (digest, size) once verified."""
         digest = parse_digest(ref)
@@ -399,8 +447,12 @@ class S3ArtifactStore:
         if actual != hexd:
             raise ArtifactCorrupted(digest, f"sha256:{actual}", self._where(key))
         if isinstance(ref, ArtifactRef) and ref.size != size:
-            raise ArtifactCorrupted(digest, f"sha256:{actual}", self._where(key),
-                                    f"ref says {ref.size} bytes, blob has {size}")
+            raise ArtifactCorrupted(
+                digest,
+                f"sha256:{actual}",
+                self._where(key),
+                f"ref says {ref.size} bytes, blob has {size}",
+            )
         return digest, size
 
     def get_bytes(self, ref: ArtifactRef | str) -> bytes:
@@ -416,6 +468,7 @@ class S3ArtifactStore:
         tmp = Path(tmp_name)
         try:
             with open(fd, "wb") as out:
+
                 def restart() -> None:
                     out.seek(0)
                     out.truncate()
@@ -433,8 +486,7 @@ class S3ArtifactStore:
 
     def _page(self, prefix: str, after: str | None) -> list[tuple[str, int, float]]:
         out: list[tuple[str, int, float]] = []
-        for obj in self.client.list_objects(self.bucket, prefix, recursive=True,
-                                            start_after=after):
+        for obj in self.client.list_objects(self.bucket, prefix, recursive=True, start_after=after):
             mtime = obj.last_modified.timestamp() if obj.last_modified else 0.0
             out.append((obj.object_name or "", int(obj.size or 0), mtime))
             if len(out) == _PAGE:
@@ -454,8 +506,10 @@ class S3ArtifactStore:
 
     def iter_blobs(self) -> Iterator[BlobInfo]:
         root = f"{self.prefix}sha256/"
-        touched = {k.removeprefix(f"{self.prefix}touch/"): m
-                   for k, _, m in self._list(f"{self.prefix}touch/sha256/")}
+        touched = {
+            k.removeprefix(f"{self.prefix}touch/"): m
+            for k, _, m in self._list(f"{self.prefix}touch/sha256/")
+        }
         for key, size, mtime in self._list(root):
             m = _BLOB_KEY.match(key.removeprefix(root))
             if m is None:
@@ -477,23 +531,35 @@ class S3ArtifactStore:
         removed = 0
         markers: tuple[str | None, str | None] = (None, None)
         while True:
-            page = self._call("ListMultipartUploads", self.prefix, functools.partial(
-                self.client._list_multipart_uploads, self.bucket,
-                prefix=f"{self.prefix}sha256/", key_marker=markers[0],
-                upload_id_marker=markers[1]))
+            page = self._call(
+                "ListMultipartUploads",
+                self.prefix,
+                functools.partial(
+                    self.client._list_multipart_uploads,
+                    self.bucket,
+                    prefix=f"{self.prefix}sha256/",
+                    key_marker=markers[0],
+                    upload_id_marker=markers[1],
+                ),
+            )
             for up in page.uploads:
                 began = up.initiated_time.timestamp() if up.initiated_time else 0.0
                 if began >= older_than or not up.upload_id:
                     continue
                 if not dry_run:
-                    abort = functools.partial(self.client._abort_multipart_upload,
-                                              self.bucket, up.object_name, up.upload_id)
+                    abort = functools.partial(
+                        self.client._abort_multipart_upload,
+                        self.bucket,
+                        up.object_name,
+                        up.upload_id,
+                    )
                     with contextlib.suppress(S3Error):  # finished or aborted meanwhile
                         self._call("AbortMultipartUpload", up.object_name, abort)
                 removed += 1
             if not page.is_truncated:
                 return removed
             markers = (page.next_key_marker, page.next_upload_id_marker)
+
 
 if TYPE_CHECKING:
     from rara.artifacts.api import ArtifactStore

@@ -26,16 +26,36 @@ from rara.artifacts.location import S3Config
 
 __all__ = ["error_code", "is_access_error", "is_transient", "make_client"]
 
-_TRANSIENT_CODES: Final = frozenset({
-    "SlowDown", "Throttling", "ThrottlingException", "RequestThrottled", "TooManyRequests",
-    "RequestLimitExceeded", "RequestTimeout", "InternalError", "ServiceUnavailable",
-    "OperationAborted", "ConditionalRequestConflict", "XMinioServerNotInitialized",
-})
-_ACCESS_CODES: Final = frozenset({
-    "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "AllAccessDisabled",
-    "InvalidToken", "ExpiredToken", "AccountProblem", "InvalidClientTokenId",
-    "AuthorizationHeaderMalformed", "NoSuchBucket",
-})
+_TRANSIENT_CODES: Final = frozenset(
+    {
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "RequestThrottled",
+        "TooManyRequests",
+        "RequestLimitExceeded",
+        "RequestTimeout",
+        "InternalError",
+        "ServiceUnavailable",
+        "OperationAborted",
+        "ConditionalRequestConflict",
+        "XMinioServerNotInitialized",
+    }
+)
+_ACCESS_CODES: Final = frozenset(
+    {
+        "AccessDenied",
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "AllAccessDisabled",
+        "InvalidToken",
+        "ExpiredToken",
+        "AccountProblem",
+        "InvalidClientTokenId",
+        "AuthorizationHeaderMalformed",
+        "NoSuchBucket",
+    }
+)
 _TRANSIENT_STATUS: Final = frozenset({408, 429, 500, 502, 503, 504})
 
 
@@ -50,11 +70,13 @@ def make_client(cfg: S3Config) -> Minio:
         ca_certs=os.environ.get("SSL_CERT_FILE") or certifi.where(),
         retries=False,  # one place retries, with backoff: S3ArtifactStore._call
     )
-    credentials = ChainedProvider([
-        EnvAWSProvider(),
-        AWSConfigProvider(filename=cfg.credentials_file, profile=cfg.profile),
-        IamAwsProvider(),  # web identity token (IRSA), container credentials, instance role
-    ])
+    credentials = ChainedProvider(
+        [
+            EnvAWSProvider(),
+            AWSConfigProvider(filename=cfg.credentials_file, profile=cfg.profile),
+            IamAwsProvider(),  # web identity token (IRSA), container credentials, instance role
+        ]
+    )
     return Minio(
         endpoint.netloc or "s3.amazonaws.com",
         secure=endpoint.scheme != "http",

@@ -153,8 +153,11 @@ def _unlink_quietly(path: Path) -> None:
 
 
 def _unsafe(where: str) -> ArtifactStoreUnsafe:
-    return ArtifactStoreUnsafe(where, "a symbolic link or a file of the wrong kind where the "
-                               "artifact store keeps its own; refused, not followed")
+    return ArtifactStoreUnsafe(
+        where,
+        "a symbolic link or a file of the wrong kind where the "
+        "artifact store keeps its own; refused, not followed",
+    )
 
 
 def _open_below(dir_fd: int | None, name: str, where: str) -> int:
@@ -213,8 +216,9 @@ class ArtifactWriter(HashingWriter):
         except FileNotFoundError:
             there = None
         if there is None or (there.st_dev, there.st_ino) != (mine.st_dev, mine.st_ino):
-            raise ArtifactStoreUnsafe(f"tmp/{self._tmp_name}", "the temp file was replaced "
-                                      "while being written; refused")
+            raise ArtifactStoreUnsafe(
+                f"tmp/{self._tmp_name}", "the temp file was replaced while being written; refused"
+            )
 
     def _discard(self) -> None:
         self._file.close()
@@ -512,8 +516,11 @@ class LocalArtifactStore:
         except FileNotFoundError:
             return
         try:
-            fans = [f.name for f in os.scandir(blobs)
-                    if _HEX2.match(f.name) and f.is_dir(follow_symlinks=False)]
+            fans = [
+                f.name
+                for f in os.scandir(blobs)
+                if _HEX2.match(f.name) and f.is_dir(follow_symlinks=False)
+            ]
             for fan in fans:
                 try:
                     fan_fd = _open_below(blobs, fan, f"sha256/{fan}")
@@ -529,8 +536,9 @@ class LocalArtifactStore:
                         except FileNotFoundError:
                             continue
                         if stat.S_ISREG(st.st_mode):
-                            found.append(BlobInfo(f"sha256:{fan}{entry.name}", st.st_size,
-                                                  st.st_mtime))
+                            found.append(
+                                BlobInfo(f"sha256:{fan}{entry.name}", st.st_size, st.st_mtime)
+                            )
                 finally:
                     os.close(fan_fd)
                 yield from found
@@ -566,8 +574,7 @@ class LocalArtifactStore:
                     mtime = entry.stat(follow_symlinks=False).st_mtime
                 except FileNotFoundError:
                     continue
-                if mtime < older_than and not _in_flight(entry.name, mtime,
-                                                         DEFAULT_STALE_AFTER_S):
+                if mtime < older_than and not _in_flight(entry.name, mtime, DEFAULT_STALE_AFTER_S):
                     if not dry_run:
                         with contextlib.suppress(FileNotFoundError):
                             os.unlink(entry.name, dir_fd=tmp)

@@ -21,9 +21,13 @@ app = typer.Typer(help="Content-addressed artifacts.", no_args_is_help=True)
 
 RootOption = Annotated[
     str | None,
-    typer.Option("--store", "--root", envvar="RARA_ARTIFACT_ROOT",
-                 help="artifact store: a directory or s3://bucket/prefix?endpoint=… "
-                 "(default: $RARA_ARTIFACTS, else .rara/artifacts)"),
+    typer.Option(
+        "--store",
+        "--root",
+        envvar="RARA_ARTIFACT_ROOT",
+        help="artifact store: a directory or s3://bucket/prefix?endpoint=… "
+        "(default: $RARA_ARTIFACTS, else .rara/artifacts)",
+    ),
 ]
 
 
@@ -38,8 +42,9 @@ def resolve_digest(text: str) -> str:
         return text
     match = PREFIX.match(text.strip())
     if match is None:
-        raise InputInvalid(f"digest {text!r}: expected sha256:<64 hex digits> or a prefix of "
-                           "at least 4 hex digits")
+        raise InputInvalid(
+            f"digest {text!r}: expected sha256:<64 hex digits> or a prefix of at least 4 hex digits"
+        )
     prefix = "sha256:" + match.group(2)
     with psycopg.connect(database_url(), autocommit=True) as conn:
         found = artifact_sql.find_by_prefix(conn, prefix, limit=6)
@@ -47,8 +52,10 @@ def resolve_digest(text: str) -> str:
         raise NotFound(f"no artifact digest starts with {prefix}")
     if len(found) > 1:
         shown = ", ".join(d[:19] + "…" for d in found[:5])
-        raise InputInvalid(f"digest prefix {prefix} is ambiguous: {shown}"
-                           + (" and more" if len(found) > 5 else ""))
+        raise InputInvalid(
+            f"digest prefix {prefix} is ambiguous: {shown}"
+            + (" and more" if len(found) > 5 else "")
+        )
     return found[0]
 
 

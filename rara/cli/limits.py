@@ -14,8 +14,10 @@ from rara.definitions.model import CAPABILITY_PATTERN
 from rara.pg import limits
 from rara.pg.connect import database_url
 
-app = typer.Typer(help="Concurrency limits per capability, enforced when steps are leased.",
-                  invoke_without_command=True)
+app = typer.Typer(
+    help="Concurrency limits per capability, enforced when steps are leased.",
+    invoke_without_command=True,
+)
 
 
 def _capability(value: str) -> str:
@@ -37,8 +39,12 @@ def list_(ctx: typer.Context) -> None:
         return
     table = Table("capability", "max running", "running", "set")
     for row in rows:
-        table.add_row(row.capability, str(row.max_running), str(row.running),
-                      f"{row.updated_at:%Y-%m-%d %H:%M:%S}")
+        table.add_row(
+            row.capability,
+            str(row.max_running),
+            str(row.running),
+            f"{row.updated_at:%Y-%m-%d %H:%M:%S}",
+        )
     console.print(table)
 
 

@@ -56,8 +56,9 @@ def main() -> None:
     except UsageError as exc:
         where = exc.ctx.command_path if exc.ctx is not None else "rara"
         message = exc.format_message().rstrip(".")
-        raise SystemExit(fail(f"{message[:1].lower()}{message[1:]} (see: {where} --help)")
-                         .exit_code) from None
+        raise SystemExit(
+            fail(f"{message[:1].lower()}{message[1:]} (see: {where} --help)").exit_code
+        ) from None
     except typer.Abort:
         raise SystemExit(fail("aborted", code=1).exit_code) from None
     sys.exit(code if isinstance(code, int) else 0)

@@ -24,26 +24,37 @@ def parse_age(text: str) -> timedelta:
     """``30d``, ``12h``, ``90m``, ``3600s``, ``2w`` → a timedelta (InputInvalid otherwise)."""
     match = AGE.match(text)
     if match is None:
-        raise InputInvalid(f"--older-than {text!r}: expected a whole number and a unit, one of "
-                           "s, m, h, d, w (e.g. 30d)")
+        raise InputInvalid(
+            f"--older-than {text!r}: expected a whole number and a unit, one of "
+            "s, m, h, d, w (e.g. 30d)"
+        )
     return timedelta(**{UNITS[match.group(2)]: int(match.group(1))})
 
 
 def describe(counts: retention.PruneCounts) -> str:
-    return (f"{counts.runs} runs, {counts.steps} steps, {counts.attempts} attempts, "
-            f"{counts.events} events, {counts.checkpoints} checkpoints, "
-            f"{counts.manifests} artifact manifests")
+    return (
+        f"{counts.runs} runs, {counts.steps} steps, {counts.attempts} attempts, "
+        f"{counts.events} events, {counts.checkpoints} checkpoints, "
+        f"{counts.manifests} artifact manifests"
+    )
 
 
 @reports_errors
 def prune(
-    older_than: Annotated[str, typer.Option(
-        "--older-than", help="prune runs that finished longer ago than this: 30d, 12h, 90m, "
-                             "3600s, 2w")],
-    batch: Annotated[int, typer.Option(
-        help="runs per batch (each batch one short transaction)", min=1, max=10_000)] = 100,
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="count what would be deleted; delete nothing")] = False,
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            help="prune runs that finished longer ago than this: 30d, 12h, 90m, 3600s, 2w",
+        ),
+    ],
+    batch: Annotated[
+        int,
+        typer.Option(help="runs per batch (each batch one short transaction)", min=1, max=10_000),
+    ] = 100,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="count what would be deleted; delete nothing")
+    ] = False,
 ) -> None:
     """Delete finished runs (succeeded, failed, cancelled) and their steps, attempts, events,
     checkpoints and manifests. Blobs stay until `rara artifacts gc`. The schema owner's only."""
@@ -60,8 +71,12 @@ def prune(
 
     with psycopg.connect(database_url(), autocommit=True) as conn:
         before = retention.horizon(conn, age)
-        total = retention.prune(conn, before=before, batch=batch, dry_run=dry_run,
-                                on_batch=progress)
+        total = retention.prune(
+            conn, before=before, batch=batch, dry_run=dry_run, on_batch=progress
+        )
     verb = "would delete" if dry_run else "deleted"
-    console.print(f"{verb} {describe(total)} (runs finished before {before:%Y-%m-%d %H:%M:%S%z}; "
-                  f"{time.monotonic() - started:.1f} s)", highlight=False)
+    console.print(
+        f"{verb} {describe(total)} (runs finished before {before:%Y-%m-%d %H:%M:%S%z}; "
+        f"{time.monotonic() - started:.1f} s)",
+        highlight=False,
+    )

@@ -31,11 +31,18 @@ def start(
     queue_anyway: Annotated[
         bool, typer.Option(help="start even if no live worker serves a capability")
     ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="print only the run id "
-                                        "(run=$(rara runs start … -q))")] = False,
-    wait_for_workers: Annotated[float, typer.Option(
-        help="seconds to wait for a live worker to serve every capability (workers started "
-             "just before, as in a script)", min=0)] = 0,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="print only the run id (run=$(rara runs start … -q))"),
+    ] = False,
+    wait_for_workers: Annotated[
+        float,
+        typer.Option(
+            help="seconds to wait for a live worker to serve every capability (workers started "
+            "just before, as in a script)",
+            min=0,
+        ),
+    ] = 0,
 ) -> None:
     """Start a run (refused when no live worker serves one of its capabilities)."""
     client = Client()
@@ -45,9 +52,13 @@ def start(
     deadline = time.monotonic() + wait_for_workers
     while True:
         try:
-            started = client.start_run(definition, version=version, input=run_input,
-                                       idempotency_key=idempotency_key,
-                                       queue_anyway=queue_anyway)
+            started = client.start_run(
+                definition,
+                version=version,
+                input=run_input,
+                idempotency_key=idempotency_key,
+                queue_anyway=queue_anyway,
+            )
             break
         except CapabilityUnavailable:
             # Nothing was inserted; a worker registers its capabilities as it starts.
@@ -109,8 +120,9 @@ def show(
     run_id: int,
     events: Annotated[bool, typer.Option("--events", help="also every progress event")] = False,
     attempts: Annotated[bool, typer.Option("--attempts", help="also every attempt")] = False,
-    artifacts: Annotated[bool, typer.Option("--artifacts", help="also every artifact, with its "
-                                            "full digest")] = False,
+    artifacts: Annotated[
+        bool, typer.Option("--artifacts", help="also every artifact, with its full digest")
+    ] = False,
 ) -> None:
     """A run and each of its steps: status, attempts, timings."""
     client = Client()
@@ -143,17 +155,26 @@ def print_artifacts(artifacts: list[dict[str, Any]]) -> None:
     if console.is_terminal and console.width >= ARTIFACT_TABLE_WIDTH:
         table = Table("step", "artifact", "digest", "size", "media type")
         for art in artifacts:
-            table.add_row(art["key"], art["name"], art["digest"], str(art["size"]),
-                          art["media_type"])
+            table.add_row(
+                art["key"], art["name"], art["digest"], str(art["size"]), art["media_type"]
+            )
         console.print(table)
         return
     for art in artifacts:
         if console.is_terminal:  # narrow: the digest on a line of its own, never wrapped
-            console.print(f"{art['key']}/{art['name']} {art['size']}B {art['media_type']}\n"
-                          f"  {art['digest']}", highlight=False, markup=False, soft_wrap=True)
+            console.print(
+                f"{art['key']}/{art['name']} {art['size']}B {art['media_type']}\n  {art['digest']}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
         else:  # a pipe: one line per artifact, for grep and awk
-            console.print(f"{art['key']}/{art['name']} {art['digest']} {art['size']}B "
-                          f"{art['media_type']}", highlight=False, markup=False, soft_wrap=True)
+            console.print(
+                f"{art['key']}/{art['name']} {art['digest']} {art['size']}B {art['media_type']}",
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
 
 
 # Eight columns need this much room; narrower (or in a pipe) each event is one plain line.
@@ -163,15 +184,17 @@ EVENT_TABLE_WIDTH = 120
 def print_events(events: list[dict[str, Any]]) -> None:
     rows = []
     for e in events:
-        rows.append((
-            f"{e['created_at']:%H:%M:%S.%f}"[:-3],
-            f"{e['key']}#{e['attempt']}",
-            str(e["seq"]),
-            e["kind"],
-            "" if e["fraction"] is None else f"{e['fraction']:.2f}",
-            e["message"] or "",
-            ", ".join(f"{k}={v:.4g}" for k, v in (e["metrics"] or {}).items()),
-        ))
+        rows.append(
+            (
+                f"{e['created_at']:%H:%M:%S.%f}"[:-3],
+                f"{e['key']}#{e['attempt']}",
+                str(e["seq"]),
+                e["kind"],
+                "" if e["fraction"] is None else f"{e['fraction']:.2f}",
+                e["message"] or "",
+                ", ".join(f"{k}={v:.4g}" for k, v in (e["metrics"] or {}).items()),
+            )
+        )
     if console.is_terminal and console.width >= EVENT_TABLE_WIDTH:
         table = Table("time", "step#attempt", "seq", "kind", "fraction", "message", "metrics")
         for row in rows:

@@ -25,8 +25,12 @@ def status(
         failed = steps.list_failed(conn, failures)
     table = Table("worker", "capabilities", "up since", "last heartbeat", title="live workers")
     for w in live:
-        table.add_row(w.id, ", ".join(sorted(w.capabilities)), f"{w.started_at:%H:%M:%S}",
-                      f"{w.heartbeat_at:%H:%M:%S}")
+        table.add_row(
+            w.id,
+            ", ".join(sorted(w.capabilities)),
+            f"{w.started_at:%H:%M:%S}",
+            f"{w.heartbeat_at:%H:%M:%S}",
+        )
     console.print(table)
     table = Table("capability", "ready", "running", title="backlog")
     for b in backlog:
@@ -38,6 +42,12 @@ def status(
     for f in failed:
         error = f.error
         message = (error or {}).get("message", "") if isinstance(error, dict) else str(error)
-        table.add_row(str(f.run_id), f.key, f.capability, str(f.attempt),
-                      f"{f.finished_at:%H:%M:%S}", message[:80])
+        table.add_row(
+            str(f.run_id),
+            f.key,
+            f.capability,
+            str(f.attempt),
+            f"{f.finished_at:%H:%M:%S}",
+            message[:80],
+        )
     console.print(table)

@@ -27,29 +27,59 @@ def read_token(token_file: Path | None) -> str | None:
 
 
 def ui(
-    host: Annotated[str, typer.Option(envvar="RARA_UI_HOST",
-                                      help="address to bind (loopback by default)")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option(envvar="RARA_UI_HOST", help="address to bind (loopback by default)")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535, envvar="RARA_UI_PORT")] = 8080,
-    db_url: Annotated[str | None, typer.Option(
-        "--database-url", envvar=["RARA_UI_DATABASE_URL", "DATABASE_URL"], show_envvar=True,
-        help="PostgreSQL URL (default: the embedded server)")] = None,
-    read_only: Annotated[bool, typer.Option(
-        "--read-only/--no-read-only", envvar="RARA_UI_READ_ONLY",
-        help="refuse every action (cancel, retry)")] = True,
-    token_file: Annotated[Path | None, typer.Option(
-        envvar="RARA_UI_TOKEN_FILE",
-        help="file holding the token that allows actions (else $RARA_UI_TOKEN)")] = None,
-    auth_header: Annotated[str | None, typer.Option(
-        envvar="RARA_UI_AUTH_HEADER",
-        help="trust this header as the user's identity (set by an authenticating proxy, "
-             "e.g. X-Forwarded-User); only behind such a proxy")] = None,
-    session_seconds: Annotated[int, typer.Option(
-        min=1, envvar="RARA_UI_SESSION_SECONDS",
-        help="a login's lifetime: its cookie is refused after this many seconds, after "
-             "logout, or once the server restarts")] = SESSION_SECONDS,
-    artifacts: Annotated[str | None, typer.Option(
-        "--artifacts", envvar="RARA_ARTIFACTS",
-        help="artifact store for downloads: a directory or s3://…")] = None,
+    db_url: Annotated[
+        str | None,
+        typer.Option(
+            "--database-url",
+            envvar=["RARA_UI_DATABASE_URL", "DATABASE_URL"],
+            show_envvar=True,
+            help="PostgreSQL URL (default: the embedded server)",
+        ),
+    ] = None,
+    read_only: Annotated[
+        bool,
+        typer.Option(
+            "--read-only/--no-read-only",
+            envvar="RARA_UI_READ_ONLY",
+            help="refuse every action (cancel, retry)",
+        ),
+    ] = True,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="RARA_UI_TOKEN_FILE",
+            help="file holding the token that allows actions (else $RARA_UI_TOKEN)",
+        ),
+    ] = None,
+    auth_header: Annotated[
+        str | None,
+        typer.Option(
+            envvar="RARA_UI_AUTH_HEADER",
+            help="trust this header as the user's identity (set by an authenticating proxy, "
+            "e.g. X-Forwarded-User); only behind such a proxy",
+        ),
+    ] = None,
+    session_seconds: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="RARA_UI_SESSION_SECONDS",
+            help="a login's lifetime: its cookie is refused after this many seconds, after "
+            "logout, or once the server restarts",
+        ),
+    ] = SESSION_SECONDS,
+    artifacts: Annotated[
+        str | None,
+        typer.Option(
+            "--artifacts",
+            envvar="RARA_ARTIFACTS",
+            help="artifact store for downloads: a directory or s3://…",
+        ),
+    ] = None,
     pool_size: Annotated[int, typer.Option(min=1, max=100)] = 8,
 ) -> None:
     """Serve the web dashboard: runs as live DAGs, attempts, metrics, artifacts, the fleet."""
@@ -60,14 +90,28 @@ def ui(
 
     token = read_token(token_file)
     if not read_only and token is None and auth_header is None:
-        raise fail("--no-read-only needs an identity for actions: --token-file, "
-                   "RARA_UI_TOKEN or --auth-header")
+        raise fail(
+            "--no-read-only needs an identity for actions: --token-file, "
+            "RARA_UI_TOKEN or --auth-header"
+        )
     config = UiConfig(
         database_url=database_url(db_url),
-        auth=AuthConfig(read_only=read_only, token=token, auth_header=auth_header,
-                        session_seconds=session_seconds),
-        artifacts=artifacts, pool_size=pool_size)
+        auth=AuthConfig(
+            read_only=read_only,
+            token=token,
+            auth_header=auth_header,
+            session_seconds=session_seconds,
+        ),
+        artifacts=artifacts,
+        pool_size=pool_size,
+    )
     mode = "read-only" if read_only else "actions allowed to authenticated users"
     console.print(f"rara ui on http://{host}:{port} ({mode})", highlight=False)
-    uvicorn.run(create_app(config), host=host, port=port, log_level="warning",
-                timeout_graceful_shutdown=3, proxy_headers=False)
+    uvicorn.run(
+        create_app(config),
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=3,
+        proxy_headers=False,
+    )

@@ -56,7 +56,8 @@ def watch(url: str, run_id: int, console: Console, timeout: float | None = None)
         psycopg.connect(url, autocommit=True) as conn,
         psycopg.connect(url, autocommit=True) as listener,
         Live(Group(progress), console=console, refresh_per_second=8, transient=False)
-        if live else nullcontext(),
+        if live
+        else nullcontext(),
     ):
         listener.execute("LISTEN rara_run")  # run ends; progress is polled
         while True:
@@ -79,8 +80,9 @@ def watch(url: str, run_id: int, console: Console, timeout: float | None = None)
                 pass
 
 
-def _log_change(console: Console, seen: dict[str, tuple[str, int]], step: dict[str, Any],
-                now: datetime) -> None:
+def _log_change(
+    console: Console, seen: dict[str, tuple[str, int]], step: dict[str, Any], now: datetime
+) -> None:
     """One plain line when a step's status or attempt changes (the pipe form of the view)."""
     state = (step["status"], step["attempt"])
     if seen.get(step["key"]) == state:
@@ -112,12 +114,12 @@ def elapsed(step: dict[str, Any], now: datetime) -> str:
     return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def _update(progress: Progress, tasks: dict[str, TaskID], step: dict[str, Any],
-            now: datetime) -> None:
+def _update(
+    progress: Progress, tasks: dict[str, TaskID], step: dict[str, Any], now: datetime
+) -> None:
     key = step["key"]
     if key not in tasks:
-        tasks[key] = progress.add_task(key, total=1.0, key=key, status="", message="",
-                                       elapsed="")
+        tasks[key] = progress.add_task(key, total=1.0, key=key, status="", message="", elapsed="")
         progress.stop_task(tasks[key])
     status = step["status"]
     fraction = 1.0 if status == "succeeded" else (step["fraction"] or 0.0)
@@ -183,7 +185,7 @@ def shorten(text: str, limit: int, sep: str = " ") -> str:
     if len(text) <= limit:
         return text
     cut = text[: limit - 1]
-    if text[len(cut):].startswith(sep):  # the cut falls between two items
+    if text[len(cut) :].startswith(sep):  # the cut falls between two items
         return cut.rstrip(" ,") + "…"
     at = cut.rfind(sep)
     return (cut[:at] if at > 0 else cut).rstrip(" ,") + "…"

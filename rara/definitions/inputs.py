@@ -26,12 +26,14 @@ def check_schema(schema: Mapping[str, Any]) -> None:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
         where = _path(exc.absolute_path)
-        raise ValueError(f"not a valid JSON Schema{f' at {where}' if where else ''}: "
-                         f"{exc.message}") from None
+        raise ValueError(
+            f"not a valid JSON Schema{f' at {where}' if where else ''}: {exc.message}"
+        ) from None
     for at, ref in _refs(schema, ()):
         if not ref.startswith("#"):  # a run must not start (or fail) on another host's file
-            raise ValueError(f"{_path(at)}: only references within the schema (#/...) are "
-                             f"allowed, not {ref!r}")
+            raise ValueError(
+                f"{_path(at)}: only references within the schema (#/...) are allowed, not {ref!r}"
+            )
 
 
 def _refs(node: Any, where: tuple[str | int, ...]) -> Iterator[tuple[tuple[str | int, ...], str]]:
@@ -46,8 +48,9 @@ def _refs(node: Any, where: tuple[str | int, ...]) -> Iterator[tuple[tuple[str |
             yield from _refs(value, (*where, index))
 
 
-def check_run_input(run_input: Mapping[str, Any],
-                    schemas: Iterable[tuple[str, Mapping[str, Any]]]) -> None:
+def check_run_input(
+    run_input: Mapping[str, Any], schemas: Iterable[tuple[str, Mapping[str, Any]]]
+) -> None:
     """Raise InputInvalid listing every field of the run input a step's schema refuses.
 
     ``schemas`` is (step key, schema) per step that declares one.
@@ -60,8 +63,9 @@ def check_run_input(run_input: Mapping[str, Any],
     if problems:
         shown = problems[:MAX_PROBLEMS]
         more = len(problems) - len(shown)
-        raise InputInvalid("run input refused: " + "; ".join(shown)
-                           + (f"; and {more} more" if more else ""))
+        raise InputInvalid(
+            "run input refused: " + "; ".join(shown) + (f"; and {more} more" if more else "")
+        )
 
 
 def _describe(error: ValidationError) -> str:

@@ -129,12 +129,15 @@ class StepSpec(_Model):
         if self.map is not None:
             source = self.map.source
             if source is not None and source not in self.depends_on:
-                raise ValueError(f"step {self.key!r}: map.over reads step {source!r}, which is "
-                                 "not in its dependsOn")
+                raise ValueError(
+                    f"step {self.key!r}: map.over reads step {source!r}, which is "
+                    "not in its dependsOn"
+                )
             clash = sorted(set(MAP_INPUT_KEYS) & set(self.input))
             if clash:
-                raise ValueError(f"step {self.key!r}: input.{clash[0]} is what map gives each "
-                                 "child; rename it")
+                raise ValueError(
+                    f"step {self.key!r}: input.{clash[0]} is what map gives each child; rename it"
+                )
         return self
 
 

@@ -27,8 +27,10 @@ def list_for_run(conn: Conn, run_id: int) -> list[ArtifactRow]:
 
 def find_by_prefix(conn: Conn, prefix: str, limit: int) -> list[str]:
     """Up to ``limit`` stored digests starting with ``prefix`` (``sha256:ab12…``)."""
-    return [str(d) for d in many(conn, "artifact_find_by_prefix", scalar_row, prefix=prefix,
-                                 limit=limit)]
+    return [
+        str(d)
+        for d in many(conn, "artifact_find_by_prefix", scalar_row, prefix=prefix, limit=limit)
+    ]
 
 
 def referenced(conn: Conn) -> set[str]:

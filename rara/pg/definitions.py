@@ -54,8 +54,9 @@ def register(conn: Conn, name: str, spec: dict[str, Any]) -> RegisteredRow:
 
 def version_get(conn: Conn, name: str, version: int | None = None) -> VersionSpecRow | None:
     """``version`` of ``name``, or its latest when None."""
-    return one(conn, "definition_version_get", class_row(VersionSpecRow),
-               name=name, version=version)
+    return one(
+        conn, "definition_version_get", class_row(VersionSpecRow), name=name, version=version
+    )
 
 
 def list_all(conn: Conn) -> list[DefinitionRow]:

@@ -244,8 +244,9 @@ class EmbeddedPostgres:
             state = self._read_state()
             if state is None:
                 raise EmbeddedPostgresError(f"no embedded PostgreSQL under {self.base}")
-            self._run(self._bin("pg_ctl"), "stop", "-w", "-m", "immediate", "-D",
-                      str(state["data"]))
+            self._run(
+                self._bin("pg_ctl"), "stop", "-w", "-m", "immediate", "-D", str(state["data"])
+            )
 
     def resume(self) -> None:
         """Start again on the same data directory and port (after ``crash()`` or ``down()``):
@@ -278,8 +279,12 @@ def _server_user() -> str:
 
 def _user_can_run(user: str, path: Path) -> bool:
     """``user`` may execute ``path`` (a directory: traverse it)."""
-    return subprocess.run(["runuser", "-u", user, "--", "test", "-x", str(path)],
-                          check=False).returncode == 0
+    return (
+        subprocess.run(
+            ["runuser", "-u", user, "--", "test", "-x", str(path)], check=False
+        ).returncode
+        == 0
+    )
 
 
 def _user_can_reach(user: str, path: Path) -> bool:
@@ -326,7 +331,8 @@ def _reachable_copy(pg_bin: Path, user: str) -> Path:
         raise EmbeddedPostgresError(
             f"the PostgreSQL server user {user!r} cannot run {pg_bin}/initdb nor its copy under "
             f"{target}; install PostgreSQL system-wide or set RARA_PG_BIN to binaries {user!r} "
-            "can run")
+            "can run"
+        )
     return runnable
 
 

@@ -28,11 +28,15 @@ def ensure_login(owner_url: str, group: str, name: str) -> str:
     with psycopg.connect(owner_url, autocommit=True) as conn:
         member_of = _groups_of(conn, name)
         if member_of is None:
-            conn.execute(sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(
-                sql.Identifier(name), sql.Identifier(group)))
+            conn.execute(
+                sql.SQL("CREATE ROLE {} LOGIN IN ROLE {}").format(
+                    sql.Identifier(name), sql.Identifier(group)
+                )
+            )
         elif member_of != {group}:
-            raise ValueError(f"role {name} exists and is a member of {sorted(member_of)}, "
-                             f"not of {group} alone")
+            raise ValueError(
+                f"role {name} exists and is a member of {sorted(member_of)}, not of {group} alone"
+            )
     parts = urlsplit(owner_url)
     host = parts.netloc.rsplit("@", 1)[-1]
     return urlunsplit(parts._replace(netloc=f"{name}@{host}"))
@@ -42,7 +46,9 @@ def _groups_of(conn: psycopg.Connection[Any], name: str) -> set[str] | None:
     """The roles ``name`` is a member of; None when there is no such role."""
     rows = conn.execute(
         "SELECT g.rolname FROM pg_roles r LEFT JOIN pg_auth_members m ON m.member = r.oid"
-        " LEFT JOIN pg_roles g ON g.oid = m.roleid WHERE r.rolname = %s", (name,)).fetchall()
+        " LEFT JOIN pg_roles g ON g.oid = m.roleid WHERE r.rolname = %s",
+        (name,),
+    ).fetchall()
     if not rows:
         return None
     return {group for (group,) in rows if group is not None}

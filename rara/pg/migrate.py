@@ -226,8 +226,11 @@ def migrate(url: str, migrations: Sequence[Migration] | None = None) -> list[Mig
 def function_files() -> dict[str, str]:
     """File name → text of every ``.sql`` file in ``rara.sql/functions``, in name order."""
     folder: Traversable = files("rara.sql") / "functions"
-    return {f.name: f.read_text() for f in sorted(folder.iterdir(), key=lambda f: f.name)
-            if f.name.endswith(".sql")}
+    return {
+        f.name: f.read_text()
+        for f in sorted(folder.iterdir(), key=lambda f: f.name)
+        if f.name.endswith(".sql")
+    }
 
 
 def _apply_functions(conn: psycopg.Connection[Any], *, force: bool) -> None:
@@ -244,14 +247,17 @@ def _apply_functions(conn: psycopg.Connection[Any], *, force: bool) -> None:
         return
     # SECURITY DEFINER functions take their search_path from here (SET search_path FROM
     # CURRENT): this schema, then pg_temp last, so no caller's object can stand in for ours.
-    conn.execute("SELECT set_config('search_path', quote_ident(current_schema()) || ', pg_temp',"
-                 " true)")
+    conn.execute(
+        "SELECT set_config('search_path', quote_ident(current_schema()) || ', pg_temp', true)"
+    )
     for text in texts.values():
         conn.execute(text.encode())  # bytes: the whole file as one script
     conn.execute("DELETE FROM rara_schema_functions")
     with conn.cursor() as cur:
-        cur.executemany("INSERT INTO rara_schema_functions (file, checksum) VALUES (%s, %s)",
-                        list(wanted.items()))
+        cur.executemany(
+            "INSERT INTO rara_schema_functions (file, checksum) VALUES (%s, %s)",
+            list(wanted.items()),
+        )
 
 
 _SCHEMA_HEADER = """\

@@ -32,8 +32,11 @@ AsyncConn = psycopg.AsyncConnection[Any]
 def query_files() -> dict[str, str]:
     """File name → text of every ``.sql`` file in ``rara.sql/queries``."""
     folder = files("rara.sql") / "queries"
-    return {f.name: f.read_text() for f in sorted(folder.iterdir(), key=lambda f: f.name)
-            if f.name.endswith(".sql")}
+    return {
+        f.name: f.read_text()
+        for f in sorted(folder.iterdir(), key=lambda f: f.name)
+        if f.name.endswith(".sql")
+    }
 
 
 @cache

@@ -39,8 +39,7 @@ class PruneCounts:
     manifests: int = 0
 
     def __add__(self, other: PruneCounts) -> PruneCounts:
-        return PruneCounts(*(getattr(self, f.name) + getattr(other, f.name)
-                             for f in fields(self)))
+        return PruneCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
 
 def check_allowed(conn: Conn) -> None:
@@ -48,7 +47,8 @@ def check_allowed(conn: Conn) -> None:
     if not value(conn, "run_prune_allowed", bool):
         raise PruneRefused(
             f"rara runs prune deletes history, which only the schema's owner may (the login "
-            f"of `rara migrate`); {conn.info.user} may not")
+            f"of `rara migrate`); {conn.info.user} may not"
+        )
 
 
 def horizon(conn: Conn, older_than: timedelta) -> datetime:
@@ -58,25 +58,51 @@ def horizon(conn: Conn, older_than: timedelta) -> datetime:
     return now - older_than
 
 
-def prune_batch(conn: Conn, *, before: datetime, after_id: int, batch: int,
-                max_steps: int = MAX_STEPS_PER_BATCH,
-                dry_run: bool = False) -> tuple[PruneCounts, int | None]:
+def prune_batch(
+    conn: Conn,
+    *,
+    before: datetime,
+    after_id: int,
+    batch: int,
+    max_steps: int = MAX_STEPS_PER_BATCH,
+    dry_run: bool = False,
+) -> tuple[PruneCounts, int | None]:
     """One batch in one transaction: what it deleted (or, ``dry_run``, would delete) and the
     last run id it took (None: no finished run before ``before`` is left after ``after_id``)."""
     with conn.transaction():
-        ids = [int(i) for i in many(conn, "run_prune_select", scalar_row, after_id=after_id,
-                                    before=before, batch=batch, max_steps=max_steps)]
+        ids = [
+            int(i)
+            for i in many(
+                conn,
+                "run_prune_select",
+                scalar_row,
+                after_id=after_id,
+                before=before,
+                batch=batch,
+                max_steps=max_steps,
+            )
+        ]
         if not ids:
             return PruneCounts(), None
-        counts = one(conn, "run_prune_count_many" if dry_run else "run_prune_delete_many",
-                     class_row(PruneCounts), run_ids=ids)
+        counts = one(
+            conn,
+            "run_prune_count_many" if dry_run else "run_prune_delete_many",
+            class_row(PruneCounts),
+            run_ids=ids,
+        )
     assert counts is not None
     return counts, ids[-1]
 
 
-def prune(conn: Conn, *, before: datetime, batch: int, max_steps: int = MAX_STEPS_PER_BATCH,
-          dry_run: bool = False,
-          on_batch: Callable[[PruneCounts], None] | None = None) -> PruneCounts:
+def prune(
+    conn: Conn,
+    *,
+    before: datetime,
+    batch: int,
+    max_steps: int = MAX_STEPS_PER_BATCH,
+    dry_run: bool = False,
+    on_batch: Callable[[PruneCounts], None] | None = None,
+) -> PruneCounts:
     """Every finished run that ended before ``before``, batch by batch (``conn`` in autocommit:
     each batch commits on its own). A run that ends meanwhile and a run locked at the time
     are left to the next prune."""
@@ -84,8 +110,14 @@ def prune(conn: Conn, *, before: datetime, batch: int, max_steps: int = MAX_STEP
     total, after = PruneCounts(), 0
     try:
         while True:
-            counts, last = prune_batch(conn, before=before, after_id=after, batch=batch,
-                                       max_steps=max_steps, dry_run=dry_run)
+            counts, last = prune_batch(
+                conn,
+                before=before,
+                after_id=after,
+                batch=batch,
+                max_steps=max_steps,
+                dry_run=dry_run,
+            )
             if last is None:
                 return total
             total, after = total + counts, last

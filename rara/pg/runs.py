@@ -79,14 +79,30 @@ class StartAnswer:
     run_id: int | None
 
 
-def start(conn: Conn, *, name: str, version: int | None, digest: str | None,
-          input: dict[str, Any], idempotency_key: str | None, check_capabilities: bool,
-          alive_seconds: float) -> StartAnswer | None:
+def start(
+    conn: Conn,
+    *,
+    name: str,
+    version: int | None,
+    digest: str | None,
+    input: dict[str, Any],
+    idempotency_key: str | None,
+    check_capabilities: bool,
+    alive_seconds: float,
+) -> StartAnswer | None:
     """One round trip (``rara.runs.start_run``); None: no such definition (version)."""
-    return one(conn, "run_start", class_row(StartAnswer), name=name, version=version,
-               digest=digest, input=Jsonb(input),
-               idempotency_key=idempotency_key, check_capabilities=check_capabilities,
-               alive_seconds=alive_seconds)
+    return one(
+        conn,
+        "run_start",
+        class_row(StartAnswer),
+        name=name,
+        version=version,
+        digest=digest,
+        input=Jsonb(input),
+        idempotency_key=idempotency_key,
+        check_capabilities=check_capabilities,
+        alive_seconds=alive_seconds,
+    )
 
 
 def id_by_key(conn: Conn, idempotency_key: str) -> int | None:
@@ -98,8 +114,13 @@ def get(conn: Conn, run_id: int) -> RunRow | None:
 
 
 def list_recent(conn: Conn, status: RunStatus | None, limit: int) -> list[RunSummary]:
-    return many(conn, "run_list", class_row(RunSummary),
-                status=None if status is None else status.value, limit=limit)
+    return many(
+        conn,
+        "run_list",
+        class_row(RunSummary),
+        status=None if status is None else status.value,
+        limit=limit,
+    )
 
 
 def status_many(conn: Conn, run_ids: list[int]) -> list[RunStatusRow]:
@@ -113,22 +134,47 @@ def cancel(conn: Conn, run_id: int) -> bool | None:
     return value(conn, "run_cancel", bool, run_id=run_id)
 
 
-def enqueue_many(conn: Conn, *, definition: str, version: int | None, runs: int, steps: int,
-                 key: str, capability: str, executor: str = "inprocess", chained: bool = False,
-                 input: dict[str, Any] | None = None, priority: int = 0, max_attempts: int = 3,
-                 retry_initial_ms: int = 1000, retry_max_ms: int = 60_000,
-                 numbered: bool | None = None) -> list[int]:
+def enqueue_many(
+    conn: Conn,
+    *,
+    definition: str,
+    version: int | None,
+    runs: int,
+    steps: int,
+    key: str,
+    capability: str,
+    executor: str = "inprocess",
+    chained: bool = False,
+    input: dict[str, Any] | None = None,
+    priority: int = 0,
+    max_attempts: int = 3,
+    retry_initial_ms: int = 1000,
+    retry_max_ms: int = 60_000,
+    numbered: bool | None = None,
+) -> list[int]:
     """Runs inserted set-wise for tests and benchmarks (``run_enqueue_many``); the run ids, one
     per run in order. Step keys are ``key`` itself, or ``key0``, ``key1``… when ``numbered``
     (by default when there are several steps or they are chained)."""
     if numbered is None:
         numbered = steps > 1 or chained
-    rows = many(conn, "run_enqueue_many", scalar_row, name=definition, version=version,
-                runs=runs, steps=steps, key=key, capability=capability, executor=executor,
-                chained=chained, numbered=numbered, input=Jsonb(input or {}),
-                payload=Jsonb({"input": {}, "secrets": {}}), priority=priority,
-                max_attempts=max_attempts, retry_initial_ms=retry_initial_ms,
-                retry_max_ms=retry_max_ms)
+    rows = many(
+        conn,
+        "run_enqueue_many",
+        scalar_row,
+        name=definition,
+        version=version,
+        runs=runs,
+        steps=steps,
+        key=key,
+        capability=capability,
+        executor=executor,
+        chained=chained,
+        numbered=numbered,
+        input=Jsonb(input or {}),
+        payload=Jsonb({"input": {}, "secrets": {}}),
+        priority=priority,
+        max_attempts=max_attempts,
+        retry_initial_ms=retry_initial_ms,
+        retry_max_ms=retry_max_ms,
+    )
     return list(dict.fromkeys(int(r) for r in rows))
-
-

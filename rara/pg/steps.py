@@ -105,5 +105,10 @@ def list_failed(conn: Conn, limit: int) -> list[FailedStep]:
 
 async def next_available(conn: AsyncConn, pairs: Pairs) -> float | None:
     """Seconds until the earliest backing-off ready step of ``pairs`` (None: none)."""
-    return await avalue(conn, "step_next_available", float,
-                        capabilities=[c for c, _ in pairs], executors=[e for _, e in pairs])
+    return await avalue(
+        conn,
+        "step_next_available",
+        float,
+        capabilities=[c for c, _ in pairs],
+        executors=[e for _, e in pairs],
+    )

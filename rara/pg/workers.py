@@ -26,5 +26,6 @@ def list_live(conn: Conn, alive_seconds: float) -> list[LiveWorker]:
 
 def capabilities(conn: Conn, alive_seconds: float) -> set[str]:
     """What live workers serve now."""
-    return {str(c) for c in many(conn, "worker_capabilities", scalar_row,
-                                 alive_seconds=alive_seconds)}
+    return {
+        str(c) for c in many(conn, "worker_capabilities", scalar_row, alive_seconds=alive_seconds)
+    }

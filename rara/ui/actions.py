@@ -82,17 +82,25 @@ async def retry(request: Request) -> Response:
     if run is None:
         raise HTTPException(404, f"no run {run_id}")
     if run.status not in RETRYABLE:
-        raise HTTPException(409, f"run {run_id} is {run.status}: only a failed or cancelled "
-                            "run is retried")
+        raise HTTPException(
+            409, f"run {run_id} is {run.status}: only a failed or cancelled run is retried"
+        )
     client = _client(request)
     try:
-        started = await to_thread.run_sync(lambda: client.start_run(
-            run.definition, version=run.version, input=run.input,
-            idempotency_key=retry_key(run_id)))
+        started = await to_thread.run_sync(
+            lambda: client.start_run(
+                run.definition,
+                version=run.version,
+                input=run.input,
+                idempotency_key=retry_key(run_id),
+            )
+        )
     except RaraError as exc:
         return _back(f"/runs/{run_id}", f"retry refused: {exc}")
-    return _back(f"/runs/{started.run_id}", f"retry of run {run_id}"
-                 + ("" if started.created else " (already started)"))
+    return _back(
+        f"/runs/{started.run_id}",
+        f"retry of run {run_id}" + ("" if started.created else " (already started)"),
+    )
 
 
 def _next(request: Request, value: str) -> str:
@@ -102,22 +110,34 @@ def _next(request: Request, value: str) -> str:
 async def login(request: Request) -> Response:
     auth = _auth(request)
     if request.method == "GET":
-        return page(request, "login.html", next=_next(request,
-                                                      request.query_params.get("next", "")))
+        return page(
+            request, "login.html", next=_next(request, request.query_params.get("next", ""))
+        )
     fields = await form(request)
     target = _next(request, fields.get("next", ""))
     origin = request.headers.get("origin")
     if origin is not None and origin.split("://", 1)[-1] != request.headers.get("host", ""):
         raise HTTPException(403, "login from another origin")
     if not auth.check_token(fields.get("token", "")):
-        return page(request, "login.html", status_code=401, next=target,
-                    error="wrong token" if auth.can_login else "no token is configured")
+        return page(
+            request,
+            "login.html",
+            status_code=401,
+            next=target,
+            error="wrong token" if auth.can_login else "no token is configured",
+        )
     auth.sessions.end(request.cookies.get(SESSION_COOKIE, ""))  # a new login, a new session
     response = RedirectResponse(target, status_code=303)
     # Max-Age: the browser forgets the cookie when the server does.
-    response.set_cookie(SESSION_COOKIE, auth.sessions.create(),
-                        max_age=int(auth.sessions.seconds), httponly=True, samesite="strict",
-                        secure=request.url.scheme == "https", path="/")
+    response.set_cookie(
+        SESSION_COOKIE,
+        auth.sessions.create(),
+        max_age=int(auth.sessions.seconds),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
     return response
 
 

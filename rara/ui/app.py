@@ -29,9 +29,11 @@ from rara.ui.live import LiveHub
 HERE = Path(__file__).parent
 
 # No inline script or style anywhere: a name that slipped past escaping still could not run.
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-       "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
-       "frame-ancestors 'none'")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
 
 
 @dataclass(frozen=True)
@@ -75,13 +77,19 @@ class Headers:
 
 def create_app(config: UiConfig) -> Starlette:
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        config.database_url, min_size=1, max_size=config.pool_size, open=False,
+        config.database_url,
+        min_size=1,
+        max_size=config.pool_size,
+        open=False,
         # Read-only sessions: the pages cannot write even by mistake (actions use their own
         # connection, through rara.client). No prepared statements: each read is planned
         # with its values, so unused filters fold away.
-        kwargs={"autocommit": True, "prepare_threshold": None,
-                "connect_timeout": reconnect.CONNECT_TIMEOUT_SECONDS,
-                "options": "-c default_transaction_read_only=on -c statement_timeout=15000"},
+        kwargs={
+            "autocommit": True,
+            "prepare_threshold": None,
+            "connect_timeout": reconnect.CONNECT_TIMEOUT_SECONDS,
+            "options": "-c default_transaction_read_only=on -c statement_timeout=15000",
+        },
         # Back within ~2 s of the database after an outage (rara.pg.reconnect).
         **reconnect.async_pool_settings(),
     )
@@ -117,9 +125,11 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/logout", actions.logout, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan,
-                    exception_handlers={HTTPException: pages.http_error,
-                                        500: pages.server_error})
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: pages.http_error, 500: pages.server_error},
+    )
     app.state.config = config
     app.state.pool = pool
     app.state.hub = hub

@@ -42,8 +42,9 @@ class Sessions:
     step neither revives nor kills a session). Every session lives the same ``seconds``, so
     the dict's order (insertion) is also expiry order: pruning takes from the front."""
 
-    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic,
-                 limit: int = MAX_SESSIONS) -> None:
+    def __init__(
+        self, seconds: float, clock: Callable[[], float] = time.monotonic, limit: int = MAX_SESSIONS
+    ) -> None:
         if seconds <= 0:
             raise ValueError(f"the session lifetime must be positive, got {seconds} seconds")
         self.seconds = seconds
@@ -94,8 +95,9 @@ class AuthConfig:
 
     def __post_init__(self) -> None:
         if self.token is not None:  # stable across restarts: derived from the token
-            object.__setattr__(self, "key", hashlib.sha256(
-                b"rara-ui-key\0" + self.token.encode()).digest())
+            object.__setattr__(
+                self, "key", hashlib.sha256(b"rara-ui-key\0" + self.token.encode()).digest()
+            )
         object.__setattr__(self, "sessions", Sessions(self.session_seconds, self.clock))
 
     @property
@@ -115,7 +117,8 @@ class AuthConfig:
         if self.token is not None:
             bearer = request.headers.get("authorization", "")
             if bearer.lower().startswith("bearer ") and hmac.compare_digest(
-                    bearer[7:].strip().encode(), self.token.encode()):
+                bearer[7:].strip().encode(), self.token.encode()
+            ):
                 return "token", "token"
             session_id = request.cookies.get(SESSION_COOKIE, "")
             if session_id and self.sessions.valid(session_id):
@@ -128,8 +131,9 @@ class AuthConfig:
         return None if caller is None else caller[0]
 
     def check_token(self, candidate: str) -> bool:
-        return self.token is not None and hmac.compare_digest(candidate.encode(),
-                                                              self.token.encode())
+        return self.token is not None and hmac.compare_digest(
+            candidate.encode(), self.token.encode()
+        )
 
     def may_act(self, request: Request) -> bool:
         return not self.read_only and self.identity(request) is not None

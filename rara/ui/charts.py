@@ -24,12 +24,20 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def _chart(title: str, x_label: str, time: bool,
-           lines: dict[str, dict[float, float]]) -> dict[str, Any]:
+def _chart(
+    title: str, x_label: str, time: bool, lines: dict[str, dict[float, float]]
+) -> dict[str, Any]:
     xs = sorted({x for points in lines.values() for x in points})
-    return {"title": title, "xLabel": x_label, "time": time, "x": xs,
-            "series": [{"label": label, "values": [points.get(x) for x in xs]}
-                       for label, points in list(lines.items())[:MAX_SERIES]]}
+    return {
+        "title": title,
+        "xLabel": x_label,
+        "time": time,
+        "x": xs,
+        "series": [
+            {"label": label, "values": [points.get(x) for x in xs]}
+            for label, points in list(lines.items())[:MAX_SERIES]
+        ],
+    }
 
 
 def metric_charts(points: Sequence[MetricPoint]) -> list[dict[str, Any]]:
@@ -41,8 +49,10 @@ def metric_charts(points: Sequence[MetricPoint]) -> list[dict[str, Any]]:
                 continue
             lines = grouped.setdefault((p.key, name), {})
             lines.setdefault(f"attempt {p.attempt}", {})[p.created_at.timestamp()] = value
-    return [_chart(f"{key} · {name}", "time", True, lines)
-            for (key, name), lines in list(grouped.items())[:MAX_CHARTS]]
+    return [
+        _chart(f"{key} · {name}", "time", True, lines)
+        for (key, name), lines in list(grouped.items())[:MAX_CHARTS]
+    ]
 
 
 def result_charts(points: Sequence[ResultPoint]) -> list[dict[str, Any]]:
@@ -53,5 +63,7 @@ def result_charts(points: Sequence[ResultPoint]) -> list[dict[str, Any]]:
             if value is None:
                 continue
             grouped.setdefault(p.key, {}).setdefault(name, {})[float(p.run_id)] = value
-    return [_chart(f"{key}: results by run", "run", False, lines)
-            for key, lines in list(grouped.items())[:MAX_CHARTS]]
+    return [
+        _chart(f"{key}: results by run", "run", False, lines)
+        for key, lines in list(grouped.items())[:MAX_CHARTS]
+    ]

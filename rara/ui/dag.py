@@ -102,9 +102,13 @@ def layout(steps: Sequence[StepNode]) -> Layout:
         for index, key in enumerate(keys):
             row[key] = float(index)
     nodes = [
-        PlacedNode(key=s.key, label=_label(s.key), status=s.status,
-                   x=PAD + column[s.key] * (NODE_W + GAP_X),
-                   y=PAD + int(row[s.key]) * (NODE_H + GAP_Y))
+        PlacedNode(
+            key=s.key,
+            label=_label(s.key),
+            status=s.status,
+            x=PAD + column[s.key] * (NODE_W + GAP_X),
+            y=PAD + int(row[s.key]) * (NODE_H + GAP_Y),
+        )
         for s in steps
     ]
     at = {n.key: n for n in nodes}

@@ -220,11 +220,27 @@ async def now(conn: AsyncConn) -> datetime:
     return found
 
 
-async def run_page(conn: AsyncConn, *, before: int | None, status: str | None,
-                   definition: str | None, since: datetime | None, until: datetime | None,
-                   limit: int = PAGE) -> list[RunLine]:
-    return await amany(conn, "ui_run_page", class_row(RunLine), before=before, status=status,
-                       definition=definition, since=since, until=until, limit=limit)
+async def run_page(
+    conn: AsyncConn,
+    *,
+    before: int | None,
+    status: str | None,
+    definition: str | None,
+    since: datetime | None,
+    until: datetime | None,
+    limit: int = PAGE,
+) -> list[RunLine]:
+    return await amany(
+        conn,
+        "ui_run_page",
+        class_row(RunLine),
+        before=before,
+        status=status,
+        definition=definition,
+        since=since,
+        until=until,
+        limit=limit,
+    )
 
 
 async def run_get(conn: AsyncConn, run_id: int) -> RunDetail | None:
@@ -256,19 +272,23 @@ async def artifact_media_type(conn: AsyncConn, digest: str) -> str | None:
 
 
 async def producer_list(conn: AsyncConn, digest: str, limit: int = 200) -> list[Producer]:
-    return await amany(conn, "ui_artifact_producer_list", class_row(Producer), digest=digest,
-                       limit=limit)
+    return await amany(
+        conn, "ui_artifact_producer_list", class_row(Producer), digest=digest, limit=limit
+    )
 
 
 async def consumer_list(conn: AsyncConn, digest: str, limit: int = 200) -> list[Consumer]:
-    return await amany(conn, "ui_artifact_consumer_list", class_row(Consumer), digest=digest,
-                       limit=limit)
+    return await amany(
+        conn, "ui_artifact_consumer_list", class_row(Consumer), digest=digest, limit=limit
+    )
 
 
-async def definition_page(conn: AsyncConn, *, after: str | None,
-                          limit: int = PAGE) -> list[DefinitionLine]:
-    return await amany(conn, "ui_definition_page", class_row(DefinitionLine), after=after,
-                       limit=limit)
+async def definition_page(
+    conn: AsyncConn, *, after: str | None, limit: int = PAGE
+) -> list[DefinitionLine]:
+    return await amany(
+        conn, "ui_definition_page", class_row(DefinitionLine), after=after, limit=limit
+    )
 
 
 async def version_list(conn: AsyncConn, name: str) -> list[VersionLine]:
@@ -276,13 +296,15 @@ async def version_list(conn: AsyncConn, name: str) -> list[VersionLine]:
 
 
 async def version_get(conn: AsyncConn, name: str, version: int) -> VersionDetail | None:
-    return await aone(conn, "ui_definition_version_get", class_row(VersionDetail), name=name,
-                      version=version)
+    return await aone(
+        conn, "ui_definition_version_get", class_row(VersionDetail), name=name, version=version
+    )
 
 
 async def result_list(conn: AsyncConn, name: str, limit: int = 100) -> list[ResultPoint]:
-    return await amany(conn, "ui_definition_result_list", class_row(ResultPoint), name=name,
-                       limit=limit)
+    return await amany(
+        conn, "ui_definition_result_list", class_row(ResultPoint), name=name, limit=limit
+    )
 
 
 async def worker_list(conn: AsyncConn, limit: int = 500) -> list[WorkerLine]:

@@ -69,8 +69,10 @@ class LiveHub:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._listen(), name="rara-ui-listen"),
-                       asyncio.create_task(self._poll(), name="rara-ui-poll")]
+        self._tasks = [
+            asyncio.create_task(self._listen(), name="rara-ui-listen"),
+            asyncio.create_task(self._poll(), name="rara-ui-poll"),
+        ]
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -102,8 +104,8 @@ class LiveHub:
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(
-                        self.url, autocommit=True,
-                        connect_timeout=reconnect.CONNECT_TIMEOUT_SECONDS) as conn:
+                    self.url, autocommit=True, connect_timeout=reconnect.CONNECT_TIMEOUT_SECONDS
+                ) as conn:
                     for channel in CHANNELS:
                         await conn.execute(f"LISTEN {channel}")
                     self.listening.set()
@@ -145,12 +147,23 @@ class LiveHub:
             if run_ids:
                 steps: dict[int, list[dict[str, Any]]] = {i: [] for i in run_ids}
                 for s in await data.live_step_list(conn, run_ids):
-                    steps[s.run_id].append({"key": s.key, "status": s.status,
-                                            "attempt": s.attempt, "fraction": s.fraction})
+                    steps[s.run_id].append(
+                        {
+                            "key": s.key,
+                            "status": s.status,
+                            "attempt": s.attempt,
+                            "fraction": s.fraction,
+                        }
+                    )
                 for r in await data.live_run_list(conn, run_ids):
-                    states[f"run:{r.id}"] = {"run": {"id": r.id, "status": r.status,
-                                                     "cancel_requested": r.cancel_requested},
-                                             "steps": steps[r.id]}
+                    states[f"run:{r.id}"] = {
+                        "run": {
+                            "id": r.id,
+                            "status": r.status,
+                            "cancel_requested": r.cancel_requested,
+                        },
+                        "steps": steps[r.id],
+                    }
             if RUNS in topics:
                 recent = await data.live_recent_list(conn)
                 states[RUNS] = {"runs": [[r.id, r.status] for r in recent]}

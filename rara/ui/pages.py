@@ -90,16 +90,39 @@ async def runs_list(request: Request) -> Response:
     since, until = _time_arg(request, "since", problems), _time_arg(request, "until", problems)
     before = _int_arg(request, "before")
     async with _pool(request).connection() as conn:
-        rows = await data.run_page(conn, before=before, status=status, definition=definition,
-                                   since=since, until=until, limit=data.PAGE + 1)
+        rows = await data.run_page(
+            conn,
+            before=before,
+            status=status,
+            definition=definition,
+            since=since,
+            until=until,
+            limit=data.PAGE + 1,
+        )
         now = await data.now(conn)
     more = len(rows) > data.PAGE
     rows = rows[: data.PAGE]
-    filters = {k: v for k, v in {"status": status, "definition": definition,
-                                 "since": q.get("since"), "until": q.get("until")}.items() if v}
-    return page(request, "runs.html", runs=rows, now=now, statuses=STATUSES, filters=filters,
-                next_before=rows[-1].id if more else None, first_page=before is None,
-                problems=problems)
+    filters = {
+        k: v
+        for k, v in {
+            "status": status,
+            "definition": definition,
+            "since": q.get("since"),
+            "until": q.get("until"),
+        }.items()
+        if v
+    }
+    return page(
+        request,
+        "runs.html",
+        runs=rows,
+        now=now,
+        statuses=STATUSES,
+        filters=filters,
+        next_before=rows[-1].id if more else None,
+        first_page=before is None,
+        problems=problems,
+    )
 
 
 async def _run_or_404(conn: AsyncConn, run_id: int) -> data.RunDetail:
@@ -123,13 +146,22 @@ async def run_page(request: Request) -> Response:
     counts: dict[str, int] = {}
     for s in steps:
         counts[s.status] = counts.get(s.status, 0) + 1
-    return page(request, "run.html", run=run, steps=steps if whole else steps[:ROWS],
-                more_steps=0 if whole else max(len(steps) - ROWS, 0), dag=dag, counts=counts,
-                timeline=timeline(attempts, now),
-                attempts=attempts if whole else attempts[:ROWS],
-                more_attempts=0 if whole else max(len(attempts) - ROWS, 0), artifacts=artifacts,
-                charts=charts.metric_charts(metrics), now=now,
-                failed=[s for s in steps if s.error is not None][:ROWS])
+    return page(
+        request,
+        "run.html",
+        run=run,
+        steps=steps if whole else steps[:ROWS],
+        more_steps=0 if whole else max(len(steps) - ROWS, 0),
+        dag=dag,
+        counts=counts,
+        timeline=timeline(attempts, now),
+        attempts=attempts if whole else attempts[:ROWS],
+        more_attempts=0 if whole else max(len(attempts) - ROWS, 0),
+        artifacts=artifacts,
+        charts=charts.metric_charts(metrics),
+        now=now,
+        failed=[s for s in steps if s.error is not None][:ROWS],
+    )
 
 
 async def run_state(request: Request) -> Response:
@@ -138,10 +170,15 @@ async def run_state(request: Request) -> Response:
     async with _pool(request).connection() as conn:
         run = await _run_or_404(conn, run_id)
         steps = await data.live_step_list(conn, [run_id])
-    return JSONResponse({
-        "run": {"id": run.id, "status": run.status, "cancel_requested": run.cancel_requested},
-        "steps": [{"key": s.key, "status": s.status, "attempt": s.attempt,
-                   "fraction": s.fraction} for s in steps]})
+    return JSONResponse(
+        {
+            "run": {"id": run.id, "status": run.status, "cancel_requested": run.cancel_requested},
+            "steps": [
+                {"key": s.key, "status": s.status, "attempt": s.attempt, "fraction": s.fraction}
+                for s in steps
+            ],
+        }
+    )
 
 
 def _stream(request: Request, topic: str) -> StreamingResponse:
@@ -154,8 +191,11 @@ def _stream(request: Request, topic: str) -> StreamingResponse:
                 state = await box.get(15.0)
                 yield ": keep-alive\n\n" if state is None else f"event: state\ndata: {state}\n\n"
 
-    return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={"cache-control": "no-store", "x-accel-buffering": "no"})
+    return StreamingResponse(
+        events(),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-store", "x-accel-buffering": "no"},
+    )
 
 
 async def live_run(request: Request) -> Response:
@@ -172,8 +212,9 @@ async def definitions_list(request: Request) -> Response:
         rows = await data.definition_page(conn, after=after, limit=data.PAGE + 1)
     more = len(rows) > data.PAGE
     rows = rows[: data.PAGE]
-    return page(request, "definitions.html", definitions=rows,
-                next_after=rows[-1].name if more else None)
+    return page(
+        request, "definitions.html", definitions=rows, next_after=rows[-1].name if more else None
+    )
 
 
 def _spec_text(spec: dict[str, Any]) -> str:
@@ -198,13 +239,28 @@ async def definition_page(request: Request) -> Response:
             old, new = await data.version_get(conn, name, a), await data.version_get(conn, name, b)
             if old is None or new is None:
                 raise HTTPException(404, f"no version {a if old is None else b} of {name}")
-            diff = list(difflib.unified_diff(
-                _spec_text(old.spec).splitlines(), _spec_text(new.spec).splitlines(),
-                f"{name}@{a}", f"{name}@{b}", lineterm=""))
+            diff = list(
+                difflib.unified_diff(
+                    _spec_text(old.spec).splitlines(),
+                    _spec_text(new.spec).splitlines(),
+                    f"{name}@{a}",
+                    f"{name}@{b}",
+                    lineterm="",
+                )
+            )
         results = await data.result_list(conn, name)
-    return page(request, "definition.html", name=name, versions=versions, version=version,
-                spec=_spec_text(version.spec), diff=diff, a=a, b=b,
-                charts=charts.result_charts(results))
+    return page(
+        request,
+        "definition.html",
+        name=name,
+        versions=versions,
+        version=version,
+        spec=_spec_text(version.spec),
+        diff=diff,
+        a=a,
+        b=b,
+        charts=charts.result_charts(results),
+    )
 
 
 def _digest(request: Request) -> str:
@@ -243,10 +299,15 @@ async def artifact_download(request: Request) -> Response:
         raise HTTPException(404, f"artifact {digest} is not in the store") from None
     size = os.fstat(verified.fileno()).st_size
     return StreamingResponse(
-        _blob_chunks(verified), media_type=media_type,
-        headers={"content-length": str(size),
-                 "content-disposition": f'attachment; filename="{digest[7:19]}.bin"',
-                 "x-rara-digest": digest, "content-security-policy": "sandbox"})
+        _blob_chunks(verified),
+        media_type=media_type,
+        headers={
+            "content-length": str(size),
+            "content-disposition": f'attachment; filename="{digest[7:19]}.bin"',
+            "x-rara-digest": digest,
+            "content-security-policy": "sandbox",
+        },
+    )
 
 
 def _verified_copy(store: ArtifactStore, digest: str) -> BinaryIO:
@@ -280,6 +341,10 @@ async def http_error(request: Request, exc: Exception) -> Response:
 
 
 async def server_error(request: Request, exc: Exception) -> Response:
-    return page(request, "error.html", status_code=500, title="Error",
-                message=f"{type(exc).__name__}: {exc}")
-
+    return page(
+        request,
+        "error.html",
+        status_code=500,
+        title="Error",
+        message=f"{type(exc).__name__}: {exc}",
+    )

@@ -55,8 +55,12 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
-ENV = Environment(loader=FileSystemLoader(TEMPLATES),
-                  autoescape=select_autoescape(["html"]), trim_blocks=True, lstrip_blocks=True)
+ENV = Environment(
+    loader=FileSystemLoader(TEMPLATES),
+    autoescape=select_autoescape(["html"]),
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
 ENV.filters.update(when=when, size=size, short=short, pretty=pretty)
 ENV.globals.update(took=took)
 
@@ -64,6 +68,12 @@ ENV.globals.update(took=took)
 def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
     auth: AuthConfig = request.app.state.config.auth
     html = ENV.get_template(template).render(
-        request=request, path=request.url.path, auth=auth, may_act=auth.may_act(request),
-        identity=auth.identity(request), csrf=auth.csrf_token(request), **context)
+        request=request,
+        path=request.url.path,
+        auth=auth,
+        may_act=auth.may_act(request),
+        identity=auth.identity(request),
+        csrf=auth.csrf_token(request),
+        **context,
+    )
     return HTMLResponse(html, status_code=status_code)

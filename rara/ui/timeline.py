@@ -41,8 +41,10 @@ class Timeline:
 def _title(a: AttemptLine, now: datetime) -> str:
     end = a.ended_at or now
     took = (end - a.started_at).total_seconds()
-    text = (f"{a.key} attempt {a.attempt} on {a.worker}: {a.outcome}, {took:.2f}s "
-            f"(lease taken {a.started_at:%H:%M:%S.%f}"[:-3])
+    text = (
+        f"{a.key} attempt {a.attempt} on {a.worker}: {a.outcome}, {took:.2f}s "
+        f"(lease taken {a.started_at:%H:%M:%S.%f}"[:-3]
+    )
     if a.ended_at is not None:
         text += f", ended {a.ended_at:%H:%M:%S} by {a.ended_by or '?'}"
     return text + ")"
@@ -66,7 +68,24 @@ def timeline(attempts: Sequence[AttemptLine], now: datetime) -> Timeline:
     for a in kept:
         x = LABEL_W + (a.started_at - start).total_seconds() * scale
         width = max(((a.ended_at or now) - a.started_at).total_seconds() * scale, 2.0)
-        bars.append(Bar(a.key, a.attempt, a.outcome, round(x, 1), round(width, 1),
-                        y_of[a.key] + 3, _title(a, now)))
-    return Timeline(bars, [(k, y_of[k]) for k in shown], WIDTH, len(shown) * ROW_H, LABEL_W,
-                    start, seconds, len(keys) - len(shown))
+        bars.append(
+            Bar(
+                a.key,
+                a.attempt,
+                a.outcome,
+                round(x, 1),
+                round(width, 1),
+                y_of[a.key] + 3,
+                _title(a, now),
+            )
+        )
+    return Timeline(
+        bars,
+        [(k, y_of[k]) for k in shown],
+        WIDTH,
+        len(shown) * ROW_H,
+        LABEL_W,
+        start,
+        seconds,
+        len(keys) - len(shown),
+    )

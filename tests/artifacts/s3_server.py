@@ -65,8 +65,9 @@ class S3Server:
         return f"http://127.0.0.1:{self.port}"
 
     def url(self, bucket: str, prefix: str = "", **query: str) -> str:
-        q = "&".join(f"{k}={v}" for k, v in {"endpoint": self.endpoint, "region": REGION,
-                                            **query}.items())
+        q = "&".join(
+            f"{k}={v}" for k, v in {"endpoint": self.endpoint, "region": REGION, **query}.items()
+        )
         return f"s3://{bucket}/{prefix}?{q}"
 
     def env(self) -> dict[str, str]:
@@ -75,20 +76,34 @@ class S3Server:
 
     def start(self, timeout: float = 30.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        env = {"PATH": os.environ.get("PATH", ""), "ROOT_ACCESS_KEY_ID": self.access_key,
-               "ROOT_SECRET_ACCESS_KEY": self.secret_key}
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "ROOT_ACCESS_KEY_ID": self.access_key,
+            "ROOT_SECRET_ACCESS_KEY": self.secret_key,
+        }
         self.proc = subprocess.Popen(
-            [str(self.binary), "--port", f"127.0.0.1:{self.port}", "--region", REGION,
-             "--quiet", "posix", str(self.data_dir)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            [
+                str(self.binary),
+                "--port",
+                f"127.0.0.1:{self.port}",
+                "--region",
+                REGION,
+                "--quiet",
+                "posix",
+                str(self.data_dir),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + timeout
         while True:  # until it accepts connections (or died, or the deadline passed)
             if self.proc.poll() is not None:
                 err = self.proc.stderr.read().decode(errors="replace") if self.proc.stderr else ""
                 raise RuntimeError(f"S3 server exited with {self.proc.returncode}: {err[-2000:]}")
-            with contextlib.suppress(OSError), socket.create_connection(
-                ("127.0.0.1", self.port), timeout=0.5
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.5),
             ):
                 return
             if time.monotonic() > deadline:
@@ -121,8 +136,9 @@ class S3Server:
         """A plain client of this server, for tests to look into buckets past the store."""
         from minio import Minio
 
-        return Minio(f"127.0.0.1:{self.port}", self.access_key, self.secret_key,
-                     secure=False, region=REGION)
+        return Minio(
+            f"127.0.0.1:{self.port}", self.access_key, self.secret_key, secure=False, region=REGION
+        )
 
     def make_bucket(self, name: str) -> None:
         """Create a bucket through the S3 API (the posix backend keeps its metadata)."""

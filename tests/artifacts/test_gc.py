@@ -33,11 +33,14 @@ def test_gc_removes_only_old_unreferenced_blobs(
     assert step is not None
     # A manifest (what a succeeded attempt records with its result), written as fixture rows.
     for name, ref in (("out", kept), ("orphan-once", orphan)):
-        conn.execute("INSERT INTO rara_artifacts (digest, size) VALUES (%s, %s)",
-                     (ref.digest, ref.size))
-        conn.execute("INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, "
-                     "media_type) VALUES (%s, 0, %s, %s, %s, 'text/plain')",
-                     (step[0], name, ref.digest, ref.size))
+        conn.execute(
+            "INSERT INTO rara_artifacts (digest, size) VALUES (%s, %s)", (ref.digest, ref.size)
+        )
+        conn.execute(
+            "INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, "
+            "media_type) VALUES (%s, 0, %s, %s, %s, 'text/plain')",
+            (step[0], name, ref.digest, ref.size),
+        )
     conn.execute("DELETE FROM rara_step_artifacts WHERE name = 'orphan-once'")
     conn.execute(
         "INSERT INTO rara_artifacts (digest, size) VALUES (%s, %s)", (checkpointed.digest, 4)
@@ -59,18 +62,10 @@ def test_gc_removes_only_old_unreferenced_blobs(
 
     assert report.deleted == [orphan.digest]
     assert (report.kept_referenced, report.kept_young, report.tmp_removed) == (2, 1, 1)
-    assert (
-        not store.exists(orphan)
-    )
-    assert (
-        store.exists(kept)
-    )
-    assert (
-        store.exists(checkpointed)
-    )
-    assert (
-        store.exists(young)
-    )
+    assert not store.exists(orphan)
+    assert store.exists(kept)
+    assert store.exists(checkpointed)
+    assert store.exists(young)
     assert conn.execute(
         "SELECT count(*) FROM rara_artifacts WHERE digest = %s", (orphan.digest,)
     ).fetchone() == (0,)

@@ -24,8 +24,15 @@ from tests.demo.support import SMALL, running_fleet, step_of
 pytest.importorskip("torch", reason="the demo's adaptation step needs rara-rag's ML stack")
 pytest.importorskip("minio", reason="the s3 extra is not installed (pip install '.[s3]')")
 
-NAMES = {"documents.jsonl", "passages.jsonl", "index.bm25", "queries.jsonl", "adapter.tar.gz",
-         "tokens.json.gz", *(f"passages-{i:03d}.jsonl" for i in range(4))}  # 4 shards
+NAMES = {
+    "documents.jsonl",
+    "passages.jsonl",
+    "index.bm25",
+    "queries.jsonl",
+    "adapter.tar.gz",
+    "tokens.json.gz",
+    *(f"passages-{i:03d}.jsonl" for i in range(4)),
+}  # 4 shards
 
 
 def _blobs(server: S3Server, bucket: str, prefix: str) -> dict[str, bytes]:
@@ -42,13 +49,28 @@ def _blobs(server: S3Server, bucket: str, prefix: str) -> dict[str, bytes]:
 def test_demo_keeps_every_artifact_in_the_bucket(
     database_url: str, s3_url: Callable[..., str], s3_env: S3Server, bucket: str, tmp_path: Path
 ) -> None:
-    argv = ["--limit", str(SMALL["limit"]), "--train", str(SMALL["train"]),
-            "--epochs", str(SMALL["epochs"]), "--timeout", "300"]
+    argv = [
+        "--limit",
+        str(SMALL["limit"]),
+        "--train",
+        str(SMALL["train"]),
+        "--epochs",
+        str(SMALL["epochs"]),
+        "--timeout",
+        "300",
+    ]
     out = subprocess.run(
-        [sys.executable, "-m", "rara_rag.demo", *argv], cwd=tmp_path, capture_output=True,
-        text=True, timeout=420,
-        env={**os.environ, "DATABASE_URL": database_url, "RARA_ARTIFACTS": s3_url(),
-             "COLUMNS": "200"},  # the credentials: in os.environ (s3_env), by reference
+        [sys.executable, "-m", "rara_rag.demo", *argv],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=420,
+        env={
+            **os.environ,
+            "DATABASE_URL": database_url,
+            "RARA_ARTIFACTS": s3_url(),
+            "COLUMNS": "200",
+        },  # the credentials: in os.environ (s3_env), by reference
     )
     said = out.stdout + out.stderr
     assert out.returncode == 0, said[-4000:]
@@ -67,8 +89,9 @@ def test_demo_keeps_every_artifact_in_the_bucket(
     # login's, which may only lease, report and end, and the client's started the run.
     assert "database logins: worker rara_demo_worker (rara_worker)" in said
     with psycopg.connect(database_url, autocommit=True) as conn:
-        assert conn.execute("SELECT rolsuper, rolcreaterole FROM pg_roles WHERE rolname = "
-                            "'rara_demo_worker'").fetchone() == (False, False)
+        assert conn.execute(
+            "SELECT rolsuper, rolcreaterole FROM pg_roles WHERE rolname = 'rara_demo_worker'"
+        ).fetchone() == (False, False)
     produced = client.run_artifacts(run["id"])
     assert {a["name"] for a in produced} == NAMES
     blobs = _blobs(s3_env, bucket, "arts/")
@@ -120,8 +143,11 @@ def test_adaptation_killed_mid_training_resumes_from_the_bucket(
     # The checkpoint the retry unpacked was read from the bucket: the executor has no other
     # store, and the blob is there, verified against its digest.
     assert digest in _blobs(s3_env, bucket, "arts/")
-    said = [(e["attempt"], e["message"]) for e in fleet.client.run_events(run.run_id)
-            if e["key"] == "adapt" and e["message"].startswith("resuming")]
+    said = [
+        (e["attempt"], e["message"])
+        for e in fleet.client.run_events(run.run_id)
+        if e["key"] == "adapt" and e["message"].startswith("resuming")
+    ]
     assert said == [(adapt["attempt"], f"resuming from checkpoint {len(before)} of attempt 1")]
 
 
@@ -137,8 +163,14 @@ def test_demo_refuses_a_store_it_cannot_use(
         expected = "access denied"
         env["AWS_SECRET_ACCESS_KEY"] = "wrong-" + s3_env.secret_key
     env["RARA_ARTIFACTS"] = s3_env.url(bucket, "arts")
-    out = subprocess.run([sys.executable, "-m", "rara_rag.demo"], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "rara_rag.demo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     said = out.stdout + out.stderr
     assert out.returncode == 2, said[-4000:]
     assert f"artifact store s3://{bucket}/arts/ at {s3_env.endpoint}: " in said

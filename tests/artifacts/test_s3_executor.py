@@ -28,10 +28,19 @@ async def test_executor_stores_artifacts_in_the_bucket(
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "rara.executor.main", "--listen", "127.0.0.1:0",
-        "--token-file", str(token_file), "--plugins", "rara.executor.conformance_plugins",
-        cwd=tmp_path, env={**os.environ, "RARA_ARTIFACTS": url, **s3_env.env()},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "rara.executor.main",
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        str(token_file),
+        "--plugins",
+        "rara.executor.conformance_plugins",
+        cwd=tmp_path,
+        env={**os.environ, "RARA_ARTIFACTS": url, **s3_env.env()},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         assert proc.stdout is not None
@@ -43,8 +52,11 @@ async def test_executor_stores_artifacts_in_the_bucket(
                 if m := re.search(r"listening on (\S+)$", line.strip()):
                     address = m.group(1)
         async with ExecutorClient(address, token=TOKEN) as client:
-            job = make_job(capability="test.echo@1", idempotency_key="k",
-                           payload={"artifact_text": "to the bucket"})
+            job = make_job(
+                capability="test.echo@1",
+                idempotency_key="k",
+                payload={"artifact_text": "to the bucket"},
+            )
             [entry] = (await collect(client, job))[-1].succeeded.artifacts
     finally:
         if proc.returncode is None:

@@ -55,8 +55,13 @@ def test_server_killed_mid_upload_leaves_nothing_then_a_retry_succeeds(
             return etag
 
     real = make_client(cfg)
-    client = KillAfterTwoParts(f"127.0.0.1:{server.port}", secure=False, region=cfg.region,
-                               http_client=real._http, credentials=real._provider)
+    client = KillAfterTwoParts(
+        f"127.0.0.1:{server.port}",
+        secure=False,
+        region=cfg.region,
+        http_client=real._http,
+        credentials=real._provider,
+    )
     delays: list[float] = []
     store = S3ArtifactStore(cfg, client=client, sleep=delays.append)
     data = os.urandom(16 * MIB)  # four parts
@@ -96,12 +101,23 @@ def test_throttling_is_retried_with_backoff(
         def _put_object(self, *args: Any, **kwargs: Any) -> Any:
             if Throttled.left:
                 Throttled.left -= 1
-                raise S3Error(None, "SlowDown", "Please reduce your request rate.",  # type: ignore[arg-type]
-                              "/", "req", "host")
+                raise S3Error(
+                    None,
+                    "SlowDown",
+                    "Please reduce your request rate.",  # type: ignore[arg-type]
+                    "/",
+                    "req",
+                    "host",
+                )
             return super()._put_object(*args, **kwargs)  # type: ignore[misc]
 
-    client = Throttled(real._base_url.host, secure=False, region=cfg.region,
-                       http_client=real._http, credentials=real._provider)
+    client = Throttled(
+        real._base_url.host,
+        secure=False,
+        region=cfg.region,
+        http_client=real._http,
+        credentials=real._provider,
+    )
     delays: list[float] = []
     store = S3ArtifactStore(cfg, client=client, sleep=delays.append, backoff_base=0.1)
     ref = store.put_bytes(b"under load")
@@ -121,11 +137,14 @@ def test_gc_on_s3_keeps_referenced_and_young_blobs(
     step = conn.execute("SELECT id FROM rara_steps WHERE run_id = %s", (run,)).fetchone()
     assert step is not None
     for ref in (kept, orphan):
-        conn.execute("INSERT INTO rara_artifacts (digest, size) VALUES (%s, %s)",
-                     (ref.digest, ref.size))
-    conn.execute("INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, "
-                 "media_type) VALUES (%s, 0, 'out', %s, %s, 'text/plain')",
-                 (step[0], kept.digest, kept.size))
+        conn.execute(
+            "INSERT INTO rara_artifacts (digest, size) VALUES (%s, %s)", (ref.digest, ref.size)
+        )
+    conn.execute(
+        "INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, "
+        "media_type) VALUES (%s, 0, 'out', %s, %s, 'text/plain')",
+        (step[0], kept.digest, kept.size),
+    )
 
     report = collect_garbage(conn, store, grace_seconds=3600)
     assert (report.kept_referenced, report.kept_young, report.deleted) == (1, 1, [])
@@ -139,8 +158,9 @@ def test_gc_on_s3_keeps_referenced_and_young_blobs(
     assert report.deleted_bytes == orphan.size
     assert not store.exists(orphan)
     assert store.exists(kept)
-    assert conn.execute("SELECT count(*) FROM rara_artifacts WHERE digest = %s",
-                        (orphan.digest,)).fetchone() == (0,)
+    assert conn.execute(
+        "SELECT count(*) FROM rara_artifacts WHERE digest = %s", (orphan.digest,)
+    ).fetchone() == (0,)
 
 
 def test_retries_are_bounded_by_time(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,8 +33,7 @@ def _store(url: str, **kwargs: object) -> S3ArtifactStore:
 
 
 def _keys(server: S3Server, bucket: str) -> list[str]:
-    return sorted(o.object_name or "" for o in
-                  server.client().list_objects(bucket, recursive=True))
+    return sorted(o.object_name or "" for o in server.client().list_objects(bucket, recursive=True))
 
 
 def _uploads(server: S3Server, bucket: str) -> list[str]:
@@ -69,7 +68,7 @@ def test_open_writer_streams_through_a_spool(s3_url: Callable[..., str]) -> None
     data = os.urandom(11 * MIB)
     with store.open_writer("application/x-test") as w:
         for off in range(0, len(data), MIB):
-            w.write(memoryview(data)[off:off + MIB])
+            w.write(memoryview(data)[off : off + MIB])
     assert w.ref.digest == "sha256:" + hashlib.sha256(data).hexdigest()
     assert w.ref.media_type == "application/x-test"
     assert store.get_bytes(w.ref) == data
@@ -185,8 +184,12 @@ def test_a_wrong_digest_on_read_is_refused(
 
 def test_missing_bucket_is_named(s3_env: S3Server) -> None:
     store = _store(s3_env.url("no-such-bucket", "p"))
-    for op in (lambda: store.put_bytes(b"x"), lambda: store.exists("sha256:" + "1" * 64),
-               lambda: store.get_bytes("sha256:" + "1" * 64), lambda: list(store.iter_blobs())):
+    for op in (
+        lambda: store.put_bytes(b"x"),
+        lambda: store.exists("sha256:" + "1" * 64),
+        lambda: store.get_bytes("sha256:" + "1" * 64),
+        lambda: list(store.iter_blobs()),
+    ):
         with pytest.raises(ArtifactStoreAccessError, match="s3://no-such-bucket/") as err:
             op()
         assert not err.value.retryable

@@ -18,13 +18,22 @@ pytest.importorskip("minio", reason="the s3 extra is not installed (pip install 
 
 
 def test_worker_stores_and_passes_artifacts_through_s3(
-    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path,
-    s3_url: Callable[..., str], monkeypatch: pytest.MonkeyPatch,
+    conn: psycopg.Connection[Any],
+    database_url: str,
+    tmp_path: Path,
+    s3_url: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     url = s3_url()
     monkeypatch.setenv("RARA_ARTIFACTS", url)
-    define(conn, "art", [{"key": "make", "capability": "test.produce@1"},
-                         {"key": "use", "capability": "test.consume@1", "dependsOn": ["make"]}])
+    define(
+        conn,
+        "art",
+        [
+            {"key": "make", "capability": "test.produce@1"},
+            {"key": "use", "capability": "test.consume@1", "dependsOn": ["make"]},
+        ],
+    )
     worker = ThreadWorker(database_url, tmp_path)
     # No artifact_root: the store comes from RARA_ARTIFACTS alone, as in a pod.
     worker.settings = WorkerSettings(database_url=database_url, handlers=[HANDLERS], **FAST)

@@ -14,7 +14,8 @@ from bench.run import vs_peers
 
 
 def test_river_without_go_is_unavailable_with_the_reason(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     # A PATH with what build.sh needs before it looks for go, and no go.
     for tool in ("bash", "dirname"):
         found = shutil.which(tool)
@@ -36,8 +37,10 @@ def test_an_unavailable_peer_is_a_skipped_row(monkeypatch: pytest.MonkeyPatch) -
 
 def test_ratios_per_peer() -> None:
     results: dict[str, Any] = {
-        "throughput": {"single": [{"steps_per_s": 4000.0}, {"steps_per_s": 6000.0}],
-                       "chain3": [{"steps_per_s": 4500.0}]},
+        "throughput": {
+            "single": [{"steps_per_s": 4000.0}, {"steps_per_s": 6000.0}],
+            "chain3": [{"steps_per_s": 4500.0}],
+        },
         "latency": {"p50": 4.0, "p99": 10.0},
     }
     peers = {

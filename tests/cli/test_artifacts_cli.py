@@ -18,8 +18,11 @@ def test_show_lists_full_digests_and_get_takes_a_unique_prefix(
     conn: psycopg.Connection[Any], thread_worker: Any, database_url: str, tmp_path: Path
 ) -> None:
     thread_worker()
-    define(conn, "p", [{"key": "make", "capability": "test.produce@1",
-                        "input": {"text": "hello artifacts"}}])
+    define(
+        conn,
+        "p",
+        [{"key": "make", "capability": "test.produce@1", "input": {"text": "hello artifacts"}}],
+    )
     run_id = start(conn, "p")
     wait_run(conn, run_id)
     digest = "sha256:" + hashlib.sha256(b"hello artifacts").hexdigest()
@@ -48,10 +51,14 @@ def test_an_ambiguous_prefix_is_refused_naming_the_candidates(
     conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
 ) -> None:
     for tail in ("1" * 60, "2" * 60):
-        conn.execute("INSERT INTO rara_artifacts (digest, size) VALUES (%s, 1)",
-                     ("sha256:abcd" + tail,))
+        conn.execute(
+            "INSERT INTO rara_artifacts (digest, size) VALUES (%s, 1)", ("sha256:abcd" + tail,)
+        )
     result = CliRunner(env={"DATABASE_URL": database_url}).invoke(
-        app, ["artifacts", "get", "abcd", "-o", str(tmp_path / "x"), "--store", str(tmp_path)])
+        app, ["artifacts", "get", "abcd", "-o", str(tmp_path / "x"), "--store", str(tmp_path)]
+    )
     assert result.exit_code == 2
-    assert "digest prefix sha256:abcd is ambiguous: sha256:abcd11111111…, sha256:abcd22222222…" \
+    assert (
+        "digest prefix sha256:abcd is ambiguous: sha256:abcd11111111…, sha256:abcd22222222…"
         in result.stderr
+    )

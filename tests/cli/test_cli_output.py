@@ -17,11 +17,19 @@ def test_in_a_pipe_watch_and_events_are_plain_lines(
     conn: psycopg.Connection[Any], thread_worker: Any, database_url: str
 ) -> None:
     thread_worker()
-    define(conn, "lines", [
-        {"key": "first", "capability": "test.produce@1", "input": {"text": "x"}},
-        {"key": "second", "capability": "test.chatty@1", "dependsOn": ["first"],
-         "input": {"calls": 3, "seconds": 0.01}},
-    ])
+    define(
+        conn,
+        "lines",
+        [
+            {"key": "first", "capability": "test.produce@1", "input": {"text": "x"}},
+            {
+                "key": "second",
+                "capability": "test.chatty@1",
+                "dependsOn": ["first"],
+                "input": {"calls": 3, "seconds": 0.01},
+            },
+        ],
+    )
     run_id = start(conn, "lines")
     wait_run(conn, run_id)
     cli = CliRunner(env={"DATABASE_URL": database_url, "COLUMNS": "80"})
@@ -43,21 +51,27 @@ def test_in_a_pipe_watch_and_events_are_plain_lines(
 
 def test_shorten_cuts_between_words_with_an_ellipsis() -> None:
     assert shorten("short", 10) == "short"
-    assert shorten("chunks=3, resumed_from_step=12, loss=0.5", 31, sep=", ") == \
-        "chunks=3, resumed_from_step=12…"
+    assert (
+        shorten("chunks=3, resumed_from_step=12, loss=0.5", 31, sep=", ")
+        == "chunks=3, resumed_from_step=12…"
+    )
     assert shorten("chunks=3, resumed_from_step=12, loss=0.5", 30, sep=", ") == "chunks=3…"
     assert shorten("a failure message that goes on", 12) == "a failure…"
     assert shorten("x" * 20, 8) == "xxxxxxx…"
 
 
-def test_start_quiet_prints_only_the_run_id(conn: psycopg.Connection[Any],
-                                             database_url: str) -> None:
+def test_start_quiet_prints_only_the_run_id(
+    conn: psycopg.Connection[Any], database_url: str
+) -> None:
     """What a script needs to go on without guessing ids: run=$(rara runs start … -q)."""
     define(conn, "quiet", [{"key": "a", "capability": "test.produce@1", "input": {"text": "x"}}])
     cli = CliRunner(env={"DATABASE_URL": database_url})
     result = cli.invoke(app, ["runs", "start", "quiet", "--queue-anyway", "-q"])
     assert result.exit_code == 0, result.output
     run_id = int(result.output)
-    row = conn.execute("SELECT d.name FROM rara_runs r JOIN rara_definition_versions d "
-                       "ON d.id = r.definition_version_id WHERE r.id = %s", (run_id,)).fetchone()
+    row = conn.execute(
+        "SELECT d.name FROM rara_runs r JOIN rara_definition_versions d "
+        "ON d.id = r.definition_version_id WHERE r.id = %s",
+        (run_id,),
+    ).fetchone()
     assert row == ("quiet",)

@@ -19,37 +19,54 @@ from tests.support.waiting import wait_until
 
 
 def test_an_end_that_waited_is_stamped_after_the_progress_written_meanwhile(
-        conn: psycopg.Connection[Any], database_url: str) -> None:
+    conn: psycopg.Connection[Any], database_url: str
+) -> None:
     apply(conn, "t", [{"key": "a", "capability": "x@1"}, {"key": "b", "capability": "x@1"}])
     start_run(conn, "t", queue_anyway=True)
     first, second = sorted(lease_now(conn, ["x@1"], worker="w", limit=5), key=lambda s: s.id)
-    successes = json.dumps([{"id": s.id, "token": str(s.lease_token), "result": {},
-                             "manifest": []} for s in (first, second)])
+    successes = json.dumps(
+        [
+            {"id": s.id, "token": str(s.lease_token), "result": {}, "manifest": []}
+            for s in (first, second)
+        ]
+    )
 
     def end_both() -> list[Any]:
         with psycopg.connect(database_url, autocommit=True) as ender:
-            return ender.execute("SELECT * FROM rara_step_end_many('w', %s)",
-                                 (successes,)).fetchall()
+            return ender.execute(
+                "SELECT * FROM rara_step_end_many('w', %s)", (successes,)
+            ).fetchall()
 
     with psycopg.connect(database_url) as blocker, ThreadPoolExecutor(1) as pool:
         # Someone holds the first step's row (a heartbeat, a reaper): the end starts, takes
         # the steps in id order, and waits at the first.
         blocker.execute("SELECT 1 FROM rara_steps WHERE id = %s FOR UPDATE", (first.id,))
         ending = pool.submit(end_both)
-        wait_until(lambda: conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
-            " AND query LIKE '%%rara_step_end_many%%'").fetchone() == (1,),
-            timeout=20, message="the end waiting for the first step's lock")
+        wait_until(
+            lambda: (
+                conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%%rara_step_end_many%%'"
+                ).fetchone()
+                == (1,)
+            ),
+            timeout=20,
+            message="the end waiting for the first step's lock",
+        )
         # Meanwhile the second attempt still owns its step: its progress is accepted.
         accepted = conn.execute(
             "SELECT * FROM rara_step_progress_many('w', %s, %s, '{1}', '{0.5}', '{half}',"
-            " ARRAY['{}'::jsonb])", ([second.id], [second.lease_token])).fetchall()
+            " ARRAY['{}'::jsonb])",
+            ([second.id], [second.lease_token]),
+        ).fetchall()
         assert accepted == [(second.id,)]
         blocker.rollback()
         assert sorted(ending.result(timeout=30)) == sorted(
-            [(first.id, "succeeded"), (second.id, "succeeded")])
+            [(first.id, "succeeded"), (second.id, "succeeded")]
+        )
     row = conn.execute(
         "SELECT e.created_at < a.ended_at FROM rara_events e"
         " JOIN rara_attempts a USING (step_id, attempt) WHERE e.step_id = %s",
-        (second.id,)).fetchone()
+        (second.id,),
+    ).fetchone()
     assert row == (True,), "the end is stamped before progress its attempt wrote while owning"

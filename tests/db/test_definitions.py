@@ -111,8 +111,9 @@ def test_same_spec_same_version_and_reformatted_same_digest(conn: psycopg.Connec
     again = apply_definition(conn, load_definition(REFORMATTED))
     assert (first.version, first.created) == (1, True)
     assert (again.version, again.digest, again.created) == (1, first.digest, False)
-    assert (canonical_spec(load_definition(GOOD).spec)
-            == canonical_spec(load_definition(REFORMATTED).spec))
+    assert canonical_spec(load_definition(GOOD).spec) == canonical_spec(
+        load_definition(REFORMATTED).spec
+    )
 
     changed = apply_definition(conn, load_definition(GOOD.replace("timeout: 5m", "timeout: 6m")))
     assert (changed.version, changed.created) == (2, True)

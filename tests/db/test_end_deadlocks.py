@@ -27,9 +27,9 @@ from rara.worker.vocabulary import Ending, Fence, LeasedStep
 from tests.support.definitions import apply
 from tests.support.leasing import lease_now
 
-ENDERS = 4          # connections ending batches at once
-RUNS = 8            # runs started per wave
-SECONDS = 15.0      # how long the ends are driven (stops early at a deadlock)
+ENDERS = 4  # connections ending batches at once
+RUNS = 8  # runs started per wave
+SECONDS = 15.0  # how long the ends are driven (stops early at a deadlock)
 CAPABILITIES = ["x@1", "c@1", "j@1"]
 ONCE = {"maxAttempts": 1}
 # Four parallel steps, a map over the input (children ended in the same batches as the
@@ -38,8 +38,7 @@ ONCE = {"maxAttempts": 1}
 STEPS = [
     *({"key": f"a{i}", "capability": "x@1", "retry": ONCE} for i in range(4)),
     {"key": "m", "capability": "c@1", "map": {"over": "input.items"}, "retry": ONCE},
-    {"key": "j1", "capability": "j@1", "dependsOn": ["a0", "a1", "a2", "a3", "m"],
-     "retry": ONCE},
+    {"key": "j1", "capability": "j@1", "dependsOn": ["a0", "a1", "a2", "a3", "m"], "retry": ONCE},
     {"key": "j2", "capability": "j@1", "dependsOn": ["a0", "a1", "a2", "a3"], "retry": ONCE},
 ]
 
@@ -50,8 +49,9 @@ def _ending(step: LeasedStep, rng: random.Random) -> Ending:
     if roll < 0.7:
         return Ending(fence, step.run_id, AttemptOutcome.SUCCEEDED, {"n": step.id})
     if roll < 0.9:
-        return Ending(fence, step.run_id, AttemptOutcome.FAILED, error={"code": "BOOM"},
-                      retryable=False)
+        return Ending(
+            fence, step.run_id, AttemptOutcome.FAILED, error={"code": "BOOM"}, retryable=False
+        )
     return Ending(fence, step.run_id, AttemptOutcome.CANCELLED)
 
 
@@ -63,11 +63,11 @@ def _server_log(conn: psycopg.Connection[Any]) -> Path | None:
     return log if log.is_file() else None
 
 
-async def _drive(url: str, conn: psycopg.Connection[Any], deadline: float,
-                 rng: random.Random) -> tuple[int, int]:
+async def _drive(
+    url: str, conn: psycopg.Connection[Any], deadline: float, rng: random.Random
+) -> tuple[int, int]:
     """Waves of runs ended by ENDERS connections at once; (batches ended, deadlocks seen)."""
-    enders = [await psycopg.AsyncConnection.connect(url, autocommit=True)
-              for _ in range(ENDERS)]
+    enders = [await psycopg.AsyncConnection.connect(url, autocommit=True) for _ in range(ENDERS)]
     batches = deadlocks = 0
 
     async def end(aconn: psycopg.AsyncConnection[Any], batch: list[Ending]) -> None:
@@ -90,9 +90,13 @@ async def _drive(url: str, conn: psycopg.Connection[Any], deadline: float,
                     break
                 rng.shuffle(leased)
                 shares = [leased[i::ENDERS] for i in range(ENDERS)]
-                await asyncio.gather(*(
-                    end(aconn, [_ending(step, rng) for step in share])
-                    for aconn, share in zip(enders, shares, strict=True) if share))
+                await asyncio.gather(
+                    *(
+                        end(aconn, [_ending(step, rng) for step in share])
+                        for aconn, share in zip(enders, shares, strict=True)
+                        if share
+                    )
+                )
     finally:
         for aconn in enders:
             await aconn.close()
@@ -100,14 +104,16 @@ async def _drive(url: str, conn: psycopg.Connection[Any], deadline: float,
 
 
 @pytest.mark.timeout(120)
-def test_concurrent_batches_of_ends_never_deadlock(conn: psycopg.Connection[Any],
-                                                   database_url: str) -> None:
+def test_concurrent_batches_of_ends_never_deadlock(
+    conn: psycopg.Connection[Any], database_url: str
+) -> None:
     apply(conn, "fanin", STEPS)
     log = _server_log(conn)
     logged_before = log.stat().st_size if log else 0
 
     batches, deadlocks = asyncio.run(
-        _drive(database_url, conn, time.monotonic() + SECONDS, random.Random(30)))
+        _drive(database_url, conn, time.monotonic() + SECONDS, random.Random(30))
+    )
 
     logged = ""
     if log is not None:
@@ -115,8 +121,10 @@ def test_concurrent_batches_of_ends_never_deadlock(conn: psycopg.Connection[Any]
             f.seek(logged_before)
             logged = f.read()
     in_log = logged.count("deadlock detected")
-    print(f"{batches} batches ended by {ENDERS} connections at once: {deadlocks} deadlocks, "
-          f"{in_log} in the server log")
+    print(
+        f"{batches} batches ended by {ENDERS} connections at once: {deadlocks} deadlocks, "
+        f"{in_log} in the server log"
+    )
     assert batches > 0
-    assert in_log == 0, logged[logged.index("deadlock detected"):][:3000]
+    assert in_log == 0, logged[logged.index("deadlock detected") :][:3000]
     assert deadlocks == 0

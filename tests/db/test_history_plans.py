@@ -32,23 +32,43 @@ def _history(conn: Conn) -> None:
 
 def _successes(steps: list[LeasedStep], manifest: bool = False) -> str:
     art = [{"name": "out", "digest": "sha256:" + "a" * 64, "size": 1, "media_type": "text/plain"}]
-    return json.dumps([{"id": s.id, "token": str(s.lease_token), "result": None,
-                        **({"manifest": art} if manifest else {})} for s in steps])
+    return json.dumps(
+        [
+            {
+                "id": s.id,
+                "token": str(s.lease_token),
+                "result": None,
+                **({"manifest": art} if manifest else {}),
+            }
+            for s in steps
+        ]
+    )
 
 
 def test_an_end_in_a_big_run_costs_the_same_next_to_history(conn: Conn) -> None:
     _history(conn)
-    enqueue_many(conn, definition="noop", version=None, runs=10, steps=1, key="s",
-                 capability="x@1")
-    enqueue_many(conn, definition="noop", version=None, runs=1, steps=10_000, key="s",
-                 capability="y@1", numbered=True)
+    enqueue_many(conn, definition="noop", version=None, runs=10, steps=1, key="s", capability="x@1")
+    enqueue_many(
+        conn,
+        definition="noop",
+        version=None,
+        runs=1,
+        steps=10_000,
+        key="s",
+        capability="y@1",
+        numbered=True,
+    )
     conn.execute("VACUUM ANALYZE")
     small = lease_now(conn, ["x@1"], worker="w", limit=10)
     big = lease_now(conn, ["y@1"], worker="w", limit=10)
     in_small, in_big = (
-        buffers(conn, sql("step_end_many"),
-                {"worker": "w", "successes": _successes(steps), "others": "[]"})
-        for steps in (small, big))
+        buffers(
+            conn,
+            sql("step_end_many"),
+            {"worker": "w", "successes": _successes(steps), "others": "[]"},
+        )
+        for steps in (small, big)
+    )
     assert in_big <= in_small * 1.5 + 20, (in_big, in_small)
 
 
@@ -56,20 +76,51 @@ def test_a_lease_in_a_big_run_reads_its_inputs_by_key_next_to_history(conn: Conn
     """The lease of a step whose upstream succeeded, in 2-step chains and in a 10,000-step
     chain: the upstream manifests are found by (run_id, key), whatever the run's size."""
     _history(conn)
-    enqueue_many(conn, definition="noop", version=None, runs=10, steps=2, key="s",
-                 capability="x@1", chained=True, numbered=True)
-    enqueue_many(conn, definition="noop", version=None, runs=1, steps=10_000, key="s",
-                 capability="y@1", chained=True, numbered=True)
+    enqueue_many(
+        conn,
+        definition="noop",
+        version=None,
+        runs=10,
+        steps=2,
+        key="s",
+        capability="x@1",
+        chained=True,
+        numbered=True,
+    )
+    enqueue_many(
+        conn,
+        definition="noop",
+        version=None,
+        runs=1,
+        steps=10_000,
+        key="s",
+        capability="y@1",
+        chained=True,
+        numbered=True,
+    )
     conn.execute("VACUUM ANALYZE")
     for capability, limit in (("x@1", 10), ("y@1", 1)):
         firsts = lease_now(conn, [capability], worker="w", limit=limit)
-        conn.execute(sql("step_end_many"), {"worker": "w", "others": "[]",
-                                            "successes": _successes(firsts, manifest=True)})
+        conn.execute(
+            sql("step_end_many"),
+            {"worker": "w", "others": "[]", "successes": _successes(firsts, manifest=True)},
+        )
 
     def lease_buffers(capability: str) -> int:
-        return buffers(conn, sql("step_lease"), {
-            "worker": "w", "capabilities": [capability], "executors": ["inprocess"],
-            "after_ranks": None, "after_ats": None, "after_ids": None, "limit": 1,
-            "lease_seconds": 30})
+        return buffers(
+            conn,
+            sql("step_lease"),
+            {
+                "worker": "w",
+                "capabilities": [capability],
+                "executors": ["inprocess"],
+                "after_ranks": None,
+                "after_ats": None,
+                "after_ids": None,
+                "limit": 1,
+                "lease_seconds": 30,
+            },
+        )
+
     in_small, in_big = lease_buffers("x@1"), lease_buffers("y@1")
     assert in_big <= in_small * 1.5 + 20, (in_big, in_small)

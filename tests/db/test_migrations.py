@@ -80,19 +80,30 @@ def test_rara_database_sessions_run_without_jit(conn: psycopg.Connection[Any]) -
 
 
 def test_fenced_batch_writes_are_never_planned_onto_the_reaper_index(
-        conn: psycopg.Connection[Any]) -> None:
+    conn: psycopg.Connection[Any],
+) -> None:
     """Migration 0004: with `status = 'running'` as the reaper index's predicate the planner
     scanned every running step for a completion batch's ids (and, under a held xmin horizon,
     every dead entry of finished attempts); its predicate now is one no fence implies."""
     token = "00000000-0000-0000-0000-000000000001"
     conn.execute("SET enable_seqscan = off")  # as the worker's sessions (HOT_PATH_SESSION)
     plans = [
-        *nested_plans(conn, sql("step_end_many"),
-                      {"worker": "w", "successes": f'[{{"id": 1, "token": "{token}"}}]',
-                       "others": "[]"}),
-        *nested_plans(conn, sql("step_heartbeat"),
-                      {"worker": "w", "capabilities": ["x@1"], "step_ids": [1, 2],
-                       "tokens": [token] * 2, "lease_seconds": 30}),
+        *nested_plans(
+            conn,
+            sql("step_end_many"),
+            {"worker": "w", "successes": f'[{{"id": 1, "token": "{token}"}}]', "others": "[]"},
+        ),
+        *nested_plans(
+            conn,
+            sql("step_heartbeat"),
+            {
+                "worker": "w",
+                "capabilities": ["x@1"],
+                "step_ids": [1, 2],
+                "tokens": [token] * 2,
+                "lease_seconds": 30,
+            },
+        ),
     ]
     texts = [json.dumps(plan) for plan in plans]
     assert any("rara_steps_pkey" in text for text in texts), texts  # the fenced probes
@@ -120,23 +131,29 @@ def test_canonical_sql_drops_comments_and_layout_keeps_literals_as_written() -> 
     )
 
 
-@pytest.mark.parametrize("edited", [
-    _FILE.replace("-- A table.", "-- The table t: one text column.\n--\n-- (Reworded.)"),
-    _FILE.replace("CREATE TABLE t (", "CREATE  TABLE\n    t\n("),
-    _FILE.replace("/* a /* nested */ comment */", "-- a comment of another kind"),
-    "\n\n" + _FILE + "\n-- trailing words\n",
-])
+@pytest.mark.parametrize(
+    "edited",
+    [
+        _FILE.replace("-- A table.", "-- The table t: one text column.\n--\n-- (Reworded.)"),
+        _FILE.replace("CREATE TABLE t (", "CREATE  TABLE\n    t\n("),
+        _FILE.replace("/* a /* nested */ comment */", "-- a comment of another kind"),
+        "\n\n" + _FILE + "\n-- trailing words\n",
+    ],
+)
 def test_comment_and_layout_edits_keep_the_checksum(edited: str) -> None:
     assert _migration(edited).checksum == _migration(_FILE).checksum
 
 
-@pytest.mark.parametrize("edited", [
-    _FILE.replace("'x  -- not a comment'", "'x -- not a comment'"),  # inside a literal
-    _FILE.replace('"B"', '"b"'),                                    # a quoted name
-    _FILE.replace("-- inside the body", "-- inside the function"),  # stored with the function
-    _FILE.replace("n + 1", "n + 2"),
-    _FILE.replace("text DEFAULT", "varchar DEFAULT"),
-])
+@pytest.mark.parametrize(
+    "edited",
+    [
+        _FILE.replace("'x  -- not a comment'", "'x -- not a comment'"),  # inside a literal
+        _FILE.replace('"B"', '"b"'),  # a quoted name
+        _FILE.replace("-- inside the body", "-- inside the function"),  # stored with the function
+        _FILE.replace("n + 1", "n + 2"),
+        _FILE.replace("text DEFAULT", "varchar DEFAULT"),
+    ],
+)
 def test_statement_edits_change_the_checksum(edited: str) -> None:
     assert _migration(edited).checksum != _migration(_FILE).checksum
 
@@ -144,7 +161,8 @@ def test_statement_edits_change_the_checksum(edited: str) -> None:
 def _checksums(url: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(url) as conn:
         return conn.execute(
-            "SELECT version, checksum FROM rara_schema_migrations ORDER BY 1").fetchall()
+            "SELECT version, checksum FROM rara_schema_migrations ORDER BY 1"
+        ).fetchall()
 
 
 def test_an_applied_migration_may_change_its_comments(database_url: str) -> None:
@@ -171,12 +189,15 @@ def _stamp_file_checksums(url: str, checksums: dict[int, str]) -> None:
     """What the runner before statement checksums stored: sha256 of each file's bytes."""
     with psycopg.connect(url) as conn:
         for version, checksum in checksums.items():
-            conn.execute("UPDATE rara_schema_migrations SET checksum = %s WHERE version = %s",
-                         (checksum, version))
+            conn.execute(
+                "UPDATE rara_schema_migrations SET checksum = %s WHERE version = %s",
+                (checksum, version),
+            )
 
 
 def test_file_checksums_of_the_released_migrations_are_accepted_and_restamped(
-        database_url: str) -> None:
+    database_url: str,
+) -> None:
     _stamp_file_checksums(database_url, {v: raw for v, (raw, _) in _RELEASED.items()})
     assert migrate(database_url) == []
     assert _checksums(database_url) == [(m.version, m.checksum) for m in available()]
@@ -184,7 +205,8 @@ def test_file_checksums_of_the_released_migrations_are_accepted_and_restamped(
 
 
 def test_file_checksums_are_refused_unless_the_statements_are_those_released(
-        database_url: str) -> None:
+    database_url: str,
+) -> None:
     first, *rest = available()
     _stamp_file_checksums(database_url, {1: hashlib.sha256(b"another file").hexdigest()})
     with pytest.raises(MigrationError, match="0001_workflow_state was changed after it"):

@@ -42,8 +42,11 @@ def login(role_url: Callable[[str], str]) -> Iterator[Callable[[str], psycopg.Co
 @pytest.fixture
 def running(conn: psycopg.Connection[Any]) -> tuple[int, Any]:
     """A run of two steps (b after a) whose step a another worker ("owner") leased."""
-    apply(conn, "r", [{"key": "a", "capability": "x@1"},
-                      {"key": "b", "capability": "x@1", "dependsOn": ["a"]}])
+    apply(
+        conn,
+        "r",
+        [{"key": "a", "capability": "x@1"}, {"key": "b", "capability": "x@1", "dependsOn": ["a"]}],
+    )
     run_id = start_run(conn, "r", queue_anyway=True).run_id
     [step] = lease_now(conn, ["x@1"], worker="owner", limit=5)
     return run_id, step
@@ -85,7 +88,8 @@ TABLE_WRITES = (
 
 @pytest.mark.parametrize("group", ["rara_worker", "rara_operator", "rara_client", "rara_reader"])
 def test_no_role_writes_a_table_or_reads_a_lease_token(
-        group: str, conn: psycopg.Connection[Any], login: Any, running: Any) -> None:
+    group: str, conn: psycopg.Connection[Any], login: Any, running: Any
+) -> None:
     before = _state(conn)
     c = login(group)
     for statement in TABLE_WRITES:
@@ -95,8 +99,11 @@ def test_no_role_writes_a_table_or_reads_a_lease_token(
     _refused(c, "SELECT * FROM rara_steps")  # every column includes the token
     # ... and the internal parts of the functions, which would take the caller's word:
     run_id, _ = running
-    _refused(c, "SELECT rara_run_count(%s)", (json.dumps(
-        [{"run_id": run_id, "succeeded": 2, "failed": 0, "cancelled": 0}]),))
+    _refused(
+        c,
+        "SELECT rara_run_count(%s)",
+        (json.dumps([{"run_id": run_id, "succeeded": 2, "failed": 0, "cancelled": 0}]),),
+    )
     _refused(c, "SELECT rara_step_cancel_dependants(%s, 'a')", (run_id,))
     assert _state(conn) == before
     # What every role reads: the state without the tokens.
@@ -104,7 +111,8 @@ def test_no_role_writes_a_table_or_reads_a_lease_token(
 
 
 def test_a_worker_cannot_forge_or_steal_what_another_worker_owns(
-        conn: psycopg.Connection[Any], login: Any, running: Any, database_url: str) -> None:
+    conn: psycopg.Connection[Any], login: Any, running: Any, database_url: str
+) -> None:
     run_id, step = running
     worker = login("rara_worker")
     before = _state(conn)
@@ -112,30 +120,84 @@ def test_a_worker_cannot_forge_or_steal_what_another_worker_owns(
     # Its name is no credential: without the token every fenced write matches nothing.
     [[ended]] = worker.execute(
         "SELECT count(*) FROM rara_step_end_many('owner', %s, %s)",
-        (json.dumps([{"id": step.id, "token": guess, "result": FORGED}]),
-         json.dumps([]))).fetchall()
+        (json.dumps([{"id": step.id, "token": guess, "result": FORGED}]), json.dumps([])),
+    ).fetchall()
     assert ended == 0
     [[ended]] = worker.execute(
         "SELECT count(*) FROM rara_step_end_many('owner', '[]', %s)",
-        (json.dumps([{"id": step.id, "token": guess, "outcome": "failed", "error": {},
-                      "retryable": False, "jitter": 0}]),)).fetchall()
+        (
+            json.dumps(
+                [
+                    {
+                        "id": step.id,
+                        "token": guess,
+                        "outcome": "failed",
+                        "error": {},
+                        "retryable": False,
+                        "jitter": 0,
+                    }
+                ]
+            ),
+        ),
+    ).fetchall()
     assert ended == 0
-    assert worker.execute(sql("step_progress_many"), {
-        "worker": "owner", "step_ids": [step.id], "tokens": [guess], "seqs": [1],
-        "fractions": [0.5], "messages": ["forged"], "metrics": ["{}"]}).fetchall() == []
-    assert worker.execute(sql("step_checkpoint"), {
-        "worker": "owner", "step_id": step.id, "token": guess, "seq": 1,
-        "state": '{"forged": true}', "digest": None, "size": None}).fetchone() == (False,)
-    assert worker.execute(sql("step_heartbeat"), {
-        "worker": "owner", "capabilities": ["x@1"], "lease_seconds": 3600,
-        "step_ids": [step.id], "tokens": [guess]}).fetchall() == []
-    assert worker.execute(sql("step_release_many"), {
-        "worker": "owner", "step_ids": [step.id], "tokens": [guess]}).fetchall() == []
+    assert (
+        worker.execute(
+            sql("step_progress_many"),
+            {
+                "worker": "owner",
+                "step_ids": [step.id],
+                "tokens": [guess],
+                "seqs": [1],
+                "fractions": [0.5],
+                "messages": ["forged"],
+                "metrics": ["{}"],
+            },
+        ).fetchall()
+        == []
+    )
+    assert worker.execute(
+        sql("step_checkpoint"),
+        {
+            "worker": "owner",
+            "step_id": step.id,
+            "token": guess,
+            "seq": 1,
+            "state": '{"forged": true}',
+            "digest": None,
+            "size": None,
+        },
+    ).fetchone() == (False,)
+    assert (
+        worker.execute(
+            sql("step_heartbeat"),
+            {
+                "worker": "owner",
+                "capabilities": ["x@1"],
+                "lease_seconds": 3600,
+                "step_ids": [step.id],
+                "tokens": [guess],
+            },
+        ).fetchall()
+        == []
+    )
+    assert (
+        worker.execute(
+            sql("step_release_many"), {"worker": "owner", "step_ids": [step.id], "tokens": [guess]}
+        ).fetchall()
+        == []
+    )
     # A success is not a failure's outcome, and released/expired are not ends of its own.
     for outcome in ("succeeded", "released", "lease_expired"):
         with pytest.raises(psycopg.errors.InvalidParameterValue, match="cannot end as"):
-            worker.execute("SELECT * FROM rara_step_end_many('owner', '[]', %s)", (json.dumps(
-                [{"id": step.id, "token": str(step.lease_token), "outcome": outcome}]),))
+            worker.execute(
+                "SELECT * FROM rara_step_end_many('owner', '[]', %s)",
+                (
+                    json.dumps(
+                        [{"id": step.id, "token": str(step.lease_token), "outcome": outcome}]
+                    ),
+                ),
+            )
     # Nor may a worker start, cancel or register anything.
     _refused(worker, "SELECT rara_run_cancel(%s)", (run_id,))
     _refused(worker, "SELECT * FROM rara_definition_register('r', '{}')")
@@ -145,49 +207,74 @@ def test_a_worker_cannot_forge_or_steal_what_another_worker_owns(
 
     # The owner, with its token, under the same role: its end lands, with its consequences.
     async def finish() -> list[StepStatus | None]:
-        async with await psycopg.AsyncConnection.connect(worker.info.dsn,
-                                                         autocommit=True) as aconn:
-            return await end_many(aconn, [Ending(Fence(step.id, "owner", step.lease_token),
-                                                 run_id, AttemptOutcome.SUCCEEDED, {"ok": 1})])
+        async with await psycopg.AsyncConnection.connect(worker.info.dsn, autocommit=True) as aconn:
+            return await end_many(
+                aconn,
+                [
+                    Ending(
+                        Fence(step.id, "owner", step.lease_token),
+                        run_id,
+                        AttemptOutcome.SUCCEEDED,
+                        {"ok": 1},
+                    )
+                ],
+            )
+
     assert asyncio.run(finish()) == [StepStatus.SUCCEEDED]
     assert conn.execute("SELECT status FROM rara_steps WHERE key = 'b'").fetchone() == ("ready",)
 
 
 def test_a_client_starts_and_cancels_runs_and_does_nothing_else(
-        conn: psycopg.Connection[Any], login: Any, running: Any) -> None:
+    conn: psycopg.Connection[Any], login: Any, running: Any
+) -> None:
     run_id, step = running
     client = login("rara_client")
     # The forgery of the issue: a plain UPDATE completing a step another worker runs.
-    _refused(client, "UPDATE rara_steps SET status = 'succeeded', result = %s, leased_by = NULL,"
-             " lease_token = NULL, lease_expires_at = NULL, finished_at = now() WHERE id = %s",
-             (FORGED, step.id))
+    _refused(
+        client,
+        "UPDATE rara_steps SET status = 'succeeded', result = %s, leased_by = NULL,"
+        " lease_token = NULL, lease_expires_at = NULL, finished_at = now() WHERE id = %s",
+        (FORGED, step.id),
+    )
     # The worker's functions are not the client's, not even with the right token.
-    _refused(client, "SELECT * FROM rara_step_end_many('owner', %s)", (json.dumps(
-        [{"id": step.id, "token": str(step.lease_token), "result": FORGED}]),))
-    _refused(client, "SELECT * FROM rara_step_lease('c', '{x@1}', '{inprocess}', NULL, NULL,"
-             " NULL, 5, 30)")
+    _refused(
+        client,
+        "SELECT * FROM rara_step_end_many('owner', %s)",
+        (json.dumps([{"id": step.id, "token": str(step.lease_token), "result": FORGED}]),),
+    )
+    _refused(
+        client,
+        "SELECT * FROM rara_step_lease('c', '{x@1}', '{inprocess}', NULL, NULL, NULL, 5, 30)",
+    )
     _refused(client, "SELECT * FROM rara_step_reap_expired('c', 10, 0)")
     _refused(client, "SELECT rara_worker_register('c', '{x@1}')")
-    assert conn.execute("SELECT status FROM rara_steps WHERE id = %s",
-                        (step.id,)).fetchone() == ("running",)
+    assert conn.execute("SELECT status FROM rara_steps WHERE id = %s", (step.id,)).fetchone() == (
+        "running",
+    )
     # What it may: define, start, cancel — through the functions, with their rules.
     apply(client, "mine", [{"key": "s", "capability": "x@1"}])
     other = start_run(client, "mine", queue_anyway=True).run_id
     assert cancel_run(client, other)
-    assert conn.execute("SELECT status FROM rara_runs WHERE id = %s",
-                        (other,)).fetchone() == ("cancelled",)
+    assert conn.execute("SELECT status FROM rara_runs WHERE id = %s", (other,)).fetchone() == (
+        "cancelled",
+    )
     # Cancel is only a cancel: an ended run stays as it ended (no re-open).
     assert not cancel_run(client, other)
-    _refused(client, "UPDATE rara_runs SET status = 'running', finished_at = NULL WHERE id = %s",
-             (other,))
+    _refused(
+        client,
+        "UPDATE rara_runs SET status = 'running', finished_at = NULL WHERE id = %s",
+        (other,),
+    )
     assert cancel_run(client, run_id)
-    [[flag]] = conn.execute("SELECT cancel_requested FROM rara_steps WHERE id = %s",
-                            (step.id,)).fetchall()
+    [[flag]] = conn.execute(
+        "SELECT cancel_requested FROM rara_steps WHERE id = %s", (step.id,)
+    ).fetchall()
     assert flag  # the running step is flagged; only its worker ends it
 
 
 def test_the_operator_registers_and_starts_but_cannot_lease(
-        conn: psycopg.Connection[Any], login: Any) -> None:
+    conn: psycopg.Connection[Any], login: Any
+) -> None:
     operator = login("rara_operator")
     apply(operator, "op", [{"key": "a", "capability": "x@1"}])
     start_run(operator, "op", queue_anyway=True)
@@ -197,16 +284,17 @@ def test_the_operator_registers_and_starts_but_cannot_lease(
     _refused(operator, "UPDATE rara_definition_versions SET spec = '{}' WHERE name = 'op'")
     _refused(operator, "DELETE FROM rara_definition_versions WHERE name = 'op'")
     assert apply(operator, "op", [{"key": "a", "capability": "x@2"}]).version == 2
-    assert conn.execute("SELECT count(*) FROM rara_definition_versions WHERE name = 'op'"
-                        ).fetchone() == (2,)
+    assert conn.execute(
+        "SELECT count(*) FROM rara_definition_versions WHERE name = 'op'"
+    ).fetchone() == (2,)
 
 
-def test_the_reader_only_reads(conn: psycopg.Connection[Any], login: Any,
-                               running: Any) -> None:
+def test_the_reader_only_reads(conn: psycopg.Connection[Any], login: Any, running: Any) -> None:
     run_id, _ = running
     reader = login("rara_reader")
-    assert reader.execute("SELECT status FROM rara_runs WHERE id = %s",
-                          (run_id,)).fetchone() == ("running",)
+    assert reader.execute("SELECT status FROM rara_runs WHERE id = %s", (run_id,)).fetchone() == (
+        "running",
+    )
     with pytest.raises(Denied):
         cancel_run(reader, run_id)
     with pytest.raises(Denied):

@@ -110,7 +110,8 @@ def test_two_databases_with_one_version_id_get_their_own_steps(
             assert step_keys(other, there) == ["x", "y"]
         # Both specs stay cached (by digest): only the (name, version) hint flips.
         assert set(runs._INPUT_SCHEMAS) == set(runs._DIGEST_HINTS.values()) | {
-            r[0] for r in conn.execute("SELECT digest FROM rara_definition_versions")}
+            r[0] for r in conn.execute("SELECT digest FROM rara_definition_versions")
+        }
         assert statements(conn, lambda: start_run(conn, "d", queue_anyway=True)) == 2
         assert statements(conn, lambda: start_run(conn, "d", queue_anyway=True)) == 1
 
@@ -143,12 +144,16 @@ def test_missing_definitions_name_what_was_asked(conn: psycopg.Connection[Any]) 
 def test_missing_capabilities_are_refused_by_name(
     conn: psycopg.Connection[Any], warm: bool
 ) -> None:
-    apply(conn, "caps", [
-        {"key": "a", "capability": "x@1"},
-        {"key": "b", "capability": "y@2"},
-        {"key": "c", "capability": "z@3"},
-        {"key": "d", "capability": "z@3"},
-    ])
+    apply(
+        conn,
+        "caps",
+        [
+            {"key": "a", "capability": "x@1"},
+            {"key": "b", "capability": "y@2"},
+            {"key": "c", "capability": "z@3"},
+            {"key": "d", "capability": "z@3"},
+        ],
+    )
     if warm:
         start_run(conn, "caps", queue_anyway=True)
     conn.execute("""INSERT INTO rara_workers (id, capabilities, heartbeat_at, stopped_at) VALUES
@@ -165,9 +170,7 @@ def test_missing_capabilities_are_refused_by_name(
 
 
 @pytest.mark.parametrize("warm", [False, True])
-def test_an_idempotency_key_returns_the_same_run(
-    conn: psycopg.Connection[Any], warm: bool
-) -> None:
+def test_an_idempotency_key_returns_the_same_run(conn: psycopg.Connection[Any], warm: bool) -> None:
     apply(conn, "idem", [{"key": "a", "capability": "x@1"}])
     if warm:
         start_run(conn, "idem", queue_anyway=True)

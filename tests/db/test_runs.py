@@ -69,14 +69,17 @@ def _lease(conn: psycopg.Connection[Any]) -> dict[str, LeasedStep]:
     return {r.key: r for r in rows}
 
 
-def _end(url: str, step: LeasedStep, outcome: AttemptOutcome,
-         **ending: Any) -> StepStatus | None:
+def _end(url: str, step: LeasedStep, outcome: AttemptOutcome, **ending: Any) -> StepStatus | None:
     """One attempt's end on the path the worker's batcher takes (``end_many``)."""
+
     async def end() -> StepStatus | None:
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as aconn:
-            [status] = await end_many(aconn, [Ending(Fence(step.id, "w", step.lease_token),
-                                                     step.run_id, outcome, **ending)])
+            [status] = await end_many(
+                aconn,
+                [Ending(Fence(step.id, "w", step.lease_token), step.run_id, outcome, **ending)],
+            )
             return status
+
     return asyncio.run(end())
 
 
@@ -113,8 +116,14 @@ def test_terminal_failure_fails_run_and_cancels_dependants(
     apply(conn, "bad", CHAIN)
     run = start_run(conn, "bad", queue_anyway=True).run_id
     leased = _lease(conn)
-    status = _end(database_url, leased["a"], AttemptOutcome.FAILED,
-                  error={"code": "X", "message": "boom"}, retryable=True, jitter=0.0)
+    status = _end(
+        database_url,
+        leased["a"],
+        AttemptOutcome.FAILED,
+        error={"code": "X", "message": "boom"},
+        retryable=True,
+        jitter=0.0,
+    )
     assert status == "failed"  # maxAttempts 1: retryable but no attempts left
     assert _statuses(conn, run) == {
         "a": "failed",
@@ -159,7 +168,8 @@ def test_cancel_of_pending_run(conn: psycopg.Connection[Any]) -> None:
 
 
 def test_deleting_a_run_deletes_its_steps_and_their_attempt_history(
-        conn: psycopg.Connection[Any]) -> None:
+    conn: psycopg.Connection[Any],
+) -> None:
     """rara_attempts has no foreign key (migration 0004: the lease, its only writer, inserts
     for rows it has just updated); a trigger keeps the cascade the key gave."""
     apply(conn, "two", [{"key": "a", "capability": "x@1"}, {"key": "b", "capability": "x@1"}])

@@ -31,8 +31,7 @@ def test_a_freshly_migrated_database_is_db_schema_sql(empty_database: str) -> No
     assert schema_dump(empty_database) == SCHEMA.read_text(), STALE
 
 
-def test_db_schema_sql_run_on_an_empty_database_makes_the_same_schema(
-        empty_database: str) -> None:
+def test_db_schema_sql_run_on_an_empty_database_makes_the_same_schema(empty_database: str) -> None:
     """The file is a faithful description, not only a comparison target: run as it stands,
     it makes the schema it shows (per-database settings included)."""
     with psycopg.connect(empty_database, autocommit=True) as conn:

@@ -26,8 +26,12 @@ from tests.support.plans import buffers
 
 Conn = psycopg.Connection[Any]
 SPLIT = {"key": "split", "capability": "split@1"}
-WORK = {"key": "work", "capability": "work@1", "dependsOn": ["split"],
-        "map": {"over": "split.result.items"}}
+WORK = {
+    "key": "work",
+    "capability": "work@1",
+    "dependsOn": ["split"],
+    "map": {"over": "split.result.items"},
+}
 CHILDREN = 40_000
 TABLES = ("rara_steps", "rara_runs", "rara_attempts", "rara_step_artifacts")
 
@@ -40,22 +44,42 @@ def _split(conn: Conn, worker: Conn, items: int) -> None:
 
 
 def _ends(steps: list[LeasedStep], result: Any = None) -> dict[str, Any]:
-    return {"worker": "w", "others": "[]", "successes": json.dumps(
-        [{"id": s.id, "token": str(s.lease_token), "result": result} for s in steps])}
+    return {
+        "worker": "w",
+        "others": "[]",
+        "successes": json.dumps(
+            [{"id": s.id, "token": str(s.lease_token), "result": result} for s in steps]
+        ),
+    }
 
 
 def _costs(worker: Conn) -> dict[str, int]:
     """Buffers to lease 100 children, heartbeat them and end them (each measured rolled back,
     then done)."""
-    lease = {"worker": "w", "capabilities": ["work@1"], "executors": ["inprocess"],
-             "after_ranks": None, "after_ats": None, "after_ids": None, "limit": 100,
-             "lease_seconds": 30}
+    lease = {
+        "worker": "w",
+        "capabilities": ["work@1"],
+        "executors": ["inprocess"],
+        "after_ranks": None,
+        "after_ats": None,
+        "after_ids": None,
+        "limit": 100,
+        "lease_seconds": 30,
+    }
     costs = {"lease": buffers(worker, sql("step_lease"), lease)}
     leased = lease_now(worker, ["work@1"], worker="w", limit=100)
     assert len(leased) == 100
-    costs["heartbeat"] = buffers(worker, sql("step_heartbeat"), {
-        "worker": "w", "capabilities": ["work@1"], "lease_seconds": 30,
-        "step_ids": [s.id for s in leased], "tokens": [s.lease_token for s in leased]})
+    costs["heartbeat"] = buffers(
+        worker,
+        sql("step_heartbeat"),
+        {
+            "worker": "w",
+            "capabilities": ["work@1"],
+            "lease_seconds": 30,
+            "step_ids": [s.id for s in leased],
+            "tokens": [s.lease_token for s in leased],
+        },
+    )
     costs["end"] = buffers(worker, sql("step_end_many"), _ends(leased))
     worker.execute(sql("step_end_many"), _ends(leased))
     return costs
@@ -63,19 +87,28 @@ def _costs(worker: Conn) -> dict[str, int]:
 
 @pytest.mark.parametrize("session", ["worker", "plain"])
 def test_a_map_expanded_into_a_small_table_is_leased_and_ended_without_walking_it(
-        conn: Conn, database_url: str, session: str) -> None:
+    conn: Conn, database_url: str, session: str
+) -> None:
     for table in TABLES:  # the statistics change only when the test says so
         conn.execute(f"ALTER TABLE {table} SET (autovacuum_enabled = false)")
     apply(conn, "fan", [SPLIT, WORK])
-    with psycopg.connect(database_url, autocommit=True,
-                         **(HOT_PATH_SESSION if session == "worker" else {})) as worker:
+    with psycopg.connect(
+        database_url, autocommit=True, **(HOT_PATH_SESSION if session == "worker" else {})
+    ) as worker:
         # A first small map, one child at a time: the session's plans are made on small tables.
         _split(conn, worker, 12)
         conn.execute("VACUUM ANALYZE")
         while children := lease_now(worker, ["work@1"], worker="w", limit=1):
-            worker.execute(sql("step_heartbeat"), {
-                "worker": "w", "capabilities": ["work@1"], "lease_seconds": 30,
-                "step_ids": [children[0].id], "tokens": [children[0].lease_token]})
+            worker.execute(
+                sql("step_heartbeat"),
+                {
+                    "worker": "w",
+                    "capabilities": ["work@1"],
+                    "lease_seconds": 30,
+                    "step_ids": [children[0].id],
+                    "tokens": [children[0].lease_token],
+                },
+            )
             worker.execute(sql("step_end_many"), _ends(children))
         _split(conn, worker, CHILDREN)
         stale = _costs(worker)

@@ -156,10 +156,18 @@ def test_database_table_matches_code(conn: psycopg.Connection[Any]) -> None:
 
 def test_error_codes_the_sql_writes_are_the_enum() -> None:
     """The stored codes db/functions writes itself are members of rara.errors.ErrorCode."""
-    written = {code for text in [*query_files().values(), *function_files().values()]
-               for code in re.findall(r"'code',\s*'([A-Z_]+)'", text)}
-    assert written == {"LEASE_EXPIRED", "UPSTREAM_FAILED", "CANCELLED", "MAP_NOT_A_LIST",
-                       "MAP_CHILD_FAILED"}
+    written = {
+        code
+        for text in [*query_files().values(), *function_files().values()]
+        for code in re.findall(r"'code',\s*'([A-Z_]+)'", text)
+    }
+    assert written == {
+        "LEASE_EXPIRED",
+        "UPSTREAM_FAILED",
+        "CANCELLED",
+        "MAP_NOT_A_LIST",
+        "MAP_CHILD_FAILED",
+    }
     assert written <= {c.value for c in ErrorCode}
 
 

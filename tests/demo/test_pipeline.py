@@ -37,7 +37,12 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
     # The index-shard map expanded into one child per shard clean listed (4, the definition's
     # number), whose tokens the index step merged: byte for byte the unsharded index.
     assert {s["key"] for s in final.steps} == {
-        "collect", "clean", "index-shard", "index", "evaluate", "adapt"
+        "collect",
+        "clean",
+        "index-shard",
+        "index",
+        "evaluate",
+        "adapt",
     }  # a map is one step to people; its children are rows of their own
     assert step_of(client, run.run_id, "index-shard")["result"] == {"children": 4}
     shards = step_of(client, run.run_id, "clean")["result"]["shards"]
@@ -45,7 +50,8 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
     with psycopg.connect(client.url, autocommit=True) as conn:
         children = conn.execute(
             "SELECT key, status, result FROM rara_steps WHERE run_id = %s "
-            "AND map_parent IS NOT NULL ORDER BY map_index", (run.run_id,)
+            "AND map_parent IS NOT NULL ORDER BY map_index",
+            (run.run_id,),
         ).fetchall()
     assert [(k, st, r["artifact"]) for k, st, r in children] == [
         (f"index-shard[{i}]", "succeeded", s["artifact"]) for i, s in enumerate(shards)
@@ -122,8 +128,11 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
     ("capability", "payload", "message"),
     [
         ("index.build@1", {}, "needs upstream artifact 'passages.jsonl'"),
-        ("index.shard@1", {"item": {"artifact": "passages-000.jsonl"}, "index": 0},
-         "needs upstream artifact 'passages-000.jsonl'"),
+        (
+            "index.shard@1",
+            {"item": {"artifact": "passages-000.jsonl"}, "index": 0},
+            "needs upstream artifact 'passages-000.jsonl'",
+        ),
         ("index.shard@1", {"item": 3, "index": 3}, "input 'item' must name a passages shard"),
     ],
 )
@@ -137,8 +146,13 @@ def test_executor_fails_a_job_missing_its_upstream_artifact(
 
     async def run_job() -> list[Any]:
         async with ExecutorClient(fleet.flag("--listen"), token=token) as executor:
-            job = make_job(capability=capability, idempotency_key="t:index", attempt=1,
-                           step_key="index", payload=payload)
+            job = make_job(
+                capability=capability,
+                idempotency_key="t:index",
+                attempt=1,
+                step_key="index",
+                payload=payload,
+            )
             return [e async for e in executor.execute(job)]
 
     events = asyncio.run(run_job())

@@ -54,21 +54,50 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 RUNS = int(os.environ.get("RARA_CHAOS_RUNS", "300"))
 WORKERS = 3
-LEASE = {"lease-seconds": 2.0, "heartbeat-seconds": 0.5, "reaper-seconds": 0.5,
-         "poll-seconds": 0.5, "shutdown-grace-seconds": 0.3, "cancel-grace-seconds": 0.3,
-         "concurrency": 6}
+LEASE = {
+    "lease-seconds": 2.0,
+    "heartbeat-seconds": 0.5,
+    "reaper-seconds": 0.5,
+    "poll-seconds": 0.5,
+    "shutdown-grace-seconds": 0.3,
+    "cancel-grace-seconds": 0.3,
+    "concurrency": 6,
+}
 RETRY = {"maxAttempts": 40, "initialDelay": "50ms", "maxDelay": "1s", "backoffCoefficient": 2}
 STEPS: list[dict[str, Any]] = [
-    {"key": "prepare", "capability": "chaos.work@1", "executor": "inprocess", "retry": RETRY,
-     "input": {"reports": 4, "seconds": 0.25}},
-    {"key": "shard-a", "dependsOn": ["prepare"], "capability": "chaos.shard@1",
-     "executor": "grpc", "retry": RETRY, "timeout": "60s",
-     "input": {"chunks": 5, "seconds": 0.35, "checkpoint": True}},
-    {"key": "shard-b", "dependsOn": ["prepare"], "capability": "chaos.shard@1",
-     "executor": "grpc", "retry": RETRY, "timeout": "60s",
-     "input": {"chunks": 4, "seconds": 0.3}},
-    {"key": "merge", "dependsOn": ["shard-a", "shard-b"], "capability": "chaos.work@1",
-     "executor": "inprocess", "retry": RETRY, "input": {"reports": 3, "seconds": 0.2}},
+    {
+        "key": "prepare",
+        "capability": "chaos.work@1",
+        "executor": "inprocess",
+        "retry": RETRY,
+        "input": {"reports": 4, "seconds": 0.25},
+    },
+    {
+        "key": "shard-a",
+        "dependsOn": ["prepare"],
+        "capability": "chaos.shard@1",
+        "executor": "grpc",
+        "retry": RETRY,
+        "timeout": "60s",
+        "input": {"chunks": 5, "seconds": 0.35, "checkpoint": True},
+    },
+    {
+        "key": "shard-b",
+        "dependsOn": ["prepare"],
+        "capability": "chaos.shard@1",
+        "executor": "grpc",
+        "retry": RETRY,
+        "timeout": "60s",
+        "input": {"chunks": 4, "seconds": 0.3},
+    },
+    {
+        "key": "merge",
+        "dependsOn": ["shard-a", "shard-b"],
+        "capability": "chaos.work@1",
+        "executor": "inprocess",
+        "retry": RETRY,
+        "input": {"reports": 3, "seconds": 0.2},
+    },
 ]
 CHECKPOINTING = {"shard-a"}
 
@@ -77,8 +106,9 @@ def _connect(url: str) -> psycopg.Connection[Any]:
     return psycopg.connect(url, autocommit=True, connect_timeout=5)
 
 
-def _retrying(url: str, what: Callable[[psycopg.Connection[Any]], Any],
-              within: float = 60.0) -> Any:
+def _retrying(
+    url: str, what: Callable[[psycopg.Connection[Any]], Any], within: float = 60.0
+) -> Any:
     """Run ``what`` on a fresh connection, riding out the PostgreSQL restart."""
     deadline = time.monotonic() + within
     while True:
@@ -107,15 +137,17 @@ def _start_workers(workers: list[Service], database_url: str) -> None:
         w.start()
     with _connect(database_url) as conn:
         deadline = time.monotonic() + 60
-        while conn.execute("SELECT count(*) FROM rara_workers WHERE stopped_at IS NULL"
-                           ).fetchone() != (len(workers),):
+        while conn.execute(
+            "SELECT count(*) FROM rara_workers WHERE stopped_at IS NULL"
+        ).fetchone() != (len(workers),):
             assert all(w.alive() for w in workers), [w.log_text()[-2000:] for w in workers]
             assert time.monotonic() < deadline, "workers did not register"
             time.sleep(0.1)
 
 
-def _postgres_restarter(pg_server: EmbeddedPostgres | None,
-                        pg_admin_url: str) -> Callable[[], None] | None:
+def _postgres_restarter(
+    pg_server: EmbeddedPostgres | None, pg_admin_url: str
+) -> Callable[[], None] | None:
     """What the chaos driver calls to restart PostgreSQL (None: an external server)."""
     if pg_server is None:
         return None
@@ -143,16 +175,22 @@ def services() -> Iterator[list[Service]]:
         svc.kill()
 
 
-def test_restart_smoke_under_chaos(database_url: str, pg_server: EmbeddedPostgres | None,
-                                   pg_admin_url: str, fleet_dir: Path,
-                                   services: list[Service],
-                                   role_url: Callable[[str], str]) -> None:
+def test_restart_smoke_under_chaos(
+    database_url: str,
+    pg_server: EmbeddedPostgres | None,
+    pg_admin_url: str,
+    fleet_dir: Path,
+    services: list[Service],
+    role_url: Callable[[str], str],
+) -> None:
     began = time.monotonic()
     seed = int(os.environ.get("RARA_CHAOS_SEED") or random.SystemRandom().randrange(2**31))
     seconds = float(os.environ.get("RARA_CHAOS_SECONDS", "60"))
     drain = float(os.environ.get("RARA_CHAOS_DRAIN_SECONDS", "90"))
-    print(f"\nchaos: seed {seed} (replay: RARA_CHAOS_SEED={seed}), {seconds:.0f}s of chaos, "
-          f"{RUNS} runs, {WORKERS} workers + 1 executor, logs in {fleet_dir / 'logs'}")
+    print(
+        f"\nchaos: seed {seed} (replay: RARA_CHAOS_SEED={seed}), {seconds:.0f}s of chaos, "
+        f"{RUNS} runs, {WORKERS} workers + 1 executor, logs in {fleet_dir / 'logs'}"
+    )
 
     with _connect(database_url) as conn:
         conn.execute(handlers.LEDGER_DDL)
@@ -161,31 +199,63 @@ def test_restart_smoke_under_chaos(database_url: str, pg_server: EmbeddedPostgre
     port = free_port()
     executor = Service(
         "executor",
-        lambda _id: ["-m", "rara.executor.main", "--listen", f"127.0.0.1:{port}",
-                     "--token-file", str(fleet_dir / "token"), "--plugins",
-                     "tests.e2e.chaos.plugins", "--artifact-root", str(fleet_dir / "artifacts"),
-                     "--max-concurrency", "64", "--grace", "1", "--cancel-grace", "0.5"],
-        fleet_dir / "logs", env={"RARA_CHAOS_FILE_LEDGER": str(fleet_dir / "ledger")})
+        lambda _id: [
+            "-m",
+            "rara.executor.main",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--token-file",
+            str(fleet_dir / "token"),
+            "--plugins",
+            "tests.e2e.chaos.plugins",
+            "--artifact-root",
+            str(fleet_dir / "artifacts"),
+            "--max-concurrency",
+            "64",
+            "--grace",
+            "1",
+            "--cancel-grace",
+            "0.5",
+        ],
+        fleet_dir / "logs",
+        env={"RARA_CHAOS_FILE_LEDGER": str(fleet_dir / "ledger")},
+    )
 
     # Each process under its own role (docs/least-privilege.md): the workers as rara_worker,
     # the runs started as rara_client; the checks below read as the owner.
     worker_url, client_url = role_url("rara_worker"), role_url("rara_client")
 
     def worker_argv(identity: str) -> list[str]:
-        args = ["-m", "rara.worker", "--handlers", "tests.e2e.chaos.handlers",
-                "--database-url", worker_url, "--id", identity,
-                "--artifact-root", str(fleet_dir / "artifacts"),
-                "--executor-endpoint", f"127.0.0.1:{port}",
-                "--executor-token-file", str(fleet_dir / "token")]
+        args = [
+            "-m",
+            "rara.worker",
+            "--handlers",
+            "tests.e2e.chaos.handlers",
+            "--database-url",
+            worker_url,
+            "--id",
+            identity,
+            "--artifact-root",
+            str(fleet_dir / "artifacts"),
+            "--executor-endpoint",
+            f"127.0.0.1:{port}",
+            "--executor-token-file",
+            str(fleet_dir / "token"),
+        ]
         for flag, value in LEASE.items():
             args += [f"--{flag}", str(value)]
         return args
 
-    worker_env = {"RARA_WORKER_LOG_JSON": "true", "RARA_WORKER_EXECUTOR_REFRESH_SECONDS": "0.5",
-                  "RARA_WORKER_PROGRESS_PER_SECOND": "20",
-                  "RARA_CHAOS_LEDGER_DSN": database_url}
-    workers = [Service(f"chaos-w{i}", worker_argv, fleet_dir / "logs", env=worker_env)
-               for i in range(WORKERS)]
+    worker_env = {
+        "RARA_WORKER_LOG_JSON": "true",
+        "RARA_WORKER_EXECUTOR_REFRESH_SECONDS": "0.5",
+        "RARA_WORKER_PROGRESS_PER_SECOND": "20",
+        "RARA_CHAOS_LEDGER_DSN": database_url,
+    }
+    workers = [
+        Service(f"chaos-w{i}", worker_argv, fleet_dir / "logs", env=worker_env)
+        for i in range(WORKERS)
+    ]
     services += [executor, *workers]
     executor.start()
     _wait_port(port)
@@ -195,8 +265,12 @@ def test_restart_smoke_under_chaos(database_url: str, pg_server: EmbeddedPostgre
     print("chaos plan: " + ", ".join(f"+{a.offset:.1f}s {a.kind}" for a in plan))
     if pg_server is None:
         print("chaos: RARA_TEST_DATABASE_URL is set: no PostgreSQL restart")
-    driver = ChaosDriver(plan, workers=workers, executor=executor,
-                         restart_postgres=_postgres_restarter(pg_server, pg_admin_url))
+    driver = ChaosDriver(
+        plan,
+        workers=workers,
+        executor=executor,
+        restart_postgres=_postgres_restarter(pg_server, pg_admin_url),
+    )
     chaos_started = time.monotonic()
     driver.start()
     try:
@@ -205,8 +279,12 @@ def test_restart_smoke_under_chaos(database_url: str, pg_server: EmbeddedPostgre
         for i in range(RUNS):
             due = chaos_started + spread * i / RUNS
             time.sleep(max(0.0, due - time.monotonic()))
-            _retrying(client_url, lambda c, i=i: start_run(
-                c, "chaos", input={"n": i}, idempotency_key=f"chaos-{i}", queue_anyway=True))
+            _retrying(
+                client_url,
+                lambda c, i=i: start_run(
+                    c, "chaos", input={"n": i}, idempotency_key=f"chaos-{i}", queue_anyway=True
+                ),
+            )
         time.sleep(max(0.0, chaos_started + seconds - time.monotonic()))
     finally:
         driver.stop()
@@ -214,31 +292,47 @@ def test_restart_smoke_under_chaos(database_url: str, pg_server: EmbeddedPostgre
     assert not driver.errors, driver.errors
 
     def unfinished(conn: psycopg.Connection[Any]) -> int:
-        row = conn.execute("SELECT count(*) FROM rara_runs WHERE status NOT IN "
-                           "('succeeded', 'failed', 'cancelled')").fetchone()
+        row = conn.execute(
+            "SELECT count(*) FROM rara_runs WHERE status NOT IN "
+            "('succeeded', 'failed', 'cancelled')"
+        ).fetchone()
         return int(row[0]) if row else -1
 
     drain_started = time.monotonic()
     while (left := _retrying(database_url, unfinished)) and (
-            time.monotonic() - drain_started < drain):
+        time.monotonic() - drain_started < drain
+    ):
         time.sleep(0.5)
     drained = time.monotonic() - drain_started
     print(f"chaos: drained in {drained:.1f}s ({left} runs unfinished)")
 
     # Nobody may have died on their own: every slot is alive, then stops cleanly on SIGTERM.
-    died = [f"{s.identity} exited {s.proc.returncode if s.proc else None}:\n"
-            f"{s.log_text()[-3000:]}" for s in services if not s.alive()]
+    died = [
+        f"{s.identity} exited {s.proc.returncode if s.proc else None}:\n{s.log_text()[-3000:]}"
+        for s in services
+        if not s.alive()
+    ]
     exits = {s.identity: s.stop(20.0) for s in services}
 
     with _connect(database_url) as conn:
-        summary, problems = evaluate(conn, file_ledger=fleet_dir / "ledger",
-                                     runs_expected=RUNS, events=driver.events,
-                                     checkpointing=CHECKPOINTING)
+        summary, problems = evaluate(
+            conn,
+            file_ledger=fleet_dir / "ledger",
+            runs_expected=RUNS,
+            events=driver.events,
+            checkpointing=CHECKPOINTING,
+        )
     wall = time.monotonic() - began
-    summary.update(seed=seed, chaos_seconds=seconds, drain_seconds=round(drained, 3),
-                   wall_seconds=round(wall, 3), runs_unfinished_at_deadline=left,
-                   exit_codes=exits, events_log=[e.as_json() for e in driver.events],
-                   problems=problems[:50])
+    summary.update(
+        seed=seed,
+        chaos_seconds=seconds,
+        drain_seconds=round(drained, 3),
+        wall_seconds=round(wall, 3),
+        runs_unfinished_at_deadline=left,
+        exit_codes=exits,
+        events_log=[e.as_json() for e in driver.events],
+        problems=problems[:50],
+    )
     print(format_summary(summary, seed=seed, wall=wall))
     if report := os.environ.get("RARA_CHAOS_REPORT"):
         Path(report).write_text(json.dumps(summary, indent=2, default=str))
@@ -251,5 +345,6 @@ def test_restart_smoke_under_chaos(database_url: str, pg_server: EmbeddedPostgre
         wanted.add(POSTGRES_RESTART)
     assert wanted <= kinds, f"the chaos did not do {wanted - kinds} (seed {seed})"
     assert not left, f"{left} runs not terminal {drain:.0f}s after the chaos (seed {seed})"
-    assert not problems, (f"{len(problems)} invariant violations (seed {seed}):\n  "
-                          + "\n  ".join(problems[:30]))
+    assert not problems, f"{len(problems)} invariant violations (seed {seed}):\n  " + "\n  ".join(
+        problems[:30]
+    )

@@ -28,8 +28,7 @@ async def test_calls_without_a_valid_token_are_refused(executor: Executor) -> No
         async with ExecutorClient(executor.address, token=token) as client:
             assert await _code_of(client) == grpc.StatusCode.UNAUTHENTICATED, token
             with pytest.raises(grpc.aio.AioRpcError) as err:
-                await anext(client.execute(make_job(capability="test.echo@1",
-                                                    idempotency_key="k")))
+                await anext(client.execute(make_job(capability="test.echo@1", idempotency_key="k")))
             assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
             assert not await _cancel_reaches(client), "Cancel needs the token too"
     assert (await executor.client.get_capabilities()).max_concurrency == 4
@@ -54,9 +53,16 @@ def test_token_file(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("listen", "loopback"),
-    [("127.0.0.1:0", True), ("127.1.2.3:80", True), ("[::1]:50051", True),
-     ("localhost:1", True), ("0.0.0.0:50051", False), ("[::]:1", False),
-     ("10.0.0.1:1", False), ("executor.svc:1", False)],
+    [
+        ("127.0.0.1:0", True),
+        ("127.1.2.3:80", True),
+        ("[::1]:50051", True),
+        ("localhost:1", True),
+        ("0.0.0.0:50051", False),
+        ("[::]:1", False),
+        ("10.0.0.1:1", False),
+        ("executor.svc:1", False),
+    ],
 )
 def test_is_loopback(listen: str, loopback: bool) -> None:
     assert auth.is_loopback(listen) is loopback
@@ -94,28 +100,66 @@ def pki(tmp_path: Path) -> Path:
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
     subj = ["-nodes", "-newkey", "rsa:2048", "-days", "1"]
-    _openssl("req", "-x509", *subj, "-keyout", "ca.key", "-out", "ca.pem",
-             "-subj", "/CN=rara test CA", cwd=tmp_path)
-    for name, ext in [("server", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
-                      ("client", "extendedKeyUsage=clientAuth")]:
-        _openssl("req", *subj, "-keyout", f"{name}.key", "-out", f"{name}.csr",
-                 "-subj", f"/CN=rara {name}", cwd=tmp_path)
+    _openssl(
+        "req",
+        "-x509",
+        *subj,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-subj",
+        "/CN=rara test CA",
+        cwd=tmp_path,
+    )
+    for name, ext in [
+        ("server", "subjectAltName=IP:127.0.0.1,DNS:localhost"),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ]:
+        _openssl(
+            "req",
+            *subj,
+            "-keyout",
+            f"{name}.key",
+            "-out",
+            f"{name}.csr",
+            "-subj",
+            f"/CN=rara {name}",
+            cwd=tmp_path,
+        )
         (tmp_path / f"{name}.ext").write_text(ext + "\n")
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                 "-CAcreateserial", "-days", "1", "-extfile", f"{name}.ext",
-                 "-out", f"{name}.pem", cwd=tmp_path)
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            f"{name}.ext",
+            "-out",
+            f"{name}.pem",
+            cwd=tmp_path,
+        )
     return tmp_path
 
 
 async def test_mutual_tls(start_executor: StartExecutor, pki: Path) -> None:
     tls = TlsFiles(pki / "server.pem", pki / "server.key", pki / "ca.pem")
-    ex = await start_executor(auth_config=AuthConfig(tls=tls), token=None,
-                              listen="127.0.0.1:0")
+    ex = await start_executor(auth_config=AuthConfig(tls=tls), token=None, listen="127.0.0.1:0")
     port = ex.address.rsplit(":", 1)[1]
     ca = (pki / "ca.pem").read_bytes()
-    async with ExecutorClient(f"localhost:{port}", root_certificates=ca,
-                              private_key=(pki / "client.key").read_bytes(),
-                              certificate_chain=(pki / "client.pem").read_bytes()) as client:
+    async with ExecutorClient(
+        f"localhost:{port}",
+        root_certificates=ca,
+        private_key=(pki / "client.key").read_bytes(),
+        certificate_chain=(pki / "client.pem").read_bytes(),
+    ) as client:
         caps = await client.get_capabilities()
         assert caps.capabilities
     async with ExecutorClient(f"localhost:{port}", root_certificates=ca) as no_cert:

@@ -65,8 +65,9 @@ async def test_oversized_message_from_another_client_is_refused_by_the_server(
 
 
 async def test_oversized_result_fails_the_job_naming_the_limit(executor: Executor) -> None:
-    events = await collect(executor.client, make_job(capability="t.huge-result@1",
-                                                     idempotency_key="k"))
+    events = await collect(
+        executor.client, make_job(capability="t.huge-result@1", idempotency_key="k")
+    )
     error = events[-1].failed.error
     assert (error.code, error.retryable) == (pb.ERROR_CODE_HANDLER_ERROR, False)
     assert f"limit is {MAX_MESSAGE_BYTES} bytes" in error.message
@@ -150,8 +151,11 @@ async def test_malformed_jobs_are_refused_naming_the_field(
 async def test_a_credential_in_the_payload_is_refused_by_path_never_echoed(
     executor: Executor,
 ) -> None:
-    job = make_job(capability="test.echo@1", idempotency_key="k",
-                   payload={"source": {"headers": ["x", f"token {LEAKED}"]}, "password": "pw"})
+    job = make_job(
+        capability="test.echo@1",
+        idempotency_key="k",
+        payload={"source": {"headers": ["x", f"token {LEAKED}"]}, "password": "pw"},
+    )
     with capture_logs() as logs:
         error = await _refusal(executor, job)
     assert error.code == pb.ERROR_CODE_INVALID_ARGUMENT

@@ -24,8 +24,9 @@ async def test_conformance_with_token(start_executor: StartExecutor) -> None:
 async def test_conformance_without_auth_skips_the_auth_check(
     start_executor: StartExecutor,
 ) -> None:
-    ex = await start_executor(auth_config=AuthConfig(insecure_loopback=True), token=None,
-                              cancel_grace=0.3)
+    ex = await start_executor(
+        auth_config=AuthConfig(insecure_loopback=True), token=None, cancel_grace=0.3
+    )
     report = await run_conformance_async(ex.address, None, check_timeout=20)
     assert not _failures(report.results), report.summary()
     assert [r.name for r in report.results if r.outcome == "skipped"] == ["unauthenticated"]

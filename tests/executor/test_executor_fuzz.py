@@ -25,32 +25,69 @@ TEXT = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
 DIGEST = "sha256:" + "ab" * 32
 
 capabilities = st.one_of(
-    st.sampled_from(["test.echo@1", "test.echo@2", "test.echo", "@1", "x@", "", "test.echo@01",
-                     "test.echo@²", "test.echo@١", "Test.Echo@1", "test.echo@-1", "a@1@1",
-                     "test.echo@99999999999999999999999"]),
+    st.sampled_from(
+        [
+            "test.echo@1",
+            "test.echo@2",
+            "test.echo",
+            "@1",
+            "x@",
+            "",
+            "test.echo@01",
+            "test.echo@²",
+            "test.echo@١",
+            "Test.Echo@1",
+            "test.echo@-1",
+            "a@1@1",
+            "test.echo@99999999999999999999999",
+        ]
+    ),
     TEXT,
 )
 json_leaf = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70),
-    st.floats(allow_nan=True, allow_infinity=True), TEXT,
-    st.sampled_from(["ghp_" + "a" * 36, "postgresql://u:hunter2x@h/db", "password=swordfish",
-                     "sha256:" + "0" * 64, "https://example.org/x"]),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    TEXT,
+    st.sampled_from(
+        [
+            "ghp_" + "a" * 36,
+            "postgresql://u:hunter2x@h/db",
+            "password=swordfish",
+            "sha256:" + "0" * 64,
+            "https://example.org/x",
+        ]
+    ),
 )
 json_values = st.recursive(
     json_leaf,
     lambda inner: st.one_of(
         st.lists(inner, max_size=4),
-        st.dictionaries(st.one_of(TEXT, st.sampled_from(["token", "password", "input"])),
-                        inner, max_size=4),
+        st.dictionaries(
+            st.one_of(TEXT, st.sampled_from(["token", "password", "input"])), inner, max_size=4
+        ),
     ),
     max_leaves=16,
 )
 json_bytes = st.one_of(
     st.binary(max_size=64),
     json_values.map(lambda v: json.dumps(v).encode()),  # NaN/Infinity literals included
-    st.sampled_from([b"", b"{}", b"null", b"[]", b'{"a": 1e999}', b'{"a": -Infinity}',
-                     b"\xef\xbb\xbf{}", b'{"a": "\\ud800"}', b"[" * 5000 + b"]" * 5000,
-                     b'{"a":' * 3000 + b"1" + b"}" * 3000, b'{"a": ' + b"9" * 5000 + b"}"]),
+    st.sampled_from(
+        [
+            b"",
+            b"{}",
+            b"null",
+            b"[]",
+            b'{"a": 1e999}',
+            b'{"a": -Infinity}',
+            b"\xef\xbb\xbf{}",
+            b'{"a": "\\ud800"}',
+            b"[" * 5000 + b"]" * 5000,
+            b'{"a":' * 3000 + b"1" + b"}" * 3000,
+            b'{"a": ' + b"9" * 5000 + b"}",
+        ]
+    ),
 )
 refs = st.builds(
     pb.ArtifactRef,
@@ -65,10 +102,13 @@ timestamps = st.builds(lambda s, n: (s, n), INT64, INT32)
 @st.composite
 def jobs(draw: st.DrawFn) -> pb.Job:
     job = pb.Job(
-        run_id=draw(INT64), step_id=draw(INT64), step_key=draw(TEXT),
+        run_id=draw(INT64),
+        step_id=draw(INT64),
+        step_key=draw(TEXT),
         attempt=draw(st.one_of(st.just(1), UINT32)),
         idempotency_key=draw(st.one_of(st.just("run:step"), TEXT)),
-        capability=draw(capabilities), payload_json=draw(json_bytes),
+        capability=draw(capabilities),
+        payload_json=draw(json_bytes),
         inputs=draw(st.lists(refs, max_size=3)),
     )
     if draw(st.booleans()):
@@ -116,8 +156,11 @@ def test_decode_job_never_crashes(job: pb.Job) -> None:
     if refusal is not None:
         assert refusal.message
         assert not refusal.retryable
-        assert refusal.code in (pb.ERROR_CODE_INVALID_ARGUMENT, pb.ERROR_CODE_UNKNOWN_CAPABILITY,
-                                pb.ERROR_CODE_INCOMPATIBLE_VERSION)
+        assert refusal.code in (
+            pb.ERROR_CODE_INVALID_ARGUMENT,
+            pb.ERROR_CODE_UNKNOWN_CAPABILITY,
+            pb.ERROR_CODE_INCOMPATIBLE_VERSION,
+        )
 
 
 def test_the_fuzzed_failure_classes_are_refused() -> None:

@@ -38,13 +38,22 @@ async def test_inputs_reach_the_plugin(executor: Executor) -> None:
 
 
 async def test_checkpoints_from_a_thread_come_in_order(executor: Executor) -> None:
-    events = await collect(executor.client, make_job(capability="t.ckpt-thread@1",
-                                                     idempotency_key="k"))
+    events = await collect(
+        executor.client, make_job(capability="t.ckpt-thread@1", idempotency_key="k")
+    )
     assert_well_formed(events)
-    assert kinds(events) == ["accepted", "running", "checkpoint", "progress", "checkpoint",
-                             "succeeded"]
+    assert kinds(events) == [
+        "accepted",
+        "running",
+        "checkpoint",
+        "progress",
+        "checkpoint",
+        "succeeded",
+    ]
     assert [json.loads(e.checkpoint.state_json) for e in events if e.HasField("checkpoint")] == [
-        {"step": 1}, {"step": 2}]
+        {"step": 1},
+        {"step": 2},
+    ]
 
 
 async def test_progress_flood_from_a_thread_is_bounded_and_ends_on_the_latest(
@@ -62,8 +71,9 @@ async def test_progress_flood_from_a_thread_is_bounded_and_ends_on_the_latest(
 
 
 async def test_progress_flood_on_the_loop_sends_only_the_latest(executor: Executor) -> None:
-    events = await collect(executor.client, make_job(capability="t.flood-loop@1",
-                                                     idempotency_key="k"))
+    events = await collect(
+        executor.client, make_job(capability="t.flood-loop@1", idempotency_key="k")
+    )
     assert kinds(events) == ["accepted", "running", "progress", "succeeded"]
     assert events[2].progress.message == "9999"
 
@@ -76,8 +86,9 @@ async def test_structured_errors(executor: Executor) -> None:
         "t.not-outcome@1": (pb.ERROR_CODE_HANDLER_ERROR, False, "expected StepOutcome"),
     }
     for capability, (code, retryable, message) in cases.items():
-        events = await collect(executor.client, make_job(capability=capability,
-                                                         idempotency_key=capability))
+        events = await collect(
+            executor.client, make_job(capability=capability, idempotency_key=capability)
+        )
         assert kinds(events) == ["accepted", "running", "failed"], capability
         error = events[-1].failed.error
         assert (error.code, error.retryable) == (code, retryable), capability
@@ -85,11 +96,14 @@ async def test_structured_errors(executor: Executor) -> None:
 
 
 async def test_refusals_come_before_any_work(executor: Executor) -> None:
-    for capability, code in [("nope@1", pb.ERROR_CODE_UNKNOWN_CAPABILITY),
-                             ("t.gpu@1", pb.ERROR_CODE_INCOMPATIBLE_VERSION),
-                             ("no-major", pb.ERROR_CODE_INVALID_ARGUMENT)]:
-        events = await collect(executor.client, make_job(capability=capability,
-                                                         idempotency_key="k"))
+    for capability, code in [
+        ("nope@1", pb.ERROR_CODE_UNKNOWN_CAPABILITY),
+        ("t.gpu@1", pb.ERROR_CODE_INCOMPATIBLE_VERSION),
+        ("no-major", pb.ERROR_CODE_INVALID_ARGUMENT),
+    ]:
+        events = await collect(
+            executor.client, make_job(capability=capability, idempotency_key="k")
+        )
         assert kinds(events) == ["failed"], capability
         assert events[0].seq == 1
         assert events[0].failed.error.code == code
@@ -98,20 +112,25 @@ async def test_refusals_come_before_any_work(executor: Executor) -> None:
 
 async def test_deadline_fails_retryably(executor: Executor) -> None:
     deadline = datetime.now(UTC) + timedelta(milliseconds=300)
-    job = make_job(capability="test.sleep@1", idempotency_key="k",
-                   payload={"seconds": 60, "steps": 600}, deadline=deadline)
+    job = make_job(
+        capability="test.sleep@1",
+        idempotency_key="k",
+        payload={"seconds": 60, "steps": 600},
+        deadline=deadline,
+    )
     events = await collect(executor.client, job)
     assert_well_formed(events)
     error = events[-1].failed.error
     assert (error.code, error.retryable) == (pb.ERROR_CODE_DEADLINE_EXCEEDED, True)
     # A deadline already past is refused at once, without starting the plugin.
-    late = make_job(capability="test.echo@1", idempotency_key="late",
-                    deadline=datetime.now(UTC) - timedelta(seconds=1))
+    late = make_job(
+        capability="test.echo@1",
+        idempotency_key="late",
+        deadline=datetime.now(UTC) - timedelta(seconds=1),
+    )
     events = await collect(executor.client, late)
     assert kinds(events)[-1] == "failed"
     assert events[-1].failed.error.code == pb.ERROR_CODE_DEADLINE_EXCEEDED
-
-
 
 
 async def test_cancel_is_cooperative_first(executor: Executor) -> None:
@@ -129,10 +148,13 @@ async def test_cancel_is_cooperative_first(executor: Executor) -> None:
 
 async def test_cancel_hard_stops_a_deaf_plugin(start_executor: StartExecutor) -> None:
     executor = await start_executor(cancel_grace=0.2)
-    for capability, payload in [("test.hang@1", {}),
-                                ("test.sleep@1", {"seconds": 5, "ignore_cancel": True})]:
-        stream = executor.client.execute(make_job(capability=capability, idempotency_key="k",
-                                                  payload=payload))
+    for capability, payload in [
+        ("test.hang@1", {}),
+        ("test.sleep@1", {"seconds": 5, "ignore_cancel": True}),
+    ]:
+        stream = executor.client.execute(
+            make_job(capability=capability, idempotency_key="k", payload=payload)
+        )
         async with asyncio.timeout(WAIT_S):
             async for event in stream:
                 if event.HasField("running"):

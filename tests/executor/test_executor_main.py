@@ -24,8 +24,12 @@ STARTUP_S = 30.0  # a cold interpreter importing grpc and protobuf on a busy CI 
 
 async def _spawn(*args: str) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "rara.executor.main", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "rara.executor.main",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
 
 
@@ -33,10 +37,20 @@ async def _spawn(*args: str) -> asyncio.subprocess.Process:
 async def process(tmp_path: Path) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    proc = await _spawn("--listen", "127.0.0.1:0", "--token-file", str(token_file),
-                        "--plugins", "rara.executor.conformance_plugins",
-                        "--artifact-root", str(tmp_path / "artifacts"),
-                        "--grace", "20", "--cancel-grace", "0.5")
+    proc = await _spawn(
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        str(token_file),
+        "--plugins",
+        "rara.executor.conformance_plugins",
+        "--artifact-root",
+        str(tmp_path / "artifacts"),
+        "--grace",
+        "20",
+        "--cancel-grace",
+        "0.5",
+    )
     assert proc.stdout is not None
     address = ""
     async with asyncio.timeout(STARTUP_S):
@@ -56,8 +70,9 @@ async def test_sigterm_drains_then_exits_cleanly(
 ) -> None:
     proc, address = process
     async with ExecutorClient(address, token=TOKEN) as client:
-        job = make_job(capability="test.sleep@1", idempotency_key="k",
-                       payload={"seconds": 1.0, "steps": 10})
+        job = make_job(
+            capability="test.sleep@1", idempotency_key="k", payload={"seconds": 1.0, "steps": 10}
+        )
         stream = client.execute(job)
         async with asyncio.timeout(WAIT_S):
             async for event in stream:
@@ -80,8 +95,10 @@ async def test_sigterm_drains_then_exits_cleanly(
 
 @pytest.mark.parametrize(
     ("args", "message"),
-    [([], "refusing to start without authentication"),
-     (["--insecure-loopback", "--listen", "0.0.0.0:0"], "needs a loopback --listen")],
+    [
+        ([], "refusing to start without authentication"),
+        (["--insecure-loopback", "--listen", "0.0.0.0:0"], "needs a loopback --listen"),
+    ],
 )
 async def test_refuses_to_start_insecurely(tmp_path: Path, args: list[str], message: str) -> None:
     proc = await _spawn("--artifact-root", str(tmp_path), *args)

@@ -25,10 +25,23 @@ async def process(tmp_path: Path) -> AsyncIterator[tuple[asyncio.subprocess.Proc
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "rara.executor.main", "--listen", "127.0.0.1:0",
-        "--token-file", str(token_file), "--plugins", "rara.executor.conformance_plugins",
-        "--artifact-root", str(tmp_path / "artifacts"), "--metrics-port", "0", "--grace", "5",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "rara.executor.main",
+        "--listen",
+        "127.0.0.1:0",
+        "--token-file",
+        str(token_file),
+        "--plugins",
+        "rara.executor.conformance_plugins",
+        "--artifact-root",
+        str(tmp_path / "artifacts"),
+        "--metrics-port",
+        "0",
+        "--grace",
+        "5",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     assert proc.stdout is not None
     address = metrics = ""
@@ -68,16 +81,25 @@ async def test_metrics_over_http(process: tuple[asyncio.subprocess.Process, str,
     assert await asyncio.to_thread(_get, base + "/readyz") == (200, "ready\n")
     async with ExecutorClient(address, token=TOKEN) as client, asyncio.timeout(WAIT_S):
         for i in range(2):
-            events = [e async for e in client.execute(
-                make_job(capability="test.echo@1", idempotency_key=f"k{i}"))]
+            events = [
+                e
+                async for e in client.execute(
+                    make_job(capability="test.echo@1", idempotency_key=f"k{i}")
+                )
+            ]
             assert kinds(events)[-1] == "succeeded"
         for capability in ("made.up@1", "test.echo@9"):
-            events = [e async for e in client.execute(
-                make_job(capability=capability, idempotency_key="bad"))]
+            events = [
+                e
+                async for e in client.execute(
+                    make_job(capability=capability, idempotency_key="bad")
+                )
+            ]
             assert kinds(events) == ["failed"]
         # A stream held open shows in the gauge.
-        stream = client.execute(make_job(capability="test.sleep@1", idempotency_key="slow",
-                                         payload={"seconds": 30}))
+        stream = client.execute(
+            make_job(capability="test.sleep@1", idempotency_key="slow", payload={"seconds": 30})
+        )
         async for event in stream:
             if event.HasField("running"):
                 break

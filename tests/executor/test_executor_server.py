@@ -38,9 +38,13 @@ async def test_capabilities(executor: Executor) -> None:
 
 async def test_full_executor_answers_resource_exhausted(start_executor: StartExecutor) -> None:
     ex = await start_executor(max_concurrency=2)
-    streams = [await _until_running(ex.client, make_job(
-        capability="test.sleep@1", idempotency_key=f"k{i}", payload={"seconds": 60}))
-        for i in range(2)]
+    streams = [
+        await _until_running(
+            ex.client,
+            make_job(capability="test.sleep@1", idempotency_key=f"k{i}", payload={"seconds": 60}),
+        )
+        for i in range(2)
+    ]
     extra = ex.client.execute(make_job(capability="test.echo@1", idempotency_key="extra"))
     with pytest.raises(grpc.aio.AioRpcError) as err:
         async with asyncio.timeout(WAIT_S):
@@ -48,15 +52,18 @@ async def test_full_executor_answers_resource_exhausted(start_executor: StartExe
     assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "2 of 2 job slots busy" in (err.value.details() or "")
     # An incompatible job is still answered with its Failed event, not the capacity error.
-    events = [e async for e in ex.client.execute(make_job(capability="x@1",
-                                                          idempotency_key="x"))]
+    events = [e async for e in ex.client.execute(make_job(capability="x@1", idempotency_key="x"))]
     assert kinds(events) == ["failed"]
     for s in streams:
         await s.aclose()
     async with asyncio.timeout(WAIT_S):
         await ex.server.servicer.wait_idle()
-    events = [e async for e in ex.client.execute(make_job(capability="test.echo@1",
-                                                          idempotency_key="after"))]
+    events = [
+        e
+        async for e in ex.client.execute(
+            make_job(capability="test.echo@1", idempotency_key="after")
+        )
+    ]
     assert kinds(events)[-1] == "succeeded", "slots are free again"
 
 
@@ -83,8 +90,12 @@ async def test_graceful_stop_lets_jobs_finish_and_refuses_new_ones(
 ) -> None:
     ex = await start_executor()
     assert await _health(ex.address) == health_pb2.HealthCheckResponse.SERVING
-    stream = await _until_running(ex.client, make_job(
-        capability="test.sleep@1", idempotency_key="k", payload={"seconds": 0.5, "steps": 5}))
+    stream = await _until_running(
+        ex.client,
+        make_job(
+            capability="test.sleep@1", idempotency_key="k", payload={"seconds": 0.5, "steps": 5}
+        ),
+    )
     stopping = asyncio.create_task(ex.server.stop(grace=WAIT_S))
     async with asyncio.timeout(WAIT_S):
         await ex.server.servicer.draining.wait()
@@ -100,8 +111,9 @@ async def test_graceful_stop_lets_jobs_finish_and_refuses_new_ones(
 
 async def test_stop_after_grace_fails_jobs_retryably(start_executor: StartExecutor) -> None:
     ex = await start_executor(cancel_grace=0.2)
-    stream = await _until_running(ex.client, make_job(
-        capability="test.hang@1", idempotency_key="k"))
+    stream = await _until_running(
+        ex.client, make_job(capability="test.hang@1", idempotency_key="k")
+    )
     async with asyncio.timeout(WAIT_S):
         stopping = asyncio.create_task(ex.server.stop(grace=0.2))
         rest = [e async for e in stream]

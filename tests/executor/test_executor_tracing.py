@@ -19,8 +19,7 @@ async def test_without_opentelemetry_tracing_is_a_no_op(executor: Executor) -> N
         return 42
 
     assert await tracing.traced(answer(), "x", [("traceparent", "00-bad")]) == 42
-    events = await collect(executor.client, make_job(capability="test.echo@1",
-                                                     idempotency_key="k"))
+    events = await collect(executor.client, make_job(capability="test.echo@1", idempotency_key="k"))
     assert kinds(events)[-1] == "succeeded"
 
 
@@ -40,8 +39,9 @@ async def test_the_job_span_continues_the_callers_trace(executor: Executor) -> N
         pytest.skip("another tracer provider is installed globally")
     with tracer.start_as_current_span("worker.attempt") as parent:
         assert dict(tracing.outgoing_metadata())["traceparent"]
-        events = await collect(executor.client, make_job(capability="test.echo@1",
-                                                         idempotency_key="k", run_id=7))
+        events = await collect(
+            executor.client, make_job(capability="test.echo@1", idempotency_key="k", run_id=7)
+        )
     assert kinds(events)[-1] == "succeeded"
     spans = {s.name: s for s in exporter.get_finished_spans()}
     job = spans["rara.executor.job"]

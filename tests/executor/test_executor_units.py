@@ -57,7 +57,11 @@ def test_registry_resolves_by_name_and_major() -> None:
     assert "serves 2" in other.value.message
     cap = reg.resolve("a.async@2").to_proto()
     assert (cap.name, cap.major, cap.resources.gpu, cap.resources.memory_bytes) == (
-        "a.async", 2, 1, 1 << 30)
+        "a.async",
+        2,
+        1,
+        1 << 30,
+    )
 
 
 def test_registry_refuses_duplicates_and_bad_names() -> None:
@@ -90,8 +94,13 @@ def test_job_round_trip() -> None:
     deadline = datetime(2030, 1, 2, 3, 4, 5, 600000, tzinfo=UTC)
     ref = ArtifactRef(DIGEST, 10, "text/plain")
     job = make_job(
-        capability="x@1", idempotency_key="run-1/step", payload={"big": 2**63 - 1},
-        attempt=2, run_id=7, step_id=9, step_key="step",
+        capability="x@1",
+        idempotency_key="run-1/step",
+        payload={"big": 2**63 - 1},
+        attempt=2,
+        run_id=7,
+        step_id=9,
+        step_key="step",
         inputs={"collect/corpus": ref, "clean/corpus": ref, "clean/stats": ref},
         deadline=deadline,
         checkpoint=Checkpoint(attempt=1, seq=5, state={"epoch": 3}, artifact=ref),
@@ -128,7 +137,10 @@ def test_malformed_jobs_are_refused(mutate: Callable[[pb.Job], object], fragment
 def test_error_from_exception() -> None:
     plain = error_from_exception(RuntimeError("boom"))
     assert (plain.code, plain.retryable, plain.message) == (
-        pb.ERROR_CODE_HANDLER_ERROR, True, "boom")
+        pb.ERROR_CODE_HANDLER_ERROR,
+        True,
+        "boom",
+    )
     assert plain.details["exception"] == "builtins.RuntimeError"
 
     class Permanent(Exception):
@@ -137,6 +149,10 @@ def test_error_from_exception() -> None:
     assert not error_from_exception(Permanent()).retryable
     assert error_from_exception(Permanent()).message == "Permanent"
     typed = error_from_exception(
-        JobError("gpu oom", code=pb.ERROR_CODE_RESOURCE_EXHAUSTED, details={"gpu": "0"}))
+        JobError("gpu oom", code=pb.ERROR_CODE_RESOURCE_EXHAUSTED, details={"gpu": "0"})
+    )
     assert (typed.code, typed.retryable, dict(typed.details)) == (
-        pb.ERROR_CODE_RESOURCE_EXHAUSTED, True, {"gpu": "0"})
+        pb.ERROR_CODE_RESOURCE_EXHAUSTED,
+        True,
+        {"gpu": "0"},
+    )

@@ -40,7 +40,8 @@ GO_MODULE = ROOT / "executor" / "go"
 pytestmark = [
     pytest.mark.skipif(
         shutil.which("go") is None,
-        reason="go is not installed: the Go executor (executor/go) cannot be built or tested"),
+        reason="go is not installed: the Go executor (executor/go) cannot be built or tested",
+    ),
     # The first test pays a cold build (about 2 min on 2 busy cores; a cached one: 0.02 s).
     pytest.mark.timeout(900),
 ]
@@ -48,8 +49,9 @@ pytestmark = [
 
 def build_go_executor() -> Path:
     """The cached binary for the current sources (built now if they changed)."""
-    out = subprocess.run([str(GO_MODULE / "build.sh")], check=True, capture_output=True,
-                         text=True, timeout=600)
+    out = subprocess.run(
+        [str(GO_MODULE / "build.sh")], check=True, capture_output=True, text=True, timeout=600
+    )
     return Path(out.stdout.strip().splitlines()[-1])
 
 
@@ -59,18 +61,33 @@ def go_executor() -> Path:
 
 
 @contextmanager
-def running(binary: Path, tmp: Path, *args: str, token: str | None = TOKEN,
-            expect_exit: int = 0) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def running(
+    binary: Path, tmp: Path, *args: str, token: str | None = TOKEN, expect_exit: int = 0
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     """Start the binary on loopback (port 0); yield its address; SIGTERM it after."""
-    argv = [str(binary), "--listen", "127.0.0.1:0", "--artifact-root", str(tmp / "artifacts"),
-            "--plugins", "builtin,conformance", "--max-concurrency", "4", "--cancel-grace", "0.3",
-            "--durable=false", *args]
+    argv = [
+        str(binary),
+        "--listen",
+        "127.0.0.1:0",
+        "--artifact-root",
+        str(tmp / "artifacts"),
+        "--plugins",
+        "builtin,conformance",
+        "--max-concurrency",
+        "4",
+        "--cancel-grace",
+        "0.3",
+        "--durable=false",
+        *args,
+    ]
     if token is not None:
         (tmp / "token").write_text(token)
         argv += ["--token-file", str(tmp / "token")]
     # stderr (JSON logs) to a file: a pipe nobody reads would block the executor once full.
-    with open(tmp / "go-executor.log", "w+") as log, subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=log, text=True) as proc:
+    with (
+        open(tmp / "go-executor.log", "w+") as log,
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True) as proc,
+    ):
         try:
             address = _listening(proc)
             yield address, proc
@@ -112,9 +129,12 @@ def test_the_conformance_command_passes(go_executor: Path, tmp_path: Path) -> No
     """`rara executor-conformance ADDRESS` as an implementer runs it, exit code 0."""
     rara = Path(sys.executable).with_name("rara")
     with running(go_executor, tmp_path) as (address, _):
-        done = subprocess.run([str(rara), "executor-conformance", address,
-                               "--token-file", str(tmp_path / "token")],
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [str(rara), "executor-conformance", address, "--token-file", str(tmp_path / "token")],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"{address}: {len(CHECKS)} passed, 0 failed, 0 skipped" in done.stdout
 
@@ -126,14 +146,18 @@ async def test_conformance_insecure_loopback(go_executor: Path, tmp_path: Path) 
     assert [r.name for r in report.results if r.outcome == "skipped"] == ["unauthenticated"]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ((), "without authentication"),
-    (("--insecure-loopback", "--listen", "0.0.0.0:0"), "loopback --listen"),
-    (("--tls-cert", "c.pem", "--insecure-loopback"), "go together"),
-    (("--plugins", "nope", "--insecure-loopback"), "unknown operation set"),
-])
-def test_refuses_unsafe_or_wrong_settings(go_executor: Path, tmp_path: Path,
-                                          args: tuple[str, ...], message: str) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "without authentication"),
+        (("--insecure-loopback", "--listen", "0.0.0.0:0"), "loopback --listen"),
+        (("--tls-cert", "c.pem", "--insecure-loopback"), "go together"),
+        (("--plugins", "nope", "--insecure-loopback"), "unknown operation set"),
+    ],
+)
+def test_refuses_unsafe_or_wrong_settings(
+    go_executor: Path, tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
     argv = [str(go_executor), "--listen", "127.0.0.1:0", "--artifact-root", str(tmp_path)]
     done = subprocess.run([*argv, *args], capture_output=True, text=True, timeout=30)
     assert done.returncode == 2, done
@@ -141,25 +165,38 @@ def test_refuses_unsafe_or_wrong_settings(go_executor: Path, tmp_path: Path,
 
 
 def test_settings_from_the_environment(go_executor: Path, tmp_path: Path) -> None:
-    env = {**os.environ, "RARA_EXECUTOR_INSECURE_LOOPBACK": "true",
-           "RARA_EXECUTOR_LISTEN": "0.0.0.0:0", "RARA_ARTIFACTS": str(tmp_path)}
-    done = subprocess.run([str(go_executor)], capture_output=True, text=True, timeout=30,
-                          env=env)
+    env = {
+        **os.environ,
+        "RARA_EXECUTOR_INSECURE_LOOPBACK": "true",
+        "RARA_EXECUTOR_LISTEN": "0.0.0.0:0",
+        "RARA_ARTIFACTS": str(tmp_path),
+    }
+    done = subprocess.run([str(go_executor)], capture_output=True, text=True, timeout=30, env=env)
     assert done.returncode == 2, done
     assert "loopback --listen" in done.stderr
 
 
 async def test_mutual_tls(go_executor: Path, tmp_path: Path, pki: Path) -> None:  # noqa: F811
-    tls = ["--tls-cert", str(pki / "server.pem"), "--tls-key", str(pki / "server.key"),
-           "--tls-client-ca", str(pki / "ca.pem")]
+    tls = [
+        "--tls-cert",
+        str(pki / "server.pem"),
+        "--tls-key",
+        str(pki / "server.key"),
+        "--tls-client-ca",
+        str(pki / "ca.pem"),
+    ]
     with running(go_executor, tmp_path, *tls, token=None) as (address, _):
         port = address.rsplit(":", 1)[1]
         ca = (pki / "ca.pem").read_bytes()
-        async with ExecutorClient(f"localhost:{port}", root_certificates=ca,
-                                  private_key=(pki / "client.key").read_bytes(),
-                                  certificate_chain=(pki / "client.pem").read_bytes()) as client:
+        async with ExecutorClient(
+            f"localhost:{port}",
+            root_certificates=ca,
+            private_key=(pki / "client.key").read_bytes(),
+            certificate_chain=(pki / "client.pem").read_bytes(),
+        ) as client:
             assert (await client.get_capabilities()).executor_version.startswith(
-                "rara-executor-go/")
+                "rara-executor-go/"
+            )
         async with ExecutorClient(f"localhost:{port}", root_certificates=ca) as no_cert:
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 await no_cert.get_capabilities(rpc_timeout=5)
@@ -169,8 +206,10 @@ async def test_mutual_tls(go_executor: Path, tmp_path: Path, pki: Path) -> None:
 async def test_sigterm_drains(go_executor: Path, tmp_path: Path) -> None:
     """NOT_SERVING first, then running jobs end as retryable UNAVAILABLE, then exit 0."""
     with running(go_executor, tmp_path, "--grace", "0.5") as (address, proc):
-        async with ExecutorClient(address, token=TOKEN) as client, \
-                grpc.aio.insecure_channel(address) as channel:
+        async with (
+            ExecutorClient(address, token=TOKEN) as client,
+            grpc.aio.insecure_channel(address) as channel,
+        ):
             health = health_pb2_grpc.HealthStub(channel)
             stream = client.execute(make_job(capability="test.hang@1", idempotency_key="h"))
             async for event in stream:
@@ -187,8 +226,7 @@ async def test_sigterm_drains(go_executor: Path, tmp_path: Path) -> None:
             assert error.retryable
 
 
-async def test_a_payload_holding_a_credential_is_refused(go_executor: Path,
-                                                         tmp_path: Path) -> None:
+async def test_a_payload_holding_a_credential_is_refused(go_executor: Path, tmp_path: Path) -> None:
     with running(go_executor, tmp_path) as (address, _):
         async with ExecutorClient(address, token=TOKEN) as client:
             job = make_job(capability="test.echo@1", idempotency_key="s")
@@ -202,25 +240,37 @@ async def test_a_payload_holding_a_credential_is_refused(go_executor: Path,
     assert "hunter2" not in str(events)
 
 
-async def test_operations_share_the_python_artifact_store(go_executor: Path,
-                                                          tmp_path: Path) -> None:
+async def test_operations_share_the_python_artifact_store(
+    go_executor: Path, tmp_path: Path
+) -> None:
     """A blob the Python store wrote is chunked by Go; Go's output reads back verified."""
     store = LocalArtifactStore(tmp_path / "artifacts", durable=False)
     data = b"rara " * 1000
     ref = store.put_bytes(data, "text/plain")
     with running(go_executor, tmp_path) as (address, _):
         async with ExecutorClient(address, token=TOKEN) as client:
-            events = await collect(client, make_job(
-                capability="artifact.chunk@1", idempotency_key="c", inputs={"prep/doc": ref},
-                payload={"artifact": "prep/doc", "chunk_size": 1024, "checkpoint_every": 2}))
+            events = await collect(
+                client,
+                make_job(
+                    capability="artifact.chunk@1",
+                    idempotency_key="c",
+                    inputs={"prep/doc": ref},
+                    payload={"artifact": "prep/doc", "chunk_size": 1024, "checkpoint_every": 2},
+                ),
+            )
             assert kinds(events)[-1] == "succeeded", events[-1]
             assert "checkpoint" in kinds(events)
             manifest = events[-1].succeeded.artifacts
             index = json.loads(store.get_bytes(manifest[0].digest))
             assert [c["size"] for c in index["chunks"]] == [1024, 1024, 1024, 1024, 904]
-            text = await collect(client, make_job(
-                capability="text.normalize@1", idempotency_key="n",
-                payload={"text": "  Ｒａｒａ\t\tflows ", "lower": True}))
+            text = await collect(
+                client,
+                make_job(
+                    capability="text.normalize@1",
+                    idempotency_key="n",
+                    payload={"text": "  Ｒａｒａ\t\tflows ", "lower": True},
+                ),
+            )
             assert json.loads(text[-1].succeeded.result_json)["text"] == "rara flows"
             noop = await collect(client, make_job(capability="bench.noop@1", idempotency_key="o"))
             assert kinds(noop) == ["accepted", "running", "succeeded"]
@@ -230,7 +280,12 @@ def test_go_tests_under_the_race_detector() -> None:
     """`go test -race ./...` of the Go executor (needs cgo and a C compiler)."""
     if shutil.which("gcc") is None and shutil.which("cc") is None:
         pytest.skip("no C compiler: go test -race needs cgo")
-    done = subprocess.run(["go", "test", "-race", "-count=1", "./..."], cwd=GO_MODULE,
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "CGO_ENABLED": "1"})
+    done = subprocess.run(
+        ["go", "test", "-race", "-count=1", "./..."],
+        cwd=GO_MODULE,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "CGO_ENABLED": "1"},
+    )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

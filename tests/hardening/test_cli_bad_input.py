@@ -36,9 +36,7 @@ def _refused(cli: CliRunner, *args: str, input: str | None = None) -> str:
 def _refused_text(cli: CliRunner, *args: str, input: str | None = None) -> str:
     """All a refused command prints: an invalid definition lists one problem a line."""
     result = cli.invoke(app, list(args), input=input)
-    assert result.exception is None or isinstance(result.exception, SystemExit), (
-        result.exception
-    )
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert result.exit_code == 2, (result.exit_code, result.stdout, result.stderr)
     assert "Traceback" not in result.output + result.stderr
     assert result.stderr.startswith("error: "), result.stderr
@@ -84,14 +82,17 @@ def test_runs_start_input_files(
     assert f"the limit is {MAX_INPUT_BYTES}" in line
     huge = tmp_path / "huge.json"
     huge.write_text(json.dumps({"blob": "x" * (4 * MAX_INPUT_BYTES)}))
-    assert "huge.json is" in _refused(cli, "runs", "start", "wf", "--queue-anyway",
-                                      "--input", f"@{huge}")
-    assert "Is a directory" in _refused(cli, "runs", "start", "wf", "--queue-anyway",
-                                        "--input", f"@{tmp_path}")
+    assert "huge.json is" in _refused(
+        cli, "runs", "start", "wf", "--queue-anyway", "--input", f"@{huge}"
+    )
+    assert "Is a directory" in _refused(
+        cli, "runs", "start", "wf", "--queue-anyway", "--input", f"@{tmp_path}"
+    )
     binary = tmp_path / "input.bin"
     binary.write_bytes(b"\xff\xfe{}")
-    assert "is not UTF-8 text" in _refused(cli, "runs", "start", "wf", "--queue-anyway",
-                                           "--input", f"@{binary}")
+    assert "is not UTF-8 text" in _refused(
+        cli, "runs", "start", "wf", "--queue-anyway", "--input", f"@{binary}"
+    )
     assert _runs(conn) == 0
     ok = tmp_path / "ok.json"
     ok.write_text('{"n": 1}')
@@ -106,7 +107,8 @@ def test_unknown_definitions_versions_and_runs(
     apply(conn, "wf", ONE_STEP)
     assert "no workflow definition nope" in _refused(cli, "runs", "start", "nope")
     assert "no workflow definition wf version 9" in _refused(
-        cli, "runs", "start", "wf", "--version", "9", "--queue-anyway")
+        cli, "runs", "start", "wf", "--version", "9", "--queue-anyway"
+    )
     # Brackets in user input are printed, not read as console markup (that was a crash).
     assert "no workflow definition [/bold]" in _refused(cli, "runs", "start", "[/bold]")
     assert "no run 999999" in _refused(cli, "runs", "show", "999999")
@@ -127,12 +129,14 @@ def test_definitions_apply_bad_files(
     cli: CliRunner, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:
     assert "-f: cannot read missing.yaml: No such file or directory" in _refused(
-        cli, "definitions", "apply", "-f", "missing.yaml")
+        cli, "definitions", "apply", "-f", "missing.yaml"
+    )
     assert "Is a directory" in _refused(cli, "definitions", "apply", "-f", str(tmp_path))
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: rara.dev/v1alpha1\nmetadata: {name: w}}\n")
-    header, problem, *excerpt = _refused_text(cli, "definitions", "apply", "-f", str(bad)
-                                              ).splitlines()
+    header, problem, *excerpt = _refused_text(
+        cli, "definitions", "apply", "-f", str(bad)
+    ).splitlines()
     assert header == "error: invalid workflow definition:"
     # The file and the position are named, and PyYAML's excerpt keeps its caret line.
     assert problem.startswith(f"  {bad}: not valid YAML at line 2, column 20: "), problem
@@ -147,13 +151,16 @@ def test_definitions_apply_bad_files(
     assert text.splitlines()[0] == "error: invalid workflow definition:"
     assert "  spec.steps[0] (step 'a').capability:" in text
     typo = tmp_path / "typo.yaml"
-    typo.write_text("apiVersion: rara.dev/v1alpha1\nkind: WorkflowDefinition\n"
-                    "metadata: {name: w}\nsepc: {steps: [{key: a, capability: x@1}]}\n")
+    typo.write_text(
+        "apiVersion: rara.dev/v1alpha1\nkind: WorkflowDefinition\n"
+        "metadata: {name: w}\nsepc: {steps: [{key: a, capability: x@1}]}\n"
+    )
     text = _refused_text(cli, "definitions", "apply", "-f", str(typo))
     assert "  spec: Field required" in text
     assert "  sepc: Extra inputs are not permitted" in text
     assert "<stdin>: a definition must be a mapping" in _refused_text(
-        cli, "definitions", "apply", "-f", "-", input="- just\n- a list\n")
+        cli, "definitions", "apply", "-f", "-", input="- just\n- a list\n"
+    )
     row = conn.execute("SELECT count(*) FROM rara_definition_versions").fetchone()
     assert row == (0,)
 
@@ -169,17 +176,27 @@ def test_unreachable_database_is_exit_3_without_the_password(tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        (["runs", "cancel", "abc"], "error: invalid value for 'run_id': Input should be a valid "
-                                    "integer, unable to parse string as an integer (see: rara "
-                                    "runs cancel --help)"),
+        (
+            ["runs", "cancel", "abc"],
+            "error: invalid value for 'run_id': Input should be a valid "
+            "integer, unable to parse string as an integer (see: rara "
+            "runs cancel --help)",
+        ),
         (["runs", "cancel"], "error: missing argument 'run_id' (see: rara runs cancel --help)"),
-        (["runs", "show", "1", "--bogus"], "error: no such option: --bogus (see: rara runs show "
-                                           "--help)"),
+        (
+            ["runs", "show", "1", "--bogus"],
+            "error: no such option: --bogus (see: rara runs show --help)",
+        ),
         (["nope"], "error: no such command 'nope' (see: rara --help)"),
     ],
 )
 def test_usage_errors_are_one_line_like_every_refusal(args: list[str], expected: str) -> None:
     """The console script, not CliRunner: the one-line form is made in rara.cli.main.main."""
-    result = subprocess.run([sys.executable, "-c", "from rara.cli.main import main; main()",
-                             *args], capture_output=True, text=True, timeout=60, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", "from rara.cli.main import main; main()", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert (result.returncode, result.stderr.strip(), result.stdout) == (2, expected, "")

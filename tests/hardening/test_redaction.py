@@ -25,8 +25,14 @@ def _render(json_mode: bool) -> structlog.BoundLogger:
 @pytest.mark.parametrize("json_mode", [True, False])
 def test_log_lines_are_redacted(json_mode: bool) -> None:
     log = _render(json_mode)
-    line = log.info("connecting", dsn=DSN, password="swordfish", headers={"token": "t0k"},
-                    note=f"using {TOKEN}", attempt=3)
+    line = log.info(
+        "connecting",
+        dsn=DSN,
+        password="swordfish",
+        headers={"token": "t0k"},
+        note=f"using {TOKEN}",
+        attempt=3,
+    )
     for secret in ("hunter2", "swordfish", "t0k", TOKEN):
         assert secret not in line, (secret, line)
     assert MASK in line
@@ -55,8 +61,13 @@ def test_a_configured_process_writes_redacted_json() -> None:
         "import structlog; from rara import logs; logs.configure(json=True);"
         f"structlog.get_logger().warning('retrying', dsn={DSN!r}, api_key='k-123456789')"
     )
-    done = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,
-                          text=True, timeout=60, check=True)
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     event = json.loads(done.stderr.strip().splitlines()[-1])
     assert event["event"] == "retrying"
     assert event["level"] == "warning"

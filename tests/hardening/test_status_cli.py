@@ -21,8 +21,9 @@ from tests.support.leasing import lease_now
 async def _fail(url: str, fence: Fence, run_id: int) -> StepStatus | None:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         error = {"code": "HANDLER_ERROR", "message": "tokenizer exploded", "retryable": False}
-        [status] = await end_many(conn, [Ending(fence, run_id, AttemptOutcome.FAILED,
-                                                error=error, retryable=False)])
+        [status] = await end_many(
+            conn, [Ending(fence, run_id, AttemptOutcome.FAILED, error=error, retryable=False)]
+        )
         return status
 
 

@@ -44,15 +44,25 @@ DEADLINE = 30.0
 async def _complete(dsn: str, step: LeasedStep, worker: str, result: Any) -> bool:
     """The attempt's success on the path the worker's batcher takes (``end_many``)."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        ending = Ending(Fence(step.id, worker, step.lease_token), step.run_id,
-                        AttemptOutcome.SUCCEEDED, result=result)
+        ending = Ending(
+            Fence(step.id, worker, step.lease_token),
+            step.run_id,
+            AttemptOutcome.SUCCEEDED,
+            result=result,
+        )
         return await end_many(conn, [ending]) == [StepStatus.SUCCEEDED]
+
 
 async def _fail(dsn: str, step: LeasedStep, worker: str) -> bool:
     """The attempt's failure, not retryable, on the worker's path (``end_many``)."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        ending = Ending(Fence(step.id, worker, step.lease_token), step.run_id,
-                        AttemptOutcome.FAILED, error={"message": "boom"}, retryable=False)
+        ending = Ending(
+            Fence(step.id, worker, step.lease_token),
+            step.run_id,
+            AttemptOutcome.FAILED,
+            error={"message": "boom"},
+            retryable=False,
+        )
         return await end_many(conn, [ending]) == [StepStatus.FAILED]
 
 
@@ -78,8 +88,9 @@ def eventually(fn: Callable[[], T], *, timeout: float = DEADLINE, what: str) -> 
 class Operator:
     """Start and stop the operator (kopf's KopfRunner in a thread) for one namespace."""
 
-    def __init__(self, kube: KubeFixture, namespace: str, database_url: str,
-                 peering: Peering | None = None) -> None:
+    def __init__(
+        self, kube: KubeFixture, namespace: str, database_url: str, peering: Peering | None = None
+    ) -> None:
         self.config = OperatorConfig(
             database_url=database_url,
             namespaces=(namespace,),
@@ -210,9 +221,14 @@ def condition(status: dict[str, Any], type_: str) -> dict[str, Any]:
 def attempts(objects: Objects, plural: str, name: str) -> int:
     """How often kopf has run a handler still being retried (its progress annotation)."""
     annotations = (objects.get(plural, name) or {}).get("metadata", {}).get("annotations", {})
-    return max((json.loads(value).get("retries", 0) for key, value in annotations.items()
-                if key.startswith("operator.rara.dev/") and "start_workflow_run" in key),
-               default=0)
+    return max(
+        (
+            json.loads(value).get("retries", 0)
+            for key, value in annotations.items()
+            if key.startswith("operator.rara.dev/") and "start_workflow_run" in key
+        ),
+        default=0,
+    )
 
 
 TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
@@ -221,16 +237,19 @@ TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 def columns(kube: KubeFixture, namespace: str, plural: str, name: str) -> dict[str, Any]:
     """What `kubectl get` prints for the object: the API server's Table, by column name."""
     table = client.CustomObjectsApi(kube.api_client).get_namespaced_custom_object(
-        GROUP, VERSION, namespace, plural, name, _headers={"Accept": TABLE})
+        GROUP, VERSION, namespace, plural, name, _headers={"Accept": TABLE}
+    )
     (row,) = table["rows"]
-    return {c["name"]: cell for c, cell in zip(table["columnDefinitions"], row["cells"],
-                                               strict=True)}
+    return {
+        c["name"]: cell for c, cell in zip(table["columnDefinitions"], row["cells"], strict=True)
+    }
 
 
 def events_of(kube: KubeFixture, namespace: str, uid: str) -> list[tuple[str, str]]:
     """The Events on one object, as (type, reason), as `kubectl describe` finds them."""
     listed = client.CoreV1Api(kube.api_client).list_namespaced_event(
-        namespace, field_selector=f"involvedObject.uid={uid}")
+        namespace, field_selector=f"involvedObject.uid={uid}"
+    )
     return sorted((e.type, e.reason) for e in listed.items)
 
 
@@ -405,11 +424,15 @@ def test_workflow_run_is_started_once_and_mirrored(
 
 
 def test_run_waits_for_its_definition(
-    operator: Operator, objects: Objects, db: psycopg.Connection[Any], kube_api: KubeFixture,
+    operator: Operator,
+    objects: Objects,
+    db: psycopg.Connection[Any],
+    kube_api: KubeFixture,
     namespace: str,
 ) -> None:
-    uid = objects.create("workflowruns", "WorkflowRun", "early",
-                         {"definition": "later"})["metadata"]["uid"]
+    uid = objects.create("workflowruns", "WorkflowRun", "early", {"definition": "later"})[
+        "metadata"
+    ]["uid"]
     eventually(
         lambda: (
             condition(objects.status("workflowruns", "early"), "Accepted").get("reason")
@@ -422,8 +445,9 @@ def test_run_waits_for_its_definition(
     assert (shown["Phase"], shown["Reason"]) == ("Waiting", "DefinitionNotFound")
     assert "no workflow definition later" in objects.status("workflowruns", "early")["message"]
     # Retried every 10 s, with the same reason: no second Warning.
-    eventually(lambda: attempts(objects, "workflowruns", "early") >= 2, timeout=60,
-               what="a second attempt")
+    eventually(
+        lambda: attempts(objects, "workflowruns", "early") >= 2, timeout=60, what="a second attempt"
+    )
     eventually(lambda: events_of(kube_api, namespace, uid), what="the Warning Event")
     assert events_of(kube_api, namespace, uid) == [("Warning", "DefinitionNotFound")]
     objects.create(*WFD, "later", {"steps": STEPS})
@@ -436,23 +460,34 @@ def test_run_waits_for_its_definition(
     # The reason goes once the run exists.
     assert (status["phase"], "reason" in status, "message" in status) == ("Pending", False, False)
     assert columns(kube_api, namespace, "workflowruns", "early")["Reason"] is None
-    eventually(lambda: ("Normal", "Accepted") in events_of(kube_api, namespace, uid),
-               what="the Accepted Event")
-    assert events_of(kube_api, namespace, uid) == [("Normal", "Accepted"),
-                                                   ("Warning", "DefinitionNotFound")]
+    eventually(
+        lambda: ("Normal", "Accepted") in events_of(kube_api, namespace, uid),
+        what="the Accepted Event",
+    )
+    assert events_of(kube_api, namespace, uid) == [
+        ("Normal", "Accepted"),
+        ("Warning", "DefinitionNotFound"),
+    ]
 
 
 def test_refused_run_says_why(
-    operator: Operator, objects: Objects, db: psycopg.Connection[Any], kube_api: KubeFixture,
+    operator: Operator,
+    objects: Objects,
+    db: psycopg.Connection[Any],
+    kube_api: KubeFixture,
     namespace: str,
 ) -> None:
     """Input its steps' inputSchema refuses: Refused, for good, in `kubectl get` and as a
     Warning Event."""
     needs_corpus = {"type": "object", "required": ["corpus"]}
-    apply(db, "strict", [{"key": "collect", "capability": "demo.collect@1",
-                          "inputSchema": needs_corpus}])
-    uid = objects.create("workflowruns", "WorkflowRun", "bad",
-                         {"definition": "strict", "input": {"limit": 3}})["metadata"]["uid"]
+    apply(
+        db,
+        "strict",
+        [{"key": "collect", "capability": "demo.collect@1", "inputSchema": needs_corpus}],
+    )
+    uid = objects.create(
+        "workflowruns", "WorkflowRun", "bad", {"definition": "strict", "input": {"limit": 3}}
+    )["metadata"]["uid"]
     status = eventually(
         lambda: (s := objects.status("workflowruns", "bad")).get("phase") and s,
         what="the refusal reported",
@@ -462,36 +497,57 @@ def test_refused_run_says_why(
     accepted = condition(status, "Accepted")
     assert (accepted["status"], accepted["reason"]) == ("False", "InputInvalid")
     shown = columns(kube_api, namespace, "workflowruns", "bad")
-    assert (shown["Phase"], shown["Reason"], shown["Done/Total"]) == \
-        ("Refused", "InputInvalid", None)
-    eventually(lambda: events_of(kube_api, namespace, uid) == [("Warning", "InputInvalid")],
-               what="the Warning Event")
+    assert (shown["Phase"], shown["Reason"], shown["Done/Total"]) == (
+        "Refused",
+        "InputInvalid",
+        None,
+    )
+    eventually(
+        lambda: events_of(kube_api, namespace, uid) == [("Warning", "InputInvalid")],
+        what="the Warning Event",
+    )
     assert runs_count(db) == 0
 
 
 def test_run_phases_are_columns_and_events(
-    operator: Operator, objects: Objects, db: psycopg.Connection[Any], kube_api: KubeFixture,
+    operator: Operator,
+    objects: Objects,
+    db: psycopg.Connection[Any],
+    kube_api: KubeFixture,
     namespace: str,
 ) -> None:
-    apply(db, "one", [{"key": "only", "capability": "demo.one@1",
-                       "retry": {"maxAttempts": 1}}])
-    uids = {name: objects.create("workflowruns", "WorkflowRun", name,
-                                 {"definition": "one"})["metadata"]["uid"]
-            for name in ("good", "doomed")}
-    run_ids = {name: eventually(lambda n=name: objects.status("workflowruns", n).get("runId"),
-                                what=f"run {name} started") for name in uids}
-    leased = {step.run_id: step for step in lease_now(db, ["demo.one@1"], worker="w1",
-                                                      limit=2, lease_seconds=60)}
+    apply(db, "one", [{"key": "only", "capability": "demo.one@1", "retry": {"maxAttempts": 1}}])
+    uids = {
+        name: objects.create("workflowruns", "WorkflowRun", name, {"definition": "one"})[
+            "metadata"
+        ]["uid"]
+        for name in ("good", "doomed")
+    }
+    run_ids = {
+        name: eventually(
+            lambda n=name: objects.status("workflowruns", n).get("runId"),
+            what=f"run {name} started",
+        )
+        for name in uids
+    }
+    leased = {
+        step.run_id: step
+        for step in lease_now(db, ["demo.one@1"], worker="w1", limit=2, lease_seconds=60)
+    }
     assert set(leased) == set(run_ids.values())
     for name in uids:  # seen Running before it ends, so the Running Event is certain
-        eventually(lambda n=name: objects.status("workflowruns", n).get("phase") == "Running",
-                   what=f"{name} Running")
+        eventually(
+            lambda n=name: objects.status("workflowruns", n).get("phase") == "Running",
+            what=f"{name} Running",
+        )
 
     assert asyncio.run(_complete(db.info.dsn, leased[run_ids["good"]], "w1", {}))
     assert asyncio.run(_fail(db.info.dsn, leased[run_ids["doomed"]], "w1"))
     for name, phase, progress in (("good", "Succeeded", "1/1"), ("doomed", "Failed", "0/1")):
-        eventually(lambda n=name, p=phase: objects.status("workflowruns", n).get("phase") == p,
-                   what=f"{name} {phase}")
+        eventually(
+            lambda n=name, p=phase: objects.status("workflowruns", n).get("phase") == p,
+            what=f"{name} {phase}",
+        )
         shown = columns(kube_api, namespace, "workflowruns", name)
         assert (shown["Phase"], shown["Done/Total"], shown["Reason"]) == (phase, progress, None)
 
@@ -500,8 +556,10 @@ def test_run_phases_are_columns_and_events(
         "doomed": [("Normal", "Accepted"), ("Normal", "Running"), ("Warning", "Failed")],
     }
     for name, uid in uids.items():
-        eventually(lambda u=uid, n=name: events_of(kube_api, namespace, u) == expected[n],
-                   what=f"{name}'s Events {expected[name]}")
+        eventually(
+            lambda u=uid, n=name: events_of(kube_api, namespace, u) == expected[n],
+            what=f"{name}'s Events {expected[name]}",
+        )
 
 
 def deployment(name: str, replicas: int) -> client.V1Deployment:

@@ -58,12 +58,14 @@ def rara_crds(kube_api: KubeFixture) -> None:
     apply_crds(kube_api.api_client)
 
 
-def server_accepts(api: client.ApiClient, namespace: str, plural: str,
-                   doc: dict[str, Any]) -> tuple[bool, str]:
+def server_accepts(
+    api: client.ApiClient, namespace: str, plural: str, doc: dict[str, Any]
+) -> tuple[bool, str]:
     """Server-side dry run with strict field validation (what `kubectl apply` does)."""
     try:
         client.CustomObjectsApi(api).create_namespaced_custom_object(
-            GROUP, VERSION, namespace, plural, doc, dry_run="All", field_validation="Strict")
+            GROUP, VERSION, namespace, plural, doc, dry_run="All", field_validation="Strict"
+        )
     except ApiException as exc:
         if exc.status in (400, 422):
             return False, str(exc.body)
@@ -76,8 +78,10 @@ def model_accepts(plural: str, doc: dict[str, Any]) -> tuple[bool, str]:
         if plural == "workflowdefinitions":
             definition_from_object(doc)
         else:
-            model: type[BaseModel] = {"workflowruns": WorkflowRunSpec,
-                                      "workerpools": WorkerPoolSpec}[plural]
+            model: type[BaseModel] = {
+                "workflowruns": WorkflowRunSpec,
+                "workerpools": WorkerPoolSpec,
+            }[plural]
             model.model_validate(doc["spec"])
     except (DefinitionInvalid, ValidationError) as exc:
         return False, str(exc)
@@ -85,28 +89,36 @@ def model_accepts(plural: str, doc: dict[str, Any]) -> tuple[bool, str]:
 
 
 def definition(steps: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "WorkflowDefinition",
-            "metadata": {"name": "corpus"}, "spec": {"steps": steps}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "WorkflowDefinition",
+        "metadata": {"name": "corpus"},
+        "spec": {"steps": steps},
+    }
 
 
 def step(key: str, **fields: Any) -> dict[str, Any]:
     return {"key": key, "capability": "demo.echo@1", **fields}
 
 
-FULL_STEP = step("adapt", executor="grpc", dependsOn=["a"], timeout="1h30m",
-                 heartbeatTimeout="500ms", priority=-1000,
-                 retry={"maxAttempts": 5, "initialDelay": "1s", "maxDelay": "1m",
-                        "backoffCoefficient": 1.5},
-                 resources={"gpu": 1, "cpu": "500m", "memory": "2Gi"},
-                 input={"nested": {"any": ["json", 1, True]}},
-                 secrets={"token": {"name": "hf", "key": "token"}})
+FULL_STEP = step(
+    "adapt",
+    executor="grpc",
+    dependsOn=["a"],
+    timeout="1h30m",
+    heartbeatTimeout="500ms",
+    priority=-1000,
+    retry={"maxAttempts": 5, "initialDelay": "1s", "maxDelay": "1m", "backoffCoefficient": 1.5},
+    resources={"gpu": 1, "cpu": "500m", "memory": "2Gi"},
+    input={"nested": {"any": ["json", 1, True]}},
+    secrets={"token": {"name": "hf", "key": "token"}},
+)
 
 # (id, document, both accept?) — every case where model and API server must agree.
 DEFINITIONS = [
     ("minimal", definition([step("a")]), True),
     ("every field", definition([step("a"), FULL_STEP]), True),
-    ("null optional fields", definition([step("a", timeout=None,
-                                              resources={"cpu": None})]), True),
+    ("null optional fields", definition([step("a", timeout=None, resources={"cpu": None})]), True),
     ("no steps", definition([]), False),
     ("bad capability", definition([step("a", capability="Echo")]), False),
     ("capability without major", definition([step("a", capability="demo.echo")]), False),
@@ -131,32 +143,49 @@ MODEL_ONLY = [
     ("depends on itself", definition([step("a", dependsOn=["a"])])),
     ("unknown dependency", definition([step("a", dependsOn=["zzz"])])),
     ("cycle", definition([step("a", dependsOn=["b"]), step("b", dependsOn=["a"])])),
-    ("maxDelay below initialDelay",
-     definition([step("a", retry={"initialDelay": "1m", "maxDelay": "1s"})])),
+    (
+        "maxDelay below initialDelay",
+        definition([step("a", retry={"initialDelay": "1m", "maxDelay": "1s"})]),
+    ),
 ]
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "WorkflowRun",
-            "metadata": {"name": "corpus"}, "spec": spec}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "WorkflowRun",
+        "metadata": {"name": "corpus"},
+        "spec": spec,
+    }
 
 
 def pool(**spec: Any) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "WorkerPool",
-            "metadata": {"name": "corpus"},
-            "spec": {"deploymentName": "workers", "capabilities": ["demo.echo@1"], **spec}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "WorkerPool",
+        "metadata": {"name": "corpus"},
+        "spec": {"deploymentName": "workers", "capabilities": ["demo.echo@1"], **spec},
+    }
 
 
 OTHERS = [
     ("run minimal", "workflowruns", run({"definition": "rag-refresh"}), True),
-    ("run full", "workflowruns", run({"definition": "rag", "version": 2,
-                                      "input": {"q": [1, {"x": None}]}}), True),
+    (
+        "run full",
+        "workflowruns",
+        run({"definition": "rag", "version": 2, "input": {"q": [1, {"x": None}]}}),
+        True,
+    ),
     ("run version 0", "workflowruns", run({"definition": "rag", "version": 0}), False),
     ("run bad name", "workflowruns", run({"definition": "Rag"}), False),
     ("run no definition", "workflowruns", run({"input": {}}), False),
     ("pool minimal", "workerpools", pool(), True),
-    ("pool full", "workerpools", pool(minReplicas=1, maxReplicas=3, targetBacklogPerReplica=5,
-                                      cooldownSeconds=0), True),
+    (
+        "pool full",
+        "workerpools",
+        pool(minReplicas=1, maxReplicas=3, targetBacklogPerReplica=5, cooldownSeconds=0),
+        True,
+    ),
     ("pool max below min", "workerpools", pool(minReplicas=3, maxReplicas=2), False),
     ("pool max below default min", "workerpools", pool(maxReplicas=0), True),
     ("pool min above default max", "workerpools", pool(minReplicas=11), False),
@@ -167,59 +196,85 @@ OTHERS = [
 
 
 @pytest.mark.parametrize(("case", "doc", "valid"), DEFINITIONS, ids=[c[0] for c in DEFINITIONS])
-def test_definition_verdicts_agree(kube_api: KubeFixture, rara_crds: None, namespace: str,
-                                   case: str, doc: dict[str, Any], valid: bool) -> None:
-    server, why_server = server_accepts(kube_api.api_client, namespace, "workflowdefinitions",
-                                        copy.deepcopy(doc))
+def test_definition_verdicts_agree(
+    kube_api: KubeFixture,
+    rara_crds: None,
+    namespace: str,
+    case: str,
+    doc: dict[str, Any],
+    valid: bool,
+) -> None:
+    server, why_server = server_accepts(
+        kube_api.api_client, namespace, "workflowdefinitions", copy.deepcopy(doc)
+    )
     model, why_model = model_accepts("workflowdefinitions", doc)
     assert (server, model) == (valid, valid), (why_server, why_model)
 
 
 @pytest.mark.parametrize(("case", "doc"), MODEL_ONLY, ids=[c[0] for c in MODEL_ONLY])
-def test_model_only_checks(kube_api: KubeFixture, rara_crds: None, namespace: str,
-                           case: str, doc: dict[str, Any]) -> None:
+def test_model_only_checks(
+    kube_api: KubeFixture, rara_crds: None, namespace: str, case: str, doc: dict[str, Any]
+) -> None:
     assert server_accepts(kube_api.api_client, namespace, "workflowdefinitions", doc)[0]
     assert not model_accepts("workflowdefinitions", doc)[0]
 
 
 @pytest.mark.parametrize(("case", "plural", "doc", "valid"), OTHERS, ids=[c[0] for c in OTHERS])
-def test_run_and_pool_verdicts_agree(kube_api: KubeFixture, rara_crds: None, namespace: str,
-                                     case: str, plural: str, doc: dict[str, Any],
-                                     valid: bool) -> None:
-    server, why_server = server_accepts(kube_api.api_client, namespace, plural,
-                                        copy.deepcopy(doc))
+def test_run_and_pool_verdicts_agree(
+    kube_api: KubeFixture,
+    rara_crds: None,
+    namespace: str,
+    case: str,
+    plural: str,
+    doc: dict[str, Any],
+    valid: bool,
+) -> None:
+    server, why_server = server_accepts(kube_api.api_client, namespace, plural, copy.deepcopy(doc))
     model, why_model = model_accepts(plural, doc)
     assert (server, model) == (valid, valid), (why_server, why_model)
 
 
 def test_run_spec_is_immutable(kube_api: KubeFixture, rara_crds: None, namespace: str) -> None:
     api = client.CustomObjectsApi(kube_api.api_client)
-    api.create_namespaced_custom_object(GROUP, VERSION, namespace, "workflowruns",
-                                        run({"definition": "rag", "input": {"a": 1}}))
+    api.create_namespaced_custom_object(
+        GROUP, VERSION, namespace, "workflowruns", run({"definition": "rag", "input": {"a": 1}})
+    )
     with pytest.raises(ApiException) as err:
         api.patch_namespaced_custom_object(
-            GROUP, VERSION, namespace, "workflowruns", "corpus", {"spec": {"input": {"a": 2}}},
-            _content_type="application/merge-patch+json")
+            GROUP,
+            VERSION,
+            namespace,
+            "workflowruns",
+            "corpus",
+            {"spec": {"input": {"a": 2}}},
+            _content_type="application/merge-patch+json",
+        )
     assert err.value.status == 422
     assert "immutable" in str(err.value.body)
 
 
-def test_pool_defaults_are_the_models(kube_api: KubeFixture, rara_crds: None,
-                                      namespace: str) -> None:
+def test_pool_defaults_are_the_models(
+    kube_api: KubeFixture, rara_crds: None, namespace: str
+) -> None:
     api = client.CustomObjectsApi(kube_api.api_client)
     stored = api.create_namespaced_custom_object(GROUP, VERSION, namespace, "workerpools", pool())
-    assert stored["spec"] == WorkerPoolSpec.model_validate(stored["spec"]).model_dump(
-        by_alias=True) == WorkerPoolSpec.model_validate(pool()["spec"]).model_dump(by_alias=True)
+    assert (
+        stored["spec"]
+        == WorkerPoolSpec.model_validate(stored["spec"]).model_dump(by_alias=True)
+        == WorkerPoolSpec.model_validate(pool()["spec"]).model_dump(by_alias=True)
+    )
 
 
 EXAMPLES = example_documents()
 
 
 @pytest.mark.parametrize(("name", "doc"), EXAMPLES, ids=[name for name, _ in EXAMPLES])
-def test_examples_are_accepted(kube_api: KubeFixture, rara_crds: None, namespace: str,
-                               name: str, doc: dict[str, Any]) -> None:
+def test_examples_are_accepted(
+    kube_api: KubeFixture, rara_crds: None, namespace: str, name: str, doc: dict[str, Any]
+) -> None:
     """What the README has people `kubectl apply` and `kubectl create` (examples/), under
     strict field validation: an unknown field is refused, not pruned."""
-    accepted, why = server_accepts(kube_api.api_client, namespace, PLURALS[doc["kind"]],
-                                   copy.deepcopy(doc))
+    accepted, why = server_accepts(
+        kube_api.api_client, namespace, PLURALS[doc["kind"]], copy.deepcopy(doc)
+    )
     assert accepted, why

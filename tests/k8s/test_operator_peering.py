@@ -65,8 +65,12 @@ class Metrics:
     def scrape(self) -> dict[str, float]:
         with urllib.request.urlopen(self.url, timeout=5) as response:
             text = response.read().decode()
-        return {name: float(value) for name, _, value in
-                (line.rpartition(" ") for line in text.splitlines() if not line.startswith("#"))}
+        return {
+            name: float(value)
+            for name, _, value in (
+                line.rpartition(" ") for line in text.splitlines() if not line.startswith("#")
+            )
+        }
 
     def value(self, name: str) -> float:
         return self.scrape().get(name, 0.0)
@@ -79,8 +83,12 @@ class Replica:
     def __init__(self, name: str, env: dict[str, str], log: Path) -> None:
         self.name, self.log = name, log
         with log.open("wb") as out:
-            self.proc = subprocess.Popen([str(RARA), "operator"], env={**env, "POD_ID": name},
-                                         stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [str(RARA), "operator"],
+                env={**env, "POD_ID": name},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         port = env.get("RARA_OPERATOR_METRICS_PORT")
         self.metrics = None if port is None else Metrics(int(port), self.proc.pid)
 
@@ -103,40 +111,63 @@ class Replica:
 def peers(kube: KubeFixture, namespace: str) -> dict[str, Any]:
     """The peering object's status: {identity: {priority, lifetime, lastseen}}."""
     body = client.CustomObjectsApi(kube.api_client).get_namespaced_custom_object(
-        "kopf.dev", "v1", namespace, "kopfpeerings", PEERING)
+        "kopf.dev", "v1", namespace, "kopfpeerings", PEERING
+    )
     return dict(body.get("status") or {})
 
 
 def run_keys(db: psycopg.Connection[Any], keys: list[str]) -> dict[str, int]:
-    rows = db.execute("SELECT idempotency_key, count(*) FROM rara_runs "
-                      "WHERE idempotency_key = ANY(%s) GROUP BY 1", (keys,)).fetchall()
+    rows = db.execute(
+        "SELECT idempotency_key, count(*) FROM rara_runs "
+        "WHERE idempotency_key = ANY(%s) GROUP BY 1",
+        (keys,),
+    ).fetchall()
     return {key: int(n) for key, n in rows}
 
 
 @pytest.fixture
-def replicas(kube_api: KubeFixture, rara_crds: None, namespace: str, tmp_path: Path,
-             role_url: Callable[[str], str], request: pytest.FixtureRequest,
-             ) -> Iterator[Callable[..., Replica]]:
+def replicas(
+    kube_api: KubeFixture,
+    rara_crds: None,
+    namespace: str,
+    tmp_path: Path,
+    role_url: Callable[[str], str],
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[..., Replica]]:
     # The peering object, as the chart creates it (templates/operator.yaml).
     client.CustomObjectsApi(kube_api.api_client).create_namespaced_custom_object(
-        "kopf.dev", "v1", namespace, "kopfpeerings",
-        {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": PEERING}})
+        "kopf.dev",
+        "v1",
+        namespace,
+        "kopfpeerings",
+        {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": PEERING}},
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith("RARA_")}
-    env.update({
-        "KUBECONFIG": str(kube_api.kubeconfig),
-        "RARA_OPERATOR_DATABASE_URL": role_url("rara_operator"),
-        "RARA_OPERATOR_NAMESPACES": namespace,
-        "RARA_OPERATOR_RUN_SYNC_INTERVAL": "1",
-        "RARA_OPERATOR_LOG_JSON": "true",
-    })
+    env.update(
+        {
+            "KUBECONFIG": str(kube_api.kubeconfig),
+            "RARA_OPERATOR_DATABASE_URL": role_url("rara_operator"),
+            "RARA_OPERATOR_NAMESPACES": namespace,
+            "RARA_OPERATOR_RUN_SYNC_INTERVAL": "1",
+            "RARA_OPERATOR_LOG_JSON": "true",
+        }
+    )
     started: list[Replica] = []
     failed = request.session.testsfailed
 
     def start(name: str, lifetime: int = LIFETIME, peering: str = PEERING) -> Replica:
-        started.append(Replica(name, {**env, "RARA_OPERATOR_PEERING_LIFETIME": str(lifetime),
-                                      "RARA_OPERATOR_PEERING_NAME": peering,
-                                      "RARA_OPERATOR_METRICS_PORT": str(free_port())},
-                               tmp_path / f"{name}.log"))
+        started.append(
+            Replica(
+                name,
+                {
+                    **env,
+                    "RARA_OPERATOR_PEERING_LIFETIME": str(lifetime),
+                    "RARA_OPERATOR_PEERING_NAME": peering,
+                    "RARA_OPERATOR_METRICS_PORT": str(free_port()),
+                },
+                tmp_path / f"{name}.log",
+            )
+        )
         return started[-1]
 
     try:
@@ -146,12 +177,15 @@ def replicas(kube_api: KubeFixture, rara_crds: None, namespace: str, tmp_path: P
             replica.stop()
         for replica in started:  # their logs when the test failed (counted before teardown)
             if request.session.testsfailed > failed:
-                print(f"--- {replica.name} (exit {replica.proc.returncode})\n"
-                      f"{replica.log.read_text(errors='replace')[-6000:]}")
+                print(
+                    f"--- {replica.name} (exit {replica.proc.returncode})\n"
+                    f"{replica.log.read_text(errors='replace')[-6000:]}"
+                )
 
 
-def working_and_standby(kube: KubeFixture, namespace: str, replicas: Callable[..., Replica],
-                        lifetime: int = LIFETIME) -> tuple[Replica, Replica]:
+def working_and_standby(
+    kube: KubeFixture, namespace: str, replicas: Callable[..., Replica], lifetime: int = LIFETIME
+) -> tuple[Replica, Replica]:
     """op-a, working (it makes the definition "ha" Ready), then op-b, standing by: younger,
     so of lower priority, it stays paused (a peered replica starts paused and resumes only
     when no live entry outranks its own)."""
@@ -159,17 +193,24 @@ def working_and_standby(kube: KubeFixture, namespace: str, replicas: Callable[..
     a = replicas("op-a", lifetime)
     eventually(lambda: "op-a" in peers(kube, namespace), what="op-a in the peering")
     objects.create("workflowdefinitions", "WorkflowDefinition", "ha", {"steps": STEPS})
-    eventually(lambda: condition(objects.status("workflowdefinitions", "ha"), "Ready")
-               .get("status") == "True", what="definition Ready (op-a)")
+    eventually(
+        lambda: (
+            condition(objects.status("workflowdefinitions", "ha"), "Ready").get("status") == "True"
+        ),
+        what="definition Ready (op-a)",
+    )
     b = replicas("op-b", lifetime)
-    status = eventually(lambda: (p := peers(kube, namespace)).get("op-b") and p,
-                        what="op-b in the peering")
+    status = eventually(
+        lambda: (p := peers(kube, namespace)).get("op-b") and p, what="op-b in the peering"
+    )
     assert status["op-a"]["priority"] > status["op-b"]["priority"], status
     return a, b
 
 
 def test_killed_replica_hands_over_without_duplicates(
-    kube_api: KubeFixture, namespace: str, database_url: str,
+    kube_api: KubeFixture,
+    namespace: str,
+    database_url: str,
     replicas: Callable[..., Replica],
 ) -> None:
     objects = Objects(kube_api, namespace)
@@ -213,8 +254,9 @@ def test_killed_replica_hands_over_without_duplicates(
             killed_at = time.time()
             a.proc.send_signal(signal.SIGKILL)
             a.proc.wait(5)
-            eventually(lambda: b.logged("Resuming operations"), timeout=LIFETIME + 15,
-                       what="op-b resumes")
+            eventually(
+                lambda: b.logged("Resuming operations"), timeout=LIFETIME + 15, what="op-b resumes"
+            )
             resumed = len(keys())  # and some runs created after the hand-over
             eventually(lambda: len(keys()) >= resumed + 3, what="runs after the hand-over")
         finally:
@@ -222,8 +264,11 @@ def test_killed_replica_hands_over_without_duplicates(
             creator.join(5)
 
         expected = keys()
-        eventually(lambda: len(run_keys(db, expected)) == len(expected), timeout=LIFETIME + 30,
-                   what=f"all {len(expected)} WorkflowRuns started")
+        eventually(
+            lambda: len(run_keys(db, expected)) == len(expected),
+            timeout=LIFETIME + 30,
+            what=f"all {len(expected)} WorkflowRuns started",
+        )
         assert set(run_keys(db, expected).values()) == {1}
         total = db.execute("SELECT count(*) FROM rara_runs").fetchone()
         assert total == (len(expected),), "a rara run that no WorkflowRun asked for"
@@ -231,27 +276,36 @@ def test_killed_replica_hands_over_without_duplicates(
         by_key = dict(db.execute("SELECT idempotency_key, id FROM rara_runs").fetchall())
 
         def mirrored() -> bool:
-            return all(objects.status("workflowruns", name).get("runId") == by_key[f"k8s:{uid}"]
-                       for name, uid in uids.items())
+            return all(
+                objects.status("workflowruns", name).get("runId") == by_key[f"k8s:{uid}"]
+                for name, uid in uids.items()
+            )
 
         eventually(mirrored, what="each WorkflowRun's status names its run")
         assert [v for v, _ in versions(db, "ha")] == [1], "the definition has one version"
 
-        row = db.execute("SELECT extract(epoch FROM min(created_at)) FROM rara_runs "
-                         "WHERE created_at > to_timestamp(%s)", (killed_at,)).fetchone()
+        row = db.execute(
+            "SELECT extract(epoch FROM min(created_at)) FROM rara_runs "
+            "WHERE created_at > to_timestamp(%s)",
+            (killed_at,),
+        ).fetchone()
         assert row is not None
         assert row[0] is not None
         handover = float(row[0]) - killed_at
-        measure(f"operator hand-over after SIGKILL: {handover:.2f}s (kill -> the standby's "
-                f"first run started; peering lifetime {LIFETIME}s, "
-                f"{len(expected)} WorkflowRuns, each started once)")
+        measure(
+            f"operator hand-over after SIGKILL: {handover:.2f}s (kill -> the standby's "
+            f"first run started; peering lifetime {LIFETIME}s, "
+            f"{len(expected)} WorkflowRuns, each started once)"
+        )
         assert 0 < handover < LIFETIME + 5
     finally:
         db.close()
 
 
 def test_stopped_replica_hands_over_at_once(
-    kube_api: KubeFixture, namespace: str, database_url: str,
+    kube_api: KubeFixture,
+    namespace: str,
+    database_url: str,
     replicas: Callable[..., Replica],
 ) -> None:
     """SIGTERM (a rollout, a drain): the leaving replica deletes its peering entry, so the
@@ -264,11 +318,15 @@ def test_stopped_replica_hands_over_at_once(
         assert b.metrics is not None
         # A run that stays Pending (no worker): op-a mirrors it, the paused op-b does not.
         waiting = objects.create("workflowruns", "WorkflowRun", "waiting", {"definition": "ha"})
-        eventually(lambda: objects.status("workflowruns", "waiting").get("phase") == "Pending",
-                   what="op-a starts the waiting run")
+        eventually(
+            lambda: objects.status("workflowruns", "waiting").get("phase") == "Pending",
+            what="op-a starts the waiting run",
+        )
         reads = a.metrics.value("rara_operator_run_sync_reads_total")
-        eventually(lambda: a.metrics.value("rara_operator_run_sync_reads_total") >= reads + 2,
-                   what="op-a syncs it")
+        eventually(
+            lambda: a.metrics.value("rara_operator_run_sync_reads_total") >= reads + 2,
+            what="op-a syncs it",
+        )
         assert b.metrics.value("rara_operator_run_sync_reads_total") == 0, "op-b is paused"
         assert b.metrics.value("rara_operator_workflow_runs_tracked") == 0
 
@@ -277,38 +335,57 @@ def test_stopped_replica_hands_over_at_once(
         assert a.proc.returncode == 0
         assert "op-a" not in peers(kube_api, namespace), "op-a left its entry behind"
         body = objects.create("workflowruns", "WorkflowRun", "after", {"definition": "ha"})
-        eventually(lambda: run_keys(db, [f"k8s:{body['metadata']['uid']}"]),
-                   timeout=lifetime / 2, what="op-b starts the run")
+        eventually(
+            lambda: run_keys(db, [f"k8s:{body['metadata']['uid']}"]),
+            timeout=lifetime / 2,
+            what="op-b starts the run",
+        )
         handover = time.monotonic() - stopped_at
-        measure(f"operator hand-over after SIGTERM: {handover:.2f}s (stop -> the standby's "
-                f"first run started; peering lifetime {lifetime}s)")
+        measure(
+            f"operator hand-over after SIGTERM: {handover:.2f}s (stop -> the standby's "
+            f"first run started; peering lifetime {lifetime}s)"
+        )
         assert b.logged("Resuming operations")
         assert handover < lifetime / 4
         # op-b mirrors now: the waiting run, cancelled in PostgreSQL, shows Cancelled.
         run_id = objects.status("workflowruns", "waiting")["runId"]
         assert run_keys(db, [f"k8s:{waiting['metadata']['uid']}"]) == {
-            f"k8s:{waiting['metadata']['uid']}": 1}
+            f"k8s:{waiting['metadata']['uid']}": 1
+        }
         cancel_run(db, int(run_id))
-        eventually(lambda: objects.status("workflowruns", "waiting").get("phase") == "Cancelled",
-                   what="op-b mirrors the cancel")
+        eventually(
+            lambda: objects.status("workflowruns", "waiting").get("phase") == "Cancelled",
+            what="op-b mirrors the cancel",
+        )
         assert b.metrics.value("rara_operator_run_sync_reads_total") >= 1
 
 
 def test_replica_waits_for_its_peering_object(
-    kube_api: KubeFixture, namespace: str, replicas: Callable[..., Replica],
+    kube_api: KubeFixture,
+    namespace: str,
+    replicas: Callable[..., Replica],
 ) -> None:
     """No peering object yet (helm creates it after the Deployment): the replica says so and
     stays paused, and works as soon as the object exists."""
     objects = Objects(kube_api, namespace)
     a = replicas("op-a", peering="late")
-    eventually(lambda: a.logged("KopfPeering") and a.logged("not found"),
-               what="the missing object named in op-a's log")
+    eventually(
+        lambda: a.logged("KopfPeering") and a.logged("not found"),
+        what="the missing object named in op-a's log",
+    )
     objects.create("workflowdefinitions", "WorkflowDefinition", "ha", {"steps": STEPS})
     assert not a.logged("Resuming operations")
     assert not condition(objects.status("workflowdefinitions", "ha"), "Ready")
     client.CustomObjectsApi(kube_api.api_client).create_namespaced_custom_object(
-        "kopf.dev", "v1", namespace, "kopfpeerings",
-        {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "late"}})
-    eventually(lambda: condition(objects.status("workflowdefinitions", "ha"), "Ready")
-               .get("status") == "True", what="definition Ready once the object exists")
-
+        "kopf.dev",
+        "v1",
+        namespace,
+        "kopfpeerings",
+        {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "late"}},
+    )
+    eventually(
+        lambda: (
+            condition(objects.status("workflowdefinitions", "ha"), "Ready").get("status") == "True"
+        ),
+        what="definition Ready once the object exists",
+    )

@@ -39,20 +39,27 @@ CAPABILITIES = sorted({s["capability"] for s in STEPS})
 
 
 @pytest.fixture
-def operator_process(kube_api: KubeFixture, rara_crds: None, namespace: str, tmp_path: Path,
-                     role_url: Callable[[str], str], request: pytest.FixtureRequest,
-                     ) -> Iterator[Metrics]:
+def operator_process(
+    kube_api: KubeFixture,
+    rara_crds: None,
+    namespace: str,
+    tmp_path: Path,
+    role_url: Callable[[str], str],
+    request: pytest.FixtureRequest,
+) -> Iterator[Metrics]:
     """One standalone ``rara operator``, its metrics on a port of its own."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("RARA_")}
-    env.update({
-        "KUBECONFIG": str(kube_api.kubeconfig),
-        "RARA_OPERATOR_DATABASE_URL": role_url("rara_operator"),
-        "RARA_OPERATOR_NAMESPACES": namespace,
-        "RARA_OPERATOR_RUN_SYNC_INTERVAL": str(INTERVAL),
-        "RARA_OPERATOR_METRICS_PORT": str(port),
-        "RARA_OPERATOR_LOG_JSON": "true",
-    })
+    env.update(
+        {
+            "KUBECONFIG": str(kube_api.kubeconfig),
+            "RARA_OPERATOR_DATABASE_URL": role_url("rara_operator"),
+            "RARA_OPERATOR_NAMESPACES": namespace,
+            "RARA_OPERATOR_RUN_SYNC_INTERVAL": str(INTERVAL),
+            "RARA_OPERATOR_METRICS_PORT": str(port),
+            "RARA_OPERATOR_LOG_JSON": "true",
+        }
+    )
     replica = Replica("op", env, tmp_path / "op.log")
     failed = request.session.testsfailed
     try:
@@ -64,14 +71,17 @@ def operator_process(kube_api: KubeFixture, rara_crds: None, namespace: str, tmp
     finally:
         replica.stop()
         if request.session.testsfailed > failed:
-            print(f"--- operator (exit {replica.proc.returncode})\n"
-                  f"{replica.log.read_text(errors='replace')[-6000:]}")
+            print(
+                f"--- operator (exit {replica.proc.returncode})\n"
+                f"{replica.log.read_text(errors='replace')[-6000:]}"
+            )
 
 
 def delete_all(objects: Objects) -> None:
     def names() -> list[str]:
         listed = objects.api.list_namespaced_custom_object(
-            GROUP, VERSION, objects.namespace, "workflowruns")
+            GROUP, VERSION, objects.namespace, "workflowruns"
+        )
         return [o["metadata"]["name"] for o in listed["items"]]
 
     for name in names():
@@ -98,11 +108,19 @@ class Worker:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as aconn:
                 while not self.stop.is_set():
-                    leased = lease_now(conn, CAPABILITIES, worker="w", limit=500,
-                                       lease_seconds=60)
-                    await end_many(aconn, [
-                        Ending(Fence(s.id, "w", s.lease_token), s.run_id,
-                               AttemptOutcome.SUCCEEDED, result={}) for s in leased])
+                    leased = lease_now(conn, CAPABILITIES, worker="w", limit=500, lease_seconds=60)
+                    await end_many(
+                        aconn,
+                        [
+                            Ending(
+                                Fence(s.id, "w", s.lease_token),
+                                s.run_id,
+                                AttemptOutcome.SUCCEEDED,
+                                result={},
+                            )
+                            for s in leased
+                        ],
+                    )
                     if not leased:
                         await asyncio.sleep(0.05)
 
@@ -118,7 +136,8 @@ class Worker:
 
 def phases(objects: Objects) -> dict[str, dict[str, Any]]:
     listed = objects.api.list_namespaced_custom_object(
-        GROUP, VERSION, objects.namespace, "workflowruns")
+        GROUP, VERSION, objects.namespace, "workflowruns"
+    )
     return {o["metadata"]["name"]: dict(o.get("status") or {}) for o in listed["items"]}
 
 
@@ -128,7 +147,10 @@ TRACKED = "rara_operator_workflow_runs_tracked"
 
 
 def test_many_workflow_runs_are_mirrored(
-    operator_process: Metrics, kube_api: KubeFixture, namespace: str, database_url: str,
+    operator_process: Metrics,
+    kube_api: KubeFixture,
+    namespace: str,
+    database_url: str,
 ) -> None:
     objects = Objects(kube_api, namespace)
     with psycopg.connect(database_url, autocommit=True) as db:
@@ -148,12 +170,15 @@ def test_many_workflow_runs_are_mirrored(
                 accepted.append(time.monotonic() - t0)
             return s if all(s.get(n, {}).get("phase") == "Succeeded" for n in names) else None
 
-        statuses = eventually(succeeded, timeout=60 + RUNS * 2,
-                              what=f"{RUNS} WorkflowRuns Succeeded")
+        statuses = eventually(
+            succeeded, timeout=60 + RUNS * 2, what=f"{RUNS} WorkflowRuns Succeeded"
+        )
         done = time.monotonic() - t0
-    measure(f"{RUNS} WorkflowRuns, run sync every {INTERVAL}s: created in {created:.2f}s, "
-            f"all started {accepted[0]:.2f}s and all Succeeded {done:.2f}s after the first "
-            "create")
+    measure(
+        f"{RUNS} WorkflowRuns, run sync every {INTERVAL}s: created in {created:.2f}s, "
+        f"all started {accepted[0]:.2f}s and all Succeeded {done:.2f}s after the first "
+        "create"
+    )
     for name in names:
         status = statuses[name]
         assert (status["stepsDone"], status["stepsTotal"], status["progress"]) == (2, 2, "2/2")
@@ -176,7 +201,10 @@ def test_many_workflow_runs_are_mirrored(
 
 
 def test_unchanged_runs_are_read_not_patched(
-    operator_process: Metrics, kube_api: KubeFixture, namespace: str, database_url: str,
+    operator_process: Metrics,
+    kube_api: KubeFixture,
+    namespace: str,
+    database_url: str,
 ) -> None:
     """No worker: RUNS runs stay Pending. Every tick reads them, once; none patches them.
     Prints the operator's CPU time per tick meanwhile, and how long 10 more WorkflowRuns take
@@ -187,26 +215,36 @@ def test_unchanged_runs_are_read_not_patched(
     names = [f"idle-{i:03d}" for i in range(RUNS)]
     for name in names:
         objects.create("workflowruns", "WorkflowRun", name, {"definition": "rag"})
-    eventually(lambda: (s := phases(objects)) and all(
-        s.get(n, {}).get("phase") == "Pending" for n in names), timeout=60 + RUNS,
-        what="runs started")
+    eventually(
+        lambda: (
+            (s := phases(objects)) and all(s.get(n, {}).get("phase") == "Pending" for n in names)
+        ),
+        timeout=60 + RUNS,
+        what="runs started",
+    )
     time.sleep(INTERVAL)  # past the tick that may still be reading the last ones started
     before, cpu0, t0 = operator_process.scrape(), operator_process.cpu_seconds(), time.monotonic()
     time.sleep(5 * INTERVAL)  # a window of ticks, measured
     elapsed, cpu = time.monotonic() - t0, operator_process.cpu_seconds() - cpu0
     after = operator_process.scrape()
-    measure(f"{RUNS} Pending WorkflowRuns, sync every {INTERVAL}s: operator CPU "
-            f"{cpu / (elapsed / INTERVAL) * 1000:.0f} ms per tick over {elapsed:.1f}s, "
-            f"{after.get(READS, 0) - before.get(READS, 0):.0f} sync reads")
+    measure(
+        f"{RUNS} Pending WorkflowRuns, sync every {INTERVAL}s: operator CPU "
+        f"{cpu / (elapsed / INTERVAL) * 1000:.0f} ms per tick over {elapsed:.1f}s, "
+        f"{after.get(READS, 0) - before.get(READS, 0):.0f} sync reads"
+    )
 
     more = [f"late-{i}" for i in range(10)]
     t1 = time.monotonic()
     for name in more:
         objects.create("workflowruns", "WorkflowRun", name, {"definition": "rag"})
-    eventually(lambda: (s := phases(objects)) and all(s.get(n, {}).get("runId") for n in more),
-               what="10 more started")
-    measure(f"10 WorkflowRuns created beside {RUNS} Pending ones: all started after "
-            f"{time.monotonic() - t1:.2f}s")
+    eventually(
+        lambda: (s := phases(objects)) and all(s.get(n, {}).get("runId") for n in more),
+        what="10 more started",
+    )
+    measure(
+        f"10 WorkflowRuns created beside {RUNS} Pending ones: all started after "
+        f"{time.monotonic() - t1:.2f}s"
+    )
 
     assert 1 <= after[READS] - before[READS] <= elapsed / INTERVAL + 1
     assert after[PATCHES] == before[PATCHES] == 0

@@ -33,9 +33,14 @@ def _tarball(*members: tarfile.TarInfo) -> bytes:
     return gzip.compress(buf.getvalue())
 
 
-@pytest.mark.parametrize("member", [
-    ("../escape", tarfile.REGTYPE), ("/etc/evil", tarfile.REGTYPE), ("link", tarfile.SYMTYPE),
-])
+@pytest.mark.parametrize(
+    "member",
+    [
+        ("../escape", tarfile.REGTYPE),
+        ("/etc/evil", tarfile.REGTYPE),
+        ("link", tarfile.SYMTYPE),
+    ],
+)
 def test_unsafe_members_are_refused(tmp_path: Path, member: tuple[str, bytes]) -> None:
     name, kind = member
     info = tarfile.TarInfo(name)

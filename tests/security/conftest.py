@@ -12,8 +12,9 @@ import pytest
 
 
 @pytest.fixture
-def login(role_url: Callable[[str | None], str]
-          ) -> Iterator[Callable[[str | None], psycopg.Connection[Any]]]:
+def login(
+    role_url: Callable[[str | None], str],
+) -> Iterator[Callable[[str | None], psycopg.Connection[Any]]]:
     """``login(group)``: a connection of a new login in ``group`` (None: in no rara role)."""
     opened: list[psycopg.Connection[Any]] = []
 

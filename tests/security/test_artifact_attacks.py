@@ -42,8 +42,9 @@ CRLF = "text/plain\r\nSet-Cookie: session=stolen"
 
 
 @pytest.fixture
-def worker_in_thread(database_url: str, tmp_path: Path,
-                     conn: psycopg.Connection[Any]) -> Iterator[ThreadWorker]:
+def worker_in_thread(
+    database_url: str, tmp_path: Path, conn: psycopg.Connection[Any]
+) -> Iterator[ThreadWorker]:
     """A worker (tests/worker/handlers.py) whose store is ``tmp_path / "artifacts"``."""
     worker = ThreadWorker(database_url, tmp_path).start(conn)
     yield worker
@@ -61,21 +62,51 @@ def ui_tmp(tmp_path: Path) -> Path:
 @pytest.fixture
 def ui(database_url: str, tmp_path: Path, ui_tmp: Path) -> Iterator[UiServer]:
     """``rara ui`` on the workers' store, its temporary files in ``ui_tmp``."""
-    server = UiServer(database_url, tmp_path / "ui.log", "--artifacts",
-                      str(tmp_path / "artifacts"), env={"TMPDIR": str(ui_tmp)})
+    server = UiServer(
+        database_url,
+        tmp_path / "ui.log",
+        "--artifacts",
+        str(tmp_path / "artifacts"),
+        env={"TMPDIR": str(ui_tmp)},
+    )
     yield server
     server.stop()
 
+
 # ---- the media type rule -------------------------------------------------------------------
 
-VALID = ["text/plain", "application/octet-stream", "application/vnd.rara.bm25",
-         "application/x-ndjson", "text/plain; charset=utf-8", "text/plain;charset=utf-8",
-         'multipart/mixed; boundary="a b:c"', "a/b; x=1 ;  y=2", 'a/b; q=""',
-         "x" * 127 + "/" + "y" * 127]
-INVALID = [CRLF, "text/plain\n", "text/plain\r", "text/plain\t", "", "text", "/plain", "text/",
-           "text/plain; charset", 'text/plain; q="a\\b"', 'text/plain; q="a\x7fb"',
-           'text/plain; q="café"', "tëxt/plain", "text/plain; q=\"x\nSet-Cookie: a=b\"",
-           "x" * 128 + "/y", "a/b; " + "c=d; " * 60, " text/plain", "text/plain "]
+VALID = [
+    "text/plain",
+    "application/octet-stream",
+    "application/vnd.rara.bm25",
+    "application/x-ndjson",
+    "text/plain; charset=utf-8",
+    "text/plain;charset=utf-8",
+    'multipart/mixed; boundary="a b:c"',
+    "a/b; x=1 ;  y=2",
+    'a/b; q=""',
+    "x" * 127 + "/" + "y" * 127,
+]
+INVALID = [
+    CRLF,
+    "text/plain\n",
+    "text/plain\r",
+    "text/plain\t",
+    "",
+    "text",
+    "/plain",
+    "text/",
+    "text/plain; charset",
+    'text/plain; q="a\\b"',
+    'text/plain; q="a\x7fb"',
+    'text/plain; q="café"',
+    "tëxt/plain",
+    'text/plain; q="x\nSet-Cookie: a=b"',
+    "x" * 128 + "/y",
+    "a/b; " + "c=d; " * 60,
+    " text/plain",
+    "text/plain ",
+]
 
 
 def test_the_media_type_rule_and_its_sql_spelling_agree(conn: psycopg.Connection[Any]) -> None:
@@ -83,13 +114,15 @@ def test_the_media_type_rule_and_its_sql_spelling_agree(conn: psycopg.Connection
     assert len("a/b; " + "c=d; " * 60) > 255
     [(definition,)] = conn.execute(
         "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
-        " WHERE conname = 'rara_step_artifacts_media_type_check'").fetchall()
+        " WHERE conname = 'rara_step_artifacts_media_type_check'"
+    ).fetchall()
     check = re.fullmatch(r"CHECK (.*?)( NOT VALID)?", definition, re.DOTALL)
     assert check is not None, definition
     for value in VALID + INVALID:
         in_sql = conn.execute(
-            sql.SQL("SELECT {} FROM (SELECT %s::text AS media_type) t").format(
-                sql.SQL(check[1])), (value,)).fetchone()
+            sql.SQL("SELECT {} FROM (SELECT %s::text AS media_type) t").format(sql.SQL(check[1])),
+            (value,),
+        ).fetchone()
         assert in_sql is not None
         assert bool(in_sql[0]) is is_valid_media_type(value), value
         assert is_valid_media_type(value) is (value in VALID), value
@@ -100,7 +133,8 @@ def _refused_for_good(conn: psycopg.Connection[Any], run_id: int) -> None:
     row and no blob row were written."""
     wait_run(conn, run_id, status="failed")
     attempts, error = conn.execute(
-        "SELECT attempt, error FROM rara_steps WHERE run_id = %s", (run_id,)).fetchone()
+        "SELECT attempt, error FROM rara_steps WHERE run_id = %s", (run_id,)
+    ).fetchone()
     assert attempts == 1
     assert error["code"] == "RESULT_INVALID", error
     assert error["retryable"] is False
@@ -113,9 +147,9 @@ def _refused_for_good(conn: psycopg.Connection[Any], run_id: int) -> None:
 
 
 def test_an_in_process_handler_cannot_write_a_crlf_media_type(
-        conn: psycopg.Connection[Any], worker_in_thread: ThreadWorker) -> None:
-    define(conn, "evil", [{"key": "a", "capability": "test.produce@1",
-                           "executor": "inprocess"}])
+    conn: psycopg.Connection[Any], worker_in_thread: ThreadWorker
+) -> None:
+    define(conn, "evil", [{"key": "a", "capability": "test.produce@1", "executor": "inprocess"}])
     run_id = start(conn, "evil", {"text": "hi", "media_type": CRLF})
     _refused_for_good(conn, run_id)
 
@@ -126,8 +160,10 @@ class _HostileExecutor(pb_grpc.ExecutorServiceServicer):
 
     def GetCapabilities(self, request: Any, context: Any) -> pb.GetCapabilitiesResponse:
         return pb.GetCapabilitiesResponse(
-            capabilities=[pb.Capability(name="test.hostile", major=1)], max_concurrency=4,
-            executor_version="hostile")
+            capabilities=[pb.Capability(name="test.hostile", major=1)],
+            max_concurrency=4,
+            executor_version="hostile",
+        )
 
     def Execute(self, request: Any, context: Any) -> Iterator[pb.ExecuteResponse]:
         yield pb.ExecuteResponse(seq=1, accepted=pb.JobAccepted())
@@ -147,12 +183,16 @@ def hostile_executor() -> Iterator[str]:
 
 
 def test_an_executor_report_cannot_write_a_crlf_media_type(
-        conn: psycopg.Connection[Any], database_url: str, tmp_path: Path,
-        hostile_executor: str) -> None:
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path, hostile_executor: str
+) -> None:
     define(conn, "evil", [{"key": "a", "capability": "test.hostile@1", "executor": "grpc"}])
-    worker = WorkerProcess(database_url, "w1", tmp_path / "w1.log",
-                           artifact_root=tmp_path / "artifacts",
-                           executor_endpoint=hostile_executor)
+    worker = WorkerProcess(
+        database_url,
+        "w1",
+        tmp_path / "w1.log",
+        artifact_root=tmp_path / "artifacts",
+        executor_endpoint=hostile_executor,
+    )
     try:
         run_id = start(conn, "evil")
         _refused_for_good(conn, run_id)
@@ -193,8 +233,7 @@ async def test_the_executor_refuses_a_plugin_s_crlf_media_type(tmp_path: Path) -
 
 def _produced(conn: psycopg.Connection[Any], **input: Any) -> str:
     """Run test.produce@1 (a worker in a thread is running) and return its artifact's digest."""
-    define(conn, "make", [{"key": "a", "capability": "test.produce@1",
-                           "executor": "inprocess"}])
+    define(conn, "make", [{"key": "a", "capability": "test.produce@1", "executor": "inprocess"}])
     run_id = start(conn, "make", input)
     wait_run(conn, run_id, status="succeeded")
     digest = conn.execute("SELECT digest FROM rara_step_artifacts").fetchone()
@@ -206,10 +245,14 @@ def _as_an_older_row(conn: psycopg.Connection[Any], media_type: str) -> None:
     """Give the manifest row a media type the writers now refuse, as a database written before
     the rule holds (its CHECK constraint, where this one has it, dropped first)."""
     for (name,) in conn.execute(
-            "SELECT conname FROM pg_constraint WHERE conrelid = "
-            "'rara_step_artifacts'::regclass AND contype = 'c'").fetchall():
-        conn.execute(sql.SQL("ALTER TABLE rara_step_artifacts DROP CONSTRAINT {}").format(
-            sql.Identifier(name)))
+        "SELECT conname FROM pg_constraint WHERE conrelid = "
+        "'rara_step_artifacts'::regclass AND contype = 'c'"
+    ).fetchall():
+        conn.execute(
+            sql.SQL("ALTER TABLE rara_step_artifacts DROP CONSTRAINT {}").format(
+                sql.Identifier(name)
+            )
+        )
     conn.execute("UPDATE rara_step_artifacts SET media_type = %s", (media_type,))
 
 
@@ -224,8 +267,12 @@ def _get(ui: UiServer, path: str) -> tuple[int, dict[str, str], bytes]:
 
 
 def test_an_older_row_s_crlf_media_type_downloads_as_octet_stream(
-        conn: psycopg.Connection[Any], worker_in_thread: ThreadWorker, ui: UiServer,
-        tmp_path: Path, ui_tmp: Path) -> None:
+    conn: psycopg.Connection[Any],
+    worker_in_thread: ThreadWorker,
+    ui: UiServer,
+    tmp_path: Path,
+    ui_tmp: Path,
+) -> None:
     digest = _produced(conn, text="a corpus")
     _as_an_older_row(conn, CRLF)
     status, headers, body = _get(ui, f"/artifacts/{digest}/download")
@@ -238,8 +285,12 @@ def test_an_older_row_s_crlf_media_type_downloads_as_octet_stream(
 
 
 def test_a_failed_download_leaves_no_copy(
-        conn: psycopg.Connection[Any], worker_in_thread: ThreadWorker, ui: UiServer,
-        tmp_path: Path, ui_tmp: Path) -> None:
+    conn: psycopg.Connection[Any],
+    worker_in_thread: ThreadWorker,
+    ui: UiServer,
+    tmp_path: Path,
+    ui_tmp: Path,
+) -> None:
     """A blob missing from the store, a corrupted one: an error page, nothing left behind."""
     digest = _produced(conn, text="a corpus")
     store = LocalArtifactStore(tmp_path / "artifacts")
@@ -256,8 +307,12 @@ def test_a_failed_download_leaves_no_copy(
 
 
 def test_a_download_broken_mid_stream_leaves_no_copy(
-        conn: psycopg.Connection[Any], worker_in_thread: ThreadWorker, ui: UiServer,
-        tmp_path: Path, ui_tmp: Path) -> None:
+    conn: psycopg.Connection[Any],
+    worker_in_thread: ThreadWorker,
+    ui: UiServer,
+    tmp_path: Path,
+    ui_tmp: Path,
+) -> None:
     """While the bytes flow no copy of the blob has a name any more, so nothing that breaks
     the stream (the client leaving, an error, the server killed outright) can leave one in
     the temp folder: each would be the whole blob, and anonymous readers can ask for many."""
@@ -307,7 +362,8 @@ def _assert_names_only_the_inside(error: BaseException, inside: str, outside: Pa
 
 
 def test_a_blob_linked_to_an_outside_file_is_never_read(
-        store: LocalArtifactStore, outside: Path, tmp_path: Path) -> None:
+    store: LocalArtifactStore, outside: Path, tmp_path: Path
+) -> None:
     # Under its own digest (it would "verify") and under another one (a corruption error
     # would print the outside file's hash).
     other = "sha256:" + hashlib.sha256(b"something else").hexdigest()
@@ -335,7 +391,8 @@ def test_a_blob_linked_to_an_outside_file_is_never_read(
 
 
 def test_a_shard_directory_linked_outside_is_never_written_through(
-        store: LocalArtifactStore, outside: Path) -> None:
+    store: LocalArtifactStore, outside: Path
+) -> None:
     data = b"a blob for a linked shard"
     hexd = hashlib.sha256(data).hexdigest()
     (store.blob_dir / hexd[:2]).symlink_to(outside, target_is_directory=True)
@@ -358,7 +415,8 @@ def test_a_shard_directory_linked_outside_is_never_written_through(
 
 
 def test_a_linked_temp_folder_is_never_written_or_cleaned_through(
-        store: LocalArtifactStore, outside: Path) -> None:
+    store: LocalArtifactStore, outside: Path
+) -> None:
     store.tmp_dir.rmdir()
     store.tmp_dir.symlink_to(outside, target_is_directory=True)
     os.utime(outside / "secret", (0, 0))  # as old as a stale temp file

@@ -48,8 +48,7 @@ def _python_executor() -> list[str]:
     return [sys.executable, "-m", "rara.executor.main"]
 
 
-def _assert_refused_naming_the_flags(done: subprocess.CompletedProcess[str],
-                                     listen: str) -> None:
+def _assert_refused_naming_the_flags(done: subprocess.CompletedProcess[str], listen: str) -> None:
     assert done.returncode == 2, done
     for named in ("--token-file", "--listen", listen, "--tls-cert", "clear text"):
         assert named in done.stderr, done.stderr
@@ -58,23 +57,45 @@ def _assert_refused_naming_the_flags(done: subprocess.CompletedProcess[str],
 
 @pytest.mark.parametrize("listen", REMOTE)
 def test_python_executor_refuses_a_clear_text_token_off_loopback(
-        tmp_path: Path, listen: str) -> None:
+    tmp_path: Path, listen: str
+) -> None:
     (tmp_path / "token").write_text(TOKEN)
     done = subprocess.run(
-        [*_python_executor(), "--listen", listen, "--token-file", str(tmp_path / "token"),
-         "--artifact-root", str(tmp_path / "artifacts")],
-        capture_output=True, text=True, timeout=STARTUP_S)
+        [
+            *_python_executor(),
+            "--listen",
+            listen,
+            "--token-file",
+            str(tmp_path / "token"),
+            "--artifact-root",
+            str(tmp_path / "artifacts"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=STARTUP_S,
+    )
     _assert_refused_naming_the_flags(done, listen)
 
 
 @pytest.mark.parametrize("listen", REMOTE)
 def test_go_executor_refuses_a_clear_text_token_off_loopback(
-        go_executor: Path, tmp_path: Path, listen: str) -> None:
+    go_executor: Path, tmp_path: Path, listen: str
+) -> None:
     (tmp_path / "token").write_text(TOKEN)
     done = subprocess.run(
-        [str(go_executor), "--listen", listen, "--token-file", str(tmp_path / "token"),
-         "--artifact-root", str(tmp_path / "artifacts")],
-        capture_output=True, text=True, timeout=STARTUP_S)
+        [
+            str(go_executor),
+            "--listen",
+            listen,
+            "--token-file",
+            str(tmp_path / "token"),
+            "--artifact-root",
+            str(tmp_path / "artifacts"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=STARTUP_S,
+    )
     _assert_refused_naming_the_flags(done, listen)
 
 
@@ -82,11 +103,20 @@ def test_go_executor_refuses_a_clear_text_token_off_loopback(
 def _python_process(tmp: Path, *args: str) -> Iterator[str]:
     """`python -m rara.executor.main` with a token; yields its address; stopped after."""
     (tmp / "token").write_text(TOKEN)
-    argv = [*_python_executor(), "--token-file", str(tmp / "token"),
-            "--artifact-root", str(tmp / "artifacts"),
-            "--plugins", "rara.executor.conformance_plugins", *args]
-    with open(tmp / "executor.log", "w+") as log, subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=log, text=True) as proc:
+    argv = [
+        *_python_executor(),
+        "--token-file",
+        str(tmp / "token"),
+        "--artifact-root",
+        str(tmp / "artifacts"),
+        "--plugins",
+        "rara.executor.conformance_plugins",
+        *args,
+    ]
+    with (
+        open(tmp / "executor.log", "w+") as log,
+        subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, text=True) as proc,
+    ):
         try:
             yield _listening(proc, STARTUP_S)
         finally:
@@ -96,15 +126,23 @@ def _python_process(tmp: Path, *args: str) -> Iterator[str]:
 
 async def _capabilities_over_tls(port: str, pki: Path) -> pb.GetCapabilitiesResponse:  # noqa: F811
     ca = (pki / "ca.pem").read_bytes()
-    async with ExecutorClient(f"localhost:{port}", token=TOKEN,
-                              root_certificates=ca) as client:
+    async with ExecutorClient(f"localhost:{port}", token=TOKEN, root_certificates=ca) as client:
         return await client.get_capabilities()
 
 
 async def test_a_token_over_tls_may_listen_on_every_interface(
-        go_executor: Path, tmp_path: Path, pki: Path) -> None:  # noqa: F811
-    tls = ("--listen", "0.0.0.0:0", "--tls-cert", str(pki / "server.pem"),
-           "--tls-key", str(pki / "server.key"))
+    go_executor: Path,
+    tmp_path: Path,
+    pki: Path,  # noqa: F811
+) -> None:
+    tls = (
+        "--listen",
+        "0.0.0.0:0",
+        "--tls-cert",
+        str(pki / "server.pem"),
+        "--tls-key",
+        str(pki / "server.key"),
+    )
     with _python_process(tmp_path, *tls) as address:
         assert (await _capabilities_over_tls(address.rsplit(":", 1)[1], pki)).capabilities
     go_tmp = tmp_path / "go"
@@ -124,8 +162,9 @@ async def _oversized_calls(address: str, token: str | None) -> list[grpc.aio.Aio
         stub = pb_grpc.ExecutorServiceStub(channel)
         job = make_job(capability="test.echo@1", idempotency_key="k", payload={"blob": BIG})
         calls = [
-            stub.Cancel(pb.CancelRequest(idempotency_key="k", attempt=1, reason=BIG),
-                        metadata=metadata),
+            stub.Cancel(
+                pb.CancelRequest(idempotency_key="k", attempt=1, reason=BIG), metadata=metadata
+            ),
             stub.Execute(pb.ExecuteRequest(job=job), metadata=metadata),
         ]
         for call in calls:
@@ -146,10 +185,12 @@ async def _finish(call: grpc.aio.Call) -> None:
 async def _assert_auth_before_size(address: str) -> None:
     for token in (None, "wrong"):
         errors = await _oversized_calls(address, token)
-        assert [e.code() for e in errors] == [grpc.StatusCode.UNAUTHENTICATED] * 2, \
-            [(e.code(), e.details()) for e in errors]
-        assert not any(str(MAX_MESSAGE_BYTES) in (e.details() or "") for e in errors), \
+        assert [e.code() for e in errors] == [grpc.StatusCode.UNAUTHENTICATED] * 2, [
+            (e.code(), e.details()) for e in errors
+        ]
+        assert not any(str(MAX_MESSAGE_BYTES) in (e.details() or "") for e in errors), (
             "a caller without the token is not told the size limit"
+        )
     # With the token, the same requests meet the size limit, which names itself.
     for error in await _oversized_calls(address, TOKEN):
         assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, error
@@ -157,13 +198,15 @@ async def _assert_auth_before_size(address: str) -> None:
 
 
 async def test_python_executor_checks_the_token_before_the_size(
-        start_executor: StartExecutor) -> None:
+    start_executor: StartExecutor,
+) -> None:
     executor = await start_executor()
     await _assert_auth_before_size(executor.address)
     assert executor.server.servicer._jobs == {}
 
 
 async def test_go_executor_checks_the_token_before_the_size(
-        go_executor: Path, tmp_path: Path) -> None:
+    go_executor: Path, tmp_path: Path
+) -> None:
     with running(go_executor, tmp_path) as (address, _):
         await _assert_auth_before_size(address)

@@ -18,8 +18,9 @@ from tests.worker.handlers import SEEN
 Login = Callable[[str | None], psycopg.Connection[Any]]
 
 
-def test_a_forged_cancel_stops_nothing(conn: psycopg.Connection[Any], thread_worker: Any,
-                                       login: Login) -> None:
+def test_a_forged_cancel_stops_nothing(
+    conn: psycopg.Connection[Any], thread_worker: Any, login: Login
+) -> None:
     define(conn, "long", [{"key": "s", "capability": "test.sleep@1"}])
     thread_worker()
     run_id = start(conn, "long", {"seconds": 2})
@@ -34,8 +35,9 @@ def test_a_forged_cancel_stops_nothing(conn: psycopg.Connection[Any], thread_wor
     assert [a["outcome"] for a in attempts_of(conn, run_id)] == ["succeeded"]
 
 
-def test_a_forged_run_end_does_not_end_a_wait(conn: psycopg.Connection[Any], thread_worker: Any,
-                                              login: Login, database_url: str) -> None:
+def test_a_forged_run_end_does_not_end_a_wait(
+    conn: psycopg.Connection[Any], thread_worker: Any, login: Login, database_url: str
+) -> None:
     """rara_run wakes a waiting client, which reads the run again: only the database's word
     ends the wait."""
     define(conn, "long", [{"key": "s", "capability": "test.sleep@1"}])

@@ -23,21 +23,25 @@ def test_a_non_superuser_owner_migrates_and_runs(pg_admin_url: str) -> None:
         admin.execute(f"CREATE ROLE {owner} LOGIN CREATEROLE NOSUPERUSER")
         admin.execute(f"CREATE DATABASE {database} OWNER {owner}")
     parts = urlsplit(pg_admin_url)
-    url = urlunsplit(parts._replace(netloc=f"{owner}@{parts.hostname}:{parts.port}",
-                                    path=f"/{database}"))
+    url = urlunsplit(
+        parts._replace(netloc=f"{owner}@{parts.hostname}:{parts.port}", path=f"/{database}")
+    )
     try:
         migrate(url)
         with psycopg.connect(url, autocommit=True) as conn:
-            assert conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
-                                ).fetchone() == (False,)
-            apply_definition(conn, definition_from_object(definition("d", [
-                {"key": "a", "capability": "x@1"}])))
+            assert conn.execute(
+                "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
+            ).fetchone() == (False,)
+            apply_definition(
+                conn, definition_from_object(definition("d", [{"key": "a", "capability": "x@1"}]))
+            )
             assert start_run(conn, "d", queue_anyway=True).created
             # The definers run as this owner, with its rights and no more.
             assert conn.execute(
                 "SELECT count(*) FROM pg_proc p JOIN pg_roles r ON r.oid = p.proowner"
                 " WHERE p.prosecdef AND r.rolname <> current_user"
-                " AND p.pronamespace = current_schema()::regnamespace").fetchone() == (0,)
+                " AND p.pronamespace = current_schema()::regnamespace"
+            ).fetchone() == (0,)
     finally:
         with psycopg.connect(pg_admin_url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")

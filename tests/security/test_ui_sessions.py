@@ -48,11 +48,15 @@ class Dashboard:
     def __init__(self, server: UiServer, run_id: int) -> None:
         self.server, self.run_id = server, run_id
 
-    def call(self, path: str, headers: dict[str, str] | None = None,
-             body: bytes | None = None) -> Answer:
-        request = urllib.request.Request(self.server.url + path, data=body,
-                                         headers=headers or {},
-                                         method="POST" if body is not None else "GET")
+    def call(
+        self, path: str, headers: dict[str, str] | None = None, body: bytes | None = None
+    ) -> Answer:
+        request = urllib.request.Request(
+            self.server.url + path,
+            data=body,
+            headers=headers or {},
+            method="POST" if body is not None else "GET",
+        )
         try:
             with urllib.request.build_opener(_NoRedirect).open(request, timeout=10) as answer:
                 return Answer(int(answer.status), answer.headers, answer.read().decode())
@@ -63,8 +67,11 @@ class Dashboard:
         """The session cookie's value and its Set-Cookie header."""
         answer = self.call("/login", FORM, urlencode({"token": TOKEN, "next": "/runs"}).encode())
         assert answer.status == 303, answer.body[:500]
-        (set_cookie,) = [h for h in answer.headers.get_all("set-cookie") or []
-                         if h.startswith(SESSION_COOKIE + "=")]
+        (set_cookie,) = [
+            h
+            for h in answer.headers.get_all("set-cookie") or []
+            if h.startswith(SESSION_COOKIE + "=")
+        ]
         return set_cookie.split(";", 1)[0].split("=", 1)[1], set_cookie
 
     def run_page(self, cookie: str) -> Answer:
@@ -80,45 +87,56 @@ class Dashboard:
 
     def cancel(self, cookie: str, csrf: str) -> int:
         headers = {**FORM, "cookie": f"{SESSION_COOKIE}={cookie}"}
-        return self.call(f"/runs/{self.run_id}/cancel", headers,
-                         urlencode({"csrf": csrf}).encode()).status
+        return self.call(
+            f"/runs/{self.run_id}/cancel", headers, urlencode({"csrf": csrf}).encode()
+        ).status
 
     def logout(self, cookie: str) -> int:
-        return self.call("/logout", {**FORM, "cookie": f"{SESSION_COOKIE}={cookie}"},
-                         b"").status
+        return self.call("/logout", {**FORM, "cookie": f"{SESSION_COOKIE}={cookie}"}, b"").status
 
 
 def _cancel_requested(conn: psycopg.Connection[Any], run_id: int) -> bool:
-    row = conn.execute("SELECT cancel_requested FROM rara_runs WHERE id = %s",
-                       (run_id,)).fetchone()
+    row = conn.execute("SELECT cancel_requested FROM rara_runs WHERE id = %s", (run_id,)).fetchone()
     assert row is not None
     return bool(row[0])
 
 
 @pytest.fixture
-def dashboard(conn: psycopg.Connection[Any], ui_server: Callable[..., UiServer],
-              role_url: Callable[[str], str], tmp_path: Path) -> Callable[..., Dashboard]:
+def dashboard(
+    conn: psycopg.Connection[Any],
+    ui_server: Callable[..., UiServer],
+    role_url: Callable[[str], str],
+    tmp_path: Path,
+) -> Callable[..., Dashboard]:
     apply(conn, "slow", [{"key": "nap", "capability": "test.sleep@1", "executor": "inprocess"}])
     run_id = start_run(conn, "slow", input={"seconds": 60}, queue_anyway=True).run_id
     (tmp_path / "token").write_text(TOKEN + "\n")
 
     def make(*args: str) -> Dashboard:
-        server = ui_server("--no-read-only", "--token-file", str(tmp_path / "token"), *args,
-                           url=role_url("rara_client"))
+        server = ui_server(
+            "--no-read-only",
+            "--token-file",
+            str(tmp_path / "token"),
+            *args,
+            url=role_url("rara_client"),
+        )
         return Dashboard(server, run_id)
 
     return make
 
 
 def test_each_login_gets_its_own_expiring_http_only_cookie(
-        dashboard: Callable[..., Dashboard]) -> None:
+    dashboard: Callable[..., Dashboard],
+) -> None:
     ui = dashboard()
     first, header = ui.login()
     second, _ = ui.login()
     assert first != second
     assert len(first) >= 43  # secrets.token_urlsafe(32)
-    flags = {part.strip().split("=", 1)[0].lower(): part.strip().partition("=")[2]
-             for part in header.split(";")[1:]}
+    flags = {
+        part.strip().split("=", 1)[0].lower(): part.strip().partition("=")[2]
+        for part in header.split(";")[1:]
+    }
     assert "httponly" in flags
     assert flags["samesite"].lower() == "strict"
     assert flags["max-age"] == str(SESSION_SECONDS)  # the lifetime the server keeps it
@@ -128,8 +146,9 @@ def test_each_login_gets_its_own_expiring_http_only_cookie(
     assert ui.logged_in(second)
 
 
-def test_logout_revokes_the_cookie_on_the_server(dashboard: Callable[..., Dashboard],
-                                                 conn: psycopg.Connection[Any]) -> None:
+def test_logout_revokes_the_cookie_on_the_server(
+    dashboard: Callable[..., Dashboard], conn: psycopg.Connection[Any]
+) -> None:
     ui = dashboard()
     cookie, _ = ui.login()
     other, _ = ui.login()
@@ -143,20 +162,23 @@ def test_logout_revokes_the_cookie_on_the_server(dashboard: Callable[..., Dashbo
     assert ui.logged_in(other)  # one logout ends one session
 
 
-def test_an_expired_session_is_refused(dashboard: Callable[..., Dashboard],
-                                       conn: psycopg.Connection[Any]) -> None:
+def test_an_expired_session_is_refused(
+    dashboard: Callable[..., Dashboard], conn: psycopg.Connection[Any]
+) -> None:
     ui = dashboard("--session-seconds", "3")
     cookie, header = ui.login()
     assert "Max-Age=3" in header
     csrf = ui.csrf(cookie)
-    wait_until(lambda: not ui.logged_in(cookie), timeout=30, interval=0.2,
-             message="the session expired")
+    wait_until(
+        lambda: not ui.logged_in(cookie), timeout=30, interval=0.2, message="the session expired"
+    )
     assert ui.cancel(cookie, csrf) == 401
     assert not _cancel_requested(conn, ui.run_id)
 
 
-def test_the_old_constant_cookie_is_refused(dashboard: Callable[..., Dashboard],
-                                            conn: psycopg.Connection[Any]) -> None:
+def test_the_old_constant_cookie_is_refused(
+    dashboard: Callable[..., Dashboard], conn: psycopg.Connection[Any]
+) -> None:
     """Before sessions, every login's cookie was HMAC(key, "session") with the key derived
     from the token: one value, forever. It must identify nobody now."""
     ui = dashboard()
@@ -168,8 +190,9 @@ def test_the_old_constant_cookie_is_refused(dashboard: Callable[..., Dashboard],
     assert not _cancel_requested(conn, ui.run_id)
 
 
-def test_one_sessions_csrf_token_is_refused_in_another(dashboard: Callable[..., Dashboard],
-                                                       conn: psycopg.Connection[Any]) -> None:
+def test_one_sessions_csrf_token_is_refused_in_another(
+    dashboard: Callable[..., Dashboard], conn: psycopg.Connection[Any]
+) -> None:
     ui = dashboard()
     alice, _ = ui.login()
     bob, _ = ui.login()
@@ -179,8 +202,9 @@ def test_one_sessions_csrf_token_is_refused_in_another(dashboard: Callable[..., 
     assert _cancel_requested(conn, ui.run_id)
 
 
-def test_bearer_access_is_unchanged(dashboard: Callable[..., Dashboard],
-                                    conn: psycopg.Connection[Any]) -> None:
+def test_bearer_access_is_unchanged(
+    dashboard: Callable[..., Dashboard], conn: psycopg.Connection[Any]
+) -> None:
     ui = dashboard()
     bearer = {"authorization": f"Bearer {TOKEN}"}
     page = ui.call(f"/runs/{ui.run_id}", bearer)
@@ -193,6 +217,7 @@ def test_bearer_access_is_unchanged(dashboard: Callable[..., Dashboard],
 
 # The server's record of sessions, on a clock the test moves: expiry at the exact second, and
 # a bound on how many it keeps.
+
 
 class Clock:
     def __init__(self) -> None:

@@ -23,14 +23,29 @@ def test_another_logins_worker_id_is_refused(conn: psycopg.Connection[Any], logi
     mine, theirs = login("rara_worker"), login("rara_worker")
     mine.execute(sql("worker_register"), {"worker": "w-a", "capabilities": ["x@1"]})
     row = conn.execute("SELECT * FROM rara_workers").fetchall()
-    lease = {"worker": "w-a", "capabilities": ["x@1"], "executors": ["inprocess"],
-             "after_ranks": [None], "after_ats": [None], "after_ids": [None], "limit": 5,
-             "lease_seconds": 60}
+    lease = {
+        "worker": "w-a",
+        "capabilities": ["x@1"],
+        "executors": ["inprocess"],
+        "after_ranks": [None],
+        "after_ats": [None],
+        "after_ids": [None],
+        "limit": 5,
+        "lease_seconds": 60,
+    }
     for name, params in [
         ("worker_stop", {"worker": "w-a"}),
         ("worker_register", {"worker": "w-a", "capabilities": ["y@1"]}),
-        ("step_heartbeat", {"worker": "w-a", "capabilities": [], "lease_seconds": 60,
-                            "step_ids": [], "tokens": []}),
+        (
+            "step_heartbeat",
+            {
+                "worker": "w-a",
+                "capabilities": [],
+                "lease_seconds": 60,
+                "step_ids": [],
+                "tokens": [],
+            },
+        ),
         ("step_lease", lease),
     ]:
         with pytest.raises(Denied, match="worker id w-a belongs to another login"):
@@ -38,10 +53,19 @@ def test_another_logins_worker_id_is_refused(conn: psycopg.Connection[Any], logi
     assert conn.execute("SELECT * FROM rara_workers").fetchall() == row
     assert start_run(conn, "r").created  # its worker still counts as live
     # Its own login may do all of it, and a fresh id is anyone's.
-    mine.execute(sql("step_heartbeat"), {"worker": "w-a", "capabilities": ["x@1"],
-                                         "lease_seconds": 60, "step_ids": [], "tokens": []})
+    mine.execute(
+        sql("step_heartbeat"),
+        {
+            "worker": "w-a",
+            "capabilities": ["x@1"],
+            "lease_seconds": 60,
+            "step_ids": [],
+            "tokens": [],
+        },
+    )
     assert len(mine.execute(sql("step_lease"), lease).fetchall()) == 1
     theirs.execute(sql("worker_register"), {"worker": "w-b", "capabilities": ["x@1"]})
     mine.execute(sql("worker_stop"), {"worker": "w-a"})
-    assert conn.execute("SELECT id, login IS NOT NULL, stopped_at IS NOT NULL FROM rara_workers"
-                        " ORDER BY id").fetchall() == [("w-a", True, True), ("w-b", True, False)]
+    assert conn.execute(
+        "SELECT id, login IS NOT NULL, stopped_at IS NOT NULL FROM rara_workers ORDER BY id"
+    ).fetchall() == [("w-a", True, True), ("w-b", True, False)]

@@ -23,9 +23,25 @@ def apply(conn: psycopg.Connection[Any], name: str, steps: list[dict[str, Any]])
     return apply_definition(conn, definition_from_object(definition(name, steps)))
 
 
-def noop_definition(conn: psycopg.Connection[Any], name: str = "noop", steps: int = 1,
-                    capability: str = "bench.noop@1", executor: str = "inprocess") -> None:
+def noop_definition(
+    conn: psycopg.Connection[Any],
+    name: str = "noop",
+    steps: int = 1,
+    capability: str = "bench.noop@1",
+    executor: str = "inprocess",
+) -> None:
     """A chain of ``steps`` steps s0, s1, … of one capability (the benchmarks' workload and the
     history fill's definition)."""
-    apply(conn, name, [{"key": f"s{i}", "capability": capability, "executor": executor,
-                        **({"dependsOn": [f"s{i - 1}"]} if i else {})} for i in range(steps)])
+    apply(
+        conn,
+        name,
+        [
+            {
+                "key": f"s{i}",
+                "capability": capability,
+                "executor": executor,
+                **({"dependsOn": [f"s{i - 1}"]} if i else {}),
+            }
+            for i in range(steps)
+        ],
+    )

@@ -48,20 +48,24 @@ class Attempt:
 def load_attempts(conn: psycopg.Connection[Any]) -> dict[int, list[Attempt]]:
     rows = conn.execute(
         "SELECT step_id, attempt, worker, started_at, ended_at, ended_by, outcome::text "
-        "FROM rara_attempts ORDER BY step_id, attempt").fetchall()
+        "FROM rara_attempts ORDER BY step_id, attempt"
+    ).fetchall()
     by_step: dict[int, list[Attempt]] = defaultdict(list)
     for row in rows:
         by_step[row[0]].append(Attempt(*row))
     return by_step
 
 
-def check_history(conn: psycopg.Connection[Any], *, limit: int = 10,
-                  writes: bool = False) -> dict[str, int]:
+def check_history(
+    conn: psycopg.Connection[Any], *, limit: int = 10, writes: bool = False
+) -> dict[str, int]:
     """Assert the invariants above (5 and 6 too with ``writes``); returns counts (steps, attempts,
     succeeded) for reports."""
     by_step = load_attempts(conn)
-    steps = {r[0]: (r[1], r[2]) for r in conn.execute(
-        "SELECT id, status::text, attempt FROM rara_steps").fetchall()}
+    steps = {
+        r[0]: (r[1], r[2])
+        for r in conn.execute("SELECT id, status::text, attempt FROM rara_steps").fetchall()
+    }
     problems: list[str] = []
     succeeded = 0
     for step_id, attempts in by_step.items():
@@ -71,20 +75,26 @@ def check_history(conn: psycopg.Connection[Any], *, limit: int = 10,
         ordered = sorted(attempts, key=lambda a: a.started_at)
         for prev, nxt in pairwise(ordered):
             if prev.ended_at is None or prev.ended_at > nxt.started_at:
-                problems.append(f"step {step_id}: attempt {prev.attempt} ({prev.worker}, ended "
-                                f"{prev.ended_at}) overlaps attempt {nxt.attempt} ({nxt.worker}, "
-                                f"started {nxt.started_at})")
+                problems.append(
+                    f"step {step_id}: attempt {prev.attempt} ({prev.worker}, ended "
+                    f"{prev.ended_at}) overlaps attempt {nxt.attempt} ({nxt.worker}, "
+                    f"started {nxt.started_at})"
+                )
         wins = [a for a in attempts if a.outcome == "succeeded"]
         for win in wins:
             if win.ended_by != win.worker:
-                problems.append(f"step {step_id}: attempt {win.attempt} owned by {win.worker} "
-                                f"was completed by {win.ended_by}")
+                problems.append(
+                    f"step {step_id}: attempt {win.attempt} owned by {win.worker} "
+                    f"was completed by {win.ended_by}"
+                )
         status, last = steps.get(step_id, ("missing", 0))
         if status == "succeeded":
             succeeded += 1
             if len(wins) != 1 or wins[0].attempt != last:
-                problems.append(f"step {step_id}: succeeded with {len(wins)} succeeded attempts "
-                                f"(last attempt {last})")
+                problems.append(
+                    f"step {step_id}: succeeded with {len(wins)} succeeded attempts "
+                    f"(last attempt {last})"
+                )
         elif wins:
             problems.append(f"step {step_id}: status {status} but an attempt succeeded")
         open_ = [a.attempt for a in attempts if a.ended_at is None]
@@ -94,8 +104,11 @@ def check_history(conn: psycopg.Connection[Any], *, limit: int = 10,
     assert not problems, f"{len(problems)} history violations:\n  " + "\n  ".join(problems[:limit])
     if writes:
         check_writes(conn, limit=limit)
-    return {"steps": len(by_step), "attempts": sum(len(a) for a in by_step.values()),
-            "succeeded": succeeded}
+    return {
+        "steps": len(by_step),
+        "attempts": sum(len(a) for a in by_step.values()),
+        "succeeded": succeeded,
+    }
 
 
 def run_count_violations(conn: psycopg.Connection[Any]) -> list[str]:
@@ -126,21 +139,24 @@ def run_count_violations(conn: psycopg.Connection[Any]) -> list[str]:
     for run_id, status, *counts, ending in rows:
         kept, actual = counts[:4], counts[4:]
         if kept != actual:
-            problems.append(f"run {run_id}: counts (total, succeeded, failed, cancelled) {kept}, "
-                            f"its steps {actual}")
+            problems.append(
+                f"run {run_id}: counts (total, succeeded, failed, cancelled) {kept}, "
+                f"its steps {actual}"
+            )
         ended = status in ("succeeded", "failed", "cancelled")
         if (ending if ended else None) != (status if ended else None) or (
-                ending is not None and not ended):
+            ending is not None and not ended
+        ):
             problems.append(f"run {run_id}: {status}, but by its steps {ending or 'not ended'}")
     return problems
 
 
-def write_violations(conn: psycopg.Connection[Any], *,
-                     late_tolerance_s: float = 1.0) -> list[str]:
+def write_violations(conn: psycopg.Connection[Any], *, late_tolerance_s: float = 1.0) -> list[str]:
     """Invariants 5 and 6: fenced writes outside their attempt's ownership, as messages."""
     problems: list[str] = []
     for table in ("rara_events", "rara_checkpoints"):
-        rows = conn.execute(f"""
+        rows = conn.execute(
+            f"""
             SELECT w.step_id, w.attempt, w.seq, w.created_at, a.worker, a.started_at,
                    a.ended_at, a.outcome::text, n.started_at AS next_started_at
             FROM {table} w
@@ -150,15 +166,20 @@ def write_violations(conn: psycopg.Connection[Any], *,
                OR w.created_at <= a.started_at
                OR w.created_at >= n.started_at
                OR w.created_at > a.ended_at + make_interval(secs => %s)
-            ORDER BY w.step_id, w.attempt, w.seq""", (late_tolerance_s,)).fetchall()
+            ORDER BY w.step_id, w.attempt, w.seq""",
+            (late_tolerance_s,),
+        ).fetchall()
         for step_id, attempt, seq, created, worker, started, ended, outcome, nxt in rows:
             if worker is None:
-                problems.append(f"{table} step {step_id} attempt {attempt} seq {seq}: "
-                                "no such attempt")
+                problems.append(
+                    f"{table} step {step_id} attempt {attempt} seq {seq}: no such attempt"
+                )
             else:
-                problems.append(f"{table} step {step_id} attempt {attempt} ({worker}, "
-                                f"{outcome}) seq {seq} written at {created}, outside its "
-                                f"ownership [{started}, {ended}] (next attempt from {nxt})")
+                problems.append(
+                    f"{table} step {step_id} attempt {attempt} ({worker}, "
+                    f"{outcome}) seq {seq} written at {created}, outside its "
+                    f"ownership [{started}, {ended}] (next attempt from {nxt})"
+                )
     rows = conn.execute("""
         SELECT m.step_id, m.attempt, m.name, s.status::text, s.attempt, a.outcome::text
         FROM rara_step_artifacts m JOIN rara_steps s ON s.id = m.step_id
@@ -167,16 +188,20 @@ def write_violations(conn: psycopg.Connection[Any], *,
            OR a.outcome IS DISTINCT FROM 'succeeded'
         ORDER BY m.step_id, m.attempt""").fetchall()
     for step_id, attempt, name, status, last, outcome in rows:
-        problems.append(f"manifest {name!r} of step {step_id} attempt {attempt} ({outcome}): "
-                        f"the step is {status} at attempt {last}")
+        problems.append(
+            f"manifest {name!r} of step {step_id} attempt {attempt} ({outcome}): "
+            f"the step is {status} at attempt {last}"
+        )
     return problems
 
 
-def check_writes(conn: psycopg.Connection[Any], *, limit: int = 10,
-                 late_tolerance_s: float = 1.0) -> None:
+def check_writes(
+    conn: psycopg.Connection[Any], *, limit: int = 10, late_tolerance_s: float = 1.0
+) -> None:
     problems = write_violations(conn, late_tolerance_s=late_tolerance_s)
-    assert not problems, (f"{len(problems)} fenced writes outside their attempt:\n  "
-                          + "\n  ".join(problems[:limit]))
+    assert not problems, f"{len(problems)} fenced writes outside their attempt:\n  " + "\n  ".join(
+        problems[:limit]
+    )
 
 
 def progress_gaps(conn: psycopg.Connection[Any]) -> list[str]:
@@ -189,11 +214,13 @@ def progress_gaps(conn: psycopg.Connection[Any]) -> list[str]:
         GROUP BY a.step_id, a.attempt
         HAVING min(e.seq) <> 1 OR max(e.seq) <> count(*)
         ORDER BY a.step_id""").fetchall()
-    return [f"step {step_id} attempt {attempt}: progress seqs {seqs}"
-            for step_id, attempt, seqs in rows]
+    return [
+        f"step {step_id} attempt {attempt}: progress seqs {seqs}" for step_id, attempt, seqs in rows
+    ]
 
 
 def check_progress_seq(conn: psycopg.Connection[Any], *, limit: int = 10) -> None:
     problems = progress_gaps(conn)
-    assert not problems, (f"{len(problems)} attempts with progress seq gaps:\n  "
-                          + "\n  ".join(problems[:limit]))
+    assert not problems, f"{len(problems)} attempts with progress seq gaps:\n  " + "\n  ".join(
+        problems[:limit]
+    )

@@ -19,23 +19,60 @@ from rara.worker.store import LEASED
 from rara.worker.vocabulary import LeasedStep
 
 
-def enqueue_single_step_runs(conn: psycopg.Connection[Any], *, definition: str, version: int,
-                             key: str, capability: str, n: int, executor: str = "inprocess",
-                             input: dict[str, Any] | None = None, max_attempts: int = 3,
-                             initial_ms: int = 1000, max_ms: int = 60_000,
-                             priority: int = 0) -> list[int]:
+def enqueue_single_step_runs(
+    conn: psycopg.Connection[Any],
+    *,
+    definition: str,
+    version: int,
+    key: str,
+    capability: str,
+    n: int,
+    executor: str = "inprocess",
+    input: dict[str, Any] | None = None,
+    max_attempts: int = 3,
+    initial_ms: int = 1000,
+    max_ms: int = 60_000,
+    priority: int = 0,
+) -> list[int]:
     """``n`` runs of a one-step definition, ready at once; returns the run ids."""
-    return runs.enqueue_many(conn, definition=definition, version=version, runs=n, steps=1,
-                             key=key, capability=capability, executor=executor, input=input,
-                             priority=priority, max_attempts=max_attempts,
-                             retry_initial_ms=initial_ms, retry_max_ms=max_ms)
+    return runs.enqueue_many(
+        conn,
+        definition=definition,
+        version=version,
+        runs=n,
+        steps=1,
+        key=key,
+        capability=capability,
+        executor=executor,
+        input=input,
+        priority=priority,
+        max_attempts=max_attempts,
+        retry_initial_ms=initial_ms,
+        retry_max_ms=max_ms,
+    )
 
 
-def lease_now(conn: psycopg.Connection[Any], capabilities: list[str], *, worker: str,
-              limit: int, lease_seconds: float = 30, executor: str = "inprocess"
-              ) -> list[LeasedStep]:
+def lease_now(
+    conn: psycopg.Connection[Any],
+    capabilities: list[str],
+    *,
+    worker: str,
+    limit: int,
+    lease_seconds: float = 30,
+    executor: str = "inprocess",
+) -> list[LeasedStep]:
     """Lease as a worker does (``step_lease``), scanning every range from the start: the
     steps leased, for tests and benchmarks that take steps by hand."""
-    return many(conn, "step_lease", LEASED, capabilities=capabilities,
-                executors=[executor] * len(capabilities), limit=limit, worker=worker,
-                lease_seconds=lease_seconds, after_ranks=None, after_ats=None, after_ids=None)
+    return many(
+        conn,
+        "step_lease",
+        LEASED,
+        capabilities=capabilities,
+        executors=[executor] * len(capabilities),
+        limit=limit,
+        worker=worker,
+        lease_seconds=lease_seconds,
+        after_ranks=None,
+        after_ats=None,
+        after_ids=None,
+    )

@@ -102,8 +102,13 @@ class _Stream(threading.Thread):
                 key = f"short-{self.started}"
 
                 def start(conn: Conn, key: str = key) -> None:
-                    start_run(conn, DEFINITION, input={"seconds": SHORT_SECONDS},
-                              idempotency_key=key, queue_anyway=True)
+                    start_run(
+                        conn,
+                        DEFINITION,
+                        input={"seconds": SHORT_SECONDS},
+                        idempotency_key=key,
+                        queue_anyway=True,
+                    )
 
                 _retrying(self.url, start)
                 self.started += 1
@@ -120,25 +125,49 @@ class _Stream(threading.Thread):
         return self.started
 
 
-def _ride(url: str, server: Any, seconds: float, after: float, n: int, lease_seconds: float,
-          say: Callable[[str], None]) -> dict[str, Any]:
+def _ride(
+    url: str,
+    server: Any,
+    seconds: float,
+    after: float,
+    n: int,
+    lease_seconds: float,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
     """One outage of ``seconds``, ``after`` seconds after a heartbeat; its figures."""
     with _connect(url) as conn:
-        expired_before = _scalar(conn, "SELECT count(*) FROM rara_attempts "
-                                       "WHERE outcome = 'lease_expired'")
+        expired_before = _scalar(
+            conn, "SELECT count(*) FROM rara_attempts WHERE outcome = 'lease_expired'"
+        )
         sleep = after + seconds + LONG_AFTER
         if seconds > lease_seconds / 2:
             sleep = max(sleep, lease_seconds + PAST_LEASE)
-        long_runs = [start_run(conn, DEFINITION, input={"seconds": sleep},
-                               idempotency_key=f"long-{n}-{i}", queue_anyway=True).run_id
-                     for i in range(LONG_RUNS)]
-        step = _until(lambda: conn.execute(
-            "SELECT min(id) FROM rara_steps WHERE run_id = ANY(%s) AND status = 'running' "
-            "HAVING count(*) = %s", (long_runs, LONG_RUNS)).fetchone(), 60, "the long runs")[0]
+        long_runs = [
+            start_run(
+                conn,
+                DEFINITION,
+                input={"seconds": sleep},
+                idempotency_key=f"long-{n}-{i}",
+                queue_anyway=True,
+            ).run_id
+            for i in range(LONG_RUNS)
+        ]
+        step = _until(
+            lambda: conn.execute(
+                "SELECT min(id) FROM rara_steps WHERE run_id = ANY(%s) AND status = 'running' "
+                "HAVING count(*) = %s",
+                (long_runs, LONG_RUNS),
+            ).fetchone(),
+            60,
+            "the long runs",
+        )[0]
         beat = _scalar(conn, "SELECT max(heartbeat_at) FROM rara_workers")
         conn.execute(f"NOTIFY rara_cancel, '{int(step)}'")  # a heartbeat now (cancels nothing)
-        _until(lambda: _scalar(conn, "SELECT max(heartbeat_at) FROM rara_workers") != beat,
-               30, "the worker's heartbeat")
+        _until(
+            lambda: _scalar(conn, "SELECT max(heartbeat_at) FROM rara_workers") != beat,
+            30,
+            "the worker's heartbeat",
+        )
     time.sleep(after)  # (the scenario's alignment, not a wait for a condition)
     server.crash()
     down_at = time.monotonic()
@@ -149,29 +178,61 @@ def _ride(url: str, server: Any, seconds: float, after: float, n: int, lease_sec
         # The return: when the server started (a heartbeat or lease may land before resume()
         # has returned, and rara_workers keeps only the latest heartbeat).
         back_wall = float(_scalar(conn, "SELECT extract(epoch FROM pg_postmaster_start_time())"))
-        beat_at: datetime = _until(lambda: _scalar(
-            conn, "SELECT max(heartbeat_at) FROM rara_workers WHERE heartbeat_at > "
-                  "to_timestamp(%s)", (back_wall,)), 60, "a heartbeat after the outage")
-        first: datetime = _until(lambda: _scalar(
-            conn, "SELECT min(started_at) FROM rara_attempts WHERE started_at > "
-                  "to_timestamp(%s)", (back_wall,)), 60, "a lease after the outage")
-        _until(lambda: _scalar(conn, "SELECT bool_and(status = 'succeeded') FROM rara_runs "
-                                     "WHERE id = ANY(%s)", (long_runs,)),
-               sleep + 60, "the long runs to succeed")
-        expired = _scalar(conn, "SELECT count(*) FROM rara_attempts "
-                                "WHERE outcome = 'lease_expired'") - expired_before
+        beat_at: datetime = _until(
+            lambda: _scalar(
+                conn,
+                "SELECT max(heartbeat_at) FROM rara_workers WHERE heartbeat_at > to_timestamp(%s)",
+                (back_wall,),
+            ),
+            60,
+            "a heartbeat after the outage",
+        )
+        first: datetime = _until(
+            lambda: _scalar(
+                conn,
+                "SELECT min(started_at) FROM rara_attempts WHERE started_at > to_timestamp(%s)",
+                (back_wall,),
+            ),
+            60,
+            "a lease after the outage",
+        )
+        _until(
+            lambda: _scalar(
+                conn,
+                "SELECT bool_and(status = 'succeeded') FROM rara_runs WHERE id = ANY(%s)",
+                (long_runs,),
+            ),
+            sleep + 60,
+            "the long runs to succeed",
+        )
+        expired = (
+            _scalar(conn, "SELECT count(*) FROM rara_attempts WHERE outcome = 'lease_expired'")
+            - expired_before
+        )
     to_lease, to_beat = first.timestamp() - back_wall, beat_at.timestamp() - back_wall
-    say(f"outage {seconds:>4.0f} s, {after:.0f} s after a heartbeat (down {down:.1f} s): after "
+    say(
+        f"outage {seconds:>4.0f} s, {after:.0f} s after a heartbeat (down {down:.1f} s): after "
         f"the database's return, first heartbeat {to_beat:.2f} s, first lease {to_lease:.2f} s; "
-        f"expired leases {expired}")
-    return {"outage_s": seconds, "after_heartbeat_s": after, "down_s": round(down, 3),
-            "return_to_first_heartbeat_s": round(to_beat, 3),
-            "return_to_first_lease_s": round(to_lease, 3), "expired_leases": expired}
+        f"expired leases {expired}"
+    )
+    return {
+        "outage_s": seconds,
+        "after_heartbeat_s": after,
+        "down_s": round(down, 3),
+        "return_to_first_heartbeat_s": round(to_beat, 3),
+        "return_to_first_lease_s": round(to_lease, 3),
+        "expired_leases": expired,
+    }
 
 
-def measure(outages: Sequence[tuple[float, float]] = OUTAGES, *, lease_seconds: float = 60.0,
-            say: Callable[[str], None] = print, logs: Path | None = None,
-            check: Callable[[Conn], None] | None = None) -> dict[str, Any]:
+def measure(
+    outages: Sequence[tuple[float, float]] = OUTAGES,
+    *,
+    lease_seconds: float = 60.0,
+    say: Callable[[str], None] = print,
+    logs: Path | None = None,
+    check: Callable[[Conn], None] | None = None,
+) -> dict[str, Any]:
     """The scenario above; ``check(conn)`` runs on the database at the end, before it goes."""
     logs = logs or Path(tempfile.mkdtemp(prefix="rara-outage-logs-"))
     # Not ``fast``: with synchronous_commit off a crash loses commits already acknowledged (a
@@ -182,30 +243,60 @@ def measure(outages: Sequence[tuple[float, float]] = OUTAGES, *, lease_seconds: 
         migrate(url)
         with _connect(url) as conn:
             noop_definition(conn, DEFINITION, capability="bench.sleep@1")
-        with worker_processes(url, ["outage-w0"], logs, concurrency=CONCURRENCY,
-                              lease_seconds=lease_seconds, reaper_seconds=1.0) as procs:
+        with worker_processes(
+            url,
+            ["outage-w0"],
+            logs,
+            concurrency=CONCURRENCY,
+            lease_seconds=lease_seconds,
+            reaper_seconds=1.0,
+        ) as procs:
             with _connect(url) as conn:
-                _until(lambda: _scalar(conn, "SELECT count(*) FROM rara_workers") == 1, 60,
-                       "the worker to register")
+                _until(
+                    lambda: _scalar(conn, "SELECT count(*) FROM rara_workers") == 1,
+                    60,
+                    "the worker to register",
+                )
             stream = _Stream(url)
             stream.start()
             try:
-                rows = [_ride(url, server, seconds, after, n, lease_seconds, say)
-                        for n, (seconds, after) in enumerate(outages)]
+                rows = [
+                    _ride(url, server, seconds, after, n, lease_seconds, say)
+                    for n, (seconds, after) in enumerate(outages)
+                ]
             finally:
                 started = stream.stop()
             with _connect(url) as conn:
-                _until(lambda: _scalar(conn, "SELECT count(*) FROM rara_runs WHERE status NOT IN "
-                                             "('succeeded', 'failed', 'cancelled')") == 0,
-                       120, "every run to end")
-                runs = dict(conn.execute("SELECT status::text, count(*) FROM rara_runs "
-                                         "GROUP BY 1").fetchall())
+                _until(
+                    lambda: (
+                        _scalar(
+                            conn,
+                            "SELECT count(*) FROM rara_runs WHERE status NOT IN "
+                            "('succeeded', 'failed', 'cancelled')",
+                        )
+                        == 0
+                    ),
+                    120,
+                    "every run to end",
+                )
+                runs = dict(
+                    conn.execute(
+                        "SELECT status::text, count(*) FROM rara_runs GROUP BY 1"
+                    ).fetchall()
+                )
                 if check is not None:
                     check(conn)
             alive = all(p.poll() is None for p in procs)
-        say(f"runs: {runs} ({started} short, {LONG_RUNS * len(outages)} long); worker "
-            f"{'alive throughout' if alive else 'DIED'} (logs in {logs})")
-        return {"lease_seconds": lease_seconds, "outages": rows, "runs": runs,
-                "worker_alive": alive, "logs": str(logs)}
+        say(
+            f"runs: {runs} ({started} short, {LONG_RUNS * len(outages)} long); worker "
+            f"{'alive throughout' if alive else 'DIED'} (logs in {logs})"
+        )
+        return {
+            "lease_seconds": lease_seconds,
+            "outages": rows,
+            "runs": runs,
+            "worker_alive": alive,
+            "logs": str(logs),
+        }
     finally:
         server.destroy()

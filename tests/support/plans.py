@@ -13,14 +13,16 @@ def buffers(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any
     """Shared buffers a function call touches (rolled back): its scan node runs it whole,
     every statement inside it included."""
     with conn.transaction(force_rollback=True):
-        [[plan]] = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement,
-                                params).fetchall()
+        [[plan]] = conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, params
+        ).fetchall()
     node = plan[0]["Plan"]
     return int(node["Shared Hit Blocks"]) + int(node["Shared Read Blocks"])
 
 
-def nested_plans(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any], *,
-                 analyze: bool = False) -> list[dict[str, Any]]:
+def nested_plans(
+    conn: psycopg.Connection[Any], statement: str, params: dict[str, Any], *, analyze: bool = False
+) -> list[dict[str, Any]]:
     """The plans (JSON; with ``analyze``, run and with buffers) of every statement run inside
     the functions ``statement`` calls, by auto_explain at NOTICE level; the statement is rolled
     back. Every state change is a function (db/functions/), whose statements a plain EXPLAIN of
@@ -36,10 +38,14 @@ def nested_plans(conn: psycopg.Connection[Any], statement: str, params: dict[str
     try:
         with conn.transaction(force_rollback=True):
             conn.execute("LOAD 'auto_explain'")
-            for setting, value in (("log_min_duration", "0"), ("log_nested_statements", "on"),
-                                   ("log_format", "json"), ("log_level", "notice"),
-                                   ("log_analyze", "on" if analyze else "off"),
-                                   ("log_buffers", "on" if analyze else "off")):
+            for setting, value in (
+                ("log_min_duration", "0"),
+                ("log_nested_statements", "on"),
+                ("log_format", "json"),
+                ("log_level", "notice"),
+                ("log_analyze", "on" if analyze else "off"),
+                ("log_buffers", "on" if analyze else "off"),
+            ):
                 conn.execute(f"SET LOCAL auto_explain.{setting} = {value}")
             conn.execute(statement, params)
     finally:

@@ -25,28 +25,37 @@ def run_status(conn: psycopg.Connection[Any], run_id: int) -> str:
     return str(row[0])
 
 
-def wait_run(conn: psycopg.Connection[Any], run_id: int, *, timeout: float = 30.0,
-             status: str | None = None) -> str:
+def wait_run(
+    conn: psycopg.Connection[Any], run_id: int, *, timeout: float = 30.0, status: str | None = None
+) -> str:
     """Wait until the run is terminal; optionally assert its status."""
     final = wait_until(
         lambda: (s := run_status(conn, run_id)) in ("succeeded", "failed", "cancelled") and s,
-        timeout=timeout, message=f"run {run_id} to end")
+        timeout=timeout,
+        message=f"run {run_id} to end",
+    )
     if status is not None:
         assert final == status, steps_of(conn, run_id)
     return str(final)
 
 
 def steps_of(conn: psycopg.Connection[Any], run_id: int) -> list[dict[str, Any]]:
-    cur = conn.execute("SELECT key, status::text, attempt, releases, error, result, leased_by "
-                       "FROM rara_steps WHERE run_id = %s ORDER BY id", (run_id,))
+    cur = conn.execute(
+        "SELECT key, status::text, attempt, releases, error, result, leased_by "
+        "FROM rara_steps WHERE run_id = %s ORDER BY id",
+        (run_id,),
+    )
     names = [d.name for d in cur.description or []]
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
 
 
 def attempts_of(conn: psycopg.Connection[Any], run_id: int) -> list[dict[str, Any]]:
-    cur = conn.execute("SELECT s.key, a.attempt, a.worker, a.outcome::text AS outcome, a.error, "
-                       "a.started_at, a.ended_at, a.ended_by FROM rara_attempts a "
-                       "JOIN rara_steps s ON s.id = a.step_id WHERE a.run_id = %s "
-                       "ORDER BY s.id, a.attempt", (run_id,))
+    cur = conn.execute(
+        "SELECT s.key, a.attempt, a.worker, a.outcome::text AS outcome, a.error, "
+        "a.started_at, a.ended_at, a.ended_by FROM rara_attempts a "
+        "JOIN rara_steps s ON s.id = a.step_id WHERE a.run_id = %s "
+        "ORDER BY s.id, a.attempt",
+        (run_id,),
+    )
     names = [d.name for d in cur.description or []]
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]

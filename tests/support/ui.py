@@ -16,8 +16,11 @@ from pathlib import Path
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = os.environ.get("RARA_TEST_CHROMIUM") or shutil.which("chromium") or shutil.which(
-    "chromium-browser")
+CHROMIUM = (
+    os.environ.get("RARA_TEST_CHROMIUM")
+    or shutil.which("chromium")
+    or shutil.which("chromium-browser")
+)
 RARA = str(Path(sys.executable).parent / "rara")
 
 
@@ -30,15 +33,20 @@ def free_port() -> int:
 class UiServer:
     """``rara ui`` as a child process on a loopback port."""
 
-    def __init__(self, database_url: str, log: Path, *args: str,
-                 env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, database_url: str, log: Path, *args: str, env: dict[str, str] | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 [RARA, "ui", "--port", str(self.port), "--database-url", database_url, *args],
-                cwd=ROOT, env={**os.environ, **(env or {})}, stdout=out, stderr=out)
+                cwd=ROOT,
+                env={**os.environ, **(env or {})},
+                stdout=out,
+                stderr=out,
+            )
 
         def ready() -> bool:
             assert self.proc.poll() is None, f"rara ui exited:\n{self.output()}"

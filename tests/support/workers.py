@@ -27,9 +27,15 @@ ROOT = Path(__file__).resolve().parents[2]
 HANDLERS = "tests.worker.handlers"
 
 # Short leases so crash recovery takes seconds; everything else at test speed.
-FAST = {"lease_seconds": 2.0, "heartbeat_seconds": 0.5, "reaper_seconds": 0.3,
-        "poll_seconds": 0.5, "cancel_grace_seconds": 0.3, "shutdown_grace_seconds": 2.0,
-        "log_level": "info"}
+FAST = {
+    "lease_seconds": 2.0,
+    "heartbeat_seconds": 0.5,
+    "reaper_seconds": 0.3,
+    "poll_seconds": 0.5,
+    "cancel_grace_seconds": 0.3,
+    "shutdown_grace_seconds": 2.0,
+    "log_level": "info",
+}
 
 
 class ThreadWorker:
@@ -46,8 +52,11 @@ class ThreadWorker:
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
         try:
-            self.worker = Worker(self.settings, [InProcessExecutor(load_registry(
-                self.settings.handlers))], str(self.settings.database_url))
+            self.worker = Worker(
+                self.settings,
+                [InProcessExecutor(load_registry(self.settings.handlers))],
+                str(self.settings.database_url),
+            )
             self.loop.run_until_complete(self.worker.run())
         except BaseException as exc:  # surfaced by stop()
             self.error = exc
@@ -56,8 +65,12 @@ class ThreadWorker:
 
     def start(self, conn: psycopg.Connection[Any]) -> ThreadWorker:
         self.thread.start()
-        wait_until(lambda: conn.execute("SELECT 1 FROM rara_workers WHERE id = %s",
-                                      (self.settings.id,)).fetchone(), message="worker registered")
+        wait_until(
+            lambda: conn.execute(
+                "SELECT 1 FROM rara_workers WHERE id = %s", (self.settings.id,)
+            ).fetchone(),
+            message="worker registered",
+        )
         return self
 
     def stop(self, timeout: float = 15.0) -> None:
@@ -70,8 +83,9 @@ class ThreadWorker:
 
 
 @asynccontextmanager
-async def worker_store(url: str, worker: str, *, pool_size: int = 2,
-                       hot: bool = False) -> AsyncIterator[WorkerStore]:
+async def worker_store(
+    url: str, worker: str, *, pool_size: int = 2, hot: bool = False
+) -> AsyncIterator[WorkerStore]:
     """A worker's statements (``WorkerStore``) over a pool of their own, for tests that lease
     and end attempts by hand; ``hot``: with the worker's own lease and completion connections
     (``HOT_PATH_SESSION``), as a running worker has them."""
@@ -91,12 +105,24 @@ class WorkerProcess:
     def __init__(self, url: str, worker_id: str, log: Path, **settings: Any) -> None:
         self.id = worker_id
         self.log = log
-        args = [sys.executable, "-m", "rara.worker", "--handlers", HANDLERS,
-                "--database-url", url, "--id", worker_id]
+        args = [
+            sys.executable,
+            "-m",
+            "rara.worker",
+            "--handlers",
+            HANDLERS,
+            "--database-url",
+            url,
+            "--id",
+            worker_id,
+        ]
         for key, value in {**FAST, **settings}.items():
             flag = key.replace("_", "-")
-            args += [f"--{flag}" if value else f"--no-{flag}"] if isinstance(value, bool) else [
-                f"--{flag}", str(value)]
+            args += (
+                [f"--{flag}" if value else f"--no-{flag}"]
+                if isinstance(value, bool)
+                else [f"--{flag}", str(value)]
+            )
         # `-m` puts the working directory on sys.path, which is enough for the tests' modules.
         env = {**os.environ, "RARA_WORKER_LOG_JSON": "true"}
         with open(log, "wb") as out:
@@ -113,23 +139,39 @@ class WorkerProcess:
 
 
 @contextmanager
-def worker_processes(url: str, names: list[str], logs: Path, *,
-                     env: dict[str, str] | None = None,
-                     **flags: Any) -> Iterator[list[subprocess.Popen[bytes]]]:
+def worker_processes(
+    url: str, names: list[str], logs: Path, *, env: dict[str, str] | None = None, **flags: Any
+) -> Iterator[list[subprocess.Popen[bytes]]]:
     """One ``python -m rara.worker`` per name (handlers: ``tests.support.bench_handlers``),
     logging JSON to ``logs/<name>.log``; ``flags`` become ``--flag value`` options, ``env``
     adds settings (``RARA_WORKER_*``). At the end SIGTERM (a graceful stop), SIGKILL after 20 s."""
     procs = []
     for name in names:
-        args = [sys.executable, "-m", "rara.worker",
-                "--handlers", "tests.support.bench_handlers", "--database-url", url,
-                "--id", name, "--log-level", "warning"]
+        args = [
+            sys.executable,
+            "-m",
+            "rara.worker",
+            "--handlers",
+            "tests.support.bench_handlers",
+            "--database-url",
+            url,
+            "--id",
+            name,
+            "--log-level",
+            "warning",
+        ]
         for key, value in flags.items():
             args += [f"--{key.replace('_', '-')}", str(value)]
         with open(logs / f"{name}.log", "ab") as out:
-            procs.append(subprocess.Popen(
-                args, cwd=ROOT, stdout=out, stderr=out,
-                env={**os.environ, "RARA_WORKER_LOG_JSON": "true", **(env or {})}))
+            procs.append(
+                subprocess.Popen(
+                    args,
+                    cwd=ROOT,
+                    stdout=out,
+                    stderr=out,
+                    env={**os.environ, "RARA_WORKER_LOG_JSON": "true", **(env or {})},
+                )
+            )
     try:
         yield procs
     finally:

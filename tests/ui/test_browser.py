@@ -26,24 +26,40 @@ SCREENSHOT = os.environ.get("RARA_UI_SCREENSHOT")
 
 PIPELINE = [
     {"key": "collect", "capability": "test.produce@1", "executor": "inprocess"},
-    {"key": "train", "capability": "test.chatty@1", "executor": "inprocess",
-     "dependsOn": ["collect"]},
-    {"key": "index", "capability": "test.consume@1", "executor": "inprocess",
-     "dependsOn": ["collect"]},
-    {"key": "evaluate", "capability": "test.fail@1", "executor": "inprocess",
-     "dependsOn": ["train", "index"], "retry": {"initialDelay": "300ms"}},
+    {
+        "key": "train",
+        "capability": "test.chatty@1",
+        "executor": "inprocess",
+        "dependsOn": ["collect"],
+    },
+    {
+        "key": "index",
+        "capability": "test.consume@1",
+        "executor": "inprocess",
+        "dependsOn": ["collect"],
+    },
+    {
+        "key": "evaluate",
+        "capability": "test.fail@1",
+        "executor": "inprocess",
+        "dependsOn": ["train", "index"],
+        "retry": {"initialDelay": "300ms"},
+    },
 ]
 
 
-def _worker(database_url: str, tmp_path: Path, conn: psycopg.Connection[Any],
-            name: str) -> WorkerProcess:
-    proc = WorkerProcess(database_url, name, tmp_path / f"{name}.log",
-                         artifact_root=tmp_path / "artifacts")
+def _worker(
+    database_url: str, tmp_path: Path, conn: psycopg.Connection[Any], name: str
+) -> WorkerProcess:
+    proc = WorkerProcess(
+        database_url, name, tmp_path / f"{name}.log", artifact_root=tmp_path / "artifacts"
+    )
 
     def registered() -> bool:
         assert proc.proc.poll() is None, f"worker exited:\n{proc.output()}"
-        return conn.execute("SELECT 1 FROM rara_workers WHERE id = %s",
-                            (name,)).fetchone() is not None
+        return (
+            conn.execute("SELECT 1 FROM rara_workers WHERE id = %s", (name,)).fetchone() is not None
+        )
 
     wait_until(registered, timeout=60, message="worker registered")
     return proc
@@ -56,8 +72,8 @@ def _stop(proc: WorkerProcess) -> None:
 
 
 def test_run_appears_and_its_dag_goes_green_live(
-        page: Any, ui_server: Any, database_url: str, conn: psycopg.Connection[Any],
-        tmp_path: Path) -> None:
+    page: Any, ui_server: Any, database_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
     from playwright.sync_api import expect
 
     apply(conn, "rag-refresh", PIPELINE)
@@ -66,8 +82,13 @@ def test_run_appears_and_its_dag_goes_green_live(
     expect(page.locator("body")).to_have_attribute("data-live", "open")
     page.evaluate("window.__sameDocument = true")
 
-    run_id = start_run(conn, "rag-refresh", queue_anyway=True, idempotency_key="nightly-1",
-                       input={"text": "a corpus", "calls": 40, "seconds": 2.0, "fail": 1}).run_id
+    run_id = start_run(
+        conn,
+        "rag-refresh",
+        queue_anyway=True,
+        idempotency_key="nightly-1",
+        input={"text": "a corpus", "calls": 40, "seconds": 2.0, "fail": 1},
+    ).run_id
     row = page.locator(f'tr[data-run="{run_id}"]')
     expect(row).to_be_visible()  # appeared without a reload
     expect(row).to_contain_text("nightly-1")
@@ -83,7 +104,8 @@ def test_run_appears_and_its_dag_goes_green_live(
     try:
         for key in ("collect", "train", "index", "evaluate"):
             expect(page.locator(f'g.node[data-step="{key}"]')).to_have_class(
-                re.compile("st-succeeded"), timeout=60_000)
+                re.compile("st-succeeded"), timeout=60_000
+            )
         expect(page.locator("#run-status")).to_have_text("succeeded")
         wait_run(conn, run_id, status="succeeded")
     finally:
@@ -97,8 +119,9 @@ def test_run_appears_and_its_dag_goes_green_live(
     expect(page.locator("rect.tl-bar.out-succeeded")).to_have_count(4)
     link = page.locator("a.download").first
     expect(link).to_be_visible()
-    page.screenshot(path=str(ROOT / SCREENSHOT if SCREENSHOT else tmp_path / "run.png"),
-                    full_page=True)
+    page.screenshot(
+        path=str(ROOT / SCREENSHOT if SCREENSHOT else tmp_path / "run.png"), full_page=True
+    )
 
     # The download's bytes are the digest's.
     digest = conn.execute("SELECT digest FROM rara_step_artifacts LIMIT 1").fetchone()[0]
@@ -115,8 +138,8 @@ def test_run_appears_and_its_dag_goes_green_live(
 
 
 def test_cancel_from_the_page_reaches_the_running_step(
-        page: Any, ui_server: Any, database_url: str, conn: psycopg.Connection[Any],
-        tmp_path: Path) -> None:
+    page: Any, ui_server: Any, database_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
     from playwright.sync_api import expect
 
     token = "t0ken-for-the-ui-test-0123456789"
@@ -126,8 +149,12 @@ def test_cancel_from_the_page_reaches_the_running_step(
     worker = _worker(database_url, tmp_path, conn, "ui-worker-2")
     try:
         run_id = start_run(conn, "slow", input={"seconds": 120}).run_id
-        wait_until(lambda: conn.execute("SELECT status = 'running' FROM rara_steps WHERE run_id "
-                                      "= %s", (run_id,)).fetchone()[0], message="step running")
+        wait_until(
+            lambda: conn.execute(
+                "SELECT status = 'running' FROM rara_steps WHERE run_id = %s", (run_id,)
+            ).fetchone()[0],
+            message="step running",
+        )
         page.goto(f"{ui.url}/runs/{run_id}")
         expect(page.locator("#cancel")).to_have_count(0)  # anonymous: no actions
         page.goto(f"{ui.url}/login?next=/runs/{run_id}")
@@ -147,25 +174,29 @@ def test_cancel_from_the_page_reaches_the_running_step(
         # Retry: a new run of the same version, with a key derived from the first.
         page.click("#retry")
         expect(page.locator(".note")).to_contain_text(f"retry of run {run_id}")
-        key = conn.execute("SELECT idempotency_key FROM rara_runs WHERE id <> %s",
-                           (run_id,)).fetchone()[0]
+        key = conn.execute(
+            "SELECT idempotency_key FROM rara_runs WHERE id <> %s", (run_id,)
+        ).fetchone()[0]
         assert key == f"rara-ui:retry-of:{run_id}"
     finally:
         _stop(worker)
 
 
 @pytest.mark.parametrize("read_only", [True, False])
-def test_actions_need_auth_and_csrf(ui_server: Any, conn: psycopg.Connection[Any],
-                                   tmp_path: Path, read_only: bool) -> None:
+def test_actions_need_auth_and_csrf(
+    ui_server: Any, conn: psycopg.Connection[Any], tmp_path: Path, read_only: bool
+) -> None:
     apply(conn, "slow", [{"key": "nap", "capability": "test.sleep@1", "executor": "inprocess"}])
     run_id = start_run(conn, "slow", input={"seconds": 120}, queue_anyway=True).run_id
     (tmp_path / "token").write_text("x" * 32)
-    ui = ui_server("--read-only" if read_only else "--no-read-only",
-                   "--token-file", str(tmp_path / "token"))
+    ui = ui_server(
+        "--read-only" if read_only else "--no-read-only", "--token-file", str(tmp_path / "token")
+    )
 
     def post(headers: dict[str, str], body: bytes) -> int:
-        request = urllib.request.Request(f"{ui.url}/runs/{run_id}/cancel", data=body,
-                                         headers=headers, method="POST")
+        request = urllib.request.Request(
+            f"{ui.url}/runs/{run_id}/cancel", data=body, headers=headers, method="POST"
+        )
         try:
             with urllib.request.urlopen(request) as answer:
                 return int(answer.status)
@@ -176,13 +207,15 @@ def test_actions_need_auth_and_csrf(ui_server: Any, conn: psycopg.Connection[Any
     assert post(form, b"csrf=") in (401, 403)  # anonymous
     bearer = {**form, "authorization": "Bearer " + "x" * 32}
     assert post(bearer, b"csrf=forged") == 403  # authenticated, no valid CSRF token
-    status = conn.execute("SELECT cancel_requested FROM rara_runs WHERE id = %s",
-                          (run_id,)).fetchone()[0]
+    status = conn.execute(
+        "SELECT cancel_requested FROM rara_runs WHERE id = %s", (run_id,)
+    ).fetchone()[0]
     assert status is False
 
 
 def test_without_server_sent_events_the_page_polls(
-        page: Any, ui_server: Any, conn: psycopg.Connection[Any]) -> None:
+    page: Any, ui_server: Any, conn: psycopg.Connection[Any]
+) -> None:
     """A browser (or a buffering proxy) without EventSource: the run page polls its state."""
     from playwright.sync_api import expect
 
@@ -202,7 +235,8 @@ def test_without_server_sent_events_the_page_polls(
 
 
 def test_an_upstream_header_identifies_and_csrf_binds_to_it(
-        ui_server: Any, conn: psycopg.Connection[Any]) -> None:
+    ui_server: Any, conn: psycopg.Connection[Any]
+) -> None:
     """Behind an authenticating proxy (--auth-header): its header is the identity; the form's
     token is bound to that user and to our origin."""
     apply(conn, "slow", [{"key": "nap", "capability": "test.sleep@1", "executor": "inprocess"}])
@@ -210,8 +244,9 @@ def test_an_upstream_header_identifies_and_csrf_binds_to_it(
     ui: UiServer = ui_server("--no-read-only", "--auth-header", "X-Forwarded-User")
 
     def call(path: str, headers: dict[str, str], body: bytes | None = None) -> tuple[int, str]:
-        request = urllib.request.Request(ui.url + path, data=body, headers=headers,
-                                         method="POST" if body is not None else "GET")
+        request = urllib.request.Request(
+            ui.url + path, data=body, headers=headers, method="POST" if body is not None else "GET"
+        )
         opener = urllib.request.build_opener(_NoRedirect)
         try:
             with opener.open(request) as answer:
@@ -231,8 +266,9 @@ def test_an_upstream_header_identifies_and_csrf_binds_to_it(
     alice = {**form, "X-Forwarded-User": "alice"}
     evil = {**alice, "Origin": "http://evil.example"}
     assert call(f"/runs/{run_id}/cancel", evil, body)[0] == 403  # another origin
-    assert not conn.execute("SELECT cancel_requested FROM rara_runs WHERE id = %s",
-                            (run_id,)).fetchone()[0]
+    assert not conn.execute(
+        "SELECT cancel_requested FROM rara_runs WHERE id = %s", (run_id,)
+    ).fetchone()[0]
     assert call(f"/runs/{run_id}/cancel", alice, body)[0] == 303
     wait_run(conn, run_id, status="cancelled")
 

@@ -16,8 +16,9 @@ __all__ = ["helm"]  # the fixture, used by name below
 
 
 def _ui(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
-    (deployment,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"]
-                     .endswith("-ui")]
+    (deployment,) = [
+        d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("-ui")
+    ]
     (service,) = [d for d in by_kind(docs, "Service") if d["metadata"]["name"].endswith("-ui")]
     return deployment, service
 
@@ -35,7 +36,9 @@ def test_on_read_only_with_the_runtimes_secret(helm: Path) -> None:
     assert container["args"] == ["ui"]
     assert env["RARA_UI_READ_ONLY"]["value"] == "true"
     assert env["RARA_UI_DATABASE_URL"]["valueFrom"]["secretKeyRef"] == {
-        "name": "rara-database", "key": "url"}
+        "name": "rara-database",
+        "key": "url",
+    }
     assert "RARA_UI_TOKEN_FILE" not in env
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
@@ -50,9 +53,19 @@ def test_actions_with_a_token_file_and_a_read_mostly_role(helm: Path) -> None:
 
     from rara.cli.main import app
 
-    docs = render(helm, "--set", "ui.enabled=true", "--set", "ui.readOnly=false",
-                  "--set", "ui.auth.existingSecret=ui-token", "--set",
-                  "ui.database.existingSecret=pg-reader", "--set", "ui.auth.header=X-User")
+    docs = render(
+        helm,
+        "--set",
+        "ui.enabled=true",
+        "--set",
+        "ui.readOnly=false",
+        "--set",
+        "ui.auth.existingSecret=ui-token",
+        "--set",
+        "ui.database.existingSecret=pg-reader",
+        "--set",
+        "ui.auth.header=X-User",
+    )
     deployment, _ = _ui(docs)
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = env_of(container)
@@ -72,11 +85,32 @@ def test_actions_with_a_token_file_and_a_read_mostly_role(helm: Path) -> None:
 def test_one_replica_with_actions_and_the_session_lifetime(helm: Path) -> None:
     """Sessions live in one process's memory: with actions on, a second replica is refused
     (it would refuse the first one's logins); read-only, replicas are free."""
-    actions = ["--set", "ui.enabled=true", "--set", "ui.readOnly=false",
-               "--set", "ui.auth.existingSecret=ui-token"]
-    done = subprocess.run([str(helm), "template", "rara", str(CHART), "--kube-version",
-                           KUBE_VERSION, *BASE, *actions, "--set", "ui.replicas=2"],
-                          capture_output=True, text=True, timeout=120, check=False)
+    actions = [
+        "--set",
+        "ui.enabled=true",
+        "--set",
+        "ui.readOnly=false",
+        "--set",
+        "ui.auth.existingSecret=ui-token",
+    ]
+    done = subprocess.run(
+        [
+            str(helm),
+            "template",
+            "rara",
+            str(CHART),
+            "--kube-version",
+            KUBE_VERSION,
+            *BASE,
+            *actions,
+            "--set",
+            "ui.replicas=2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode != 0
     assert "ui.replicas must be 0 or 1 while ui.readOnly is false" in done.stderr
     deployment, _ = _ui(render(helm, *actions, "--set", "ui.sessionSeconds=3600"))

@@ -9,8 +9,13 @@ from tests.support.ui import RARA
 
 
 def _ui(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([RARA, "ui", "--database-url", "postgresql://nobody@127.0.0.1:1/x",
-                           *args], capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [RARA, "ui", "--database-url", "postgresql://nobody@127.0.0.1:1/x", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_actions_need_an_identity() -> None:

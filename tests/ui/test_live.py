@@ -17,7 +17,8 @@ from tests.support.definitions import apply
 
 
 def test_viewers_share_one_read_and_idle_costs_nothing(
-        database_url: str, conn: psycopg.Connection[Any]) -> None:
+    database_url: str, conn: psycopg.Connection[Any]
+) -> None:
     """On an event loop of its own thread: the browser tests' Playwright (sync API) holds one
     in the main thread for the session."""
     apply(conn, "d", [{"key": "a", "capability": "test.noop@1", "executor": "inprocess"}])
@@ -28,7 +29,8 @@ def test_viewers_share_one_read_and_idle_costs_nothing(
 
 async def _viewers(database_url: str, conn: psycopg.Connection[Any], run_id: int) -> None:
     pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-        database_url, min_size=1, max_size=2, open=False, kwargs={"autocommit": True})
+        database_url, min_size=1, max_size=2, open=False, kwargs={"autocommit": True}
+    )
     await pool.open()
     hub = LiveHub(database_url, pool, interval=60.0)  # no polling within the test: NOTIFY only
     await hub.start()
@@ -48,8 +50,11 @@ async def _viewers(database_url: str, conn: psycopg.Connection[Any], run_id: int
                     assert (await box.get(1)) is not None
                 assert hub.ticks == ticks
                 # A change the database announces reaches every viewer, with one read.
-                conn.execute("UPDATE rara_runs SET status = 'cancelled', finished_at = now(),"
-                             " cancel_requested = true WHERE id = %s", (run_id,))
+                conn.execute(
+                    "UPDATE rara_runs SET status = 'cancelled', finished_at = now(),"
+                    " cancel_requested = true WHERE id = %s",
+                    (run_id,),
+                )
                 conn.execute("NOTIFY rara_run")
                 states = [await box.get(5) for box in boxes]
                 assert all(s is not None and '"cancelled"' in s for s in states)
@@ -57,4 +62,3 @@ async def _viewers(database_url: str, conn: psycopg.Connection[Any], run_id: int
     finally:
         await hub.stop()
         await pool.close()
-

@@ -100,7 +100,9 @@ async def ledger(ctx: StepContext) -> Any:
     async with await psycopg.AsyncConnection.connect(ctx.input["ledger_dsn"], autocommit=True) as c:
         await c.execute(
             "INSERT INTO test_ledger (key, executions) VALUES (%s, 1) ON CONFLICT (key) "
-            "DO UPDATE SET executions = test_ledger.executions + 1", (ctx.idempotency_key,))
+            "DO UPDATE SET executions = test_ledger.executions + 1",
+            (ctx.idempotency_key,),
+        )
     return {"key": ctx.idempotency_key}
 
 
@@ -158,8 +160,9 @@ def produce(ctx: StepContext) -> StepOutcome:
     """``text`` (``repeat`` times) as the artifact ``corpus.txt`` of ``media_type``."""
     ref = ctx.artifacts.put_bytes(ctx.input["text"].encode() * ctx.input.get("repeat", 1))
     media_type = ctx.input.get("media_type", "text/plain")
-    return StepOutcome(result={"digest": ref.digest},
-                       artifacts=[OutputArtifact("corpus.txt", ref, media_type)])
+    return StepOutcome(
+        result={"digest": ref.digest}, artifacts=[OutputArtifact("corpus.txt", ref, media_type)]
+    )
 
 
 @registry.handler("test.consume@1")
@@ -172,5 +175,7 @@ def consume(ctx: StepContext) -> Any:
 def big(ctx: StepContext) -> StepOutcome:
     """An artifact plus a result of ``bytes`` characters (to cross the result size limit)."""
     ref = ctx.artifacts.put_bytes(b"partial output")
-    return StepOutcome(result={"blob": "x" * int(ctx.input["bytes"])},
-                       artifacts=[OutputArtifact("out.txt", ref, "text/plain")])
+    return StepOutcome(
+        result={"blob": "x" * int(ctx.input["bytes"])},
+        artifacts=[OutputArtifact("out.txt", ref, "text/plain")],
+    )

@@ -25,10 +25,17 @@ def _cancel_when_running(conn: psycopg.Connection[Any], run_id: int) -> float:
 
 
 @pytest.mark.parametrize(("listen", "within"), [(True, 0.2), (False, FAST["heartbeat_seconds"])])
-def test_cancel_reaches_a_running_handler(conn: psycopg.Connection[Any], thread_worker: Any,
-                                          listen: bool, within: float) -> None:
-    define(conn, "long", [{"key": "s", "capability": "test.sleep@1"},
-                          {"key": "later", "capability": "test.echo@1", "dependsOn": ["s"]}])
+def test_cancel_reaches_a_running_handler(
+    conn: psycopg.Connection[Any], thread_worker: Any, listen: bool, within: float
+) -> None:
+    define(
+        conn,
+        "long",
+        [
+            {"key": "s", "capability": "test.sleep@1"},
+            {"key": "later", "capability": "test.echo@1", "dependsOn": ["s"]},
+        ],
+    )
     thread_worker(listen=listen)
     run_id = start(conn, "long", {"seconds": 60})
     t0 = _cancel_when_running(conn, run_id)
@@ -41,8 +48,9 @@ def test_cancel_reaches_a_running_handler(conn: psycopg.Connection[Any], thread_
     assert (attempt["outcome"], attempt["ended_by"]) == ("cancelled", attempt["worker"])
 
 
-def test_cancel_stops_a_handler_that_ignores_it(conn: psycopg.Connection[Any],
-                                                thread_worker: Any) -> None:
+def test_cancel_stops_a_handler_that_ignores_it(
+    conn: psycopg.Connection[Any], thread_worker: Any
+) -> None:
     define(conn, "stubborn", [{"key": "s", "capability": "test.sleep@1"}])
     thread_worker()
     run_id = start(conn, "stubborn", {"seconds": 60, "ignore_cancel": True})
@@ -51,8 +59,9 @@ def test_cancel_stops_a_handler_that_ignores_it(conn: psycopg.Connection[Any],
     assert time.monotonic() - t0 < FAST["cancel_grace_seconds"] + 1.0
 
 
-def test_cancel_reaches_a_sync_handler_thread(conn: psycopg.Connection[Any],
-                                              thread_worker: Any) -> None:
+def test_cancel_reaches_a_sync_handler_thread(
+    conn: psycopg.Connection[Any], thread_worker: Any
+) -> None:
     define(conn, "threaded", [{"key": "s", "capability": "test.sleep_sync@1"}])
     thread_worker()
     run_id = start(conn, "threaded", {"seconds": 60})
@@ -63,8 +72,14 @@ def test_cancel_reaches_a_sync_handler_thread(conn: psycopg.Connection[Any],
 
 
 def test_cancel_of_a_waiting_run(conn: psycopg.Connection[Any]) -> None:
-    define(conn, "idle", [{"key": "a", "capability": "test.echo@1"},
-                          {"key": "b", "capability": "test.echo@1", "dependsOn": ["a"]}])
+    define(
+        conn,
+        "idle",
+        [
+            {"key": "a", "capability": "test.echo@1"},
+            {"key": "b", "capability": "test.echo@1", "dependsOn": ["a"]},
+        ],
+    )
     run_id = start(conn, "idle")
     assert cancel_run(conn, run_id)
     assert [s["status"] for s in steps_of(conn, run_id)] == ["cancelled", "cancelled"]

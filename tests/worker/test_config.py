@@ -10,8 +10,9 @@ from rara.worker.registry import Registry, RegistryError, load_registry
 from rara.worker.settings import WorkerSettings
 
 
-def test_settings_defaults_env_file_and_flags(monkeypatch: pytest.MonkeyPatch,
-                                              tmp_path: Path) -> None:
+def test_settings_defaults_env_file_and_flags(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     a, b = WorkerSettings(), WorkerSettings()
     assert a.id != b.id  # host:pid:random, unique per instance
     assert a.id.count(":") == 2

@@ -33,13 +33,28 @@ def test_a_late_executor_is_servable_within_seconds(
     define(conn, "late", [{"key": "a", "capability": REMOTE, "executor": "grpc"}])
     assert REMOTE not in workers.capabilities(conn, alive_seconds=30)
     executor = subprocess.Popen(
-        [sys.executable, "-m", "rara.executor.main", "--listen", address, "--insecure-loopback",
-         "--plugins", "rara.executor.conformance_plugins", "--artifact-root", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            sys.executable,
+            "-m",
+            "rara.executor.main",
+            "--listen",
+            address,
+            "--insecure-loopback",
+            "--plugins",
+            "rara.executor.conformance_plugins",
+            "--artifact-root",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         started = time.monotonic()
-        wait_until(lambda: REMOTE in workers.capabilities(conn, alive_seconds=30), timeout=12,
-                 message="the executor's capability served (was ~16 s before the fix)")
+        wait_until(
+            lambda: REMOTE in workers.capabilities(conn, alive_seconds=30),
+            timeout=12,
+            message="the executor's capability served (was ~16 s before the fix)",
+        )
         print(f"servable {time.monotonic() - started:.2f} s after the executor started")
         assert start_run(conn, "late").created
     finally:
@@ -60,41 +75,82 @@ def test_an_executor_down_when_its_job_is_sent_costs_no_retry(
 
     def executor() -> subprocess.Popen[bytes]:
         return subprocess.Popen(
-            [sys.executable, "-m", "rara.executor.main", "--listen", address,
-             "--insecure-loopback", "--plugins", "rara.executor.conformance_plugins",
-             "--artifact-root", str(tmp_path)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                sys.executable,
+                "-m",
+                "rara.executor.main",
+                "--listen",
+                address,
+                "--insecure-loopback",
+                "--plugins",
+                "rara.executor.conformance_plugins",
+                "--artifact-root",
+                str(tmp_path),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     first = executor()
     try:
         # A long refresh: nothing but the failed call tells the worker its executor went away.
         worker = spawn("w1", executor_endpoint=address, executor_refresh_seconds=600)
-        define(conn, "remote", [{"key": "a", "capability": "test.echo@1", "executor": "grpc",
-                                 "retry": {"maxAttempts": 1}}])
+        define(
+            conn,
+            "remote",
+            [
+                {
+                    "key": "a",
+                    "capability": "test.echo@1",
+                    "executor": "grpc",
+                    "retry": {"maxAttempts": 1},
+                }
+            ],
+        )
         # (a capability that only the executor serves: test.echo@1 is also in-process, so it
         # is listed before the worker has heard from the executor at all)
-        wait_until(lambda: REMOTE in workers.capabilities(conn, alive_seconds=30),
-                 timeout=20, message="the executor's capabilities served")
+        wait_until(
+            lambda: REMOTE in workers.capabilities(conn, alive_seconds=30),
+            timeout=20,
+            message="the executor's capabilities served",
+        )
     finally:
         first.kill()
         first.wait(30)
     run_id = start_run(conn, "remote", input={"text": "hi"}).run_id
     try:
-        wait_until(lambda: conn.execute("SELECT count(*) FROM rara_attempts WHERE run_id = %s",
-                                      (run_id,)).fetchone()[0] >= 1,  # type: ignore[index]
-                 timeout=30, message="the step leased and its call tried")
+        wait_until(
+            lambda: (
+                conn.execute(
+                    "SELECT count(*) FROM rara_attempts WHERE run_id = %s", (run_id,)
+                ).fetchone()[0]
+                >= 1
+            ),  # type: ignore[index]
+            timeout=30,
+            message="the step leased and its call tried",
+        )
     except TimeoutError as exc:
         raise AssertionError(f"{exc}; the worker said:\n{worker.output()}") from None
     second = executor()
     try:
-        wait_until(lambda: conn.execute("SELECT status::text FROM rara_runs WHERE id = %s",
-                                      (run_id,)).fetchone() == ("succeeded",),
-                 timeout=30, message="the run done once the executor is back")
+        wait_until(
+            lambda: (
+                conn.execute(
+                    "SELECT status::text FROM rara_runs WHERE id = %s", (run_id,)
+                ).fetchone()
+                == ("succeeded",)
+            ),
+            timeout=30,
+            message="the run done once the executor is back",
+        )
     finally:
         second.terminate()
         second.wait(30)
-    outcomes = [row[0] for row in conn.execute(
-        "SELECT outcome::text FROM rara_attempts WHERE run_id = %s ORDER BY attempt",
-        (run_id,)).fetchall()]
+    outcomes = [
+        row[0]
+        for row in conn.execute(
+            "SELECT outcome::text FROM rara_attempts WHERE run_id = %s ORDER BY attempt", (run_id,)
+        ).fetchall()
+    ]
     assert outcomes[0] == "released"  # not failed: maxAttempts 1 would have ended the run
     assert outcomes[-1] == "succeeded"

@@ -10,11 +10,25 @@ from tests.support.runs import attempts_of, define, start, steps_of, wait_run
 from tests.support.workers import FAST
 
 
-def test_backoff_within_jitter_bounds_then_failed_for_good(conn: psycopg.Connection[Any],
-                                                           thread_worker: Any) -> None:
-    define(conn, "flaky", [{"key": "f", "capability": "test.fail@1",
-                            "retry": {"maxAttempts": 4, "initialDelay": "300ms",
-                                      "maxDelay": "1s", "backoffCoefficient": 2}}])
+def test_backoff_within_jitter_bounds_then_failed_for_good(
+    conn: psycopg.Connection[Any], thread_worker: Any
+) -> None:
+    define(
+        conn,
+        "flaky",
+        [
+            {
+                "key": "f",
+                "capability": "test.fail@1",
+                "retry": {
+                    "maxAttempts": 4,
+                    "initialDelay": "300ms",
+                    "maxDelay": "1s",
+                    "backoffCoefficient": 2,
+                },
+            }
+        ],
+    )
     thread_worker(jitter=0.2)
     run_id = start(conn, "flaky")
     wait_run(conn, run_id, status="failed", timeout=30)
@@ -33,10 +47,18 @@ def test_backoff_within_jitter_bounds_then_failed_for_good(conn: psycopg.Connect
     assert "raise RetryableError" in error["traceback"]
 
 
-def test_terminal_error_is_never_retried(conn: psycopg.Connection[Any],
-                                         thread_worker: Any) -> None:
-    define(conn, "bad", [{"key": "f", "capability": "test.fail@1",
-                          "retry": {"maxAttempts": 5, "initialDelay": "10ms"}}])
+def test_terminal_error_is_never_retried(conn: psycopg.Connection[Any], thread_worker: Any) -> None:
+    define(
+        conn,
+        "bad",
+        [
+            {
+                "key": "f",
+                "capability": "test.fail@1",
+                "retry": {"maxAttempts": 5, "initialDelay": "10ms"},
+            }
+        ],
+    )
     thread_worker()
     run_id = start(conn, "bad", {"terminal": True})
     wait_run(conn, run_id, status="failed")
@@ -46,8 +68,17 @@ def test_terminal_error_is_never_retried(conn: psycopg.Connection[Any],
 
 
 def test_any_other_exception_is_retried(conn: psycopg.Connection[Any], thread_worker: Any) -> None:
-    define(conn, "plain", [{"key": "f", "capability": "test.fail@1",
-                            "retry": {"maxAttempts": 3, "initialDelay": "10ms"}}])
+    define(
+        conn,
+        "plain",
+        [
+            {
+                "key": "f",
+                "capability": "test.fail@1",
+                "retry": {"maxAttempts": 3, "initialDelay": "10ms"},
+            }
+        ],
+    )
     thread_worker()
     run_id = start(conn, "plain", {"plain": True, "fail": 1})
     wait_run(conn, run_id, status="succeeded")
@@ -57,10 +88,21 @@ def test_any_other_exception_is_retried(conn: psycopg.Connection[Any], thread_wo
     assert second["outcome"] == "succeeded"
 
 
-def test_timeout_fails_the_attempt_retryably(conn: psycopg.Connection[Any],
-                                             thread_worker: Any) -> None:
-    define(conn, "slow", [{"key": "s", "capability": "test.sleep@1", "timeout": "300ms",
-                           "retry": {"maxAttempts": 2, "initialDelay": "10ms"}}])
+def test_timeout_fails_the_attempt_retryably(
+    conn: psycopg.Connection[Any], thread_worker: Any
+) -> None:
+    define(
+        conn,
+        "slow",
+        [
+            {
+                "key": "s",
+                "capability": "test.sleep@1",
+                "timeout": "300ms",
+                "retry": {"maxAttempts": 2, "initialDelay": "10ms"},
+            }
+        ],
+    )
     thread_worker()
     run_id = start(conn, "slow", {"seconds": 30, "ignore_cancel": True})
     wait_run(conn, run_id, status="failed", timeout=15)
@@ -72,10 +114,21 @@ def test_timeout_fails_the_attempt_retryably(conn: psycopg.Connection[Any],
         assert 0.3 <= (a["ended_at"] - a["started_at"]).total_seconds() < 1.5
 
 
-def test_heartbeat_timeout_fails_a_silent_handler(conn: psycopg.Connection[Any],
-                                                  thread_worker: Any) -> None:
-    define(conn, "quiet", [{"key": "q", "capability": "test.silent@1",
-                            "heartbeatTimeout": "400ms", "retry": {"maxAttempts": 1}}])
+def test_heartbeat_timeout_fails_a_silent_handler(
+    conn: psycopg.Connection[Any], thread_worker: Any
+) -> None:
+    define(
+        conn,
+        "quiet",
+        [
+            {
+                "key": "q",
+                "capability": "test.silent@1",
+                "heartbeatTimeout": "400ms",
+                "retry": {"maxAttempts": 1},
+            }
+        ],
+    )
     thread_worker()
     run_id = start(conn, "quiet", {"seconds": 30})
     wait_run(conn, run_id, status="failed", timeout=15)

@@ -31,17 +31,28 @@ async def store(database_url: str) -> AsyncIterator[WorkerStore]:
 
 def _enqueue(conn: psycopg.Connection[Any], n: int, priority: int = 0) -> None:
     """``n`` ready single-step runs of "one" at once (set-wise, like a bulk producer)."""
-    enqueue_single_step_runs(conn, definition="one", version=1, key="s",
-                             capability="test.echo@1", n=n, priority=priority)
+    enqueue_single_step_runs(
+        conn, definition="one", version=1, key="s", capability="test.echo@1", n=n, priority=priority
+    )
 
 
 def _lease_scan_buffers(conn: psycopg.Connection[Any], after: dict[str, Any]) -> int:
     """Leases one step as the worker does (auto_explain's analyze; rolled back) and returns
     the pages its scan of the lease index touched: index and heap pages of every entry it
     walked."""
-    plans = nested_plans(conn, sql("step_lease"), {
-        "capabilities": [c for c, _ in PAIRS], "executors": [e for _, e in PAIRS], "limit": 1,
-        "worker": "cursor", "lease_seconds": 30, **after}, analyze=True)
+    plans = nested_plans(
+        conn,
+        sql("step_lease"),
+        {
+            "capabilities": [c for c, _ in PAIRS],
+            "executors": [e for _, e in PAIRS],
+            "limit": 1,
+            "worker": "cursor",
+            "lease_seconds": 30,
+            **after,
+        },
+        analyze=True,
+    )
 
     def scans(node: dict[str, Any]) -> list[dict[str, Any]]:
         found = [node] if node.get("Index Name") == "rara_steps_ready" else []
@@ -53,7 +64,8 @@ def _lease_scan_buffers(conn: psycopg.Connection[Any], after: dict[str, Any]) ->
 
 
 async def test_under_a_held_horizon_the_cursor_lease_skips_the_dead_entries(
-        conn: psycopg.Connection[Any], database_url: str, store: WorkerStore) -> None:
+    conn: psycopg.Connection[Any], database_url: str, store: WorkerStore
+) -> None:
     define(conn, "one", [{"key": "s", "capability": "test.echo@1"}])
     _enqueue(conn, 1000)
     cursors = LeaseCursors()
@@ -61,8 +73,9 @@ async def test_under_a_held_horizon_the_cursor_lease_skips_the_dead_entries(
         holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         holder.execute("SELECT count(*) FROM rara_steps").fetchone()
         for _ in range(6):
-            cursors.advance(await store.lease(PAIRS, 100, 30, cursors.after(PAIRS,
-                                                                         from_start=False)))
+            cursors.advance(
+                await store.lease(PAIRS, 100, 30, cursors.after(PAIRS, from_start=False))
+            )
         conn.execute("VACUUM rara_steps")  # removes nothing while the snapshot is open
         after_cursor = _lease_scan_buffers(conn, cursors.after(PAIRS, from_start=False))
         from_start = _lease_scan_buffers(conn, cursors.after(PAIRS, from_start=True))
@@ -75,7 +88,8 @@ async def test_under_a_held_horizon_the_cursor_lease_skips_the_dead_entries(
 
 
 async def test_a_step_behind_the_cursor_is_found_by_the_scan_from_the_start(
-        conn: psycopg.Connection[Any], store: WorkerStore) -> None:
+    conn: psycopg.Connection[Any], store: WorkerStore
+) -> None:
     define(conn, "one", [{"key": "s", "capability": "test.echo@1"}])
     _enqueue(conn, 10)
     cursors = LeaseCursors()
@@ -128,13 +142,34 @@ def test_the_cursor_keeps_the_furthest_key_per_pair() -> None:
     at = datetime(2026, 1, 1, tzinfo=UTC)
 
     def step(id_: int, rank: int, executor: str = "inprocess") -> LeasedStep:
-        return LeasedStep(id_, 1, "s", "c@1", executor, {}, 1, 3, UUID(int=id_), at, None, None,
-                          (), {}, at, rank=rank, available_at=at)
+        return LeasedStep(
+            id_,
+            1,
+            "s",
+            "c@1",
+            executor,
+            {},
+            1,
+            3,
+            UUID(int=id_),
+            at,
+            None,
+            None,
+            (),
+            {},
+            at,
+            rank=rank,
+            available_at=at,
+        )
 
     cursors = LeaseCursors()
     cursors.advance([step(5, 0), step(9, -1), step(7, 0), step(2, 0, "grpc")])
-    after = cursors.after([("c@1", "inprocess"), ("c@1", "grpc"), ("d@1", "inprocess")],
-                          from_start=False)
-    assert after == {"after_ranks": [0, 0, None], "after_ats": [at, at, None],
-                     "after_ids": [7, 2, None]}
+    after = cursors.after(
+        [("c@1", "inprocess"), ("c@1", "grpc"), ("d@1", "inprocess")], from_start=False
+    )
+    assert after == {
+        "after_ranks": [0, 0, None],
+        "after_ats": [at, at, None],
+        "after_ids": [7, 2, None],
+    }
     assert cursors.after([("c@1", "inprocess")], from_start=True)["after_ids"] == [None]

@@ -42,20 +42,23 @@ async def store(database_url: str) -> AsyncIterator[WorkerStore]:
 
 
 def _expiry(conn: psycopg.Connection[Any], step_id: int) -> Any:
-    row = conn.execute("SELECT lease_expires_at FROM rara_steps WHERE id = %s",
-                       (step_id,)).fetchone()
+    row = conn.execute(
+        "SELECT lease_expires_at FROM rara_steps WHERE id = %s", (step_id,)
+    ).fetchone()
     assert row is not None
     return row[0]
 
 
 async def test_a_heartbeat_does_not_revive_an_expired_lease(
-        conn: psycopg.Connection[Any], store: WorkerStore) -> None:
+    conn: psycopg.Connection[Any], store: WorkerStore
+) -> None:
     define(conn, "expired", [{"key": "s", "capability": "test.echo@1"}])
     start(conn, "expired")
     [step] = await store.lease(PAIRS, 1, lease_seconds=0.2)
     deadline = time.monotonic() + 10
-    while conn.execute("SELECT lease_expires_at > now() FROM rara_steps WHERE id = %s",
-                       (step.id,)).fetchone() != (False,):
+    while conn.execute(
+        "SELECT lease_expires_at > now() FROM rara_steps WHERE id = %s", (step.id,)
+    ).fetchone() != (False,):
         assert time.monotonic() < deadline, "the lease did not expire"
         await asyncio.sleep(0.02)
     expired_at = _expiry(conn, step.id)
@@ -67,20 +70,31 @@ async def test_a_heartbeat_does_not_revive_an_expired_lease(
 
 
 async def test_a_heartbeat_leaves_out_attempts_lost_or_ended(
-        conn: psycopg.Connection[Any], database_url: str, tmp_path: Path) -> None:
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
     define(conn, "three", [{"key": "s", "capability": "test.echo@1"}])
     for _ in range(3):
         start(conn, "three")
-    settings = WorkerSettings(database_url=database_url, handlers=[HANDLERS], id="w-outage",
-                              lease_seconds=30.0, artifact_root=tmp_path / "artifacts")
-    worker = Worker(settings, [InProcessExecutor(load_registry(settings.handlers))],
-                    database_url)
+    settings = WorkerSettings(
+        database_url=database_url,
+        handlers=[HANDLERS],
+        id="w-outage",
+        lease_seconds=30.0,
+        artifact_root=tmp_path / "artifacts",
+    )
+    worker = Worker(settings, [InProcessExecutor(load_registry(settings.handlers))], database_url)
     await worker.pool.open()
     try:
         await worker.store.register(["test.echo@1"])
         leased = await worker.store.lease(PAIRS, 3, lease_seconds=30)
-        live, lost, ended = (AttemptState(step=s, fence=Fence(s.id, "w-outage", s.lease_token),
-                                          loop=asyncio.get_running_loop()) for s in leased)
+        live, lost, ended = (
+            AttemptState(
+                step=s,
+                fence=Fence(s.id, "w-outage", s.lease_token),
+                loop=asyncio.get_running_loop(),
+            )
+            for s in leased
+        )
         lost.lose()  # stopped as lost: its local horizon passed without an answer
         ended.ended = True  # its end was given up ("its lease will expire")
         worker.attempts.update({st.step.id: st for st in (live, lost, ended)})
@@ -98,30 +112,41 @@ async def test_a_heartbeat_leaves_out_attempts_lost_or_ended(
 
 
 async def test_a_slow_heartbeat_answer_still_extends_the_leases(
-        conn: psycopg.Connection[Any], database_url: str, tmp_path: Path) -> None:
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
     """A busy server answers late (here the worker's row is held locked by another session for
     longer than the 5 s after which a try used to be abandoned): the try waits for its answer
     until the lease's horizon. Abandoning it to reconnect is what, on a loaded 2-core kind node
     during a `helm upgrade`, never got an answer while every lease of an executor pod expired."""
     define(conn, "slow", [{"key": "s", "capability": "test.echo@1"}])
     start(conn, "slow")
-    settings = WorkerSettings(database_url=database_url, handlers=[HANDLERS], id="w-slow",
-                              lease_seconds=30.0, artifact_root=tmp_path / "artifacts")
-    worker = Worker(settings, [InProcessExecutor(load_registry(settings.handlers))],
-                    database_url)
+    settings = WorkerSettings(
+        database_url=database_url,
+        handlers=[HANDLERS],
+        id="w-slow",
+        lease_seconds=30.0,
+        artifact_root=tmp_path / "artifacts",
+    )
+    worker = Worker(settings, [InProcessExecutor(load_registry(settings.handlers))], database_url)
     await worker.pool.open()
     try:
         await worker.store.register(["test.echo@1"])
         [step] = await worker.store.lease(PAIRS, 1, lease_seconds=30)
-        held = AttemptState(step=step, fence=Fence(step.id, "w-slow", step.lease_token),
-                            loop=asyncio.get_running_loop(),
-                            lease_valid_until=time.monotonic() + 30)
+        held = AttemptState(
+            step=step,
+            fence=Fence(step.id, "w-slow", step.lease_token),
+            loop=asyncio.get_running_loop(),
+            lease_valid_until=time.monotonic() + 30,
+        )
         worker.attempts[step.id] = held
         before = _expiry(conn, step.id)
         with psycopg.connect(database_url) as blocker:
             blocker.execute("SELECT 1 FROM rara_workers WHERE id = 'w-slow' FOR UPDATE")
-            beat = asyncio.ensure_future(worker._heartbeat(
-                heartbeat_within(time.monotonic(), worker._horizon(), settings.lease_seconds)))
+            beat = asyncio.ensure_future(
+                worker._heartbeat(
+                    heartbeat_within(time.monotonic(), worker._horizon(), settings.lease_seconds)
+                )
+            )
             with pytest.raises(TimeoutError):  # still waiting for its answer after 6 s
                 await asyncio.wait_for(asyncio.shield(beat), 6.0)
             blocker.commit()
@@ -154,17 +179,22 @@ def test_failed_heartbeats_are_retried_about_every_second_within_the_lease() -> 
 
 
 async def test_leases_whose_answer_was_lost_are_given_back(
-        conn: psycopg.Connection[Any], database_url: str, tmp_path: Path) -> None:
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
     """A lease can commit and its answer never arrive (the connection dropped between the commit
     and the reply). After a failed lease the worker gives back whatever is leased in its name
     that it does not run: released at once, not left to expire a lease later for an attempt."""
     define(conn, "unheld", [{"key": "s", "capability": "test.echo@1"}])
     for _ in range(3):
         start(conn, "unheld")
-    settings = WorkerSettings(database_url=database_url, handlers=[HANDLERS], id="w-unheld",
-                              lease_seconds=30.0, artifact_root=tmp_path / "artifacts")
-    worker = Worker(settings, [InProcessExecutor(load_registry(settings.handlers))],
-                    database_url)
+    settings = WorkerSettings(
+        database_url=database_url,
+        handlers=[HANDLERS],
+        id="w-unheld",
+        lease_seconds=30.0,
+        artifact_root=tmp_path / "artifacts",
+    )
+    worker = Worker(settings, [InProcessExecutor(load_registry(settings.handlers))], database_url)
     other = WorkerStore(worker.pool, "w-other")
     await worker.pool.open()
     try:
@@ -173,13 +203,20 @@ async def test_leases_whose_answer_was_lost_are_given_back(
         held, lost = await worker.store.lease(PAIRS, 2, lease_seconds=30)  # answer "lost"
         [others] = await other.lease(PAIRS, 1, lease_seconds=30)
         worker.attempts[held.id] = AttemptState(
-            step=held, fence=Fence(held.id, "w-unheld", held.lease_token),
-            loop=asyncio.get_running_loop())
+            step=held,
+            fence=Fence(held.id, "w-unheld", held.lease_token),
+            loop=asyncio.get_running_loop(),
+        )
         await worker._release_unheld()
-        rows = {r[0]: r[1:] for r in conn.execute(
-            "SELECT s.id, s.status::text, s.releases, s.leased_by, a.outcome::text "
-            "FROM rara_steps s JOIN rara_attempts a ON a.step_id = s.id AND a.attempt = s.attempt "
-            "WHERE s.id = ANY(%s)", ([held.id, lost.id, others.id],))}
+        rows = {
+            r[0]: r[1:]
+            for r in conn.execute(
+                "SELECT s.id, s.status::text, s.releases, s.leased_by, a.outcome::text "
+                "FROM rara_steps s JOIN rara_attempts a "
+                "ON a.step_id = s.id AND a.attempt = s.attempt WHERE s.id = ANY(%s)",
+                ([held.id, lost.id, others.id],),
+            )
+        }
         assert rows[lost.id] == ("ready", 1, None, "released")
         assert rows[held.id] == ("running", 0, "w-unheld", "running"), "a held lease given back"
         assert rows[others.id] == ("running", 0, "w-other", "running"), "another's lease given back"

@@ -24,10 +24,20 @@ def _leased_by(conn: psycopg.Connection[Any], run_id: int) -> str | None:
     return step["leased_by"] if step["status"] == "running" else None
 
 
-def test_sigkill_mid_step_recovered_after_lease_expiry(conn: psycopg.Connection[Any],
-                                                        spawn: Any) -> None:
-    define(conn, "crashy", [{"key": "s", "capability": "test.sleep@1",
-                             "retry": {"maxAttempts": 2, "initialDelay": "1ms"}}])
+def test_sigkill_mid_step_recovered_after_lease_expiry(
+    conn: psycopg.Connection[Any], spawn: Any
+) -> None:
+    define(
+        conn,
+        "crashy",
+        [
+            {
+                "key": "s",
+                "capability": "test.sleep@1",
+                "retry": {"maxAttempts": 2, "initialDelay": "1ms"},
+            }
+        ],
+    )
     victim = spawn("victim")
     run_id = start(conn, "crashy", {"seconds": 60, "slow_attempts": 1})
     wait_until(lambda: _leased_by(conn, run_id) == "victim", message="victim leased the step")
@@ -42,23 +52,30 @@ def test_sigkill_mid_step_recovered_after_lease_expiry(conn: psycopg.Connection[
     first, second = attempts_of(conn, run_id)
     assert (first["worker"], first["outcome"]) == ("victim", "lease_expired")
     assert (second["worker"], second["outcome"], second["ended_by"]) == (
-        "rescuer", "succeeded", "rescuer")
+        "rescuer",
+        "succeeded",
+        "rescuer",
+    )
     check_history(conn)
 
 
-def test_sigterm_releases_leases_within_the_grace(conn: psycopg.Connection[Any],
-                                                  spawn: Any) -> None:
+def test_sigterm_releases_leases_within_the_grace(
+    conn: psycopg.Connection[Any], spawn: Any
+) -> None:
     grace = 1.5
     define(conn, "short", [{"key": "s", "capability": "test.sleep@1"}])
     # maxAttempts 1: a released attempt must not use up the only attempt there is.
     # A sync handler that ignores cancel: its thread cannot be stopped, yet the process exits.
-    define(conn, "long", [{"key": "s", "capability": "test.sleep_sync@1",
-                           "retry": {"maxAttempts": 1}}])
+    define(
+        conn, "long", [{"key": "s", "capability": "test.sleep_sync@1", "retry": {"maxAttempts": 1}}]
+    )
     leaving = spawn("leaving", shutdown_grace_seconds=grace, concurrency=2)
     short = start(conn, "short", {"seconds": 0.5})
     long = start(conn, "long", {"seconds": 60, "slow_attempts": 1, "ignore_cancel": True})
-    wait_until(lambda: _leased_by(conn, short) == _leased_by(conn, long) == "leaving",
-             message="both steps leased")
+    wait_until(
+        lambda: _leased_by(conn, short) == _leased_by(conn, long) == "leaving",
+        message="both steps leased",
+    )
     spawn("staying")
     leaving.signal(signal.SIGTERM)
     signalled = time.monotonic()
@@ -72,10 +89,14 @@ def test_sigterm_releases_leases_within_the_grace(conn: psycopg.Connection[Any],
     assert (step["attempt"], step["releases"]) == (2, 1)
     first, second = attempts_of(conn, long)
     assert (first["worker"], first["outcome"], first["ended_by"]) == (
-        "leaving", "released", "leaving")
+        "leaving",
+        "released",
+        "leaving",
+    )
     assert (second["worker"], second["outcome"]) == ("staying", "succeeded")
-    assert conn.execute("SELECT stopped_at IS NOT NULL FROM rara_workers WHERE id = 'leaving'"
-                        ).fetchone() == (True,)
+    assert conn.execute(
+        "SELECT stopped_at IS NOT NULL FROM rara_workers WHERE id = 'leaving'"
+    ).fetchone() == (True,)
     check_history(conn)
 
 
@@ -84,44 +105,73 @@ def _succeeded(conn: psycopg.Connection[Any]) -> int:
     return int(row[0]) if row else 0
 
 
-def test_competing_workers_run_every_step_exactly_once(conn: psycopg.Connection[Any],
-                                                       spawn: Any) -> None:
+def test_competing_workers_run_every_step_exactly_once(
+    conn: psycopg.Connection[Any], spawn: Any
+) -> None:
     steps, workers = 5_000, 8
     version = apply(conn, "noop", [{"key": "n", "capability": "test.noop@1"}])
-    enqueue_single_step_runs(conn, definition="noop", version=version.version, key="n",
-                             capability="test.noop@1", n=steps)
-    procs = [spawn(f"w{i}", wait=False, concurrency=8, lease_seconds=10.0,
-                   heartbeat_seconds=3.0) for i in range(workers)]
+    enqueue_single_step_runs(
+        conn, definition="noop", version=version.version, key="n", capability="test.noop@1", n=steps
+    )
+    procs = [
+        spawn(f"w{i}", wait=False, concurrency=8, lease_seconds=10.0, heartbeat_seconds=3.0)
+        for i in range(workers)
+    ]
     began = time.monotonic()
-    wait_until(lambda: _succeeded(conn) == steps, timeout=120, interval=0.2,
-             message=f"{steps} steps to succeed")
+    wait_until(
+        lambda: _succeeded(conn) == steps,
+        timeout=120,
+        interval=0.2,
+        message=f"{steps} steps to succeed",
+    )
     elapsed = time.monotonic() - began
     for proc in procs:
         assert proc.proc.poll() is None, proc.output()
     report = check_history(conn)
     assert report == {"steps": steps, "attempts": steps, "succeeded": steps}
-    by_worker = dict(conn.execute("SELECT worker, count(*) FROM rara_attempts GROUP BY 1"
-                                  ).fetchall())
+    by_worker = dict(
+        conn.execute("SELECT worker, count(*) FROM rara_attempts GROUP BY 1").fetchall()
+    )
     assert len(by_worker) >= 2, by_worker  # they really competed
-    assert conn.execute("SELECT count(*) FROM rara_runs WHERE status <> 'succeeded'"
-                        ).fetchone() == (0,)
+    assert conn.execute(
+        "SELECT count(*) FROM rara_runs WHERE status <> 'succeeded'"
+    ).fetchone() == (0,)
     print(f"{steps} steps, {workers} workers: {elapsed:.1f}s incl. start-up; {by_worker}")
 
 
-def test_postgres_restart_mid_run(conn: psycopg.Connection[Any], spawn: Any,
-                                  pg_server: EmbeddedPostgres | None, database_url: str) -> None:
+def test_postgres_restart_mid_run(
+    conn: psycopg.Connection[Any], spawn: Any, pg_server: EmbeddedPostgres | None, database_url: str
+) -> None:
     if pg_server is None:
         pytest.skip("needs the embedded test server (RARA_TEST_DATABASE_URL is set)")
     steps = 300
     conn.execute("CREATE TABLE test_ledger (key text PRIMARY KEY, executions integer NOT NULL)")
-    version = apply(conn, "ledger", [{"key": "l", "capability": "test.ledger@1",
-                                      "retry": {"maxAttempts": 20, "initialDelay": "50ms",
-                                                "maxDelay": "1s"}}])
-    enqueue_single_step_runs(conn, definition="ledger", version=version.version, key="l",
-                             capability="test.ledger@1", n=steps, max_attempts=20, initial_ms=50,
-                             max_ms=1000, input={"ledger_dsn": database_url, "seconds": 0.02})
-    procs = [spawn(f"pg{i}", concurrency=4, lease_seconds=8.0, heartbeat_seconds=1.0)
-             for i in range(2)]
+    version = apply(
+        conn,
+        "ledger",
+        [
+            {
+                "key": "l",
+                "capability": "test.ledger@1",
+                "retry": {"maxAttempts": 20, "initialDelay": "50ms", "maxDelay": "1s"},
+            }
+        ],
+    )
+    enqueue_single_step_runs(
+        conn,
+        definition="ledger",
+        version=version.version,
+        key="l",
+        capability="test.ledger@1",
+        n=steps,
+        max_attempts=20,
+        initial_ms=50,
+        max_ms=1000,
+        input={"ledger_dsn": database_url, "seconds": 0.02},
+    )
+    procs = [
+        spawn(f"pg{i}", concurrency=4, lease_seconds=8.0, heartbeat_seconds=1.0) for i in range(2)
+    ]
     wait_until(lambda: _succeeded(conn) >= steps // 4, timeout=60, message="a quarter done")
     pg_server.restart()
 

@@ -63,8 +63,9 @@ class BM25Index:
         # artifact digest) would differ from one process to the next.
         docs = [tokenize(p.text) for p in passages]
         vocab = {token: i for i, token in enumerate(sorted({t for doc in docs for t in doc}))}
-        return cls.from_token_ids(passages, [[vocab[t] for t in doc] for doc in docs], vocab,
-                                  k1=k1, b=b)
+        return cls.from_token_ids(
+            passages, [[vocab[t] for t in doc] for doc in docs], vocab, k1=k1, b=b
+        )
 
     @classmethod
     def from_token_ids(

@@ -42,8 +42,7 @@ def unpack(data: bytes, dest: str | Path) -> Path:
     with tarfile.open(fileobj=io.BytesIO(raw), mode="r:") as tar:
         for member in tar.getmembers():
             parts = Path(member.name).parts
-            if not member.isreg() or not parts or Path(member.name).is_absolute() \
-                    or ".." in parts:
+            if not member.isreg() or not parts or Path(member.name).is_absolute() or ".." in parts:
                 raise ValueError(f"not a packed directory: unsafe member {member.name!r}")
             target = out.joinpath(*parts)
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -42,10 +42,14 @@ class ConformanceReport:
         return all(r.outcome != "failed" for r in self.results)
 
     def summary(self) -> str:
-        lines = [f"{r.outcome.upper():7} {r.name} ({r.seconds:.2f}s)"
-                 + (f": {r.detail}" if r.detail else "") for r in self.results]
-        counts = {o: sum(r.outcome == o for r in self.results)
-                  for o in ("passed", "failed", "skipped")}
+        lines = [
+            f"{r.outcome.upper():7} {r.name} ({r.seconds:.2f}s)"
+            + (f": {r.detail}" if r.detail else "")
+            for r in self.results
+        ]
+        counts = {
+            o: sum(r.outcome == o for r in self.results) for o in ("passed", "failed", "skipped")
+        }
         lines.append(f"{self.address}: " + ", ".join(f"{n} {o}" for o, n in counts.items()))
         return "\n".join(lines)
 
@@ -60,8 +64,9 @@ async def _run_one(
     except Skip as exc:
         return CheckResult(name, "skipped", str(exc), time.monotonic() - started)
     except TimeoutError:
-        return CheckResult(name, "failed", f"no verdict within {limit_s}s",
-                           time.monotonic() - started)
+        return CheckResult(
+            name, "failed", f"no verdict within {limit_s}s", time.monotonic() - started
+        )
     except AssertionError as exc:
         return CheckResult(name, "failed", str(exc), time.monotonic() - started)
     except Exception as exc:

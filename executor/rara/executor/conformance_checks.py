@@ -57,8 +57,13 @@ async def check_capabilities_listed(probe: Probe) -> None:
 
 @check
 async def check_event_order_and_seq(probe: Probe) -> None:
-    job = make_job(capability="test.echo@1", idempotency_key=probe.key("order"),
-                   payload={"n": 2**53 + 1}, attempt=3, step_key="echo")
+    job = make_job(
+        capability="test.echo@1",
+        idempotency_key=probe.key("order"),
+        payload={"n": 2**53 + 1},
+        attempt=3,
+        step_key="echo",
+    )
     events = await probe.collect(job)
     assert kinds(events) == ["accepted", "running", "succeeded"], kinds(events)
     result = _result(events[-1])
@@ -69,13 +74,20 @@ async def check_event_order_and_seq(probe: Probe) -> None:
 
 @check
 async def check_checkpoint_and_resume(probe: Probe) -> None:
-    job = make_job(capability="test.echo@1", idempotency_key=probe.key("ckpt"),
-                   payload={"checkpoint": {"epoch": 7}})
+    job = make_job(
+        capability="test.echo@1",
+        idempotency_key=probe.key("ckpt"),
+        payload={"checkpoint": {"epoch": 7}},
+    )
     events = await probe.collect(job)
     assert kinds(events) == ["accepted", "running", "checkpoint", "succeeded"], kinds(events)
     assert json.loads(events[2].checkpoint.state_json) == {"epoch": 7}
-    resumed = make_job(capability="test.echo@1", idempotency_key=probe.key("ckpt"), attempt=2,
-                       checkpoint=Checkpoint(attempt=1, seq=events[2].seq, state={"epoch": 7}))
+    resumed = make_job(
+        capability="test.echo@1",
+        idempotency_key=probe.key("ckpt"),
+        attempt=2,
+        checkpoint=Checkpoint(attempt=1, seq=events[2].seq, state={"epoch": 7}),
+    )
     result = _result((await probe.collect(resumed))[-1])
     assert isinstance(result, dict), result
     assert result["resumed_from"] == {"epoch": 7}, result
@@ -84,18 +96,23 @@ async def check_checkpoint_and_resume(probe: Probe) -> None:
 @check
 async def check_artifact_manifest(probe: Probe) -> None:
     text = f"conformance {probe.run_tag}"
-    job = make_job(capability="test.echo@1", idempotency_key=probe.key("art"),
-                   payload={"artifact_text": text})
+    job = make_job(
+        capability="test.echo@1", idempotency_key=probe.key("art"), payload={"artifact_text": text}
+    )
     manifest = list((await probe.collect(job))[-1].succeeded.artifacts)
     digest = "sha256:" + hashlib.sha256(text.encode()).hexdigest()
     assert [(a.name, a.digest, a.size, a.media_type) for a in manifest] == [
-        ("echo.txt", digest, len(text), "text/plain")], manifest
+        ("echo.txt", digest, len(text), "text/plain")
+    ], manifest
 
 
 @check
 async def check_progress(probe: Probe) -> None:
-    job = make_job(capability="test.sleep@1", idempotency_key=probe.key("progress"),
-                   payload={"seconds": 0.3, "steps": 3})
+    job = make_job(
+        capability="test.sleep@1",
+        idempotency_key=probe.key("progress"),
+        payload={"seconds": 0.3, "steps": 3},
+    )
     events = await probe.collect(job)
     progress = [e.progress for e in events if e.HasField("progress")]
     assert progress, f"expected progress events: {kinds(events)}"
@@ -106,8 +123,11 @@ async def check_progress(probe: Probe) -> None:
 @check
 async def check_structured_errors(probe: Probe) -> None:
     for retryable in (True, False):
-        job = make_job(capability="test.fail@1", idempotency_key=probe.key(f"fail{retryable}"),
-                       payload={"retryable": retryable, "message": "boom"})
+        job = make_job(
+            capability="test.fail@1",
+            idempotency_key=probe.key(f"fail{retryable}"),
+            payload={"retryable": retryable, "message": "boom"},
+        )
         events = await probe.collect(job)
         assert kinds(events) == ["accepted", "running", "failed"], kinds(events)
         error = events[-1].failed.error
@@ -119,8 +139,12 @@ async def check_structured_errors(probe: Probe) -> None:
 @check
 async def check_deadline(probe: Probe) -> None:
     deadline = datetime.now(UTC) + timedelta(seconds=0.5)
-    job = make_job(capability="test.sleep@1", idempotency_key=probe.key("deadline"),
-                   payload={"seconds": 300, "steps": 3000}, deadline=deadline)
+    job = make_job(
+        capability="test.sleep@1",
+        idempotency_key=probe.key("deadline"),
+        payload={"seconds": 300, "steps": 3000},
+        deadline=deadline,
+    )
     events = await probe.collect(job)
     error = events[-1].failed.error
     assert error.code == pb.ERROR_CODE_DEADLINE_EXCEEDED, events[-1]
@@ -161,8 +185,11 @@ async def check_cancel_hard_stop(probe: Probe) -> None:
 @check
 async def check_client_disconnect(probe: Probe) -> None:
     baseline = (await probe.client.get_capabilities()).active_jobs
-    job = make_job(capability="test.sleep@1", idempotency_key=probe.key("disc"),
-                   payload={"seconds": 300, "steps": 3000})
+    job = make_job(
+        capability="test.sleep@1",
+        idempotency_key=probe.key("disc"),
+        payload={"seconds": 300, "steps": 3000},
+    )
     stream = probe.client.execute(job)
     await _until_running(stream)
     await probe.wait_active(lambda n: n > baseline)
@@ -196,13 +223,18 @@ async def check_resource_exhausted(probe: Probe) -> None:
     if limit > 256:
         raise Skip(f"max_concurrency {limit} is too many jobs to fill for a check")
     keys = [probe.key(f"full{i}") for i in range(limit)]
-    streams = [probe.client.execute(make_job(capability="test.sleep@1", idempotency_key=k,
-                                             payload={"seconds": 300})) for k in keys]
+    streams = [
+        probe.client.execute(
+            make_job(capability="test.sleep@1", idempotency_key=k, payload={"seconds": 300})
+        )
+        for k in keys
+    ]
     try:
         await asyncio.gather(*(_until_running(s) for s in streams))
         extra = make_job(capability="test.echo@1", idempotency_key=probe.key("extra"))
-        await expect_status(probe.collect(extra), grpc.StatusCode.RESOURCE_EXHAUSTED,
-                            "Execute on a full executor")
+        await expect_status(
+            probe.collect(extra), grpc.StatusCode.RESOURCE_EXHAUSTED, "Execute on a full executor"
+        )
     finally:
         for s in streams:
             await s.aclose()
@@ -215,9 +247,13 @@ async def check_unauthenticated(probe: Probe) -> None:
         raise Skip("endpoint runs without a token")
     for token in (None, probe.token + "-wrong"):
         async with probe.other_client(token) as client:
-            await expect_status(client.get_capabilities(), grpc.StatusCode.UNAUTHENTICATED,
-                                f"GetCapabilities with token={token!r}")
+            await expect_status(
+                client.get_capabilities(),
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"GetCapabilities with token={token!r}",
+            )
             job = make_job(capability="test.echo@1", idempotency_key=probe.key("unauth"))
             events = client.execute(job)
-            await expect_status(events.__anext__(), grpc.StatusCode.UNAUTHENTICATED,
-                                "Execute without a valid token")
+            await expect_status(
+                events.__anext__(), grpc.StatusCode.UNAUTHENTICATED, "Execute without a valid token"
+            )

@@ -59,8 +59,9 @@ class RunningJob:
         self._reason_text = ""
         self.ctx = ExecutorStepContext(spec, store, self.outbox, self._stop_asked)
         self.outcome: str | None = None  # the terminal event's kind, once it was put
-        self.log = log.bind(idempotency_key=spec.idempotency_key, attempt=spec.attempt,
-                            capability=spec.capability)
+        self.log = log.bind(
+            idempotency_key=spec.idempotency_key, attempt=spec.attempt, capability=spec.capability
+        )
 
     @property
     def plugin_capability(self) -> str:
@@ -142,8 +143,11 @@ class RunningJob:
         if outcome is None:
             outcome = StepOutcome()
         if not isinstance(outcome, StepOutcome):
-            return failed(pb.ERROR_CODE_HANDLER_ERROR, "plugin returned "
-                          f"{type(outcome).__name__}, expected StepOutcome", retryable=False)
+            return failed(
+                pb.ERROR_CODE_HANDLER_ERROR,
+                f"plugin returned {type(outcome).__name__}, expected StepOutcome",
+                retryable=False,
+            )
         try:
             result = dumps(outcome.result)
         except (TypeError, ValueError) as e:
@@ -152,29 +156,37 @@ class RunningJob:
         if (problem := credential_problem(outcome.result, "the plugin's result")) is not None:
             return failed(pb.ERROR_CODE_HANDLER_ERROR, problem, retryable=False)
         if len(result) > limits.MAX_MESSAGE_BYTES - 64 * 1024:  # room for the manifest
-            return failed(pb.ERROR_CODE_HANDLER_ERROR, "result: " + limits.describe(len(result)),
-                          retryable=False)
+            return failed(
+                pb.ERROR_CODE_HANDLER_ERROR,
+                "result: " + limits.describe(len(result)),
+                retryable=False,
+            )
         for art in outcome.artifacts:
             if (problem := media_type_problem(art.name, art.media_type)) is not None:
                 return failed(pb.ERROR_CODE_HANDLER_ERROR, problem, retryable=False)
             if not self.ctx.artifacts.exists(art.ref):
-                return failed(pb.ERROR_CODE_HANDLER_ERROR, f"artifact {art.name!r} "
-                              f"({art.ref.digest}) is not in the store", retryable=False)
+                return failed(
+                    pb.ERROR_CODE_HANDLER_ERROR,
+                    f"artifact {art.name!r} ({art.ref.digest}) is not in the store",
+                    retryable=False,
+                )
         manifest = [ref_to_pb(a.ref, a.name) for a in outcome.artifacts]
         for entry, art in zip(manifest, outcome.artifacts, strict=True):
             entry.media_type = art.media_type
-        return pb.ExecuteResponse(
-            succeeded=pb.JobSucceeded(result_json=result, artifacts=manifest)
-        )
+        return pb.ExecuteResponse(succeeded=pb.JobSucceeded(result_json=result, artifacts=manifest))
 
     def _stopped(self) -> pb.ExecuteResponse:
         match self._reason:
             case StopReason.DEADLINE:
-                return failed(pb.ERROR_CODE_DEADLINE_EXCEEDED,
-                              f"deadline {self.spec.deadline} passed", retryable=True)
+                return failed(
+                    pb.ERROR_CODE_DEADLINE_EXCEEDED,
+                    f"deadline {self.spec.deadline} passed",
+                    retryable=True,
+                )
             case StopReason.SHUTDOWN:
-                return failed(pb.ERROR_CODE_UNAVAILABLE, "executor is shutting down",
-                              retryable=True)
+                return failed(
+                    pb.ERROR_CODE_UNAVAILABLE, "executor is shutting down", retryable=True
+                )
             case _:
                 return pb.ExecuteResponse(cancelled=pb.JobCancelled(reason=self._reason_text))
 

@@ -62,8 +62,12 @@ async def serve_async(settings: ExecutorSettings) -> None:
         metrics_server = metrics.serve(settings.metrics_port, ready=lambda: not draining.is_set())
         print(f"rara executor metrics on port {metrics_server.server_port}", flush=True)
     address = f"{listen.rsplit(':', 1)[0]}:{port}"
-    log.info("executor listening", address=address, capabilities=[
-        p.capability for p in registry.plugins()], max_concurrency=settings.max_concurrency)
+    log.info(
+        "executor listening",
+        address=address,
+        capabilities=[p.capability for p in registry.plugins()],
+        max_concurrency=settings.max_concurrency,
+    )
     # A plain line too: scripts and tests wait for it without parsing log formats.
     print(f"rara executor listening on {address}", flush=True)
     await stop.wait()
@@ -92,6 +96,7 @@ def run(settings: ExecutorSettings) -> int:
 def main() -> None:
     """``python -m rara.executor.main``: the same command as ``rara executor``."""
     rara_settings.main(rara_settings.command(ExecutorSettings, run), "executor")
+
 
 if __name__ == "__main__":
     main()

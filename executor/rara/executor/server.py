@@ -104,9 +104,12 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         if spec.deadline is not None and spec.deadline <= datetime.now(UTC):
             # Retryable, unlike the refusals above: the next attempt gets a fresh deadline.
             m.EXECUTOR_JOBS.labels(plugin.capability, "failed").inc()
-            yield failed(pb.ERROR_CODE_DEADLINE_EXCEEDED,
-                         f"deadline {spec.deadline} passed before the job started",
-                         retryable=True, seq=1)
+            yield failed(
+                pb.ERROR_CODE_DEADLINE_EXCEEDED,
+                f"deadline {spec.deadline} passed before the job started",
+                retryable=True,
+                seq=1,
+            )
             return
         if spec.key in self._jobs:
             await context.abort(
@@ -132,8 +135,10 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
     def _admit(self, job: RunningJob, metadata: Any = None) -> None:
         spec = job.spec
         attributes: dict[str, str | int] = {
-            "rara.capability": spec.capability, "rara.step_key": spec.step_key,
-            "rara.run_id": spec.run_id, "rara.attempt": spec.attempt,
+            "rara.capability": spec.capability,
+            "rara.step_key": spec.step_key,
+            "rara.run_id": spec.run_id,
+            "rara.attempt": spec.attempt,
         }
         traced = tracing.traced(job.run(), "rara.executor.job", metadata, attributes)
         task = asyncio.create_task(traced, name=f"job-{spec.idempotency_key}")

@@ -191,8 +191,11 @@ def make_job(
         job.deadline.CopyFrom(ts)
     if checkpoint is not None:
         job.last_checkpoint.CopyFrom(
-            pb.Checkpoint(attempt=checkpoint.attempt, seq=checkpoint.seq,
-                          state_json=dumps(dict(checkpoint.state)))
+            pb.Checkpoint(
+                attempt=checkpoint.attempt,
+                seq=checkpoint.seq,
+                state_json=dumps(dict(checkpoint.state)),
+            )
         )
         if checkpoint.artifact is not None:
             job.last_checkpoint.artifact.CopyFrom(ref_to_pb(checkpoint.artifact))

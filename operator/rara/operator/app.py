@@ -28,16 +28,22 @@ ANNOTATION_PREFIX = "operator.rara.dev"
 def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
 
-    def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger,
-                  **_: Any) -> None:
+    def configure(
+        settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+    ) -> None:
         configure_settings(settings, config.peering)
         # Said once, because a WorkflowRun in a namespace no operator serves just sits there.
-        logger.info("serving " + (f"namespaces {', '.join(config.namespaces)}"
-                                  if config.namespaces else "every namespace"))
+        logger.info(
+            "serving "
+            + (
+                f"namespaces {', '.join(config.namespaces)}"
+                if config.namespaces
+                else "every namespace"
+            )
+        )
         memo.runtime = open_runtime(config)
         if config.peering is not None:
-            peering.warn_if_missing(memo.runtime.kube, config.peering, config.namespaces,
-                                    logger)
+            peering.warn_if_missing(memo.runtime.kube, config.peering, config.namespaces, logger)
 
     def close(memo: kopf.Memo, **_: Any) -> None:
         runtime = getattr(memo, "runtime", None)
@@ -70,8 +76,9 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     # Not optional: kopf's finalizer makes the API server wait for the cancel.
     kopf.on.delete(*wfr, registry=registry)(runs.cancel_workflow_run)
 
-    kopf.timer(GROUP, VERSION, "workerpools", interval=config.scale_interval,
-               registry=registry)(pools.scale_pool)
+    kopf.timer(GROUP, VERSION, "workerpools", interval=config.scale_interval, registry=registry)(
+        pools.scale_pool
+    )
     return registry
 
 
@@ -88,23 +95,31 @@ def configure_settings(settings: kopf.OperatorSettings, peers: Peering | None = 
     settings.posting.reporting_instance = events.instance()
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
-        prefix=ANNOTATION_PREFIX)
+        prefix=ANNOTATION_PREFIX
+    )
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=ANNOTATION_PREFIX, key="last-handled-configuration")
+        prefix=ANNOTATION_PREFIX, key="last-handled-configuration"
+    )
 
 
-def run(config: OperatorConfig, *, liveness_endpoint: str | None = None,
-        stop_flag: threading.Event | None = None) -> None:
+def run(
+    config: OperatorConfig,
+    *,
+    liveness_endpoint: str | None = None,
+    stop_flag: threading.Event | None = None,
+) -> None:
     """Run until SIGTERM/SIGINT (or stop_flag). Blocks."""
     registry = build_registry(config)
-    asyncio.run(kopf.operator(
-        registry=registry,
-        namespaces=list(config.namespaces),
-        clusterwide=not config.namespaces,
-        # No standalone/peering_name/priority here: configure_settings sets them all.
-        liveness_endpoint=liveness_endpoint,
-        stop_flag=stop_flag,
-    ))
+    asyncio.run(
+        kopf.operator(
+            registry=registry,
+            namespaces=list(config.namespaces),
+            clusterwide=not config.namespaces,
+            # No standalone/peering_name/priority here: configure_settings sets them all.
+            liveness_endpoint=liveness_endpoint,
+            stop_flag=stop_flag,
+        )
+    )
 
 
 def serve(settings: OperatorSettings) -> int:
@@ -112,10 +127,14 @@ def serve(settings: OperatorSettings) -> int:
     logs.configure(settings.log_level, json=settings.log_json)
     if settings.metrics_port is not None:
         metrics.serve(settings.metrics_port)
-    run(OperatorConfig(database_url=database_url(settings.database_url),
-                       namespaces=settings.served_namespaces(),
-                       scale_interval=settings.scale_interval,
-                       run_sync_interval=settings.run_sync_interval,
-                       peering=settings.peering()),
-        liveness_endpoint=settings.liveness)
+    run(
+        OperatorConfig(
+            database_url=database_url(settings.database_url),
+            namespaces=settings.served_namespaces(),
+            scale_interval=settings.scale_interval,
+            run_sync_interval=settings.run_sync_interval,
+            peering=settings.peering(),
+        ),
+        liveness_endpoint=settings.liveness,
+    )
     return 0

@@ -11,14 +11,21 @@ def now_rfc3339() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def condition(type_: str, ok: bool, reason: str, message: str,
-              generation: int | None) -> dict[str, Any]:
-    return {"type": type_, "status": "True" if ok else "False", "reason": reason,
-            "message": message, "observedGeneration": generation}
+def condition(
+    type_: str, ok: bool, reason: str, message: str, generation: int | None
+) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "status": "True" if ok else "False",
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+    }
 
 
-def merge(existing: Iterable[Mapping[str, Any]] | None, *updates: dict[str, Any],
-          now: str | None = None) -> list[dict[str, Any]]:
+def merge(
+    existing: Iterable[Mapping[str, Any]] | None, *updates: dict[str, Any], now: str | None = None
+) -> list[dict[str, Any]]:
     """The conditions with each update replacing the one of its type.
 
     lastTransitionTime moves only when the status flips: it answers "since when is this
@@ -29,7 +36,10 @@ def merge(existing: Iterable[Mapping[str, Any]] | None, *updates: dict[str, Any]
     for update in updates:
         old = by_type.get(update["type"])
         changed = old is None or old.get("status") != update["status"]
-        since = stamp if changed or not old or not old.get("lastTransitionTime") \
+        since = (
+            stamp
+            if changed or not old or not old.get("lastTransitionTime")
             else old["lastTransitionTime"]
+        )
         by_type[update["type"]] = {**update, "lastTransitionTime": since}
     return sorted(by_type.values(), key=lambda c: str(c["type"]))

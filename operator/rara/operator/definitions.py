@@ -24,12 +24,22 @@ MAX_MESSAGE = 1000  # condition messages stay readable in `kubectl describe`
 
 
 def reconcile_definition(
-    body: kopf.Body, name: str, meta: kopf.Meta, status: kopf.Status,
-    patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any,
+    body: kopf.Body,
+    name: str,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
     generation = meta.get("generation")
-    document = {"apiVersion": body.get("apiVersion"), "kind": body.get("kind"),
-                "metadata": {"name": name}, "spec": dict(body.get("spec") or {})}
+    document = {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {"name": name},
+        "spec": dict(body.get("spec") or {}),
+    }
     try:
         definition = definition_from_object(document)
     except DefinitionInvalid as exc:
@@ -53,8 +63,9 @@ def reconcile_definition(
     patch.status["conditions"] = conditions.merge(
         status.get("conditions"),
         conditions.condition("Invalid", False, "SpecValid", "", generation),
-        conditions.condition("Ready", True, "VersionRegistered",
-                             f"version {applied.version} registered", generation),
+        conditions.condition(
+            "Ready", True, "VersionRegistered", f"version {applied.version} registered", generation
+        ),
     )
 
 

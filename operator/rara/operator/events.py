@@ -53,5 +53,7 @@ def post(api: CoreV1Api, ref: dict[str, str], type_: str, reason: str, message: 
     try:
         api.create_namespaced_event(ref["namespace"], event)
     except ApiException as exc:
-        log.warning(f"event {reason} on {ref['namespace']}/{ref['name']} not posted: "
-                    f"{exc.status} {exc.reason}")
+        log.warning(
+            f"event {reason} on {ref['namespace']}/{ref['name']} not posted: "
+            f"{exc.status} {exc.reason}"
+        )

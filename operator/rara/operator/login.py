@@ -22,15 +22,22 @@ def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
         raise kopf.LoginError(f"no in-cluster service account and no kubeconfig: {exc}") from exc
     # The bearer token, when there is one, is stored under BearerToken (kubernetes >= 36);
     # get_api_key_with_prefix also runs the refresh hook of in-cluster tokens.
-    header = cfg.get_api_key_with_prefix("BearerToken") or \
-        cfg.get_api_key_with_prefix("authorization")
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+        "authorization"
+    )
     scheme, token = None, None
     if header:
         parts = header.split(" ", 1)
         scheme, token = (parts[0], parts[1]) if len(parts) == 2 else (None, parts[0])
     return kopf.ConnectionInfo(
-        server=cfg.host, ca_path=cfg.ssl_ca_cert, insecure=not cfg.verify_ssl,
-        username=cfg.username or None, password=cfg.password or None,
-        scheme=scheme, token=token, certificate_path=cfg.cert_file,
-        private_key_path=cfg.key_file, trust_env=settings.networking.trust_env,
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        username=cfg.username or None,
+        password=cfg.password or None,
+        scheme=scheme,
+        token=token,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        trust_env=settings.networking.trust_env,
     )

@@ -48,33 +48,42 @@ def configure(settings: kopf.OperatorSettings, peering: Peering | None) -> None:
     # next to other replicas.
     settings.peering.mandatory = True
     settings.peering.name = peering.name
-    settings.peering.priority = (start_priority() if peering.priority is None
-                                 else peering.priority)
+    settings.peering.priority = start_priority() if peering.priority is None else peering.priority
     settings.peering.lifetime = peering.lifetime
     settings.peering.stealth = True  # no log line per keep-alive (one a second when short)
 
 
-def warn_if_missing(api: client.ApiClient, peering: Peering, namespaces: tuple[str, ...],
-                    logger: Any) -> None:
+def warn_if_missing(
+    api: client.ApiClient, peering: Peering, namespaces: tuple[str, ...], logger: Any
+) -> None:
     """kopf waits, silently, for a peering object that does not exist: say so once."""
     from kubernetes.client import CustomObjectsApi
     from kubernetes.client.exceptions import ApiException
 
     objects = CustomObjectsApi(api)
     for namespace in namespaces or (None,):
-        where = f"KopfPeering {namespace}/{peering.name}" if namespace else \
-            f"ClusterKopfPeering {peering.name}"
+        where = (
+            f"KopfPeering {namespace}/{peering.name}"
+            if namespace
+            else f"ClusterKopfPeering {peering.name}"
+        )
         try:
             if namespace:
-                objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "kopfpeerings",
-                                                     peering.name)
+                objects.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, "kopfpeerings", peering.name
+                )
             else:
-                objects.get_cluster_custom_object(GROUP, VERSION, "clusterkopfpeerings",
-                                                  peering.name)
+                objects.get_cluster_custom_object(
+                    GROUP, VERSION, "clusterkopfpeerings", peering.name
+                )
         except ApiException as exc:
             if exc.status == 404:
-                logger.warning(f"{where} not found (nor, perhaps, its CRD): paused until it "
-                               f"exists (the chart creates both; docs/operator.md)")
+                logger.warning(
+                    f"{where} not found (nor, perhaps, its CRD): paused until it "
+                    f"exists (the chart creates both; docs/operator.md)"
+                )
             else:
-                logger.warning(f"{where} unreadable ({exc.status} {exc.reason}): paused "
-                               f"until kopf can watch and patch it")
+                logger.warning(
+                    f"{where} unreadable ({exc.status} {exc.reason}): paused "
+                    f"until kopf can watch and patch it"
+                )

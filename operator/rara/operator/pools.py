@@ -26,8 +26,16 @@ MERGE_PATCH = "application/merge-patch+json"
 
 
 def scale_pool(
-    body: kopf.Body, spec: kopf.Spec, name: str, namespace: str | None, meta: kopf.Meta,
-    status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any,
+    body: kopf.Body,
+    spec: kopf.Spec,
+    name: str,
+    namespace: str | None,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
     _record(patch, status, observedGeneration=meta.get("generation"))
     try:
@@ -52,21 +60,31 @@ def scale_pool(
         scale = apps.read_namespaced_deployment_scale(pool.deployment_name, namespace)
     except ApiException as exc:
         if exc.status == 404:
-            _record(patch, status, backlog=backlog,
-                    lastDecision=f"deployment {pool.deployment_name} not found")
+            _record(
+                patch,
+                status,
+                backlog=backlog,
+                lastDecision=f"deployment {pool.deployment_name} not found",
+            )
             return
-        raise kopf.TemporaryError(f"reading scale of {pool.deployment_name}: {exc.reason}",
-                                  delay=10) from exc
+        raise kopf.TemporaryError(
+            f"reading scale of {pool.deployment_name}: {exc.reason}", delay=10
+        ) from exc
     current = int((scale.spec and scale.spec.replicas) or 0)
     now = datetime.now(UTC)
-    decision = decide(_policy(pool), backlog=backlog, current=current, now=now,
-                      window=_window(status))
+    decision = decide(
+        _policy(pool), backlog=backlog, current=current, now=now, window=_window(status)
+    )
     if decision.changes(current):
         apps.patch_namespaced_deployment_scale(
-            pool.deployment_name, namespace, {"spec": {"replicas": decision.replicas}},
-            _content_type=MERGE_PATCH)
-        message = (f"{pool.deployment_name}: {current} -> {decision.replicas} replicas"
-                   f" ({decision.reason})")
+            pool.deployment_name,
+            namespace,
+            {"spec": {"replicas": decision.replicas}},
+            _content_type=MERGE_PATCH,
+        )
+        message = (
+            f"{pool.deployment_name}: {current} -> {decision.replicas} replicas ({decision.reason})"
+        )
         logger.info(message)
         kopf.info(body, reason="Scaled", message=message)
         _record(patch, status, lastScaleTime=_stamp(now))
@@ -74,16 +92,21 @@ def scale_pool(
 
 
 def _policy(pool: WorkerPoolSpec) -> Policy:
-    return Policy(pool.min_replicas, pool.max_replicas, pool.target_backlog_per_replica,
-                  pool.cooldown_seconds)
+    return Policy(
+        pool.min_replicas, pool.max_replicas, pool.target_backlog_per_replica, pool.cooldown_seconds
+    )
 
 
 def _fields(decision: Decision, backlog: int) -> dict[str, Any]:
     window = decision.window
-    return {"backlog": backlog, "desiredReplicas": decision.desired,
-            "replicas": decision.replicas, "lastDecision": decision.reason,
-            "scaleDownSince": _stamp(window.since) if window else None,
-            "scaleDownTo": window.peak if window else None}
+    return {
+        "backlog": backlog,
+        "desiredReplicas": decision.desired,
+        "replicas": decision.replicas,
+        "lastDecision": decision.reason,
+        "scaleDownSince": _stamp(window.since) if window else None,
+        "scaleDownTo": window.peak if window else None,
+    }
 
 
 def _window(status: kopf.Status) -> Window | None:

@@ -46,16 +46,29 @@ def idempotency_key(uid: str) -> str:
 
 
 def start_workflow_run(
-    body: kopf.Body, spec: kopf.Spec, uid: str, name: str, meta: kopf.Meta, status: kopf.Status,
-    patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any,
+    body: kopf.Body,
+    spec: kopf.Spec,
+    uid: str,
+    name: str,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
     generation = meta.get("generation")
     try:
         run_spec = WorkflowRunSpec.model_validate(dict(spec))
         with connection(memo) as conn:
-            started = start_run(conn, run_spec.definition, version=run_spec.version,
-                                input=run_spec.input, idempotency_key=idempotency_key(uid),
-                                queue_anyway=True)
+            started = start_run(
+                conn,
+                run_spec.definition,
+                version=run_spec.version,
+                input=run_spec.input,
+                idempotency_key=idempotency_key(uid),
+                queue_anyway=True,
+            )
             mirrored = refresh_status(conn, started.run_id, status, patch)
     except (ValidationError, InputInvalid) as exc:
         # Not retried: only a new WorkflowRun (the spec is immutable) can fix it.
@@ -65,18 +78,25 @@ def start_workflow_run(
     except NotFound as exc:
         _not_accepted(body, patch, status, WAITING, "DefinitionNotFound", str(exc), generation)
         raise kopf.TemporaryError(str(exc), delay=NOT_FOUND_RETRY_SECONDS) from exc
-    logger.info(f"run {name} is rara run {started.run_id}"
-                + ("" if started.created else " (already started)"))
+    logger.info(
+        f"run {name} is rara run {started.run_id}"
+        + ("" if started.created else " (already started)")
+    )
     patch.status["observedGeneration"] = generation
     patch.status["reason"] = patch.status["message"] = None  # a Waiting one's, now past
     _accepted(patch, status, True, "RunStarted", f"rara run {started.run_id}", generation)
     if started.created and mirrored:  # not again when a resumed handler finds its run
-        kopf.info(body, reason="Accepted", message=f"rara run {started.run_id} of "
-                  f"{run_spec.definition} version {mirrored['version']} created")
+        kopf.info(
+            body,
+            reason="Accepted",
+            message=f"rara run {started.run_id} of "
+            f"{run_spec.definition} version {mirrored['version']} created",
+        )
 
 
-def cancel_workflow_run(status: kopf.Status, uid: str, name: str, memo: kopf.Memo,
-                        logger: kopf.Logger, **_: Any) -> None:
+def cancel_workflow_run(
+    status: kopf.Status, uid: str, name: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
     """On delete: cancel the rara run unless it has ended. A database error raises, and kopf
     retries with the finalizer kept: the resource goes only once its run is stopped."""
     if status.get("phase") in TERMINAL:
@@ -94,12 +114,14 @@ def cancel_workflow_run(status: kopf.Status, uid: str, name: str, memo: kopf.Mem
         except NotFound:  # deleted from PostgreSQL by hand
             logger.info(f"run {name}: rara run {run_id} no longer exists")
             return
-    logger.info(f"run {name}: rara run {run_id} "
-                + ("cancelled" if cancelled else "had already ended"))
+    logger.info(
+        f"run {name}: rara run {run_id} " + ("cancelled" if cancelled else "had already ended")
+    )
 
 
-def refresh_status(conn: Any, run_id: int, status: kopf.Status,
-                   patch: kopf.Patch) -> dict[str, Any] | None:
+def refresh_status(
+    conn: Any, run_id: int, status: kopf.Status, patch: kopf.Patch
+) -> dict[str, Any] | None:
     """The create handler's first mirror of its run (later ones are rara.operator.runsync's);
     what it mirrored, None when the run is gone."""
     rows = pg_runs.status_many(conn, [run_id])
@@ -114,9 +136,14 @@ def refresh_status(conn: Any, run_id: int, status: kopf.Status,
 def mirrored_status(run: pg_runs.RunStatusRow) -> dict[str, Any]:
     """What a WorkflowRun's status mirrors of its run."""
     return {
-        "runId": run.id, "phase": run.status.value.capitalize(), "version": run.version,
-        "stepsDone": run.done, "stepsTotal": run.total, "progress": f"{run.done}/{run.total}",
-        "startedAt": _stamp(run.started_at), "finishedAt": _stamp(run.finished_at),
+        "runId": run.id,
+        "phase": run.status.value.capitalize(),
+        "version": run.version,
+        "stepsDone": run.done,
+        "stepsTotal": run.total,
+        "progress": f"{run.done}/{run.total}",
+        "startedAt": _stamp(run.started_at),
+        "finishedAt": _stamp(run.finished_at),
     }
 
 
@@ -128,8 +155,11 @@ def phase_event(phase: str, status: Mapping[str, Any]) -> tuple[str, str, str] |
     return {
         "Running": ("Normal", "Running", f"{run} is running: a worker leased its first step"),
         "Succeeded": ("Normal", "Succeeded", f"{run} succeeded: {done}"),
-        "Failed": ("Warning", "Failed", f"{run} failed ({done}; `rara runs show "
-                                        f"{status.get('runId')} --attempts` says why)"),
+        "Failed": (
+            "Warning",
+            "Failed",
+            f"{run} failed ({done}; `rara runs show {status.get('runId')} --attempts` says why)",
+        ),
         "Cancelled": ("Normal", "Cancelled", f"{run} was cancelled ({done})"),
     }.get(phase)
 
@@ -140,8 +170,15 @@ def changed_status(status: Mapping[str, Any], new: Mapping[str, Any]) -> dict[st
     return {key: value for key, value in new.items() if status.get(key) != value}
 
 
-def _not_accepted(body: kopf.Body, patch: kopf.Patch, status: kopf.Status, phase: str,
-                  reason: str, message: str, generation: int | None) -> None:
+def _not_accepted(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    status: kopf.Status,
+    phase: str,
+    reason: str,
+    message: str,
+    generation: int | None,
+) -> None:
     """No run (yet): the phase and reason `kubectl get` shows, and a Warning Event the first
     time (a retry or a resume after a restart finds the same reason and stays quiet)."""
     message = message[:MAX_MESSAGE]
@@ -154,10 +191,17 @@ def _not_accepted(body: kopf.Body, patch: kopf.Patch, status: kopf.Status, phase
     _accepted(patch, status, False, reason, message, generation)
 
 
-def _accepted(patch: kopf.Patch, status: kopf.Status, ok: bool, reason: str, message: str,
-              generation: int | None) -> None:
+def _accepted(
+    patch: kopf.Patch,
+    status: kopf.Status,
+    ok: bool,
+    reason: str,
+    message: str,
+    generation: int | None,
+) -> None:
     patch.status["conditions"] = conditions.merge(
-        status.get("conditions"), conditions.condition("Accepted", ok, reason, message, generation))
+        status.get("conditions"), conditions.condition("Accepted", ok, reason, message, generation)
+    )
 
 
 def _stamp(value: datetime | None) -> str | None:

@@ -72,8 +72,13 @@ class Target:
 
     def ref(self) -> dict[str, str]:
         """The WorkflowRun as an Event's involvedObject."""
-        return {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "namespace": self.namespace,
-                "name": self.name, "uid": self.uid}
+        return {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+        }
 
 
 @dataclass
@@ -94,8 +99,15 @@ class RunSync:
             run_id = status.get("runId")
             if run_id is None or status.get("phase") in TERMINAL:
                 continue  # not started yet (create handler pending), or ended
-            found.append(Target(str(body.meta.namespace), str(body.meta.name),
-                                str(body.meta.uid), int(run_id), status))
+            found.append(
+                Target(
+                    str(body.meta.namespace),
+                    str(body.meta.name),
+                    str(body.meta.uid),
+                    int(run_id),
+                    status,
+                )
+            )
         return found
 
 
@@ -104,8 +116,9 @@ def unfinished(status: kopf.Status, **_: Any) -> bool:
     return status.get("phase") not in SETTLED
 
 
-async def track_workflow_run(body: kopf.Body, uid: str, memo: kopf.Memo,
-                             stopped: kopf.DaemonStopped, **_: Any) -> None:
+async def track_workflow_run(
+    body: kopf.Body, uid: str, memo: kopf.Memo, stopped: kopf.DaemonStopped, **_: Any
+) -> None:
     """Daemon: the WorkflowRun is mirrored while this runs (see the module's docstring)."""
     sync = sync_of(memo)
     sync.tracked[uid] = body
@@ -150,8 +163,7 @@ async def _loop(sync: RunSync, memo: kopf.Memo, interval: float) -> None:
         if not targets:
             continue
         try:
-            patched = await asyncio.to_thread(sync_once, runtime_of(memo), targets,
-                                              sync.announced)
+            patched = await asyncio.to_thread(sync_once, runtime_of(memo), targets, sync.announced)
         except Exception as exc:  # database or API down: said, and tried again next tick
             log.warning(f"run sync: {len(targets)} WorkflowRuns not mirrored: {exc!r}")
             continue
@@ -159,8 +171,9 @@ async def _loop(sync: RunSync, memo: kopf.Memo, interval: float) -> None:
             log.debug(f"run sync: {len(targets)} WorkflowRuns read, {patched} patched")
 
 
-def sync_once(runtime: Runtime, targets: list[Target],
-              announced: dict[str, str] | None = None) -> int:
+def sync_once(
+    runtime: Runtime, targets: list[Target], announced: dict[str, str] | None = None
+) -> int:
     """One tick: one read for all ``targets``, a patch per changed status; how many patched.
     ``announced``: the phases already told by an Event, kept for the WorkflowRuns still
     targets (a stale snapshot repeats a patch, not its Event)."""
@@ -171,27 +184,45 @@ def sync_once(runtime: Runtime, targets: list[Target],
         rows = pg_runs.status_many(conn, sorted({t.run_id for t in targets}))
     metrics.RUN_SYNC_READS.inc()
     found = {row.id: row for row in rows}  # a run deleted by hand has none: nothing to mirror
-    changes = [(target, change) for target in targets if (row := found.get(target.run_id))
-               and (change := changed_status(target.status, mirrored_status(row)))]
+    changes = [
+        (target, change)
+        for target in targets
+        if (row := found.get(target.run_id))
+        and (change := changed_status(target.status, mirrored_status(row)))
+    ]
     if not changes:
         return 0
     api, core = CustomObjectsApi(runtime.kube), CoreV1Api(runtime.kube)
-    with ThreadPoolExecutor(min(PATCH_CONCURRENCY, len(changes)),
-                            thread_name_prefix="run-sync") as pool:
+    with ThreadPoolExecutor(
+        min(PATCH_CONCURRENCY, len(changes)), thread_name_prefix="run-sync"
+    ) as pool:
         return sum(pool.map(lambda change: _patch(api, core, announced, *change), changes))
 
 
-def _patch(api: CustomObjectsApi, core: CoreV1Api, announced: dict[str, str], target: Target,
-           change: dict[str, Any]) -> int:
+def _patch(
+    api: CustomObjectsApi,
+    core: CoreV1Api,
+    announced: dict[str, str],
+    target: Target,
+    change: dict[str, Any],
+) -> int:
     """Patch one status; a new phase is also an Event on the WorkflowRun."""
     try:
         api.patch_namespaced_custom_object_status(
-            GROUP, VERSION, target.namespace, PLURAL, target.name, {"status": change},
-            _content_type=MERGE_PATCH)
+            GROUP,
+            VERSION,
+            target.namespace,
+            PLURAL,
+            target.name,
+            {"status": change},
+            _content_type=MERGE_PATCH,
+        )
     except ApiException as exc:
         if exc.status != 404:  # 404: deleted meanwhile
-            log.warning(f"run sync: status of {target.namespace}/{target.name} not patched: "
-                        f"{exc.status} {exc.reason}")
+            log.warning(
+                f"run sync: status of {target.namespace}/{target.name} not patched: "
+                f"{exc.status} {exc.reason}"
+            )
         return 0
     metrics.RUN_SYNC_PATCHES.inc()
     phase = change.get("phase")

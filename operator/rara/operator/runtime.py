@@ -60,9 +60,14 @@ def open_pool(database_url: str, size: int) -> ConnectionPool[psycopg.Connection
     # open=True, but do not wait: an operator whose database is briefly down still starts,
     # and its handlers retry.
     return ConnectionPool(
-        database_url, min_size=1, max_size=size, open=True, timeout=10.0,
+        database_url,
+        min_size=1,
+        max_size=size,
+        open=True,
+        timeout=10.0,
         kwargs={"autocommit": True, "connect_timeout": reconnect.CONNECT_TIMEOUT_SECONDS},
-        check=ConnectionPool.check_connection, name="rara-operator",
+        check=ConnectionPool.check_connection,
+        name="rara-operator",
         **reconnect.pool_settings(),
     )
 
@@ -81,13 +86,16 @@ def kube_configuration() -> client.Configuration:
     try:
         # The kubernetes package's loaders are unannotated (not only untyped stubs missing).
         config.load_incluster_config(  # type: ignore[no-untyped-call]
-            client_configuration=configuration)
+            client_configuration=configuration
+        )
     except ConfigException:
         # Read $KUBECONFIG now: the kubernetes package reads it once, at import.
         path = os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)[0]
         config.load_kube_config(  # type: ignore[no-untyped-call]
-            config_file=os.path.expanduser(path), client_configuration=configuration,
-            persist_config=False)
+            config_file=os.path.expanduser(path),
+            client_configuration=configuration,
+            persist_config=False,
+        )
     return configuration
 
 

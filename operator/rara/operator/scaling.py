@@ -48,8 +48,9 @@ def desired_replicas(policy: Policy, backlog: int) -> int:
     return max(policy.min_replicas, min(policy.max_replicas, wanted))
 
 
-def decide(policy: Policy, *, backlog: int, current: int, now: datetime,
-           window: Window | None) -> Decision:
+def decide(
+    policy: Policy, *, backlog: int, current: int, now: datetime, window: Window | None
+) -> Decision:
     desired = desired_replicas(policy, backlog)
     if desired >= current:
         # Enough or too few: scale up now (or hold); any scale-down window is over.
@@ -64,9 +65,16 @@ def decide(policy: Policy, *, backlog: int, current: int, now: datetime,
     peak = min(window.peak, current)
     waited = (now - window.since).total_seconds()
     if waited >= policy.cooldown_seconds:
-        return Decision(desired, peak, None,
-                        f"backlog {backlog} needs {desired}; {peak} sufficed for {waited:.0f}s"
-                        " (scale down)")
+        return Decision(
+            desired,
+            peak,
+            None,
+            f"backlog {backlog} needs {desired}; {peak} sufficed for {waited:.0f}s (scale down)",
+        )
     left = policy.cooldown_seconds - waited
-    return Decision(desired, current, Window(window.since, peak),
-                    f"backlog {backlog} needs {desired}; cooldown {left:.0f}s left")
+    return Decision(
+        desired,
+        current,
+        Window(window.since, peak),
+        f"backlog {backlog} needs {desired}; cooldown {left:.0f}s left",
+    )

@@ -20,37 +20,62 @@ SERVICE_ACCOUNT_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/names
 
 class OperatorSettings(ProcessSettings):
     model_config = SettingsConfigDict(env_prefix="RARA_OPERATOR_")
-    command_help: ClassVar = ("Turn WorkflowDefinitions into versions, start WorkflowRuns, "
-                              "scale WorkerPools.")
-    flag_names: ClassVar = {"namespaces": ("--namespace", "-n"),
-                            "all_namespaces": ("--all-namespaces/--no-all-namespaces", "-A"),
-                            "verbose": ("--verbose/--no-verbose", "-v")}
+    command_help: ClassVar = (
+        "Turn WorkflowDefinitions into versions, start WorkflowRuns, scale WorkerPools."
+    )
+    flag_names: ClassVar = {
+        "namespaces": ("--namespace", "-n"),
+        "all_namespaces": ("--all-namespaces/--no-all-namespaces", "-A"),
+        "verbose": ("--verbose/--no-verbose", "-v"),
+    }
 
-    database_url: str | None = Field(default=None, description="PostgreSQL URL (default: "
-                                     "DATABASE_URL, else the embedded server)")
-    namespaces: StrList = Field(default_factory=list, description="Namespaces to serve "
-                                "(repeatable; default: $RARA_NAMESPACE, else the pod's own "
-                                "namespace, else cluster-wide)")
-    all_namespaces: bool = Field(default=False, description="Serve every namespace (needs "
-                                 "the chart's rbac.clusterWide=true)")
-    scale_interval: float = Field(default=15.0, ge=1.0, description="Seconds between scaling "
-                                  "decisions per WorkerPool")
-    run_sync_interval: float = Field(default=5.0, ge=1.0, description="Seconds between "
-                                     "WorkflowRun status refreshes")
-    liveness: str | None = Field(default=None, description="Serve kopf's liveness probe, e.g. "
-                                 "http://0.0.0.0:8080/healthz")
-    metrics_port: int | None = Field(default=None, ge=0, le=65535, description="Serve "
-                                     "Prometheus /metrics (backlog per capability) here")
-    peering_name: str | None = Field(default=None, description="Run as one of several "
-                                     "replicas: the KopfPeering (ClusterKopfPeering when "
-                                     "cluster-wide) they share; one works, the others stand by "
-                                     "(default: none, standalone: run exactly one operator)")
-    peering_priority: int | None = Field(default=None, description="This replica's peering "
-                                         "priority, highest works (default: below zero, the "
-                                         "older replica wins; any priority >= 0 takes over)")
-    peering_lifetime: int = Field(default=15, ge=3, description="Seconds a replica's keep-alive "
-                                  "holds: a standby takes over at most this long after the "
-                                  "working replica dies")
+    database_url: str | None = Field(
+        default=None, description="PostgreSQL URL (default: DATABASE_URL, else the embedded server)"
+    )
+    namespaces: StrList = Field(
+        default_factory=list,
+        description="Namespaces to serve "
+        "(repeatable; default: $RARA_NAMESPACE, else the pod's own "
+        "namespace, else cluster-wide)",
+    )
+    all_namespaces: bool = Field(
+        default=False, description="Serve every namespace (needs the chart's rbac.clusterWide=true)"
+    )
+    scale_interval: float = Field(
+        default=15.0, ge=1.0, description="Seconds between scaling decisions per WorkerPool"
+    )
+    run_sync_interval: float = Field(
+        default=5.0, ge=1.0, description="Seconds between WorkflowRun status refreshes"
+    )
+    liveness: str | None = Field(
+        default=None, description="Serve kopf's liveness probe, e.g. http://0.0.0.0:8080/healthz"
+    )
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="Serve Prometheus /metrics (backlog per capability) here",
+    )
+    peering_name: str | None = Field(
+        default=None,
+        description="Run as one of several "
+        "replicas: the KopfPeering (ClusterKopfPeering when "
+        "cluster-wide) they share; one works, the others stand by "
+        "(default: none, standalone: run exactly one operator)",
+    )
+    peering_priority: int | None = Field(
+        default=None,
+        description="This replica's peering "
+        "priority, highest works (default: below zero, the "
+        "older replica wins; any priority >= 0 takes over)",
+    )
+    peering_lifetime: int = Field(
+        default=15,
+        ge=3,
+        description="Seconds a replica's keep-alive "
+        "holds: a standby takes over at most this long after the "
+        "working replica dies",
+    )
     verbose: bool = Field(default=False, description="Debug logs (log_level=debug)")
 
     @model_validator(mode="after")

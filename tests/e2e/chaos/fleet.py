@@ -58,9 +58,14 @@ class Service:
         env = {**os.environ, **self.env, "RARA_WORKER_ID": self.identity}
         env.pop("PYTHONPATH", None)  # the installed rara, as a deployment runs it
         with open(self.logs / f"{self.identity}.log", "wb") as out:
-            self.proc = subprocess.Popen([sys.executable, *self.argv(self.identity)], cwd=ROOT,
-                                         env=env, stdout=out, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, *self.argv(self.identity)],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.started_at = time.time()
 
     def alive(self) -> bool:
@@ -98,14 +103,19 @@ class Service:
 @dataclass
 class ChaosEvent:
     kind: str
-    at: float          # time.time() when the signal was sent / the restart began
-    victim: str        # the process identity (or "postgres")
+    at: float  # time.time() when the signal was sent / the restart began
+    victim: str  # the process identity (or "postgres")
     back_at: float | None = None  # when the replacement was started / the server was back
     note: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "at": self.at, "victim": self.victim,
-                "back_at": self.back_at, "note": self.note}
+        return {
+            "kind": self.kind,
+            "at": self.at,
+            "victim": self.victim,
+            "back_at": self.back_at,
+            "note": self.note,
+        }
 
 
 @dataclass(frozen=True)
@@ -113,23 +123,27 @@ class PlannedAction:
     offset: float  # seconds after the chaos window opens
     kind: str
     slot_pick: float  # which live victim (a fraction of the live ones, resolved at run time)
-    pause: float      # how long the slot stays down before it is started again
+    pause: float  # how long the slot stays down before it is started again
 
 
-def make_plan(seed: int, seconds: float, *, postgres: bool,
-              mean_interval: float = 2.5) -> list[PlannedAction]:
+def make_plan(
+    seed: int, seconds: float, *, postgres: bool, mean_interval: float = 2.5
+) -> list[PlannedAction]:
     """A deterministic schedule: each kind at least once, the PostgreSQL restart once near the
     middle, the rest drawn with weights (worker SIGKILL is the commonest)."""
     rng = random.Random(seed)
     n = max(4, int(seconds / mean_interval))
     kinds = [WORKER_SIGKILL, WORKER_SIGTERM, EXECUTOR_SIGKILL]
-    kinds += rng.choices([WORKER_SIGKILL, WORKER_SIGTERM, EXECUTOR_SIGKILL], weights=[5, 3, 2],
-                         k=n - len(kinds))
+    kinds += rng.choices(
+        [WORKER_SIGKILL, WORKER_SIGTERM, EXECUTOR_SIGKILL], weights=[5, 3, 2], k=n - len(kinds)
+    )
     rng.shuffle(kinds)
     # leave the last ~15% of the window quiet-ish so the last victims are back before the drain
     offsets = sorted(rng.uniform(0.03, 0.85) * seconds for _ in kinds)
-    plan = [PlannedAction(o, k, rng.random(), rng.uniform(0.2, 1.5))
-            for o, k in zip(offsets, kinds, strict=True)]
+    plan = [
+        PlannedAction(o, k, rng.random(), rng.uniform(0.2, 1.5))
+        for o, k in zip(offsets, kinds, strict=True)
+    ]
     if postgres:
         plan.append(PlannedAction(rng.uniform(0.35, 0.65) * seconds, POSTGRES_RESTART, 0.0, 0.0))
     return sorted(plan, key=lambda a: a.offset)
@@ -138,9 +152,15 @@ def make_plan(seed: int, seconds: float, *, postgres: bool,
 class ChaosDriver:
     """Carries out a plan in a thread; restarts victims after their pause; records events."""
 
-    def __init__(self, plan: list[PlannedAction], *, workers: list[Service], executor: Service,
-                 restart_postgres: Callable[[], None] | None,
-                 log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        plan: list[PlannedAction],
+        *,
+        workers: list[Service],
+        executor: Service,
+        restart_postgres: Callable[[], None] | None,
+        log: Callable[[str], None] = print,
+    ) -> None:
         self.plan = plan
         self.workers = workers
         self.executor = executor
@@ -227,6 +247,8 @@ class ChaosDriver:
             victim.signal(signal.SIGTERM)
         else:
             victim.kill()
-        self.log(f"chaos +{event.at - self.opened_at:5.1f}s  {action.kind} {victim.identity}"
-                 f" (back in {action.pause:.1f}s)")
+        self.log(
+            f"chaos +{event.at - self.opened_at:5.1f}s  {action.kind} {victim.identity}"
+            f" (back in {action.pause:.1f}s)"
+        )
         self._restarts.append((event.at + action.pause, victim, event, terminated))

@@ -49,17 +49,19 @@ async def record_effect(ctx: StepContext) -> bool:
     if ctx.cancelled():  # a well-behaved handler does not start an effect once told to stop
         raise RetryableError("stopped before the effect", code="CHAOS_STOPPED")
     dsn = os.environ["RARA_CHAOS_LEDGER_DSN"]
-    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True,
-                                                     connect_timeout=5) as conn:
-        cur = await conn.execute("SELECT 1 FROM chaos_ledger WHERE key = %s LIMIT 1",
-                                 (ctx.idempotency_key,))
+    async with await psycopg.AsyncConnection.connect(
+        dsn, autocommit=True, connect_timeout=5
+    ) as conn:
+        cur = await conn.execute(
+            "SELECT 1 FROM chaos_ledger WHERE key = %s LIMIT 1", (ctx.idempotency_key,)
+        )
         if await cur.fetchone() is not None:
             return False  # done by an earlier attempt that did not live to complete
         await conn.execute(
             "INSERT INTO chaos_ledger (key, run_id, step_key, attempt, worker, pid) "
             "VALUES (%s, %s, %s, %s, %s, %s)",
-            (ctx.idempotency_key, ctx.run_id, ctx.step_key, ctx.attempt, _worker(),
-             os.getpid()))
+            (ctx.idempotency_key, ctx.run_id, ctx.step_key, ctx.attempt, _worker(), os.getpid()),
+        )
     return True
 
 
@@ -76,8 +78,7 @@ async def work(ctx: StepContext) -> Any:
     effect = await record_effect(ctx)
     # merge sees the shards' artifacts (the manifests of their winning attempts)
     inputs = sorted(ctx.inputs)
-    return {"key": ctx.idempotency_key, "attempt": ctx.attempt, "effect": effect,
-            "inputs": inputs}
+    return {"key": ctx.idempotency_key, "attempt": ctx.attempt, "effect": effect, "inputs": inputs}
 
 
 # -- for tests/e2e/chaos/test_lease_deadline.py (workers in a thread of the test process) --------

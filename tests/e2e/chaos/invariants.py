@@ -52,7 +52,8 @@ class Effect:
 def db_effects(conn: psycopg.Connection[Any]) -> dict[str, list[Effect]]:
     found: dict[str, list[Effect]] = defaultdict(list)
     for key, attempt, worker, at in conn.execute(
-            "SELECT key, attempt, worker, at FROM chaos_ledger ORDER BY id").fetchall():
+        "SELECT key, attempt, worker, at FROM chaos_ledger ORDER BY id"
+    ).fetchall():
         found[key].append(Effect(key, attempt, worker, at))
     return found
 
@@ -76,33 +77,45 @@ def _seconds(later: datetime, earlier: datetime) -> float:
     return (later - earlier).total_seconds()
 
 
-def evaluate(conn: psycopg.Connection[Any], *, file_ledger: Path, runs_expected: int,
-             events: list[ChaosEvent], checkpointing: set[str]) -> tuple[dict[str, Any],
-                                                                         list[str]]:
+def evaluate(
+    conn: psycopg.Connection[Any],
+    *,
+    file_ledger: Path,
+    runs_expected: int,
+    events: list[ChaosEvent],
+    checkpointing: set[str],
+) -> tuple[dict[str, Any], list[str]]:
     """Every invariant; returns (summary, problems). An empty problem list is a pass."""
     problems: list[str] = []
     runs = dict(conn.execute("SELECT status::text, count(*) FROM rara_runs GROUP BY 1").fetchall())
     if runs != {"succeeded": runs_expected}:
         problems.append(f"runs by status {runs}, expected {runs_expected} succeeded")
-    steps = conn.execute("SELECT id, run_id, key, executor, status::text, attempt, result, "
-                         "finished_at FROM rara_steps ORDER BY id").fetchall()
+    steps = conn.execute(
+        "SELECT id, run_id, key, executor, status::text, attempt, result, "
+        "finished_at FROM rara_steps ORDER BY id"
+    ).fetchall()
     by_status = Counter(s[4] for s in steps)
     if set(by_status) != {"succeeded"}:
         problems.append(f"steps by status {dict(by_status)}")
-    running = conn.execute("SELECT count(*) FROM rara_steps WHERE status = 'running' "
-                           "OR lease_token IS NOT NULL").fetchone()
-    open_attempts = conn.execute("SELECT count(*) FROM rara_attempts "
-                                 "WHERE outcome = 'running'").fetchone()
-    leases_left = int(running[0] if running else 0) + int(open_attempts[0] if open_attempts
-                                                          else 0)
+    running = conn.execute(
+        "SELECT count(*) FROM rara_steps WHERE status = 'running' OR lease_token IS NOT NULL"
+    ).fetchone()
+    open_attempts = conn.execute(
+        "SELECT count(*) FROM rara_attempts WHERE outcome = 'running'"
+    ).fetchone()
+    leases_left = int(running[0] if running else 0) + int(open_attempts[0] if open_attempts else 0)
     if leases_left:
         problems.append(f"{leases_left} leases/attempts left running")
-    wins = dict(conn.execute("SELECT step_id, count(*) FROM rara_attempts "
-                             "WHERE outcome = 'succeeded' GROUP BY 1").fetchall())
+    wins = dict(
+        conn.execute(
+            "SELECT step_id, count(*) FROM rara_attempts WHERE outcome = 'succeeded' GROUP BY 1"
+        ).fetchall()
+    )
     not_one = [s[0] for s in steps if wins.get(s[0], 0) != 1]
     if not_one:
-        problems.append(f"{len(not_one)} steps without exactly one succeeded attempt: "
-                        f"{not_one[:10]}")
+        problems.append(
+            f"{len(not_one)} steps without exactly one succeeded attempt: {not_one[:10]}"
+        )
     try:
         history = check_history(conn)
     except AssertionError as exc:
@@ -114,9 +127,13 @@ def evaluate(conn: psycopg.Connection[Any], *, file_ledger: Path, runs_expected:
     problems += gaps[:10]
 
     # -- the effect ledgers -----------------------------------------------------------------
-    attempts = {(r[0], r[1]): r[2:] for r in conn.execute(
-        "SELECT step_id, attempt, worker, started_at, ended_at, outcome::text "
-        "FROM rara_attempts").fetchall()}
+    attempts = {
+        (r[0], r[1]): r[2:]
+        for r in conn.execute(
+            "SELECT step_id, attempt, worker, started_at, ended_at, outcome::text "
+            "FROM rara_attempts"
+        ).fetchall()
+    }
     effects = {"inprocess": db_effects(conn), "grpc": file_effects(file_ledger)}
     keys = set()
     duplicates = lost = zombies = adopted = 0
@@ -129,22 +146,26 @@ def evaluate(conn: psycopg.Connection[Any], *, file_ledger: Path, runs_expected:
             problems.append(f"lost work: step {step_id} ({idem}) succeeded without an effect")
         if len(found) > 1:
             duplicates += len(found) - 1
-            problems.append(f"duplicate effects of {idem}: "
-                            f"{[(e.attempt, e.worker, str(e.at)) for e in found]}")
+            problems.append(
+                f"duplicate effects of {idem}: {[(e.attempt, e.worker, str(e.at)) for e in found]}"
+            )
         for effect in found:
             owner = attempts.get((step_id, effect.attempt))
             if owner is None:
                 zombies += 1
-                problems.append(f"effect of {idem} names attempt {effect.attempt}, which never "
-                                "existed")
+                problems.append(
+                    f"effect of {idem} names attempt {effect.attempt}, which never existed"
+                )
                 continue
             worker, started, ended, _outcome = owner
             outside = effect.at < started or (ended is not None and effect.at > ended)
             if outside or (effect.worker is not None and effect.worker != worker):
                 zombies += 1
-                problems.append(f"zombie effect of {idem}: attempt {effect.attempt} by "
-                                f"{effect.worker or 'the executor'} at {effect.at}, but that "
-                                f"attempt was {worker}'s during [{started}, {ended}]")
+                problems.append(
+                    f"zombie effect of {idem}: attempt {effect.attempt} by "
+                    f"{effect.worker or 'the executor'} at {effect.at}, but that "
+                    f"attempt was {worker}'s during [{started}, {ended}]"
+                )
             if effect.attempt != last:
                 adopted += 1
     strays = [k for ledger in effects.values() for k in ledger if k not in keys]
@@ -153,9 +174,13 @@ def evaluate(conn: psycopg.Connection[Any], *, file_ledger: Path, runs_expected:
 
     # -- checkpoints: the winner resumed from the latest checkpoint of an earlier attempt -------
     resumed = 0
-    latest = {(r[0], r[1]): r[2] for r in conn.execute(
-        "SELECT DISTINCT ON (step_id, attempt) step_id, attempt, state FROM rara_checkpoints "
-        "ORDER BY step_id, attempt, seq DESC").fetchall()}
+    latest = {
+        (r[0], r[1]): r[2]
+        for r in conn.execute(
+            "SELECT DISTINCT ON (step_id, attempt) step_id, attempt, state FROM rara_checkpoints "
+            "ORDER BY step_id, attempt, seq DESC"
+        ).fetchall()
+    }
     for step_id, _run_id, key, _executor, status, last, result, _ in steps:
         if key not in checkpointing or status != "succeeded":
             continue
@@ -163,8 +188,10 @@ def evaluate(conn: psycopg.Connection[Any], *, file_ledger: Path, runs_expected:
         expected = int(latest[(step_id, max(earlier))]["next"]) if earlier else 0
         got = (result or {}).get("resumed_from")
         if got != expected:
-            problems.append(f"step {step_id} ({key}) resumed from {got}, its latest earlier "
-                            f"checkpoint says {expected}")
+            problems.append(
+                f"step {step_id} ({key}) resumed from {got}, its latest earlier "
+                f"checkpoint says {expected}"
+            )
         resumed += bool(expected)
 
     summary: dict[str, Any] = {
@@ -190,13 +217,16 @@ def evaluate(conn: psycopg.Connection[Any], *, file_ledger: Path, runs_expected:
     return summary, problems
 
 
-def recovery(conn: psycopg.Connection[Any], events: list[ChaosEvent],
-             steps: list[Any]) -> dict[str, Any]:
+def recovery(
+    conn: psycopg.Connection[Any], events: list[ChaosEvent], steps: list[Any]
+) -> dict[str, Any]:
     """Worst re-lease / completion times per kind of kill (see the module docstring)."""
     executor_of = {s[0]: s[3] for s in steps}
     finished = {s[0]: s[7] for s in steps}
-    rows = conn.execute("SELECT step_id, attempt, worker, started_at, ended_at, outcome::text "
-                        "FROM rara_attempts ORDER BY step_id, attempt").fetchall()
+    rows = conn.execute(
+        "SELECT step_id, attempt, worker, started_at, ended_at, outcome::text "
+        "FROM rara_attempts ORDER BY step_id, attempt"
+    ).fetchall()
     by_step: dict[int, list[Any]] = defaultdict(list)
     for row in rows:
         by_step[row[0]].append(row)
@@ -206,10 +236,13 @@ def recovery(conn: psycopg.Connection[Any], events: list[ChaosEvent],
     def worst(kind: str, pairs: list[tuple[float, float | None, str]], victims: int) -> None:
         relets = [p[0] for p in pairs]
         dones = [p[1] for p in pairs if p[1] is not None]
-        out[kind] = {"kills": victims, "interrupted_attempts": len(pairs),
-                     "worst_relet_s": round(max(relets), 3) if relets else None,
-                     "worst_completed_s": round(max(dones), 3) if dones else None,
-                     "worst_relet": max(pairs)[2] if pairs else None}
+        out[kind] = {
+            "kills": victims,
+            "interrupted_attempts": len(pairs),
+            "worst_relet_s": round(max(relets), 3) if relets else None,
+            "worst_completed_s": round(max(dones), 3) if dones else None,
+            "worst_relet": max(pairs)[2] if pairs else None,
+        }
 
     for kind in (WORKER_SIGKILL, EXECUTOR_SIGKILL, WORKER_SIGTERM):
         pairs: list[tuple[float, float | None, str]] = []
@@ -220,8 +253,12 @@ def recovery(conn: psycopg.Connection[Any], events: list[ChaosEvent],
                 if kind == WORKER_SIGKILL:
                     hit = worker == event.victim and outcome == "lease_expired"
                 elif kind == EXECUTOR_SIGKILL:
-                    hit = (executor_of.get(step_id) == "grpc" and started <= at
-                           and (ended is None or ended >= at) and outcome != "succeeded")
+                    hit = (
+                        executor_of.get(step_id) == "grpc"
+                        and started <= at
+                        and (ended is None or ended >= at)
+                        and outcome != "succeeded"
+                    )
                 else:
                     hit = worker == event.victim and outcome == "released"
                 if not hit:
@@ -230,21 +267,31 @@ def recovery(conn: psycopg.Connection[Any], events: list[ChaosEvent],
                 follow = nxt.get((step_id, attempt + 1))
                 relet = _seconds(follow[3], origin) if follow else float("inf")
                 done = finished.get(step_id)
-                pairs.append((relet, _seconds(done, origin) if done else None,
-                              f"step {step_id} attempt {attempt} ({worker}, {event.kind} "
-                              f"{event.victim}) -> {follow[2] if follow else None}"))
+                pairs.append(
+                    (
+                        relet,
+                        _seconds(done, origin) if done else None,
+                        f"step {step_id} attempt {attempt} ({worker}, {event.kind} "
+                        f"{event.victim}) -> {follow[2] if follow else None}",
+                    )
+                )
         worst(kind, pairs, len(mine))
     for event in events:
         if event.kind != POSTGRES_RESTART:
             continue
         at = _ts(event.at)
-        first = conn.execute("SELECT min(ended_at) FROM rara_attempts WHERE outcome = "
-                             "'succeeded' AND ended_at > %s", (at,)).fetchone()
+        first = conn.execute(
+            "SELECT min(ended_at) FROM rara_attempts WHERE outcome = 'succeeded' AND ended_at > %s",
+            (at,),
+        ).fetchone()
         outage = (event.back_at or event.at) - event.at
         out[POSTGRES_RESTART] = {
-            "kills": 1, "server_down_s": round(outage, 3),
+            "kills": 1,
+            "server_down_s": round(outage, 3),
             "first_completion_after_s": round(_seconds(first[0], at), 3)
-            if first and first[0] else None}
+            if first and first[0]
+            else None,
+        }
     return out
 
 

@@ -71,8 +71,12 @@ def shard(ctx: StepContext) -> StepOutcome:
     effect = record_effect(ctx)
     ref = ctx.artifacts.put_bytes(f"{ctx.idempotency_key}\n".encode())
     return StepOutcome(
-        result={"key": ctx.idempotency_key, "attempt": ctx.attempt, "effect": effect,
-                "resumed_from": start},
+        result={
+            "key": ctx.idempotency_key,
+            "attempt": ctx.attempt,
+            "effect": effect,
+            "resumed_from": start,
+        },
         artifacts=[OutputArtifact(f"{ctx.step_key}.txt", ref, "text/plain")],
     )
 

@@ -61,34 +61,56 @@ def conn(database_url: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 def test_handler_stops_when_the_lease_surely_expired_even_if_heartbeats_hang(
-        conn: psycopg.Connection[Any], database_url: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    conn: psycopg.Connection[Any],
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     TICKS.clear()
     hang = asyncio.Event()  # never set: a heartbeat that gets no answer
     _hang_heartbeats(monkeypatch, hang)
-    apply(conn, "slow", [{"key": "s", "capability": "chaos.tick@1",
-                          "retry": {"maxAttempts": 3, "initialDelay": "1ms"}}])
+    apply(
+        conn,
+        "slow",
+        [
+            {
+                "key": "s",
+                "capability": "chaos.tick@1",
+                "retry": {"maxAttempts": 3, "initialDelay": "1ms"},
+            }
+        ],
+    )
     run_id = start(conn, "slow", {"seconds": 8})
     first, second = (f"{run_id}:s", 1), (f"{run_id}:s", 2)
-    stuck = ThreadWorker(database_url, tmp_path, id="partitioned", handlers=HANDLERS,
-                         lease_seconds=LEASE, heartbeat_seconds=0.3, reaper_seconds=60.0)
+    stuck = ThreadWorker(
+        database_url,
+        tmp_path,
+        id="partitioned",
+        handlers=HANDLERS,
+        lease_seconds=LEASE,
+        heartbeat_seconds=0.3,
+        reaper_seconds=60.0,
+    )
     stuck.start(conn)
     try:
         wait_until(lambda: first in TICKS, message="the first attempt started")
         # The lease expires in the database; another worker recovers and re-runs the step.
-        rescuer = ThreadWorker(database_url, tmp_path, id="rescuer", handlers=HANDLERS,
-                               lease_seconds=30.0)
+        rescuer = ThreadWorker(
+            database_url, tmp_path, id="rescuer", handlers=HANDLERS, lease_seconds=30.0
+        )
         rescuer.start(conn)
         try:
-            wait_until(lambda: second in TICKS, timeout=15,
-                       message="the step's next attempt started")
+            wait_until(
+                lambda: second in TICKS, timeout=15, message="the step's next attempt started"
+            )
             time.sleep(0.5)
             old, new = TICKS[first], TICKS[second]
             overlap = old["last"] - new["started"]
             assert overlap <= 0, (
                 f"two owners ran the step at once for {overlap:.2f}s: the partitioned "
                 f"worker's handler was still running {old['last'] - old['started']:.1f}s "
-                f"after its attempt began ({LEASE}s lease, heartbeats unanswered)")
+                f"after its attempt began ({LEASE}s lease, heartbeats unanswered)"
+            )
             assert old["last"] <= old["started"] + LEASE + 0.5
         finally:
             rescuer.stop()
@@ -98,8 +120,11 @@ def test_handler_stops_when_the_lease_surely_expired_even_if_heartbeats_hang(
 
 
 def test_a_worker_that_leases_a_step_again_keeps_tracking_the_new_attempt(
-        conn: psycopg.Connection[Any], database_url: str, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    conn: psycopg.Connection[Any],
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """worker/runner.py ``_start`` keys ``self.attempts`` by step id, and each supervisor's
     done callback pops ``self.attempts[step.id]`` without checking it is its own state. If the
     worker leases a step again while an older attempt of it is still winding down here (its
@@ -117,12 +142,28 @@ def test_a_worker_that_leases_a_step_again_keeps_tracking_the_new_attempt(
     TICKS.clear()
     hang = asyncio.Event()
     _hang_heartbeats(monkeypatch, hang)
-    apply(conn, "slow", [{"key": "s", "capability": "chaos.tick@1",
-                          "retry": {"maxAttempts": 5, "initialDelay": "1ms"}}])
+    apply(
+        conn,
+        "slow",
+        [
+            {
+                "key": "s",
+                "capability": "chaos.tick@1",
+                "retry": {"maxAttempts": 5, "initialDelay": "1ms"},
+            }
+        ],
+    )
     run_id = start(conn, "slow", {"seconds": 3})
     key = f"{run_id}:s"
-    stuck = ThreadWorker(database_url, tmp_path, id="partitioned", handlers=HANDLERS,
-                         lease_seconds=LEASE, heartbeat_seconds=0.3, reaper_seconds=60.0)
+    stuck = ThreadWorker(
+        database_url,
+        tmp_path,
+        id="partitioned",
+        handlers=HANDLERS,
+        lease_seconds=LEASE,
+        heartbeat_seconds=0.3,
+        reaper_seconds=60.0,
+    )
     stuck.start(conn)
     try:
         wait_until(lambda: (key, 1) in TICKS, message="attempt 1 started")
@@ -131,8 +172,9 @@ def test_a_worker_that_leases_a_step_again_keeps_tracking_the_new_attempt(
         reaper = ThreadWorker(database_url, tmp_path, id="reaper", handlers=[])
         reaper.start(conn)
         try:
-            wait_until(lambda: (key, 2) in TICKS, timeout=15,
-                       message="attempt 2 on the same worker")
+            wait_until(
+                lambda: (key, 2) in TICKS, timeout=15, message="attempt 2 on the same worker"
+            )
         finally:
             reaper.stop()
         hang.set()  # the partition heals; heartbeats flow again
@@ -147,7 +189,8 @@ def test_a_worker_that_leases_a_step_again_keeps_tracking_the_new_attempt(
         assert tracked == 2, (
             "attempt 2 still runs on the partitioned worker, but the worker no longer tracks "
             f"it (attempts[step] = {tracked}): no heartbeats, no cancel, "
-            "no release")
+            "no release"
+        )
     finally:
         hang.set()
         stuck.stop()

@@ -40,13 +40,26 @@ class FlakyStore:
 
 
 def _attempt() -> AttemptState:
-    step = LeasedStep(id=7, run_id=1, key="s", capability="x.y@1", executor="inprocess",
-                      payload={}, attempt=1, max_attempts=3, lease_token=uuid4(),
-                      lease_expires_at=datetime.now(UTC), timeout_ms=None,
-                      heartbeat_timeout_ms=None, depends_on=[], run_input={},
-                      leased_at=datetime.now(UTC))
-    return AttemptState(step=step, fence=Fence(7, "w", step.lease_token),
-                        loop=asyncio.get_running_loop())
+    step = LeasedStep(
+        id=7,
+        run_id=1,
+        key="s",
+        capability="x.y@1",
+        executor="inprocess",
+        payload={},
+        attempt=1,
+        max_attempts=3,
+        lease_token=uuid4(),
+        lease_expires_at=datetime.now(UTC),
+        timeout_ms=None,
+        heartbeat_timeout_ms=None,
+        depends_on=[],
+        run_input={},
+        leased_at=datetime.now(UTC),
+    )
+    return AttemptState(
+        step=step, fence=Fence(7, "w", step.lease_token), loop=asyncio.get_running_loop()
+    )
 
 
 async def test_a_retried_progress_write_keeps_its_seq() -> None:

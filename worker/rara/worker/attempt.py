@@ -58,8 +58,9 @@ _CANCEL_WAIT = 1.0  # how long a cancelled handler task may take to unwind befor
 MAX_RESULT_BYTES = 1024 * 1024
 
 
-def _next_stop(state: AttemptState, cancel_at: float | None,
-               now: float) -> tuple[StopReason | None, float | None]:
+def _next_stop(
+    state: AttemptState, cancel_at: float | None, now: float
+) -> tuple[StopReason | None, float | None]:
     """Why the handler must stop now (or None), and when to look again."""
     if state.stop_reason is not None:
         return state.stop_reason, None
@@ -90,8 +91,9 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
         waiter.set_result(None)
 
 
-async def supervise(state: AttemptState, executor: Executor, ctx: StepContext,
-                    io: AttemptIO) -> AttemptEnd:
+async def supervise(
+    state: AttemptState, executor: Executor, ctx: StepContext, io: AttemptIO
+) -> AttemptEnd:
     """Run the attempt to its end and write that end through ``io``. Returns what was
     written."""
     settings = io.settings
@@ -118,8 +120,9 @@ async def supervise(state: AttemptState, executor: Executor, ctx: StepContext,
         state.waiter = waiter
         done_cb = lambda _t, w=waiter: _resolve(w)  # noqa: E731
         task.add_done_callback(done_cb)
-        timer = None if wake_at is None else loop.call_later(max(0.0, wake_at - now),
-                                                             _resolve, waiter)
+        timer = (
+            None if wake_at is None else loop.call_later(max(0.0, wake_at - now), _resolve, waiter)
+        )
         try:
             await waiter
         finally:
@@ -140,12 +143,18 @@ async def supervise(state: AttemptState, executor: Executor, ctx: StepContext,
 def _bound(state: AttemptState) -> Any:
     """The attempt's logger, bound only when something is logged (not on the hot path)."""
     step = state.step
-    return log.bind(run_id=step.run_id, step_id=step.id, step_key=step.key,
-                    attempt=step.attempt, capability=step.capability)
+    return log.bind(
+        run_id=step.run_id,
+        step_id=step.id,
+        step_key=step.key,
+        attempt=step.attempt,
+        capability=step.capability,
+    )
 
 
-async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: StopReason | None,
-               io: AttemptIO) -> AttemptEnd:
+async def _end(
+    state: AttemptState, task: asyncio.Task[StepOutcome], reason: StopReason | None, io: AttemptIO
+) -> AttemptEnd:
     exc: BaseException | None = None
     if not task.done():  # it ignored cancellation: leave it, but never let its error go unseen
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
@@ -189,16 +198,21 @@ async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: Sto
         if state.cancel_requested:
             return await ended(AttemptOutcome.CANCELLED)
         if reason in (StopReason.TIMEOUT, StopReason.HEARTBEAT_TIMEOUT):
-            code, what = ((ErrorCode.TIMEOUT,
-                           f"attempt exceeded its timeout of {state.step.timeout_ms} ms")
-                          if reason is StopReason.TIMEOUT else
-                          (ErrorCode.HEARTBEAT_TIMEOUT, "no progress reported for "
-                           f"{state.step.heartbeat_timeout_ms} ms"))
-            return await ended(AttemptOutcome.TIMED_OUT, error=timeout_json(code, what),
-                               retryable=True)
+            code, what = (
+                (ErrorCode.TIMEOUT, f"attempt exceeded its timeout of {state.step.timeout_ms} ms")
+                if reason is StopReason.TIMEOUT
+                else (
+                    ErrorCode.HEARTBEAT_TIMEOUT,
+                    f"no progress reported for {state.step.heartbeat_timeout_ms} ms",
+                )
+            )
+            return await ended(
+                AttemptOutcome.TIMED_OUT, error=timeout_json(code, what), retryable=True
+            )
         if exc is not None:
-            return await ended(AttemptOutcome.FAILED, error=error_json(exc),
-                               retryable=is_retryable(exc))
+            return await ended(
+                AttemptOutcome.FAILED, error=error_json(exc), retryable=is_retryable(exc)
+            )
         outcome = task.result()
         if outcome.result is not None:
             try:
@@ -208,22 +222,33 @@ async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: Sto
                 return await ended(AttemptOutcome.FAILED, error=error, retryable=False)
             if len(encoded) > MAX_RESULT_BYTES:
                 # Retrying would produce the same result: a terminal failure naming the limit.
-                error = {"code": ErrorCode.RESULT_TOO_LARGE, "retryable": False,
-                         "type": "ResultTooLarge",
-                         "message": f"result of step {state.step.key!r} is {len(encoded)} bytes "
-                                    f"of JSON; the limit is {MAX_RESULT_BYTES} — store large "
-                                    "outputs as artifacts (ctx.artifacts) and return their refs"}
+                error = {
+                    "code": ErrorCode.RESULT_TOO_LARGE,
+                    "retryable": False,
+                    "type": "ResultTooLarge",
+                    "message": f"result of step {state.step.key!r} is {len(encoded)} bytes "
+                    f"of JSON; the limit is {MAX_RESULT_BYTES} — store large "
+                    "outputs as artifacts (ctx.artifacts) and return their refs",
+                }
                 return await ended(AttemptOutcome.FAILED, error=error, retryable=False)
         # Every manifest row, in-process or from an executor's report, passes here: a media
         # type the dashboard could not serve is refused for good, and nothing is written.
-        problem = next(filter(None, (media_type_problem(a.name, a.media_type)
-                                     for a in outcome.artifacts)), None)
+        problem = next(
+            filter(None, (media_type_problem(a.name, a.media_type) for a in outcome.artifacts)),
+            None,
+        )
         if problem is not None:
-            error = {"code": ErrorCode.RESULT_INVALID, "retryable": False,
-                     "type": "InvalidMediaType", "message": f"step {state.step.key!r}: {problem}"}
+            error = {
+                "code": ErrorCode.RESULT_INVALID,
+                "retryable": False,
+                "type": "InvalidMediaType",
+                "message": f"step {state.step.key!r}: {problem}",
+            }
             return await ended(AttemptOutcome.FAILED, error=error, retryable=False)
-        manifest = [{"name": a.name, "digest": a.ref.digest, "size": a.ref.size,
-                     "media_type": a.media_type} for a in outcome.artifacts]
+        manifest = [
+            {"name": a.name, "digest": a.ref.digest, "size": a.ref.size, "media_type": a.media_type}
+            for a in outcome.artifacts
+        ]
         return await ended(AttemptOutcome.SUCCEEDED, result=outcome.result, artifacts=manifest)
 
     try:
@@ -234,6 +259,11 @@ async def _end(state: AttemptState, task: asyncio.Task[StepOutcome], reason: Sto
     if end is LOST:
         _bound(state).warning("lease lost before the attempt ended")
     elif exc is not None:
-        _bound(state).info("attempt failed", outcome=end.outcome, step=end.step, error=str(exc),
-                           error_type=type(exc).__name__)
+        _bound(state).info(
+            "attempt failed",
+            outcome=end.outcome,
+            step=end.step,
+            error=str(exc),
+            error_type=type(exc).__name__,
+        )
     return end

@@ -32,12 +32,16 @@ class AttemptIO:
     progress: ProgressWriter
     settings: WorkerSettings
 
-    async def checkpoint(self, state: AttemptState, seq: int, data: Mapping[str, Any],
-                         ref: ArtifactRef | None) -> bool:
+    async def checkpoint(
+        self, state: AttemptState, seq: int, data: Mapping[str, Any], ref: ArtifactRef | None
+    ) -> bool:
         """The checkpoint row, fenced (False: the lease is lost)."""
         fence = state.fence
-        return await persist("checkpoint", lambda: self.store.write_checkpoint(
-            fence.step_id, fence.token, seq, data, ref), give_up_after=CHECKPOINT_PATIENCE)
+        return await persist(
+            "checkpoint",
+            lambda: self.store.write_checkpoint(fence.step_id, fence.token, seq, data, ref),
+            give_up_after=CHECKPOINT_PATIENCE,
+        )
 
     async def flush_progress(self, state: AttemptState) -> None:
         """The attempt's latest progress, written now (before its end)."""

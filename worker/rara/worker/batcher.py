@@ -77,8 +77,12 @@ class CompletionBatcher:
             _settle(future, answer)
 
 
-def _settle(future: asyncio.Future[StepStatus | None], answer: StepStatus | None = None, *,
-            exc: BaseException | None = None) -> None:
+def _settle(
+    future: asyncio.Future[StepStatus | None],
+    answer: StepStatus | None = None,
+    *,
+    exc: BaseException | None = None,
+) -> None:
     if future.done():  # its attempt gave up waiting
         return
     if exc is not None:

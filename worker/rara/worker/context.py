@@ -97,24 +97,34 @@ class WorkerStepContext:
 
     def cancelled(self) -> bool:
         s = self._state
-        return (s.cancel_requested or s.lease_lost or s.stop_reason is not None
-                or (s.deadline is not None and time.monotonic() >= s.deadline))
+        return (
+            s.cancel_requested
+            or s.lease_lost
+            or s.stop_reason is not None
+            or (s.deadline is not None and time.monotonic() >= s.deadline)
+        )
 
-    def progress(self, fraction: float | None = None, message: str = "",
-                 metrics: Mapping[str, float] | None = None) -> None:
+    def progress(
+        self,
+        fraction: float | None = None,
+        message: str = "",
+        metrics: Mapping[str, float] | None = None,
+    ) -> None:
         if fraction is not None and not 0.0 <= fraction <= 1.0:
             raise ValueError(f"progress fraction must be within 0..1, got {fraction}")
         self._state.pending_progress = (fraction, message, dict(metrics or {}))
         self._state.last_report = time.monotonic()
 
-    async def asave_checkpoint(self, state: Mapping[str, JSON],
-                               artifact: ArtifactRef | None = None) -> None:
+    async def asave_checkpoint(
+        self, state: Mapping[str, JSON], artifact: ArtifactRef | None = None
+    ) -> None:
         """Durably record a checkpoint: returns once the fenced row is written."""
         s = self._check_owned()
         await self._written(next(s.checkpoint_seq), state, artifact)
 
-    def save_checkpoint(self, state: Mapping[str, JSON],
-                        artifact: ArtifactRef | None = None) -> None:
+    def save_checkpoint(
+        self, state: Mapping[str, JSON], artifact: ArtifactRef | None = None
+    ) -> None:
         s = self._check_owned()
         if on_loop(s.loop):  # never block the loop: queue the write (see the module docstring)
             write = self._written(next(s.checkpoint_seq), state, artifact)
@@ -130,8 +140,9 @@ class WorkerStepContext:
             raise LeaseLost(f"step {self.step_id} attempt {self.attempt} lost its lease")
         return self._state
 
-    async def _written(self, seq: int, state: Mapping[str, JSON],
-                       artifact: ArtifactRef | None) -> None:
+    async def _written(
+        self, seq: int, state: Mapping[str, JSON], artifact: ArtifactRef | None
+    ) -> None:
         s = self._state
         if not await self._io.checkpoint(s, seq, state, artifact):
             s.lose()

@@ -51,5 +51,12 @@ def error_json(exc: BaseException) -> dict[str, Any]:
 
 def timeout_json(code: ErrorCode, message: str) -> dict[str, Any]:
     """The error of an attempt the worker stopped itself (TIMEOUT, HEARTBEAT_TIMEOUT)."""
-    return {"code": code, "message": message, "retryable": True, "type": "timeout",
-            "details": {}, "chain": [], "traceback": ""}
+    return {
+        "code": code,
+        "message": message,
+        "retryable": True,
+        "type": "timeout",
+        "details": {},
+        "chain": [],
+        "traceback": "",
+    }

@@ -106,8 +106,9 @@ class GrpcExecutor:
             await self.refresh()
             self._changed.clear()
             down = any(not e.alive for e in self._endpoints)
-            period = min(self._refresh_seconds, DOWN_REFRESH_SECONDS) if down \
-                else self._refresh_seconds
+            period = (
+                min(self._refresh_seconds, DOWN_REFRESH_SECONDS) if down else self._refresh_seconds
+            )
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(period):
                     await self._changed.wait()

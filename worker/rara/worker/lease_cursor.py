@@ -56,15 +56,18 @@ class LeaseCursors:
         and after an arrival announced since the last such scan was sent (one announced
         while it was in flight may have missed its snapshot)."""
         now = time.monotonic() if now is None else now
-        return now >= self._rescan_at or (self._heard >= self._scan_sent
-                                          and now >= self._heard_ok_at)
+        return now >= self._rescan_at or (
+            self._heard >= self._scan_sent and now >= self._heard_ok_at
+        )
 
     def after(self, pairs: Sequence[Pair], *, from_start: bool) -> dict[str, list[Any]]:
         """The cursor parameters of ``step_lease`` (NULLs: from the start)."""
         keys = [None if from_start else self._after.get(pair) for pair in pairs]
-        return {"after_ranks": [k[0] if k else None for k in keys],
-                "after_ats": [k[1] if k else None for k in keys],
-                "after_ids": [k[2] if k else None for k in keys]}
+        return {
+            "after_ranks": [k[0] if k else None for k in keys],
+            "after_ats": [k[1] if k else None for k in keys],
+            "after_ids": [k[2] if k else None for k in keys],
+        }
 
     def scanned_from_start(self, sent: float, seconds: float) -> None:
         """A scan from the start, sent at ``sent``, took ``seconds``: schedule the next."""

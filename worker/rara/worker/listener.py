@@ -23,8 +23,14 @@ log = structlog.get_logger("rara.worker")
 READY, CANCEL = "rara_ready", "rara_cancel"
 
 
-async def listen(url: str, *, on_ready: Callable[[str], None], on_cancel: Callable[[int], None],
-                 on_connect: Callable[[], None], ping_seconds: float = 15.0) -> None:
+async def listen(
+    url: str,
+    *,
+    on_ready: Callable[[str], None],
+    on_cancel: Callable[[int], None],
+    on_connect: Callable[[], None],
+    ping_seconds: float = 15.0,
+) -> None:
     backoff = Backoff()
     while True:
         try:
@@ -43,6 +49,7 @@ async def listen(url: str, *, on_ready: Callable[[str], None], on_cancel: Callab
                     await conn.execute("SELECT 1")  # quiet for a while: is anyone there?
         except TRANSIENT as exc:
             delay = backoff.next_delay()
-            log.warning("listen connection lost, reconnecting", error=str(exc),
-                        retry_in=round(delay, 3))
+            log.warning(
+                "listen connection lost, reconnecting", error=str(exc), retry_in=round(delay, 3)
+            )
             await asyncio.sleep(delay)

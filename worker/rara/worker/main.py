@@ -27,9 +27,13 @@ def build_executors(settings: WorkerSettings) -> list[Executor]:
     endpoints are configured (without one, ``executor: grpc`` steps are not leased here)."""
     executors: list[Executor] = [InProcessExecutor(load_registry(settings.handlers))]
     if settings.executor_endpoints:
-        executors.append(GrpcExecutor.from_token_file(
-            settings.executor_endpoints, settings.executor_token_file,
-            refresh_seconds=settings.executor_refresh_seconds))
+        executors.append(
+            GrpcExecutor.from_token_file(
+                settings.executor_endpoints,
+                settings.executor_token_file,
+                refresh_seconds=settings.executor_refresh_seconds,
+            )
+        )
     return executors
 
 

@@ -51,7 +51,8 @@ class ProgressWriter:
             return
         try:
             owned = await self.store.write_progress(
-                [(st.fence.step_id, st.fence.token, seq, p[0], p[1], p[2]) for st, seq, p in batch])
+                [(st.fence.step_id, st.fence.token, seq, p[0], p[1], p[2]) for st, seq, p in batch]
+            )
         except TRANSIENT:
             for st, seq, pending in batch:  # keep it for the next round unless newer came in
                 self._unconfirmed[(st.fence.step_id, st.step.attempt)] = seq

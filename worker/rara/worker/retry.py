@@ -97,6 +97,10 @@ async def persist(what: str, fn: Callable[[], Awaitable[T]], *, give_up_after: f
             if time.monotonic() >= deadline:
                 raise
             delay = backoff.next_delay()
-            log.warning("database unavailable, retrying", what=what, error=str(exc),
-                        retry_in=round(delay, 3))
+            log.warning(
+                "database unavailable, retrying",
+                what=what,
+                error=str(exc),
+                retry_in=round(delay, 3),
+            )
             await asyncio.sleep(delay)

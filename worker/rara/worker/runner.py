@@ -73,15 +73,19 @@ class Worker:
         self.cursors = LeaseCursors(settings.lease_rescan_seconds)
         self.pool = make_pool(url, settings.concurrency + 4)
         self.store = WorkerStore(self.pool, settings.id, own_url=url)
-        self.batcher = CompletionBatcher(self.store.end_many, max_batch=settings.completion_batch,
-                                         window=settings.completion_window_seconds)
+        self.batcher = CompletionBatcher(
+            self.store.end_many,
+            max_batch=settings.completion_batch,
+            window=settings.completion_window_seconds,
+        )
         self.metrics = _Metrics()
         self.progress = ProgressWriter(self.store, self.attempts)
         self.io = AttemptIO(self.store, self.batcher, self.progress, settings)
         # A directory or s3://… (rara.artifacts.location): artifact_root when set, else
         # RARA_ARTIFACTS, else .rara/artifacts.
-        self.artifacts = open_store(settings.artifact_root
-                                    if "artifact_root" in settings.model_fields_set else None)
+        self.artifacts = open_store(
+            settings.artifact_root if "artifact_root" in settings.model_fields_set else None
+        )
         self.log = log.bind(worker=settings.id)
         self._supervisors: set[asyncio.Task[AttemptEnd]] = set()
 
@@ -90,8 +94,12 @@ class Worker:
         """(capability, executor kind) served now: asked of the executors each time, since a
         remote executor's capabilities change as its endpoints come and go."""
         wanted = self.settings.capabilities
-        return sorted((cap, e.kind) for e in self.executors.values() for cap in e.capabilities()
-                      if wanted is None or cap in wanted)
+        return sorted(
+            (cap, e.kind)
+            for e in self.executors.values()
+            for cap in e.capabilities()
+            if wanted is None or cap in wanted
+        )
 
     @property
     def capabilities(self) -> list[str]:
@@ -108,18 +116,36 @@ class Worker:
         s = self.settings
         await self.pool.open(wait=False)
         try:
-            await persist("register", lambda: self.store.register(self.capabilities),
-                          give_up_after=float("inf"))
+            await persist(
+                "register",
+                lambda: self.store.register(self.capabilities),
+                give_up_after=float("inf"),
+            )
             if not self.pairs:
                 self.log.warning("no capabilities served (pass --handlers); only reaping")
-            self.log.info("worker started", capabilities=self.capabilities,
-                          concurrency=s.concurrency, lease_seconds=s.lease_seconds)
-            side = [self._spawn(self._lease_loop()), self._spawn(self._heartbeat_loop()),
-                    self._spawn(self._reaper_loop()), self._spawn(self._progress_loop())]
+            self.log.info(
+                "worker started",
+                capabilities=self.capabilities,
+                concurrency=s.concurrency,
+                lease_seconds=s.lease_seconds,
+            )
+            side = [
+                self._spawn(self._lease_loop()),
+                self._spawn(self._heartbeat_loop()),
+                self._spawn(self._reaper_loop()),
+                self._spawn(self._progress_loop()),
+            ]
             if s.listen:
-                side.append(self._spawn(listen(self.url, on_ready=self._on_ready,
-                                               on_cancel=self._on_cancel,
-                                               on_connect=self.wake.set)))
+                side.append(
+                    self._spawn(
+                        listen(
+                            self.url,
+                            on_ready=self._on_ready,
+                            on_cancel=self._on_cancel,
+                            on_connect=self.wake.set,
+                        )
+                    )
+                )
             stop_waiter = self._spawn(self.stopping.wait())
             done, _ = await asyncio.wait([stop_waiter, *side], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -145,12 +171,18 @@ class Worker:
     async def _drain(self) -> None:
         """Grace for running attempts, then stop and release the rest."""
         if self._supervisors:
-            self.log.info("stopping: waiting for running attempts", running=len(self._supervisors),
-                          grace=self.settings.shutdown_grace_seconds)
+            self.log.info(
+                "stopping: waiting for running attempts",
+                running=len(self._supervisors),
+                grace=self.settings.shutdown_grace_seconds,
+            )
             abort = self._spawn(self.aborting.wait())
             all_done = self._spawn(asyncio.wait(set(self._supervisors)))
-            await asyncio.wait({abort, all_done}, timeout=self.settings.shutdown_grace_seconds,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {abort, all_done},
+                timeout=self.settings.shutdown_grace_seconds,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
             abort.cancel()
             all_done.cancel()
         for state in list(self.attempts.values()):
@@ -196,8 +228,11 @@ class Worker:
                     unanswered = False
                 except TRANSIENT as exc:
                     delay = backoff.next_delay()
-                    self.log.warning("could not give back unheld leases, retrying",
-                                     error=str(exc), retry_in=round(delay, 3))
+                    self.log.warning(
+                        "could not give back unheld leases, retrying",
+                        error=str(exc),
+                        retry_in=round(delay, 3),
+                    )
                     await asyncio.sleep(delay)
                     continue
             free = s.concurrency - len(self.attempts)
@@ -256,8 +291,9 @@ class Worker:
         cursors = self.cursors
         from_start = cursors.due()
         began = time.monotonic()
-        leased = await self.store.lease(pairs, limit, self.settings.lease_seconds,
-                                        cursors.after(pairs, from_start=from_start))
+        leased = await self.store.lease(
+            pairs, limit, self.settings.lease_seconds, cursors.after(pairs, from_start=from_start)
+        )
         if from_start:
             cursors.scanned_from_start(began, time.monotonic() - began)
         cursors.advance(leased)
@@ -265,8 +301,12 @@ class Worker:
 
     def _start(self, step: LeasedStep, sent: float) -> None:
         fence = Fence(step.id, self.settings.id, step.lease_token)
-        state = AttemptState(step=step, fence=fence, loop=asyncio.get_running_loop(),
-                             lease_valid_until=sent + self.settings.lease_seconds)
+        state = AttemptState(
+            step=step,
+            fence=fence,
+            loop=asyncio.get_running_loop(),
+            lease_valid_until=sent + self.settings.lease_seconds,
+        )
         if step.timeout_ms is not None:
             state.deadline = state.started + step.timeout_ms / 1000
         if self.stopping.is_set():  # leased as the stop began: give it straight back
@@ -283,11 +323,14 @@ class Worker:
                 del self.attempts[step.id]
             self.wake.set()  # a slot is free
             if not t.cancelled() and t.exception() is not None:
-                self.log.error("attempt supervisor failed", step_id=step.id,
-                               exc_info=t.exception())
+                self.log.error("attempt supervisor failed", step_id=step.id, exc_info=t.exception())
             else:
-                self.metrics.ended(step.capability, ABANDONED if t.cancelled() else t.result(),
-                                   time.monotonic() - state.started, len(self.attempts))
+                self.metrics.ended(
+                    step.capability,
+                    ABANDONED if t.cancelled() else t.result(),
+                    time.monotonic() - state.started,
+                    len(self.attempts),
+                )
 
         task.add_done_callback(finished)
 
@@ -318,13 +361,16 @@ class Worker:
             self.heartbeat_due.clear()
             try:
                 sent = await self._heartbeat(
-                    heartbeat_within(time.monotonic(), self._horizon(), s.lease_seconds))
-                wait = max(0.0, sent + s.heartbeat_interval * random.uniform(0.9, 1.0)
-                           - time.monotonic())
+                    heartbeat_within(time.monotonic(), self._horizon(), s.lease_seconds)
+                )
+                wait = max(
+                    0.0, sent + s.heartbeat_interval * random.uniform(0.9, 1.0) - time.monotonic()
+                )
             except TRANSIENT as exc:
                 wait = heartbeat_delay(time.monotonic(), self._horizon(), s.lease_seconds)
-                self.log.warning("heartbeat failed, retrying", error=str(exc),
-                                 retry_in=round(wait, 3))
+                self.log.warning(
+                    "heartbeat failed, retrying", error=str(exc), retry_in=round(wait, 3)
+                )
             # Without an answer we cannot know whether a reaper took our steps: once the lease
             # surely expired, stop as if lost rather than risk two owners doing the work.
             now = time.monotonic()
@@ -334,8 +380,10 @@ class Worker:
 
     def _horizon(self) -> float:
         """The earliest local horizon of the leases heartbeats still extend (``inf``: none)."""
-        return min((st.lease_valid_until for st in self.attempts.values() if st.holds_lease),
-                   default=float("inf"))
+        return min(
+            (st.lease_valid_until for st in self.attempts.values() if st.holds_lease),
+            default=float("inf"),
+        )
 
     async def _heartbeat(self, within: float) -> float:
         """One statement: the worker's row and every lease it holds. Which leases is read when
@@ -351,8 +399,9 @@ class Worker:
             sent_at = time.monotonic()
             return [(st.fence.step_id, st.fence.token) for st in sent]
 
-        answer = await self.store.heartbeat_all(self.capabilities, held_now, s.lease_seconds,
-                                                within=within)
+        answer = await self.store.heartbeat_all(
+            self.capabilities, held_now, s.lease_seconds, within=within
+        )
         for st in sent:
             if st.step.id not in answer:
                 st.lose()

@@ -26,58 +26,83 @@ def default_worker_id() -> str:
 class WorkerSettings(ProcessSettings):
     model_config = SettingsConfigDict(env_prefix="RARA_WORKER_")
     command_help: ClassVar = "Lease and run workflow steps until SIGTERM/SIGINT."
-    flag_names: ClassVar = {"handlers": ("--handlers", "-H"), "id": ("--id",),
-                            "capabilities": ("--capability", "-c"),
-                            "executor_endpoints": ("--executor-endpoint",)}
+    flag_names: ClassVar = {
+        "handlers": ("--handlers", "-H"),
+        "id": ("--id",),
+        "capabilities": ("--capability", "-c"),
+        "executor_endpoints": ("--executor-endpoint",),
+    }
 
-    id: str = Field(default_factory=default_worker_id, min_length=1, max_length=200,
-                    description="Worker identity (default host:pid:random)")
+    id: str = Field(
+        default_factory=default_worker_id,
+        min_length=1,
+        max_length=200,
+        description="Worker identity (default host:pid:random)",
+    )
     database_url: str | None = Field(
-        default=None, description="PostgreSQL URL (default: DATABASE_URL, else the embedded "
-        "server)")
-    handlers: StrList = Field(default_factory=list, description="Dotted module paths "
-                              "defining `registry = Registry()` (repeatable)")
-    capabilities: StrList | None = Field(default=None, description="Serve only these "
-                                         "(repeatable; default: all registered)")
+        default=None, description="PostgreSQL URL (default: DATABASE_URL, else the embedded server)"
+    )
+    handlers: StrList = Field(
+        default_factory=list,
+        description="Dotted module paths defining `registry = Registry()` (repeatable)",
+    )
+    capabilities: StrList | None = Field(
+        default=None, description="Serve only these (repeatable; default: all registered)"
+    )
     concurrency: int = Field(default=10, ge=1, le=1000, description="Attempts run at once")
-    lease_batch: int = Field(default=100, ge=1, le=1000,
-                             description="Most steps leased by one statement")
+    lease_batch: int = Field(
+        default=100, ge=1, le=1000, description="Most steps leased by one statement"
+    )
     lease_seconds: float = Field(default=30.0, gt=0, description="Lease duration")
-    heartbeat_seconds: float | None = Field(default=None, gt=0,
-                                            description="Heartbeat interval (default lease/3)")
+    heartbeat_seconds: float | None = Field(
+        default=None, gt=0, description="Heartbeat interval (default lease/3)"
+    )
     jitter: float = Field(default=0.2, ge=0, le=1, description="Retry delay jitter, 0..1")
-    shutdown_grace_seconds: float = Field(default=30.0, ge=0,
-                                          description="Grace for running attempts on SIGTERM")
-    cancel_grace_seconds: float = Field(default=2.0, ge=0,
-                                        description="Grace after a cancel request")
-    poll_seconds: float = Field(default=1.0, gt=0, description="Polling interval (NOTIFY "
-                                "fallback)")
+    shutdown_grace_seconds: float = Field(
+        default=30.0, ge=0, description="Grace for running attempts on SIGTERM"
+    )
+    cancel_grace_seconds: float = Field(
+        default=2.0, ge=0, description="Grace after a cancel request"
+    )
+    poll_seconds: float = Field(default=1.0, gt=0, description="Polling interval (NOTIFY fallback)")
     # How often at least a lease scans the queue from its start rather than after the last
     # step leased, NOTIFY or not (rara.worker.lease_cursor).
-    lease_rescan_seconds: float = Field(default=1.0, gt=0, description="Longest time between "
-                                        "lease scans from the queue's start")
+    lease_rescan_seconds: float = Field(
+        default=1.0, gt=0, description="Longest time between lease scans from the queue's start"
+    )
     reaper_seconds: float = Field(default=5.0, gt=0, description="Reaper interval")
     reaper_batch: int = Field(default=100, ge=1, description="Leases recovered per reaper pass")
-    progress_per_second: float = Field(default=5.0, gt=0,
-                                       description="Progress writes per attempt per second")
+    progress_per_second: float = Field(
+        default=5.0, gt=0, description="Progress writes per attempt per second"
+    )
     # Completion batching (group commit): attempts that end while a batch is being written go
     # into the next one, up to completion_batch; the window (0: none) waits for more first.
-    completion_batch: int = Field(default=500, ge=1, le=10_000,
-                                  description="Most attempt ends written per transaction")
-    completion_window_seconds: float = Field(default=0.0, ge=0, le=1.0, description="Wait "
-                                             "for more attempt ends before a write (0: none)")
-    listen: bool = Field(default=True, description="LISTEN/NOTIFY wake-ups (off only to test "
-                         "the polling and heartbeat paths)")
-    artifact_root: Path = Field(default=Path(".rara/artifacts"),
-                                description="Local artifact store root")
-    executor_endpoints: StrList = Field(default_factory=list, description="gRPC executor "
-                                        "host:port for `executor: grpc` steps (repeatable)")
+    completion_batch: int = Field(
+        default=500, ge=1, le=10_000, description="Most attempt ends written per transaction"
+    )
+    completion_window_seconds: float = Field(
+        default=0.0, ge=0, le=1.0, description="Wait for more attempt ends before a write (0: none)"
+    )
+    listen: bool = Field(
+        default=True,
+        description="LISTEN/NOTIFY wake-ups (off only to test the polling and heartbeat paths)",
+    )
+    artifact_root: Path = Field(
+        default=Path(".rara/artifacts"), description="Local artifact store root"
+    )
+    executor_endpoints: StrList = Field(
+        default_factory=list,
+        description="gRPC executor host:port for `executor: grpc` steps (repeatable)",
+    )
     executor_token_file: Path | None = Field(
-        default=None, description="File holding the executors' bearer token")
+        default=None, description="File holding the executors' bearer token"
+    )
     executor_refresh_seconds: float = Field(
-        default=10.0, gt=0, description="How often to ask executors what they serve")
-    metrics_port: int | None = Field(default=None, ge=0, le=65535,
-                                     description="Serve /metrics, /healthz, /readyz here")
+        default=10.0, gt=0, description="How often to ask executors what they serve"
+    )
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="Serve /metrics, /healthz, /readyz here"
+    )
 
     @model_validator(mode="after")
     def _heartbeat_inside_lease(self) -> WorkerSettings:

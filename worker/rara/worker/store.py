@@ -64,10 +64,16 @@ Leases = Sequence[tuple[int, UUID]]  # (step id, lease token)
 def make_pool(url: str, size: int) -> Pool:
     # Back within ~1 s of the database's return, however long the outage (rara.pg.reconnect:
     # the operator's and the dashboard's pools are bound the same way).
-    return AsyncConnectionPool(url, kwargs={"autocommit": True, **dead_peer_settings()},
-                               min_size=1, max_size=size,
-                               open=False, timeout=10.0, name="rara-worker",
-                               **async_pool_settings())
+    return AsyncConnectionPool(
+        url,
+        kwargs={"autocommit": True, **dead_peer_settings()},
+        min_size=1,
+        max_size=size,
+        open=False,
+        timeout=10.0,
+        name="rara-worker",
+        **async_pool_settings(),
+    )
 
 
 # The hot paths' sessions (and the lease benchmark's): statements prepared on first use and
@@ -77,7 +83,8 @@ def make_pool(url: str, size: int) -> Pool:
 # as it grew.
 HOT_PATH_SESSION: dict[str, Any] = {
     "prepare_threshold": 0,
-    "options": "-c plan_cache_mode=force_generic_plan -c jit=off -c enable_seqscan=off"}
+    "options": "-c plan_cache_mode=force_generic_plan -c jit=off -c enable_seqscan=off",
+}
 
 
 async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[StepStatus | None]:
@@ -95,18 +102,31 @@ async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[StepStatu
     worker = endings[0].fence.worker
     if any(e.fence.worker != worker for e in endings):
         raise ValueError("end_many: every ending must be fenced by the same worker")
-    successes = _successes_json([(e.fence, e.result, e.artifacts) for e in endings
-                                 if e.outcome is AttemptOutcome.SUCCEEDED])
-    others = json.dumps([
-        {"id": e.fence.step_id, "token": str(e.fence.token), "outcome": e.outcome.value,
-         "error": dict(e.error or {}), "retryable": e.retryable, "jitter": e.jitter}
-        for e in endings if e.outcome is not AttemptOutcome.SUCCEEDED], allow_nan=False)
+    successes = _successes_json(
+        [(e.fence, e.result, e.artifacts) for e in endings if e.outcome is AttemptOutcome.SUCCEEDED]
+    )
+    others = json.dumps(
+        [
+            {
+                "id": e.fence.step_id,
+                "token": str(e.fence.token),
+                "outcome": e.outcome.value,
+                "error": dict(e.error or {}),
+                "retryable": e.retryable,
+                "jitter": e.jitter,
+            }
+            for e in endings
+            if e.outcome is not AttemptOutcome.SUCCEEDED
+        ],
+        allow_nan=False,
+    )
     # Nothing depends on an answer before the commit: the transaction goes in one round trip
     # (pipeline mode).
     async with conn.pipeline(), conn.transaction():
         cur = conn.cursor()  # (id, status) tuples: no object per step on the hot path
-        await cur.execute(sql("step_end_many"),
-                          {"worker": worker, "successes": successes, "others": others})
+        await cur.execute(
+            sql("step_end_many"), {"worker": worker, "successes": successes, "others": others}
+        )
     ended = {step_id: _END_STATUS[status] for step_id, status in await cur.fetchall()}
     return [ended.get(e.fence.step_id) for e in endings]
 
@@ -127,10 +147,19 @@ def _successes_json(wins: Sequence[tuple[Fence, Any, Sequence[Mapping[str, Any]]
     """(fence, result, artifact manifest) of successes as the one JSON array step_end_many
     reads: one C-encoded ``json.dumps`` for the whole batch (per-element dumping of typed arrays
     was a measured hot spot)."""
-    return json.dumps([
-        {"id": fence.step_id, "token": str(fence.token), "result": result,
-         **({"manifest": list(artifacts)} if artifacts else {})}
-        for fence, result, artifacts in wins], allow_nan=False, separators=(",", ":"))
+    return json.dumps(
+        [
+            {
+                "id": fence.step_id,
+                "token": str(fence.token),
+                "result": result,
+                **({"manifest": list(artifacts)} if artifacts else {}),
+            }
+            for fence, result, artifacts in wins
+        ],
+        allow_nan=False,
+        separators=(",", ":"),
+    )
 
 
 # -- the lease row: decoded here, beside the statement that returns it ----------------------
@@ -149,15 +178,22 @@ def LEASED(cursor: BaseCursor[Any, Any]) -> RowMaker[LeasedStep]:
         raise psycopg.ProgrammingError("step_lease returned no rows to read")
     at = {column.name: i for i, column in enumerate(description)}
     plain = itemgetter(*(at[name] for name in _PLAIN))
-    checkpoint, inputs, rank, available_at = (at["checkpoint"], at["inputs"], at["rank"],
-                                              at["available_at"])
+    checkpoint, inputs, rank, available_at = (
+        at["checkpoint"],
+        at["inputs"],
+        at["rank"],
+        at["available_at"],
+    )
 
     def make(values: Sequence[Any]) -> LeasedStep:
         found = values[inputs]
-        return LeasedStep(*plain(values),  # type: ignore[misc]  # the 15 fields up to leased_at
-                          checkpoint=checkpoint_from_json(values[checkpoint]),
-                          inputs=inputs_from_rows(found) if found else {},
-                          rank=values[rank], available_at=values[available_at])
+        return LeasedStep(
+            *plain(values),  # type: ignore[misc]  # the 15 fields up to leased_at
+            checkpoint=checkpoint_from_json(values[checkpoint]),
+            inputs=inputs_from_rows(found) if found else {},
+            rank=values[rank],
+            available_at=values[available_at],
+        )
 
     return make
 
@@ -167,8 +203,9 @@ def checkpoint_from_json(value: Mapping[str, Any] | None) -> Checkpoint | None:
         return None
     digest = value.get("digest")
     ref = ArtifactRef(digest, int(value["size"])) if digest is not None else None
-    return Checkpoint(attempt=value["attempt"], seq=value["seq"], state=value["state"],
-                      artifact=ref)
+    return Checkpoint(
+        attempt=value["attempt"], seq=value["seq"], state=value["state"], artifact=ref
+    )
 
 
 def inputs_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, ArtifactRef]:
@@ -187,16 +224,30 @@ def inputs_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, ArtifactRef
     return found
 
 
-async def lease(conn: AsyncConn, worker: str, pairs: Pairs, limit: int, lease_seconds: float,
-                after: Cursors | None = None) -> list[LeasedStep]:
+async def lease(
+    conn: AsyncConn,
+    worker: str,
+    pairs: Pairs,
+    limit: int,
+    lease_seconds: float,
+    after: Cursors | None = None,
+) -> list[LeasedStep]:
     """Lease up to ``limit`` steps of ``pairs`` (step_lease); ``after``: the per-pair cursors
     (``LeaseCursors.after``), None to scan every range from the start."""
     if after is None:  # NULL arrays: unnest pads them with NULLs
         after = {"after_ranks": None, "after_ats": None, "after_ids": None}
     async with conn.cursor(row_factory=LEASED) as cur:
-        await cur.execute(sql("step_lease"), {
-            "capabilities": [c for c, _ in pairs], "executors": [e for _, e in pairs],
-            "limit": limit, "worker": worker, "lease_seconds": lease_seconds, **after})
+        await cur.execute(
+            sql("step_lease"),
+            {
+                "capabilities": [c for c, _ in pairs],
+                "executors": [e for _, e in pairs],
+                "limit": limit,
+                "worker": worker,
+                "lease_seconds": lease_seconds,
+                **after,
+            },
+        )
         return await cur.fetchall()
 
 
@@ -205,16 +256,24 @@ async def release(conn: AsyncConn, worker: str, leases: Sequence[tuple[int, UUID
     if not leases:
         return []
     async with conn.transaction():
-        return await amany(conn, "step_release_many", scalar_row, worker=worker,
-                           step_ids=[s for s, _ in leases], tokens=[t for _, t in leases])
+        return await amany(
+            conn,
+            "step_release_many",
+            scalar_row,
+            worker=worker,
+            step_ids=[s for s, _ in leases],
+            tokens=[t for _, t in leases],
+        )
 
 
-async def reap(conn: AsyncConn, worker: str, *, limit: int,
-               jitter: float) -> list[tuple[int, StepStatus]]:
+async def reap(
+    conn: AsyncConn, worker: str, *, limit: int, jitter: float
+) -> list[tuple[int, StepStatus]]:
     """Recover expired leases (bounded batch; their cascades and run counts in the same
     transaction); returns (step id, new status) pairs."""
-    rows = await amany(conn, "step_reap_expired", class_row(Ended), worker=worker,
-                       limit=limit, jitter=jitter)
+    rows = await amany(
+        conn, "step_reap_expired", class_row(Ended), worker=worker, limit=limit, jitter=jitter
+    )
     return [(r.id, r.status) for r in rows]
 
 
@@ -230,7 +289,6 @@ class Ended:
         status = StepStatus(self.status)
         check_step_transition(StepStatus.RUNNING, status)
         object.__setattr__(self, "status", status)
-
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,8 +311,12 @@ class _OwnConnection:
     async def get(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
             self._conn = await psycopg.AsyncConnection.connect(
-                self.url, autocommit=True, connect_timeout=10, **HOT_PATH_SESSION,
-                **dead_peer_settings())
+                self.url,
+                autocommit=True,
+                connect_timeout=10,
+                **HOT_PATH_SESSION,
+                **dead_peer_settings(),
+            )
         return self._conn
 
     def forget(self, conn: psycopg.AsyncConnection[Any]) -> None:
@@ -293,15 +355,17 @@ class WorkerStore:
             if own is not None:
                 await own.close()
 
-    async def lease(self, pairs: Pairs, limit: int, lease_seconds: float,
-                    after: Cursors | None = None) -> list[LeasedStep]:
+    async def lease(
+        self, pairs: Pairs, limit: int, lease_seconds: float, after: Cursors | None = None
+    ) -> list[LeasedStep]:
         """``lease`` on the lease loop's own connection (the pool's without one)."""
         if self._lease_conn is None:
             async with self.pool.connection() as conn:
                 return await lease(conn, self.worker, pairs, limit, lease_seconds, after)
         try:
-            return await lease(await self._lease_conn.get(), self.worker, pairs, limit,
-                               lease_seconds, after)
+            return await lease(
+                await self._lease_conn.get(), self.worker, pairs, limit, lease_seconds, after
+            )
         except psycopg.OperationalError:
             await self._lease_conn.close()  # a new connection next time
             raise
@@ -310,9 +374,14 @@ class WorkerStore:
         async with self.pool.connection() as conn:
             return await step_sql.next_available(conn, list(pairs))
 
-    async def heartbeat_all(self, capabilities: Sequence[str], leases: Callable[[], Leases],
-                            lease_seconds: float, *, within: float | None = None
-                            ) -> dict[int, bool]:
+    async def heartbeat_all(
+        self,
+        capabilities: Sequence[str],
+        leases: Callable[[], Leases],
+        lease_seconds: float,
+        *,
+        within: float | None = None,
+    ) -> dict[int, bool]:
         """The worker's row and every lease it holds, in one statement. Answer: step id →
         cancel requested, for the leases still held (a lease missing from it is lost).
 
@@ -326,8 +395,9 @@ class WorkerStore:
         if self._beat_conn is None:
             async with self.pool.connection() as conn:
                 return await self._heartbeat(conn, capabilities, leases(), lease_seconds)
-        beat = asyncio.ensure_future(self._heartbeat_own(self._beat_conn, capabilities, leases,
-                                                         lease_seconds))
+        beat = asyncio.ensure_future(
+            self._heartbeat_own(self._beat_conn, capabilities, leases, lease_seconds)
+        )
         done, _ = await asyncio.wait({beat}, timeout=within)
         if not done:
             # Not awaited: a cancelled query may take seconds to unwind (psycopg asks the
@@ -337,9 +407,13 @@ class WorkerStore:
             raise psycopg.OperationalError(f"no heartbeat answer within {within:.1f} s")
         return beat.result()
 
-    async def _heartbeat_own(self, own: _OwnConnection, capabilities: Sequence[str],
-                             leases: Callable[[], Leases], lease_seconds: float
-                             ) -> dict[int, bool]:
+    async def _heartbeat_own(
+        self,
+        own: _OwnConnection,
+        capabilities: Sequence[str],
+        leases: Callable[[], Leases],
+        lease_seconds: float,
+    ) -> dict[int, bool]:
         conn = await own.get()
         try:
             return await self._heartbeat(conn, capabilities, leases(), lease_seconds)
@@ -348,31 +422,58 @@ class WorkerStore:
             await conn.close()
             raise
 
-    async def _heartbeat(self, conn: AsyncConn, capabilities: Sequence[str], leases: Leases,
-                         lease_seconds: float) -> dict[int, bool]:
-        held = await amany(conn, "step_heartbeat", class_row(HeldLease), worker=self.worker,
-                           capabilities=list(capabilities), step_ids=[s for s, _ in leases],
-                           tokens=[t for _, t in leases], lease_seconds=lease_seconds)
+    async def _heartbeat(
+        self, conn: AsyncConn, capabilities: Sequence[str], leases: Leases, lease_seconds: float
+    ) -> dict[int, bool]:
+        held = await amany(
+            conn,
+            "step_heartbeat",
+            class_row(HeldLease),
+            worker=self.worker,
+            capabilities=list(capabilities),
+            step_ids=[s for s, _ in leases],
+            tokens=[t for _, t in leases],
+            lease_seconds=lease_seconds,
+        )
         return {r.id: r.cancel_requested for r in held}
 
-    async def write_progress(self, items: Sequence[tuple[int, UUID, int, float | None, str,
-                                                         Mapping[str, float]]]) -> set[int]:
+    async def write_progress(
+        self, items: Sequence[tuple[int, UUID, int, float | None, str, Mapping[str, float]]]
+    ) -> set[int]:
         """Progress rows (step, token, seq, fraction, message, metrics); the steps still owned."""
         async with self.pool.connection() as conn:
-            owned = await amany(conn, "step_progress_many", scalar_row, worker=self.worker,
-                                step_ids=[i[0] for i in items], tokens=[i[1] for i in items],
-                                seqs=[i[2] for i in items], fractions=[i[3] for i in items],
-                                messages=[i[4] for i in items],
-                                metrics=[Jsonb(dict(i[5])) for i in items])
+            owned = await amany(
+                conn,
+                "step_progress_many",
+                scalar_row,
+                worker=self.worker,
+                step_ids=[i[0] for i in items],
+                tokens=[i[1] for i in items],
+                seqs=[i[2] for i in items],
+                fractions=[i[3] for i in items],
+                messages=[i[4] for i in items],
+                metrics=[Jsonb(dict(i[5])) for i in items],
+            )
             return {int(r) for r in owned}
 
-    async def write_checkpoint(self, step_id: int, token: UUID, seq: int,
-                               state: Mapping[str, Any], ref: ArtifactRef | None) -> bool:
+    async def write_checkpoint(
+        self, step_id: int, token: UUID, seq: int, state: Mapping[str, Any], ref: ArtifactRef | None
+    ) -> bool:
         async with self.pool.connection() as conn:
-            return bool(await avalue(
-                conn, "step_checkpoint", bool, step_id=step_id, worker=self.worker, token=token,
-                seq=seq, state=Jsonb(dict(state)), digest=ref.digest if ref else None,
-                size=ref.size if ref else None))
+            return bool(
+                await avalue(
+                    conn,
+                    "step_checkpoint",
+                    bool,
+                    step_id=step_id,
+                    worker=self.worker,
+                    token=token,
+                    seq=seq,
+                    state=Jsonb(dict(state)),
+                    digest=ref.digest if ref else None,
+                    size=ref.size if ref else None,
+                )
+            )
 
     # -- the end of an attempt: one transaction each ---------------------------------------
 
@@ -395,8 +496,9 @@ class WorkerStore:
         """Give back the leases in this worker's name that it does not hold (``held``: the
         steps it runs): those of a lease whose answer was lost. Returns their step ids."""
         async with self.pool.connection() as conn:
-            return await amany(conn, "step_release_unheld", scalar_row, worker=self.worker,
-                               held=list(held))
+            return await amany(
+                conn, "step_release_unheld", scalar_row, worker=self.worker, held=list(held)
+            )
 
     async def reap(self, limit: int, jitter: float) -> list[tuple[int, StepStatus]]:
         async with self.pool.connection() as conn:
@@ -406,8 +508,9 @@ class WorkerStore:
 
     async def register(self, capabilities: Sequence[str]) -> None:
         async with self.pool.connection() as conn:
-            await conn.execute(sql("worker_register"),
-                               {"worker": self.worker, "capabilities": list(capabilities)})
+            await conn.execute(
+                sql("worker_register"), {"worker": self.worker, "capabilities": list(capabilities)}
+            )
 
     async def stop(self) -> None:
         async with self.pool.connection() as conn:

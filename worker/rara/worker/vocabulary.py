@@ -186,8 +186,14 @@ class Ending:
 
 
 # What an attempt's own end may record (released and lease_expired are not endings of its own).
-_ENDINGS = frozenset({AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED, AttemptOutcome.TIMED_OUT,
-                      AttemptOutcome.CANCELLED})
+_ENDINGS = frozenset(
+    {
+        AttemptOutcome.SUCCEEDED,
+        AttemptOutcome.FAILED,
+        AttemptOutcome.TIMED_OUT,
+        AttemptOutcome.CANCELLED,
+    }
+)
 
 
 class Unwritten(StrEnum):

@@ -76,11 +76,14 @@ def logins(url: str, console: Console) -> tuple[str, str]:
         psycopg.connect(worker).close()
     except (psycopg.errors.InsufficientPrivilege, psycopg.OperationalError) as exc:
         reason = str(exc).strip().splitlines()[0]
-        console.print(f"the worker and the client use the given database URL ({reason})",
-                      markup=False)
+        console.print(
+            f"the worker and the client use the given database URL ({reason})", markup=False
+        )
         return url, url
-    console.print("database logins: worker rara_demo_worker (rara_worker), "
-                  "client rara_demo_client (rara_client)")
+    console.print(
+        "database logins: worker rara_demo_worker (rara_worker), "
+        "client rara_demo_client (rara_client)"
+    )
     return worker, client
 
 
@@ -243,8 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{applied.digest[:19]}… ({'created' if applied.created else 'unchanged'})"
     )
 
-    executor, worker = services(home, worker_url, artifacts,
-                                lease_seconds=4.0 if args.chaos else 15.0)
+    executor, worker = services(
+        home, worker_url, artifacts, lease_seconds=4.0 if args.chaos else 15.0
+    )
     run_input: dict[str, Any] = {
         k: v
         for k, v in {

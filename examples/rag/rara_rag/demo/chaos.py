@@ -122,7 +122,5 @@ def deterministic_digests(
     }
     for i, shard in enumerate(corpus.split_shards(passages, shards)):
         expected["clean", f"passages-{i:03d}.jsonl"] = digest(corpus.passages_to_jsonl(shard))
-        expected[f"index-shard[{i}]", "tokens.json.gz"] = digest(
-            index_shards.tokenize_shard(shard)
-        )
+        expected[f"index-shard[{i}]", "tokens.json.gz"] = digest(index_shards.tokenize_shard(shard))
     return expected

@@ -75,8 +75,9 @@ def build_index(ctx: StepContext) -> StepOutcome:
         (int(m.group(1)), name) for name in ctx.inputs if (m := _SHARD_INPUT.match(name))
     )
     if [i for i, _ in shards] != list(range(len(shards))):
-        raise TerminalError(f"token shards {[n for _, n in shards]} are not 0..n-1",
-                            code="BAD_INPUT")
+        raise TerminalError(
+            f"token shards {[n for _, n in shards]} are not 0..n-1", code="BAD_INPUT"
+        )
     ctx.progress(0.1, f"indexing {len(passages)} passages from {len(shards) or 'no'} shards")
     try:
         built = (

@@ -82,12 +82,16 @@ test: setup ## the whole test suite (its own PostgreSQL, API server, S3 server),
 test-kind: setup ## the real-cluster suite alone: kind, images, pod chaos, scaling, upgrade
 	RARA_E2E_KIND=$${RARA_E2E_KIND:-1} $(PY) -m pytest tests/e2e/kind -m slow -v -s
 
+hooks: setup ## install the pre-commit hooks (.pre-commit-config.yaml: the fast checks of lint)
+	$(VENV)/bin/pre-commit install
+
 lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, generated code current, go vet, links, query names
 	@# The repository stands alone: no path outside it, every relative Markdown link resolves.
 	$(PY) .ci/check-links.py
 	@# Docs, docstrings and SQL comments name only statements that db/queries/ has.
 	$(PY) .ci/check-query-names.py
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	PYTHONPATH=$(NAMESPACE_ROOTS) $(VENV)/bin/lint-imports
 	charts/crds.sh --check
@@ -138,4 +142,4 @@ cluster-down: ## delete the kind cluster, stop its Docker engine, put the host b
 images: ## docker build the worker/operator, executor and PostgreSQL images (project engine)
 	.ci/cluster/images.sh
 
-.PHONY: help setup demo demo-chaos gpu-check test test-kind lint crds proto bench chaos db-up db-down clean cluster cluster-down images
+.PHONY: help setup hooks demo demo-chaos gpu-check test test-kind lint crds proto bench chaos db-up db-down clean cluster cluster-down images

@@ -17,7 +17,10 @@ finds none free, not for the clients already waiting. So:
 While the database is down a pool tries about once a second, each try one refused connection;
 the first that succeeds after the database is back goes to the longest waiting client.
 CONNECT_TIMEOUT_SECONDS bounds one attempt against a host that does not answer at all (libpq
-waits for the kernel's TCP timeout otherwise, minutes), overriding one in the URL.
+waits for the kernel's TCP timeout otherwise, minutes), overriding one in the URL. It is not
+short: a server that is up but starved authenticates slowly (on a 2-core kind node under a
+training load, SCRAM took over 10 s), and an attempt abandoned before it is done is all that
+work lost, then started again by the next attempt, and again.
 
 An open connection whose server vanished (a failed-over primary's old address, a partition) is
 found dead by TCP, not by a timer on the statement (``dead_peer_settings``): a server that is
@@ -31,7 +34,7 @@ from typing import Any
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 RECONNECT_SECONDS = 2.0  # the longest chain of attempts; its attempts ~1 s apart
-CONNECT_TIMEOUT_SECONDS = 5  # one attempt (libpq's connect_timeout, whole seconds)
+CONNECT_TIMEOUT_SECONDS = 30  # one attempt (libpq's connect_timeout, whole seconds)
 DEAD_PEER_SECONDS = 5  # an open connection to a vanished server fails within ~2x this
 
 

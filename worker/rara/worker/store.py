@@ -47,7 +47,7 @@ from rara.artifacts.ref import ArtifactRef
 from rara.context import Checkpoint
 from rara.pg import steps as step_sql
 from rara.pg.queries import amany, avalue, sql
-from rara.pg.reconnect import async_pool_settings, dead_peer_settings
+from rara.pg.reconnect import CONNECT_TIMEOUT_SECONDS, async_pool_settings, dead_peer_settings
 from rara.states import AttemptOutcome, StepStatus, check_step_transition
 from rara.worker.vocabulary import Ending, Fence, LeasedStep
 
@@ -313,7 +313,7 @@ class _OwnConnection:
             self._conn = await psycopg.AsyncConnection.connect(
                 self.url,
                 autocommit=True,
-                connect_timeout=10,
+                connect_timeout=CONNECT_TIMEOUT_SECONDS,
                 **HOT_PATH_SESSION,
                 **dead_peer_settings(),
             )
@@ -511,6 +511,10 @@ class WorkerStore:
             await conn.execute(
                 sql("worker_register"), {"worker": self.worker, "capabilities": list(capabilities)}
             )
+        if self._beat_conn is not None:
+            # Before the first lease: the heartbeat's connection is not first opened (and
+            # authenticated, slow on a busy server) while leases it must extend run out.
+            await self._beat_conn.get()
 
     async def stop(self) -> None:
         async with self.pool.connection() as conn:

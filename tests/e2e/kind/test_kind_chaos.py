@@ -904,7 +904,10 @@ def test_helm_upgrade_under_load(installed: Cluster) -> None:
     meta["version"] = f"{old_version}-{tag}"
     (chart / "Chart.yaml").write_text(yaml.safe_dump(meta, sort_keys=False))
 
-    batch = Batch.new(cluster, _env_int("RARA_E2E_UPGRADE_RUNS", 24))
+    # The chaos test's mix: every fifth run adapts. 24 LoRA trainings at once saturated the
+    # one 2-core node (WAL flushes waited 6 s, heartbeats went unanswered past the lease): what
+    # is under test here is the roll, not how much training one node holds.
+    batch = Batch.new(cluster, _env_int("RARA_E2E_UPGRADE_RUNS", 24), (SMALL,) + (QUICK,) * 4)
     since = db_now(cluster)
     batch.apply()
     wait_for(

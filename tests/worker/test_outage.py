@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,27 @@ async def store(database_url: str) -> AsyncIterator[WorkerStore]:
         yield WorkerStore(pool, "w-outage")
     finally:
         await pool.close()
+
+
+@asynccontextmanager
+async def _registered_worker(url: str, tmp_path: Path, worker_id: str) -> AsyncIterator[Worker]:
+    """A worker (lease 30 s) whose loops do not run: the test drives its heartbeat or lease
+    loop's steps itself. Its pool open and its row registered."""
+    settings = WorkerSettings(
+        database_url=url,
+        handlers=[HANDLERS],
+        id=worker_id,
+        lease_seconds=30.0,
+        artifact_root=tmp_path / "artifacts",
+    )
+    worker = Worker(settings, [InProcessExecutor(load_registry(settings.handlers))], url)
+    await worker.pool.open()
+    try:
+        await worker.store.register(["test.echo@1"])
+        yield worker
+    finally:
+        await worker.store.close()
+        await worker.pool.close()
 
 
 def _expiry(conn: psycopg.Connection[Any], step_id: int) -> Any:
@@ -75,17 +97,7 @@ async def test_a_heartbeat_leaves_out_attempts_lost_or_ended(
     define(conn, "three", [{"key": "s", "capability": "test.echo@1"}])
     for _ in range(3):
         start(conn, "three")
-    settings = WorkerSettings(
-        database_url=database_url,
-        handlers=[HANDLERS],
-        id="w-outage",
-        lease_seconds=30.0,
-        artifact_root=tmp_path / "artifacts",
-    )
-    worker = Worker(settings, [InProcessExecutor(load_registry(settings.handlers))], database_url)
-    await worker.pool.open()
-    try:
-        await worker.store.register(["test.echo@1"])
+    async with _registered_worker(database_url, tmp_path, "w-outage") as worker:
         leased = await worker.store.lease(PAIRS, 3, lease_seconds=30)
         live, lost, ended = (
             AttemptState(
@@ -106,9 +118,6 @@ async def test_a_heartbeat_leaves_out_attempts_lost_or_ended(
         assert after[ended.step.id] == before[ended.step.id], "an ended attempt's lease extended"
         assert not live.lease_lost
         assert live.lease_valid_until < float("inf")
-    finally:
-        await worker.store.close()
-        await worker.pool.close()
 
 
 async def test_a_slow_heartbeat_answer_still_extends_the_leases(
@@ -120,17 +129,7 @@ async def test_a_slow_heartbeat_answer_still_extends_the_leases(
     during a `helm upgrade`, never got an answer while every lease of an executor pod expired."""
     define(conn, "slow", [{"key": "s", "capability": "test.echo@1"}])
     start(conn, "slow")
-    settings = WorkerSettings(
-        database_url=database_url,
-        handlers=[HANDLERS],
-        id="w-slow",
-        lease_seconds=30.0,
-        artifact_root=tmp_path / "artifacts",
-    )
-    worker = Worker(settings, [InProcessExecutor(load_registry(settings.handlers))], database_url)
-    await worker.pool.open()
-    try:
-        await worker.store.register(["test.echo@1"])
+    async with _registered_worker(database_url, tmp_path, "w-slow") as worker:
         [step] = await worker.store.lease(PAIRS, 1, lease_seconds=30)
         held = AttemptState(
             step=step,
@@ -144,7 +143,9 @@ async def test_a_slow_heartbeat_answer_still_extends_the_leases(
             blocker.execute("SELECT 1 FROM rara_workers WHERE id = 'w-slow' FOR UPDATE")
             beat = asyncio.ensure_future(
                 worker._heartbeat(
-                    heartbeat_within(time.monotonic(), worker._horizon(), settings.lease_seconds)
+                    heartbeat_within(
+                        time.monotonic(), worker._horizon(), worker.settings.lease_seconds
+                    )
                 )
             )
             with pytest.raises(TimeoutError):  # still waiting for its answer after 6 s
@@ -153,9 +154,6 @@ async def test_a_slow_heartbeat_answer_still_extends_the_leases(
             await asyncio.wait_for(beat, 20.0)
         assert _expiry(conn, step.id) > before
         assert not held.lease_lost
-    finally:
-        await worker.store.close()
-        await worker.pool.close()
 
 
 def test_a_heartbeat_try_waits_until_the_earliest_horizon() -> None:
@@ -187,18 +185,8 @@ async def test_leases_whose_answer_was_lost_are_given_back(
     define(conn, "unheld", [{"key": "s", "capability": "test.echo@1"}])
     for _ in range(3):
         start(conn, "unheld")
-    settings = WorkerSettings(
-        database_url=database_url,
-        handlers=[HANDLERS],
-        id="w-unheld",
-        lease_seconds=30.0,
-        artifact_root=tmp_path / "artifacts",
-    )
-    worker = Worker(settings, [InProcessExecutor(load_registry(settings.handlers))], database_url)
-    other = WorkerStore(worker.pool, "w-other")
-    await worker.pool.open()
-    try:
-        await worker.store.register(["test.echo@1"])
+    async with _registered_worker(database_url, tmp_path, "w-unheld") as worker:
+        other = WorkerStore(worker.pool, "w-other")
         await other.register(["test.echo@1"])
         held, lost = await worker.store.lease(PAIRS, 2, lease_seconds=30)  # answer "lost"
         [others] = await other.lease(PAIRS, 1, lease_seconds=30)
@@ -220,6 +208,3 @@ async def test_leases_whose_answer_was_lost_are_given_back(
         assert rows[lost.id] == ("ready", 1, None, "released")
         assert rows[held.id] == ("running", 0, "w-unheld", "running"), "a held lease given back"
         assert rows[others.id] == ("running", 0, "w-other", "running"), "another's lease given back"
-    finally:
-        await worker.store.close()
-        await worker.pool.close()

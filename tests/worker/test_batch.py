@@ -215,15 +215,18 @@ def _waiting_on_locks(conn: psycopg.Connection[Any], n: int) -> bool:
 async def test_batcher_groups_what_ends_together_and_splits_a_bad_batch() -> None:
     seen: list[list[int]] = []
 
-    async def end_many(endings: Sequence[Ending]) -> list[StepStatus | None]:
-        ids = [e.fence.step_id for e in endings]
-        seen.append(ids)
-        await asyncio.sleep(0.01)  # a flush in flight: what ends meanwhile waits for the next
-        if 13 in ids:
-            raise ValueError("a row the database refuses")
-        return [StepStatus.SUCCEEDED if i % 2 else None for i in ids]
+    class Store:
+        """Answers by step id (odd: succeeded, even: lease lost); refuses a batch with 13."""
 
-    batcher = CompletionBatcher(end_many, max_batch=4)
+        async def end_many(self, endings: Sequence[Ending]) -> list[StepStatus | None]:
+            ids = [e.fence.step_id for e in endings]
+            seen.append(ids)
+            await asyncio.sleep(0.01)  # a flush in flight: what ends meanwhile waits
+            if 13 in ids:
+                raise ValueError("a row the database refuses")
+            return [StepStatus.SUCCEEDED if i % 2 else None for i in ids]
+
+    batcher = CompletionBatcher(Store(), max_batch=4)
 
     def ending(i: int) -> Ending:
         return Ending(Fence(i, "w", _TOKEN), 1, AttemptOutcome.SUCCEEDED)
@@ -241,10 +244,11 @@ async def test_batcher_groups_what_ends_together_and_splits_a_bad_batch() -> Non
 
 
 async def test_batcher_hands_transient_errors_to_every_attempt() -> None:
-    async def end_many(endings: Sequence[Ending]) -> list[StepStatus | None]:
-        raise psycopg.OperationalError("connection lost")
+    class Store:
+        async def end_many(self, endings: Sequence[Ending]) -> list[StepStatus | None]:
+            raise psycopg.OperationalError("connection lost")
 
-    batcher = CompletionBatcher(end_many)
+    batcher = CompletionBatcher(Store())
     endings = [Ending(Fence(i, "w", _TOKEN), 1, AttemptOutcome.SUCCEEDED) for i in range(3)]
     results = await asyncio.gather(*(batcher.submit(e) for e in endings), return_exceptions=True)
     assert all(isinstance(r, psycopg.OperationalError) for r in results)

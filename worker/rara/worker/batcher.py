@@ -1,10 +1,11 @@
 """The completion batcher: many attempts' ends in one transaction (group commit).
 
 An attempt that ended hands its ``Ending`` to ``submit`` and waits for its answer. One flush
-at a time writes everything queued so far (up to ``max_batch``) through
-``rara.worker.store.end_many``; whatever ends while a flush is in flight waits for the next one, so
-under load batches grow by themselves, and an idle worker's lone completion is written at once
-(after ``window`` seconds, 0 by default: just the rest of the current loop iteration).
+at a time writes everything queued so far (up to ``max_batch``) through the ``EndingStore``
+it was given (``WorkerStore.end_many``); whatever ends while a flush is in flight waits for
+the next one, so under load batches grow by themselves, and an idle worker's lone completion
+is written at once (after ``window`` seconds, 0 by default: just the rest of the current loop
+iteration).
 
 Fencing stays per step: ``end_many`` answers ``None`` for a step whose lease was lost, and only
 that attempt learns it. A batch that fails as a whole is split: a transient error (connection
@@ -16,18 +17,25 @@ attempt.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
+from typing import Protocol
 
 from rara.states import StepStatus
 from rara.worker.retry import TRANSIENT
 from rara.worker.vocabulary import Ending
 
-EndMany = Callable[[Sequence[Ending]], Awaitable[list[StepStatus | None]]]
+
+class EndingStore(Protocol):
+    """Where the batcher writes ends: ``rara.worker.store.WorkerStore`` in the worker."""
+
+    async def end_many(self, endings: Sequence[Ending]) -> list[StepStatus | None]:
+        """Each ending's step status after it, in order; ``None`` where its lease was lost."""
+        ...
 
 
 class CompletionBatcher:
-    def __init__(self, end_many: EndMany, *, max_batch: int = 500, window: float = 0.0) -> None:
-        self._end_many = end_many
+    def __init__(self, store: EndingStore, *, max_batch: int = 500, window: float = 0.0) -> None:
+        self._store = store
         self.max_batch = max_batch
         self.window = window
         self._queue: list[tuple[Ending, asyncio.Future[StepStatus | None]]] = []
@@ -57,7 +65,7 @@ class CompletionBatcher:
         self.batches += 1
         self.largest = max(self.largest, len(batch))
         try:
-            answers = await self._end_many([e for e, _ in batch])
+            answers = await self._store.end_many([e for e, _ in batch])
         except TRANSIENT as exc:
             for _, future in batch:
                 _settle(future, exc=exc)

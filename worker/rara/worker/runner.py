@@ -74,7 +74,7 @@ class Worker:
         self.pool = make_pool(url, settings.concurrency + 4)
         self.store = WorkerStore(self.pool, settings.id, own_url=url)
         self.batcher = CompletionBatcher(
-            self.store.end_many,
+            self.store,
             max_batch=settings.completion_batch,
             window=settings.completion_window_seconds,
         )

@@ -12,12 +12,12 @@
    repository, from its root or from the folder of the file that names it. Strings in code
    are skipped: a program's paths ("b/two.md" in a test's temporary folder) are its own.
 
-"The repository" is what git knows: tracked files plus new ones it does not ignore, so an
-ignored file on this machine (`.rara/`, `.venv/`) does not make a link good. Links inside
-fenced code blocks and code spans are examples, not links, and are skipped.
+"The repository" is what git knows (`.ci/repository_text.py`): tracked files plus new ones it
+does not ignore, so an ignored file on this machine (`.rara/`, `.venv/`) does not make a link
+good. Links inside fenced code blocks and code spans are examples, not links, and are skipped.
 
     .ci/check-links.py          check the repository this script is in
-    .ci/check-links.py ROOT     check another git work tree (tests/test_check_links.py)
+    .ci/check-links.py ROOT     check another git work tree (tests/ci/test_check_links.py)
 
 Exit status 1 with one `path:line: problem` line per finding; 0 and one summary line when
 there is none.
@@ -26,10 +26,11 @@ there is none.
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path, PurePosixPath
 from urllib.parse import unquote
+
+from repository_text import markdown_lines, repository_files, root_of, text_files
 
 # Written so that this file does not match itself.
 OUTSIDE_FOLDER = re.compile(r"\.\./+shared\b")
@@ -37,7 +38,6 @@ OUTSIDE_FOLDER = re.compile(r"\.\./+shared\b")
 INLINE_LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REFERENCE_LINK = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+.*)?$")
 CODE_SPAN = re.compile(r"(`+)(.+?)\1")
-FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 # docs/operator.md, ../README.md: a Markdown path with at least one folder, not part of a
 # longer word, a URL or an absolute path.
@@ -45,17 +45,6 @@ MARKDOWN_PATH = re.compile(r"(?<![\w/.:-])((?:\.\.?/)*[\w.-]+(?:/[\w.-]+)+\.md)\
 # Where a comment starts in the languages of the repository (Python, shell, YAML, Makefile,
 # SQL, Go): its marker at the start of the line or after a space, then a space.
 COMMENT = re.compile(r"(?:^|\s)(?:#|--|//)(?:\s|$)")
-
-
-def repository_files(root: Path) -> list[str]:
-    listed = subprocess.run(
-        ["git", "-C", str(root), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    # A file deleted from the work tree but still in the index is gone for a reader.
-    return sorted(name for name in set(listed.split("\0")) if name and (root / name).is_file())
 
 
 def folders_of(files: list[str]) -> set[str]:
@@ -100,15 +89,8 @@ def named_markdown_problems(source: str, line: str, known: set[str]) -> list[str
 
 def markdown_problems(source: str, text: str, known: set[str]) -> list[tuple[int, str]]:
     problems: list[tuple[int, str]] = []
-    fence: str | None = None
-    for number, line in enumerate(text.splitlines(), start=1):
-        opened = FENCE.match(line)
-        if fence is not None:
-            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
-                fence = None
-            continue
-        if opened:
-            fence = opened.group(1)
+    for number, line, fenced in markdown_lines(text):
+        if fenced:
             continue
         for span in CODE_SPAN.finditer(line):
             code = span.group(2).strip()
@@ -137,11 +119,7 @@ def check(root: Path) -> list[str]:
     files = repository_files(root)
     known = set(files) | folders_of(files)
     findings: list[str] = []
-    for name in files:
-        try:
-            text = (root / name).read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue  # binary (a picture): nothing to read
+    for name, text in text_files(root, files):
         for number, line in enumerate(text.splitlines(), start=1):
             if OUTSIDE_FOLDER.search(line):
                 findings.append(
@@ -161,8 +139,7 @@ def check(root: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    root = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[1]
-    findings = check(root)
+    findings = check(root_of(argv))
     for finding in findings:
         print(finding)
     if findings:

@@ -26,10 +26,11 @@ Not read: the migrations of `db/migrations/`. They are applied and checksummed, 
 and may name what was current when they were written. A page telling history names what was
 then in words, not by a name that no longer exists.
 
-"The repository" is what git knows: tracked files plus new ones it does not ignore.
+"The repository" is what git knows (`.ci/repository_text.py`): tracked files plus new ones it
+does not ignore.
 
-    .ci/check-query-names.py          check the repository this script is in
-    .ci/check-query-names.py ROOT     check another git work tree (tests/test_check_query_names.py)
+    .ci/check-query-names.py        check the repository this script is in
+    .ci/check-query-names.py ROOT   check another git work tree (tests/ci/test_check_query_names.py)
 
 Exit status 1 with one `path:line: problem` line per finding; 0 and one summary line when
 there is none.
@@ -40,11 +41,12 @@ from __future__ import annotations
 import ast
 import io
 import re
-import subprocess
 import sys
 import tokenize
 from collections.abc import Iterator
 from pathlib import Path
+
+from repository_text import markdown_lines, repository_files, root_of, text_files
 
 QUERY_FOLDER = "db/queries/"
 FUNCTION_FOLDER = "db/functions/"
@@ -55,18 +57,7 @@ WORD = re.compile(r"(?<![\w./-])([a-z][a-z0-9]*(?:_[a-z0-9]+)+)(?![\w/-]|\.\w)")
 LOADER_CALL = re.compile(
     r"\b(?:sql|a?one|a?many|a?value|a?run)\(\s*(?:[\w.]+\s*,\s*)?[\"']([a-z][a-z0-9_]*)[\"']"
 )
-FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 SQL_COMMENT = re.compile(r"--(.*)$")
-
-
-def repository_files(root: Path) -> list[str]:
-    listed = subprocess.run(
-        ["git", "-C", str(root), "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return sorted(name for name in set(listed.split("\0")) if name and (root / name).is_file())
 
 
 class NameSpace:
@@ -108,20 +99,9 @@ def name_space(root: Path, files: list[str]) -> NameSpace:
 Lines = Iterator[tuple[int, str, str]]
 
 
-def markdown_lines(text: str) -> Lines:
-    fence: str | None = None
-    for number, line in enumerate(text.splitlines(), start=1):
-        opened = FENCE.match(line)
-        if fence is not None:
-            if opened and opened.group(1)[0] == fence[0] and len(opened.group(1)) >= len(fence):
-                fence = None
-            else:
-                yield number, "", line
-            continue
-        if opened:
-            fence = opened.group(1)
-            continue
-        yield number, line, ""
+def markdown_prose_and_code(text: str) -> Lines:
+    for number, line, fenced in markdown_lines(text):
+        yield (number, "", line) if fenced else (number, line, "")
 
 
 def python_lines(text: str) -> Lines:
@@ -155,7 +135,7 @@ def sql_lines(text: str) -> Lines:
 
 def lines_of(name: str, text: str) -> Lines:
     if name.endswith(".md"):
-        return markdown_lines(text)
+        return markdown_prose_and_code(text)
     if name.endswith(".py"):
         return python_lines(text)
     if name.endswith(".sql") and name.startswith((QUERY_FOLDER, FUNCTION_FOLDER)):
@@ -169,11 +149,7 @@ def check(root: Path) -> list[str]:
     if not space.names:
         return [f"{QUERY_FOLDER}: no `-- name:` line found: nothing to check against"]
     findings: list[str] = []
-    for name in files:
-        try:
-            text = (root / name).read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue
+    for name, text in text_files(root, files):
         seen: set[tuple[int, str]] = set()
         for number, prose, code in lines_of(name, text):
             for mention in space.mentions(prose, code):
@@ -187,8 +163,7 @@ def check(root: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    root = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[1]
-    findings = check(root)
+    findings = check(root_of(argv))
     for finding in findings:
         print(finding)
     if findings:

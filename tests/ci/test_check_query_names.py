@@ -1,19 +1,19 @@
 """`.ci/check-query-names.py` (run by `make lint`): the prose names statements that exist.
 
-Each case is a small git work tree of its own, checked by the real script in a real process:
-a bad one must fail naming the file and line, a good one must pass.
+Each case is a small git work tree of its own, checked by the real script in a real process
+(``tests.support.ci_checks``): a bad one must fail naming the file and line, a good one
+must pass.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / ".ci" / "check-query-names.py"
+from tests.support.ci_checks import check_tree
+
+SCRIPT = "check-query-names.py"
 # Built, not written out, so that this file does not trip the check it tests.
 GONE_CALL = "rows = amany(conn, " + '"run_list_all", row)\n'
 
@@ -32,18 +32,8 @@ GOOD = {
 }
 
 
-def check(tree: Path, files: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    for name, text in files.items():
-        (tree / name).parent.mkdir(parents=True, exist_ok=True)
-        (tree / name).write_text(text)
-    subprocess.run(["git", "init", "-q", str(tree)], check=True)
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), str(tree)], capture_output=True, text=True, check=False
-    )
-
-
 def test_a_tree_that_names_what_exists_passes(tmp_path: Path) -> None:
-    done = check(tmp_path, GOOD)
+    done = check_tree(SCRIPT, tmp_path, GOOD)
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -67,6 +57,6 @@ def test_a_tree_that_names_what_exists_passes(tmp_path: Path) -> None:
     ],
 )
 def test_a_statement_that_is_gone_fails(tmp_path: Path, name: str, text: str, finding: str) -> None:
-    done = check(tmp_path, {**GOOD, name: text})
+    done = check_tree(SCRIPT, tmp_path, {**GOOD, name: text})
     assert done.returncode == 1
     assert finding in done.stdout, done.stdout

@@ -1,5 +1,8 @@
 """The peer comparison's bookkeeping: a peer that cannot be had here is skipped with its reason
-(never a number), and the rara/peer ratios are taken against the right rara figure."""
+(never a number), and the rara/peer ratios are taken against the right rara figure.
+
+bench's own tests: tests/bench/ is the one folder of tests that imports bench (pyproject.toml's
+import contracts)."""
 
 from __future__ import annotations
 

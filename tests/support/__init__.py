@@ -1,5 +1,6 @@
 """The test toolkit: helpers any test may import (conftest modules keep only fixtures).
 
 Test-only code, outside the wheel. The benchmarks (bench/) may import from here; nothing here
-or in the tests imports bench/.
+imports bench/, and of the tests only bench's own (tests/bench/) do (an import contract of
+pyproject.toml).
 """

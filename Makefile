@@ -67,8 +67,8 @@ test: setup ## the whole test suite (its own PostgreSQL, API server, S3 server),
 	@.ci/k8s-binaries.sh check || .ci/quietly.sh k8s-binaries "building etcd and kube-apiserver \
 	  for the operator tests (first time only: ~10 min on 2 cores)" .ci/k8s-binaries.sh || \
 	  echo "warning: Kubernetes API server build failed; operator tests will skip"
-	@.ci/s3-server.sh check || .ci/quietly.sh s3-server "building the S3 server (versitygw) for \
-	  the artifact store tests (first time only: ~2.5 min)" .ci/s3-server.sh || \
+	@.ci/go-tool.sh versitygw check || .ci/quietly.sh s3-server "building the S3 server (versitygw) for \
+	  the artifact store tests (first time only: ~2.5 min)" .ci/go-tool.sh versitygw || \
 	  echo "warning: S3 server build failed; S3 artifact store tests will skip"
 	$(PY) -m pytest --ignore=tests/e2e/kind $(PYTEST_ARGS)
 	@# The real-cluster suite after the rest (it takes the machine for ~15 min warm); skipped

@@ -4,26 +4,13 @@
 #   api/buf.sh lint       lint api/proto (STANDARD rules, see api/proto/buf.yaml)
 #   api/buf.sh breaking   compare api/proto with the previous commit's (FILE rules)
 #
-# buf is built once with `go install` into the user's tool cache (every clone reuses it); delete
-# it to rebuild. BUF_AGAINST overrides what `breaking` compares with (any buf input, e.g.
+# buf is pinned and built once into the user's tool cache by .ci/go-tool.sh (every clone reuses
+# it). BUF_AGAINST overrides what `breaking` compares with (any buf input, e.g.
 # ".git#branch=main,subdir=api/proto" in a pull request).
 set -euo pipefail
 
-BUF_VERSION=v1.75.0
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
-bin="${RARA_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rara/bin}"
-buf="$bin/buf"
-
-ensure_buf() {
-    # The version check guards against a cached binary from an older pin.
-    if [[ -x "$buf" ]] && [[ "$("$buf" --version 2>/dev/null)" == "${BUF_VERSION#v}" ]]; then
-        return
-    fi
-    echo "building buf $BUF_VERSION into $bin (once)" >&2
-    GOBIN="$bin" go install "github.com/bufbuild/buf/cmd/buf@$BUF_VERSION"
-}
-
 breaking() {
     local against="${BUF_AGAINST:-}"
     if [[ -z "$against" ]]; then
@@ -45,12 +32,12 @@ breaking() {
 
 case "${1:-}" in
     lint)
-        ensure_buf
+        buf="$(.ci/go-tool.sh buf)"
         "$buf" lint api/proto
         echo "buf lint: ok"
         ;;
     breaking)
-        ensure_buf
+        buf="$(.ci/go-tool.sh buf)"
         breaking
         ;;
     *)

@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Generate the code for the rara.v1 wire contract, Python and Go, with pinned tools:
 #   Python: grpcio-tools 1.85.1 and mypy-protobuf 5.1.0 from the project venv -> rara/v1/
-#   Go:     the same protoc (grpc_tools) with protoc-gen-go and protoc-gen-go-grpc at the
-#           versions below, built once from the Go module proxy into the user's tool cache
-#           (~/.cache/rara/bin/<tool>-<version>, like api/buf.sh's buf) -> api/gen/go/rara/v1/
+#   Go:     the same protoc (grpc_tools) with protoc-gen-go and protoc-gen-go-grpc, pinned
+#           and built once into the user's tool cache by .ci/go-tool.sh -> api/gen/go/rara/v1/
 #
 #   api/gen.sh           regenerate both in place
 #   api/gen.sh --check   regenerate into a temp dir; fail with a diff if either is stale
@@ -19,8 +18,6 @@
 # `replace` to this folder.
 set -euo pipefail
 
-PROTOC_GEN_GO_VERSION=v1.36.11
-PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
 GO_MODULE=rara.local/api/gen/go
 GO_IMPORT="$GO_MODULE/rara/v1;rarav1"
 
@@ -28,25 +25,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 python="${PYTHON:-$root/.venv/bin/python}"
 venv_bin="$(dirname "$python")"
-bin="${RARA_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rara/bin}"
 py_files=(executor_pb2.py executor_pb2.pyi executor_pb2_grpc.py executor_pb2_grpc.pyi)
 go_files=(executor.pb.go executor_grpc.pb.go)
 proto=rara/v1/executor.proto
-
-ensure_tool() { # $1: name, $2: go package, $3: version; prints the binary's path
-    local path="$bin/$1-$3"
-    if [[ ! -x "$path" ]]; then
-        # Versioned file names: a new pin builds a new binary, an old clone keeps its own.
-        echo "building $1 $3 into $bin (once)" >&2
-        local tmp
-        tmp="$(mktemp -d)"
-        GOBIN="$tmp" go install "$2@$3" >&2
-        mkdir -p "$bin"
-        mv "$tmp/$1" "$path.tmp.$$" && mv "$path.tmp.$$" "$path"
-        rm -rf "$tmp"
-    fi
-    echo "$path"
-}
 
 generate() { # $1: output root (the folder that holds rara/v1/ and api/gen/go/)
     local out="$1"
@@ -54,10 +35,8 @@ generate() { # $1: output root (the folder that holds rara/v1/ and api/gen/go/)
     # google/protobuf/*.proto ship inside grpc_tools; ask it where rather than guess.
     local wkt gen_go gen_go_grpc
     wkt="$("$python" -c 'import grpc_tools, os; print(os.path.join(os.path.dirname(grpc_tools.__file__), "_proto"))')"
-    gen_go="$(ensure_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go \
-        "$PROTOC_GEN_GO_VERSION")"
-    gen_go_grpc="$(ensure_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc \
-        "$PROTOC_GEN_GO_GRPC_VERSION")"
+    gen_go="$(.ci/go-tool.sh protoc-gen-go)"
+    gen_go_grpc="$(.ci/go-tool.sh protoc-gen-go-grpc)"
     "$python" -m grpc_tools.protoc \
         -I api/proto -I "$wkt" \
         --plugin=protoc-gen-mypy="$venv_bin/protoc-gen-mypy" \

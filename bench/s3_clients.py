@@ -2,7 +2,7 @@
 
     python bench/s3_clients.py [--size-mb 1024] [--libs minio,obstore,boto3]
 
-Starts the test S3 server (versitygw, ``.ci/s3-server.sh``) on 127.0.0.1 and, for each
+Starts the test S3 server (versitygw, ``.ci/go-tool.sh versitygw``) on 127.0.0.1 and, for each
 library, uploads a file then downloads it to a file, each in a fresh process so that peak RSS
 (``ru_maxrss``) is that operation's alone. Every library moves 16 MiB parts, 4 at a time
 where it can. boto3 cannot be installed beside rara (botocore pins python-dateutil<3, the

@@ -6,8 +6,9 @@ For each blob size (MiB) and store, a fresh process writes ``--total-mb`` of new
 (at least one blob) with ``put_file`` and reads it back with ``get_file``, both streamed and
 verified as in production; it reports MB/s and its peak RSS (``ru_maxrss``) after the puts,
 i.e. during the largest put, and its RSS before any (imports, client). The S3 store talks to
-versitygw (``.ci/s3-server.sh``) on 127.0.0.1 whose data directory is on the same disk as the
-local store's; the local store fsyncs (its default). Both hash every byte on write and read.
+versitygw (``.ci/go-tool.sh versitygw``) on 127.0.0.1 whose data directory is on the same disk
+as the local store's; the local store fsyncs (its default). Both hash every byte on write and
+read.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The Helm chart: lint, render, and validate what it renders.
 
-helm comes from ``charts/tools.sh`` (built once from its Go module into ~/.cache/rara/bin); without
+helm comes from ``.ci/go-tool.sh`` (built once from its Go module into ~/.cache/rara/bin); without
 Go or the module proxy these tests skip and say so. Rendered manifests are validated against
 the Kubernetes 1.37 OpenAPI schemas bundled in kubernetes-validate (strict: unknown fields
 fail); the API server's own server-side dry run of the same manifests is in
@@ -19,7 +19,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "rara"
-TOOLS = ROOT / "charts" / "tools.sh"
+GO_TOOL = ROOT / ".ci" / "go-tool.sh"
 KUBE_VERSION = "1.37.0"
 BASE = ["--set", "database.url=postgresql://rara@db:5432/rara"]
 
@@ -29,13 +29,17 @@ def helm() -> Path:
     started = time.monotonic()
     try:
         done = subprocess.run(
-            ["bash", str(TOOLS)], capture_output=True, text=True, timeout=1800, check=False
+            ["bash", str(GO_TOOL), "helm"],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
         )
     except subprocess.TimeoutExpired:
-        pytest.skip("building helm with charts/tools.sh took over 30 minutes")
+        pytest.skip("building helm with .ci/go-tool.sh took over 30 minutes")
     if done.returncode != 0:
         pytest.skip(
-            f"helm could not be built by charts/tools.sh (needs go and the Go module "
+            f"helm could not be built by .ci/go-tool.sh (needs go and the Go module "
             f"proxy): {done.stderr.strip()[-500:]}"
         )
     path = Path(done.stdout.strip().splitlines()[-1])

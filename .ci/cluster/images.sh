@@ -62,12 +62,12 @@ build() {  # NAME DOCKERFILE TAG
   printf '%s=%s\t%s\n' "$(echo "$1" | tr a-z A-Z)_IMAGE" "${image}" \
     "$(docker image inspect -f '{{.Size}}' "${image}" | awk '{printf "%.0f MB", $1/1e6}')"
 }
-# The S3 server: versitygw's static binary (.ci/s3-server.sh, built once from its Go module)
+# The S3 server: versitygw's static binary (.ci/go-tool.sh, built once from its Go module)
 # in a context of its own (three files, not the Python tree), tagged by the server's version
 # and a hash of that context, so an edited Dockerfile or script rebuilds it.
 build_s3() {
   local bin ctx t image
-  bin="$("${ROOT}/.ci/s3-server.sh")"
+  bin="$("${ROOT}/.ci/go-tool.sh" versitygw)"
   ctx="$(mktemp -d "${TMPDIR:-/tmp}/rara-s3-image.XXXXXX")"
   cp "${bin}" "${ctx}/versitygw"
   cp "${HERE}/s3.Dockerfile" "${HERE}/s3-make-buckets.sh" "${ctx}/"

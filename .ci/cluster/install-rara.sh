@@ -54,7 +54,7 @@ timed "postgres ready" k -n "${NAMESPACE}" rollout status deploy/rara-postgres -
 # The bucket is made by the S3 pod's init container: Ready means it exists.
 timed "s3 ready" k -n "${NAMESPACE}" rollout status deploy/rara-s3 --timeout=300s >/dev/null
 
-HELM="$("${ROOT}/charts/tools.sh")"
+HELM="$("${ROOT}/.ci/go-tool.sh" helm)"
 split() { echo "${1%:*}" "${1##*:}"; }
 read -r wrepo wtag < <(split "${img[WORKER_IMAGE]}")
 read -r erepo etag < <(split "${img[EXECUTOR_IMAGE]}")

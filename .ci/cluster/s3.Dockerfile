@@ -1,5 +1,5 @@
 # The S3 server of the kind cluster (rara-deps.yaml: Deployment rara-s3), where rara keeps its
-# artifacts there: versitygw, the server the S3 store's tests run on (.ci/s3-server.sh builds
+# artifacts there: versitygw, the server the S3 store's tests run on (.ci/go-tool.sh builds
 # it from its Go module: one static binary, CGO off, so it needs nothing from the base), posix
 # backend on a directory (a volume; every sub-directory of it is a bucket). Test
 # infrastructure, not a production object store.

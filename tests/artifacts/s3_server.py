@@ -1,6 +1,7 @@
 """A real S3 server (versitygw, posix backend) on 127.0.0.1 for tests and benchmarks.
 
-The binary comes from ``.ci/s3-server.sh`` (built once from its Go module, cached by version).
+The binary comes from ``.ci/go-tool.sh versitygw`` (built once from its Go module, cached by
+version).
 :func:`server_binary` returns None with the reason when it cannot be had, so tests skip with
 that reason instead of failing on a machine without Go.
 """
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from minio import Minio
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / ".ci" / "s3-server.sh"
+SCRIPT = ROOT / ".ci" / "go-tool.sh"
 REGION = "us-east-1"
 
 
@@ -32,7 +33,9 @@ def server_binary(build: bool = True) -> tuple[Path | None, str]:
         return Path(override), ""
     mode = "build" if build else "check"
     try:
-        out = subprocess.run([str(SCRIPT), mode], capture_output=True, text=True, timeout=900)
+        out = subprocess.run(
+            [str(SCRIPT), "versitygw", mode], capture_output=True, text=True, timeout=900
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"cannot build the S3 server ({SCRIPT.name}): {exc}"
     if out.returncode != 0:

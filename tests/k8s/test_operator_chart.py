@@ -43,14 +43,14 @@ KUBE_VERSION = "1.37.0"
 
 def render(namespace: str, *args: str) -> list[dict[str, Any]]:
     done = subprocess.run(
-        ["bash", str(ROOT / "charts" / "tools.sh")],
+        ["bash", str(ROOT / ".ci" / "go-tool.sh"), "helm"],
         capture_output=True,
         text=True,
         timeout=1800,
         check=False,
     )
     if done.returncode != 0:
-        pytest.skip(f"helm could not be built by charts/tools.sh: {done.stderr[-300:]}")
+        pytest.skip(f"helm could not be built by .ci/go-tool.sh: {done.stderr[-300:]}")
     helm = done.stdout.strip().splitlines()[-1]
     out = subprocess.run(
         [

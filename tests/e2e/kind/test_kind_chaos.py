@@ -724,7 +724,11 @@ def test_runs_survive_pod_chaos(installed: Cluster) -> None:
 
 def helm(cluster: Cluster, *argv: str, timeout: float = 900) -> None:
     path = subprocess.run(
-        [str(CHART.parent / "tools.sh")], capture_output=True, text=True, check=True, timeout=1200
+        [str(REPO_ROOT / ".ci" / "go-tool.sh"), "helm"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=1200,
     ).stdout.strip()
     cluster.run(path, *argv, timeout=timeout)
 

@@ -5,6 +5,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
+# Test processes for `make test`: most tests wait on servers, workers and signals rather than
+# compute, so a 2-core machine runs three at once (each with its own PostgreSQL and servers;
+# tests of one module stay in one process: --dist loadscope). TEST_WORKERS=0 runs in-process.
+TEST_WORKERS ?= 3
 STAMP  := $(VENV)/.installed
 # The roots of the `rara` namespace besides the repository's own (pyproject.toml explains the
 # layout): tools that read the tree by path (lint-imports) need them on their path.
@@ -70,7 +74,7 @@ test: setup ## the whole test suite (its own PostgreSQL, API server, S3 server),
 	@.ci/go-tool.sh versitygw check || .ci/quietly.sh s3-server "building the S3 server (versitygw) for \
 	  the artifact store tests (first time only: ~2.5 min)" .ci/go-tool.sh versitygw || \
 	  echo "warning: S3 server build failed; S3 artifact store tests will skip"
-	$(PY) -m pytest --ignore=tests/e2e/kind $(PYTEST_ARGS)
+	$(PY) -m pytest --ignore=tests/e2e/kind -n $(TEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 	@# The real-cluster suite after the rest (it takes the machine for ~15 min warm); skipped
 	@# when PYTEST_ARGS picks tests, or with RARA_E2E_KIND=0.
 	@if [ -z "$(PYTEST_ARGS)" ]; then $(MAKE) --no-print-directory test-kind; fi

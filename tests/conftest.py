@@ -36,7 +36,9 @@ from tests.support.waiting import wait_until
 from tests.support.workers import ThreadWorker, WorkerProcess
 from tests.worker.handlers import SEEN
 
-TEMPLATE = "rara_template"
+# One template per test process: under pytest-xdist (make test) each process has a server of its
+# own, but processes given one RARA_TEST_DATABASE_URL share it.
+TEMPLATE = "rara_template_" + os.environ.get("PYTEST_XDIST_WORKER", "main")
 
 
 def _with_database(url: str, database: str) -> str:

@@ -619,7 +619,9 @@ BEGIN
     -- with run_get_by_key. Map steps without upstream expand at once (rara_map_expand).
     WITH resolved AS (
         SELECT v.id, v.digest, v.spec, v.steps, d.retired_at,
-               coalesce(v.digest = p_digest, false) AS matched
+               coalesce(v.digest = p_digest, false) AS matched,
+               -- the steps' `cache:` settings, added to their payloads (rara_spec_caches)
+               rara_spec_caches(v.spec) AS caches
         FROM rara_definition_versions v JOIN rara_definitions d USING (name)
         WHERE v.name = p_name AND (p_version IS NULL OR v.version = p_version)
         ORDER BY v.version DESC LIMIT 1
@@ -653,13 +655,14 @@ BEGIN
                                 retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_over, map_max_parallel)
         SELECT run.id, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
-               s.capability, s.executor, s.priority, s.payload, s.max_attempts,
+               s.capability, s.executor, s.priority,
+               s.payload || coalesce(resolved.caches -> s.key, '{}'), s.max_attempts,
                s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient, s.timeout_ms,
                s.heartbeat_timeout_ms,
                CASE WHEN cardinality(s.depends_on) = 0 AND s.map_over IS NULL THEN 'ready'
                     ELSE 'blocked' END::rara_step_status,
                s.map_over, s.map_max_parallel
-        FROM run, step_rows s
+        FROM run, resolved, step_rows s
         RETURNING rara_steps.id, rara_steps.map_over IS NOT NULL
                   AND cardinality(rara_steps.depends_on) = 0 AS expands
     )
@@ -698,6 +701,29 @@ CREATE FUNCTION public.rara_run_transition_allowed(old public.rara_run_status, n
         ('running', 'succeeded'), ('running', 'failed'), ('running', 'cancelled')
     )
 $$;
+
+-- FUNCTION: rara_spec_caches(jsonb)
+
+CREATE FUNCTION public.rara_spec_caches(p_spec jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    caches jsonb := '{}';
+    s jsonb;
+BEGIN
+    -- The `cache:` of each step that has one, by step key, as each step's payload carries it
+    -- ({"cache": {"ttl_ms": …}}; rara_run_start): what the worker that leases the step reads.
+    -- Most specs have none: an empty object, and the run start adds nothing to its payloads.
+    FOR s IN SELECT st FROM jsonb_array_elements(p_spec -> 'steps') AS st
+             WHERE jsonb_typeof(st -> 'cache') = 'object'
+    LOOP
+        caches := caches || jsonb_build_object(s ->> 'key', jsonb_build_object(
+            'cache', jsonb_build_object(
+                'ttl_ms', rara_duration_ms(s -> 'cache' -> 'ttl',
+                                           'spec.steps.' || (s ->> 'key') || '.cache.ttl'))));
+    END LOOP;
+    RETURN caches;
+END $$;
 
 -- FUNCTION: rara_spec_digest(jsonb)
 
@@ -888,6 +914,19 @@ BEGIN
     END LOOP;
     RETURN rows;
 END $_$;
+
+-- FUNCTION: rara_step_cache_drop(text[])
+
+CREATE FUNCTION public.rara_step_cache_drop(p_keys text[]) RETURNS SETOF text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    -- Entries removed: by `rara cache drop`, and by a worker that found one of an entry's
+    -- blobs missing or corrupt (the step then runs, and its success writes a new entry).
+    -- The blobs stay until `rara artifacts gc` finds nothing else names them.
+    RETURN QUERY DELETE FROM rara_step_cache c WHERE c.key = ANY (p_keys) RETURNING c.key;
+END $$;
 
 -- FUNCTION: rara_step_cancel(text, bigint, uuid)
 
@@ -1106,8 +1145,9 @@ BEGIN
     -- step given has lost its lease and nothing was written for it.
     -- p_others: failures and cancels (rare), one JSON array of {id, token, outcome, error,
     -- retryable, jitter}, written first, one statement each, with the cancels they cascade to.
-    -- p_successes: one JSON array of {id, token, result, manifest} (encoded by one json.dumps
-    -- in the worker, where typed arrays cost a Python dumper call per element), then written
+    -- p_successes: one JSON array of {id, token, result, manifest, cache, reused_from}
+    -- (encoded by one json.dumps in the worker, where typed arrays cost a Python dumper call
+    -- per element; cache and reused_from only for a step with `cache:`), then written
     -- in one statement; last, everything that ended is counted in the runs' step counts, so
     -- that the transaction locks its runs once, in id order, after all its step rows.
     -- (Most batches have no failure or cancel: no query is opened for them.)
@@ -1148,18 +1188,38 @@ BEGIN
     END IF;
     WITH given AS MATERIALIZED (
         SELECT * FROM jsonb_to_recordset(p_successes)
-            AS g(id bigint, token uuid, result jsonb, manifest jsonb)
+            AS g(id bigint, token uuid, result jsonb, manifest jsonb, cache jsonb,
+                 reused_from jsonb)
     ), done AS (
         -- The fence, per step: a row whose owner or token changed is simply not matched.
         UPDATE rara_steps s SET
             status = 'succeeded', result = g.result, finished_at = now(), error = NULL,
-            leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+            leased_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+            cache = g.cache - 'ttl_ms', reused_from = g.reused_from
         FROM given g
         -- (= ANY as well: primary key look-ups, not a scan of every running step of the
         -- worker)
         WHERE s.id = ANY (ARRAY(SELECT g2.id FROM given g2)) AND s.id = g.id
           AND s.leased_by = p_worker AND s.lease_token = g.token AND s.status = 'running'
-        RETURNING s.id, s.run_id, s.attempt, s.dependants, s.map_parent
+        RETURNING s.id, s.run_id, s.attempt, s.dependants, s.map_parent, s.key, s.capability
+    ), cached AS (
+        -- A cache-enabled step that ran (not one that reused an entry): its entry, under the
+        -- key its worker computed (rara.cache; docs/step-cache.md). A key already there was
+        -- written by a step that ran at the same time (no single flight) or replaces an entry
+        -- whose blobs a worker found missing: the same inputs, so the newest simply wins.
+        INSERT INTO rara_step_cache AS c (key, capability, step_key, parts, result, manifest,
+                                          source_run, source_step, source_attempt, expires_at)
+        SELECT g.cache ->> 'key', done.capability, done.key, g.cache -> 'parts', g.result,
+               coalesce(g.manifest, '[]'), done.run_id, done.id, done.attempt,
+               now() + make_interval(secs => (g.cache ->> 'ttl_ms')::double precision / 1000)
+        FROM (SELECT g.id, g.cache, g.result, g.manifest FROM given g
+              WHERE g.cache IS NOT NULL AND g.reused_from IS NULL) AS g
+        JOIN done ON done.id = g.id
+        ON CONFLICT (key) DO UPDATE SET
+            parts = EXCLUDED.parts, result = EXCLUDED.result, manifest = EXCLUDED.manifest,
+            source_run = EXCLUDED.source_run, source_step = EXCLUDED.source_step,
+            source_attempt = EXCLUDED.source_attempt, created_at = EXCLUDED.created_at,
+            expires_at = EXCLUDED.expires_at
     ), closed AS (
         -- clock_timestamp(), here and in every end: the time the end took the step's row, not
         -- when its transaction began. An end that waited for another step's lock is then never
@@ -1873,6 +1933,25 @@ CREATE TABLE public.rara_step_artifacts (
     CONSTRAINT rara_step_artifacts_name_check CHECK ((name ~ '^[A-Za-z0-9._/-]{1,200}$'::text))
 );
 
+-- TABLE: rara_step_cache
+
+CREATE TABLE public.rara_step_cache (
+    key text NOT NULL,
+    capability text NOT NULL,
+    step_key text NOT NULL,
+    parts jsonb NOT NULL,
+    result jsonb,
+    manifest jsonb DEFAULT '[]'::jsonb NOT NULL,
+    source_run bigint NOT NULL,
+    source_step bigint NOT NULL,
+    source_attempt integer NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone,
+    CONSTRAINT rara_step_cache_key_check CHECK ((key ~ '^sha256:[0-9a-f]{64}$'::text)),
+    CONSTRAINT rara_step_cache_manifest_check CHECK ((jsonb_typeof(manifest) = 'array'::text)),
+    CONSTRAINT rara_step_cache_parts_check CHECK ((jsonb_typeof(parts) = 'object'::text))
+);
+
 -- TABLE: rara_steps
 
 CREATE TABLE public.rara_steps (
@@ -1914,6 +1993,8 @@ CREATE TABLE public.rara_steps (
     map_failed integer DEFAULT 0 NOT NULL,
     map_parent bigint,
     map_index integer,
+    cache jsonb,
+    reused_from jsonb,
     CONSTRAINT rara_steps_attempt_check CHECK ((attempt >= 0)),
     CONSTRAINT rara_steps_attempts_bounded CHECK (((attempt - releases) <= max_attempts)),
     CONSTRAINT rara_steps_capability_check CHECK ((capability ~ '^[a-z0-9][a-z0-9._-]*@[0-9]+$'::text)),
@@ -2038,6 +2119,11 @@ ALTER TABLE public.rara_step_artifacts
 ALTER TABLE ONLY public.rara_step_artifacts
     ADD CONSTRAINT rara_step_artifacts_pkey PRIMARY KEY (step_id, attempt, name);
 
+-- CONSTRAINT: rara_step_cache rara_step_cache_pkey
+
+ALTER TABLE ONLY public.rara_step_cache
+    ADD CONSTRAINT rara_step_cache_pkey PRIMARY KEY (key);
+
 -- CONSTRAINT: rara_steps rara_steps_pkey
 
 ALTER TABLE ONLY public.rara_steps
@@ -2056,6 +2142,10 @@ ALTER TABLE ONLY public.rara_workers
 -- INDEX: rara_step_artifacts_digest
 
 CREATE INDEX rara_step_artifacts_digest ON public.rara_step_artifacts USING btree (digest);
+
+-- INDEX: rara_step_cache_by_step
+
+CREATE INDEX rara_step_cache_by_step ON public.rara_step_cache USING btree (capability, step_key, created_at);
 
 -- INDEX: rara_steps_map_children
 
@@ -2257,6 +2347,10 @@ GRANT ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_di
 
 REVOKE ALL ON FUNCTION public.rara_run_transition_allowed(old public.rara_run_status, new public.rara_run_status) FROM PUBLIC;
 
+-- ACL: FUNCTION rara_spec_caches(p_spec jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_spec_caches(p_spec jsonb) FROM PUBLIC;
+
 -- ACL: FUNCTION rara_spec_digest(p_spec jsonb)
 
 REVOKE ALL ON FUNCTION public.rara_spec_digest(p_spec jsonb) FROM PUBLIC;
@@ -2268,6 +2362,12 @@ REVOKE ALL ON FUNCTION public.rara_spec_int(p_value jsonb, p_default integer, p_
 -- ACL: FUNCTION rara_spec_steps(p_spec jsonb)
 
 REVOKE ALL ON FUNCTION public.rara_spec_steps(p_spec jsonb) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_step_cache_drop(p_keys text[])
+
+REVOKE ALL ON FUNCTION public.rara_step_cache_drop(p_keys text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_step_cache_drop(p_keys text[]) TO rara_worker;
+GRANT ALL ON FUNCTION public.rara_step_cache_drop(p_keys text[]) TO rara_client;
 
 -- ACL: FUNCTION rara_step_cancel(p_worker text, p_step_id bigint, p_token uuid)
 
@@ -2431,6 +2531,10 @@ GRANT SELECT ON TABLE public.rara_schema_migrations TO rara_reader;
 
 GRANT SELECT ON TABLE public.rara_step_artifacts TO rara_reader;
 
+-- ACL: TABLE rara_step_cache
+
+GRANT SELECT ON TABLE public.rara_step_cache TO rara_reader;
+
 -- ACL: COLUMN rara_steps.id
 
 GRANT SELECT(id) ON TABLE public.rara_steps TO rara_reader;
@@ -2578,6 +2682,14 @@ GRANT SELECT(map_parent) ON TABLE public.rara_steps TO rara_reader;
 -- ACL: COLUMN rara_steps.map_index
 
 GRANT SELECT(map_index) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.cache
+
+GRANT SELECT(cache) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.reused_from
+
+GRANT SELECT(reused_from) ON TABLE public.rara_steps TO rara_reader;
 
 -- ACL: TABLE rara_workers
 

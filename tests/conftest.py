@@ -34,7 +34,7 @@ from tests.executor.support import TOKEN, Executor, StartExecutor, extra_plugins
 from tests.support.ui import UiServer
 from tests.support.waiting import wait_until
 from tests.support.workers import ThreadWorker, WorkerProcess
-from tests.worker.handlers import SEEN
+from tests.worker.handlers import SEEN, TALLY
 
 TEMPLATE = "rara_template"
 
@@ -136,8 +136,10 @@ def role_url(database_url: str) -> Iterator[Callable[[str], str]]:
 def _forget_seen() -> Iterator[None]:
     """Run ids restart at 1 in every test database: what handlers saw must not leak across."""
     SEEN.clear()
+    TALLY.clear()
     yield
     SEEN.clear()
+    TALLY.clear()
 
 
 @pytest.fixture

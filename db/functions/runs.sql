@@ -31,7 +31,9 @@ BEGIN
     -- with run_get_by_key. Map steps without upstream expand at once (rara_map_expand).
     WITH resolved AS (
         SELECT v.id, v.digest, v.spec, v.steps, d.retired_at,
-               coalesce(v.digest = p_digest, false) AS matched
+               coalesce(v.digest = p_digest, false) AS matched,
+               -- the steps' `cache:` settings, added to their payloads (rara_spec_caches)
+               rara_spec_caches(v.spec) AS caches
         FROM rara_definition_versions v JOIN rara_definitions d USING (name)
         WHERE v.name = p_name AND (p_version IS NULL OR v.version = p_version)
         ORDER BY v.version DESC LIMIT 1
@@ -65,13 +67,14 @@ BEGIN
                                 retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_over, map_max_parallel)
         SELECT run.id, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
-               s.capability, s.executor, s.priority, s.payload, s.max_attempts,
+               s.capability, s.executor, s.priority,
+               s.payload || coalesce(resolved.caches -> s.key, '{}'), s.max_attempts,
                s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient, s.timeout_ms,
                s.heartbeat_timeout_ms,
                CASE WHEN cardinality(s.depends_on) = 0 AND s.map_over IS NULL THEN 'ready'
                     ELSE 'blocked' END::rara_step_status,
                s.map_over, s.map_max_parallel
-        FROM run, step_rows s
+        FROM run, resolved, step_rows s
         RETURNING rara_steps.id, rara_steps.map_over IS NOT NULL
                   AND cardinality(rara_steps.depends_on) = 0 AS expands
     )

@@ -165,6 +165,27 @@ def produce(ctx: StepContext) -> StepOutcome:
     )
 
 
+# Idempotency keys of the calls of test.tally, in order: a step reused from the step cache is
+# never called (tests/worker/test_cache.py).
+TALLY: list[str] = []
+
+
+@registry.handler("test.tally@1")
+def tally(ctx: StepContext) -> StepOutcome:
+    """Records the call, then as test.produce: ``text`` (with the upstream artifacts' bytes
+    appended) as the artifact ``corpus.txt``."""
+    TALLY.append(ctx.idempotency_key)
+    if ctx.input.get("pause"):  # for concurrent misses: both are called before either ends
+        time.sleep(float(ctx.input["pause"]))
+    text = str(ctx.input.get("text", "")) + str(ctx.input.get("item", ""))
+    upstream = b"".join(ctx.artifacts.get_bytes(ctx.inputs[k]) for k in sorted(ctx.inputs))
+    ref = ctx.artifacts.put_bytes(text.encode() + upstream)
+    return StepOutcome(
+        result={"text": text, "digest": ref.digest},
+        artifacts=[OutputArtifact("corpus.txt", ref, "text/plain")],
+    )
+
+
 @registry.handler("test.consume@1")
 def consume(ctx: StepContext) -> Any:
     data = ctx.artifacts.get_bytes(ctx.inputs["corpus.txt"])

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from rara.cache import describe_reuse
 from rara.cli.common import console, parse_json_object_arg, reports_errors
 from rara.client import Client, RunView
 from rara.errors import CapabilityUnavailable
@@ -97,7 +98,9 @@ def print_run(view: RunView) -> None:
     console.print(f"run {view.id}  {view.definition}@{view.version}  [bold]{view.status}[/bold]")
     if view.error:
         console.print(f"error: {view.error}")
-    table = Table("step", "capability", "executor", "status", "attempt", "started", "took")
+    table = Table(
+        "step", "capability", "executor", "status", "attempt", "started", "took", "reused from"
+    )
     for s in view.steps:
         took = ""
         if s["started_at"] and s["finished_at"]:
@@ -110,6 +113,7 @@ def print_run(view: RunView) -> None:
             s.get("children") or f"{s['attempt']}/{s['max_attempts']}",
             f"{s['started_at']:%H:%M:%S}" if s["started_at"] else "",
             took,
+            describe_reuse(s.get("reused_from")),
         )
     console.print(table)
 

@@ -34,7 +34,7 @@ from tests.executor.support import TOKEN, Executor, StartExecutor, extra_plugins
 from tests.support.ui import UiServer
 from tests.support.waiting import wait_until
 from tests.support.workers import ThreadWorker, WorkerProcess
-from tests.worker.handlers import SEEN, TALLY
+from tests.worker.handlers import FAILING, SEEN, TALLY
 
 TEMPLATE = "rara_template"
 
@@ -137,9 +137,11 @@ def _forget_seen() -> Iterator[None]:
     """Run ids restart at 1 in every test database: what handlers saw must not leak across."""
     SEEN.clear()
     TALLY.clear()
+    FAILING.clear()
     yield
     SEEN.clear()
     TALLY.clear()
+    FAILING.clear()
 
 
 @pytest.fixture

@@ -230,6 +230,40 @@ def watch(
 
 @app.command()
 @reports_errors
+def retry(
+    run_id: int,
+    from_failure: Annotated[
+        bool,
+        typer.Option(
+            "--from-failure",
+            help="reuse every step that succeeded in RUN_ID; run the failed, cancelled and "
+            "never-run ones",
+        ),
+    ] = False,
+    idempotency_key: Annotated[str | None, typer.Option(help="same key → same run")] = None,
+) -> None:
+    """Run RUN_ID's version with its input again, as a new run."""
+    client = Client()
+    if from_failure:
+        resumed = client.resume_run(run_id, idempotency_key=idempotency_key)
+        console.print(
+            f"run {resumed.run_id}: resumes run {run_id}, {resumed.reused} steps reused",
+            highlight=False,
+        )
+        return
+    old = client.get_run(run_id)
+    started = client.start_run(
+        old.definition,
+        version=old.version,
+        input=old.input,
+        idempotency_key=idempotency_key,
+        queue_anyway=True,
+    )
+    console.print(f"run {started.run_id}: {old.definition}@{old.version} again", highlight=False)
+
+
+@app.command()
+@reports_errors
 def cancel(run_id: int) -> None:
     """Cancel a run: waiting steps at once, running ones through their worker."""
     if Client().cancel_run(run_id):

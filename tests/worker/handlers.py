@@ -186,6 +186,18 @@ def tally(ctx: StepContext) -> StepOutcome:
     )
 
 
+# Step keys test.flaky fails for good (tests/worker/test_resume.py): a run fails there, and a
+# resume after the key is removed succeeds with the same input.
+FAILING: set[str] = set()
+
+
+@registry.handler("test.flaky@1")
+def flaky(ctx: StepContext) -> StepOutcome:
+    if ctx.step_key in FAILING:
+        raise TerminalError(f"step {ctx.step_key} is set to fail")
+    return tally(ctx)
+
+
 @registry.handler("test.consume@1")
 def consume(ctx: StepContext) -> Any:
     data = ctx.artifacts.get_bytes(ctx.inputs["corpus.txt"])

@@ -172,17 +172,24 @@ def resume_run(
     conn: psycopg.Connection[Any],
     run_id: int,
     *,
+    definition: str | None = None,
     version: int | None = None,
     input: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
 ) -> run_sql.ResumedRun:
     """Resume run ``run_id`` from its failure: a new run of its version and input in which
     every step that succeeded in it is reused, result and artifacts (docs/step-cache.md,
-    "Resume"). ``version`` and ``input``, when given, must be the run's: a resume that would
-    compute with something else would mix two runs' results, so it is refused."""
+    "Resume"). ``definition``, ``version`` and ``input``, when given, must be the run's: a
+    resume that would compute with something else would mix two runs' results, so it is
+    refused."""
     old = run_sql.get(conn, run_id)
     if old is None:
         raise NotFound(f"no run {run_id}")
+    if definition is not None and definition != old.definition:
+        raise ResumeRefused(
+            f"run {run_id} ran {old.definition}, not {definition}: a resume reuses its steps "
+            "only for the same definition version"
+        )
     if version is not None and version != old.version:
         raise ResumeRefused(
             f"run {run_id} ran {old.definition} version {old.version}, not {version}: a resume "

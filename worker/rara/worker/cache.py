@@ -85,7 +85,12 @@ async def look_up(
         entry = await cache_sql.aget(conn, key.key)
     if entry is None:
         return None
-    verdict = await asyncio.to_thread(verify, artifacts, entry.manifest)
+    # (no artifacts, nothing to read: no thread hop)
+    verdict = (
+        await asyncio.to_thread(verify, artifacts, entry.manifest)
+        if entry.manifest
+        else Verdict.HIT
+    )
     if verdict == Verdict.HIT:
         return entry
     log.warning(

@@ -20,21 +20,9 @@ from typing import Any
 
 import psycopg
 
-from bench.common import Server, bench_database, percentiles, workers
+from bench.common import Server, bench_database, percentiles, wait_run_succeeded, workers
 from rara.runs import start_run
 from tests.support.definitions import apply
-
-
-def _wait(listener: psycopg.Connection[Any], run_id: int, timeout: float = 30.0) -> None:
-    wanted = f"{run_id}:succeeded"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for note in listener.notifies(timeout=max(0.01, deadline - time.monotonic())):
-            if note.payload == wanted:
-                return
-            if note.payload.startswith(f"{run_id}:") and not note.payload.endswith("running"):
-                raise RuntimeError(f"run {run_id} ended {note.payload}")
-    raise TimeoutError(f"run {run_id} did not finish")
 
 
 def cache_hit_latency(server: Server, logs: Path, samples: int, warmup: int = 5) -> dict[str, Any]:
@@ -55,7 +43,7 @@ def cache_hit_latency(server: Server, logs: Path, samples: int, warmup: int = 5)
                         time.sleep(0.02)
                         run_input = {"n": 0} if kind == "hit" else {"n": i + 1}
                         run_id = start_run(conn, "cached", input=run_input, queue_anyway=True)
-                        _wait(listener, run_id.run_id)
+                        wait_run_succeeded(listener, run_id.run_id)
                         ms, reused = conn.execute(
                             "SELECT extract(epoch FROM s.finished_at - r.created_at) * 1000,"
                             " s.reused_from IS NOT NULL"

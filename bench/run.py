@@ -69,6 +69,7 @@ from bench.common import (  # noqa: E402
     bench_database,
     percentiles,
     scalar,
+    wait_run_succeeded,
     wait_until,
     workers,
 )
@@ -216,18 +217,6 @@ def drain(
         server.drop(name)
 
 
-def _wait_run(listener: Conn, run_id: int, timeout: float = 30.0) -> None:
-    wanted = f"{run_id}:succeeded"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for note in listener.notifies(timeout=max(0.01, deadline - time.monotonic())):
-            if note.payload == wanted:
-                return
-            if note.payload.startswith(f"{run_id}:") and not note.payload.endswith("running"):
-                raise RuntimeError(f"run {run_id} ended {note.payload}")
-    raise TimeoutError(f"run {run_id} did not finish")
-
-
 def start_latency(server: Server, logs: Path, samples: int, warmup: int = 5) -> dict[str, Any]:
     """Client clock before start_run → the handler's clock when it runs, one run at a time
     into an idle worker (as the peers' latency mode: 20 ms of idle before each)."""
@@ -247,7 +236,7 @@ def start_latency(server: Server, logs: Path, samples: int, warmup: int = 5) -> 
                     t0 = time.monotonic()
                     run_id = start_run(conn, "stamp", queue_anyway=True).run_id
                     t1 = time.monotonic()
-                    _wait_run(listener, run_id)
+                    wait_run_succeeded(listener, run_id)
                     started = scalar(
                         conn,
                         "SELECT (result->>'started')::float8 FROM rara_steps WHERE run_id = %s",
@@ -290,7 +279,7 @@ def grpc_overhead(
                     for i in range(samples + 5):
                         time.sleep(0.01)
                         run_id = start_run(conn, name, queue_anyway=True).run_id
-                        _wait_run(listener, run_id)
+                        wait_run_succeeded(listener, run_id)
                         if i >= 5:
                             ids.append(run_id)
                     ms = [

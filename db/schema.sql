@@ -1057,6 +1057,52 @@ BEGIN
     RETURN rows;
 END $_$;
 
+-- FUNCTION: rara_step_cache_claim(text, bigint, uuid, jsonb)
+
+CREATE FUNCTION public.rara_step_cache_claim(p_worker text, p_step_id bigint, p_token uuid, p_cache jsonb) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+    claimed bigint;
+BEGIN
+    -- Single flight for a step that missed (docs/step-cache.md, "Concurrent misses"), fenced by
+    -- its lease: true, compute it — the step row now says it computes p_cache's key; false,
+    -- another running step computes that key: the lease is given back (released, out of the
+    -- retry budget) until a backoff that doubles with each deferral (250 ms up to the step's
+    -- retryMaxDelay), after which the step finds the entry (a hit) or, if the other failed,
+    -- computes; null, the lease is lost. Claims of one key are serialized by a transaction
+    -- advisory lock on it, so of two steps that miss at once the second sees the first's
+    -- claim. A claim is the step's status: it ends when the step stops running, however.
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_cache ->> 'key', 33));
+    UPDATE rara_steps s SET cache = p_cache - 'ttl_ms'
+    WHERE s.id = p_step_id AND s.leased_by = p_worker AND s.lease_token = p_token
+      AND s.status = 'running'
+    RETURNING s.id INTO claimed;
+    IF claimed IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM rara_steps o
+                   WHERE (o.cache ->> 'key') = p_cache ->> 'key' AND o.status = 'running'
+                     AND o.cache IS NOT NULL AND o.id <> p_step_id) THEN
+        RETURN true;
+    END IF;
+    WITH released AS (
+        UPDATE rara_steps s SET status = 'ready',
+            available_at = now() + make_interval(secs => least(
+                s.retry_max_ms, 250 * 2 ^ least(s.releases, 10)) / 1000.0),
+            releases = s.releases + 1, leased_by = NULL, lease_token = NULL,
+            lease_expires_at = NULL
+        WHERE s.id = p_step_id
+        RETURNING s.id, s.attempt
+    )
+    UPDATE rara_attempts a
+    SET outcome = 'released', ended_at = clock_timestamp(), ended_by = p_worker
+    FROM released r WHERE a.step_id = r.id AND a.attempt = r.attempt;
+    RETURN false;
+END $$;
+
 -- FUNCTION: rara_step_cache_drop(text[])
 
 CREATE FUNCTION public.rara_step_cache_drop(p_keys text[]) RETURNS SETOF text
@@ -2297,6 +2343,10 @@ CREATE INDEX rara_steps_map_children ON public.rara_steps USING btree (map_paren
 
 CREATE INDEX rara_steps_ready ON public.rara_steps USING btree (capability, ((- priority)), available_at, id) WHERE (status = 'ready'::public.rara_step_status);
 
+-- INDEX: rara_steps_running_cache_key
+
+CREATE INDEX rara_steps_running_cache_key ON public.rara_steps USING btree (((cache ->> 'key'::text))) WHERE ((status = 'running'::public.rara_step_status) AND (cache IS NOT NULL));
+
 -- INDEX: rara_steps_running_expiry
 
 CREATE INDEX rara_steps_running_expiry ON public.rara_steps USING btree (lease_expires_at) WHERE (lease_expires_at IS NOT NULL);
@@ -2510,6 +2560,11 @@ REVOKE ALL ON FUNCTION public.rara_spec_int(p_value jsonb, p_default integer, p_
 -- ACL: FUNCTION rara_spec_steps(p_spec jsonb)
 
 REVOKE ALL ON FUNCTION public.rara_spec_steps(p_spec jsonb) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_step_cache_claim(p_worker text, p_step_id bigint, p_token uuid, p_cache jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_step_cache_claim(p_worker text, p_step_id bigint, p_token uuid, p_cache jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_step_cache_claim(p_worker text, p_step_id bigint, p_token uuid, p_cache jsonb) TO rara_worker;
 
 -- ACL: FUNCTION rara_step_cache_drop(p_keys text[])
 

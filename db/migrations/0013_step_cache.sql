@@ -36,3 +36,6 @@ CREATE TABLE rara_step_cache (
 CREATE INDEX rara_step_cache_by_step ON rara_step_cache (capability, step_key, created_at);
 
 ALTER TABLE rara_steps ADD COLUMN cache jsonb, ADD COLUMN reused_from jsonb;
+-- Single flight (rara_step_cache_claim): the running steps computing a key, found by it.
+CREATE INDEX rara_steps_running_cache_key ON rara_steps ((cache ->> 'key'))
+    WHERE status = 'running' AND cache IS NOT NULL;

@@ -38,6 +38,12 @@ ORDER BY created_at DESC LIMIT :limit;
 SELECT s.id, s.key, s.capability, s.status::text AS status, s.cache, s.reused_from
 FROM rara_steps s WHERE s.run_id = :run_id AND s.key = :key;
 
+-- name: cache_claim$
+-- Single flight for a step that missed: true, compute; false, another running step computes
+-- the key and the lease was given back; null, the lease is lost (rara_step_cache_claim).
+SELECT rara_step_cache_claim(p_worker => :worker, p_step_id => :step_id,
+                             p_token => CAST(:token AS uuid), p_cache => CAST(:cache AS jsonb));
+
 -- name: cache_drop_many
 -- Entries removed by key; returns the keys that were there.
 SELECT * FROM rara_step_cache_drop(p_keys => CAST(:keys AS text[]));

@@ -8,8 +8,9 @@ from datetime import datetime
 from typing import Any
 
 from psycopg.rows import class_row, scalar_row
+from psycopg.types.json import Jsonb
 
-from rara.pg.queries import AsyncConn, Conn, amany, aone, many, one
+from rara.pg.queries import AsyncConn, Conn, amany, aone, avalue, many, one
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +78,21 @@ def step(conn: Conn, run_id: int, key: str) -> CachedStep | None:
 def drop(conn: Conn, keys: Sequence[str]) -> list[str]:
     """Remove entries; returns the keys that were there."""
     return [str(k) for k in many(conn, "cache_drop_many", scalar_row, keys=list(keys))]
+
+
+async def aclaim(
+    conn: AsyncConn, worker: str, step_id: int, token: Any, cache: Mapping[str, Any]
+) -> bool | None:
+    """Single flight (``cache_claim``): True, compute; False, deferred; None, lease lost."""
+    return await avalue(
+        conn,
+        "cache_claim",
+        bool,
+        worker=worker,
+        step_id=step_id,
+        token=token,
+        cache=Jsonb(dict(cache)),
+    )
 
 
 async def adrop(conn: AsyncConn, keys: Sequence[str]) -> list[str]:

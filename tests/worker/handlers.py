@@ -186,14 +186,18 @@ def tally(ctx: StepContext) -> StepOutcome:
     )
 
 
-# Step keys test.flaky fails for good (tests/worker/test_resume.py): a run fails there, and a
-# resume after the key is removed succeeds with the same input.
+# Step keys (or idempotency keys: one run's step) test.flaky fails for good
+# (tests/worker/test_resume.py): a run fails there, and a resume after the key is removed
+# succeeds with the same input.
 FAILING: set[str] = set()
 
 
 @registry.handler("test.flaky@1")
 def flaky(ctx: StepContext) -> StepOutcome:
-    if ctx.step_key in FAILING:
+    """test.tally, unless its step key or idempotency key is in FAILING (then it fails after
+    the input's ``pause``)."""
+    if ctx.step_key in FAILING or ctx.idempotency_key in FAILING:
+        time.sleep(float(ctx.input.get("pause", 0)))
         raise TerminalError(f"step {ctx.step_key} is set to fail")
     return tally(ctx)
 

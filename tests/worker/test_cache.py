@@ -15,8 +15,9 @@ from rara.artifacts import open_store
 from rara.artifacts.gc import collect_garbage
 from rara.pg import cache as cache_sql
 from rara.pg import retention
-from tests.support.runs import define, start, steps_of, wait_run
-from tests.worker.handlers import TALLY
+from tests.support.runs import define, run_status, start, steps_of, wait_run
+from tests.support.waiting import wait_until
+from tests.worker.handlers import FAILING, TALLY
 
 CACHED = {"cache": {"ttl": "1h"}}
 
@@ -43,6 +44,16 @@ def _manifest(conn: psycopg.Connection[Any], run_id: int) -> dict[str, str]:
         (run_id,),
     ).fetchall()
     return dict(rows)
+
+
+def _outcomes(conn: psycopg.Connection[Any], run_id: int) -> list[str]:
+    """The outcomes of the attempts of the run's one step, in order."""
+    rows = conn.execute(
+        "SELECT a.outcome::text FROM rara_attempts a JOIN rara_steps s ON s.id = a.step_id"
+        " WHERE s.run_id = %s ORDER BY a.attempt",
+        (run_id,),
+    ).fetchall()
+    return [o for (o,) in rows]
 
 
 def _chain(conn: psycopg.Connection[Any], name: str) -> None:
@@ -122,25 +133,55 @@ def test_a_missing_or_corrupt_cached_blob_recomputes(
     assert _calls(third) == ["c"]
 
 
-def test_concurrent_misses_both_compute_and_leave_one_entry(
-    conn: psycopg.Connection[Any], thread_worker: Any
-) -> None:
-    """No single flight (docs/step-cache.md, "Concurrent misses"): two runs that miss one key
-    at once both compute it; the entry is written once per key, the later write wins, and
-    both runs succeed with the same result."""
+def test_concurrent_misses_compute_once(conn: psycopg.Connection[Any], thread_worker: Any) -> None:
+    """Single flight (docs/step-cache.md, "Concurrent misses"): two runs that miss one key at
+    once (a worker leases both) compute it once; the other step gives its lease back and then
+    reuses the entry. Both runs succeed with the same result."""
     define(conn, "slow", [{"key": "a", "capability": "test.tally@1", **CACHED}])
     thread_worker(concurrency=4)
-    runs = [start(conn, "slow", {"text": "x", "pause": 0.5}) for _ in range(2)]
+    runs = [start(conn, "slow", {"text": "x", "pause": 1.0}) for _ in range(2)]
     for run_id in runs:
         wait_run(conn, run_id, status="succeeded")
-    assert [_calls(r) for r in runs] == [["a"], ["a"]]
+    assert sorted(len(_calls(r)) for r in runs) == [0, 1]
+    computed, waited = runs if _calls(runs[0]) else runs[::-1]
+    assert _reused(conn, waited)["a"]["run"] == computed
+    outcomes = _outcomes(conn, waited)
+    assert outcomes[0] == "released"  # deferred while the other computed
+    assert outcomes[-1] == "succeeded"
     [entry] = cache_sql.list_entries(conn)
-    assert entry.source_run in runs
+    assert entry.source_run == computed
     results = [steps_of(conn, r)[0]["result"] for r in runs]
     assert results[0] == results[1]
-    later = start(conn, "slow", {"text": "x", "pause": 0.5})
-    wait_run(conn, later, status="succeeded")
-    assert _calls(later) == []
+
+
+def test_a_claim_of_a_failed_computation_lets_the_waiting_step_compute(
+    conn: psycopg.Connection[Any], thread_worker: Any
+) -> None:
+    """The step that waits is not held up by one that failed: its next lease computes."""
+    define(
+        conn,
+        "flaky",
+        [{"key": "a", "capability": "test.flaky@1", "retry": {"maxAttempts": 1}, **CACHED}],
+    )
+    failing = start(conn, "flaky", {"text": "x", "pause": 1.0})
+    FAILING.add(f"{failing}:a")  # (its idempotency key: the other run's step succeeds)
+    thread_worker(concurrency=4)
+    wait_until(
+        lambda: (
+            conn.execute(
+                "SELECT status::text FROM rara_steps WHERE run_id = %s", (failing,)
+            ).fetchone()
+            == ("running",)
+        ),
+        message="the first step running",
+    )
+    waiting = start(conn, "flaky", {"text": "x", "pause": 1.0})
+    wait_run(conn, waiting, status="succeeded")
+    assert run_status(conn, failing) == "failed"
+    assert _calls(waiting) == ["a"]
+    outcomes = _outcomes(conn, waiting)
+    assert outcomes[0] == "released"  # deferred while the failing one ran
+    assert outcomes[-1] == "succeeded"
 
 
 def test_map_children_cache_one_by_one(conn: psycopg.Connection[Any], thread_worker: Any) -> None:

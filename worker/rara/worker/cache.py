@@ -26,7 +26,7 @@ from rara.artifacts.errors import ArtifactCorrupted, ArtifactError, ArtifactNotF
 from rara.cache import CacheKey, cache_key
 from rara.pg import cache as cache_sql
 from rara.worker.store import WorkerStore
-from rara.worker.vocabulary import LeasedStep
+from rara.worker.vocabulary import Fence, LeasedStep
 
 log = structlog.get_logger("rara.worker")
 
@@ -104,6 +104,13 @@ async def look_up(
         async with store.pool.connection() as conn:
             await cache_sql.adrop(conn, [key.key])
     return None
+
+
+async def claim(store: WorkerStore, fence: Fence, entry: Mapping[str, Any]) -> bool | None:
+    """Single flight for a miss (``cache_claim``): True, compute it; False, another running
+    step computes the key and this lease was given back; None, the lease is lost."""
+    async with store.pool.connection() as conn:
+        return await cache_sql.aclaim(conn, fence.worker, fence.step_id, fence.token, entry)
 
 
 def reused_from(entry: cache_sql.CacheEntry) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import structlog
 from rara import metrics
 from rara.artifacts import open_store
 from rara.cache import CacheKey
-from rara.states import AttemptOutcome
+from rara.states import AttemptOutcome, StepStatus
 from rara.worker import cache
 from rara.worker.attempt import supervise
 from rara.worker.attempt_io import AttemptIO
@@ -347,6 +347,9 @@ class Worker:
             if hit is not None:
                 return hit
             state.cache_entry = cache.entry_of(step, key)
+            deferred = await self._claim(state)
+            if deferred is not None:
+                return deferred
         executor = self.executors[step.executor]
         ctx = WorkerStepContext(state, self.io, self.artifacts)
         return await supervise(state, executor, ctx, self.io)
@@ -379,6 +382,23 @@ class Worker:
         finally:
             state.ended = True
         return LOST if status is None else AttemptEnd(AttemptOutcome.SUCCEEDED, status)
+
+    async def _claim(self, state: AttemptState) -> AttemptEnd | None:
+        """Single flight for a miss (rara_step_cache_claim): None, compute it; else the end
+        written: released until another step computing the same key has ended, or lost."""
+        assert state.cache_entry is not None
+        fence = state.fence
+        try:
+            claimed = await cache.claim(self.store, fence, state.cache_entry)
+        except Exception:
+            self.log.warning(
+                "cache claim failed; the step runs", step_id=fence.step_id, exc_info=True
+            )
+            return None
+        if claimed:
+            return None
+        state.ended = True
+        return LOST if claimed is None else AttemptEnd(AttemptOutcome.RELEASED, StepStatus.READY)
 
     # -- keeping leases -------------------------------------------------------------------
 

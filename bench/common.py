@@ -172,3 +172,17 @@ def workers(
             "workers to register",
         )
         yield [p.pid for p in procs]
+
+
+def wait_run_succeeded(listener: Conn, run_id: int, timeout: float = 30.0) -> None:
+    """Until run ``run_id`` succeeded, by the notifications of a connection that LISTENs on
+    rara_run; RuntimeError when it ended otherwise."""
+    wanted = f"{run_id}:succeeded"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for note in listener.notifies(timeout=max(0.01, deadline - time.monotonic())):
+            if note.payload == wanted:
+                return
+            if note.payload.startswith(f"{run_id}:") and not note.payload.endswith("running"):
+                raise RuntimeError(f"run {run_id} ended {note.payload}")
+    raise TimeoutError(f"run {run_id} did not finish")

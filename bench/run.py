@@ -9,6 +9,9 @@ throughput   no-op single-step runs and the no-op steps of 3- and 10-step chains
              1, 2 and 4 worker processes (steps/s on the database clock, first lease to last
              completion); the same through the gRPC path (an executor process, no-op plugin);
              with the CPU per step of the server's and of the worker processes (/proc)
+refresh      the step cache: a one-step run's start to its cached step's end (database
+             clock), a hit against a miss, one at a time into an idle worker: p50/p99 ms
+             (``bench.refresh``)
 latency      start of a run (client clock before ``start_run``) to its handler running
              (``bench.stamp@1`` reports CLOCK_MONOTONIC), into an idle worker: p50/p99 ms
 grpc         attempt time (lease to completion, database clock) of a no-op step in process
@@ -66,12 +69,14 @@ from bench.common import (  # noqa: E402
     bench_database,
     percentiles,
     scalar,
+    wait_run_succeeded,
     wait_until,
     workers,
 )
 from bench.lease_depth import measure_depths  # noqa: E402
 from bench.peers import run_all  # noqa: E402
 from bench.pgbench_ceiling import measure_ceiling  # noqa: E402
+from bench.refresh import cache_hit_latency  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
 from rara.runs import start_run  # noqa: E402
 from rara.worker.store import HOT_PATH_SESSION  # noqa: E402
@@ -212,18 +217,6 @@ def drain(
         server.drop(name)
 
 
-def _wait_run(listener: Conn, run_id: int, timeout: float = 30.0) -> None:
-    wanted = f"{run_id}:succeeded"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for note in listener.notifies(timeout=max(0.01, deadline - time.monotonic())):
-            if note.payload == wanted:
-                return
-            if note.payload.startswith(f"{run_id}:") and not note.payload.endswith("running"):
-                raise RuntimeError(f"run {run_id} ended {note.payload}")
-    raise TimeoutError(f"run {run_id} did not finish")
-
-
 def start_latency(server: Server, logs: Path, samples: int, warmup: int = 5) -> dict[str, Any]:
     """Client clock before start_run → the handler's clock when it runs, one run at a time
     into an idle worker (as the peers' latency mode: 20 ms of idle before each)."""
@@ -243,7 +236,7 @@ def start_latency(server: Server, logs: Path, samples: int, warmup: int = 5) -> 
                     t0 = time.monotonic()
                     run_id = start_run(conn, "stamp", queue_anyway=True).run_id
                     t1 = time.monotonic()
-                    _wait_run(listener, run_id)
+                    wait_run_succeeded(listener, run_id)
                     started = scalar(
                         conn,
                         "SELECT (result->>'started')::float8 FROM rara_steps WHERE run_id = %s",
@@ -286,7 +279,7 @@ def grpc_overhead(
                     for i in range(samples + 5):
                         time.sleep(0.01)
                         run_id = start_run(conn, name, queue_anyway=True).run_id
-                        _wait_run(listener, run_id)
+                        wait_run_succeeded(listener, run_id)
                         if i >= 5:
                             ids.append(run_id)
                     ms = [
@@ -416,6 +409,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 f"== start latency into an idle worker: p50 {results['latency']['p50']:.2f} ms, "
                 f"p99 {results['latency']['p99']:.2f} ms"
             )
+        if "refresh" not in skip:
+            results["refresh"] = cache_hit_latency(server, logs, 50 if quick else 200)
+            hit = results["refresh"]["hit"]
+            log(f"== cache hit start → succeeded: p50 {hit['p50']:.2f} ms, p99 {hit['p99']:.2f} ms")
         if "grpc" not in skip:
             with executor_process(tmp) as endpoint:
                 results["grpc_overhead"] = grpc_overhead(
@@ -634,6 +631,15 @@ def print_table(r: dict[str, Any]) -> None:
     ):
         for x in tp.get(kind, []):
             rows.append((f"{label}, {x['workers']} worker(s)", _rate(x).strip()))
+    if "refresh" in r:
+        for kind in ("hit", "miss"):
+            x = r["refresh"][kind]
+            rows.append(
+                (
+                    f"cache {kind}, start → succeeded",
+                    f"p50 {x['p50']:.2f} ms  p99 {x['p99']:.2f} ms",
+                )
+            )
     if "latency" in r:
         lat = r["latency"]
         rows.append(

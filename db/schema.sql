@@ -592,6 +592,148 @@ CREATE FUNCTION public.rara_run_end_status(cancel_requested boolean, total integ
                 ELSE 'succeeded'::rara_run_status END
 $$;
 
+-- FUNCTION: rara_run_resume(bigint, text)
+
+CREATE FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key text) RETURNS TABLE(run_id bigint, reused integer, created boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    old record;
+    new_id bigint;
+    total integer;
+    done integer;
+    map bigint;
+    deltas jsonb := '[]';
+BEGIN
+    -- Resume from failure (`rara runs retry N --from-failure`; docs/step-cache.md,
+    -- "Resume"): a new run of run p_run_id's version and input, in which every step that
+    -- succeeded in it is inserted `succeeded` with its result and artifact manifest, and
+    -- reused_from naming it ({via: resume, run, step, key, attempt}); the other steps are
+    -- inserted as a start inserts them, ready once every dependency is reused. No attempt and
+    -- no lease for a reused step: it never ran in this run (attempt 0, its manifest under
+    -- attempt 0). A reused map step brings its children. A map step that did not succeed
+    -- runs whole: its children that did are not kept (a `cache:` on it reuses them).
+    -- Only a failed or cancelled run resumes. A repeated p_idempotency_key finds the run it
+    -- made (created false).
+    SELECT r.id, r.status, r.definition_version_id, r.input INTO old
+    FROM rara_runs r WHERE r.id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'no_data_found';
+    END IF;
+    IF old.status NOT IN ('failed', 'cancelled') THEN
+        RAISE EXCEPTION 'run % is %: only a failed or cancelled run resumes', p_run_id,
+            old.status USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO rara_runs (definition_version_id, input, idempotency_key)
+    VALUES (old.definition_version_id, old.input, p_idempotency_key)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING rara_runs.id INTO new_id;
+    IF new_id IS NULL THEN
+        run_id := (SELECT r.id FROM rara_runs r WHERE r.idempotency_key = p_idempotency_key);
+        reused := (SELECT count(*) FROM rara_steps s
+                   WHERE s.run_id = run_id AND s.reused_from IS NOT NULL);
+        created := false;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    WITH version AS (
+        SELECT v.spec, v.steps, rara_spec_caches(v.spec) AS caches
+        FROM rara_definition_versions v WHERE v.id = old.definition_version_id
+    ), step_rows AS (
+        SELECT s.* FROM version, jsonb_to_recordset(version.steps) AS s(
+            key text, depends_on text[], dependants text[], capability text, executor text,
+            priority integer,
+            payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
+            retry_coefficient double precision, timeout_ms integer,
+            heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
+    ), kept AS MATERIALIZED (
+        SELECT o.* FROM rara_steps o
+        WHERE o.run_id = p_run_id AND o.map_parent IS NULL AND o.status = 'succeeded'
+    ), planned AS (
+        SELECT s.*, k.id AS old_id, k.attempt AS old_attempt, k.result AS old_result,
+               k.cache AS old_cache, k.map_input, k.map_total, k.map_succeeded, k.map_failed,
+               (SELECT count(*) FROM unnest(s.depends_on) AS d(key)
+                WHERE d.key NOT IN (SELECT k2.key FROM kept k2))::integer AS pending,
+               version.caches
+        FROM version, step_rows s LEFT JOIN kept k ON k.key = s.key
+    ), inserted AS (
+        INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
+                                executor, priority, payload, max_attempts, retry_initial_ms,
+                                retry_max_ms, retry_coefficient, timeout_ms,
+                                heartbeat_timeout_ms, status, map_over, map_max_parallel,
+                                map_input, map_total, map_next, map_succeeded, map_failed,
+                                result, finished_at, cache, reused_from)
+        SELECT new_id, p.key, p.depends_on, p.dependants, p.pending, p.capability, p.executor,
+               p.priority, p.payload || coalesce(p.caches -> p.key, '{}'), p.max_attempts,
+               p.retry_initial_ms, p.retry_max_ms, p.retry_coefficient, p.timeout_ms,
+               p.heartbeat_timeout_ms,
+               CASE WHEN p.old_id IS NOT NULL THEN 'succeeded'
+                    WHEN p.pending = 0 AND p.map_over IS NULL THEN 'ready'
+                    ELSE 'blocked' END::rara_step_status,
+               p.map_over, p.map_max_parallel,
+               p.map_input, p.map_total, p.map_total, coalesce(p.map_succeeded, 0),
+               coalesce(p.map_failed, 0),
+               p.old_result, CASE WHEN p.old_id IS NOT NULL THEN now() END, p.old_cache,
+               CASE WHEN p.old_id IS NOT NULL THEN jsonb_build_object(
+                   'via', 'resume', 'run', p_run_id, 'step', p.old_id, 'key', p.key,
+                   'attempt', p.old_attempt) END
+        FROM planned p
+        RETURNING rara_steps.id, rara_steps.key, rara_steps.status
+    )
+    SELECT count(*), count(*) FILTER (WHERE i.status = 'succeeded') INTO total, done
+    FROM inserted i;
+    -- The children of a reused map step, as they succeeded (their own reused_from).
+    WITH children AS (
+        INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
+                                executor, priority, payload, max_attempts, retry_initial_ms,
+                                retry_max_ms, retry_coefficient, timeout_ms,
+                                heartbeat_timeout_ms, status, map_parent, map_index, result,
+                                finished_at, cache, reused_from)
+        SELECT new_id, c.key, c.depends_on, c.dependants, 0, c.capability, c.executor,
+               c.priority, c.payload, c.max_attempts, c.retry_initial_ms, c.retry_max_ms,
+               c.retry_coefficient, c.timeout_ms, c.heartbeat_timeout_ms, 'succeeded', n.id,
+               c.map_index, c.result, now(), c.cache,
+               jsonb_build_object('via', 'resume', 'run', p_run_id, 'step', c.id, 'key', c.key,
+                                  'attempt', c.attempt)
+        FROM rara_steps n
+        JOIN rara_steps m ON m.run_id = p_run_id AND m.key = n.key AND m.map_parent IS NULL
+        JOIN rara_steps c ON c.map_parent = m.id
+        WHERE n.run_id = new_id AND n.map_over IS NOT NULL AND n.status = 'succeeded'
+        RETURNING rara_steps.id
+    )
+    SELECT total + count(*), done + count(*) INTO total, done FROM children;
+    -- Every reused step's manifest, under its new row (attempt 0: it ran in no attempt here).
+    INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, media_type)
+    SELECT n.id, 0, a.name, a.digest, a.size, a.media_type
+    FROM rara_steps n
+    JOIN rara_steps o ON o.id = (n.reused_from ->> 'step')::bigint
+    JOIN rara_step_artifacts a ON a.step_id = o.id AND a.attempt = o.attempt
+    WHERE n.run_id = new_id AND n.reused_from IS NOT NULL;
+    IF done = total THEN
+        RAISE EXCEPTION 'run %: every step succeeded, nothing to resume', p_run_id
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE rara_runs r SET steps_total = total, steps_succeeded = done WHERE r.id = new_id;
+    -- Map steps whose upstream is all reused expand now, as a start expands them.
+    FOR map IN
+        SELECT s.id FROM rara_steps s
+        WHERE s.run_id = new_id AND s.map_over IS NOT NULL AND s.status = 'blocked'
+          AND s.pending_deps = 0
+        ORDER BY s.id
+    LOOP
+        deltas := deltas || rara_map_expand(map);
+    END LOOP;
+    IF deltas <> '[]' THEN
+        PERFORM rara_run_count(deltas);
+    END IF;
+    run_id := new_id;
+    reused := done;
+    created := true;
+    RETURN NEXT;
+END $$;
+
 -- FUNCTION: rara_run_start(text, integer, text, jsonb, text, boolean, double precision)
 
 CREATE FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) RETURNS TABLE(id bigint, digest text, retired_at timestamp with time zone, spec jsonb, missing text[], run_id bigint)
@@ -619,7 +761,9 @@ BEGIN
     -- with run_get_by_key. Map steps without upstream expand at once (rara_map_expand).
     WITH resolved AS (
         SELECT v.id, v.digest, v.spec, v.steps, d.retired_at,
-               coalesce(v.digest = p_digest, false) AS matched
+               coalesce(v.digest = p_digest, false) AS matched,
+               -- the steps' `cache:` settings, added to their payloads (rara_spec_caches)
+               rara_spec_caches(v.spec) AS caches
         FROM rara_definition_versions v JOIN rara_definitions d USING (name)
         WHERE v.name = p_name AND (p_version IS NULL OR v.version = p_version)
         ORDER BY v.version DESC LIMIT 1
@@ -653,13 +797,14 @@ BEGIN
                                 retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_over, map_max_parallel)
         SELECT run.id, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
-               s.capability, s.executor, s.priority, s.payload, s.max_attempts,
+               s.capability, s.executor, s.priority,
+               s.payload || coalesce(resolved.caches -> s.key, '{}'), s.max_attempts,
                s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient, s.timeout_ms,
                s.heartbeat_timeout_ms,
                CASE WHEN cardinality(s.depends_on) = 0 AND s.map_over IS NULL THEN 'ready'
                     ELSE 'blocked' END::rara_step_status,
                s.map_over, s.map_max_parallel
-        FROM run, step_rows s
+        FROM run, resolved, step_rows s
         RETURNING rara_steps.id, rara_steps.map_over IS NOT NULL
                   AND cardinality(rara_steps.depends_on) = 0 AS expands
     )
@@ -698,6 +843,29 @@ CREATE FUNCTION public.rara_run_transition_allowed(old public.rara_run_status, n
         ('running', 'succeeded'), ('running', 'failed'), ('running', 'cancelled')
     )
 $$;
+
+-- FUNCTION: rara_spec_caches(jsonb)
+
+CREATE FUNCTION public.rara_spec_caches(p_spec jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    caches jsonb := '{}';
+    s jsonb;
+BEGIN
+    -- The `cache:` of each step that has one, by step key, as each step's payload carries it
+    -- ({"cache": {"ttl_ms": …}}; rara_run_start): what the worker that leases the step reads.
+    -- Most specs have none: an empty object, and the run start adds nothing to its payloads.
+    FOR s IN SELECT st FROM jsonb_array_elements(p_spec -> 'steps') AS st
+             WHERE jsonb_typeof(st -> 'cache') = 'object'
+    LOOP
+        caches := caches || jsonb_build_object(s ->> 'key', jsonb_build_object(
+            'cache', jsonb_build_object(
+                'ttl_ms', rara_duration_ms(s -> 'cache' -> 'ttl',
+                                           'spec.steps.' || (s ->> 'key') || '.cache.ttl'))));
+    END LOOP;
+    RETURN caches;
+END $$;
 
 -- FUNCTION: rara_spec_digest(jsonb)
 
@@ -888,6 +1056,65 @@ BEGIN
     END LOOP;
     RETURN rows;
 END $_$;
+
+-- FUNCTION: rara_step_cache_claim(text, bigint, uuid, jsonb)
+
+CREATE FUNCTION public.rara_step_cache_claim(p_worker text, p_step_id bigint, p_token uuid, p_cache jsonb) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+    claimed bigint;
+BEGIN
+    -- Single flight for a step that missed (docs/step-cache.md, "Concurrent misses"), fenced by
+    -- its lease: true, compute it — the step row now says it computes p_cache's key; false,
+    -- another running step computes that key: the lease is given back (released, out of the
+    -- retry budget) until a backoff that doubles with each deferral (250 ms up to the step's
+    -- retryMaxDelay), after which the step finds the entry (a hit) or, if the other failed,
+    -- computes; null, the lease is lost. Claims of one key are serialized by a transaction
+    -- advisory lock on it, so of two steps that miss at once the second sees the first's
+    -- claim. A claim is the step's status: it ends when the step stops running, however.
+    PERFORM pg_advisory_xact_lock(hashtextextended(p_cache ->> 'key', 33));
+    UPDATE rara_steps s SET cache = p_cache - 'ttl_ms'
+    WHERE s.id = p_step_id AND s.leased_by = p_worker AND s.lease_token = p_token
+      AND s.status = 'running'
+    RETURNING s.id INTO claimed;
+    IF claimed IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM rara_steps o
+                   WHERE (o.cache ->> 'key') = p_cache ->> 'key' AND o.status = 'running'
+                     AND o.cache IS NOT NULL AND o.id <> p_step_id) THEN
+        RETURN true;
+    END IF;
+    WITH released AS (
+        UPDATE rara_steps s SET status = 'ready',
+            available_at = now() + make_interval(secs => least(
+                s.retry_max_ms, 250 * 2 ^ least(s.releases, 10)) / 1000.0),
+            releases = s.releases + 1, leased_by = NULL, lease_token = NULL,
+            lease_expires_at = NULL
+        WHERE s.id = p_step_id
+        RETURNING s.id, s.attempt
+    )
+    UPDATE rara_attempts a
+    SET outcome = 'released', ended_at = clock_timestamp(), ended_by = p_worker
+    FROM released r WHERE a.step_id = r.id AND a.attempt = r.attempt;
+    RETURN false;
+END $$;
+
+-- FUNCTION: rara_step_cache_drop(text[])
+
+CREATE FUNCTION public.rara_step_cache_drop(p_keys text[]) RETURNS SETOF text
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    -- Entries removed: by `rara cache drop`, and by a worker that found one of an entry's
+    -- blobs missing or corrupt (the step then runs, and its success writes a new entry).
+    -- The blobs stay until `rara artifacts gc` finds nothing else names them.
+    RETURN QUERY DELETE FROM rara_step_cache c WHERE c.key = ANY (p_keys) RETURNING c.key;
+END $$;
 
 -- FUNCTION: rara_step_cancel(text, bigint, uuid)
 
@@ -1106,8 +1333,9 @@ BEGIN
     -- step given has lost its lease and nothing was written for it.
     -- p_others: failures and cancels (rare), one JSON array of {id, token, outcome, error,
     -- retryable, jitter}, written first, one statement each, with the cancels they cascade to.
-    -- p_successes: one JSON array of {id, token, result, manifest} (encoded by one json.dumps
-    -- in the worker, where typed arrays cost a Python dumper call per element), then written
+    -- p_successes: one JSON array of {id, token, result, manifest, cache, reused_from}
+    -- (encoded by one json.dumps in the worker, where typed arrays cost a Python dumper call
+    -- per element; cache and reused_from only for a step with `cache:`), then written
     -- in one statement; last, everything that ended is counted in the runs' step counts, so
     -- that the transaction locks its runs once, in id order, after all its step rows.
     -- (Most batches have no failure or cancel: no query is opened for them.)
@@ -1148,18 +1376,38 @@ BEGIN
     END IF;
     WITH given AS MATERIALIZED (
         SELECT * FROM jsonb_to_recordset(p_successes)
-            AS g(id bigint, token uuid, result jsonb, manifest jsonb)
+            AS g(id bigint, token uuid, result jsonb, manifest jsonb, cache jsonb,
+                 reused_from jsonb)
     ), done AS (
         -- The fence, per step: a row whose owner or token changed is simply not matched.
         UPDATE rara_steps s SET
             status = 'succeeded', result = g.result, finished_at = now(), error = NULL,
-            leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+            leased_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+            cache = g.cache - 'ttl_ms', reused_from = g.reused_from
         FROM given g
         -- (= ANY as well: primary key look-ups, not a scan of every running step of the
         -- worker)
         WHERE s.id = ANY (ARRAY(SELECT g2.id FROM given g2)) AND s.id = g.id
           AND s.leased_by = p_worker AND s.lease_token = g.token AND s.status = 'running'
-        RETURNING s.id, s.run_id, s.attempt, s.dependants, s.map_parent
+        RETURNING s.id, s.run_id, s.attempt, s.dependants, s.map_parent, s.key, s.capability
+    ), cached AS (
+        -- A cache-enabled step that ran (not one that reused an entry): its entry, under the
+        -- key its worker computed (rara.cache; docs/step-cache.md). A key already there was
+        -- written by a step that ran at the same time (no single flight) or replaces an entry
+        -- whose blobs a worker found missing: the same inputs, so the newest simply wins.
+        INSERT INTO rara_step_cache AS c (key, capability, step_key, parts, result, manifest,
+                                          source_run, source_step, source_attempt, expires_at)
+        SELECT g.cache ->> 'key', done.capability, done.key, g.cache -> 'parts', g.result,
+               coalesce(g.manifest, '[]'), done.run_id, done.id, done.attempt,
+               now() + make_interval(secs => (g.cache ->> 'ttl_ms')::double precision / 1000)
+        FROM (SELECT g.id, g.cache, g.result, g.manifest FROM given g
+              WHERE g.cache IS NOT NULL AND g.reused_from IS NULL) AS g
+        JOIN done ON done.id = g.id
+        ON CONFLICT (key) DO UPDATE SET
+            parts = EXCLUDED.parts, result = EXCLUDED.result, manifest = EXCLUDED.manifest,
+            source_run = EXCLUDED.source_run, source_step = EXCLUDED.source_step,
+            source_attempt = EXCLUDED.source_attempt, created_at = EXCLUDED.created_at,
+            expires_at = EXCLUDED.expires_at
     ), closed AS (
         -- clock_timestamp(), here and in every end: the time the end took the step's row, not
         -- when its transaction began. An end that waited for another step's lock is then never
@@ -1873,6 +2121,25 @@ CREATE TABLE public.rara_step_artifacts (
     CONSTRAINT rara_step_artifacts_name_check CHECK ((name ~ '^[A-Za-z0-9._/-]{1,200}$'::text))
 );
 
+-- TABLE: rara_step_cache
+
+CREATE TABLE public.rara_step_cache (
+    key text NOT NULL,
+    capability text NOT NULL,
+    step_key text NOT NULL,
+    parts jsonb NOT NULL,
+    result jsonb,
+    manifest jsonb DEFAULT '[]'::jsonb NOT NULL,
+    source_run bigint NOT NULL,
+    source_step bigint NOT NULL,
+    source_attempt integer NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    expires_at timestamp with time zone,
+    CONSTRAINT rara_step_cache_key_check CHECK ((key ~ '^sha256:[0-9a-f]{64}$'::text)),
+    CONSTRAINT rara_step_cache_manifest_check CHECK ((jsonb_typeof(manifest) = 'array'::text)),
+    CONSTRAINT rara_step_cache_parts_check CHECK ((jsonb_typeof(parts) = 'object'::text))
+);
+
 -- TABLE: rara_steps
 
 CREATE TABLE public.rara_steps (
@@ -1914,6 +2181,8 @@ CREATE TABLE public.rara_steps (
     map_failed integer DEFAULT 0 NOT NULL,
     map_parent bigint,
     map_index integer,
+    cache jsonb,
+    reused_from jsonb,
     CONSTRAINT rara_steps_attempt_check CHECK ((attempt >= 0)),
     CONSTRAINT rara_steps_attempts_bounded CHECK (((attempt - releases) <= max_attempts)),
     CONSTRAINT rara_steps_capability_check CHECK ((capability ~ '^[a-z0-9][a-z0-9._-]*@[0-9]+$'::text)),
@@ -2038,6 +2307,11 @@ ALTER TABLE public.rara_step_artifacts
 ALTER TABLE ONLY public.rara_step_artifacts
     ADD CONSTRAINT rara_step_artifacts_pkey PRIMARY KEY (step_id, attempt, name);
 
+-- CONSTRAINT: rara_step_cache rara_step_cache_pkey
+
+ALTER TABLE ONLY public.rara_step_cache
+    ADD CONSTRAINT rara_step_cache_pkey PRIMARY KEY (key);
+
 -- CONSTRAINT: rara_steps rara_steps_pkey
 
 ALTER TABLE ONLY public.rara_steps
@@ -2057,6 +2331,10 @@ ALTER TABLE ONLY public.rara_workers
 
 CREATE INDEX rara_step_artifacts_digest ON public.rara_step_artifacts USING btree (digest);
 
+-- INDEX: rara_step_cache_by_step
+
+CREATE INDEX rara_step_cache_by_step ON public.rara_step_cache USING btree (capability, step_key, created_at);
+
 -- INDEX: rara_steps_map_children
 
 CREATE INDEX rara_steps_map_children ON public.rara_steps USING btree (map_parent, map_index) WHERE (map_parent IS NOT NULL);
@@ -2064,6 +2342,10 @@ CREATE INDEX rara_steps_map_children ON public.rara_steps USING btree (map_paren
 -- INDEX: rara_steps_ready
 
 CREATE INDEX rara_steps_ready ON public.rara_steps USING btree (capability, ((- priority)), available_at, id) WHERE (status = 'ready'::public.rara_step_status);
+
+-- INDEX: rara_steps_running_cache_key
+
+CREATE INDEX rara_steps_running_cache_key ON public.rara_steps USING btree (((cache ->> 'key'::text))) WHERE ((status = 'running'::public.rara_step_status) AND (cache IS NOT NULL));
 
 -- INDEX: rara_steps_running_expiry
 
@@ -2247,6 +2529,12 @@ REVOKE ALL ON FUNCTION public.rara_run_count(p_deltas jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION public.rara_run_end_status(cancel_requested boolean, total integer, succeeded integer, failed integer, cancelled integer) FROM PUBLIC;
 
+-- ACL: FUNCTION rara_run_resume(p_run_id bigint, p_idempotency_key text)
+
+REVOKE ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key text) TO rara_operator;
+
 -- ACL: FUNCTION rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision)
 
 REVOKE ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) FROM PUBLIC;
@@ -2256,6 +2544,10 @@ GRANT ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_di
 -- ACL: FUNCTION rara_run_transition_allowed(old public.rara_run_status, new public.rara_run_status)
 
 REVOKE ALL ON FUNCTION public.rara_run_transition_allowed(old public.rara_run_status, new public.rara_run_status) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_spec_caches(p_spec jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_spec_caches(p_spec jsonb) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_spec_digest(p_spec jsonb)
 
@@ -2268,6 +2560,17 @@ REVOKE ALL ON FUNCTION public.rara_spec_int(p_value jsonb, p_default integer, p_
 -- ACL: FUNCTION rara_spec_steps(p_spec jsonb)
 
 REVOKE ALL ON FUNCTION public.rara_spec_steps(p_spec jsonb) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_step_cache_claim(p_worker text, p_step_id bigint, p_token uuid, p_cache jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_step_cache_claim(p_worker text, p_step_id bigint, p_token uuid, p_cache jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_step_cache_claim(p_worker text, p_step_id bigint, p_token uuid, p_cache jsonb) TO rara_worker;
+
+-- ACL: FUNCTION rara_step_cache_drop(p_keys text[])
+
+REVOKE ALL ON FUNCTION public.rara_step_cache_drop(p_keys text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_step_cache_drop(p_keys text[]) TO rara_worker;
+GRANT ALL ON FUNCTION public.rara_step_cache_drop(p_keys text[]) TO rara_client;
 
 -- ACL: FUNCTION rara_step_cancel(p_worker text, p_step_id bigint, p_token uuid)
 
@@ -2431,6 +2734,10 @@ GRANT SELECT ON TABLE public.rara_schema_migrations TO rara_reader;
 
 GRANT SELECT ON TABLE public.rara_step_artifacts TO rara_reader;
 
+-- ACL: TABLE rara_step_cache
+
+GRANT SELECT ON TABLE public.rara_step_cache TO rara_reader;
+
 -- ACL: COLUMN rara_steps.id
 
 GRANT SELECT(id) ON TABLE public.rara_steps TO rara_reader;
@@ -2578,6 +2885,14 @@ GRANT SELECT(map_parent) ON TABLE public.rara_steps TO rara_reader;
 -- ACL: COLUMN rara_steps.map_index
 
 GRANT SELECT(map_index) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.cache
+
+GRANT SELECT(cache) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.reused_from
+
+GRANT SELECT(reused_from) ON TABLE public.rara_steps TO rara_reader;
 
 -- ACL: TABLE rara_workers
 

@@ -23,7 +23,7 @@ from rara.definitions.registry import AppliedVersion, apply_definition
 from rara.errors import NotFound
 from rara.pg import artifacts, definitions, events, runs, steps
 from rara.pg.connect import database_url
-from rara.runs import StartedRun, cancel_run, start_run
+from rara.runs import StartedRun, cancel_run, resume_run, start_run
 from rara.states import RunStatus
 
 Row = dict[str, Any]
@@ -114,6 +114,21 @@ class Client:
                 input=input,
                 idempotency_key=idempotency_key,
                 queue_anyway=queue_anyway,
+            )
+
+    def resume_run(
+        self,
+        run_id: int,
+        *,
+        version: int | None = None,
+        input: dict[str, Any] | None = None,
+        idempotency_key: str | None = None,
+    ) -> runs.ResumedRun:
+        """A new run of ``run_id``'s version and input reusing its succeeded steps
+        (``rara.runs.resume_run``); ResumeRefused when version or input differ."""
+        with self._conn() as conn:
+            return resume_run(
+                conn, run_id, version=version, input=input, idempotency_key=idempotency_key
             )
 
     def get_run(self, run_id: int) -> RunView:

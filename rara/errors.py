@@ -94,6 +94,10 @@ class NotFound(RaraError, LookupError):
     pass
 
 
+class ResumeRefused(RaraError, ValueError):
+    """A run cannot be resumed as asked (``rara runs retry --from-failure``)."""
+
+
 class CapabilityUnavailable(RaraError):
     def __init__(self, missing: Iterable[str]) -> None:
         self.missing = sorted(set(missing))

@@ -15,7 +15,7 @@ from psycopg.pq import TransactionStatus
 
 from rara.definitions.inputs import check_run_input
 from rara.definitions.parse import spec_from_object
-from rara.errors import CapabilityUnavailable, InputInvalid, NotFound, RaraError
+from rara.errors import CapabilityUnavailable, InputInvalid, NotFound, RaraError, ResumeRefused
 from rara.pg import runs as run_sql
 from rara.secrets import refuse_credentials
 
@@ -166,6 +166,45 @@ def _put(cache: dict[_K, _V], key: _K, value: _V) -> None:
 def run_id_by_key(conn: psycopg.Connection[Any], idempotency_key: str) -> int | None:
     """The run started under this idempotency key (None: none was)."""
     return run_sql.id_by_key(conn, idempotency_key)
+
+
+def resume_run(
+    conn: psycopg.Connection[Any],
+    run_id: int,
+    *,
+    definition: str | None = None,
+    version: int | None = None,
+    input: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
+) -> run_sql.ResumedRun:
+    """Resume run ``run_id`` from its failure: a new run of its version and input in which
+    every step that succeeded in it is reused, result and artifacts (docs/step-cache.md,
+    "Resume"). ``definition``, ``version`` and ``input``, when given, must be the run's: a
+    resume that would compute with something else would mix two runs' results, so it is
+    refused."""
+    old = run_sql.get(conn, run_id)
+    if old is None:
+        raise NotFound(f"no run {run_id}")
+    if definition is not None and definition != old.definition:
+        raise ResumeRefused(
+            f"run {run_id} ran {old.definition}, not {definition}: a resume reuses its steps "
+            "only for the same definition version"
+        )
+    if version is not None and version != old.version:
+        raise ResumeRefused(
+            f"run {run_id} ran {old.definition} version {old.version}, not {version}: a resume "
+            "reuses its steps only for the same version; start a new run instead"
+        )
+    if input is not None and input != old.input:
+        raise ResumeRefused(
+            f"run {run_id} ran with another input: a resume reuses its steps only for the "
+            "same input; start a new run instead"
+        )
+    try:
+        with _atomic(conn):
+            return run_sql.resume(conn, run_id, idempotency_key)
+    except psycopg.errors.InvalidParameterValue as exc:
+        raise ResumeRefused(exc.diag.message_primary or str(exc)) from None
 
 
 def cancel_run(conn: psycopg.Connection[Any], run_id: int) -> bool:

@@ -34,7 +34,7 @@ from tests.executor.support import TOKEN, Executor, StartExecutor, extra_plugins
 from tests.support.ui import UiServer
 from tests.support.waiting import wait_until
 from tests.support.workers import ThreadWorker, WorkerProcess
-from tests.worker.handlers import SEEN
+from tests.worker.handlers import FAILING, SEEN, TALLY
 
 # One template per test process: under pytest-xdist (make test) each process has a server of its
 # own, but processes given one RARA_TEST_DATABASE_URL share it.
@@ -138,8 +138,12 @@ def role_url(database_url: str) -> Iterator[Callable[[str], str]]:
 def _forget_seen() -> Iterator[None]:
     """Run ids restart at 1 in every test database: what handlers saw must not leak across."""
     SEEN.clear()
+    TALLY.clear()
+    FAILING.clear()
     yield
     SEEN.clear()
+    TALLY.clear()
+    FAILING.clear()
 
 
 @pytest.fixture

@@ -272,8 +272,9 @@ BEGIN
     -- step given has lost its lease and nothing was written for it.
     -- p_others: failures and cancels (rare), one JSON array of {id, token, outcome, error,
     -- retryable, jitter}, written first, one statement each, with the cancels they cascade to.
-    -- p_successes: one JSON array of {id, token, result, manifest} (encoded by one json.dumps
-    -- in the worker, where typed arrays cost a Python dumper call per element), then written
+    -- p_successes: one JSON array of {id, token, result, manifest, cache, reused_from}
+    -- (encoded by one json.dumps in the worker, where typed arrays cost a Python dumper call
+    -- per element; cache and reused_from only for a step with `cache:`), then written
     -- in one statement; last, everything that ended is counted in the runs' step counts, so
     -- that the transaction locks its runs once, in id order, after all its step rows.
     -- (Most batches have no failure or cancel: no query is opened for them.)
@@ -314,18 +315,38 @@ BEGIN
     END IF;
     WITH given AS MATERIALIZED (
         SELECT * FROM jsonb_to_recordset(p_successes)
-            AS g(id bigint, token uuid, result jsonb, manifest jsonb)
+            AS g(id bigint, token uuid, result jsonb, manifest jsonb, cache jsonb,
+                 reused_from jsonb)
     ), done AS (
         -- The fence, per step: a row whose owner or token changed is simply not matched.
         UPDATE rara_steps s SET
             status = 'succeeded', result = g.result, finished_at = now(), error = NULL,
-            leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
+            leased_by = NULL, lease_token = NULL, lease_expires_at = NULL,
+            cache = g.cache - 'ttl_ms', reused_from = g.reused_from
         FROM given g
         -- (= ANY as well: primary key look-ups, not a scan of every running step of the
         -- worker)
         WHERE s.id = ANY (ARRAY(SELECT g2.id FROM given g2)) AND s.id = g.id
           AND s.leased_by = p_worker AND s.lease_token = g.token AND s.status = 'running'
-        RETURNING s.id, s.run_id, s.attempt, s.dependants, s.map_parent
+        RETURNING s.id, s.run_id, s.attempt, s.dependants, s.map_parent, s.key, s.capability
+    ), cached AS (
+        -- A cache-enabled step that ran (not one that reused an entry): its entry, under the
+        -- key its worker computed (rara.cache; docs/step-cache.md). A key already there was
+        -- written by a step that ran at the same time (no single flight) or replaces an entry
+        -- whose blobs a worker found missing: the same inputs, so the newest simply wins.
+        INSERT INTO rara_step_cache AS c (key, capability, step_key, parts, result, manifest,
+                                          source_run, source_step, source_attempt, expires_at)
+        SELECT g.cache ->> 'key', done.capability, done.key, g.cache -> 'parts', g.result,
+               coalesce(g.manifest, '[]'), done.run_id, done.id, done.attempt,
+               now() + make_interval(secs => (g.cache ->> 'ttl_ms')::double precision / 1000)
+        FROM (SELECT g.id, g.cache, g.result, g.manifest FROM given g
+              WHERE g.cache IS NOT NULL AND g.reused_from IS NULL) AS g
+        JOIN done ON done.id = g.id
+        ON CONFLICT (key) DO UPDATE SET
+            parts = EXCLUDED.parts, result = EXCLUDED.result, manifest = EXCLUDED.manifest,
+            source_run = EXCLUDED.source_run, source_step = EXCLUDED.source_step,
+            source_attempt = EXCLUDED.source_attempt, created_at = EXCLUDED.created_at,
+            expires_at = EXCLUDED.expires_at
     ), closed AS (
         -- clock_timestamp(), here and in every end: the time the end took the step's row, not
         -- when its transaction began. An end that waited for another step's lock is then never

@@ -31,7 +31,9 @@ BEGIN
     -- with run_get_by_key. Map steps without upstream expand at once (rara_map_expand).
     WITH resolved AS (
         SELECT v.id, v.digest, v.spec, v.steps, d.retired_at,
-               coalesce(v.digest = p_digest, false) AS matched
+               coalesce(v.digest = p_digest, false) AS matched,
+               -- the steps' `cache:` settings, added to their payloads (rara_spec_caches)
+               rara_spec_caches(v.spec) AS caches
         FROM rara_definition_versions v JOIN rara_definitions d USING (name)
         WHERE v.name = p_name AND (p_version IS NULL OR v.version = p_version)
         ORDER BY v.version DESC LIMIT 1
@@ -65,13 +67,14 @@ BEGIN
                                 retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_over, map_max_parallel)
         SELECT run.id, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
-               s.capability, s.executor, s.priority, s.payload, s.max_attempts,
+               s.capability, s.executor, s.priority,
+               s.payload || coalesce(resolved.caches -> s.key, '{}'), s.max_attempts,
                s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient, s.timeout_ms,
                s.heartbeat_timeout_ms,
                CASE WHEN cardinality(s.depends_on) = 0 AND s.map_over IS NULL THEN 'ready'
                     ELSE 'blocked' END::rara_step_status,
                s.map_over, s.map_max_parallel
-        FROM run, step_rows s
+        FROM run, resolved, step_rows s
         RETURNING rara_steps.id, rara_steps.map_over IS NOT NULL
                   AND cardinality(rara_steps.depends_on) = 0 AS expands
     )
@@ -197,3 +200,143 @@ BEGIN
     WHERE r.id = d.run_id AND r.id = ANY (ARRAY(SELECT l.id FROM locked l));
 END $$;
 SELECT rara_grant('rara_run_count');  -- only through the functions that end steps
+
+CREATE OR REPLACE FUNCTION rara_run_resume(p_run_id bigint, p_idempotency_key text)
+RETURNS TABLE (run_id bigint, reused integer, created boolean)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+DECLARE
+    old record;
+    new_id bigint;
+    total integer;
+    done integer;
+    map bigint;
+    deltas jsonb := '[]';
+BEGIN
+    -- Resume from failure (`rara runs retry N --from-failure`; docs/step-cache.md,
+    -- "Resume"): a new run of run p_run_id's version and input, in which every step that
+    -- succeeded in it is inserted `succeeded` with its result and artifact manifest, and
+    -- reused_from naming it ({via: resume, run, step, key, attempt}); the other steps are
+    -- inserted as a start inserts them, ready once every dependency is reused. No attempt and
+    -- no lease for a reused step: it never ran in this run (attempt 0, its manifest under
+    -- attempt 0). A reused map step brings its children. A map step that did not succeed
+    -- runs whole: its children that did are not kept (a `cache:` on it reuses them).
+    -- Only a failed or cancelled run resumes. A repeated p_idempotency_key finds the run it
+    -- made (created false).
+    SELECT r.id, r.status, r.definition_version_id, r.input INTO old
+    FROM rara_runs r WHERE r.id = p_run_id;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'no_data_found';
+    END IF;
+    IF old.status NOT IN ('failed', 'cancelled') THEN
+        RAISE EXCEPTION 'run % is %: only a failed or cancelled run resumes', p_run_id,
+            old.status USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO rara_runs (definition_version_id, input, idempotency_key)
+    VALUES (old.definition_version_id, old.input, p_idempotency_key)
+    ON CONFLICT (idempotency_key) DO NOTHING
+    RETURNING rara_runs.id INTO new_id;
+    IF new_id IS NULL THEN
+        run_id := (SELECT r.id FROM rara_runs r WHERE r.idempotency_key = p_idempotency_key);
+        reused := (SELECT count(*) FROM rara_steps s
+                   WHERE s.run_id = run_id AND s.reused_from IS NOT NULL);
+        created := false;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    WITH version AS (
+        SELECT v.spec, v.steps, rara_spec_caches(v.spec) AS caches
+        FROM rara_definition_versions v WHERE v.id = old.definition_version_id
+    ), step_rows AS (
+        SELECT s.* FROM version, jsonb_to_recordset(version.steps) AS s(
+            key text, depends_on text[], dependants text[], capability text, executor text,
+            priority integer,
+            payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
+            retry_coefficient double precision, timeout_ms integer,
+            heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
+    ), kept AS MATERIALIZED (
+        SELECT o.* FROM rara_steps o
+        WHERE o.run_id = p_run_id AND o.map_parent IS NULL AND o.status = 'succeeded'
+    ), planned AS (
+        SELECT s.*, k.id AS old_id, k.attempt AS old_attempt, k.result AS old_result,
+               k.cache AS old_cache, k.map_input, k.map_total, k.map_succeeded, k.map_failed,
+               (SELECT count(*) FROM unnest(s.depends_on) AS d(key)
+                WHERE d.key NOT IN (SELECT k2.key FROM kept k2))::integer AS pending,
+               version.caches
+        FROM version, step_rows s LEFT JOIN kept k ON k.key = s.key
+    ), inserted AS (
+        INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
+                                executor, priority, payload, max_attempts, retry_initial_ms,
+                                retry_max_ms, retry_coefficient, timeout_ms,
+                                heartbeat_timeout_ms, status, map_over, map_max_parallel,
+                                map_input, map_total, map_next, map_succeeded, map_failed,
+                                result, finished_at, cache, reused_from)
+        SELECT new_id, p.key, p.depends_on, p.dependants, p.pending, p.capability, p.executor,
+               p.priority, p.payload || coalesce(p.caches -> p.key, '{}'), p.max_attempts,
+               p.retry_initial_ms, p.retry_max_ms, p.retry_coefficient, p.timeout_ms,
+               p.heartbeat_timeout_ms,
+               CASE WHEN p.old_id IS NOT NULL THEN 'succeeded'
+                    WHEN p.pending = 0 AND p.map_over IS NULL THEN 'ready'
+                    ELSE 'blocked' END::rara_step_status,
+               p.map_over, p.map_max_parallel,
+               p.map_input, p.map_total, p.map_total, coalesce(p.map_succeeded, 0),
+               coalesce(p.map_failed, 0),
+               p.old_result, CASE WHEN p.old_id IS NOT NULL THEN now() END, p.old_cache,
+               CASE WHEN p.old_id IS NOT NULL THEN jsonb_build_object(
+                   'via', 'resume', 'run', p_run_id, 'step', p.old_id, 'key', p.key,
+                   'attempt', p.old_attempt) END
+        FROM planned p
+        RETURNING rara_steps.id, rara_steps.key, rara_steps.status
+    )
+    SELECT count(*), count(*) FILTER (WHERE i.status = 'succeeded') INTO total, done
+    FROM inserted i;
+    -- The children of a reused map step, as they succeeded (their own reused_from).
+    WITH children AS (
+        INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
+                                executor, priority, payload, max_attempts, retry_initial_ms,
+                                retry_max_ms, retry_coefficient, timeout_ms,
+                                heartbeat_timeout_ms, status, map_parent, map_index, result,
+                                finished_at, cache, reused_from)
+        SELECT new_id, c.key, c.depends_on, c.dependants, 0, c.capability, c.executor,
+               c.priority, c.payload, c.max_attempts, c.retry_initial_ms, c.retry_max_ms,
+               c.retry_coefficient, c.timeout_ms, c.heartbeat_timeout_ms, 'succeeded', n.id,
+               c.map_index, c.result, now(), c.cache,
+               jsonb_build_object('via', 'resume', 'run', p_run_id, 'step', c.id, 'key', c.key,
+                                  'attempt', c.attempt)
+        FROM rara_steps n
+        JOIN rara_steps m ON m.run_id = p_run_id AND m.key = n.key AND m.map_parent IS NULL
+        JOIN rara_steps c ON c.map_parent = m.id
+        WHERE n.run_id = new_id AND n.map_over IS NOT NULL AND n.status = 'succeeded'
+        RETURNING rara_steps.id
+    )
+    SELECT total + count(*), done + count(*) INTO total, done FROM children;
+    -- Every reused step's manifest, under its new row (attempt 0: it ran in no attempt here).
+    INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, media_type)
+    SELECT n.id, 0, a.name, a.digest, a.size, a.media_type
+    FROM rara_steps n
+    JOIN rara_steps o ON o.id = (n.reused_from ->> 'step')::bigint
+    JOIN rara_step_artifacts a ON a.step_id = o.id AND a.attempt = o.attempt
+    WHERE n.run_id = new_id AND n.reused_from IS NOT NULL;
+    IF done = total THEN
+        RAISE EXCEPTION 'run %: every step succeeded, nothing to resume', p_run_id
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE rara_runs r SET steps_total = total, steps_succeeded = done WHERE r.id = new_id;
+    -- Map steps whose upstream is all reused expand now, as a start expands them.
+    FOR map IN
+        SELECT s.id FROM rara_steps s
+        WHERE s.run_id = new_id AND s.map_over IS NOT NULL AND s.status = 'blocked'
+          AND s.pending_deps = 0
+        ORDER BY s.id
+    LOOP
+        deltas := deltas || rara_map_expand(map);
+    END LOOP;
+    IF deltas <> '[]' THEN
+        PERFORM rara_run_count(deltas);
+    END IF;
+    run_id := new_id;
+    reused := done;
+    created := true;
+    RETURN NEXT;
+END $$;
+SELECT rara_grant('rara_run_resume', 'rara_client', 'rara_operator');

@@ -15,17 +15,24 @@ WHERE s.run_id = :run_id AND s.status = 'succeeded'
 ORDER BY s.id, a.name;
 
 -- name: artifact_list_referenced
--- Every digest a manifest or a checkpoint still points at: GC keeps these blobs.
+-- Every digest a manifest, a checkpoint or a live cache entry (migration 0013) still points
+-- at: GC keeps these blobs.
 SELECT digest FROM rara_step_artifacts
 UNION
-SELECT digest FROM rara_checkpoints WHERE digest IS NOT NULL;
+SELECT digest FROM rara_checkpoints WHERE digest IS NOT NULL
+UNION
+SELECT m.digest FROM rara_step_cache c
+CROSS JOIN LATERAL jsonb_to_recordset(c.manifest) AS m(digest text)
+WHERE c.expires_at IS NULL OR c.expires_at > now();
 
 -- name: artifact_forget_many!
 -- Forget blobs nothing references any more (rows only; the bytes are deleted by GC).
 DELETE FROM rara_artifacts a
 WHERE a.digest = ANY (CAST(:digests AS text[]))
   AND NOT EXISTS (SELECT 1 FROM rara_step_artifacts m WHERE m.digest = a.digest)
-  AND NOT EXISTS (SELECT 1 FROM rara_checkpoints c WHERE c.digest = a.digest);
+  AND NOT EXISTS (SELECT 1 FROM rara_checkpoints c WHERE c.digest = a.digest)
+  AND NOT EXISTS (SELECT 1 FROM rara_step_cache e
+                  WHERE e.manifest @> jsonb_build_array(jsonb_build_object('digest', a.digest)));
 
 -- name: artifact_find_by_prefix
 -- Digests that start with :prefix (`rara artifacts get` takes unique prefixes, as git does);

@@ -82,3 +82,9 @@ RETURNING run_id;
 -- name: database_now
 -- The database's clock: `rara runs watch` times running steps by it, not by the viewer's.
 SELECT now();
+
+-- name: run_resume^
+-- A new run of run :run_id's version and input reusing every step that succeeded in it
+-- (rara.runs.resume_run; db/functions/runs.sql tells the rules): (run_id, reused, created).
+SELECT * FROM rara_run_resume(p_run_id => :run_id,
+                              p_idempotency_key => CAST(:idempotency_key AS text));

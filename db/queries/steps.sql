@@ -7,10 +7,11 @@
 
 -- name: step_list
 -- The run's steps as its definition lists them: a map step is one row, whose `children` sums
--- up its children (step_map_summary), never one row per child.
+-- up its children (step_map_summary), never one row per child. reused_from: where a step
+-- reused from the step cache took its result (migration 0013).
 SELECT s.id, s.key, s.depends_on, s.capability, s.executor, s.status, s.attempt,
        s.max_attempts, s.available_at, s.started_at, s.finished_at, s.result, s.error,
-       s.leased_by, m.summary AS children
+       s.leased_by, m.summary AS children, s.reused_from
 FROM rara_steps s
 LEFT JOIN LATERAL (SELECT rara_map_summary(s.map_total, s.map_succeeded, s.map_failed,
                                             s.id) AS summary
@@ -27,7 +28,7 @@ SELECT s.id, s.key, s.capability, s.executor, s.status::text AS status, s.attemp
        CASE WHEN s.map_over IS NULL THEN e.message
             ELSE rara_map_summary(s.map_total, s.map_succeeded, s.map_failed, s.id)
        END AS message,
-       e.metrics, s.map_over IS NOT NULL AS is_map
+       e.metrics, s.map_over IS NOT NULL AS is_map, s.reused_from
 FROM rara_steps s
 LEFT JOIN LATERAL (
     SELECT fraction, message, metrics FROM rara_events

@@ -11,6 +11,7 @@ from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
 from rara.cli import (
     artifacts,
+    cache,
     db,
     definitions,
     executor,
@@ -35,6 +36,7 @@ runs.app.command("prune")(retention.prune)  # beside runs.py's commands: mainten
 app.add_typer(runs.app, name="runs")
 app.add_typer(artifacts.app, name="artifacts")
 app.add_typer(limits.app, name="limits")
+app.add_typer(cache.app, name="cache")
 app.command("migrate")(db.migrate_command)
 app.command("status")(status.status)
 app.command("executor")(executor.executor)

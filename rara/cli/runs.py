@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from rara.cache import describe_reuse
 from rara.cli.common import console, parse_json_object_arg, reports_errors
 from rara.client import Client, RunView
 from rara.errors import CapabilityUnavailable
@@ -97,7 +98,9 @@ def print_run(view: RunView) -> None:
     console.print(f"run {view.id}  {view.definition}@{view.version}  [bold]{view.status}[/bold]")
     if view.error:
         console.print(f"error: {view.error}")
-    table = Table("step", "capability", "executor", "status", "attempt", "started", "took")
+    table = Table(
+        "step", "capability", "executor", "status", "attempt", "started", "took", "reused from"
+    )
     for s in view.steps:
         took = ""
         if s["started_at"] and s["finished_at"]:
@@ -110,6 +113,7 @@ def print_run(view: RunView) -> None:
             s.get("children") or f"{s['attempt']}/{s['max_attempts']}",
             f"{s['started_at']:%H:%M:%S}" if s["started_at"] else "",
             took,
+            describe_reuse(s.get("reused_from")),
         )
     console.print(table)
 
@@ -222,6 +226,40 @@ def watch(
     console.print(summary(client.url, run_id))
     if status is not RunStatus.SUCCEEDED:
         raise typer.Exit(1)
+
+
+@app.command()
+@reports_errors
+def retry(
+    run_id: int,
+    from_failure: Annotated[
+        bool,
+        typer.Option(
+            "--from-failure",
+            help="reuse every step that succeeded in RUN_ID; run the failed, cancelled and "
+            "never-run ones",
+        ),
+    ] = False,
+    idempotency_key: Annotated[str | None, typer.Option(help="same key → same run")] = None,
+) -> None:
+    """Run RUN_ID's version with its input again, as a new run."""
+    client = Client()
+    if from_failure:
+        resumed = client.resume_run(run_id, idempotency_key=idempotency_key)
+        console.print(
+            f"run {resumed.run_id}: resumes run {run_id}, {resumed.reused} steps reused",
+            highlight=False,
+        )
+        return
+    old = client.get_run(run_id)
+    started = client.start_run(
+        old.definition,
+        version=old.version,
+        input=old.input,
+        idempotency_key=idempotency_key,
+        queue_anyway=True,
+    )
+    console.print(f"run {started.run_id}: {old.definition}@{old.version} again", highlight=False)
 
 
 @app.command()

@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
+from rara.cache import describe_reuse
 from rara.errors import NotFound
 from rara.pg import artifacts, runs
 from rara.pg import steps as step_sql
@@ -96,6 +97,8 @@ def _log_change(
         line += f" {took}"
     if status in ("failed", "cancelled") and step["error"]:
         line += f": {step['error'].get('message', '')}"
+    if reused := describe_reuse(step.get("reused_from")):
+        line += f" (reused from {reused})"
     console.print(line, highlight=False, markup=False, soft_wrap=True)
 
 
@@ -128,6 +131,8 @@ def _update(
         message = f"attempt {step['attempt']}/{step['max_attempts']} {message}"
     if status in ("failed", "cancelled") and step["error"]:
         message = shorten(str(step["error"].get("message", "")), 60)
+    if reused := describe_reuse(step.get("reused_from")):
+        message = f"reused from {reused}"
     style = _DONE_STYLE.get(status)
     if status == "running" and not progress.tasks[tasks[key]].started:
         progress.start_task(tasks[key])
@@ -158,7 +163,7 @@ def summary(url: str, run_id: int) -> Table:
             took = f"{(s.finished_at - s.started_at).total_seconds():.1f}s"
         table.add_row(
             s.key,
-            s.status,
+            f"{s.status} (reused)" if s.reused_from else s.status,
             # a map step is never leased itself: its children's tally (map: 4/4 done)
             (s.message or "") if s.is_map else f"{s.attempt}/{s.max_attempts}",
             took,

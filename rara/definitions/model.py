@@ -92,6 +92,26 @@ class MapSpec(_Model):
         return parts[1:] if self.source is None else parts[2:]
 
 
+class CacheSpec(_Model):
+    """A step whose output is a function of what went in (docs/step-cache.md): a later step
+    with the same cache key reuses its result and artifacts instead of running."""
+
+    # How long an entry may be reused; None: until dropped (or its blobs are gone). At most
+    # the database's millisecond integer (rara_spec_caches), ~596 hours.
+    ttl: DurationMs | None = None
+
+    @field_validator("ttl")
+    @classmethod
+    def _ttl_fits(cls, ms: int | None) -> int | None:
+        if ms is not None and not 0 < ms <= 2**31 - 1:
+            raise ValueError("cache.ttl must be more than 0 and at most 596h")
+        return ms
+
+    @field_serializer("ttl")
+    def _dump_duration(self, ms: int | None) -> str | None:
+        return None if ms is None else format_duration_ms(ms)
+
+
 class StepSpec(_Model):
     key: StepKey
     capability: str = Field(pattern=CAPABILITY_PATTERN)
@@ -108,6 +128,8 @@ class StepSpec(_Model):
     secrets: dict[str, SecretRef] = Field(default_factory=dict)
     # A map step (docs/map-steps.md): expands into a child per element of map.over.
     map: MapSpec | None = None
+    # Off by default: a step with side effects must not be skipped (docs/step-cache.md).
+    cache: CacheSpec | None = None
 
     @field_serializer("timeout", "heartbeat_timeout")
     def _dump_duration(self, ms: int | None) -> str | None:

@@ -15,7 +15,9 @@ MAX_DOCUMENT_BYTES = 1_000_000
 
 # Fields added to the format after its first release enter the canonical form only when set,
 # so that a document written before them keeps its digest (and its version) when re-applied.
-_CANONICAL_ONLY_WHEN_SET = ("inputSchema",)
+# Fields added after versions were stored: absent when unset, so that the same document keeps
+# its digest (and its version).
+_CANONICAL_ONLY_WHEN_SET = ("inputSchema", "cache")
 
 
 def load_definition(text: str | bytes, source: str = "document") -> WorkflowDefinition:

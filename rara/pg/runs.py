@@ -128,6 +128,22 @@ def status_many(conn: Conn, run_ids: list[int]) -> list[RunStatusRow]:
     return many(conn, "run_status_many", class_row(RunStatusRow), run_ids=run_ids)
 
 
+@dataclass(frozen=True, slots=True)
+class ResumedRun:
+    run_id: int
+    reused: int  # steps (map children included) taken from the resumed run
+    created: bool  # False: the idempotency key found the run an earlier resume made
+
+
+def resume(conn: Conn, run_id: int, idempotency_key: str | None) -> ResumedRun:
+    """``run_resume``: a new run reusing every succeeded step of ``run_id``."""
+    found = one(
+        conn, "run_resume", class_row(ResumedRun), run_id=run_id, idempotency_key=idempotency_key
+    )
+    assert found is not None  # the function answers one row or raises
+    return found
+
+
 def cancel(conn: Conn, run_id: int) -> bool | None:
     """Cancel the run (``run_cancel``): True when cancelled now, False when it had already
     ended, None when there is no such run."""

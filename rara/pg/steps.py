@@ -33,6 +33,8 @@ class StepRow:
     leased_by: str | None
     # A map step: its children summed up (done/running/failed of N); None for other steps.
     children: str | None = None
+    # Where a step reused from the step cache took its result (rara.cache.describe_reuse).
+    reused_from: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", StepStatus(self.status))
@@ -57,6 +59,7 @@ class StepProgressRow:
     message: str | None
     metrics: dict[str, float] | None
     is_map: bool = False  # a map step's row: its children's summary in ``message``
+    reused_from: dict[str, Any] | None = None  # (rara.cache.describe_reuse)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", StepStatus(self.status))

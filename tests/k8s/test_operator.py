@@ -268,6 +268,7 @@ STEPS = [
     {"key": "index", "capability": "demo.index@1", "dependsOn": ["collect"]},
 ]
 WFD = ("workflowdefinitions", "WorkflowDefinition")
+WFR = ("workflowruns", "WorkflowRun")
 
 
 def test_definition_lifecycle(
@@ -507,6 +508,41 @@ def test_refused_run_says_why(
         what="the Warning Event",
     )
     assert runs_count(db) == 0
+
+
+def test_resume_from_resumes_a_failed_run_or_says_why_not(
+    operator: Operator, objects: Objects, db: psycopg.Connection[Any]
+) -> None:
+    """spec.resumeFrom: a new run that reuses what succeeded in the old one; an input other
+    than the old run's is refused for good (docs/step-cache.md, "Resume")."""
+    apply(db, "rag", STEPS)
+    old = start_run(db, "rag", input={"corpus": "wiki"}, queue_anyway=True).run_id
+    (leased,) = lease_now(db, ["demo.collect@1"], worker="w1", limit=1, lease_seconds=60)
+    assert asyncio.run(_complete(db.info.dsn, leased, "w1", {"docs": 3}))
+    cancel_run(db, old)  # collect succeeded, index never ran
+
+    objects.create(*WFR, "again", {"definition": "rag", "resumeFrom": old})
+    status = eventually(
+        lambda: (s := objects.status("workflowruns", "again")).get("runId") and s,
+        what="resumed run started",
+    )
+    rows = dict(
+        db.execute(
+            "SELECT key, jsonb_build_array(status, result, reused_from ->> 'run')"
+            " FROM rara_steps WHERE run_id = %s",
+            (status["runId"],),
+        ).fetchall()
+    )
+    assert rows == {"collect": ["succeeded", {"docs": 3}, str(old)], "index": ["ready", None, None]}
+
+    objects.create(*WFR, "other", {"definition": "rag", "resumeFrom": old, "input": {"x": 1}})
+    status = eventually(
+        lambda: (s := objects.status("workflowruns", "other")).get("phase") and s,
+        what="the refusal reported",
+    )
+    assert (status["phase"], status["reason"]) == ("Refused", "ResumeRefused")
+    assert "another input" in status["message"]
+    assert runs_count(db) == 2
 
 
 def test_run_phases_are_columns_and_events(

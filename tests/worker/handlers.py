@@ -165,6 +165,43 @@ def produce(ctx: StepContext) -> StepOutcome:
     )
 
 
+# Idempotency keys of the calls of test.tally, in order: a step reused from the step cache is
+# never called (tests/worker/test_cache.py).
+TALLY: list[str] = []
+
+
+@registry.handler("test.tally@1")
+def tally(ctx: StepContext) -> StepOutcome:
+    """Records the call, then as test.produce: ``text`` (with the upstream artifacts' bytes
+    appended) as the artifact ``corpus.txt``."""
+    TALLY.append(ctx.idempotency_key)
+    if ctx.input.get("pause"):  # for concurrent misses: both are called before either ends
+        time.sleep(float(ctx.input["pause"]))
+    text = str(ctx.input.get("text", "")) + str(ctx.input.get("item", ""))
+    upstream = b"".join(ctx.artifacts.get_bytes(ctx.inputs[k]) for k in sorted(ctx.inputs))
+    ref = ctx.artifacts.put_bytes(text.encode() + upstream)
+    return StepOutcome(
+        result={"text": text, "digest": ref.digest},
+        artifacts=[OutputArtifact("corpus.txt", ref, "text/plain")],
+    )
+
+
+# Step keys (or idempotency keys: one run's step) test.flaky fails for good
+# (tests/worker/test_resume.py): a run fails there, and a resume after the key is removed
+# succeeds with the same input.
+FAILING: set[str] = set()
+
+
+@registry.handler("test.flaky@1")
+def flaky(ctx: StepContext) -> StepOutcome:
+    """test.tally, unless its step key or idempotency key is in FAILING (then it fails after
+    the input's ``pause``)."""
+    if ctx.step_key in FAILING or ctx.idempotency_key in FAILING:
+        time.sleep(float(ctx.input.get("pause", 0)))
+        raise TerminalError(f"step {ctx.step_key} is set to fail")
+    return tally(ctx)
+
+
 @registry.handler("test.consume@1")
 def consume(ctx: StepContext) -> Any:
     data = ctx.artifacts.get_bytes(ctx.inputs["corpus.txt"])

@@ -29,6 +29,10 @@ class WorkflowRunSpec(_Spec):
     definition: str = Field(pattern=NAME_PATTERN)
     version: int | None = Field(default=None, ge=1)  # None: the latest version
     input: dict[str, Any] = Field(default_factory=dict)
+    # Resume from failure (docs/step-cache.md, "Resume"): a new run of this rara run's version
+    # and input that reuses every step that succeeded in it. version and input, when given,
+    # must be that run's.
+    resume_from: int | None = Field(default=None, ge=1, alias="resumeFrom")
 
 
 class WorkerPoolSpec(_Spec):

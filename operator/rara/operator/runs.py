@@ -23,14 +23,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import kopf
+import psycopg
 from pydantic import ValidationError
 
-from rara.errors import InputInvalid, NotFound
+from rara.errors import InputInvalid, NotFound, ResumeRefused
 from rara.operator import conditions
 from rara.operator.models import WorkflowRunSpec
 from rara.operator.runtime import connection
 from rara.pg import runs as pg_runs
-from rara.runs import cancel_run, run_id_by_key, start_run
+from rara.runs import StartedRun, cancel_run, resume_run, run_id_by_key, start_run
 
 NOT_FOUND_RETRY_SECONDS = 10.0  # the definition may be applied in the same `kubectl apply`
 # Phases before a run exists (the others are the run's own, rara.states.RunStatus):
@@ -61,18 +62,27 @@ def start_workflow_run(
     try:
         run_spec = WorkflowRunSpec.model_validate(dict(spec))
         with connection(memo) as conn:
-            started = start_run(
-                conn,
-                run_spec.definition,
-                version=run_spec.version,
-                input=run_spec.input,
-                idempotency_key=idempotency_key(uid),
-                queue_anyway=True,
-            )
+            if run_spec.resume_from is not None:
+                started = _resume(conn, run_spec, spec, uid)
+            else:
+                started = start_run(
+                    conn,
+                    run_spec.definition,
+                    version=run_spec.version,
+                    input=run_spec.input,
+                    idempotency_key=idempotency_key(uid),
+                    queue_anyway=True,
+                )
             mirrored = refresh_status(conn, started.run_id, status, patch)
-    except (ValidationError, InputInvalid) as exc:
+    except (ValidationError, InputInvalid, ResumeRefused) as exc:
         # Not retried: only a new WorkflowRun (the spec is immutable) can fix it.
-        reason = "SpecInvalid" if isinstance(exc, ValidationError) else "InputInvalid"
+        reason = (
+            "SpecInvalid"
+            if isinstance(exc, ValidationError)
+            else "InputInvalid"
+            if isinstance(exc, InputInvalid)
+            else "ResumeRefused"
+        )
         _not_accepted(body, patch, status, REFUSED, reason, str(exc), generation)
         return
     except NotFound as exc:
@@ -92,6 +102,26 @@ def start_workflow_run(
             message=f"rara run {started.run_id} of "
             f"{run_spec.definition} version {mirrored['version']} created",
         )
+
+
+def _resume(
+    conn: psycopg.Connection[Any], run_spec: WorkflowRunSpec, spec: kopf.Spec, uid: str
+) -> StartedRun:
+    """``resumeFrom``: the resumed run, under the resource's idempotency key. An input the
+    spec does not give is the resumed run's (the model's default ``{}`` is not a wish)."""
+    assert run_spec.resume_from is not None
+    try:
+        resumed = resume_run(
+            conn,
+            run_spec.resume_from,
+            definition=run_spec.definition,
+            version=run_spec.version,
+            input=run_spec.input if "input" in spec else None,
+            idempotency_key=idempotency_key(uid),
+        )
+    except NotFound as exc:  # the run to resume will not appear later: refused for good
+        raise ResumeRefused(str(exc)) from None
+    return StartedRun(resumed.run_id, resumed.created)
 
 
 def cancel_workflow_run(

@@ -249,7 +249,12 @@ async def _end(
             {"name": a.name, "digest": a.ref.digest, "size": a.ref.size, "media_type": a.media_type}
             for a in outcome.artifacts
         ]
-        return await ended(AttemptOutcome.SUCCEEDED, result=outcome.result, artifacts=manifest)
+        return await ended(
+            AttemptOutcome.SUCCEEDED,
+            result=outcome.result,
+            artifacts=manifest,
+            cache=state.cache_entry,
+        )
 
     try:
         end = await persist("attempt end", write, give_up_after=patience)

@@ -27,6 +27,9 @@ import structlog
 
 from rara import metrics
 from rara.artifacts import open_store
+from rara.cache import CacheKey
+from rara.states import AttemptOutcome, StepStatus
+from rara.worker import cache
 from rara.worker.attempt import supervise
 from rara.worker.attempt_io import AttemptIO
 from rara.worker.batcher import CompletionBatcher
@@ -46,8 +49,10 @@ from rara.worker.settings import WorkerSettings
 from rara.worker.store import WorkerStore, make_pool
 from rara.worker.vocabulary import (
     ABANDONED,
+    LOST,
     AttemptEnd,
     AttemptState,
+    Ending,
     Fence,
     LeasedStep,
     StopReason,
@@ -336,9 +341,64 @@ class Worker:
 
     async def _run_attempt(self, state: AttemptState) -> AttemptEnd:
         step = state.step
+        key = cache.key_of(step)
+        if key is not None and state.stop_reason is None:
+            hit = await self._reuse(state, key)
+            if hit is not None:
+                return hit
+            state.cache_entry = cache.entry_of(step, key)
+            deferred = await self._claim(state)
+            if deferred is not None:
+                return deferred
         executor = self.executors[step.executor]
         ctx = WorkerStepContext(state, self.io, self.artifacts)
         return await supervise(state, executor, ctx, self.io)
+
+    async def _reuse(self, state: AttemptState, key: CacheKey) -> AttemptEnd | None:
+        """A step with ``cache:`` ended from its verified entry (rara.worker.cache), or None:
+        it runs. A failed look-up is a miss: the cache saves work, it never costs a step."""
+        step = state.step
+        try:
+            entry = await cache.look_up(self.store, self.artifacts, step, key)
+        except Exception:
+            self.log.warning("cache look-up failed; the step runs", step_id=step.id, exc_info=True)
+            return None
+        if entry is None:
+            return None
+        ending = Ending(
+            state.fence,
+            step.run_id,
+            AttemptOutcome.SUCCEEDED,
+            result=entry.result,
+            artifacts=list(entry.manifest),
+            cache=cache.entry_of(step, key),
+            reused_from=cache.reused_from(entry),
+        )
+        try:
+            status = await self.io.end(ending)
+        except Exception:
+            self.log.exception("could not write a cache hit; its lease will expire")
+            return ABANDONED
+        finally:
+            state.ended = True
+        return LOST if status is None else AttemptEnd(AttemptOutcome.SUCCEEDED, status)
+
+    async def _claim(self, state: AttemptState) -> AttemptEnd | None:
+        """Single flight for a miss (rara_step_cache_claim): None, compute it; else the end
+        written: released until another step computing the same key has ended, or lost."""
+        assert state.cache_entry is not None
+        fence = state.fence
+        try:
+            claimed = await cache.claim(self.store, fence, state.cache_entry)
+        except Exception:
+            self.log.warning(
+                "cache claim failed; the step runs", step_id=fence.step_id, exc_info=True
+            )
+            return None
+        if claimed:
+            return None
+        state.ended = True
+        return LOST if claimed is None else AttemptEnd(AttemptOutcome.RELEASED, StepStatus.READY)
 
     # -- keeping leases -------------------------------------------------------------------
 

@@ -119,6 +119,8 @@ class AttemptState:
     waiter: asyncio.Future[None] | None = None
     # Checkpoint writes queued by save_checkpoint on the loop thread: the end waits for them.
     queued_checkpoints: list[asyncio.Task[None]] = field(default_factory=list)
+    # A step with ``cache:`` that missed: the entry its success writes ({key, parts, ttl_ms}).
+    cache_entry: Mapping[str, Any] | None = None
 
     @property
     def holds_lease(self) -> bool:
@@ -177,6 +179,11 @@ class Ending:
     error: Mapping[str, Any] | None = None
     retryable: bool = True
     jitter: float = 0.0
+    # A success of a step with ``cache:`` (docs/step-cache.md): its key ({key, parts,
+    # ttl_ms}), recorded on the step and, unless the result was reused, written as an entry;
+    # and where a reused result came from ({via, cache_key, run, step, key, attempt}).
+    cache: Mapping[str, Any] | None = None
+    reused_from: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         outcome = AttemptOutcome(self.outcome)

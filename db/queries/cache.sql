@@ -1,0 +1,49 @@
+-- The step cache (migration 0013, docs/step-cache.md): an entry found by its key, listed,
+-- explained and dropped. Entries are written by step_end_many (lease.sql) and dropped through
+-- rara_step_cache_drop (db/functions/cache.sql). Typed: rara.pg.cache.
+-- Loaded by rara.pg.queries with every other file of this folder: one name space, each name
+-- object first, then verb (`step_lease`, `run_cancel`); `_many` takes arrays.
+-- aiosql suffixes: ^ one row, $ one value, ! no result; none: all rows. No literal percent
+-- signs: statements go to psycopg's %-style placeholders.
+
+-- name: cache_get^
+-- The live entry under :key (not expired), or none.
+SELECT key, capability, step_key, parts, result, manifest, source_run, source_step,
+       source_attempt, created_at, expires_at
+FROM rara_step_cache
+WHERE key = :key AND (expires_at IS NULL OR expires_at > now());
+
+-- name: cache_list
+-- Entries, newest first, at most :limit; :capability narrows them when not null.
+SELECT key, capability, step_key, parts, result, manifest, source_run, source_step,
+       source_attempt, created_at, expires_at
+FROM rara_step_cache
+WHERE CAST(:capability AS text) IS NULL OR capability = :capability
+ORDER BY created_at DESC, key LIMIT :limit;
+
+-- name: cache_nearest
+-- The newest live entries of one capability and step key but :except_key: what
+-- `rara cache explain` compares a step's key with.
+SELECT key, capability, step_key, parts, result, manifest, source_run, source_step,
+       source_attempt, created_at, expires_at
+FROM rara_step_cache
+WHERE capability = :capability AND step_key = :step_key AND key <> :except_key
+  AND (expires_at IS NULL OR expires_at > now())
+ORDER BY created_at DESC LIMIT :limit;
+
+-- name: cache_step_get^
+-- A step of a run as the cache saw it: its capability, the key it was looked up under
+-- ({key, parts}; null for a step without `cache:` or not leased yet) and where it was reused
+-- from.
+SELECT s.id, s.key, s.capability, s.status::text AS status, s.cache, s.reused_from
+FROM rara_steps s WHERE s.run_id = :run_id AND s.key = :key;
+
+-- name: cache_claim$
+-- Single flight for a step that missed: true, compute; false, another running step computes
+-- the key and the lease was given back; null, the lease is lost (rara_step_cache_claim).
+SELECT rara_step_cache_claim(p_worker => :worker, p_step_id => :step_id,
+                             p_token => CAST(:token AS uuid), p_cache => CAST(:cache AS jsonb));
+
+-- name: cache_drop_many
+-- Entries removed by key; returns the keys that were there.
+SELECT * FROM rara_step_cache_drop(p_keys => CAST(:keys AS text[]));

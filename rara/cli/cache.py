@@ -1,0 +1,99 @@
+"""`rara cache list|explain|drop`: the step cache's entries (docs/step-cache.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import psycopg
+import typer
+from rich.table import Table
+
+from rara.cache import PARTS, changed_parts
+from rara.cli.common import console, fail, reports_errors
+from rara.errors import NotFound
+from rara.pg import cache
+from rara.pg.connect import database_url
+
+app = typer.Typer(help="The step cache: entries of steps with `cache:`, and why a step missed.")
+
+
+@app.command("list")
+@reports_errors
+def list_(
+    capability: Annotated[str | None, typer.Option(help="only this name@major")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=10_000)] = 100,
+) -> None:
+    """Entries, newest first: key, step, where they came from, when they expire."""
+    with psycopg.connect(database_url(), autocommit=True) as conn:
+        entries = cache.list_entries(conn, capability, limit)
+    table = Table("key", "capability", "step", "from", "artifacts", "created", "expires")
+    for e in entries:
+        table.add_row(
+            e.key[7:19] + "…",
+            e.capability,
+            e.step_key,
+            f"run {e.source_run} attempt {e.source_attempt}",
+            str(len(e.manifest)),
+            f"{e.created_at:%Y-%m-%d %H:%M:%S}",
+            f"{e.expires_at:%Y-%m-%d %H:%M:%S}" if e.expires_at else "never",
+        )
+    console.print(table)
+
+
+@app.command()
+@reports_errors
+def explain(run_id: int, step: str) -> None:
+    """Why STEP of run RUN_ID hit or missed: its key against the newest other entry of the
+    same capability and step, part by part."""
+    with psycopg.connect(database_url(), autocommit=True) as conn:
+        found = cache.step(conn, run_id, step)
+        if found is None:
+            raise NotFound(f"run {run_id} has no step {step!r}")
+        if found.cache is None:
+            raise fail(
+                f"step {step!r} of run {run_id} has no cache key: its definition has no "
+                "`cache:`, or no worker has leased it yet"
+            )
+        key = str(found.cache["key"])
+        parts = dict(found.cache["parts"])
+        nearest = cache.nearest(conn, found.capability, found.key, key)
+    if found.reused_from:
+        console.print(f"hit: {key} (run {found.reused_from.get('run')})", highlight=False)
+    else:
+        console.print(f"miss: {key} was not cached when the step ran", highlight=False)
+    if not nearest:
+        console.print(f"no other entry of {found.capability} step {found.key}", highlight=False)
+        return
+    other = nearest[0]
+    changed = changed_parts(parts, other.parts)
+    console.print(
+        f"nearest entry: {other.key} (run {other.source_run}); changed: "
+        + (", ".join(changed) or "nothing"),
+        highlight=False,
+    )
+    table = Table("part", "this step", "nearest entry")
+    for part in PARTS:
+        mark = " *" if part in changed else ""
+        table.add_row(part + mark, parts.get(part, "")[7:19], other.parts.get(part, "")[7:19])
+    console.print(table)
+
+
+@app.command()
+@reports_errors
+def drop(
+    keys: Annotated[list[str] | None, typer.Argument(help="entry keys (sha256:…)")] = None,
+    capability: Annotated[str | None, typer.Option(help="every entry of this name@major")] = None,
+) -> None:
+    """Remove entries: the steps that would have reused them run again. Their blobs stay until
+    `rara artifacts gc`."""
+    if not keys and capability is None:
+        raise fail("name the entries to drop: KEY… or --capability NAME@MAJOR")
+    with psycopg.connect(database_url(), autocommit=True) as conn:
+        chosen = list(keys or [])
+        if capability is not None:
+            chosen += [e.key for e in cache.list_entries(conn, capability, 1_000_000)]
+        dropped = cache.drop(conn, chosen)
+    missing = sorted(set(keys or []) - set(dropped))
+    console.print(f"dropped {len(dropped)} entries", highlight=False)
+    if missing:
+        raise fail("no such entry: " + ", ".join(missing))

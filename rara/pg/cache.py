@@ -1,0 +1,99 @@
+"""Typed access to ``db/queries/cache.sql``: the step cache's entries (migration 0013)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import class_row, scalar_row
+from psycopg.types.json import Jsonb
+
+from rara.pg.queries import AsyncConn, Conn, amany, aone, avalue, many, one
+
+
+@dataclass(frozen=True, slots=True)
+class CacheEntry:
+    """A step's result and artifact manifest, stored under its cache key (``rara.cache``)."""
+
+    key: str
+    capability: str
+    step_key: str
+    parts: Mapping[str, str]
+    result: Any
+    manifest: Sequence[Mapping[str, Any]]
+    source_run: int
+    source_step: int
+    source_attempt: int
+    created_at: datetime
+    expires_at: datetime | None
+
+
+def get(conn: Conn, key: str) -> CacheEntry | None:
+    """The live entry under ``key``, or None."""
+    return one(conn, "cache_get", class_row(CacheEntry), key=key)
+
+
+async def aget(conn: AsyncConn, key: str) -> CacheEntry | None:
+    return await aone(conn, "cache_get", class_row(CacheEntry), key=key)
+
+
+def list_entries(conn: Conn, capability: str | None = None, limit: int = 100) -> list[CacheEntry]:
+    """Entries, newest first."""
+    return many(conn, "cache_list", class_row(CacheEntry), capability=capability, limit=limit)
+
+
+def nearest(
+    conn: Conn, capability: str, step_key: str, except_key: str, limit: int = 1
+) -> list[CacheEntry]:
+    """The newest live entries of one capability and step key, but ``except_key``."""
+    return many(
+        conn,
+        "cache_nearest",
+        class_row(CacheEntry),
+        capability=capability,
+        step_key=step_key,
+        except_key=except_key,
+        limit=limit,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CachedStep:
+    """A step of a run as the cache saw it."""
+
+    id: int
+    key: str
+    capability: str
+    status: str
+    cache: Mapping[str, Any] | None  # {key, parts}: the key it was looked up under
+    reused_from: Mapping[str, Any] | None
+
+
+def step(conn: Conn, run_id: int, key: str) -> CachedStep | None:
+    return one(conn, "cache_step_get", class_row(CachedStep), run_id=run_id, key=key)
+
+
+def drop(conn: Conn, keys: Sequence[str]) -> list[str]:
+    """Remove entries; returns the keys that were there."""
+    return [str(k) for k in many(conn, "cache_drop_many", scalar_row, keys=list(keys))]
+
+
+async def aclaim(
+    conn: AsyncConn, worker: str, step_id: int, token: Any, cache: Mapping[str, Any]
+) -> bool | None:
+    """Single flight (``cache_claim``): True, compute; False, deferred; None, lease lost."""
+    return await avalue(
+        conn,
+        "cache_claim",
+        bool,
+        worker=worker,
+        step_id=step_id,
+        token=token,
+        cache=Jsonb(dict(cache)),
+    )
+
+
+async def adrop(conn: AsyncConn, keys: Sequence[str]) -> list[str]:
+    return [str(k) for k in await amany(conn, "cache_drop_many", scalar_row, keys=list(keys))]

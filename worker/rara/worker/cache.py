@@ -1,0 +1,125 @@
+"""The step cache, on the worker's side (docs/step-cache.md).
+
+A leased step with ``cache:`` gets its key (``rara.cache``) before its handler is called. A
+live entry under that key is a hit only once every blob of its manifest has been read back
+from the artifact store and matched its digest: the database cannot see the store, and a hit
+whose artifacts are gone would fail every step downstream instead of recomputing one. A
+missing or corrupt blob drops the entry and the step runs (a miss, never a failure); its
+success writes a new entry. A store that cannot be reached is a miss that keeps the entry.
+
+A verified hit ends the attempt ``succeeded`` with the entry's result and manifest and where
+they came from, through the same fenced end as any success: no handler, no executor, no pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from rara.artifacts.api import ArtifactStore
+from rara.artifacts.errors import ArtifactCorrupted, ArtifactError, ArtifactNotFound
+from rara.cache import CacheKey, cache_key
+from rara.pg import cache as cache_sql
+from rara.worker.store import WorkerStore
+from rara.worker.vocabulary import Fence, LeasedStep
+
+log = structlog.get_logger("rara.worker")
+
+
+def key_of(step: LeasedStep) -> CacheKey | None:
+    """The cache key of a leased step, or None when its definition has no ``cache:``."""
+    if step.payload.get("cache") is None:
+        return None
+    static = step.payload.get("input") or {}
+    # ctx.input's rule (rara.worker.context): static, overlaid by the run's, then the map's.
+    resolved = {**static, **step.run_input, **(step.payload.get("map") or {})}
+    upstream = [
+        (*name.split("/", 1), ref.digest) for name, ref in step.inputs.items() if "/" in name
+    ]
+    return cache_key(
+        capability=step.capability,
+        executor=step.executor,
+        secrets=step.payload.get("secrets") or {},
+        input=resolved,
+        upstream=[(u[0], u[1], u[2]) for u in upstream],
+    )
+
+
+def entry_of(step: LeasedStep, key: CacheKey) -> dict[str, Any]:
+    """What the step's success writes under its key (rara_step_end_many)."""
+    ttl_ms = (step.payload.get("cache") or {}).get("ttl_ms")
+    return {"key": key.key, "parts": dict(key.parts), "ttl_ms": ttl_ms}
+
+
+class Verdict:
+    HIT = "hit"
+    MISS = "miss"  # no entry, or the store could not be read: the entry stays
+    BROKEN = "broken"  # a blob is missing or corrupt: the entry is dropped
+
+
+def verify(store: ArtifactStore, manifest: Sequence[Mapping[str, Any]]) -> str:
+    """Read every blob of ``manifest`` back and check its digest (blocking: call in a thread).
+    Reading is what catches a corrupt blob; an existence check alone would not."""
+    with tempfile.TemporaryDirectory(prefix="rara-cache-verify-") as tmp:
+        for i, artifact in enumerate(manifest):
+            try:
+                store.get_file(str(artifact["digest"]), Path(tmp) / str(i))
+            except (ArtifactNotFound, ArtifactCorrupted):
+                return Verdict.BROKEN
+            except ArtifactError:
+                return Verdict.MISS
+            (Path(tmp) / str(i)).unlink(missing_ok=True)
+    return Verdict.HIT
+
+
+async def look_up(
+    store: WorkerStore, artifacts: ArtifactStore, step: LeasedStep, key: CacheKey
+) -> cache_sql.CacheEntry | None:
+    """The entry to reuse for ``step``, verified; None: the step runs."""
+    async with store.pool.connection() as conn:
+        entry = await cache_sql.aget(conn, key.key)
+    if entry is None:
+        return None
+    # (no artifacts, nothing to read: no thread hop)
+    verdict = (
+        await asyncio.to_thread(verify, artifacts, entry.manifest)
+        if entry.manifest
+        else Verdict.HIT
+    )
+    if verdict == Verdict.HIT:
+        return entry
+    log.warning(
+        "cached artifacts could not be verified; the step runs",
+        step_id=step.id,
+        step_key=step.key,
+        cache_key=key.key,
+        verdict=verdict,
+    )
+    if verdict == Verdict.BROKEN:
+        async with store.pool.connection() as conn:
+            await cache_sql.adrop(conn, [key.key])
+    return None
+
+
+async def claim(store: WorkerStore, fence: Fence, entry: Mapping[str, Any]) -> bool | None:
+    """Single flight for a miss (``cache_claim``): True, compute it; False, another running
+    step computes the key and this lease was given back; None, the lease is lost."""
+    async with store.pool.connection() as conn:
+        return await cache_sql.aclaim(conn, fence.worker, fence.step_id, fence.token, entry)
+
+
+def reused_from(entry: cache_sql.CacheEntry) -> dict[str, Any]:
+    """Where a hit's result came from, as the step row records it."""
+    return {
+        "via": "cache",
+        "cache_key": entry.key,
+        "run": entry.source_run,
+        "step": entry.source_step,
+        "key": entry.step_key,
+        "attempt": entry.source_attempt,
+    }

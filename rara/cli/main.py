@@ -18,6 +18,7 @@ from rara.cli import (
     operator,
     retention,
     runs,
+    schedules,
     status,
     ui,
     worker,
@@ -35,6 +36,7 @@ runs.app.command("prune")(retention.prune)  # beside runs.py's commands: mainten
 app.add_typer(runs.app, name="runs")
 app.add_typer(artifacts.app, name="artifacts")
 app.add_typer(limits.app, name="limits")
+app.add_typer(schedules.app, name="schedules")
 app.command("migrate")(db.migrate_command)
 app.command("status")(status.status)
 app.command("executor")(executor.executor)

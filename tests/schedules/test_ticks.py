@@ -12,8 +12,10 @@ from rara.schedules import ticks
 BERLIN = ZoneInfo("Europe/Berlin")
 
 
-def _utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+def _utc(
+    year: int, month: int, day: int, hour: int = 0, minute: int = 0, second: int = 0
+) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 def _daily(cron: str, start: datetime, days: int) -> list[datetime]:

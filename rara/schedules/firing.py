@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import select
 import threading
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -153,7 +153,17 @@ def _loop(conn: psycopg.Connection[Any], stop: threading.Event) -> None:
         fire_due(conn)
         wait = seconds_until_due(conn)
         if wait > 0:
-            started = time.monotonic()
-            for _ in conn.notifies(timeout=wait, stop_after=1):
-                pass
-            log.debug("schedules: woke after %.3f s", time.monotonic() - started)
+            sleep_until_notified(conn, wait)
+
+
+def sleep_until_notified(conn: psycopg.Connection[Any], seconds: float) -> None:
+    """Block until a notification arrives on ``conn`` or ``seconds`` pass, in one select():
+    psycopg's own ``notifies(timeout=…)`` wakes every 0.1 s (to notice Ctrl-C), which would
+    be CPU between ticks. Notifications that arrived during the pass are in psycopg's
+    backlog, not on the socket: they end the sleep at once."""
+    if any(True for _ in conn.notifies(timeout=0)):
+        return
+    readable, _, _ = select.select([conn.fileno()], [], [], seconds)
+    if readable:
+        for _ in conn.notifies(timeout=0):  # read them, so the socket is quiet again
+            pass

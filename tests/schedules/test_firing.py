@@ -4,6 +4,7 @@ schedules run` uses), so the grants are what is tested too."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -157,3 +158,30 @@ def test_trigger_pause_and_resume(
     assert row.next_tick > datetime.now(UTC)  # the paused ticks are neither fired nor missed
     assert row.spec["suspend"] is False
     assert firing.fire_due(client).started == 0
+
+
+def test_the_loop_sleeps_to_the_next_tick_and_a_new_schedule_wakes_it(
+    conn: psycopg.Connection[Any], make_schedule: MakeSchedule, role_url: Any
+) -> None:
+    make_schedule("yearly", schedule="0 0 1 1 *")
+    stop = threading.Event()
+    url = role_url("rara_client")
+    loop = threading.Thread(target=firing.run_forever, args=(url, stop), daemon=True)
+    loop.start()
+    try:
+
+        def asleep() -> bool:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle'"
+                " AND query LIKE '%min(next_tick)%' AND pid <> pg_backend_pid()"
+            ).fetchone()
+            return row is not None and row[0] == 1
+
+        wait_until(asleep, 10, "the loop asleep (its next tick is months away)")
+        make_schedule("every-second")  # its NOTIFY ends the sleep; else 300 s
+        wait_until(lambda: _runs(conn), 5, "a run of the new schedule")
+    finally:
+        stop.set()
+        conn.execute(f"NOTIFY {firing.CHANNEL}")
+        loop.join(10)
+    assert not loop.is_alive()

@@ -14,7 +14,7 @@ import psycopg
 import typer
 from rich.table import Table
 
-from rara.cli.common import console, read_text_arg, reports_errors
+from rara.cli.common import console, read_document_arg, reports_errors
 from rara.definitions.parse import MAX_DOCUMENT_BYTES
 from rara.errors import InputInvalid
 from rara.logs import configure
@@ -42,10 +42,7 @@ def apply(
     file: Annotated[Path, typer.Option("-f", "--file", help="YAML document ('-' for stdin)")],
 ) -> None:
     """Create or change a schedule; the same document again changes nothing."""
-    if str(file) == "-":
-        text, source = typer.get_text_stream("stdin").read(), "<stdin>"
-    else:
-        text, source = read_text_arg(file, "-f", max_bytes=MAX_DOCUMENT_BYTES), str(file)
+    text, source = read_document_arg(file, MAX_DOCUMENT_BYTES)
     schedule = load_schedule(text, source)
     with _conn() as conn:
         applied = manage.apply_schedule(conn, schedule)

@@ -20,6 +20,7 @@ import psycopg
 
 from rara.errors import NotFound, ScheduleInvalid
 from rara.operator import conditions
+from rara.operator.models import document_of
 from rara.operator.runtime import connection
 from rara.pg import schedules as schedule_sql
 from rara.schedules import firing, manage
@@ -39,12 +40,7 @@ def reconcile_schedule(
     **_: Any,
 ) -> None:
     generation = meta.get("generation")
-    document = {
-        "apiVersion": body.get("apiVersion"),
-        "kind": body.get("kind"),
-        "metadata": {"name": name},
-        "spec": dict(body.get("spec") or {}),
-    }
+    document = document_of(body, name)
     patch.status["observedGeneration"] = generation
     try:
         schedule = schedule_from_object(document)

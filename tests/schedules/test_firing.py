@@ -185,3 +185,27 @@ def test_the_loop_sleeps_to_the_next_tick_and_a_new_schedule_wakes_it(
         conn.execute(f"NOTIFY {firing.CHANNEL}")
         loop.join(10)
     assert not loop.is_alive()
+
+
+def test_history_keeps_the_newest_ended_runs_within_the_limits(
+    conn: psycopg.Connection[Any], client: Any, make_schedule: MakeSchedule
+) -> None:
+    name = make_schedule(successfulRunsHistoryLimit=2, failedRunsHistoryLimit=1)
+    rewind(conn, name, 4)
+    assert firing.fire_due(client).started >= 5
+    for run_id, _, _ in _runs(conn):
+        client.execute("SELECT rara_run_cancel(%s)", (run_id,))  # cancelled: a failed end
+    wait_until(lambda: firing.fire_due(client).started, 5, "the next tick")
+    kept = conn.execute(
+        "SELECT r.status::text, count(*) FROM rara_schedule_ticks t"
+        " JOIN rara_runs r ON r.id = t.run_id WHERE t.schedule = %s GROUP BY 1 ORDER BY 1",
+        (name,),
+    ).fetchall()
+    newest_cancelled = max(r for r, _, s in _runs(conn) if s == "cancelled")
+    assert kept[0] == ("cancelled", 1)  # of 5 or more
+    assert kept[1][0] == "pending"  # runs still going are always kept
+    ticks = conn.execute(
+        "SELECT run_id FROM rara_schedule_ticks WHERE schedule = %s ORDER BY tick", (name,)
+    ).fetchall()
+    assert ticks[0][0] == newest_cancelled  # the runs themselves stay (`rara runs prune`)
+    assert len(_runs(conn)) >= 6

@@ -30,6 +30,10 @@ outage       database outages of 5, 20 and 45 s (a server of its own stopped at 
              60 s) under a stream of runs: the time from the database's return to the worker's
              first heartbeat and to its first lease, and the leases that expired
              (``bench.outage``; the same in ``--quick``)
+schedules    10,000 idle schedules and two `rara schedules run` firers: their and the server's
+             CPU over 30 s while asleep (``--quick``: 10 s); then a 1 s schedule beside
+             them: tick -> run started p50/p99 ms over 60 ticks (``--quick``: 20)
+             (``bench.schedules``)
 peers        PgQueuer (asyncpg, psycopg), Procrastinate, DBOS (1- and 3-step workflows) and
              River (a Go driver) on the same server (``bench.peers.run_all``; a peer that
              cannot be installed here is reported skipped, with why), and the pgbench
@@ -353,7 +357,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--skip",
         default="",
-        help="comma-separated: throughput,latency,grpc,size,depth,horizon,history,outage,peers",
+        help="comma-separated: throughput,latency,grpc,size,depth,horizon,history,outage,"
+        "schedules,peers",
     )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -484,6 +489,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
             log("== database outage (lease 60 s; a server of its own, stopped at once)")
             results["outage"] = measure_outage(say=lambda m: log("  " + m), logs=logs)
+        if "schedules" not in skip:
+            from bench.schedules import measure as measure_schedules
+
+            log("== schedules (two firing processes)")
+            results["schedules"] = measure_schedules(
+                server, logs, quick=quick, say=lambda m: log("  " + m)
+            )
         if "peers" not in skip:
             log("== peers (same server)")
             jobs = (
@@ -591,6 +603,10 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
     if "backlog" in size:
         b = size["backlog"]["behind_map"]
         out["first_lease_behind_map_ms"] = {"p50": b["p50"], "p99": b["p99"]}
+    if "schedules" in r:
+        lag = r["schedules"]["tick_to_run_ms"]
+        out["schedule_tick_to_run_ms"] = {"p50": lag["p50"], "p99": lag["p99"]}
+        out["idle_schedules_cpu_ms_per_s"] = r["schedules"]["idle"]["cpu_ms_per_s"]
     if "history" in r:
         out["history_lease_p50_ratio"] = r["history"]["lease_p50_ratio"]
         out["history_drain_ratio"] = r["history"]["drain_ratio"]
@@ -733,6 +749,20 @@ def print_table(r: dict[str, Any]) -> None:
                 f"after its return: first heartbeat {x['return_to_first_heartbeat_s']:.2f}"
                 f" s, first lease {x['return_to_first_lease_s']:.2f} s  "
                 f"expired leases {x['expired_leases']}",
+            )
+        )
+    if "schedules" in r:
+        idle, lag = r["schedules"]["idle"], r["schedules"]["tick_to_run_ms"]
+        rows.append(
+            (
+                f"{idle['schedules']:,} idle schedules, {idle['window_s']:.0f} s",
+                f"firers {idle['firers_cpu_s']:.3f} s CPU  server {idle['server_cpu_s']:.3f} s CPU",
+            )
+        )
+        rows.append(
+            (
+                f"schedule tick -> run started ({lag['ticks']} ticks)",
+                f"p50 {lag['p50']:.1f} ms  p99 {lag['p99']:.1f} ms",
             )
         )
     for row in r.get("peers", []):

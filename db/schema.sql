@@ -844,6 +844,178 @@ CREATE FUNCTION public.rara_run_transition_allowed(old public.rara_run_status, n
     )
 $$;
 
+-- FUNCTION: rara_schedule_apply(text, text, integer, text, text, jsonb, text, integer, boolean, integer, integer, jsonb, timestamp with time zone)
+
+CREATE FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone) RETURNS TABLE(created boolean, changed boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    old record;
+BEGIN
+    -- Create or change a schedule. p_next_tick is the first tick after now of p_cron in
+    -- p_time_zone; it replaces the stored one only when the timing changed (cron, zone), so
+    -- re-applying the same document neither skips nor repeats a tick. A resumed schedule's
+    -- ticks start again after now (the suspended ones are neither fired nor missed).
+    SELECT * INTO old FROM rara_schedules WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO rara_schedules (name, definition, version, cron, time_zone, input,
+                                    concurrency_policy, starting_deadline_seconds, suspended,
+                                    successful_runs_kept, failed_runs_kept, spec, next_tick)
+        VALUES (p_name, p_definition, p_version, p_cron, p_time_zone, p_input,
+                p_concurrency_policy, p_starting_deadline_seconds, p_suspended,
+                p_successful_runs_kept, p_failed_runs_kept, p_spec, p_next_tick);
+        created := true;
+        changed := true;
+    ELSE
+        created := false;
+        changed := old.spec IS DISTINCT FROM p_spec;
+        IF changed THEN
+            UPDATE rara_schedules SET
+                definition = p_definition, version = p_version, cron = p_cron,
+                time_zone = p_time_zone, input = p_input,
+                concurrency_policy = p_concurrency_policy,
+                starting_deadline_seconds = p_starting_deadline_seconds,
+                suspended = p_suspended, successful_runs_kept = p_successful_runs_kept,
+                failed_runs_kept = p_failed_runs_kept, spec = p_spec,
+                next_tick = CASE WHEN old.cron = p_cron AND old.time_zone = p_time_zone
+                                      AND NOT (old.suspended AND NOT p_suspended)
+                                 THEN old.next_tick ELSE p_next_tick END,
+                updated_at = now()
+            WHERE name = p_name;
+        END IF;
+    END IF;
+    IF changed THEN
+        PERFORM pg_notify('rara_schedules', p_name);  -- firing loops sleep to the new next tick
+    END IF;
+    RETURN NEXT;
+END $$;
+
+-- FUNCTION: rara_schedule_claim(integer)
+
+CREATE FUNCTION public.rara_schedule_claim(p_limit integer) RETURNS TABLE(name text, definition text, version integer, cron text, time_zone text, input jsonb, concurrency_policy text, starting_deadline_seconds integer, next_tick timestamp with time zone, last_run_id bigint, last_run_ended boolean, db_now timestamp with time zone)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    -- Up to p_limit due schedules, their rows locked until the caller's commit: SKIP LOCKED,
+    -- so firing processes never wait on each other and never take one schedule twice at once.
+    -- The caller decides their ticks (rara_schedule_decide) in the same transaction. db_now is
+    -- the clock every firing process uses (the database's: one clock, however many hosts).
+    -- last_run_ended: whether the run of the last tick has ended (NULL: none), for Forbid.
+    RETURN QUERY
+    SELECT s.name, s.definition, s.version, s.cron, s.time_zone, s.input,
+           s.concurrency_policy, s.starting_deadline_seconds, s.next_tick, s.last_run_id,
+           (SELECT r.status NOT IN ('pending', 'running') FROM rara_runs r
+            WHERE r.id = s.last_run_id),
+           now()
+    FROM rara_schedules s
+    WHERE NOT s.suspended AND s.next_tick <= now()
+    ORDER BY s.next_tick
+    LIMIT p_limit
+    FOR UPDATE OF s SKIP LOCKED;
+END $$;
+
+-- FUNCTION: rara_schedule_decide(text, jsonb, integer, timestamp with time zone)
+
+CREATE FUNCTION public.rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    s record;
+    newest record;
+BEGIN
+    -- Record decided ticks, p_ticks: [{tick, outcome, run_id, reason}], and move the schedule
+    -- on: next_tick to p_next_tick (never back), p_missed more missed ticks. A tick decided
+    -- before keeps its first record (ON CONFLICT): with the runs' idempotency key that makes
+    -- a tick one run even if two callers decided it. Then the history limits: of the ticks
+    -- whose run ended, the newest successful_runs_kept succeeded and failed_runs_kept failed
+    -- or cancelled stay; runs are not deleted here (`rara runs prune` is the owner's).
+    SELECT * INTO s FROM rara_schedules WHERE name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no schedule %', p_name USING ERRCODE = 'no_data_found';
+    END IF;
+    INSERT INTO rara_schedule_ticks (schedule, tick, outcome, run_id, reason)
+    SELECT p_name, t.tick, t.outcome, t.run_id, t.reason
+    FROM jsonb_to_recordset(p_ticks) AS t(tick timestamptz, outcome text, run_id bigint,
+                                          reason text)
+    ON CONFLICT (schedule, tick) DO NOTHING;
+    SELECT t.tick, t.run_id INTO newest
+    FROM jsonb_to_recordset(p_ticks) AS t(tick timestamptz, run_id bigint)
+    WHERE t.run_id IS NOT NULL ORDER BY t.tick DESC LIMIT 1;
+    UPDATE rara_schedules SET
+        next_tick = greatest(next_tick, coalesce(p_next_tick, next_tick)),
+        missed_ticks = missed_ticks + p_missed,
+        -- The last run is the newest tick's (a backfill of older ticks leaves it).
+        last_tick = CASE WHEN newest.tick >= coalesce(last_tick, '-infinity')
+                         THEN newest.tick ELSE last_tick END,
+        last_run_id = CASE WHEN newest.tick >= coalesce(last_tick, '-infinity')
+                           THEN newest.run_id ELSE last_run_id END,
+        updated_at = now()
+    WHERE name = p_name;
+    WITH ended AS (
+        SELECT t.tick, r.status = 'succeeded' AS ok,
+               row_number() OVER (PARTITION BY r.status = 'succeeded'
+                                  ORDER BY t.tick DESC) AS newest
+        FROM rara_schedule_ticks t JOIN rara_runs r ON r.id = t.run_id
+        WHERE t.schedule = p_name AND r.status NOT IN ('pending', 'running')
+    )
+    DELETE FROM rara_schedule_ticks t USING ended e
+    WHERE t.schedule = p_name AND t.tick = e.tick
+      AND e.newest > CASE WHEN e.ok THEN s.successful_runs_kept ELSE s.failed_runs_kept END;
+    -- Ticks that started nothing (skipped, refused): the newest 100 say enough.
+    DELETE FROM rara_schedule_ticks t
+    WHERE t.schedule = p_name AND t.run_id IS NULL AND t.tick < (
+        SELECT u.tick FROM rara_schedule_ticks u
+        WHERE u.schedule = p_name AND u.run_id IS NULL
+        ORDER BY u.tick DESC OFFSET 99 LIMIT 1);
+END $$;
+
+-- FUNCTION: rara_schedule_delete(text)
+
+CREATE FUNCTION public.rara_schedule_delete(p_name text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    -- The schedule and its tick history go; the runs it started stay. False: none was.
+    DELETE FROM rara_schedules WHERE name = p_name;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_notify('rara_schedules', p_name);
+    RETURN true;
+END $$;
+
+-- FUNCTION: rara_schedule_suspend(text, boolean, timestamp with time zone)
+
+CREATE FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    -- Pause (p_suspended) or resume a schedule; a resumed one starts again at p_next_tick, its
+    -- first tick after now. The spec keeps `suspend` in step, so `show` and a re-apply agree.
+    -- NULL: no such schedule; false: it already was.
+    PERFORM 1 FROM rara_schedules WHERE name = p_name;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    UPDATE rara_schedules SET
+        suspended = p_suspended,
+        spec = jsonb_set(spec, '{suspend}', to_jsonb(p_suspended)),
+        next_tick = CASE WHEN p_suspended THEN next_tick ELSE p_next_tick END,
+        updated_at = now()
+    WHERE name = p_name AND suspended <> p_suspended;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM pg_notify('rara_schedules', p_name);
+    RETURN true;
+END $$;
+
 -- FUNCTION: rara_spec_caches(jsonb)
 
 CREATE FUNCTION public.rara_spec_caches(p_spec jsonb) RETURNS jsonb
@@ -2092,6 +2264,48 @@ ALTER TABLE public.rara_runs ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+-- TABLE: rara_schedule_ticks
+
+CREATE TABLE public.rara_schedule_ticks (
+    schedule text NOT NULL,
+    tick timestamp with time zone NOT NULL,
+    outcome text NOT NULL,
+    run_id bigint,
+    reason text,
+    decided_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rara_schedule_ticks_outcome_check CHECK ((outcome = ANY (ARRAY['started'::text, 'skipped'::text, 'refused'::text, 'triggered'::text, 'backfilled'::text])))
+);
+
+-- TABLE: rara_schedules
+
+CREATE TABLE public.rara_schedules (
+    name text NOT NULL,
+    definition text NOT NULL,
+    version integer,
+    cron text NOT NULL,
+    time_zone text NOT NULL,
+    input jsonb DEFAULT '{}'::jsonb NOT NULL,
+    concurrency_policy text NOT NULL,
+    starting_deadline_seconds integer NOT NULL,
+    suspended boolean DEFAULT false NOT NULL,
+    successful_runs_kept integer NOT NULL,
+    failed_runs_kept integer NOT NULL,
+    spec jsonb NOT NULL,
+    next_tick timestamp with time zone NOT NULL,
+    last_tick timestamp with time zone,
+    last_run_id bigint,
+    missed_ticks bigint DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rara_schedules_concurrency_policy_check CHECK ((concurrency_policy = ANY (ARRAY['Allow'::text, 'Forbid'::text, 'Replace'::text]))),
+    CONSTRAINT rara_schedules_failed_runs_kept_check CHECK ((failed_runs_kept >= 0)),
+    CONSTRAINT rara_schedules_input_check CHECK ((jsonb_typeof(input) = 'object'::text)),
+    CONSTRAINT rara_schedules_name_check CHECK ((name ~ '^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$'::text)),
+    CONSTRAINT rara_schedules_starting_deadline_seconds_check CHECK ((starting_deadline_seconds >= 1)),
+    CONSTRAINT rara_schedules_successful_runs_kept_check CHECK ((successful_runs_kept >= 0)),
+    CONSTRAINT rara_schedules_version_check CHECK ((version >= 1))
+);
+
 -- TABLE: rara_schema_functions
 
 CREATE TABLE public.rara_schema_functions (
@@ -2287,6 +2501,16 @@ ALTER TABLE ONLY public.rara_runs
 ALTER TABLE ONLY public.rara_runs
     ADD CONSTRAINT rara_runs_pkey PRIMARY KEY (id);
 
+-- CONSTRAINT: rara_schedule_ticks rara_schedule_ticks_pkey
+
+ALTER TABLE ONLY public.rara_schedule_ticks
+    ADD CONSTRAINT rara_schedule_ticks_pkey PRIMARY KEY (schedule, tick);
+
+-- CONSTRAINT: rara_schedules rara_schedules_pkey
+
+ALTER TABLE ONLY public.rara_schedules
+    ADD CONSTRAINT rara_schedules_pkey PRIMARY KEY (name);
+
 -- CONSTRAINT: rara_schema_functions rara_schema_functions_pkey
 
 ALTER TABLE ONLY public.rara_schema_functions
@@ -2326,6 +2550,14 @@ ALTER TABLE ONLY public.rara_steps
 
 ALTER TABLE ONLY public.rara_workers
     ADD CONSTRAINT rara_workers_pkey PRIMARY KEY (id);
+
+-- INDEX: rara_schedule_ticks_run
+
+CREATE INDEX rara_schedule_ticks_run ON public.rara_schedule_ticks USING btree (run_id) WHERE (run_id IS NOT NULL);
+
+-- INDEX: rara_schedules_due
+
+CREATE INDEX rara_schedules_due ON public.rara_schedules USING btree (next_tick) WHERE (NOT suspended);
 
 -- INDEX: rara_step_artifacts_digest
 
@@ -2402,6 +2634,11 @@ ALTER TABLE ONLY public.rara_definition_versions
 
 ALTER TABLE ONLY public.rara_events
     ADD CONSTRAINT rara_events_step_id_fkey FOREIGN KEY (step_id) REFERENCES public.rara_steps(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: rara_schedule_ticks rara_schedule_ticks_schedule_fkey
+
+ALTER TABLE ONLY public.rara_schedule_ticks
+    ADD CONSTRAINT rara_schedule_ticks_schedule_fkey FOREIGN KEY (schedule) REFERENCES public.rara_schedules(name) ON DELETE CASCADE;
 
 -- FK CONSTRAINT: rara_step_artifacts rara_step_artifacts_digest_fkey
 
@@ -2544,6 +2781,36 @@ GRANT ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_di
 -- ACL: FUNCTION rara_run_transition_allowed(old public.rara_run_status, new public.rara_run_status)
 
 REVOKE ALL ON FUNCTION public.rara_run_transition_allowed(old public.rara_run_status, new public.rara_run_status) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone) TO rara_operator;
+
+-- ACL: FUNCTION rara_schedule_claim(p_limit integer)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_claim(p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_schedule_claim(p_limit integer) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_schedule_claim(p_limit integer) TO rara_operator;
+
+-- ACL: FUNCTION rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone) TO rara_operator;
+
+-- ACL: FUNCTION rara_schedule_delete(p_name text)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_delete(p_name text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_schedule_delete(p_name text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_schedule_delete(p_name text) TO rara_operator;
+
+-- ACL: FUNCTION rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone) TO rara_operator;
 
 -- ACL: FUNCTION rara_spec_caches(p_spec jsonb)
 
@@ -2721,6 +2988,14 @@ GRANT SELECT ON TABLE public.rara_map_lists TO rara_reader;
 -- ACL: TABLE rara_runs
 
 GRANT SELECT ON TABLE public.rara_runs TO rara_reader;
+
+-- ACL: TABLE rara_schedule_ticks
+
+GRANT SELECT ON TABLE public.rara_schedule_ticks TO rara_reader;
+
+-- ACL: TABLE rara_schedules
+
+GRANT SELECT ON TABLE public.rara_schedules TO rara_reader;
 
 -- ACL: TABLE rara_schema_functions
 

@@ -81,9 +81,17 @@ class RaraError(Exception):
 
 
 class DefinitionInvalid(RaraError, ValueError):
+    what = "workflow definition"  # the document's kind, in the message's first line
+
     def __init__(self, problems: Iterable[str]) -> None:
         self.problems = list(problems)
-        super().__init__("invalid workflow definition:\n  " + "\n  ".join(self.problems))
+        super().__init__(f"invalid {self.what}:\n  " + "\n  ".join(self.problems))
+
+
+class ScheduleInvalid(DefinitionInvalid):
+    """A WorkflowSchedule document that does not validate (rara.schedules.model)."""
+
+    what = "workflow schedule"
 
 
 class InputInvalid(RaraError, ValueError):

@@ -182,7 +182,10 @@ def test_rbac_is_least_privilege(rendered: list[dict[str, Any]]) -> None:
     }
     peerings = "kopfpeerings" if role["kind"] == "Role" else "clusterkopfpeerings"
     assert rules == {
-        (("rara.dev",), ("workflowdefinitions", "workflowruns", "workerpools")): {
+        (
+            ("rara.dev",),
+            ("workflowdefinitions", "workflowruns", "workflowschedules", "workerpools"),
+        ): {
             "get",
             "list",
             "watch",
@@ -190,7 +193,12 @@ def test_rbac_is_least_privilege(rendered: list[dict[str, Any]]) -> None:
         },
         (
             ("rara.dev",),
-            ("workflowdefinitions/status", "workflowruns/status", "workerpools/status"),
+            (
+                "workflowdefinitions/status",
+                "workflowruns/status",
+                "workflowschedules/status",
+                "workerpools/status",
+            ),
         ): {"get", "patch"},
         (("apps",), ("deployments/scale",)): {"get", "patch"},
         (("",), ("events",)): {"create"},

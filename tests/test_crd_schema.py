@@ -22,6 +22,7 @@ from pydantic_core import core_schema
 from rara.definitions import durations
 from rara.definitions.model import WorkflowSpec
 from rara.operator.models import WorkerPoolSpec, WorkflowRunSpec
+from rara.schedules.model import ScheduleSpec
 
 CRDS = Path(__file__).resolve().parents[1] / "crds"
 KEYWORDS = ("type", "pattern", "enum", "minimum", "maximum", "minItems", "maxItems")
@@ -119,6 +120,7 @@ def _drop_none_defaults(node: Any) -> Any:
         # rara fills defaults into the canonical form it hashes).
         ("workflowdefinitions", WorkflowSpec, False),
         ("workflowruns", WorkflowRunSpec, False),
+        ("workflowschedules", ScheduleSpec, False),
         # Pools: the CRD defaults so `kubectl get` shows them; they must equal the model's.
         ("workerpools", WorkerPoolSpec, True),
     ],
@@ -167,6 +169,7 @@ def test_uniqueness_the_model_checks_is_enforced_by_the_api_server_too() -> None
         ("workflowdefinitions", "WorkflowDefinition", {"Version", "Digest", "Ready", "Age"}),
         ("workflowruns", "WorkflowRun", {"Phase", "Done/Total", "Age"}),
         ("workerpools", "WorkerPool", {"Deployment", "Desired", "Backlog", "Age"}),
+        ("workflowschedules", "WorkflowSchedule", {"Schedule", "Next", "Last Run", "Age"}),
     ],
 )
 def test_crd_shape(crd_name: str, kind: str, columns: set[str]) -> None:

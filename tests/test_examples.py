@@ -26,6 +26,7 @@ from rara.definitions.model import WorkflowDefinition
 from rara.definitions.parse import definition_from_object
 from rara.errors import InputInvalid
 from rara.operator.models import WorkflowRunSpec
+from rara.schedules.model import schedule_from_object
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
@@ -33,6 +34,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 PLURALS = {
     "WorkflowDefinition": "workflowdefinitions",
     "WorkflowRun": "workflowruns",
+    "WorkflowSchedule": "workflowschedules",
     "WorkerPool": "workerpools",
 }
 
@@ -103,6 +105,10 @@ def test_example_is_accepted_by_rara(name: str, doc: dict[str, Any]) -> None:
         definition_from_object(doc)
     elif doc["kind"] == "WorkflowRun":
         assert run_problems(doc) == []
+    elif doc["kind"] == "WorkflowSchedule":
+        spec = schedule_from_object(doc).spec
+        # Its input is what a run of its definition would take.
+        assert run_problems({"spec": {"definition": spec.definition, "input": spec.input}}) == []
 
 
 def test_the_checks_refuse_a_bad_run() -> None:

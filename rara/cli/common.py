@@ -81,6 +81,13 @@ def read_text_arg(path: Path, what: str, max_bytes: int | None = None) -> str:
         raise InputInvalid(f"{what}: {path} is not UTF-8 text ({exc.reason})") from exc
 
 
+def read_document_arg(file: Path, max_bytes: int) -> tuple[str, str]:
+    """The text of ``-f FILE`` ('-': stdin) and the name problems are reported against."""
+    if str(file) == "-":
+        return typer.get_text_stream("stdin").read(), "<stdin>"
+    return read_text_arg(file, "-f", max_bytes=max_bytes), str(file)
+
+
 def parse_json_arg(value: str | None, what: str, max_bytes: int | None = None) -> Any:
     """A JSON argument given inline or as @file."""
     if value is None:

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from rara.cli.common import console, read_text_arg, reports_errors
+from rara.cli.common import console, read_document_arg, reports_errors
 from rara.client import Client
 from rara.definitions.parse import MAX_DOCUMENT_BYTES, load_definition
 
@@ -22,10 +22,7 @@ def apply(
     file: Annotated[Path, typer.Option("-f", "--file", help="YAML document ('-' for stdin)")],
 ) -> None:
     """Register a definition: the same spec gives the same version, a changed one N+1."""
-    if str(file) == "-":
-        text, source = typer.get_text_stream("stdin").read(), "<stdin>"
-    else:
-        text, source = read_text_arg(file, "-f", max_bytes=MAX_DOCUMENT_BYTES), str(file)
+    text, source = read_document_arg(file, MAX_DOCUMENT_BYTES)
     applied = Client().apply_definition(load_definition(text, source))
     state = "created" if applied.created else "unchanged"
     console.print(

@@ -19,6 +19,7 @@ from rara.cli import (
     operator,
     retention,
     runs,
+    schedules,
     status,
     ui,
     worker,
@@ -37,6 +38,7 @@ app.add_typer(runs.app, name="runs")
 app.add_typer(artifacts.app, name="artifacts")
 app.add_typer(limits.app, name="limits")
 app.add_typer(cache.app, name="cache")
+app.add_typer(schedules.app, name="schedules")
 app.command("migrate")(db.migrate_command)
 app.command("status")(status.status)
 app.command("executor")(executor.executor)

@@ -23,17 +23,23 @@ _CANONICAL_ONLY_WHEN_SET = ("inputSchema", "cache")
 def load_definition(text: str | bytes, source: str = "document") -> WorkflowDefinition:
     """Parse one YAML (or JSON) document. Raises DefinitionInvalid listing every problem;
     ``source`` (a file name) is what problems with the text itself are reported against."""
+    return definition_from_object(load_document(text, source), source)
+
+
+def load_document(
+    text: str | bytes, source: str = "document", error: type[DefinitionInvalid] = DefinitionInvalid
+) -> Any:
+    """The one YAML (or JSON) document of ``text``, of bounded size; ``error`` (its kind's
+    DefinitionInvalid) names what is wrong with the text itself."""
     if len(text) > MAX_DOCUMENT_BYTES:
-        raise DefinitionInvalid([f"{source}: {len(text)} bytes; the limit is {MAX_DOCUMENT_BYTES}"])
+        raise error([f"{source}: {len(text)} bytes; the limit is {MAX_DOCUMENT_BYTES}"])
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise DefinitionInvalid([_yaml_problem(exc, source)]) from exc
+        raise error([_yaml_problem(exc, source)]) from exc
     if len(docs) != 1:
-        raise DefinitionInvalid(
-            [f"{source}: expected exactly one YAML document, found {len(docs)}"]
-        )
-    return definition_from_object(docs[0], source)
+        raise error([f"{source}: expected exactly one YAML document, found {len(docs)}"])
+    return docs[0]
 
 
 def _yaml_problem(exc: yaml.YAMLError, source: str) -> str:
@@ -58,14 +64,14 @@ def definition_from_object(obj: Any, source: str = "document") -> WorkflowDefini
     try:
         return WorkflowDefinition.model_validate(obj)
     except ValidationError as exc:
-        raise DefinitionInvalid(_describe(exc, obj)) from None
+        raise DefinitionInvalid(describe_problems(exc, obj)) from None
 
 
 def spec_from_object(obj: Any) -> WorkflowSpec:
     try:
         return WorkflowSpec.model_validate(obj)
     except ValidationError as exc:
-        raise DefinitionInvalid(_describe(exc, {"spec": obj}, prefix=("spec",))) from None
+        raise DefinitionInvalid(describe_problems(exc, {"spec": obj}, prefix=("spec",))) from None
 
 
 def canonical_spec(spec: WorkflowSpec) -> dict[str, Any]:
@@ -80,7 +86,10 @@ def canonical_spec(spec: WorkflowSpec) -> dict[str, Any]:
     return canonical
 
 
-def _describe(exc: ValidationError, obj: Any, prefix: tuple[str | int, ...] = ()) -> list[str]:
+def describe_problems(
+    exc: ValidationError, obj: Any, prefix: tuple[str | int, ...] = ()
+) -> list[str]:
+    """One line per problem, each naming where it is: ``spec.steps[1] (step 'adapt').key: …``."""
     problems = []
     for error in exc.errors():
         loc = prefix + tuple(error["loc"])

@@ -14,7 +14,7 @@ from typing import Any
 import kopf
 
 from rara import logs, metrics
-from rara.operator import definitions, events, login, peering, pools, runs, runsync
+from rara.operator import definitions, events, login, peering, pools, runs, runsync, schedules
 from rara.operator.models import GROUP, VERSION
 from rara.operator.peering import Peering
 from rara.operator.runtime import OperatorConfig, open_runtime
@@ -56,9 +56,19 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     async def stop_run_sync(memo: kopf.Memo, **_: Any) -> None:
         await runsync.stop(memo)
 
+    def start_firing(memo: kopf.Memo, **_: Any) -> None:
+        if config.fire_schedules:
+            memo.firing = schedules.Firing.start(config.database_url)
+
+    def stop_firing(memo: kopf.Memo, **_: Any) -> None:
+        if getattr(memo, "firing", None) is not None:
+            memo.firing.close()
+
     kopf.on.startup(registry=registry)(configure)
     kopf.on.startup(registry=registry)(start_run_sync)
+    kopf.on.startup(registry=registry)(start_firing)
     kopf.on.cleanup(registry=registry)(stop_run_sync)  # before the pool it uses is closed
+    kopf.on.cleanup(registry=registry)(stop_firing)
     kopf.on.cleanup(registry=registry)(close)
     kopf.on.login(registry=registry)(login.login)
 
@@ -75,6 +85,12 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     kopf.daemon(*wfr, when=runsync.unfinished, registry=registry)(runsync.track_workflow_run)
     # Not optional: kopf's finalizer makes the API server wait for the cancel.
     kopf.on.delete(*wfr, registry=registry)(runs.cancel_workflow_run)
+
+    wfs = (GROUP, VERSION, "workflowschedules")
+    for register in (kopf.on.create, kopf.on.update, kopf.on.resume):
+        register(*wfs, registry=registry)(schedules.reconcile_schedule)
+    kopf.on.delete(*wfs, registry=registry)(schedules.delete_schedule)
+    kopf.timer(*wfs, interval=config.run_sync_interval, registry=registry)(schedules.sync_status)
 
     kopf.timer(GROUP, VERSION, "workerpools", interval=config.scale_interval, registry=registry)(
         pools.scale_pool

@@ -17,6 +17,7 @@ from rara.definitions.parse import definition_from_object
 from rara.definitions.registry import apply_definition
 from rara.errors import DefinitionInvalid
 from rara.operator import conditions
+from rara.operator.models import document_of
 from rara.operator.runtime import connection
 from rara.pg import definitions as sql
 
@@ -34,12 +35,7 @@ def reconcile_definition(
     **_: Any,
 ) -> None:
     generation = meta.get("generation")
-    document = {
-        "apiVersion": body.get("apiVersion"),
-        "kind": body.get("kind"),
-        "metadata": {"name": name},
-        "spec": dict(body.get("spec") or {}),
-    }
+    document = document_of(body, name)
     try:
         definition = definition_from_object(document)
     except DefinitionInvalid as exc:

@@ -7,6 +7,7 @@ the operator never trusts a spec it did not validate itself (``--validate=false`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -17,6 +18,17 @@ GROUP = "rara.dev"
 VERSION = "v1alpha1"
 
 Capability = Annotated[str, Field(pattern=CAPABILITY_PATTERN)]
+
+
+def document_of(body: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The document rara validates from a resource's body: its kind and spec under its name,
+    without what the API server adds (uid, status, managed fields)."""
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": {"name": name},
+        "spec": dict(body.get("spec") or {}),
+    }
 
 
 class _Spec(BaseModel):

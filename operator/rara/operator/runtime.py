@@ -39,6 +39,7 @@ class OperatorConfig:
     scale_interval: float = 15.0  # seconds between scaling decisions per WorkerPool
     pool_size: int = 4
     peering: Peering | None = None  # None: standalone, the only operator (no other replica)
+    fire_schedules: bool = True  # run the schedules' firing loop (rara.schedules.firing)
 
 
 @dataclass

@@ -1,0 +1,130 @@
+"""WorkflowSchedule handlers: the spec becomes a schedule in PostgreSQL, and a timer mirrors
+the schedule's state (next tick, last run, missed ticks) into the status. The operator also
+runs the firing loop (rara.schedules.firing), in every replica: firing is exactly once by the
+database, not by there being one firer, so a standby that fires too does no harm.
+
+An invalid spec is reported in the status (condition Ready False, SpecInvalid, the message
+naming the field) and nothing reaches PostgreSQL, as for a WorkflowDefinition. Deleting the
+resource deletes the schedule and its tick history; the runs it started stay.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import kopf
+import psycopg
+
+from rara.errors import NotFound, ScheduleInvalid
+from rara.operator import conditions
+from rara.operator.models import document_of
+from rara.operator.runtime import connection
+from rara.pg import schedules as schedule_sql
+from rara.schedules import firing, manage
+from rara.schedules.model import schedule_from_object
+
+MAX_MESSAGE = 1000
+
+
+def reconcile_schedule(
+    body: kopf.Body,
+    name: str,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    generation = meta.get("generation")
+    document = document_of(body, name)
+    patch.status["observedGeneration"] = generation
+    try:
+        schedule = schedule_from_object(document)
+    except ScheduleInvalid as exc:
+        message = "; ".join(exc.problems)[:MAX_MESSAGE]
+        logger.warning(f"schedule {name} is invalid: {message}")
+        kopf.warn(body, reason="SpecInvalid", message=message)
+        patch.status["conditions"] = conditions.merge(
+            status.get("conditions"),
+            conditions.condition("Ready", False, "SpecInvalid", message, generation),
+        )
+        return
+    with connection(memo) as conn:
+        applied = manage.apply_schedule(conn, schedule)
+        row = schedule_sql.get(conn, name)
+    verb = "created" if applied.created else "changed" if applied.changed else "unchanged"
+    logger.info(f"schedule {name} {verb}")
+    if row is not None:
+        patch.status.update(mirrored_status(row))
+    patch.status["conditions"] = conditions.merge(
+        status.get("conditions"),
+        conditions.condition("Ready", True, "Applied", f"schedule {verb}", generation),
+    )
+
+
+def delete_schedule(name: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    with connection(memo) as conn:
+        try:
+            manage.delete_schedule(conn, name)
+        except NotFound:
+            logger.info(f"schedule {name} was never stored (invalid spec)")
+            return
+    logger.info(f"schedule {name} deleted")
+
+
+def sync_status(
+    name: str, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
+    """The timer: the schedule's state into the status, patched only when it changed."""
+    with connection(memo) as conn:
+        row = schedule_sql.get(conn, name)
+    if row is None:
+        return  # invalid, or not applied yet: the handler's condition says which
+    for key, value in mirrored_status(row).items():
+        if status.get(key) != value:
+            patch.status[key] = value
+
+
+def mirrored_status(row: schedule_sql.ScheduleRow) -> dict[str, Any]:
+    return {
+        "nextTick": None if row.suspended else _rfc3339(row.next_tick),
+        "lastTick": _rfc3339(row.last_tick),
+        "lastRunId": row.last_run_id,
+        "lastRunStatus": row.last_run_status,
+        "missedTicks": row.missed_ticks,
+    }
+
+
+def _rfc3339(value: datetime | None) -> str | None:
+    return None if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class Firing:
+    """The firing loop's thread, and how to stop it at once (it sleeps until the next tick)."""
+
+    url: str
+    stop: threading.Event
+    thread: threading.Thread
+
+    @classmethod
+    def start(cls, url: str) -> Firing:
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=firing.run_forever, args=(url, stop), name="rara-schedules", daemon=True
+        )
+        thread.start()
+        return cls(url, stop, thread)
+
+    def close(self, timeout: float = 10.0) -> None:
+        self.stop.set()
+        try:  # wake it from its sleep
+            with psycopg.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                conn.execute(f"NOTIFY {firing.CHANNEL}")
+        except psycopg.OperationalError:
+            pass  # the database is down: the loop is in its reconnect wait, which stop ends
+        self.thread.join(timeout)

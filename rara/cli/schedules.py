@@ -1,0 +1,172 @@
+"""`rara schedules apply|list|show|pause|resume|trigger|backfill|delete|run`
+(docs/schedules.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import psycopg
+import typer
+from rich.table import Table
+
+from rara.cli.common import console, read_document_arg, reports_errors
+from rara.definitions.parse import MAX_DOCUMENT_BYTES
+from rara.errors import InputInvalid
+from rara.logs import configure
+from rara.pg import schedules as schedule_sql
+from rara.pg.connect import database_url
+from rara.schedules import firing, manage
+from rara.schedules.model import load_schedule
+
+app = typer.Typer(help="Schedules: a run at each tick of a cron expression.", no_args_is_help=True)
+
+
+@contextmanager
+def _conn() -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(database_url(), autocommit=True) as conn:
+        yield conn
+
+
+def _when(value: datetime | None) -> str:
+    return "" if value is None else value.isoformat()
+
+
+@app.command()
+@reports_errors
+def apply(
+    file: Annotated[Path, typer.Option("-f", "--file", help="YAML document ('-' for stdin)")],
+) -> None:
+    """Create or change a schedule; the same document again changes nothing."""
+    text, source = read_document_arg(file, MAX_DOCUMENT_BYTES)
+    schedule = load_schedule(text, source)
+    with _conn() as conn:
+        applied = manage.apply_schedule(conn, schedule)
+        row = manage.get_schedule(conn, schedule.name)
+    state = "created" if applied.created else "changed" if applied.changed else "unchanged"
+    console.print(f"{schedule.name} ({state}); next tick {_when(row.next_tick)}", highlight=False)
+
+
+@app.command("list")
+@reports_errors
+def list_() -> None:
+    """Every schedule with its next and last tick."""
+    with _conn() as conn:
+        rows = schedule_sql.list_all(conn)
+    table = Table(
+        "name", "definition", "schedule", "zone", "policy", "next tick", "last run", "missed"
+    )
+    for row in rows:
+        last = "" if row.last_run_id is None else f"{row.last_run_id} {row.last_run_status}"
+        table.add_row(
+            row.name,
+            row.definition + ("" if row.version is None else f" v{row.version}"),
+            row.cron,
+            row.time_zone,
+            row.concurrency_policy,
+            "paused" if row.suspended else _when(row.next_tick),
+            last,
+            str(row.missed_ticks),
+        )
+    console.print(table)
+
+
+@app.command()
+@reports_errors
+def show(
+    name: str, ticks: Annotated[int, typer.Option(min=1, max=1000, help="ticks shown")] = 20
+) -> None:
+    """A schedule's spec, state and newest decided ticks."""
+    with _conn() as conn:
+        row = manage.get_schedule(conn, name)
+        history = schedule_sql.ticks(conn, name, ticks)
+    state = "paused" if row.suspended else f"next tick {_when(row.next_tick)}"
+    console.print(
+        f"{row.name}: {state}; last tick {_when(row.last_tick) or '-'} "
+        f"(run {row.last_run_id or '-'} {row.last_run_status or ''}); "
+        f"{row.missed_ticks} missed",
+        highlight=False,
+    )
+    console.print_json(json.dumps(row.spec))
+    table = Table("tick", "outcome", "run", "status", "reason")
+    for t in history:
+        table.add_row(
+            _when(t.tick), t.outcome, str(t.run_id or ""), t.run_status or "", t.reason or ""
+        )
+    console.print(table)
+
+
+@app.command()
+@reports_errors
+def pause(name: str) -> None:
+    """Stop firing NAME (its ticks while paused are neither fired nor missed)."""
+    with _conn() as conn:
+        changed = manage.set_suspended(conn, name, True)
+    console.print(f"{name}: paused" + ("" if changed else " (already)"), highlight=False)
+
+
+@app.command()
+@reports_errors
+def resume(name: str) -> None:
+    """Fire NAME again, from its next tick after now."""
+    with _conn() as conn:
+        changed = manage.set_suspended(conn, name, False)
+        row = manage.get_schedule(conn, name)
+    note = "" if changed else " (was not paused)"
+    console.print(f"{name}: resumed{note}; next tick {_when(row.next_tick)}", highlight=False)
+
+
+@app.command()
+@reports_errors
+def trigger(name: str) -> None:
+    """Start a run of NAME now, whatever its concurrency policy; prints the run id."""
+    with _conn() as conn:
+        console.print(str(manage.trigger(conn, name)), highlight=False)
+
+
+@app.command()
+@reports_errors
+def delete(name: str) -> None:
+    """Delete NAME and its tick history (its runs stay)."""
+    with _conn() as conn:
+        manage.delete_schedule(conn, name)
+    console.print(f"{name}: deleted", highlight=False)
+
+
+def _instant(value: str, what: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise InputInvalid(f"{what} {value!r} is not an ISO 8601 time") from None
+
+
+@app.command()
+@reports_errors
+def backfill(
+    name: str,
+    start: Annotated[str, typer.Option("--from", help="first instant, ISO 8601 with offset")],
+    end: Annotated[str, typer.Option("--to", help="last instant, ISO 8601 with offset")],
+) -> None:
+    """One run per tick of NAME in [--from, --to]; a tick that already ran keeps its run."""
+    with _conn() as conn:
+        done = manage.backfill(conn, name, _instant(start, "--from"), _instant(end, "--to"))
+    for b in done:
+        console.print(
+            f"{b.tick.isoformat()} run {b.run_id}" + ("" if b.created else " (existing)"),
+            highlight=False,
+        )
+    created = sum(b.created for b in done)
+    console.print(f"{len(done)} ticks: {created} runs started", highlight=False)
+
+
+@app.command("run")
+@reports_errors
+def run_() -> None:
+    """Fire schedules until stopped: sleeps until the next tick or a schedule change. Run as
+    many as you like (they never fire a tick twice); the operator runs one too."""
+    configure()
+    firing.run_forever(database_url())

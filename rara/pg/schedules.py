@@ -1,0 +1,173 @@
+"""Typed access to ``db/queries/schedules.sql``: schedules and their decided ticks (migration
+0014; the rules in db/functions/schedules.sql and docs/schedules.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+
+from rara.pg.queries import Conn, many, one, run, value
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    created: bool
+    changed: bool  # False: the same spec was already applied
+
+
+@dataclass(frozen=True, slots=True)
+class DueSchedule:
+    """A due schedule, its row locked by this transaction (``schedule_claim``)."""
+
+    name: str
+    definition: str
+    version: int | None
+    cron: str
+    time_zone: str
+    input: dict[str, Any]
+    concurrency_policy: str
+    starting_deadline_seconds: int
+    next_tick: datetime
+    last_run_id: int | None
+    last_run_ended: bool | None  # None: no run yet (or it was deleted)
+    db_now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NextDue:
+    next_tick: datetime | None  # None: no live schedule
+    db_now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRow:
+    name: str
+    definition: str
+    version: int | None
+    cron: str
+    time_zone: str
+    input: dict[str, Any]
+    concurrency_policy: str
+    starting_deadline_seconds: int
+    suspended: bool
+    successful_runs_kept: int
+    failed_runs_kept: int
+    spec: dict[str, Any]
+    next_tick: datetime
+    last_tick: datetime | None
+    last_run_id: int | None
+    missed_ticks: int
+    created_at: datetime
+    updated_at: datetime
+    last_run_status: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSummary:
+    name: str
+    definition: str
+    version: int | None
+    cron: str
+    time_zone: str
+    concurrency_policy: str
+    suspended: bool
+    next_tick: datetime
+    last_tick: datetime | None
+    last_run_id: int | None
+    missed_ticks: int
+    last_run_status: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class TickRow:
+    tick: datetime
+    outcome: str  # started, skipped, refused, triggered, backfilled
+    run_id: int | None
+    reason: str | None
+    decided_at: datetime
+    run_status: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """One decided tick, as ``schedule_decide`` records it."""
+
+    tick: datetime
+    outcome: str
+    run_id: int | None = None
+    reason: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "tick": self.tick.isoformat(),
+            "outcome": self.outcome,
+            "run_id": self.run_id,
+            "reason": self.reason,
+        }
+
+
+def apply(
+    conn: Conn, *, name: str, spec: dict[str, Any], next_tick: datetime, **fields: Any
+) -> Applied:
+    row = one(
+        conn,
+        "schedule_apply",
+        class_row(Applied),
+        name=name,
+        spec=Jsonb(spec),
+        next_tick=next_tick,
+        **{k: Jsonb(v) if k == "input" else v for k, v in fields.items()},
+    )
+    if row is None:
+        raise AssertionError("schedule_apply returned no row")
+    return row
+
+
+def suspend(conn: Conn, name: str, suspended: bool, next_tick: datetime | None) -> bool | None:
+    return value(
+        conn, "schedule_suspend", bool, name=name, suspended=suspended, next_tick=next_tick
+    )
+
+
+def delete(conn: Conn, name: str) -> bool:
+    return bool(value(conn, "schedule_delete", bool, name=name))
+
+
+def claim(conn: Conn, limit: int) -> list[DueSchedule]:
+    return many(conn, "schedule_claim", class_row(DueSchedule), limit=limit)
+
+
+def decide(
+    conn: Conn, name: str, ticks: list[Decided], missed: int, next_tick: datetime | None
+) -> None:
+    run(
+        conn,
+        "schedule_decide",
+        name=name,
+        ticks=Jsonb([t.as_json() for t in ticks]),
+        missed=missed,
+        next_tick=next_tick,
+    )
+
+
+def next_due(conn: Conn) -> NextDue:
+    row = one(conn, "schedule_next_due", class_row(NextDue))
+    if row is None:
+        raise AssertionError("schedule_next_due returned no row")
+    return row
+
+
+def get(conn: Conn, name: str) -> ScheduleRow | None:
+    return one(conn, "schedule_get", class_row(ScheduleRow), name=name)
+
+
+def list_all(conn: Conn) -> list[ScheduleSummary]:
+    return many(conn, "schedule_list", class_row(ScheduleSummary))
+
+
+def ticks(conn: Conn, name: str, limit: int = 20) -> list[TickRow]:
+    return many(conn, "schedule_tick_list", class_row(TickRow), name=name, limit=limit)

@@ -1,0 +1,169 @@
+"""Firing schedules: a pass decides every due tick once, and a loop sleeps between passes.
+
+Any number of processes may run the loop (the operator's replicas, `rara schedules run`):
+exactly once comes from the database, not from there being one of them. A pass takes the due
+schedules' rows with FOR UPDATE SKIP LOCKED (``schedule_claim``), starts each due tick's run
+under the idempotency key of (schedule, tick) and records the tick (``schedule_decide``), in
+one transaction. Killed before its commit, it leaves nothing and the next pass decides the
+same ticks; killed after, the ticks are decided. Between ticks the loop sleeps until the
+earliest next tick, or until a schedule changes (NOTIFY rara_schedules): no polling.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import select
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from rara.errors import RaraError
+from rara.pg import schedules as schedule_sql
+from rara.pg.schedules import Decided, DueSchedule
+from rara.runs import cancel_run, start_run
+from rara.schedules import ticks
+
+log = logging.getLogger(__name__)
+
+CLAIM_LIMIT = 100  # schedules per transaction; a pass goes on while it gets full batches
+MAX_TICKS_PER_PASS = 100  # ticks of one schedule per pass (a long outage: several passes)
+MAX_SLEEP_SECONDS = 300.0  # a lost NOTIFY or a clock step costs at most this much lateness
+RECONNECT_SECONDS = 1.0
+CHANNEL = "rara_schedules"
+
+
+def idempotency_key(schedule: str, tick: datetime) -> str:
+    """The run of ``schedule`` at ``tick``: the same key whoever starts it (a firing pass, a
+    backfill), so a tick has one run. Names too long for the key's 200 characters are hashed."""
+    when = tick.strftime("%Y%m%dT%H%M%SZ")
+    name = (
+        schedule
+        if len(schedule) <= 160
+        else "sha256-" + hashlib.sha256(schedule.encode()).hexdigest()[:32]
+    )
+    return f"schedule:{name}:{when}"
+
+
+@dataclass
+class PassCounts:
+    started: int = 0
+    skipped: int = 0
+    refused: int = 0
+    missed: int = 0
+    schedules: int = 0
+
+
+def fire_due(conn: psycopg.Connection[Any]) -> PassCounts:
+    """One pass: every due tick of every due schedule decided, in batches of CLAIM_LIMIT
+    schedules, each batch one transaction."""
+    counts = PassCounts()
+    while True:
+        with conn.transaction():
+            due = schedule_sql.claim(conn, CLAIM_LIMIT)
+            for schedule in due:
+                _fire(conn, schedule, counts)
+        counts.schedules += len(due)
+        if len(due) < CLAIM_LIMIT:
+            return counts
+
+
+def _fire(conn: psycopg.Connection[Any], schedule: DueSchedule, counts: PassCounts) -> None:
+    plan = ticks.plan(
+        schedule.cron,
+        schedule.time_zone,
+        schedule.next_tick,
+        schedule.db_now,
+        schedule.starting_deadline_seconds,
+        MAX_TICKS_PER_PASS,
+    )
+    active = schedule.last_run_id if schedule.last_run_ended is False else None
+    decided: list[Decided] = []
+    for i, tick in enumerate(plan.fire):
+        later = plan.fire[i + 1] if i + 1 < len(plan.fire) else None
+        if schedule.concurrency_policy == "Replace" and later is not None:
+            # Only the newest due tick would survive: the earlier ones start nothing.
+            decided.append(Decided(tick, "skipped", reason=f"replaced by the tick of {later}"))
+            continue
+        if schedule.concurrency_policy == "Forbid" and active is not None:
+            decided.append(Decided(tick, "skipped", reason=f"run {active} has not ended"))
+            continue
+        if schedule.concurrency_policy == "Replace" and active is not None:
+            cancel_run(conn, active)  # the existing cancel path; a run that ended is a no-op
+        outcome = _start(conn, schedule, tick)
+        decided.append(outcome)
+        if outcome.run_id is not None:
+            active = outcome.run_id
+    schedule_sql.decide(conn, schedule.name, decided, plan.missed, plan.next_tick)
+    counts.started += sum(d.outcome == "started" for d in decided)
+    counts.skipped += sum(d.outcome == "skipped" for d in decided)
+    counts.refused += sum(d.outcome == "refused" for d in decided)
+    counts.missed += plan.missed
+    if plan.missed:
+        log.warning("schedule %s: %d ticks missed their deadline", schedule.name, plan.missed)
+
+
+def _start(conn: psycopg.Connection[Any], schedule: DueSchedule, tick: datetime) -> Decided:
+    """The tick's run (queued even when no worker is up: a pool scales from the backlog); a
+    refusal (no such definition, an input its schemas refuse) is recorded, not raised, so one
+    schedule's problem holds up no other."""
+    try:
+        with conn.transaction():  # a savepoint: a refused start leaves the pass intact
+            started = start_run(
+                conn,
+                schedule.definition,
+                version=schedule.version,
+                input=schedule.input,
+                idempotency_key=idempotency_key(schedule.name, tick),
+                queue_anyway=True,
+            )
+    except RaraError as exc:
+        log.warning("schedule %s: tick %s refused: %s", schedule.name, tick, exc)
+        return Decided(tick, "refused", reason=str(exc)[:500])
+    return Decided(tick, "started", run_id=started.run_id)
+
+
+def seconds_until_due(conn: psycopg.Connection[Any]) -> float:
+    """How long the loop may sleep: until the earliest next tick, by the database's clock."""
+    due = schedule_sql.next_due(conn)
+    if due.next_tick is None:
+        return MAX_SLEEP_SECONDS
+    return min(MAX_SLEEP_SECONDS, max(0.0, (due.next_tick - due.db_now).total_seconds()))
+
+
+def run_forever(url: str, stop: threading.Event | None = None) -> None:
+    """Fire due ticks, then sleep until the next one or a schedule change; reconnect after a
+    database outage (a pass cut off by it committed nothing)."""
+    stop = stop or threading.Event()
+    while not stop.is_set():
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(f"LISTEN {CHANNEL}")
+                _loop(conn, stop)
+        except psycopg.OperationalError as exc:
+            log.warning("schedules: database unavailable (%s); reconnecting", exc)
+            stop.wait(RECONNECT_SECONDS)
+
+
+def _loop(conn: psycopg.Connection[Any], stop: threading.Event) -> None:
+    while not stop.is_set():
+        fire_due(conn)
+        wait = seconds_until_due(conn)
+        if wait > 0:
+            sleep_until_notified(conn, wait)
+
+
+def sleep_until_notified(conn: psycopg.Connection[Any], seconds: float) -> None:
+    """Block until a notification arrives on ``conn`` or ``seconds`` pass, in one select():
+    psycopg's own ``notifies(timeout=…)`` wakes every 0.1 s (to notice Ctrl-C), which would
+    be CPU between ticks. Notifications that arrived during the pass are in psycopg's
+    backlog, not on the socket: they end the sleep at once."""
+    if any(True for _ in conn.notifies(timeout=0)):
+        return
+    readable, _, _ = select.select([conn.fileno()], [], [], seconds)
+    if readable:
+        for _ in conn.notifies(timeout=0):  # read them, so the socket is quiet again
+            pass

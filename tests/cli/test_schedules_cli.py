@@ -1,0 +1,69 @@
+"""`rara schedules` as a user runs it: apply (again: unchanged), list, show, pause, resume,
+trigger, backfill (twice: nothing new), and bad input refused in one line naming the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from typer.testing import CliRunner
+
+from rara.cli.main import app
+from tests.support.definitions import noop_definition
+
+SCHEDULE = """\
+apiVersion: rara.dev/v1alpha1
+kind: WorkflowSchedule
+metadata: {name: nightly}
+spec:
+  definition: noop
+  schedule: "0 2 * * *"
+  timeZone: Europe/Berlin
+  concurrencyPolicy: Forbid
+"""
+
+
+def test_the_schedule_commands(
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    noop_definition(conn)
+    doc = tmp_path / "nightly.yaml"
+    doc.write_text(SCHEDULE)
+    cli = CliRunner(env={"DATABASE_URL": database_url, "COLUMNS": "200"})
+
+    def ok(*args: str) -> str:
+        result = cli.invoke(app, ["schedules", *args])
+        assert result.exit_code == 0, result.output + result.stderr
+        return result.output
+
+    assert "nightly (created); next tick" in ok("apply", "-f", str(doc))
+    assert "nightly (unchanged)" in ok("apply", "-f", str(doc))
+    assert "Europe/Berlin" in ok("list")
+    assert "paused" in ok("pause", "nightly")
+    assert "paused" in ok("list")
+    assert "resumed; next tick" in ok("resume", "nightly")
+    run_id = int(ok("trigger", "nightly").strip())
+    assert f"run {run_id}" in ok("show", "nightly")
+    window = ("--from", "2026-03-27T00:00:00+01:00", "--to", "2026-03-31T00:00:00+02:00")
+    first = ok("backfill", "nightly", *window)
+    # 02:00 on 27-30 March; on the 29th 02:00 does not exist: 03:00 CEST, 01:00 UTC.
+    assert "4 ticks: 4 runs started" in first
+    assert "2026-03-29T01:00:00+00:00" in first
+    assert "4 ticks: 0 runs started" in ok("backfill", "nightly", *window)
+
+
+def test_bad_input_is_one_line_naming_the_field(database_url: str, tmp_path: Path) -> None:
+    doc = tmp_path / "bad.yaml"
+    doc.write_text(SCHEDULE.replace("Europe/Berlin", "Europe/Atlantis"))
+    cli = CliRunner(env={"DATABASE_URL": database_url})
+    refused = cli.invoke(app, ["schedules", "apply", "-f", str(doc)])
+    assert refused.exit_code == 2
+    assert "invalid workflow schedule:" in refused.stderr
+    assert "spec.timeZone: Value error, " not in refused.stderr
+    assert "spec.timeZone: 'Europe/Atlantis' is not an IANA time zone" in refused.stderr
+    missing = cli.invoke(app, ["schedules", "show", "nope"])
+    assert (missing.exit_code, missing.stderr.strip()) == (2, "error: no schedule nope")
+    bad_time = cli.invoke(app, ["schedules", "backfill", "nope", "--from", "x", "--to", "y"])
+    assert bad_time.exit_code == 2
+    assert "--from 'x' is not an ISO 8601 time" in bad_time.stderr

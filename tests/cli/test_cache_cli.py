@@ -6,12 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+import pytest
 from typer.testing import CliRunner
 
 from rara.cli.main import app
 from tests.support.runs import define, start, wait_run
 
 
+@pytest.mark.usefixtures("wide_console")
 def test_show_watch_and_cache_commands(
     conn: psycopg.Connection[Any], thread_worker: Any, database_url: str
 ) -> None:
@@ -30,7 +32,7 @@ def test_show_watch_and_cache_commands(
     wait_run(conn, again, status="succeeded")
     other = start(conn, "cached", {"text": "y"})
     wait_run(conn, other, status="succeeded")
-    cli = CliRunner(env={"DATABASE_URL": database_url, "COLUMNS": "200"})
+    cli = CliRunner(env={"DATABASE_URL": database_url})
 
     watched = cli.invoke(app, ["runs", "watch", str(again)])
     assert watched.exit_code == 0, watched.output

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from typer.testing import CliRunner
 
 from rara.cli.main import app
@@ -24,13 +25,14 @@ spec:
 """
 
 
+@pytest.mark.usefixtures("wide_console")
 def test_the_schedule_commands(
     conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
 ) -> None:
     noop_definition(conn)
     doc = tmp_path / "nightly.yaml"
     doc.write_text(SCHEDULE)
-    cli = CliRunner(env={"DATABASE_URL": database_url, "COLUMNS": "200"})
+    cli = CliRunner(env={"DATABASE_URL": database_url})
 
     def ok(*args: str) -> str:
         result = cli.invoke(app, ["schedules", *args])

@@ -39,7 +39,8 @@ def test_0013_upgrades_a_database_with_runs(pg_admin_url: str) -> None:
                 " 3, 1000, 60000, 2)",
                 (before,),
             )
-            assert [m.version for m in migrate(url)] == [13]
+            # 0013 and every later migration (the functions need the latest schema).
+            assert [m.version for m in migrate(url)][0] == 13
             row: Any = conn.execute(
                 "SELECT status::text, payload, reused_from FROM rara_steps WHERE run_id = %s",
                 (before,),

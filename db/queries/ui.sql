@@ -11,12 +11,11 @@ SELECT now();
 
 -- name: ui_run_page
 -- One page of the runs list, newest first, after the keyset cursor :before (a run id).
--- Steps done/total per run: two probes of the (run_id, key) index per shown run.
+-- Steps done/total per run: the run's own step counters (rara_run_count), the one count of
+-- the dashboard: every step of the definition plus each child of a map step.
 SELECT r.id, r.status::text AS status, v.name AS definition, v.version, r.idempotency_key,
        r.created_at, r.started_at, r.finished_at, r.cancel_requested,
-       (SELECT count(*) FROM rara_steps s
-        WHERE s.run_id = r.id AND s.status = 'succeeded') AS done,
-       (SELECT count(*) FROM rara_steps s WHERE s.run_id = r.id) AS total
+       r.steps_succeeded AS done, r.steps_total AS total
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
 WHERE (CAST(:before AS bigint) IS NULL OR r.id < :before)
   AND (CAST(:status AS rara_run_status) IS NULL OR r.status = :status)
@@ -29,7 +28,7 @@ LIMIT :limit;
 -- name: ui_run_get^
 SELECT r.id, r.status::text AS status, v.name AS definition, v.version, v.digest,
        r.idempotency_key, r.input, r.error, r.cancel_requested, r.created_at, r.started_at,
-       r.finished_at
+       r.finished_at, r.steps_total, r.steps_succeeded, r.steps_failed, r.steps_cancelled
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
 WHERE r.id = :run_id;
 
@@ -178,7 +177,9 @@ ORDER BY 1;
 
 -- name: ui_live_run_list
 -- The live view's poll, one statement for every run any viewer of this process watches.
-SELECT id, status::text AS status, cancel_requested, finished_at FROM rara_runs
+SELECT id, status::text AS status, cancel_requested, finished_at, steps_total,
+       steps_succeeded, steps_failed, steps_cancelled
+FROM rara_runs
 WHERE id = ANY (CAST(:run_ids AS bigint[]));
 
 -- name: ui_live_step_list

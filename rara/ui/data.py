@@ -45,10 +45,33 @@ class RunDetail:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    steps_total: int
+    steps_succeeded: int
+    steps_failed: int
+    steps_cancelled: int
 
     @property
     def terminal(self) -> bool:
         return self.status in ("succeeded", "failed", "cancelled")
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return step_counts(self)
+
+
+def step_counts(run: RunDetail | LiveRun) -> dict[str, int]:
+    """The run's steps as the dashboard counts them everywhere (runs list, run page, live
+    view): the run's own counters, kept by rara_run_count, that also decide when it ends.
+    Every step of the definition counts, and so does each child of a map step (from the
+    moment the map expands): a run of six steps whose map makes four children has ten."""
+    done = run.steps_succeeded + run.steps_failed + run.steps_cancelled
+    return {
+        "total": run.steps_total,
+        "succeeded": run.steps_succeeded,
+        "failed": run.steps_failed,
+        "cancelled": run.steps_cancelled,
+        "open": run.steps_total - done,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +220,10 @@ class LiveRun:
     status: str
     cancel_requested: bool
     finished_at: datetime | None
+    steps_total: int
+    steps_succeeded: int
+    steps_failed: int
+    steps_cancelled: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,6 +161,7 @@ class LiveHub:
                             "id": r.id,
                             "status": r.status,
                             "cancel_requested": r.cancel_requested,
+                            "counts": data.step_counts(r),
                         },
                         "steps": steps[r.id],
                     }

@@ -143,9 +143,6 @@ async def run_page(request: Request) -> Response:
         now = await data.now(conn)
     dag = layout([StepNode(s.key, s.depends_on, s.status) for s in steps])
     whole = request.query_params.get("rows") == "all"
-    counts: dict[str, int] = {}
-    for s in steps:
-        counts[s.status] = counts.get(s.status, 0) + 1
     return page(
         request,
         "run.html",
@@ -153,7 +150,6 @@ async def run_page(request: Request) -> Response:
         steps=steps if whole else steps[:ROWS],
         more_steps=0 if whole else max(len(steps) - ROWS, 0),
         dag=dag,
-        counts=counts,
         timeline=timeline(attempts, now),
         attempts=attempts if whole else attempts[:ROWS],
         more_attempts=0 if whole else max(len(attempts) - ROWS, 0),
@@ -172,7 +168,12 @@ async def run_state(request: Request) -> Response:
         steps = await data.live_step_list(conn, [run_id])
     return JSONResponse(
         {
-            "run": {"id": run.id, "status": run.status, "cancel_requested": run.cancel_requested},
+            "run": {
+                "id": run.id,
+                "status": run.status,
+                "cancel_requested": run.cancel_requested,
+                "counts": run.counts,
+            },
             "steps": [
                 {"key": s.key, "status": s.status, "attempt": s.attempt, "fraction": s.fraction}
                 for s in steps

@@ -57,6 +57,10 @@
         }
       }
     }
+    for (const [name, n] of Object.entries(state.run.counts || {})) {
+      const cell = document.querySelector('#counts [data-count="' + name + '"]');
+      if (cell) cell.textContent = String(n);
+    }
     const badge = document.getElementById('run-status');
     if (badge && badge.textContent !== state.run.status) {
       badge.textContent = state.run.status; rara.setStatusClass(badge, state.run.status);

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
@@ -36,6 +37,27 @@ def took(start: datetime | None, end: datetime | None, now: datetime | None = No
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
+def iso(value: datetime | None) -> str:
+    """The instant for the page's scripts (UTC, ISO 8601): what they count from."""
+    return "" if value is None else value.astimezone(UTC).isoformat()
+
+
+def stamp(value: datetime | None) -> Markup:
+    """The dashboard's one way to show an instant: UTC, named, and a relative time the page
+    keeps current (``3 min ago``; app.js)."""
+    if value is None:
+        return Markup("")
+    return Markup('<time datetime="{}" data-rel>{} UTC</time>').format(iso(value), when(value))
+
+
+def ticking(start: datetime | None, end: datetime | None, now: datetime) -> Markup:
+    """``took`` that the page keeps counting while there is no end yet (run.js)."""
+    text = took(start, end, now)
+    if start is None or end is not None:
+        return Markup(escape(text))
+    return Markup('<span class="took" data-start="{}">{}</span>').format(iso(start), text)
+
+
 def size(value: int | None) -> str:
     if value is None:
         return ""
@@ -61,8 +83,8 @@ ENV = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-ENV.filters.update(when=when, size=size, short=short, pretty=pretty)
-ENV.globals.update(took=took)
+ENV.filters.update(when=when, size=size, short=short, pretty=pretty, iso=iso, stamp=stamp)
+ENV.globals.update(took=took, ticking=ticking)
 
 
 def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:

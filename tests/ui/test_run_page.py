@@ -3,6 +3,7 @@ shows of every result, error and event, and a training curve growing while the p
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from rara.runs import start_run
 from tests.support.definitions import apply
 from tests.support.runs import wait_run
 from tests.support.ui import UiServer
+from tests.support.waiting import wait_until
 from tests.ui.test_browser import _stop, _worker
 
 
@@ -49,3 +51,58 @@ def test_one_step_count_on_the_runs_list_and_the_run_page(
     expect(page.locator('#counts [data-count="succeeded"]')).to_have_text("5")
     expect(page.locator('#counts [data-count="total"]')).to_have_text("5")
     expect(page.locator("#counts")).to_contain_text("map step's children count as steps")
+
+
+def test_live_refresh_keeps_counts_ticks_and_names_its_clock(
+    page: Any, ui_server: Any, database_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """A step ending re-renders the page's sections live: the Steps line is never left blank;
+    "Took" counts on in the page; a live badge; every instant in UTC with a relative time; a
+    time axis under the timeline."""
+    from playwright.sync_api import expect
+
+    apply(
+        conn,
+        "two-naps",
+        [
+            {"key": "quick", "capability": "test.sleep@1", "executor": "inprocess"},
+            {
+                "key": "long",
+                "capability": "test.sleep@1",
+                "executor": "inprocess",
+                "dependsOn": ["quick"],
+            },
+        ],
+    )
+    run_id = start_run(conn, "two-naps", input={"seconds": 4}, queue_anyway=True).run_id
+    ui: UiServer = ui_server()
+    page.goto(f"{ui.url}/runs/{run_id}")
+    expect(page.locator("#live")).to_have_text("live")
+    page.evaluate("window.__sameDocument = true")
+    expect(page.locator('#counts [data-count="open"]')).to_have_text("2")
+
+    worker = _worker(database_url, tmp_path, conn, "ui-tick-worker")
+    try:
+        # quick ended: the sections were re-rendered live, the counts kept and updated.
+        expect(page.locator('g.node[data-step="long"]')).to_have_class(
+            re.compile("st-running"), timeout=30_000
+        )
+        expect(page.locator('#counts [data-count="succeeded"]')).to_have_text("1")
+        expect(page.locator("#counts")).to_contain_text("1 of 2 succeeded")
+        # The run's "Took" ticks while it runs, with no reload.
+        took = page.locator(".facts .took")
+        first = took.text_content()
+        wait_until(lambda: took.text_content() != first, timeout=10, message="Took ticks")
+        wait_run(conn, run_id, status="succeeded", timeout=60)
+    finally:
+        _stop(worker)
+    expect(page.locator("#run-status")).to_have_text("succeeded")
+    expect(page.locator("#counts")).to_contain_text("2 of 2 succeeded")
+    expect(page.locator("#counts")).not_to_be_empty()
+    expect(page.locator("#live")).to_contain_text("nothing more to follow")
+    assert page.evaluate("window.__sameDocument") is True
+    created = page.locator(".facts time")
+    expect(created).to_contain_text(re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC · \d+ s ago"))
+    ticks = page.locator("svg.timeline text.tl-axis")
+    assert ticks.count() >= 2
+    assert re.fullmatch(r"\d\d:\d\d:\d\d(\.\d)?", ticks.first.text_content() or "")

@@ -24,7 +24,9 @@
   const refresh = () => {
     if (refreshing) return;
     refreshing = setTimeout(() => {
-      rara.refreshFrom(location.pathname + location.search, ['#counts', 'table.steps', '[data-refresh]', '.facts', '.run-head .actions'])
+      // .facts holds #counts: listing both would move the fresh #counts out of the fresh
+      // .facts first and leave the Steps line blank.
+      rara.refreshFrom(location.pathname + location.search, ['table.steps', '[data-refresh]', '.facts', '.run-head .actions'])
         .then(() => { byKey = index(); if (window.raraCharts) window.raraCharts(); })
         .finally(() => { refreshing = null; });
     }, 300);
@@ -72,8 +74,27 @@
     }
     status = state.run.status;
     root.dataset.status = status;
+    if (rara.terminal(status)) {
+      rara.indicate('ended', status + ': nothing more to follow');
+      const live = document.getElementById('live');
+      if (live) live.dataset.state = 'ended';
+    }
     if (changed) refresh();
   };
+
+  // "Took" of the run and of its running steps counts on in the page, as took() formats it.
+  const took = (seconds) => {
+    if (seconds < 60) return seconds.toFixed(2) + 's';
+    const minutes = Math.floor(seconds / 60);
+    if (minutes < 60) return minutes + 'm' + String(Math.floor(seconds) % 60).padStart(2, '0') + 's';
+    return Math.floor(minutes / 60) + 'h' + String(minutes % 60).padStart(2, '0') + 'm';
+  };
+  setInterval(() => {
+    const now = Date.now() - rara.skew;
+    for (const el of document.querySelectorAll('.took[data-start]')) {
+      el.textContent = took(Math.max(0, now - Date.parse(el.dataset.start)) / 1000);
+    }
+  }, 1000);
 
   rara.live('/live/runs/' + runId, '/runs/' + runId + '/state', onState, 3000);
 })();

@@ -11,6 +11,7 @@ from typing import Any
 
 from psycopg.rows import class_row
 
+from rara.pg.events import EventRow
 from rara.pg.queries import AsyncConn, amany, aone, avalue
 
 PAGE = 50
@@ -284,6 +285,11 @@ async def attempt_list(conn: AsyncConn, run_id: int) -> list[AttemptLine]:
 
 async def metric_list(conn: AsyncConn, run_id: int, limit: int = 20_000) -> list[MetricPoint]:
     return await amany(conn, "ui_metric_list", class_row(MetricPoint), run_id=run_id, limit=limit)
+
+
+async def event_list(conn: AsyncConn, run_id: int) -> list[EventRow]:
+    """Every event of a run: the statement of `rara runs show --events` (events.sql)."""
+    return await amany(conn, "event_list", class_row(EventRow), run_id=run_id)
 
 
 async def run_artifact_list(conn: AsyncConn, run_id: int) -> list[RunArtifact]:

@@ -41,6 +41,7 @@ DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 STATUSES = [s.value for s in RunStatus]
 DOWNLOAD_CHUNK = 64 * 1024
 ROWS = 200  # table rows of a run page (the DAG shows every step); ?rows=all for the rest
+EVENTS = 1_000  # a step's events shown (`rara runs show --events` prints them all)
 
 
 def _pool(request: Request) -> AsyncConnectionPool[Any]:
@@ -140,9 +141,16 @@ async def run_page(request: Request) -> Response:
         attempts = await data.attempt_list(conn, run_id)
         metrics = await data.metric_list(conn, run_id)
         artifacts = await data.run_artifact_list(conn, run_id)
+        events = await data.event_list(conn, run_id)
         now = await data.now(conn)
     dag = layout([StepNode(s.key, s.depends_on, s.status) for s in steps])
     whole = request.query_params.get("rows") == "all"
+    history: dict[str, list[Any]] = {}
+    for e in events:
+        history.setdefault(e.key, []).append(e)
+    # Every attempt's error (its cause chain and traceback kept after the run ends), then the
+    # errors no attempt raised (a step cancelled because its upstream failed).
+    raised = {a.key for a in attempts if a.error is not None}
     return page(
         request,
         "run.html",
@@ -156,7 +164,10 @@ async def run_page(request: Request) -> Response:
         artifacts=artifacts,
         charts=charts.metric_charts(metrics),
         now=now,
-        failed=[s for s in steps if s.error is not None][:ROWS],
+        attempt_errors=[a for a in attempts if a.error is not None][:ROWS],
+        step_errors=[s for s in steps if s.error is not None and s.key not in raised][:ROWS],
+        events=history,
+        max_events=EVENTS,
     )
 
 

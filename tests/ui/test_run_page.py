@@ -106,3 +106,67 @@ def test_live_refresh_keeps_counts_ticks_and_names_its_clock(
     ticks = page.locator("svg.timeline text.tl-axis")
     assert ticks.count() >= 2
     assert re.fullmatch(r"\d\d:\d\d:\d\d(\.\d)?", ticks.first.text_content() or "")
+
+
+def test_every_result_error_and_event_of_a_finished_run(
+    page: Any, ui_server: Any, database_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """After the run succeeded: a long result whole (expanded, highlighted), the error of the
+    attempt that failed before the retry succeeded with its cause and traceback, and each
+    step's events as the CLI lists them."""
+    from playwright.sync_api import expect
+
+    apply(
+        conn,
+        "whole-story",
+        [
+            {"key": "echo", "capability": "test.echo@1", "executor": "inprocess"},
+            {"key": "train", "capability": "test.chatty@1", "executor": "inprocess"},
+            {
+                "key": "evaluate",
+                "capability": "test.fail@1",
+                "executor": "inprocess",
+                "dependsOn": ["echo", "train"],
+                "retry": {"initialDelay": "100ms"},
+            },
+        ],
+    )
+    blob = "x" * 300 + "-THE-END"
+    run_id = start_run(
+        conn,
+        "whole-story",
+        input={"blob": blob, "calls": 7, "seconds": 0.2, "fail": 1},
+        queue_anyway=True,
+    ).run_id
+    worker = _worker(database_url, tmp_path, conn, "ui-story-worker")
+    try:
+        wait_run(conn, run_id, status="succeeded", timeout=60)
+    finally:
+        _stop(worker)
+    ui: UiServer = ui_server()
+    page.goto(f"{ui.url}/runs/{run_id}")
+
+    result = page.locator('tr[data-step="echo"] details.result')
+    expect(result.locator("pre.json")).to_be_hidden()
+    result.locator("summary").click()
+    expect(result.locator("pre.json")).to_contain_text(blob)
+    expect(result.locator("pre.json .j-key", has_text='"blob"')).to_have_count(1)
+
+    failed = page.locator('details.error-detail[data-error="evaluate#1"]')
+    expect(failed).to_contain_text("FLAKY")
+    expect(failed).to_contain_text("flaky on attempt 1")
+    expect(failed.locator(".cause")).to_have_text("caused by KeyError: 'root cause'")
+    expect(failed.locator("pre.traceback")).to_contain_text("Traceback (most recent call last)")
+    expect(failed.locator("pre.traceback")).to_contain_text('raise KeyError("root cause")')
+
+    events = conn.execute(
+        "SELECT count(*) FROM rara_events e JOIN rara_steps s ON s.id = e.step_id "
+        "WHERE s.run_id = %s AND s.key = 'train'",
+        (run_id,),
+    ).fetchone()[0]
+    assert events >= 1
+    page.locator('tr[data-step="train"] a.events-link').click()
+    history = page.locator('details.step-events[data-events="train"]')
+    expect(history).to_have_attribute("open", "")  # the link opened it
+    expect(history.locator("tbody tr")).to_have_count(events)
+    expect(history.locator("tbody tr").last).to_contain_text("item 7")

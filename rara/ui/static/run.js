@@ -82,6 +82,14 @@
     if (changed) refresh();
   };
 
+  // A link to a step's events (or any closed section) opens it.
+  const openTarget = () => {
+    const target = location.hash && document.getElementById(location.hash.slice(1));
+    if (target && target.tagName === 'DETAILS') target.open = true;
+  };
+  window.addEventListener('hashchange', openTarget);
+  openTarget();
+
   // "Took" of the run and of its running steps counts on in the page, as took() formats it.
   const took = (seconds) => {
     if (seconds < 60) return seconds.toFixed(2) + 's';

@@ -66,7 +66,7 @@ ORDER BY s.id, a.attempt;
 
 -- name: ui_metric_list
 -- Progress reports that carry metrics (the adaptation's loss, …), in order, at most :limit.
-SELECT s.key, e.attempt, e.seq, e.created_at, e.fraction, e.metrics
+SELECT s.run_id, s.key, e.attempt, e.seq, e.created_at, e.fraction, e.metrics
 FROM rara_steps s JOIN rara_events e ON e.step_id = s.id
 WHERE s.run_id = :run_id AND e.kind = 'progress' AND e.metrics <> '{}'::jsonb
 ORDER BY s.id, e.attempt, e.seq
@@ -195,6 +195,17 @@ SELECT s.run_id, s.key, s.status::text AS status, s.attempt,
 FROM rara_steps s
 WHERE s.run_id = ANY (CAST(:run_ids AS bigint[])) AND s.map_parent IS NULL
 ORDER BY s.run_id, s.id;
+
+-- name: ui_live_metric_list
+-- The live view's metrics: the progress metrics of the watched runs' running steps, every
+-- attempt (a resumed curve continues its first attempt's), at most :limit; ui_metric_list's
+-- rows, so the page and the live view shape them alike (rara.ui.charts).
+SELECT s.run_id, s.key, e.attempt, e.seq, e.created_at, e.fraction, e.metrics
+FROM rara_steps s JOIN rara_events e ON e.step_id = s.id
+WHERE s.run_id = ANY (CAST(:run_ids AS bigint[])) AND s.status = 'running'
+  AND e.kind = 'progress' AND e.metrics <> '{}'::jsonb
+ORDER BY s.run_id, s.id, e.attempt, e.seq
+LIMIT :limit;
 
 -- name: ui_live_recent_list
 -- The runs list's live view: the newest runs and their status (the first page changes).

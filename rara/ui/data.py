@@ -114,6 +114,7 @@ class AttemptLine:
 
 @dataclass(frozen=True, slots=True)
 class MetricPoint:
+    run_id: int
     key: str
     attempt: int
     seq: int
@@ -354,6 +355,14 @@ async def live_run_list(conn: AsyncConn, run_ids: list[int]) -> list[LiveRun]:
 
 async def live_step_list(conn: AsyncConn, run_ids: list[int]) -> list[LiveStep]:
     return await amany(conn, "ui_live_step_list", class_row(LiveStep), run_ids=run_ids)
+
+
+async def live_metric_list(
+    conn: AsyncConn, run_ids: list[int], limit: int = 20_000
+) -> list[MetricPoint]:
+    return await amany(
+        conn, "ui_live_metric_list", class_row(MetricPoint), run_ids=run_ids, limit=limit
+    )
 
 
 async def live_recent_list(conn: AsyncConn, limit: int = PAGE) -> list[RecentRun]:

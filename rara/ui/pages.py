@@ -163,6 +163,7 @@ async def run_page(request: Request) -> Response:
         more_attempts=0 if whole else max(len(attempts) - ROWS, 0),
         artifacts=artifacts,
         charts=charts.metric_charts(metrics),
+        metric_rows=charts.metric_table(metrics),
         now=now,
         attempt_errors=[a for a in attempts if a.error is not None][:ROWS],
         step_errors=[s for s in steps if s.error is not None and s.key not in raised][:ROWS],
@@ -177,6 +178,7 @@ async def run_state(request: Request) -> Response:
     async with _pool(request).connection() as conn:
         run = await _run_or_404(conn, run_id)
         steps = await data.live_step_list(conn, [run_id])
+        running_metrics = await data.live_metric_list(conn, [run_id])
     return JSONResponse(
         {
             "run": {
@@ -189,6 +191,7 @@ async def run_state(request: Request) -> Response:
                 {"key": s.key, "status": s.status, "attempt": s.attempt, "fraction": s.fraction}
                 for s in steps
             ],
+            "charts": charts.metric_charts(running_metrics),
         }
     )
 

@@ -170,3 +170,71 @@ def test_every_result_error_and_event_of_a_finished_run(
     expect(history).to_have_attribute("open", "")  # the link opened it
     expect(history.locator("tbody tr")).to_have_count(events)
     expect(history.locator("tbody tr").last).to_contain_text("item 7")
+
+
+def test_a_training_curve_grows_live_and_a_resume_is_marked(
+    page: Any, ui_server: Any, database_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """A real worker runs a training-like step (its own step counter, a loss, a constant lr, a
+    checkpoint per step) whose first attempt fails at step 6: the loss chart appears and
+    grows while the page is open, against the step counter, the second attempt continues the
+    curve from its checkpoint with the resume marked, no attempt drawn in the failure colour;
+    the constant and single-value metrics are rows of a table, the loss first."""
+    from playwright.sync_api import expect
+
+    apply(
+        conn,
+        "adapt",
+        [
+            {
+                "key": "adapt",
+                "capability": "test.train@1",
+                "executor": "inprocess",
+                "retry": {"initialDelay": "100ms"},
+            }
+        ],
+    )
+    run_id = start_run(
+        conn, "adapt", input={"steps": 14, "crash_at": 6, "seconds": 0.4}, queue_anyway=True
+    ).run_id
+    ui: UiServer = ui_server()
+    page.goto(f"{ui.url}/runs/{run_id}")
+    expect(page.locator("#no-metrics")).to_be_visible()
+    page.evaluate("window.__sameDocument = true")
+    loss = page.locator('figure.chart[data-chart="adapt:loss"]')
+    worker = _worker(database_url, tmp_path, conn, "ui-train-worker")
+    try:
+        expect(loss).to_be_visible(timeout=30_000)
+        first = int(loss.get_attribute("data-points") or 0)
+        # Grows while the attempt runs: more points, with no reload and no status change.
+        wait_until(
+            lambda: (
+                int(loss.get_attribute("data-points") or 0) > first
+                and conn.execute(
+                    "SELECT status = 'running' FROM rara_steps WHERE run_id = %s", (run_id,)
+                ).fetchone()[0]
+            ),
+            timeout=30,
+            message="the loss curve grows while the step runs",
+        )
+        expect(loss).to_have_attribute("data-marks", "attempt 2 from step 6", timeout=30_000)
+        wait_run(conn, run_id, status="succeeded", timeout=60)
+    finally:
+        _stop(worker)
+    expect(page.locator("#run-status")).to_have_text("succeeded")
+    assert page.evaluate("window.__sameDocument") is True
+    expect(page.locator("#charts figure.chart").first).to_have_attribute("data-chart", "adapt:loss")
+    plot = loss.evaluate(
+        "f => ({x: f.uplot.data[0], series: f.uplot.series.slice(1).map("
+        "s => [s.label, s.stroke()]), values: f.uplot.data.slice(1)})"
+    )
+    assert plot["x"] == list(range(1, 15))  # the step counter, not wall time: one curve
+    assert [label for label, _ in plot["series"]] == ["attempt 1", "attempt 2"]
+    assert all(colour.lower() != "#dc2626" for _, colour in plot["series"])
+    first_attempt, second_attempt = plot["values"]
+    assert [v is not None for v in first_attempt] == [True] * 5 + [False] * 9
+    assert [v is not None for v in second_attempt] == [False] * 5 + [True] * 9
+    expect(page.locator('figure.chart[data-chart="adapt:lr"]')).to_have_count(0)
+    table = page.locator("table.metric-table")
+    expect(table.locator("tr", has_text="before/recall")).to_contain_text("0.5")
+    expect(table.locator("tr", has_text="lr")).to_contain_text("0.001")

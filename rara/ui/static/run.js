@@ -79,6 +79,7 @@
       const live = document.getElementById('live');
       if (live) live.dataset.state = 'ended';
     }
+    if (state.charts && window.raraCharts) window.raraCharts.live(state.charts);
     if (changed) refresh();
   };
 

@@ -7,8 +7,8 @@ per line (uPlot's own data layout), nulls where a line has no point (drawn as ga
   left it, each resume marked; otherwise against time (UTC). The step's primary metric
   (``loss``) comes first. The page draws them, and the live view sends them again for the
   running steps while they report (rara.ui.live): the same shaping either way.
-- ``metric_table``: the metrics with one value (reported once, or never changing: the
-  adaptation's ``before/*`` scores), as rows rather than flat charts.
+- ``metric_view``: those charts, and the metrics with one value (reported once, or never
+  changing: the adaptation's ``before/*`` scores) as rows rather than flat charts.
 - ``result_charts``: per step, the numeric fields of its results across a definition's
   recent runs (recall@k, MRR of each nightly refresh)."""
 
@@ -136,9 +136,7 @@ def _metric_chart(m: _Metric) -> dict[str, Any]:
 
 
 def metric_charts(points: Sequence[MetricPoint]) -> list[dict[str, Any]]:
-    charted = [m for m in _metrics(points) if not m.single]
-    charted.sort(key=lambda m: m.name not in PRIMARY)  # stable: otherwise as reported
-    return [_metric_chart(m) for m in charted[:MAX_CHARTS]]
+    return metric_view(points)[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,14 +148,19 @@ class MetricRow:
     reports: int
 
 
-def metric_table(points: Sequence[MetricPoint]) -> list[MetricRow]:
-    """The metrics with a single value: a row each (the last attempt's), not a flat chart."""
-    rows = []
+def metric_view(points: Sequence[MetricPoint]) -> tuple[list[dict[str, Any]], list[MetricRow]]:
+    """The charts, and the metrics with a single value as rows (the last attempt's value)
+    rather than flat charts."""
+    charted: list[_Metric] = []
+    rows: list[MetricRow] = []
     for m in _metrics(points):
         if m.single:
             attempt, _, value = m.points[-1]
             rows.append(MetricRow(m.key, m.name, value, attempt, len(m.points)))
-    return rows
+        else:
+            charted.append(m)
+    charted.sort(key=lambda m: m.name not in PRIMARY)  # stable: otherwise as reported
+    return [_metric_chart(m) for m in charted[:MAX_CHARTS]], rows
 
 
 def result_charts(points: Sequence[ResultPoint]) -> list[dict[str, Any]]:

@@ -141,13 +141,10 @@ async def run_page(request: Request) -> Response:
         attempts = await data.attempt_list(conn, run_id)
         metrics = await data.metric_list(conn, run_id)
         artifacts = await data.run_artifact_list(conn, run_id)
-        events = await data.event_list(conn, run_id)
         now = await data.now(conn)
     dag = layout([StepNode(s.key, s.depends_on, s.status) for s in steps])
+    metric_charts, metric_rows = charts.metric_view(metrics)
     whole = request.query_params.get("rows") == "all"
-    history: dict[str, list[Any]] = {}
-    for e in events:
-        history.setdefault(e.key, []).append(e)
     # Every attempt's error (its cause chain and traceback kept after the run ends), then the
     # errors no attempt raised (a step cancelled because its upstream failed).
     raised = {a.key for a in attempts if a.error is not None}
@@ -162,14 +159,25 @@ async def run_page(request: Request) -> Response:
         attempts=attempts if whole else attempts[:ROWS],
         more_attempts=0 if whole else max(len(attempts) - ROWS, 0),
         artifacts=artifacts,
-        charts=charts.metric_charts(metrics),
-        metric_rows=charts.metric_table(metrics),
+        charts=metric_charts,
+        metric_rows=metric_rows,
         now=now,
         attempt_errors=[a for a in attempts if a.error is not None][:ROWS],
         step_errors=[s for s in steps if s.error is not None and s.key not in raised][:ROWS],
-        events=history,
-        max_events=EVENTS,
     )
+
+
+async def run_events(request: Request) -> Response:
+    """Each step's events, read when asked for (the run page loads them when opened): a
+    training step reports thousands, which the run page need not render every time."""
+    run_id = int(request.path_params["run_id"])
+    async with _pool(request).connection() as conn:
+        run = await _run_or_404(conn, run_id)
+        events = await data.event_list(conn, run_id)
+    history: dict[str, list[Any]] = {}
+    for e in events:
+        history.setdefault(e.key, []).append(e)
+    return page(request, "run_events.html", run=run, events=history, max_events=EVENTS)
 
 
 async def run_state(request: Request) -> Response:

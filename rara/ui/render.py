@@ -4,7 +4,6 @@ small formatting filters they use."""
 from __future__ import annotations
 
 import json
-import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -78,38 +77,13 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
-# The tokens of pretty()'s output worth a colour: a key (a string before a colon), a string,
-# a number, true/false, null. Whatever lies between is punctuation and indentation.
-JSON_TOKEN = re.compile(
-    r'(?P<key>"(?:\\.|[^"\\])*")(?=\s*:)|(?P<str>"(?:\\.|[^"\\])*")'
-    r"|(?P<num>-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)|(?P<bool>\btrue\b|\bfalse\b)|(?P<null>\bnull\b)"
-)
-
-
-def json_html(value: Any) -> Markup:
-    """``pretty(value)`` as escaped HTML with a span per token (classes j-key, j-str, j-num,
-    j-bool, j-null): the whole value, highlighted, never cut."""
-    text = pretty(value)
-    out: list[str] = []
-    at = 0
-    for match in JSON_TOKEN.finditer(text):
-        out.append(str(escape(text[at : match.start()])))
-        kind = match.lastgroup
-        out.append(f'<span class="j-{kind}">{escape(match.group())}</span>')
-        at = match.end()
-    out.append(str(escape(text[at:])))
-    return Markup("".join(out))
-
-
 ENV = Environment(
     loader=FileSystemLoader(TEMPLATES),
     autoescape=select_autoescape(["html"]),
     trim_blocks=True,
     lstrip_blocks=True,
 )
-ENV.filters.update(
-    when=when, size=size, short=short, pretty=pretty, iso=iso, stamp=stamp, json_html=json_html
-)
+ENV.filters.update(when=when, size=size, short=short, pretty=pretty, iso=iso, stamp=stamp)
 ENV.globals.update(took=took, ticking=ticking)
 
 

@@ -103,6 +103,7 @@ def test_hostile_names_render_inert(
     pages = [
         "/runs",
         f"/runs/{run_id}",
+        f"/runs/{run_id}/events",
         "/definitions",
         f"/definitions/{name}",
         f"/definitions/{name}?a=1&b=2",
@@ -127,7 +128,9 @@ def test_hostile_names_render_inert(
     expect(page.locator("table.steps").get_by_text(EVIL, exact=True).first).to_be_visible()
     expect(page.locator(".error-detail summary").first).to_contain_text(MESSAGE)
     expect(page.locator("figure.chart figcaption").first).to_contain_text(KEY)
+    page.locator("#events summary").click()
     expect(page.locator("details.step-events td", has_text=MESSAGE).first).to_be_attached()
+    assert page.evaluate("window.__pwned") is None
     page.goto(f"{ui.url}/definitions/{name}?a=1&b=2")
     expect(page.locator("pre.diff .del").last).to_contain_text('"v": 1')
     expect(page.locator("pre.diff .add").last).to_contain_text('"v": 2')

@@ -149,8 +149,9 @@ def test_every_result_error_and_event_of_a_finished_run(
     result = page.locator('tr[data-step="echo"] details.result')
     expect(result.locator("pre.json")).to_be_hidden()
     result.locator("summary").click()
-    expect(result.locator("pre.json")).to_contain_text(blob)
+    expect(result.locator("pre.json")).to_contain_text(blob)  # whole, not cut
     expect(result.locator("pre.json .j-key", has_text='"blob"')).to_have_count(1)
+    expect(result.locator("pre.json .j-str", has_text=blob)).to_have_count(1)
 
     failed = page.locator('details.error-detail[data-error="evaluate#1"]')
     expect(failed).to_contain_text("FLAKY")
@@ -165,11 +166,17 @@ def test_every_result_error_and_event_of_a_finished_run(
         (run_id,),
     ).fetchone()[0]
     assert events >= 1
-    page.locator('tr[data-step="train"] a.events-link').click()
+    # The step's events, read when asked for: its link opens them on the run page.
     history = page.locator('details.step-events[data-events="train"]')
-    expect(history).to_have_attribute("open", "")  # the link opened it
+    expect(history).to_have_count(0)
+    page.locator('tr[data-step="train"] a.events-link').click()
+    expect(history).to_have_attribute("open", "")
     expect(history.locator("tbody tr")).to_have_count(events)
     expect(history.locator("tbody tr").last).to_contain_text("item 7")
+    assert page.url == f"{ui.url}/runs/{run_id}"
+    # …and on a page of their own, the step's opened by the link's anchor.
+    page.goto(f"{ui.url}/runs/{run_id}/events#events-train")
+    expect(page.locator('details.step-events[data-events="train"]')).to_have_attribute("open", "")
 
 
 def test_a_training_curve_grows_live_and_a_resume_is_marked(

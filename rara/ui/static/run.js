@@ -3,9 +3,65 @@
 // changes status.
 'use strict';
 (function () {
+  const rara = window.rara;
+
+  // JSON (a result, an error's details) highlighted when its section is opened: the server
+  // sends it indented, as text; the tokens become spans, set with textContent.
+  const TOKEN = /("(?:\\.|[^"\\])*")(\s*:)?|(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)|\b(true|false)\b|\b(null)\b/g;
+  const highlight = (pre) => {
+    if (pre.dataset.highlighted) return;
+    const text = pre.textContent;
+    const parts = [];
+    let at = 0;
+    for (const m of text.matchAll(TOKEN)) {
+      if (m.index > at) parts.push(document.createTextNode(text.slice(at, m.index)));
+      const span = document.createElement('span');
+      span.className = m[1] ? (m[2] ? 'j-key' : 'j-str') : m[3] ? 'j-num' : m[4] ? 'j-bool' : 'j-null';
+      span.textContent = m[1] || m[0];
+      parts.push(span);
+      if (m[2]) parts.push(document.createTextNode(m[2]));
+      at = m.index + m[0].length;
+    }
+    parts.push(document.createTextNode(text.slice(at)));
+    pre.replaceChildren(...parts);
+    pre.dataset.highlighted = '1';
+  };
+  const highlightOpen = () => document.querySelectorAll('details[open] pre[data-highlight]').forEach(highlight);
+  document.addEventListener('toggle', (e) => { if (e.target.open) highlightOpen(); }, true);
+  highlightOpen();
+
+  // A link to a step's events (or any closed section) opens it.
+  const openTarget = (id) => {
+    const target = id && document.getElementById(id);
+    if (target && target.tagName === 'DETAILS') { target.open = true; target.scrollIntoView(); }
+    return !!target;
+  };
+  window.addEventListener('hashchange', () => openTarget(location.hash.slice(1)));
+  openTarget(location.hash.slice(1));
+
+  // The run page's events: read from /runs/<id>/events when the section is opened.
+  const events = document.getElementById('events');
+  let wanted = null;  // the step whose events a link asked for
+  const loadEvents = () => rara.refreshFrom(events.dataset.src, ['#step-events'])
+    .then(() => {
+      const step = Array.from(document.querySelectorAll('details.step-events'))
+        .find((d) => d.dataset.events === wanted);
+      if (step) openTarget(step.id);
+      wanted = null;
+    });
+  if (events) {
+    events.addEventListener('toggle', () => { if (events.open) loadEvents(); });
+    document.addEventListener('click', (e) => {
+      const link = e.target.closest && e.target.closest('a.events-link');
+      if (!link) return;
+      e.preventDefault();
+      wanted = link.dataset.events;
+      if (events.open) loadEvents(); else events.open = true;
+    });
+  }
+
   const root = document.getElementById('run');
   if (!root) return;
-  const rara = window.rara;
   const runId = root.dataset.run;
   let status = root.dataset.status;
   let refreshing = null;
@@ -82,14 +138,6 @@
     if (state.charts && window.raraCharts) window.raraCharts.live(state.charts);
     if (changed) refresh();
   };
-
-  // A link to a step's events (or any closed section) opens it.
-  const openTarget = () => {
-    const target = location.hash && document.getElementById(location.hash.slice(1));
-    if (target && target.tagName === 'DETAILS') target.open = true;
-  };
-  window.addEventListener('hashchange', openTarget);
-  openTarget();
 
   // "Took" of the run and of its running steps counts on in the page, as took() formats it.
   const took = (seconds) => {

@@ -85,20 +85,20 @@ def _metrics(points: Sequence[MetricPoint]) -> list[_Metric]:
     counters: dict[str, str] = {}
     for p in points:
         if p.key not in counters:
-            reported = next((c for c in COUNTERS if _number(p.metrics.get(c)) is not None), None)
-            if reported is not None:
-                counters[p.key] = reported
+            for c in COUNTERS:
+                if c in p.metrics and _number(p.metrics[c]) is not None:
+                    counters[p.key] = c
+                    break
     raw: dict[tuple[str, str], list[tuple[int, float | None, float, float]]] = {}
     for p in points:
         counter = counters.get(p.key)
         at = _number(p.metrics.get(counter)) if counter else None
+        when = p.created_at.timestamp()
         for name, value in p.metrics.items():
             number = _number(value)
             if number is None or name == counter:
                 continue
-            raw.setdefault((p.key, name), []).append(
-                (p.attempt, at, p.created_at.timestamp(), number)
-            )
+            raw.setdefault((p.key, name), []).append((p.attempt, at, when, number))
     found = []
     for (key, name), rows in raw.items():
         # Against the counter only when every report of the metric carries it.

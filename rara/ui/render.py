@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
-from markupsafe import Markup, escape
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
@@ -50,11 +50,11 @@ def stamp(value: datetime | None) -> Markup:
     return Markup('<time datetime="{}" data-rel>{} UTC</time>').format(iso(value), when(value))
 
 
-def ticking(start: datetime | None, end: datetime | None, now: datetime) -> Markup:
+def ticking(start: datetime | None, end: datetime | None, now: datetime) -> str:
     """``took`` that the page keeps counting while there is no end yet (run.js)."""
     text = took(start, end, now)
     if start is None or end is not None:
-        return Markup(escape(text))
+        return text  # plain text: the template escapes it
     return Markup('<span class="took" data-start="{}">{}</span>').format(iso(start), text)
 
 
@@ -77,13 +77,21 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
+def compact(value: Any) -> str:
+    """JSON on one line, as text (the template escapes it; unlike ``tojson``, which is for
+    scripts, a ``<`` shows as itself): run.js indents it when it is opened."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
 ENV = Environment(
     loader=FileSystemLoader(TEMPLATES),
     autoescape=select_autoescape(["html"]),
     trim_blocks=True,
     lstrip_blocks=True,
 )
-ENV.filters.update(when=when, size=size, short=short, pretty=pretty, iso=iso, stamp=stamp)
+ENV.filters.update(
+    when=when, size=size, short=short, pretty=pretty, compact=compact, iso=iso, stamp=stamp
+)
 ENV.globals.update(took=took, ticking=ticking)
 
 

@@ -109,7 +109,7 @@ def big_run(conn: psycopg.Connection[Any]) -> int:
     conn.execute("ALTER TABLE rara_steps ENABLE TRIGGER USER")
     conn.execute(
         "UPDATE rara_runs SET status = 'running', started_at = now() - interval "
-        "'1 hour' WHERE id = %(run)s",
+        "'1 hour', steps_succeeded = 600 WHERE id = %(run)s",
         {"run": run_id},
     )
     return run_id
@@ -155,7 +155,9 @@ def many_runs(conn: psycopg.Connection[Any], runs: int) -> None:
     conn.execute(
         """
         UPDATE rara_runs r SET status = x.st::rara_run_status, idempotency_key = 'nightly-' || x.g,
-               created_at = x.t, started_at = x.t, finished_at = x.t + interval '90 seconds'
+               created_at = x.t, started_at = x.t, finished_at = x.t + interval '90 seconds',
+               steps_succeeded = CASE WHEN x.st = 'succeeded' THEN 2 ELSE 0 END,
+               steps_cancelled = CASE WHEN x.st = 'succeeded' THEN 0 ELSE 2 END
         FROM (SELECT id, g, now() - interval '30 days' * (1 - g::float / %(runs)s) AS t,
                      CASE WHEN g %% 100 = 0 THEN 'failed' WHEN g %% 333 = 0 THEN 'cancelled'
                           ELSE 'succeeded' END AS st

@@ -11,12 +11,11 @@ SELECT now();
 
 -- name: ui_run_page
 -- One page of the runs list, newest first, after the keyset cursor :before (a run id).
--- Steps done/total per run: two probes of the (run_id, key) index per shown run.
+-- Steps done/total per run: the run's own step counters (rara_run_count), the one count of
+-- the dashboard: every step of the definition plus each child of a map step.
 SELECT r.id, r.status::text AS status, v.name AS definition, v.version, r.idempotency_key,
        r.created_at, r.started_at, r.finished_at, r.cancel_requested,
-       (SELECT count(*) FROM rara_steps s
-        WHERE s.run_id = r.id AND s.status = 'succeeded') AS done,
-       (SELECT count(*) FROM rara_steps s WHERE s.run_id = r.id) AS total
+       r.steps_succeeded AS done, r.steps_total AS total
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
 WHERE (CAST(:before AS bigint) IS NULL OR r.id < :before)
   AND (CAST(:status AS rara_run_status) IS NULL OR r.status = :status)
@@ -29,7 +28,7 @@ LIMIT :limit;
 -- name: ui_run_get^
 SELECT r.id, r.status::text AS status, v.name AS definition, v.version, v.digest,
        r.idempotency_key, r.input, r.error, r.cancel_requested, r.created_at, r.started_at,
-       r.finished_at
+       r.finished_at, r.steps_total, r.steps_succeeded, r.steps_failed, r.steps_cancelled
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
 WHERE r.id = :run_id;
 
@@ -67,7 +66,7 @@ ORDER BY s.id, a.attempt;
 
 -- name: ui_metric_list
 -- Progress reports that carry metrics (the adaptation's loss, …), in order, at most :limit.
-SELECT s.key, e.attempt, e.seq, e.created_at, e.fraction, e.metrics
+SELECT s.run_id, s.key, e.attempt, e.seq, e.created_at, e.fraction, e.metrics
 FROM rara_steps s JOIN rara_events e ON e.step_id = s.id
 WHERE s.run_id = :run_id AND e.kind = 'progress' AND e.metrics <> '{}'::jsonb
 ORDER BY s.id, e.attempt, e.seq
@@ -178,7 +177,9 @@ ORDER BY 1;
 
 -- name: ui_live_run_list
 -- The live view's poll, one statement for every run any viewer of this process watches.
-SELECT id, status::text AS status, cancel_requested, finished_at FROM rara_runs
+SELECT id, status::text AS status, cancel_requested, finished_at, steps_total,
+       steps_succeeded, steps_failed, steps_cancelled
+FROM rara_runs
 WHERE id = ANY (CAST(:run_ids AS bigint[]));
 
 -- name: ui_live_step_list
@@ -194,6 +195,17 @@ SELECT s.run_id, s.key, s.status::text AS status, s.attempt,
 FROM rara_steps s
 WHERE s.run_id = ANY (CAST(:run_ids AS bigint[])) AND s.map_parent IS NULL
 ORDER BY s.run_id, s.id;
+
+-- name: ui_live_metric_list
+-- The live view's metrics: the progress metrics of the watched runs' running steps, every
+-- attempt (a resumed curve continues its first attempt's), at most :limit; ui_metric_list's
+-- rows, so the page and the live view shape them alike (rara.ui.charts).
+SELECT s.run_id, s.key, e.attempt, e.seq, e.created_at, e.fraction, e.metrics
+FROM rara_steps s JOIN rara_events e ON e.step_id = s.id
+WHERE s.run_id = ANY (CAST(:run_ids AS bigint[])) AND s.status = 'running'
+  AND e.kind = 'progress' AND e.metrics <> '{}'::jsonb
+ORDER BY s.run_id, s.id, e.attempt, e.seq
+LIMIT :limit;
 
 -- name: ui_live_recent_list
 -- The runs list's live view: the newest runs and their status (the first page changes).

@@ -112,6 +112,7 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/runs", pages.runs_list),
         Route("/runs/{run_id:int}", pages.run_page),
         Route("/runs/{run_id:int}/state", pages.run_state),
+        Route("/runs/{run_id:int}/events", pages.run_events),
         Route("/runs/{run_id:int}/cancel", actions.cancel, methods=["POST"]),
         Route("/runs/{run_id:int}/retry", actions.retry, methods=["POST"]),
         Route("/live/runs", pages.live_runs),

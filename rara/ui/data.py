@@ -11,6 +11,7 @@ from typing import Any
 
 from psycopg.rows import class_row
 
+from rara.pg.events import EventRow
 from rara.pg.queries import AsyncConn, amany, aone, avalue
 
 PAGE = 50
@@ -45,10 +46,33 @@ class RunDetail:
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    steps_total: int
+    steps_succeeded: int
+    steps_failed: int
+    steps_cancelled: int
 
     @property
     def terminal(self) -> bool:
         return self.status in ("succeeded", "failed", "cancelled")
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return step_counts(self)
+
+
+def step_counts(run: RunDetail | LiveRun) -> dict[str, int]:
+    """The run's steps as the dashboard counts them everywhere (runs list, run page, live
+    view): the run's own counters, kept by rara_run_count, that also decide when it ends.
+    Every step of the definition counts, and so does each child of a map step (from the
+    moment the map expands): a run of six steps whose map makes four children has ten."""
+    done = run.steps_succeeded + run.steps_failed + run.steps_cancelled
+    return {
+        "total": run.steps_total,
+        "succeeded": run.steps_succeeded,
+        "failed": run.steps_failed,
+        "cancelled": run.steps_cancelled,
+        "open": run.steps_total - done,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +114,7 @@ class AttemptLine:
 
 @dataclass(frozen=True, slots=True)
 class MetricPoint:
+    run_id: int
     key: str
     attempt: int
     seq: int
@@ -197,6 +222,10 @@ class LiveRun:
     status: str
     cancel_requested: bool
     finished_at: datetime | None
+    steps_total: int
+    steps_succeeded: int
+    steps_failed: int
+    steps_cancelled: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +286,11 @@ async def attempt_list(conn: AsyncConn, run_id: int) -> list[AttemptLine]:
 
 async def metric_list(conn: AsyncConn, run_id: int, limit: int = 20_000) -> list[MetricPoint]:
     return await amany(conn, "ui_metric_list", class_row(MetricPoint), run_id=run_id, limit=limit)
+
+
+async def event_list(conn: AsyncConn, run_id: int) -> list[EventRow]:
+    """Every event of a run: the statement of `rara runs show --events` (events.sql)."""
+    return await amany(conn, "event_list", class_row(EventRow), run_id=run_id)
 
 
 async def run_artifact_list(conn: AsyncConn, run_id: int) -> list[RunArtifact]:
@@ -321,6 +355,14 @@ async def live_run_list(conn: AsyncConn, run_ids: list[int]) -> list[LiveRun]:
 
 async def live_step_list(conn: AsyncConn, run_ids: list[int]) -> list[LiveStep]:
     return await amany(conn, "ui_live_step_list", class_row(LiveStep), run_ids=run_ids)
+
+
+async def live_metric_list(
+    conn: AsyncConn, run_ids: list[int], limit: int = 20_000
+) -> list[MetricPoint]:
+    return await amany(
+        conn, "ui_live_metric_list", class_row(MetricPoint), run_ids=run_ids, limit=limit
+    )
 
 
 async def live_recent_list(conn: AsyncConn, limit: int = PAGE) -> list[RecentRun]:

@@ -4,7 +4,8 @@
 its dependencies just finished) and ``rara_run`` (a run ended); a notification only wakes the
 hub (NOTIFY is a hint). Awake, or every ``interval`` seconds as the polling fallback (a step
 that starts running notifies nobody), the hub reads the state of every topic some viewer
-watches: one statement for all watched runs together, one for the runs list; nothing at all
+watches: one statement each for all watched runs together (their steps, their running steps'
+metrics, the runs themselves), one for the runs list; nothing at all
 when nobody watches. A topic's state goes to its viewers only when it changed, as a complete
 JSON snapshot, into a one-slot mailbox per viewer (a slow viewer skips stale states, never
 queues them). So an idle viewer costs the database nothing, and a thousand viewers of one run
@@ -25,7 +26,7 @@ import structlog
 from psycopg_pool import AsyncConnectionPool
 
 from rara.pg import reconnect
-from rara.ui import data
+from rara.ui import charts, data
 
 log = structlog.get_logger("rara.ui.live")
 
@@ -155,14 +156,21 @@ class LiveHub:
                             "fraction": s.fraction,
                         }
                     )
+                # A running step's metrics as charts (a training curve growing): read once
+                # for every viewer, like the rest of the state.
+                points: dict[int, list[data.MetricPoint]] = {i: [] for i in run_ids}
+                for p in await data.live_metric_list(conn, run_ids):
+                    points[p.run_id].append(p)
                 for r in await data.live_run_list(conn, run_ids):
                     states[f"run:{r.id}"] = {
                         "run": {
                             "id": r.id,
                             "status": r.status,
                             "cancel_requested": r.cancel_requested,
+                            "counts": data.step_counts(r),
                         },
                         "steps": steps[r.id],
+                        "charts": charts.metric_charts(points[r.id]),
                     }
             if RUNS in topics:
                 recent = await data.live_recent_list(conn)

@@ -41,6 +41,7 @@ DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 STATUSES = [s.value for s in RunStatus]
 DOWNLOAD_CHUNK = 64 * 1024
 ROWS = 200  # table rows of a run page (the DAG shows every step); ?rows=all for the rest
+EVENTS = 1_000  # a step's events shown (`rara runs show --events` prints them all)
 
 
 def _pool(request: Request) -> AsyncConnectionPool[Any]:
@@ -142,10 +143,11 @@ async def run_page(request: Request) -> Response:
         artifacts = await data.run_artifact_list(conn, run_id)
         now = await data.now(conn)
     dag = layout([StepNode(s.key, s.depends_on, s.status) for s in steps])
+    metric_charts, metric_rows = charts.metric_view(metrics)
     whole = request.query_params.get("rows") == "all"
-    counts: dict[str, int] = {}
-    for s in steps:
-        counts[s.status] = counts.get(s.status, 0) + 1
+    # Every attempt's error (its cause chain and traceback kept after the run ends), then the
+    # errors no attempt raised (a step cancelled because its upstream failed).
+    raised = {a.key for a in attempts if a.error is not None}
     return page(
         request,
         "run.html",
@@ -153,15 +155,29 @@ async def run_page(request: Request) -> Response:
         steps=steps if whole else steps[:ROWS],
         more_steps=0 if whole else max(len(steps) - ROWS, 0),
         dag=dag,
-        counts=counts,
         timeline=timeline(attempts, now),
         attempts=attempts if whole else attempts[:ROWS],
         more_attempts=0 if whole else max(len(attempts) - ROWS, 0),
         artifacts=artifacts,
-        charts=charts.metric_charts(metrics),
+        charts=metric_charts,
+        metric_rows=metric_rows,
         now=now,
-        failed=[s for s in steps if s.error is not None][:ROWS],
+        attempt_errors=[a for a in attempts if a.error is not None][:ROWS],
+        step_errors=[s for s in steps if s.error is not None and s.key not in raised][:ROWS],
     )
+
+
+async def run_events(request: Request) -> Response:
+    """Each step's events, read when asked for (the run page loads them when opened): a
+    training step reports thousands, which the run page need not render every time."""
+    run_id = int(request.path_params["run_id"])
+    async with _pool(request).connection() as conn:
+        run = await _run_or_404(conn, run_id)
+        events = await data.event_list(conn, run_id)
+    history: dict[str, list[Any]] = {}
+    for e in events:
+        history.setdefault(e.key, []).append(e)
+    return page(request, "run_events.html", run=run, events=history, max_events=EVENTS)
 
 
 async def run_state(request: Request) -> Response:
@@ -170,13 +186,20 @@ async def run_state(request: Request) -> Response:
     async with _pool(request).connection() as conn:
         run = await _run_or_404(conn, run_id)
         steps = await data.live_step_list(conn, [run_id])
+        running_metrics = await data.live_metric_list(conn, [run_id])
     return JSONResponse(
         {
-            "run": {"id": run.id, "status": run.status, "cancel_requested": run.cancel_requested},
+            "run": {
+                "id": run.id,
+                "status": run.status,
+                "cancel_requested": run.cancel_requested,
+                "counts": run.counts,
+            },
             "steps": [
                 {"key": s.key, "status": s.status, "attempt": s.attempt, "fraction": s.fraction}
                 for s in steps
             ],
+            "charts": charts.metric_charts(running_metrics),
         }
     )
 

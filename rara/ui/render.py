@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
@@ -36,6 +37,27 @@ def took(start: datetime | None, end: datetime | None, now: datetime | None = No
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
+def iso(value: datetime | None) -> str:
+    """The instant for the page's scripts (UTC, ISO 8601): what they count from."""
+    return "" if value is None else value.astimezone(UTC).isoformat()
+
+
+def stamp(value: datetime | None) -> Markup:
+    """The dashboard's one way to show an instant: UTC, named, and a relative time the page
+    keeps current (``3 min ago``; app.js)."""
+    if value is None:
+        return Markup("")
+    return Markup('<time datetime="{}" data-rel>{} UTC</time>').format(iso(value), when(value))
+
+
+def ticking(start: datetime | None, end: datetime | None, now: datetime) -> str:
+    """``took`` that the page keeps counting while there is no end yet (run.js)."""
+    text = took(start, end, now)
+    if start is None or end is not None:
+        return text  # plain text: the template escapes it
+    return Markup('<span class="took" data-start="{}">{}</span>').format(iso(start), text)
+
+
 def size(value: int | None) -> str:
     if value is None:
         return ""
@@ -55,14 +77,22 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
+def compact(value: Any) -> str:
+    """JSON on one line, as text (the template escapes it; unlike ``tojson``, which is for
+    scripts, a ``<`` shows as itself): run.js indents it when it is opened."""
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
 ENV = Environment(
     loader=FileSystemLoader(TEMPLATES),
     autoescape=select_autoescape(["html"]),
     trim_blocks=True,
     lstrip_blocks=True,
 )
-ENV.filters.update(when=when, size=size, short=short, pretty=pretty)
-ENV.globals.update(took=took)
+ENV.filters.update(
+    when=when, size=size, short=short, pretty=pretty, compact=compact, iso=iso, stamp=stamp
+)
+ENV.globals.update(took=took, ticking=ticking)
 
 
 def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:

@@ -4,8 +4,8 @@ retry backoff (or the wait for a free worker). Scaled on the server into SVG coo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from rara.ui.data import AttemptLine
 
@@ -13,6 +13,9 @@ WIDTH = 900
 ROW_H = 22
 LABEL_W = 160
 MAX_ROWS = 300
+# Tick spacings of the time axis, in seconds: the first that leaves at least TICK_W px apart.
+TICK_STEPS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200)
+TICK_W = 90
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +39,22 @@ class Timeline:
     start: datetime | None
     seconds: float
     truncated: int  # steps left out past MAX_ROWS
+    ticks: list[tuple[float, str]] = field(default_factory=list)  # x, UTC time
+
+
+def _ticks(start: datetime, seconds: float, scale: float) -> list[tuple[float, str]]:
+    """The time axis: round UTC instants, at least TICK_W px apart."""
+    step = next((s for s in TICK_STEPS if s * scale >= TICK_W), TICK_STEPS[-1])
+    epoch = start.timestamp()
+    first = -(-epoch // step) * step  # the first multiple of step at or after start
+    ticks = []
+    at = first
+    while at <= epoch + seconds:
+        instant = datetime.fromtimestamp(at, UTC)
+        label = f"{instant:%H:%M:%S.%f}"[:-5] if step < 1 else f"{instant:%H:%M:%S}"
+        ticks.append((round(LABEL_W + (at - epoch) * scale, 1), label))
+        at += step
+    return ticks
 
 
 def _title(a: AttemptLine, now: datetime) -> str:
@@ -88,4 +107,5 @@ def timeline(attempts: Sequence[AttemptLine], now: datetime) -> Timeline:
         start,
         seconds,
         len(keys) - len(shown),
+        _ticks(start, seconds, scale),
     )

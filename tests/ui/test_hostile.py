@@ -71,11 +71,12 @@ def _hostile_rows(conn: psycopg.Connection[Any]) -> int:
             "%s, 'failed', %s)",
             (step_id, run_id, EVIL, uuid.uuid4(), EVIL, Jsonb(error)),
         )
-        conn.execute(
-            "INSERT INTO rara_events (step_id, attempt, seq, kind, fraction, message, "
-            "metrics) VALUES (%s, 1, 1, 'progress', 0.5, %s, %s)",
-            (step_id, MESSAGE, Jsonb({EVIL: 0.25})),
-        )
+        for seq, value in ((1, 0.25), (2, 0.75)):  # two values: a chart, not a table row
+            conn.execute(
+                "INSERT INTO rara_events (step_id, attempt, seq, kind, fraction, message, "
+                "metrics) VALUES (%s, 1, %s, 'progress', 0.5, %s, %s)",
+                (step_id, seq, MESSAGE, Jsonb({EVIL: value})),
+            )
     digest = "sha256:" + "ab" * 32
     conn.execute("INSERT INTO rara_artifacts (digest, size) VALUES (%s, 3)", (digest,))
     # (a row from before 0012's media type CHECK, which does not hold for rows written before)
@@ -102,6 +103,7 @@ def test_hostile_names_render_inert(
     pages = [
         "/runs",
         f"/runs/{run_id}",
+        f"/runs/{run_id}/events",
         "/definitions",
         f"/definitions/{name}",
         f"/definitions/{name}?a=1&b=2",
@@ -126,6 +128,9 @@ def test_hostile_names_render_inert(
     expect(page.locator("table.steps").get_by_text(EVIL, exact=True).first).to_be_visible()
     expect(page.locator(".error-detail summary").first).to_contain_text(MESSAGE)
     expect(page.locator("figure.chart figcaption").first).to_contain_text(KEY)
+    page.locator("#events summary").click()
+    expect(page.locator("details.step-events td", has_text=MESSAGE).first).to_be_attached()
+    assert page.evaluate("window.__pwned") is None
     page.goto(f"{ui.url}/definitions/{name}?a=1&b=2")
     expect(page.locator("pre.diff .del").last).to_contain_text('"v": 1')
     expect(page.locator("pre.diff .add").last).to_contain_text('"v": 2')

@@ -155,6 +155,27 @@ async def checkpoint_awaited(ctx: StepContext) -> Any:
     return {"resumed_from": start, "attempt": ctx.attempt}
 
 
+@registry.handler("test.train@1")
+async def train(ctx: StepContext) -> Any:
+    """A training loop in small: ``steps`` steps of ``seconds`` each, reporting its own counter
+    (``step``), a falling ``loss`` and a constant ``lr``, a checkpoint after every step; a
+    baseline score once before the first. Attempt 1 fails at step ``crash_at`` (retryable),
+    and the next attempt resumes from the checkpoint, as the demo's adaptation does."""
+    steps, seconds = ctx.input["steps"], ctx.input["seconds"]
+    done = int(ctx.checkpoint.state["step"]) if ctx.checkpoint else 0
+    if done == 0:
+        ctx.progress(0.0, "baseline", {"before/recall": 0.5})
+        await asyncio.sleep(seconds)
+    for step in range(done + 1, steps + 1):
+        if ctx.attempt == 1 and step == ctx.input.get("crash_at"):
+            raise RetryableError(f"crashed at step {step}")
+        loss = 2.0 / step
+        ctx.progress(step / steps, f"step {step}", {"loss": loss, "lr": 0.001, "step": step})
+        await ctx.asave_checkpoint({"step": step})
+        await asyncio.sleep(seconds)
+    return {"steps": steps, "resumed_from_step": done}
+
+
 @registry.handler("test.produce@1")
 def produce(ctx: StepContext) -> StepOutcome:
     """``text`` (``repeat`` times) as the artifact ``corpus.txt`` of ``media_type``."""

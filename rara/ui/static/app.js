@@ -15,19 +15,53 @@ window.rara = {
       if (pollUrl) fetch(pollUrl).then((r) => r.json()).then(onState).catch(() => {});
       else onState(null);
     };
-    const startPolling = () => { if (!timer) timer = setInterval(poll, pollEvery || 3000); };
+    const startPolling = () => {
+      if (!timer) timer = setInterval(poll, pollEvery || 3000);
+      this.indicate('live', 'live (polling every ' + (pollEvery || 3000) / 1000 + ' s)');
+    };
     if (!window.EventSource) { startPolling(); return { close() { clearInterval(timer); } }; }
     const source = new EventSource(streamUrl);
     source.addEventListener('state', (e) => onState(JSON.parse(e.data)));
     source.onopen = () => {
       document.body.dataset.live = 'open';
+      this.indicate('live', 'live');
       if (timer) { clearInterval(timer); timer = null; }
     };
     source.onerror = () => {
       document.body.dataset.live = 'error';
+      this.indicate('paused', 'paused: reconnecting');
       if (source.readyState === EventSource.CLOSED) startPolling();
     };
     return { close() { source.close(); clearInterval(timer); } };
+  },
+  // The page's live/paused badge (#live), unless the page said it has nothing more to follow.
+  indicate(state, text) {
+    const badge = document.getElementById('live');
+    if (!badge || badge.dataset.state === 'ended') return;
+    badge.dataset.state = state;
+    badge.textContent = text;
+  },
+  // Milliseconds the browser's clock is ahead of the server's (the page's data-now).
+  skew: (() => {
+    const stamped = document.querySelector('[data-now]');
+    return stamped ? Date.now() - Date.parse(stamped.dataset.now) : 0;
+  })(),
+  // "12 s", "3 min", "2 h", "4 d": a duration in the largest unit that fits.
+  relative(seconds) {
+    const s = Math.max(0, Math.round(seconds));
+    if (s < 60) return s + ' s';
+    if (s < 3600) return Math.floor(s / 60) + ' min';
+    if (s < 86400) return Math.floor(s / 3600) + ' h';
+    return Math.floor(s / 86400) + ' d';
+  },
+  // Every <time data-rel> (UTC, from the server) gets its relative time, kept current.
+  tickTimes() {
+    const now = Date.now() - window.rara.skew;
+    for (const el of document.querySelectorAll('time[data-rel]')) {
+      let rel = el.querySelector('.rel');
+      if (!rel) { rel = document.createElement('span'); rel.className = 'rel'; el.append(rel); }
+      rel.textContent = ' · ' + window.rara.relative((now - Date.parse(el.dateTime)) / 1000) + ' ago';
+    }
   },
   // Replace the elements matching `selectors` with the same ones of a fresh render of this page.
   async refreshFrom(url, selectors) {
@@ -42,3 +76,5 @@ window.rara = {
     return true;
   },
 };
+window.rara.tickTimes();
+setInterval(window.rara.tickTimes, 1000);

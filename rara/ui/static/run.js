@@ -3,9 +3,80 @@
 // changes status.
 'use strict';
 (function () {
+  const rara = window.rara;
+
+  // JSON (a result, an error's details) indented and highlighted when its section is opened:
+  // the server sends it as text, compact; its tokens are kept as written (no parse: a big
+  // integer keeps its digits) and become spans, set with textContent.
+  const TOKEN = /("(?:\\.|[^"\\])*")|(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)|(true|false)|(null)|([{}[\],:])/g;
+  const highlight = (pre) => {
+    if (pre.dataset.highlighted) return;
+    const tokens = Array.from(pre.textContent.matchAll(TOKEN));
+    const out = [];
+    let depth = 0;
+    const put = (cls, text) => {
+      if (!cls) { out.push(document.createTextNode(text)); return; }
+      const span = document.createElement('span');
+      span.className = cls;
+      span.textContent = text;
+      out.push(span);
+    };
+    const newline = () => put(null, '\n' + '  '.repeat(depth));
+    tokens.forEach((m, i) => {
+      const before = tokens[i - 1] ? tokens[i - 1][0] : '';
+      const after = tokens[i + 1] ? tokens[i + 1][0] : '';
+      if (m[1]) put(after === ':' ? 'j-key' : 'j-str', m[1]);
+      else if (m[2]) put('j-num', m[2]);
+      else if (m[3]) put('j-bool', m[3]);
+      else if (m[4]) put('j-null', m[4]);
+      else if (m[5] === '{' || m[5] === '[') {
+        put(null, m[5]);
+        if (after !== '}' && after !== ']') { depth += 1; newline(); }
+      } else if (m[5] === '}' || m[5] === ']') {
+        if (before !== '{' && before !== '[') { depth -= 1; newline(); }
+        put(null, m[5]);
+      } else if (m[5] === ',') { put(null, ','); newline(); }
+      else put(null, ': ');
+    });
+    pre.replaceChildren(...out);
+    pre.dataset.highlighted = '1';
+  };
+  const highlightOpen = () => document.querySelectorAll('details[open] pre[data-highlight]').forEach(highlight);
+  document.addEventListener('toggle', (e) => { if (e.target.open) highlightOpen(); }, true);
+  highlightOpen();
+
+  // A link to a step's events (or any closed section) opens it.
+  const openTarget = (id) => {
+    const target = id && document.getElementById(id);
+    if (target && target.tagName === 'DETAILS') { target.open = true; target.scrollIntoView(); }
+    return !!target;
+  };
+  window.addEventListener('hashchange', () => openTarget(location.hash.slice(1)));
+  openTarget(location.hash.slice(1));
+
+  // The run page's events: read from /runs/<id>/events when the section is opened.
+  const events = document.getElementById('events');
+  let wanted = null;  // the step whose events a link asked for
+  const loadEvents = () => rara.refreshFrom(events.dataset.src, ['#step-events'])
+    .then(() => {
+      const step = Array.from(document.querySelectorAll('details.step-events'))
+        .find((d) => d.dataset.events === wanted);
+      if (step) openTarget(step.id);
+      wanted = null;
+    });
+  if (events) {
+    events.addEventListener('toggle', () => { if (events.open) loadEvents(); });
+    document.addEventListener('click', (e) => {
+      const link = e.target.closest && e.target.closest('a.events-link');
+      if (!link) return;
+      e.preventDefault();
+      wanted = link.dataset.events;
+      if (events.open) loadEvents(); else events.open = true;
+    });
+  }
+
   const root = document.getElementById('run');
   if (!root) return;
-  const rara = window.rara;
   const runId = root.dataset.run;
   let status = root.dataset.status;
   let refreshing = null;
@@ -24,7 +95,9 @@
   const refresh = () => {
     if (refreshing) return;
     refreshing = setTimeout(() => {
-      rara.refreshFrom(location.pathname + location.search, ['#counts', 'table.steps', '[data-refresh]', '.facts', '.run-head .actions'])
+      // .facts holds #counts: listing both would move the fresh #counts out of the fresh
+      // .facts first and leave the Steps line blank.
+      rara.refreshFrom(location.pathname + location.search, ['table.steps', '[data-refresh]', '.facts', '.run-head .actions'])
         .then(() => { byKey = index(); if (window.raraCharts) window.raraCharts(); })
         .finally(() => { refreshing = null; });
     }, 300);
@@ -57,6 +130,10 @@
         }
       }
     }
+    for (const [name, n] of Object.entries(state.run.counts || {})) {
+      const cell = document.querySelector('#counts [data-count="' + name + '"]');
+      if (cell) cell.textContent = String(n);
+    }
     const badge = document.getElementById('run-status');
     if (badge && badge.textContent !== state.run.status) {
       badge.textContent = state.run.status; rara.setStatusClass(badge, state.run.status);
@@ -68,8 +145,28 @@
     }
     status = state.run.status;
     root.dataset.status = status;
+    if (rara.terminal(status)) {
+      rara.indicate('ended', status + ': nothing more to follow');
+      const live = document.getElementById('live');
+      if (live) live.dataset.state = 'ended';
+    }
+    if (state.charts && window.raraCharts) window.raraCharts.live(state.charts);
     if (changed) refresh();
   };
+
+  // "Took" of the run and of its running steps counts on in the page, as took() formats it.
+  const took = (seconds) => {
+    if (seconds < 60) return seconds.toFixed(2) + 's';
+    const minutes = Math.floor(seconds / 60);
+    if (minutes < 60) return minutes + 'm' + String(Math.floor(seconds) % 60).padStart(2, '0') + 's';
+    return Math.floor(minutes / 60) + 'h' + String(minutes % 60).padStart(2, '0') + 'm';
+  };
+  setInterval(() => {
+    const now = Date.now() - rara.skew;
+    for (const el of document.querySelectorAll('.took[data-start]')) {
+      el.textContent = took(Math.max(0, now - Date.parse(el.dataset.start)) / 1000);
+    }
+  }, 1000);
 
   rara.live('/live/runs/' + runId, '/runs/' + runId + '/state', onState, 3000);
 })();

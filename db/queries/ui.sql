@@ -40,6 +40,7 @@ WHERE r.id = :run_id;
 SELECT s.id, s.key, s.depends_on, s.capability, s.executor, s.status::text AS status,
        s.attempt, s.max_attempts, s.releases, s.leased_by, s.lease_expires_at, s.heartbeat_at,
        s.available_at, s.cancel_requested, s.result, s.error, s.started_at, s.finished_at,
+       s.map_over IS NOT NULL AS is_map, s.map_total,
        CASE WHEN s.map_over IS NULL THEN p.fraction
             ELSE s.map_succeeded::double precision / nullif(s.map_total, 0) END AS fraction,
        CASE WHEN s.map_over IS NULL THEN coalesce(p.message, '')
@@ -57,13 +58,27 @@ LEFT JOIN LATERAL (
 WHERE s.run_id = :run_id AND s.map_parent IS NULL
 ORDER BY s.id;
 
+-- name: ui_map_child_list
+-- The children of a run's map steps (those inserted so far), each with its latest worker:
+-- what the map step's group shows on demand.
+SELECT p.key AS parent, c.key, c.map_index, c.status::text AS status, c.attempt,
+       c.started_at, c.finished_at,
+       coalesce(c.leased_by, (SELECT a.worker FROM rara_attempts a WHERE a.step_id = c.id
+                              ORDER BY a.attempt DESC LIMIT 1)) AS worker
+FROM rara_steps c JOIN rara_steps p ON p.id = c.map_parent
+WHERE c.run_id = :run_id AND c.map_parent IS NOT NULL
+ORDER BY c.map_parent, c.map_index
+LIMIT :limit;
+
 -- name: ui_attempt_list
--- Every attempt of a run's steps (through the steps: rara_attempts has no run index).
+-- Every attempt of a run's steps (through the steps: rara_attempts has no run index); a map's
+-- children where their map step is (by its id, then index), not after the steps added with
+-- the run.
 SELECT s.key, a.attempt, a.worker, a.outcome::text AS outcome, a.started_at, a.ended_at,
        a.ended_by, a.error
 FROM rara_steps s JOIN rara_attempts a ON a.step_id = s.id
 WHERE s.run_id = :run_id
-ORDER BY s.id, a.attempt;
+ORDER BY coalesce(s.map_parent, s.id), s.map_index NULLS FIRST, a.attempt;
 
 -- name: ui_metric_list
 -- Progress reports that carry metrics (the adaptation's loss, …), in order, at most :limit.

@@ -71,8 +71,22 @@ class StepLine:
     error: Any
     started_at: datetime | None
     finished_at: datetime | None
+    is_map: bool
+    map_total: int | None  # a map step's children, once it has expanded
     fraction: float | None
     message: str
+    worker: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MapChild:
+    parent: str
+    key: str
+    map_index: int
+    status: str
+    attempt: int
+    started_at: datetime | None
+    finished_at: datetime | None
     worker: str | None
 
 
@@ -249,6 +263,10 @@ async def run_get(conn: AsyncConn, run_id: int) -> RunDetail | None:
 
 async def step_list(conn: AsyncConn, run_id: int) -> list[StepLine]:
     return await amany(conn, "ui_step_list", class_row(StepLine), run_id=run_id)
+
+
+async def map_child_list(conn: AsyncConn, run_id: int, limit: int = 10_000) -> list[MapChild]:
+    return await amany(conn, "ui_map_child_list", class_row(MapChild), run_id=run_id, limit=limit)
 
 
 async def attempt_list(conn: AsyncConn, run_id: int) -> list[AttemptLine]:

@@ -33,6 +33,7 @@ from rara.pg.queries import AsyncConn
 from rara.states import RunStatus
 from rara.ui import charts, data
 from rara.ui.dag import StepNode, layout
+from rara.ui.groups import MapGroup, map_groups
 from rara.ui.live import RUNS, LiveHub
 from rara.ui.render import page
 from rara.ui.timeline import timeline
@@ -140,8 +141,10 @@ async def run_page(request: Request) -> Response:
         attempts = await data.attempt_list(conn, run_id)
         metrics = await data.metric_list(conn, run_id)
         artifacts = await data.run_artifact_list(conn, run_id)
+        children = await data.map_child_list(conn, run_id) if any(s.is_map for s in steps) else []
         now = await data.now(conn)
-    dag = layout([StepNode(s.key, s.depends_on, s.status) for s in steps])
+    groups = map_groups(steps, children)
+    dag = layout([_node(s, groups.get(s.key), now) for s in steps])
     whole = request.query_params.get("rows") == "all"
     counts: dict[str, int] = {}
     for s in steps:
@@ -161,6 +164,20 @@ async def run_page(request: Request) -> Response:
         charts=charts.metric_charts(metrics),
         now=now,
         failed=[s for s in steps if s.error is not None][:ROWS],
+        groups=groups,
+    )
+
+
+def _node(step: data.StepLine, group: MapGroup | None, now: datetime) -> StepNode:
+    if group is None:
+        return StepNode(step.key, step.depends_on, step.status)
+    return StepNode(
+        step.key,
+        step.depends_on,
+        step.status,
+        group=True,
+        children=group.total,
+        details=group.lines(now),
     )
 
 

@@ -21,6 +21,10 @@ FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_
 WHERE (CAST(:before AS bigint) IS NULL OR r.id < :before)
   AND (CAST(:status AS rara_run_status) IS NULL OR r.status = :status)
   AND (CAST(:definition AS text) IS NULL OR v.name = :definition)
+  -- The search box: a substring of the definition's name or of the idempotency key.
+  AND (CAST(:search AS text) IS NULL
+       OR strpos(lower(v.name), lower(:search)) > 0
+       OR strpos(lower(r.idempotency_key), lower(:search)) > 0)
   AND (CAST(:since AS timestamptz) IS NULL OR r.created_at >= :since)
   AND (CAST(:until AS timestamptz) IS NULL OR r.created_at < :until)
 ORDER BY r.id DESC
@@ -122,9 +126,16 @@ WHERE m.digest = :digest
 ORDER BY c.run_id DESC, c.key
 LIMIT :limit;
 
--- name: ui_artifact_media_type$
--- The media type a manifest gave the blob (the download's Content-Type).
-SELECT media_type FROM rara_step_artifacts WHERE digest = :digest LIMIT 1;
+-- name: ui_artifact_label^
+-- The name and media type a manifest gave the blob (the download's file name and
+-- Content-Type): the manifest entry named :name when there is one (the run page's link says
+-- which), else any. Two probes of the digest index, never a sort of every manifest naming it.
+SELECT coalesce(
+           (SELECT m.name FROM rara_step_artifacts m
+            WHERE m.digest = :digest AND m.name = CAST(:name AS text) LIMIT 1),
+           (SELECT m.name FROM rara_step_artifacts m WHERE m.digest = :digest LIMIT 1)) AS name,
+       (SELECT m.media_type FROM rara_step_artifacts m
+        WHERE m.digest = :digest LIMIT 1) AS media_type;
 
 -- name: ui_definition_page
 -- Definitions by name after the keyset cursor :after, each with its latest version.
@@ -135,6 +146,7 @@ JOIN LATERAL (
     WHERE name = d.name ORDER BY version DESC LIMIT 1
 ) v ON true
 WHERE (CAST(:after AS text) IS NULL OR d.name > :after)
+  AND (CAST(:search AS text) IS NULL OR strpos(lower(d.name), lower(:search)) > 0)
 ORDER BY d.name
 LIMIT :limit;
 

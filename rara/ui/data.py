@@ -131,6 +131,12 @@ class Blob:
 
 
 @dataclass(frozen=True, slots=True)
+class ArtifactLabel:
+    name: str | None
+    media_type: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class Producer:
     name: str
     media_type: str
@@ -242,6 +248,7 @@ async def run_page(
     definition: str | None,
     since: datetime | None,
     until: datetime | None,
+    search: str | None = None,
     limit: int = PAGE,
 ) -> list[RunLine]:
     return await amany(
@@ -253,6 +260,7 @@ async def run_page(
         definition=definition,
         since=since,
         until=until,
+        search=search,
         limit=limit,
     )
 
@@ -285,8 +293,11 @@ async def artifact_get(conn: AsyncConn, digest: str) -> Blob | None:
     return await aone(conn, "ui_artifact_get", class_row(Blob), digest=digest)
 
 
-async def artifact_media_type(conn: AsyncConn, digest: str) -> str | None:
-    return await avalue(conn, "ui_artifact_media_type", str, digest=digest)
+async def artifact_label(conn: AsyncConn, digest: str, name: str | None) -> ArtifactLabel:
+    found = await aone(
+        conn, "ui_artifact_label", class_row(ArtifactLabel), digest=digest, name=name
+    )
+    return found or ArtifactLabel(None, None)
 
 
 async def producer_list(conn: AsyncConn, digest: str, limit: int = 200) -> list[Producer]:
@@ -302,10 +313,15 @@ async def consumer_list(conn: AsyncConn, digest: str, limit: int = 200) -> list[
 
 
 async def definition_page(
-    conn: AsyncConn, *, after: str | None, limit: int = PAGE
+    conn: AsyncConn, *, after: str | None, search: str | None = None, limit: int = PAGE
 ) -> list[DefinitionLine]:
     return await amany(
-        conn, "ui_definition_page", class_row(DefinitionLine), after=after, limit=limit
+        conn,
+        "ui_definition_page",
+        class_row(DefinitionLine),
+        after=after,
+        search=search,
+        limit=limit,
     )
 
 

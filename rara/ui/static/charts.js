@@ -4,6 +4,10 @@
 (function () {
   const palette = ['#2563eb', '#dc2626', '#16a34a', '#9333ea', '#ea580c', '#0891b2',
     '#4d7c0f', '#be185d', '#854d0e', '#334155', '#0f766e', '#7c2d12'];
+  // y labels in compact form (1.4M, 0.873): uPlot's default ("1,400,000") is cut to
+  // "0,000" by its fixed axis width.
+  const compact = new Intl.NumberFormat('en', { notation: 'compact', maximumSignificantDigits: 4 });
+  const yAxis = { values: (u, splits) => splits.map((v) => (v == null ? '' : compact.format(v))) };
   window.raraCharts = function () {
     const holder = document.getElementById('charts');
     const source = document.getElementById('chart-data');
@@ -20,12 +24,14 @@
         label: s.label, stroke: palette[i % palette.length], width: 2, spanGaps: true,
         points: { show: chart.x.length < 60, size: 5 },
       })));
-      // eslint-disable-next-line no-new
-      new window.uPlot({
+      box.raraPlot = new window.uPlot({
         width: Math.min(560, holder.clientWidth || 560), height: 240,
         scales: { x: { time: chart.time } }, series,
         // Runs are counted in whole numbers: no tick at run 1.25.
-        axes: chart.time ? undefined : [{ incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] }, {}],
+        axes: [
+          chart.time ? {} : { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000] },
+          yAxis,
+        ],
       }, [chart.x].concat(chart.series.map((s) => s.values)), box);
     }
   };

@@ -20,6 +20,10 @@ FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_
 WHERE (CAST(:before AS bigint) IS NULL OR r.id < :before)
   AND (CAST(:status AS rara_run_status) IS NULL OR r.status = :status)
   AND (CAST(:definition AS text) IS NULL OR v.name = :definition)
+  -- The search box: a substring of the definition's name or of the idempotency key.
+  AND (CAST(:search AS text) IS NULL
+       OR strpos(lower(v.name), lower(:search)) > 0
+       OR strpos(lower(r.idempotency_key), lower(:search)) > 0)
   AND (CAST(:since AS timestamptz) IS NULL OR r.created_at >= :since)
   AND (CAST(:until AS timestamptz) IS NULL OR r.created_at < :until)
 ORDER BY r.id DESC
@@ -39,6 +43,7 @@ WHERE r.id = :run_id;
 SELECT s.id, s.key, s.depends_on, s.capability, s.executor, s.status::text AS status,
        s.attempt, s.max_attempts, s.releases, s.leased_by, s.lease_expires_at, s.heartbeat_at,
        s.available_at, s.cancel_requested, s.result, s.error, s.started_at, s.finished_at,
+       s.map_over IS NOT NULL AS is_map, s.map_total,
        CASE WHEN s.map_over IS NULL THEN p.fraction
             ELSE s.map_succeeded::double precision / nullif(s.map_total, 0) END AS fraction,
        CASE WHEN s.map_over IS NULL THEN coalesce(p.message, '')
@@ -56,13 +61,27 @@ LEFT JOIN LATERAL (
 WHERE s.run_id = :run_id AND s.map_parent IS NULL
 ORDER BY s.id;
 
+-- name: ui_map_child_list
+-- The children of a run's map steps (those inserted so far), each with its latest worker:
+-- what the map step's group shows on demand.
+SELECT p.key AS parent, c.key, c.map_index, c.status::text AS status, c.attempt,
+       c.started_at, c.finished_at,
+       coalesce(c.leased_by, (SELECT a.worker FROM rara_attempts a WHERE a.step_id = c.id
+                              ORDER BY a.attempt DESC LIMIT 1)) AS worker
+FROM rara_steps c JOIN rara_steps p ON p.id = c.map_parent
+WHERE c.run_id = :run_id AND c.map_parent IS NOT NULL
+ORDER BY c.map_parent, c.map_index
+LIMIT :limit;
+
 -- name: ui_attempt_list
--- Every attempt of a run's steps (through the steps: rara_attempts has no run index).
+-- Every attempt of a run's steps (through the steps: rara_attempts has no run index); a map's
+-- children where their map step is (by its id, then index), not after the steps added with
+-- the run.
 SELECT s.key, a.attempt, a.worker, a.outcome::text AS outcome, a.started_at, a.ended_at,
        a.ended_by, a.error
 FROM rara_steps s JOIN rara_attempts a ON a.step_id = s.id
 WHERE s.run_id = :run_id
-ORDER BY s.id, a.attempt;
+ORDER BY coalesce(s.map_parent, s.id), s.map_index NULLS FIRST, a.attempt;
 
 -- name: ui_metric_list
 -- Progress reports that carry metrics (the adaptation's loss, …), in order, at most :limit.
@@ -106,9 +125,16 @@ WHERE m.digest = :digest
 ORDER BY c.run_id DESC, c.key
 LIMIT :limit;
 
--- name: ui_artifact_media_type$
--- The media type a manifest gave the blob (the download's Content-Type).
-SELECT media_type FROM rara_step_artifacts WHERE digest = :digest LIMIT 1;
+-- name: ui_artifact_label^
+-- The name and media type a manifest gave the blob (the download's file name and
+-- Content-Type): the manifest entry named :name when there is one (the run page's link says
+-- which), else any. Two probes of the digest index, never a sort of every manifest naming it.
+SELECT coalesce(
+           (SELECT m.name FROM rara_step_artifacts m
+            WHERE m.digest = :digest AND m.name = CAST(:name AS text) LIMIT 1),
+           (SELECT m.name FROM rara_step_artifacts m WHERE m.digest = :digest LIMIT 1)) AS name,
+       (SELECT m.media_type FROM rara_step_artifacts m
+        WHERE m.digest = :digest LIMIT 1) AS media_type;
 
 -- name: ui_definition_page
 -- Definitions by name after the keyset cursor :after, each with its latest version.
@@ -119,6 +145,7 @@ JOIN LATERAL (
     WHERE name = d.name ORDER BY version DESC LIMIT 1
 ) v ON true
 WHERE (CAST(:after AS text) IS NULL OR d.name > :after)
+  AND (CAST(:search AS text) IS NULL OR strpos(lower(d.name), lower(:search)) > 0)
 ORDER BY d.name
 LIMIT :limit;
 

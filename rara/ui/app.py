@@ -122,6 +122,8 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/artifacts/{digest:str}", pages.artifact_page),
         Route("/artifacts/{digest:str}/download", pages.artifact_download),
         Route("/fleet", pages.fleet),
+        Route("/live/fleet", pages.live_fleet),
+        Route("/favicon.ico", pages.favicon),
         Route("/login", actions.login, methods=["GET", "POST"]),
         Route("/logout", actions.logout, methods=["POST"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

@@ -95,8 +95,22 @@ class StepLine:
     error: Any
     started_at: datetime | None
     finished_at: datetime | None
+    is_map: bool
+    map_total: int | None  # a map step's children, once it has expanded
     fraction: float | None
     message: str
+    worker: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class MapChild:
+    parent: str
+    key: str
+    map_index: int
+    status: str
+    attempt: int
+    started_at: datetime | None
+    finished_at: datetime | None
     worker: str | None
 
 
@@ -139,6 +153,12 @@ class Blob:
     digest: str
     size: int
     created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactLabel:
+    name: str | None
+    media_type: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,6 +277,7 @@ async def run_page(
     definition: str | None,
     since: datetime | None,
     until: datetime | None,
+    search: str | None = None,
     limit: int = PAGE,
 ) -> list[RunLine]:
     return await amany(
@@ -268,6 +289,7 @@ async def run_page(
         definition=definition,
         since=since,
         until=until,
+        search=search,
         limit=limit,
     )
 
@@ -278,6 +300,10 @@ async def run_get(conn: AsyncConn, run_id: int) -> RunDetail | None:
 
 async def step_list(conn: AsyncConn, run_id: int) -> list[StepLine]:
     return await amany(conn, "ui_step_list", class_row(StepLine), run_id=run_id)
+
+
+async def map_child_list(conn: AsyncConn, run_id: int, limit: int = 10_000) -> list[MapChild]:
+    return await amany(conn, "ui_map_child_list", class_row(MapChild), run_id=run_id, limit=limit)
 
 
 async def attempt_list(conn: AsyncConn, run_id: int) -> list[AttemptLine]:
@@ -301,8 +327,11 @@ async def artifact_get(conn: AsyncConn, digest: str) -> Blob | None:
     return await aone(conn, "ui_artifact_get", class_row(Blob), digest=digest)
 
 
-async def artifact_media_type(conn: AsyncConn, digest: str) -> str | None:
-    return await avalue(conn, "ui_artifact_media_type", str, digest=digest)
+async def artifact_label(conn: AsyncConn, digest: str, name: str | None) -> ArtifactLabel:
+    found = await aone(
+        conn, "ui_artifact_label", class_row(ArtifactLabel), digest=digest, name=name
+    )
+    return found or ArtifactLabel(None, None)
 
 
 async def producer_list(conn: AsyncConn, digest: str, limit: int = 200) -> list[Producer]:
@@ -318,10 +347,15 @@ async def consumer_list(conn: AsyncConn, digest: str, limit: int = 200) -> list[
 
 
 async def definition_page(
-    conn: AsyncConn, *, after: str | None, limit: int = PAGE
+    conn: AsyncConn, *, after: str | None, search: str | None = None, limit: int = PAGE
 ) -> list[DefinitionLine]:
     return await amany(
-        conn, "ui_definition_page", class_row(DefinitionLine), after=after, limit=limit
+        conn,
+        "ui_definition_page",
+        class_row(DefinitionLine),
+        after=after,
+        search=search,
+        limit=limit,
     )
 
 

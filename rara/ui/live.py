@@ -5,7 +5,7 @@ its dependencies just finished) and ``rara_run`` (a run ended); a notification o
 hub (NOTIFY is a hint). Awake, or every ``interval`` seconds as the polling fallback (a step
 that starts running notifies nobody), the hub reads the state of every topic some viewer
 watches: one statement each for all watched runs together (their steps, their running steps'
-metrics, the runs themselves), one for the runs list; nothing at all
+metrics, the runs themselves), one for the runs list, three for the Fleet page; nothing at all
 when nobody watches. A topic's state goes to its viewers only when it changed, as a complete
 JSON snapshot, into a one-slot mailbox per viewer (a slow viewer skips stale states, never
 queues them). So an idle viewer costs the database nothing, and a thousand viewers of one run
@@ -27,10 +27,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from rara.pg import reconnect
 from rara.ui import charts, data
+from rara.ui.fleet import FLEET, fleet_tables
 
 log = structlog.get_logger("rara.ui.live")
 
-RUNS = "runs"  # the runs list's topic; a run's is "run:<id>"
+RUNS = "runs"  # the runs list's topic; a run's is "run:<id>"; the Fleet page's is FLEET
 CHANNELS = ("rara_ready", "rara_run")
 
 
@@ -175,6 +176,12 @@ class LiveHub:
             if RUNS in topics:
                 recent = await data.live_recent_list(conn)
                 states[RUNS] = {"runs": [[r.id, r.status] for r in recent]}
+            if FLEET in topics:
+                states[FLEET] = fleet_tables(
+                    await data.worker_list(conn),
+                    await data.backlog_list(conn),
+                    await data.now(conn),
+                )
         for topic, state in states.items():
             text = json.dumps(state, separators=(",", ":"))
             if self.last.get(topic) == text:

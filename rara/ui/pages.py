@@ -10,13 +10,16 @@ import re
 import tempfile
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, BinaryIO
+from urllib.parse import quote
 
 from anyio import to_thread, wrap_file
 from psycopg_pool import AsyncConnectionPool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import (
+    FileResponse,
     JSONResponse,
     PlainTextResponse,
     RedirectResponse,
@@ -33,10 +36,13 @@ from rara.pg.queries import AsyncConn
 from rara.states import RunStatus
 from rara.ui import charts, data
 from rara.ui.dag import StepNode, layout
+from rara.ui.fleet import FLEET, fleet_tables
+from rara.ui.groups import MapGroup, map_groups
 from rara.ui.live import RUNS, LiveHub
 from rara.ui.render import page
 from rara.ui.timeline import timeline
 
+FAVICON = Path(__file__).parent / "static" / "favicon.svg"
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 STATUSES = [s.value for s in RunStatus]
 DOWNLOAD_CHUNK = 64 * 1024
@@ -88,6 +94,7 @@ async def runs_list(request: Request) -> Response:
         problems.append(f"status: one of {', '.join(STATUSES)}")
         status = None
     definition = q.get("definition", "").strip() or None
+    search = q.get("q", "").strip() or None
     since, until = _time_arg(request, "since", problems), _time_arg(request, "until", problems)
     before = _int_arg(request, "before")
     async with _pool(request).connection() as conn:
@@ -98,6 +105,7 @@ async def runs_list(request: Request) -> Response:
             definition=definition,
             since=since,
             until=until,
+            search=search,
             limit=data.PAGE + 1,
         )
         now = await data.now(conn)
@@ -106,6 +114,7 @@ async def runs_list(request: Request) -> Response:
     filters = {
         k: v
         for k, v in {
+            "q": search,
             "status": status,
             "definition": definition,
             "since": q.get("since"),
@@ -141,8 +150,10 @@ async def run_page(request: Request) -> Response:
         attempts = await data.attempt_list(conn, run_id)
         metrics = await data.metric_list(conn, run_id)
         artifacts = await data.run_artifact_list(conn, run_id)
+        children = await data.map_child_list(conn, run_id) if any(s.is_map for s in steps) else []
         now = await data.now(conn)
-    dag = layout([StepNode(s.key, s.depends_on, s.status) for s in steps])
+    groups = map_groups(steps, children)
+    dag = layout([_node(s, groups.get(s.key), now) for s in steps])
     metric_charts, metric_rows = charts.metric_view(metrics)
     whole = request.query_params.get("rows") == "all"
     # Every attempt's error (its cause chain and traceback kept after the run ends), then the
@@ -164,6 +175,20 @@ async def run_page(request: Request) -> Response:
         now=now,
         attempt_errors=[a for a in attempts if a.error is not None][:ROWS],
         step_errors=[s for s in steps if s.error is not None and s.key not in raised][:ROWS],
+        groups=groups,
+    )
+
+
+def _node(step: data.StepLine, group: MapGroup | None, now: datetime) -> StepNode:
+    if group is None:
+        return StepNode(step.key, step.depends_on, step.status)
+    return StepNode(
+        step.key,
+        step.depends_on,
+        step.status,
+        group=True,
+        children=group.total,
+        details=group.lines(now),
     )
 
 
@@ -231,12 +256,17 @@ async def live_runs(request: Request) -> Response:
 
 async def definitions_list(request: Request) -> Response:
     after = request.query_params.get("after") or None
+    search = request.query_params.get("q", "").strip() or None
     async with _pool(request).connection() as conn:
-        rows = await data.definition_page(conn, after=after, limit=data.PAGE + 1)
+        rows = await data.definition_page(conn, after=after, search=search, limit=data.PAGE + 1)
     more = len(rows) > data.PAGE
     rows = rows[: data.PAGE]
     return page(
-        request, "definitions.html", definitions=rows, next_after=rows[-1].name if more else None
+        request,
+        "definitions.html",
+        definitions=rows,
+        search=search,
+        next_after=rows[-1].name if more else None,
     )
 
 
@@ -244,6 +274,27 @@ def _spec_text(spec: dict[str, Any]) -> str:
     """The stored (canonical JSON) spec, indented: the text the diff compares line by line.
     JSON, not YAML: PyYAML's representer takes a second for a 1,000-step spec, json 5 ms."""
     return json.dumps(spec, indent=2, ensure_ascii=False)
+
+
+def changed_steps(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]]:
+    """What a diff between two specs changed, named: (step key, added | removed | changed) in
+    the new spec's order, then the removed ones; ("spec", "changed") for a change outside the
+    steps (a field of the definition itself)."""
+
+    def by_key(spec: dict[str, Any]) -> dict[str, Any]:
+        return {str(s.get("key")): s for s in spec.get("steps") or [] if isinstance(s, dict)}
+
+    before, after = by_key(old), by_key(new)
+    found = [
+        (key, "added" if key not in before else "changed")
+        for key, step in after.items()
+        if before.get(key) != step
+    ]
+    found += [(key, "removed") for key in before if key not in after]
+    rest = {k: v for k, v in old.items() if k != "steps"}
+    if rest != {k: v for k, v in new.items() if k != "steps"}:
+        found.append(("spec", "changed"))
+    return found
 
 
 async def definition_page(request: Request) -> Response:
@@ -257,6 +308,7 @@ async def definition_page(request: Request) -> Response:
         if version is None:
             raise HTTPException(404, f"no version {shown} of {name}")
         diff: list[str] | None = None
+        changed: list[tuple[str, str]] = []
         a, b = _int_arg(request, "a"), _int_arg(request, "b")
         if a is not None and b is not None:
             old, new = await data.version_get(conn, name, a), await data.version_get(conn, name, b)
@@ -271,6 +323,7 @@ async def definition_page(request: Request) -> Response:
                     lineterm="",
                 )
             )
+            changed = changed_steps(old.spec, new.spec)
         results = await data.result_list(conn, name)
     return page(
         request,
@@ -280,6 +333,7 @@ async def definition_page(request: Request) -> Response:
         version=version,
         spec=_spec_text(version.spec),
         diff=diff,
+        changed=changed,
         a=a,
         b=b,
         charts=charts.result_charts(results),
@@ -310,7 +364,8 @@ async def artifact_download(request: Request) -> Response:
     digest = _digest(request)
     async with _pool(request).connection() as conn:
         blob = await data.artifact_get(conn, digest)
-        media_type = await data.artifact_media_type(conn, digest)
+        label = await data.artifact_label(conn, digest, request.query_params.get("name"))
+    media_type = label.media_type
     if blob is None:
         raise HTTPException(404, f"no artifact {digest}")
     if not is_valid_media_type(media_type):  # an older or hand-written row: never a header
@@ -326,11 +381,22 @@ async def artifact_download(request: Request) -> Response:
         media_type=media_type,
         headers={
             "content-length": str(size),
-            "content-disposition": f'attachment; filename="{digest[7:19]}.bin"',
+            "content-disposition": _attachment(label.name, digest),
             "x-rara-digest": digest,
             "content-security-policy": "sandbox",
         },
     )
+
+
+def _attachment(name: str | None, digest: str) -> str:
+    """Content-Disposition naming the file after the artifact (its last path part), as an
+    ASCII fallback and as the UTF-8 ``filename*`` of RFC 6266; a blob no manifest names (a
+    checkpoint) keeps ``<digest prefix>.bin``."""
+    base = (name or "").replace("\\", "/").rsplit("/", 1)[-1].strip()
+    if base in ("", ".", ".."):
+        return f'attachment; filename="{digest[7:19]}.bin"'
+    ascii_name = re.sub(r"[^A-Za-z0-9._+-]", "_", base)
+    return f"attachment; filename=\"{ascii_name}\"; filename*=UTF-8''{quote(base, safe='')}"
 
 
 def _verified_copy(store: ArtifactStore, digest: str) -> BinaryIO:
@@ -354,7 +420,18 @@ async def fleet(request: Request) -> Response:
         workers = await data.worker_list(conn)
         backlog = await data.backlog_list(conn)
         now = await data.now(conn)
-    return page(request, "fleet.html", workers=workers, backlog=backlog, now=now)
+    return page(request, "fleet.html", tables=fleet_tables(workers, backlog, now))
+
+
+async def live_fleet(request: Request) -> Response:
+    return _stream(request, FLEET)
+
+
+async def favicon(request: Request) -> Response:
+    """Browsers ask for /favicon.ico whatever the page links: the SVG icon, not a 404."""
+    return FileResponse(
+        FAVICON, media_type="image/svg+xml", headers={"cache-control": "max-age=86400"}
+    )
 
 
 async def http_error(request: Request, exc: Exception) -> Response:

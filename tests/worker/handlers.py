@@ -117,6 +117,12 @@ async def chatty(ctx: StepContext) -> Any:
     return {"calls": calls}
 
 
+@registry.handler("test.report@1")
+def report(ctx: StepContext) -> Any:
+    """Returns its input's ``report`` as the result (numbers for the results chart)."""
+    return dict(ctx.input["report"])
+
+
 @registry.handler("test.silent@1")
 async def silent(ctx: StepContext) -> Any:
     """Reports progress once, then goes quiet for ``seconds`` (heartbeatTimeout test)."""

@@ -8,6 +8,10 @@
   // Result charts' lines (a series per field): none of them the failure red.
   const palette = ['#2563eb', '#16a34a', '#9333ea', '#0891b2', '#4d7c0f', '#334155',
     '#0f766e', '#854d0e', '#4f46e5', '#ca8a04', '#be185d', '#ea580c'];
+  // y labels in compact form (1.4M, 0.873): uPlot's default ("1,400,000") is cut to
+  // "0,000" by its fixed axis width.
+  const compact = new Intl.NumberFormat('en', { notation: 'compact', maximumSignificantDigits: 4 });
+  const yAxis = { values: (u, splits) => splits.map((v) => (v == null ? '' : compact.format(v))) };
   const utc = (seconds) => new Date(seconds * 1e3).toISOString().slice(0, 19).replace('T', ' ');
   let shown = [];  // the charts on the page, in order
   const drawn = new Map();  // chart id -> { json, figure }
@@ -55,8 +59,8 @@
       tzDate: (ts) => window.uPlot.tzDate(new Date(ts * 1e3), 'Etc/UTC'),
       // Runs and training steps are counted in whole numbers: no tick at run 1.25.
       axes: chart.time
-        ? [{ values: (u, ticks) => ticks.map((t) => utc(t).slice(11)) }, {}]
-        : [{ incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] }, {}],
+        ? [{ values: (u, ticks) => ticks.map((t) => utc(t).slice(11)) }, yAxis]
+        : [{ incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] }, yAxis],
     }, [chart.x].concat(chart.series.map((s) => s.values)), box);
     box.dataset.points = String(chart.x.length);
     box.dataset.marks = (chart.marks || []).map((m) => m.label).join('; ');

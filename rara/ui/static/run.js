@@ -114,7 +114,8 @@
           const bar = el.querySelector('.bar');
           if (box && bar) bar.setAttribute('width', String(Math.round(box.getAttribute('width') * done)));
           const title = el.querySelector('title');
-          if (title) title.textContent = s.key + ': ' + s.status;
+          // The first line only: a map step's lines per child stay (the table has them live).
+          if (title) title.textContent = s.key + ': ' + s.status + title.textContent.replace(/^[^\n]*/, '');
         } else {
           const cell = el.querySelector('[data-field=status]');
           if (cell && cell.textContent !== s.status) {

@@ -1673,17 +1673,19 @@ BEGIN
     END IF;
 END $$;
 
--- FUNCTION: rara_worker_register(text, text[])
+-- FUNCTION: rara_worker_register(text, text[], jsonb)
 
-CREATE FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[]) RETURNS void
+CREATE FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[], p_executors jsonb DEFAULT '[]'::jsonb) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
     PERFORM rara_worker_check_login(p_worker);
-    INSERT INTO rara_workers (id, capabilities, login) VALUES (p_worker, p_capabilities, session_user)
-    ON CONFLICT (id) DO UPDATE SET capabilities = EXCLUDED.capabilities, heartbeat_at = now(),
-        stopped_at = NULL, login = session_user
+    INSERT INTO rara_workers (id, capabilities, executors, login)
+    VALUES (p_worker, p_capabilities, p_executors, session_user)
+    ON CONFLICT (id) DO UPDATE SET capabilities = EXCLUDED.capabilities,
+        executors = EXCLUDED.executors, heartbeat_at = now(), stopped_at = NULL,
+        login = session_user
     -- (a concurrent registration by another login between the check and here: refused)
     WHERE rara_workers.login IS NULL OR rara_workers.login = session_user;
     IF NOT FOUND THEN
@@ -1955,7 +1957,9 @@ CREATE TABLE public.rara_workers (
     started_at timestamp with time zone DEFAULT now() NOT NULL,
     heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
     stopped_at timestamp with time zone,
-    login name
+    login name,
+    executors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    CONSTRAINT rara_workers_executors_is_array CHECK ((jsonb_typeof(executors) = 'array'::text))
 );
 
 -- CONSTRAINT: rara_artifacts rara_artifacts_pkey
@@ -2341,10 +2345,10 @@ REVOKE ALL ON FUNCTION public.rara_step_unblock(p_run_id bigint, p_dependants te
 
 REVOKE ALL ON FUNCTION public.rara_worker_check_login(p_worker text) FROM PUBLIC;
 
--- ACL: FUNCTION rara_worker_register(p_worker text, p_capabilities text[])
+-- ACL: FUNCTION rara_worker_register(p_worker text, p_capabilities text[], p_executors jsonb)
 
-REVOKE ALL ON FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[]) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[]) TO rara_worker;
+REVOKE ALL ON FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[], p_executors jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[], p_executors jsonb) TO rara_worker;
 
 -- ACL: FUNCTION rara_worker_stop(p_worker text)
 

@@ -186,6 +186,17 @@ WHERE w.stopped_at IS NULL OR w.stopped_at > now() - interval '1 day'
 ORDER BY w.stopped_at IS NOT NULL, w.heartbeat_at DESC
 LIMIT :limit;
 
+-- name: ui_executor_list
+-- The remote executors that running workers reach (rara_workers.executors, migration 0015):
+-- one row per endpoint and worker, since each worker asks its endpoints on its own.
+SELECT e.endpoint, e.capabilities, e.version, e.live, w.id AS worker, w.heartbeat_at
+FROM rara_workers w,
+     jsonb_to_recordset(w.executors) AS e(endpoint text, capabilities text[], version text,
+                                          live boolean)
+WHERE w.stopped_at IS NULL
+ORDER BY e.endpoint, w.id
+LIMIT :limit;
+
 -- name: ui_backlog_list
 -- Per capability: steps waiting (ready, through the ready index), how many are due now, and
 -- how many are running.

@@ -506,10 +506,17 @@ class WorkerStore:
 
     # -- the worker's own row -------------------------------------------------------------
 
-    async def register(self, capabilities: Sequence[str]) -> None:
+    async def register(
+        self, capabilities: Sequence[str], executors: Sequence[dict[str, Any]] = ()
+    ) -> None:
         async with self.pool.connection() as conn:
             await conn.execute(
-                sql("worker_register"), {"worker": self.worker, "capabilities": list(capabilities)}
+                sql("worker_register"),
+                {
+                    "worker": self.worker,
+                    "capabilities": list(capabilities),
+                    "executors": Jsonb(list(executors)),
+                },
             )
         if self._beat_conn is not None:
             # Before the first lease: the heartbeat's connection is not first opened (and

@@ -1106,8 +1106,9 @@ BEGIN
     -- step given has lost its lease and nothing was written for it.
     -- p_others: failures and cancels (rare), one JSON array of {id, token, outcome, error,
     -- retryable, jitter}, written first, one statement each, with the cancels they cascade to.
-    -- p_successes: one JSON array of {id, token, result, manifest} (encoded by one json.dumps
-    -- in the worker, where typed arrays cost a Python dumper call per element), then written
+    -- p_successes: one JSON array of {id, token, result, manifest, reads} (encoded by one
+    -- json.dumps in the worker, where typed arrays cost a Python dumper call per element),
+    -- then written
     -- in one statement; last, everything that ended is counted in the runs' step counts, so
     -- that the transaction locks its runs once, in id order, after all its step rows.
     -- (Most batches have no failure or cancel: no query is opened for them.)
@@ -1148,7 +1149,7 @@ BEGIN
     END IF;
     WITH given AS MATERIALIZED (
         SELECT * FROM jsonb_to_recordset(p_successes)
-            AS g(id bigint, token uuid, result jsonb, manifest jsonb)
+            AS g(id bigint, token uuid, result jsonb, manifest jsonb, reads jsonb)
     ), done AS (
         -- The fence, per step: a row whose owner or token changed is simply not matched.
         UPDATE rara_steps s SET
@@ -1194,6 +1195,14 @@ BEGIN
         WHERE s.id = ANY (ARRAY(SELECT d2.id FROM dependants d2)) AND s.id = d.id
           AND s.status = 'blocked'
         RETURNING s.id, s.pending_deps = 0 AND s.map_over IS NOT NULL AS expands
+    ), reads AS (
+        -- What the attempt read (migration 0015), only for successes that say: lineage.
+        INSERT INTO rara_step_reads (step_id, digest)
+        SELECT done.id, r.digest
+        FROM (SELECT g.id, g.reads FROM given g WHERE g.reads IS NOT NULL) AS g
+        JOIN done ON done.id = g.id
+        CROSS JOIN LATERAL jsonb_array_elements_text(g.reads) AS r(digest)
+        ON CONFLICT DO NOTHING
     ), manifest AS (
         -- Only the successes that name artifacts (most name none): nothing joined for the
         -- rest.
@@ -1875,6 +1884,13 @@ CREATE TABLE public.rara_step_artifacts (
     CONSTRAINT rara_step_artifacts_name_check CHECK ((name ~ '^[A-Za-z0-9._/-]{1,200}$'::text))
 );
 
+-- TABLE: rara_step_reads
+
+CREATE TABLE public.rara_step_reads (
+    step_id bigint NOT NULL,
+    digest text NOT NULL
+);
+
 -- TABLE: rara_steps
 
 CREATE TABLE public.rara_steps (
@@ -2042,6 +2058,11 @@ ALTER TABLE public.rara_step_artifacts
 ALTER TABLE ONLY public.rara_step_artifacts
     ADD CONSTRAINT rara_step_artifacts_pkey PRIMARY KEY (step_id, attempt, name);
 
+-- CONSTRAINT: rara_step_reads rara_step_reads_pkey
+
+ALTER TABLE ONLY public.rara_step_reads
+    ADD CONSTRAINT rara_step_reads_pkey PRIMARY KEY (step_id, digest);
+
 -- CONSTRAINT: rara_steps rara_steps_pkey
 
 ALTER TABLE ONLY public.rara_steps
@@ -2060,6 +2081,10 @@ ALTER TABLE ONLY public.rara_workers
 -- INDEX: rara_step_artifacts_digest
 
 CREATE INDEX rara_step_artifacts_digest ON public.rara_step_artifacts USING btree (digest);
+
+-- INDEX: rara_step_reads_digest
+
+CREATE INDEX rara_step_reads_digest ON public.rara_step_reads USING btree (digest);
 
 -- INDEX: rara_steps_map_children
 
@@ -2134,6 +2159,11 @@ ALTER TABLE ONLY public.rara_step_artifacts
 
 ALTER TABLE ONLY public.rara_step_artifacts
     ADD CONSTRAINT rara_step_artifacts_step_id_fkey FOREIGN KEY (step_id) REFERENCES public.rara_steps(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: rara_step_reads rara_step_reads_step_id_fkey
+
+ALTER TABLE ONLY public.rara_step_reads
+    ADD CONSTRAINT rara_step_reads_step_id_fkey FOREIGN KEY (step_id) REFERENCES public.rara_steps(id) ON DELETE CASCADE;
 
 -- FK CONSTRAINT: rara_steps rara_steps_run_id_fkey
 
@@ -2434,6 +2464,10 @@ GRANT SELECT ON TABLE public.rara_schema_migrations TO rara_reader;
 -- ACL: TABLE rara_step_artifacts
 
 GRANT SELECT ON TABLE public.rara_step_artifacts TO rara_reader;
+
+-- ACL: TABLE rara_step_reads
+
+GRANT SELECT ON TABLE public.rara_step_reads TO rara_reader;
 
 -- ACL: COLUMN rara_steps.id
 

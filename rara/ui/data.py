@@ -154,7 +154,7 @@ class Consumer:
     run_id: int
     key: str
     status: str
-    producer: str
+    producer: str | None  # None: it read the blob (recorded); else it depends on this step
 
 
 @dataclass(frozen=True, slots=True)

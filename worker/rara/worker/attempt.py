@@ -249,7 +249,12 @@ async def _end(
             {"name": a.name, "digest": a.ref.digest, "size": a.ref.size, "media_type": a.media_type}
             for a in outcome.artifacts
         ]
-        return await ended(AttemptOutcome.SUCCEEDED, result=outcome.result, artifacts=manifest)
+        return await ended(
+            AttemptOutcome.SUCCEEDED,
+            result=outcome.result,
+            artifacts=manifest,
+            reads=sorted(_reads(state)),
+        )
 
     try:
         end = await persist("attempt end", write, give_up_after=patience)
@@ -267,3 +272,12 @@ async def _end(
             error_type=type(exc).__name__,
         )
     return end
+
+
+def _reads(state: AttemptState) -> set[str]:
+    """What the attempt read, for lineage: an in-process handler's fetches through its context
+    (noted as they return); for a remote executor, whose fetches the worker does not see, the
+    inputs it was handed (docs/artifacts.md, "Lineage")."""
+    if state.step.executor == "inprocess":
+        return state.reads
+    return {ref.digest for ref in state.step.inputs.values()}

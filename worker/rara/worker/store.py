@@ -49,7 +49,7 @@ from rara.pg import steps as step_sql
 from rara.pg.queries import amany, avalue, sql
 from rara.pg.reconnect import CONNECT_TIMEOUT_SECONDS, async_pool_settings, dead_peer_settings
 from rara.states import AttemptOutcome, StepStatus, check_step_transition
-from rara.worker.vocabulary import Ending, Fence, LeasedStep
+from rara.worker.vocabulary import Ending, LeasedStep
 
 if TYPE_CHECKING:
     from psycopg._cursor_base import BaseCursor
@@ -102,9 +102,7 @@ async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[StepStatu
     worker = endings[0].fence.worker
     if any(e.fence.worker != worker for e in endings):
         raise ValueError("end_many: every ending must be fenced by the same worker")
-    successes = _successes_json(
-        [(e.fence, e.result, e.artifacts) for e in endings if e.outcome is AttemptOutcome.SUCCEEDED]
-    )
+    successes = _successes_json([e for e in endings if e.outcome is AttemptOutcome.SUCCEEDED])
     others = json.dumps(
         [
             {
@@ -143,19 +141,20 @@ def _end_statuses() -> dict[str, StepStatus]:
 _END_STATUS = _end_statuses()
 
 
-def _successes_json(wins: Sequence[tuple[Fence, Any, Sequence[Mapping[str, Any]]]]) -> str:
-    """(fence, result, artifact manifest) of successes as the one JSON array step_end_many
+def _successes_json(wins: Sequence[Ending]) -> str:
+    """Successes (fence, result, artifact manifest, reads) as the one JSON array step_end_many
     reads: one C-encoded ``json.dumps`` for the whole batch (per-element dumping of typed arrays
     was a measured hot spot)."""
     return json.dumps(
         [
             {
-                "id": fence.step_id,
-                "token": str(fence.token),
-                "result": result,
-                **({"manifest": list(artifacts)} if artifacts else {}),
+                "id": e.fence.step_id,
+                "token": str(e.fence.token),
+                "result": e.result,
+                **({"manifest": list(e.artifacts)} if e.artifacts else {}),
+                **({"reads": list(e.reads)} if e.reads else {}),
             }
-            for fence, result, artifacts in wins
+            for e in wins
         ],
         allow_nan=False,
         separators=(",", ":"),

@@ -119,6 +119,8 @@ class AttemptState:
     waiter: asyncio.Future[None] | None = None
     # Checkpoint writes queued by save_checkpoint on the loop thread: the end waits for them.
     queued_checkpoints: list[asyncio.Task[None]] = field(default_factory=list)
+    # The blob digests the attempt read (written with a success: lineage, rara_step_reads).
+    reads: set[str] = field(default_factory=set)
 
     @property
     def holds_lease(self) -> bool:
@@ -174,6 +176,7 @@ class Ending:
     outcome: AttemptOutcome
     result: Any = None
     artifacts: Sequence[Mapping[str, Any]] = ()
+    reads: Sequence[str] = ()  # digests the attempt read (kept for a success only)
     error: Mapping[str, Any] | None = None
     retryable: bool = True
     jitter: float = 0.0

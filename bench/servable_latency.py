@@ -30,6 +30,7 @@ sys.path.insert(1, str(ROOT))  # bench.* from the repository root
 
 from bench.common import bench_database  # noqa: E402
 from rara.pg import workers  # noqa: E402
+from tests.support.executors import start_executor  # noqa: E402
 
 IN_PROCESS = "test.echo@1"  # served by tests/worker/handlers (in-process)
 REMOTE = "test.hang@1"  # served only by the executor (its conformance plugins)
@@ -53,25 +54,6 @@ def wait_served(url: str, wanted: set[str], limit: float = 60.0) -> float:
             raise TimeoutError(f"{sorted(wanted)} not served after {limit}s")
         time.sleep(0.05)
     return time.monotonic() - start
-
-
-def start_executor(address: str, home: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rara.executor.main",
-            "--listen",
-            address,
-            "--insecure-loopback",
-            "--plugins",
-            "rara.executor.conformance_plugins",
-            "--artifact-root",
-            str(home),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def start_worker(url: str, address: str, home: Path) -> subprocess.Popen[bytes]:

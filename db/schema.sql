@@ -1505,9 +1505,10 @@ BEGIN
     -- step given has lost its lease and nothing was written for it.
     -- p_others: failures and cancels (rare), one JSON array of {id, token, outcome, error,
     -- retryable, jitter}, written first, one statement each, with the cancels they cascade to.
-    -- p_successes: one JSON array of {id, token, result, manifest, cache, reused_from}
-    -- (encoded by one json.dumps in the worker, where typed arrays cost a Python dumper call
-    -- per element; cache and reused_from only for a step with `cache:`), then written
+    -- p_successes: one JSON array of {id, token, result, manifest, reads, cache,
+    -- reused_from} (encoded by one json.dumps in the worker, where typed arrays cost a
+    -- Python dumper call per element; cache and reused_from only for a step with `cache:`),
+    -- then written
     -- in one statement; last, everything that ended is counted in the runs' step counts, so
     -- that the transaction locks its runs once, in id order, after all its step rows.
     -- (Most batches have no failure or cancel: no query is opened for them.)
@@ -1548,7 +1549,7 @@ BEGIN
     END IF;
     WITH given AS MATERIALIZED (
         SELECT * FROM jsonb_to_recordset(p_successes)
-            AS g(id bigint, token uuid, result jsonb, manifest jsonb, cache jsonb,
+            AS g(id bigint, token uuid, result jsonb, manifest jsonb, reads jsonb, cache jsonb,
                  reused_from jsonb)
     ), done AS (
         -- The fence, per step: a row whose owner or token changed is simply not matched.
@@ -1614,6 +1615,14 @@ BEGIN
         WHERE s.id = ANY (ARRAY(SELECT d2.id FROM dependants d2)) AND s.id = d.id
           AND s.status = 'blocked'
         RETURNING s.id, s.pending_deps = 0 AND s.map_over IS NOT NULL AS expands
+    ), reads AS (
+        -- What the attempt read (migration 0015), only for successes that say: lineage.
+        INSERT INTO rara_step_reads (step_id, digest)
+        SELECT done.id, r.digest
+        FROM (SELECT g.id, g.reads FROM given g WHERE g.reads IS NOT NULL) AS g
+        JOIN done ON done.id = g.id
+        CROSS JOIN LATERAL jsonb_array_elements_text(g.reads) AS r(digest)
+        ON CONFLICT DO NOTHING
     ), manifest AS (
         -- Only the successes that name artifacts (most name none): nothing joined for the
         -- rest.
@@ -2093,17 +2102,19 @@ BEGIN
     END IF;
 END $$;
 
--- FUNCTION: rara_worker_register(text, text[])
+-- FUNCTION: rara_worker_register(text, text[], jsonb)
 
-CREATE FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[]) RETURNS void
+CREATE FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[], p_executors jsonb DEFAULT '[]'::jsonb) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
     PERFORM rara_worker_check_login(p_worker);
-    INSERT INTO rara_workers (id, capabilities, login) VALUES (p_worker, p_capabilities, session_user)
-    ON CONFLICT (id) DO UPDATE SET capabilities = EXCLUDED.capabilities, heartbeat_at = now(),
-        stopped_at = NULL, login = session_user
+    INSERT INTO rara_workers (id, capabilities, executors, login)
+    VALUES (p_worker, p_capabilities, p_executors, session_user)
+    ON CONFLICT (id) DO UPDATE SET capabilities = EXCLUDED.capabilities,
+        executors = EXCLUDED.executors, heartbeat_at = now(), stopped_at = NULL,
+        login = session_user
     -- (a concurrent registration by another login between the check and here: refused)
     WHERE rara_workers.login IS NULL OR rara_workers.login = session_user;
     IF NOT FOUND THEN
@@ -2354,6 +2365,13 @@ CREATE TABLE public.rara_step_cache (
     CONSTRAINT rara_step_cache_parts_check CHECK ((jsonb_typeof(parts) = 'object'::text))
 );
 
+-- TABLE: rara_step_reads
+
+CREATE TABLE public.rara_step_reads (
+    step_id bigint NOT NULL,
+    digest text NOT NULL
+);
+
 -- TABLE: rara_steps
 
 CREATE TABLE public.rara_steps (
@@ -2438,7 +2456,9 @@ CREATE TABLE public.rara_workers (
     started_at timestamp with time zone DEFAULT now() NOT NULL,
     heartbeat_at timestamp with time zone DEFAULT now() NOT NULL,
     stopped_at timestamp with time zone,
-    login name
+    login name,
+    executors jsonb DEFAULT '[]'::jsonb NOT NULL,
+    CONSTRAINT rara_workers_executors_is_array CHECK ((jsonb_typeof(executors) = 'array'::text))
 );
 
 -- CONSTRAINT: rara_artifacts rara_artifacts_pkey
@@ -2536,6 +2556,11 @@ ALTER TABLE ONLY public.rara_step_artifacts
 ALTER TABLE ONLY public.rara_step_cache
     ADD CONSTRAINT rara_step_cache_pkey PRIMARY KEY (key);
 
+-- CONSTRAINT: rara_step_reads rara_step_reads_pkey
+
+ALTER TABLE ONLY public.rara_step_reads
+    ADD CONSTRAINT rara_step_reads_pkey PRIMARY KEY (step_id, digest);
+
 -- CONSTRAINT: rara_steps rara_steps_pkey
 
 ALTER TABLE ONLY public.rara_steps
@@ -2566,6 +2591,10 @@ CREATE INDEX rara_step_artifacts_digest ON public.rara_step_artifacts USING btre
 -- INDEX: rara_step_cache_by_step
 
 CREATE INDEX rara_step_cache_by_step ON public.rara_step_cache USING btree (capability, step_key, created_at);
+
+-- INDEX: rara_step_reads_digest
+
+CREATE INDEX rara_step_reads_digest ON public.rara_step_reads USING btree (digest);
 
 -- INDEX: rara_steps_map_children
 
@@ -2649,6 +2678,11 @@ ALTER TABLE ONLY public.rara_step_artifacts
 
 ALTER TABLE ONLY public.rara_step_artifacts
     ADD CONSTRAINT rara_step_artifacts_step_id_fkey FOREIGN KEY (step_id) REFERENCES public.rara_steps(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: rara_step_reads rara_step_reads_step_id_fkey
+
+ALTER TABLE ONLY public.rara_step_reads
+    ADD CONSTRAINT rara_step_reads_step_id_fkey FOREIGN KEY (step_id) REFERENCES public.rara_steps(id) ON DELETE CASCADE;
 
 -- FK CONSTRAINT: rara_steps rara_steps_run_id_fkey
 
@@ -2911,10 +2945,10 @@ REVOKE ALL ON FUNCTION public.rara_step_unblock(p_run_id bigint, p_dependants te
 
 REVOKE ALL ON FUNCTION public.rara_worker_check_login(p_worker text) FROM PUBLIC;
 
--- ACL: FUNCTION rara_worker_register(p_worker text, p_capabilities text[])
+-- ACL: FUNCTION rara_worker_register(p_worker text, p_capabilities text[], p_executors jsonb)
 
-REVOKE ALL ON FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[]) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[]) TO rara_worker;
+REVOKE ALL ON FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[], p_executors jsonb) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[], p_executors jsonb) TO rara_worker;
 
 -- ACL: FUNCTION rara_worker_stop(p_worker text)
 
@@ -3012,6 +3046,10 @@ GRANT SELECT ON TABLE public.rara_step_artifacts TO rara_reader;
 -- ACL: TABLE rara_step_cache
 
 GRANT SELECT ON TABLE public.rara_step_cache TO rara_reader;
+
+-- ACL: TABLE rara_step_reads
+
+GRANT SELECT ON TABLE public.rara_step_reads TO rara_reader;
 
 -- ACL: COLUMN rara_steps.id
 

@@ -272,9 +272,10 @@ BEGIN
     -- step given has lost its lease and nothing was written for it.
     -- p_others: failures and cancels (rare), one JSON array of {id, token, outcome, error,
     -- retryable, jitter}, written first, one statement each, with the cancels they cascade to.
-    -- p_successes: one JSON array of {id, token, result, manifest, cache, reused_from}
-    -- (encoded by one json.dumps in the worker, where typed arrays cost a Python dumper call
-    -- per element; cache and reused_from only for a step with `cache:`), then written
+    -- p_successes: one JSON array of {id, token, result, manifest, reads, cache,
+    -- reused_from} (encoded by one json.dumps in the worker, where typed arrays cost a
+    -- Python dumper call per element; cache and reused_from only for a step with `cache:`),
+    -- then written
     -- in one statement; last, everything that ended is counted in the runs' step counts, so
     -- that the transaction locks its runs once, in id order, after all its step rows.
     -- (Most batches have no failure or cancel: no query is opened for them.)
@@ -315,7 +316,7 @@ BEGIN
     END IF;
     WITH given AS MATERIALIZED (
         SELECT * FROM jsonb_to_recordset(p_successes)
-            AS g(id bigint, token uuid, result jsonb, manifest jsonb, cache jsonb,
+            AS g(id bigint, token uuid, result jsonb, manifest jsonb, reads jsonb, cache jsonb,
                  reused_from jsonb)
     ), done AS (
         -- The fence, per step: a row whose owner or token changed is simply not matched.
@@ -381,6 +382,14 @@ BEGIN
         WHERE s.id = ANY (ARRAY(SELECT d2.id FROM dependants d2)) AND s.id = d.id
           AND s.status = 'blocked'
         RETURNING s.id, s.pending_deps = 0 AND s.map_over IS NOT NULL AS expands
+    ), reads AS (
+        -- What the attempt read (migration 0015), only for successes that say: lineage.
+        INSERT INTO rara_step_reads (step_id, digest)
+        SELECT done.id, r.digest
+        FROM (SELECT g.id, g.reads FROM given g WHERE g.reads IS NOT NULL) AS g
+        JOIN done ON done.id = g.id
+        CROSS JOIN LATERAL jsonb_array_elements_text(g.reads) AS r(digest)
+        ON CONFLICT DO NOTHING
     ), manifest AS (
         -- Only the successes that name artifacts (most name none): nothing joined for the
         -- rest.

@@ -22,14 +22,21 @@ BEGIN
 END $$;
 SELECT rara_grant('rara_worker_check_login');  -- only through the functions below and lease.sql
 
-CREATE OR REPLACE FUNCTION rara_worker_register(p_worker text, p_capabilities text[])
+-- p_executors: the remote executors the worker reaches, one object per endpoint
+-- ({"endpoint", "capabilities", "version", "live"}; migration 0015), for the Fleet page. The
+-- worker registers again whenever they change.
+CREATE OR REPLACE FUNCTION rara_worker_register(
+    p_worker text, p_capabilities text[], p_executors jsonb DEFAULT '[]'
+)
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
     PERFORM rara_worker_check_login(p_worker);
-    INSERT INTO rara_workers (id, capabilities, login) VALUES (p_worker, p_capabilities, session_user)
-    ON CONFLICT (id) DO UPDATE SET capabilities = EXCLUDED.capabilities, heartbeat_at = now(),
-        stopped_at = NULL, login = session_user
+    INSERT INTO rara_workers (id, capabilities, executors, login)
+    VALUES (p_worker, p_capabilities, p_executors, session_user)
+    ON CONFLICT (id) DO UPDATE SET capabilities = EXCLUDED.capabilities,
+        executors = EXCLUDED.executors, heartbeat_at = now(), stopped_at = NULL,
+        login = session_user
     -- (a concurrent registration by another login between the check and here: refused)
     WHERE rara_workers.login IS NULL OR rara_workers.login = session_user;
     IF NOT FOUND THEN

@@ -115,14 +115,28 @@ ORDER BY s.run_id DESC, s.id
 LIMIT :limit;
 
 -- name: ui_artifact_consumer_list
--- Who read it: the steps that depend on a step whose final attempt produced the blob (a
--- dependant receives its dependencies' artifacts as inputs).
-SELECT DISTINCT c.run_id, c.key, c.status::text AS status, p.key AS producer
-FROM rara_step_artifacts m
-JOIN rara_steps p ON p.id = m.step_id AND p.attempt = m.attempt AND p.status = 'succeeded'
-JOIN rara_steps c ON c.run_id = p.run_id AND p.key = ANY (c.depends_on)
-WHERE m.digest = :digest
-ORDER BY c.run_id DESC, c.key
+-- Who read it: the steps whose successful attempt read the blob (rara_step_reads, written
+-- with the end since migration 0015; `producer` NULL). Besides, by the dependency rule (a
+-- dependant receives its dependencies' artifacts as inputs; `producer` names the step it
+-- depends on): steps that have not succeeded yet, and steps that succeeded before reads were
+-- recorded (before migration 0015 was applied).
+WITH recorded_since AS MATERIALIZED (
+    SELECT applied_at FROM rara_schema_migrations WHERE version = 15
+)
+SELECT run_id, key, status, producer FROM (
+    SELECT s.run_id, s.key, s.status::text AS status, NULL AS producer
+    FROM rara_step_reads r JOIN rara_steps s ON s.id = r.step_id
+    WHERE r.digest = :digest
+    UNION
+    SELECT c.run_id, c.key, c.status::text AS status, p.key AS producer
+    FROM rara_step_artifacts m
+    JOIN rara_steps p ON p.id = m.step_id AND p.attempt = m.attempt AND p.status = 'succeeded'
+    JOIN rara_steps c ON c.run_id = p.run_id AND p.key = ANY (c.depends_on)
+    WHERE m.digest = :digest
+      AND (c.status <> 'succeeded'
+           OR c.finished_at < coalesce((SELECT applied_at FROM recorded_since), '-infinity'))
+) readers
+ORDER BY run_id DESC, key
 LIMIT :limit;
 
 -- name: ui_artifact_label^
@@ -183,6 +197,17 @@ SELECT w.id, w.capabilities, w.started_at, w.heartbeat_at, w.stopped_at,
 FROM rara_workers w LEFT JOIN held ON held.leased_by = w.id
 WHERE w.stopped_at IS NULL OR w.stopped_at > now() - interval '1 day'
 ORDER BY w.stopped_at IS NOT NULL, w.heartbeat_at DESC
+LIMIT :limit;
+
+-- name: ui_executor_list
+-- The remote executors that running workers reach (rara_workers.executors, migration 0015):
+-- one row per endpoint and worker, since each worker asks its endpoints on its own.
+SELECT e.endpoint, e.capabilities, e.version, e.live, w.id AS worker, w.heartbeat_at
+FROM rara_workers w,
+     jsonb_to_recordset(w.executors) AS e(endpoint text, capabilities text[], version text,
+                                          live boolean)
+WHERE w.stopped_at IS NULL
+ORDER BY e.endpoint, w.id
 LIMIT :limit;
 
 -- name: ui_backlog_list

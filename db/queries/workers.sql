@@ -7,7 +7,10 @@
 -- signs: statements go to psycopg's %-style placeholders.
 
 -- name: worker_register!
-SELECT rara_worker_register(p_worker => :worker, p_capabilities => CAST(:capabilities AS text[]));
+SELECT rara_worker_register(
+    p_worker => :worker, p_capabilities => CAST(:capabilities AS text[]),
+    p_executors => CAST(:executors AS jsonb)
+);
 
 -- name: worker_stop!
 SELECT rara_worker_stop(p_worker => :worker);

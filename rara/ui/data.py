@@ -179,7 +179,7 @@ class Consumer:
     run_id: int
     key: str
     status: str
-    producer: str
+    producer: str | None  # None: it read the blob (recorded); else it depends on this step
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +225,16 @@ class WorkerLine:
     heartbeat_at: datetime
     stopped_at: datetime | None
     leases: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorLine:
+    endpoint: str
+    capabilities: list[str]
+    version: str
+    live: bool
+    worker: str
+    heartbeat_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,6 +387,10 @@ async def result_list(conn: AsyncConn, name: str, limit: int = 100) -> list[Resu
 
 async def worker_list(conn: AsyncConn, limit: int = 500) -> list[WorkerLine]:
     return await amany(conn, "ui_worker_list", class_row(WorkerLine), limit=limit)
+
+
+async def executor_list(conn: AsyncConn, limit: int = 500) -> list[ExecutorLine]:
+    return await amany(conn, "ui_executor_list", class_row(ExecutorLine), limit=limit)
 
 
 async def backlog_list(conn: AsyncConn) -> list[BacklogLine]:

@@ -1,6 +1,7 @@
-"""The Fleet page as data: its two tables (backlog by capability, workers) as rows of cells,
-each cell a text and a CSS class. The page renders it and the live hub sends it (topic
-``fleet``), so the page and its live updates show one thing, formatted once, here."""
+"""The Fleet page as data: its three tables (backlog by capability, workers, the remote
+executors they reach) as rows of cells, each cell a text and a CSS class. The page renders it
+and the live hub sends it (topic ``fleet``), so the page and its live updates show one thing,
+formatted once, here."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from rara.ui.data import BacklogLine, WorkerLine
+from rara.pg.queries import AsyncConn
+from rara.ui import data
+from rara.ui.data import BacklogLine, ExecutorLine, WorkerLine
 from rara.ui.render import took, when
 
 FLEET = "fleet"  # the live topic
@@ -27,8 +30,30 @@ def _state(w: WorkerLine, now: datetime) -> dict[str, str]:
     return _cell("live", "st st-succeeded")
 
 
+def _executor_state(e: ExecutorLine, now: datetime) -> dict[str, str]:
+    # What the worker last saw: a silent worker's view of its endpoints is stale.
+    if (now - e.heartbeat_at).total_seconds() > SILENT_SECONDS:
+        return _cell("worker silent", "muted")
+    if not e.live:
+        return _cell("down", "st st-failed")
+    return _cell("live", "st st-succeeded")
+
+
+async def fleet_state(conn: AsyncConn) -> dict[str, Any]:
+    """The page's tables now: what the page renders and the live hub sends."""
+    return fleet_tables(
+        await data.worker_list(conn),
+        await data.backlog_list(conn),
+        await data.executor_list(conn),
+        await data.now(conn),
+    )
+
+
 def fleet_tables(
-    workers: Sequence[WorkerLine], backlog: Sequence[BacklogLine], now: datetime
+    workers: Sequence[WorkerLine],
+    backlog: Sequence[BacklogLine],
+    executors: Sequence[ExecutorLine],
+    now: datetime,
 ) -> dict[str, Any]:
     return {
         "backlog": [
@@ -51,5 +76,15 @@ def fleet_tables(
                 _cell(when(w.started_at)),
             ]
             for w in workers
+        ],
+        "executors": [
+            [
+                _cell(e.endpoint, "mono worker"),
+                _executor_state(e, now),
+                _cell(", ".join(e.capabilities), "mono"),
+                _cell(e.version),
+                _cell(e.worker, "mono worker"),
+            ]
+            for e in executors
         ],
     }

@@ -27,7 +27,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from rara.pg import reconnect
 from rara.ui import charts, data
-from rara.ui.fleet import FLEET, fleet_tables
+from rara.ui.fleet import FLEET, fleet_state
 
 log = structlog.get_logger("rara.ui.live")
 
@@ -177,11 +177,7 @@ class LiveHub:
                 recent = await data.live_recent_list(conn)
                 states[RUNS] = {"runs": [[r.id, r.status] for r in recent]}
             if FLEET in topics:
-                states[FLEET] = fleet_tables(
-                    await data.worker_list(conn),
-                    await data.backlog_list(conn),
-                    await data.now(conn),
-                )
+                states[FLEET] = await fleet_state(conn)
         for topic, state in states.items():
             text = json.dumps(state, separators=(",", ":"))
             if self.last.get(topic) == text:

@@ -36,7 +36,7 @@ from rara.pg.queries import AsyncConn
 from rara.states import RunStatus
 from rara.ui import charts, data
 from rara.ui.dag import StepNode, layout
-from rara.ui.fleet import FLEET, fleet_tables
+from rara.ui.fleet import FLEET, fleet_state
 from rara.ui.groups import MapGroup, map_groups
 from rara.ui.live import RUNS, LiveHub
 from rara.ui.render import page
@@ -417,10 +417,8 @@ async def _blob_chunks(verified: BinaryIO) -> AsyncIterator[bytes]:
 
 async def fleet(request: Request) -> Response:
     async with _pool(request).connection() as conn:
-        workers = await data.worker_list(conn)
-        backlog = await data.backlog_list(conn)
-        now = await data.now(conn)
-    return page(request, "fleet.html", tables=fleet_tables(workers, backlog, now))
+        tables = await fleet_state(conn)
+    return page(request, "fleet.html", tables=tables)
 
 
 async def live_fleet(request: Request) -> Response:

@@ -40,7 +40,7 @@ def test_0013_upgrades_a_database_with_runs(pg_admin_url: str) -> None:
                 (before,),
             )
             # 0013 and every later migration (the functions need the latest schema).
-            assert [m.version for m in migrate(url)][0] == 13
+            assert migrate(url)[0].version == 13
             row: Any = conn.execute(
                 "SELECT status::text, payload, reused_from FROM rara_steps WHERE run_id = %s",
                 (before,),

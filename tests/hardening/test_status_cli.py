@@ -30,7 +30,13 @@ async def _fail(url: str, fence: Fence, run_id: int) -> StepStatus | None:
 def test_status_shows_workers_backlog_and_failures(
     conn: psycopg.Connection[Any], database_url: str
 ) -> None:
-    run(conn, "worker_register", worker="gpu-worker-7", capabilities=["embed@1", "adapt.lora@1"])
+    run(
+        conn,
+        "worker_register",
+        worker="gpu-worker-7",
+        capabilities=["embed@1", "adapt.lora@1"],
+        executors="[]",
+    )
     apply(
         conn,
         "rag",

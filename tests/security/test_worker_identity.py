@@ -21,7 +21,9 @@ Login = Callable[[str | None], psycopg.Connection[Any]]
 def test_another_logins_worker_id_is_refused(conn: psycopg.Connection[Any], login: Login) -> None:
     apply(conn, "r", [{"key": "a", "capability": "x@1"}])
     mine, theirs = login("rara_worker"), login("rara_worker")
-    mine.execute(sql("worker_register"), {"worker": "w-a", "capabilities": ["x@1"]})
+    mine.execute(
+        sql("worker_register"), {"worker": "w-a", "capabilities": ["x@1"], "executors": "[]"}
+    )
     row = conn.execute("SELECT * FROM rara_workers").fetchall()
     lease = {
         "worker": "w-a",
@@ -35,7 +37,7 @@ def test_another_logins_worker_id_is_refused(conn: psycopg.Connection[Any], logi
     }
     for name, params in [
         ("worker_stop", {"worker": "w-a"}),
-        ("worker_register", {"worker": "w-a", "capabilities": ["y@1"]}),
+        ("worker_register", {"worker": "w-a", "capabilities": ["y@1"], "executors": "[]"}),
         (
             "step_heartbeat",
             {
@@ -64,8 +66,21 @@ def test_another_logins_worker_id_is_refused(conn: psycopg.Connection[Any], logi
         },
     )
     assert len(mine.execute(sql("step_lease"), lease).fetchall()) == 1
-    theirs.execute(sql("worker_register"), {"worker": "w-b", "capabilities": ["x@1"]})
+    theirs.execute(
+        sql("worker_register"), {"worker": "w-b", "capabilities": ["x@1"], "executors": "[]"}
+    )
     mine.execute(sql("worker_stop"), {"worker": "w-a"})
     assert conn.execute(
         "SELECT id, login IS NOT NULL, stopped_at IS NOT NULL FROM rara_workers ORDER BY id"
     ).fetchall() == [("w-a", True, True), ("w-b", True, False)]
+
+
+def test_an_executors_record_that_is_not_a_list_is_refused(login: Login) -> None:
+    """rara_workers.executors (migration 0015) is one object per endpoint, in a list: the Fleet
+    page reads it row by row, so anything else is refused, naming the rule."""
+    worker = login("rara_worker")
+    with pytest.raises(psycopg.errors.CheckViolation, match="rara_workers_executors_is_array"):
+        worker.execute(
+            sql("worker_register"),
+            {"worker": "w-a", "capabilities": ["x@1"], "executors": '{"endpoint": "e:1"}'},
+        )

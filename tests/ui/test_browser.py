@@ -131,7 +131,7 @@ def test_run_appears_and_its_dag_goes_green_live(
     assert "sha256:" + hashlib.sha256(data).hexdigest() == digest
     assert data == b"a corpus"
 
-    # Lineage: produced by collect, consumed by index and train.
+    # Lineage: produced by collect, read by index (train depends on collect, reads nothing).
     page.goto(f"{ui.url}/artifacts/{digest}")
     expect(page.locator("#digest")).to_have_text(digest)
     expect(page.get_by_role("cell", name="index", exact=True)).to_be_visible()

@@ -1,7 +1,7 @@
 """The dashboard's smaller pages in the browser: the Fleet page live with worker ids on one
-line, the definition page within a 1366 px window with whole axis labels and a diff that names
-the step, substring search with a note when nothing matches, the read-only hint, downloads
-named after the artifact, and a favicon."""
+line and the remote executors each worker reaches, the definition page within a 1366 px
+window with whole axis labels and a diff that names the step, substring search with a note
+when nothing matches, the read-only hint, downloads named after the artifact, and a favicon."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ import psycopg
 
 from rara.runs import start_run
 from tests.support.definitions import apply
+from tests.support.executors import executor_process, free_address
 from tests.support.runs import wait_run
 from tests.support.ui import UiServer
+from tests.support.workers import WorkerProcess
 from tests.ui.test_browser import _stop, _worker
 
 LONG_ID = "ui-worker-with-a-long-id-0123456789abcdef0123456789"
@@ -45,6 +47,46 @@ def test_the_fleet_page_follows_workers_live(
     finally:
         _stop(worker)
     expect(page.locator("tbody[data-table=workers]")).to_contain_text("stopped")
+    assert page.evaluate("window.__sameDocument") is True
+
+
+def test_the_fleet_page_lists_the_executors_workers_reach(
+    page: Any, ui_server: Any, database_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """A real worker dialing a real Python executor on loopback: the Fleet page names the
+    endpoint, what it serves (from its Capabilities answer), its version and the worker; when
+    the executor stops, the row says so without a reload."""
+    from playwright.sync_api import expect
+
+    address = free_address()
+    ui: UiServer = ui_server()
+    page.goto(ui.url + "/fleet")
+    expect(page.locator("body")).to_have_attribute("data-live", "open")
+    executors = page.locator("tbody[data-table=executors]")
+    expect(executors).to_have_text("no remote executors")
+    page.evaluate("window.__sameDocument = true")
+    with executor_process(address, tmp_path / "artifacts") as executor:
+        worker = WorkerProcess(
+            database_url, "ui-gpu-worker", tmp_path / "w.log", executor_endpoint=address
+        )
+        try:
+            row = executors.locator("tr", has_text=address)
+            expect(row).to_contain_text("test.hang@1", timeout=30_000)
+            expect(row).to_contain_text("test.echo@1")
+            expect(row).to_contain_text("rara-executor/")
+            expect(row).to_contain_text("ui-gpu-worker")
+            expect(row.locator(".st")).to_have_text("live")
+            # What the row holds: the address dialled and the Capabilities answer, no more.
+            (stored,) = conn.execute(
+                "SELECT executors FROM rara_workers WHERE id = 'ui-gpu-worker'"
+            ).fetchall()
+            assert [set(e) for e in stored[0]] == [{"endpoint", "capabilities", "version", "live"}]
+            executor.terminate()
+            executor.wait(30)
+            expect(row.locator(".st")).to_have_text("down", timeout=30_000)
+        finally:
+            _stop(worker)
+    expect(executors).to_have_text("no remote executors")
     assert page.evaluate("window.__sameDocument") is True
 
 

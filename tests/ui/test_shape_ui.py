@@ -1,7 +1,7 @@
 """A run's real shape in the browser: a map step drawn as a group "key xN" (a
 multiplication sign) whose children (status, duration, worker) show on demand, its row
 without a meaningless "attempt 0/3", skip edges routed around the nodes, and the children
-beside their map step in the timeline."""
+beside their map step in the timeline; a shard's lineage names only the child that read it."""
 
 from __future__ import annotations
 
@@ -85,3 +85,47 @@ def test_a_map_step_is_a_group_with_its_children_on_demand(
     # The children sit right after where their map step is, before join.
     labels = page.locator("svg.timeline text.tl-label").all_text_contents()
     assert labels == ["collect"] + [f"shards[{i}]" for i in range(4)] + ["join"]
+
+
+READ_BY_SHARD = [
+    {"key": "split", "capability": "test.shard@1", "executor": "inprocess"},
+    {
+        "key": "shards",
+        "capability": "test.read_shard@1",
+        "executor": "inprocess",
+        "dependsOn": ["split"],
+        "map": {"over": "input.items"},
+    },
+    {"key": "after", "capability": "test.noop@1", "executor": "inprocess", "dependsOn": ["split"]},
+]
+
+
+def test_a_shard_is_read_only_by_its_own_map_child(
+    page: Any, ui_server: Any, database_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """Lineage from what a step read (rara_step_reads, migration 0015): a child that reads
+    only its own shard is the only reader its artifact page names; ``after`` depends on the
+    producer but read nothing, and is not named."""
+    from playwright.sync_api import expect
+
+    apply(conn, "lineage", READ_BY_SHARD)
+    run_id = start_run(
+        conn, "lineage", queue_anyway=True, input={"items": ["a", "b", "c", "d"]}
+    ).run_id
+    worker = _worker(database_url, tmp_path, conn, "ui-worker-lineage")
+    try:
+        wait_run(conn, run_id, status="succeeded")
+    finally:
+        _stop(worker)
+    (digest,) = conn.execute(
+        "SELECT m.digest FROM rara_step_artifacts m JOIN rara_steps s ON s.id = m.step_id"
+        " WHERE s.run_id = %s AND m.name = 'shard-2.txt'",
+        (run_id,),
+    ).fetchone() or (None,)
+    assert digest is not None
+    ui: UiServer = ui_server("--artifacts", str(tmp_path / "artifacts"))
+    page.goto(f"{ui.url}/artifacts/{digest}")
+    readers = page.locator("tr[data-reader]")
+    expect(readers).to_have_count(1)
+    expect(readers).to_have_attribute("data-reader", "shards[2]")
+    expect(readers).to_contain_text("read it")

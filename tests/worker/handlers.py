@@ -235,6 +235,22 @@ def consume(ctx: StepContext) -> Any:
     return {"text": data.decode(), "inputs": sorted(ctx.inputs)}
 
 
+@registry.handler("test.shard@1")
+def shard(ctx: StepContext) -> StepOutcome:
+    """Each of ``items`` as its own artifact ``shard-<i>.txt``."""
+    refs = [ctx.artifacts.put_bytes(str(item).encode()) for item in ctx.input["items"]]
+    return StepOutcome(
+        result={"shards": len(refs)},
+        artifacts=[OutputArtifact(f"shard-{i}.txt", r, "text/plain") for i, r in enumerate(refs)],
+    )
+
+
+@registry.handler("test.read_shard@1")
+def read_shard(ctx: StepContext) -> Any:
+    """A map child: reads its own shard (``shard-<index>.txt``) and no other input."""
+    return {"text": ctx.artifacts.get_bytes(ctx.inputs[f"shard-{ctx.input['index']}.txt"]).decode()}
+
+
 @registry.handler("test.big@1")
 def big(ctx: StepContext) -> StepOutcome:
     """An artifact plus a result of ``bytes`` characters (to cross the result size limit)."""

@@ -5,9 +5,7 @@ bench/servable_latency.py measures it)."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,6 +14,7 @@ import psycopg
 
 from rara.pg import workers
 from rara.runs import start_run
+from tests.support.executors import free_address, start_executor
 from tests.support.runs import define
 from tests.support.waiting import wait_until
 
@@ -25,29 +24,12 @@ REMOTE = "test.hang@1"  # served only by the executor's conformance plugins
 def test_a_late_executor_is_servable_within_seconds(
     conn: psycopg.Connection[Any], spawn: Any, tmp_path: Path
 ) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{s.getsockname()[1]}"
+    address = free_address()
     # The worker's heartbeat is long here, so only the change itself can tell the database.
     spawn("w1", executor_endpoint=address, heartbeat_seconds=20, lease_seconds=60)
     define(conn, "late", [{"key": "a", "capability": REMOTE, "executor": "grpc"}])
     assert REMOTE not in workers.capabilities(conn, alive_seconds=30)
-    executor = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rara.executor.main",
-            "--listen",
-            address,
-            "--insecure-loopback",
-            "--plugins",
-            "rara.executor.conformance_plugins",
-            "--artifact-root",
-            str(tmp_path),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    executor = start_executor(address, tmp_path)
     try:
         started = time.monotonic()
         wait_until(
@@ -69,27 +51,10 @@ def test_an_executor_down_when_its_job_is_sent_costs_no_retry(
     executor dies and a step arrives: the call finds nobody, and the worker releases the lease
     (NotStarted) instead of failing the attempt — an executor's restart under chaos used to
     spend a retry each time, and could exhaust a step's attempts."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        address = f"127.0.0.1:{s.getsockname()[1]}"
+    address = free_address()
 
     def executor() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "rara.executor.main",
-                "--listen",
-                address,
-                "--insecure-loopback",
-                "--plugins",
-                "rara.executor.conformance_plugins",
-                "--artifact-root",
-                str(tmp_path),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        return start_executor(address, tmp_path)
 
     first = executor()
     try:

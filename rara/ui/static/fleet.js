@@ -1,4 +1,4 @@
-// The Fleet page, live: the hub sends both tables (rows of {text, cls} cells, formatted on the
+// The Fleet page, live: the hub sends its three tables (rows of {text, cls} cells, formatted on the
 // server) whenever they change; the rows are rebuilt from them, text set as text.
 'use strict';
 (function () {
@@ -37,7 +37,7 @@
     root.dataset.updated = String(Date.now());
   };
   // Without server-sent events (polling, state null): the tables of a fresh render.
-  const tables = ['tbody[data-table=backlog]', 'tbody[data-table=workers]'];
+  const tables = ['backlog', 'workers', 'executors'].map((t) => `tbody[data-table=${t}]`);
   window.rara.live(root.dataset.live, null, (state) => {
     if (state) onState(state);
     else window.rara.refreshFrom(location.pathname, tables);

@@ -254,6 +254,7 @@ async def _end(
             result=outcome.result,
             artifacts=manifest,
             cache=state.cache_entry,
+            reads=sorted(_reads(state)),
         )
 
     try:
@@ -272,3 +273,12 @@ async def _end(
             error_type=type(exc).__name__,
         )
     return end
+
+
+def _reads(state: AttemptState) -> set[str]:
+    """What the attempt read, for lineage: an in-process handler's fetches through its context
+    (noted as they return); for a remote executor, whose fetches the worker does not see, the
+    inputs it was handed (docs/artifacts.md, "Lineage")."""
+    if state.step.executor == "inprocess":
+        return state.reads
+    return {ref.digest for ref in state.step.inputs.values()}

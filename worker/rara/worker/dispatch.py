@@ -29,6 +29,10 @@ class Executor(Protocol):
 
     def capabilities(self) -> set[str]: ...
 
+    def describe(self) -> list[dict[str, Any]]:
+        """The remote endpoints it reaches, for rara_workers.executors ([] in process)."""
+        ...
+
     async def run(self, ctx: StepContext, step: LeasedStep) -> StepOutcome: ...
 
 
@@ -47,6 +51,9 @@ class InProcessExecutor:
 
     def capabilities(self) -> set[str]:
         return self.registry.capabilities()
+
+    def describe(self) -> list[dict[str, Any]]:
+        return []  # its capabilities are the worker's own (rara_workers.capabilities)
 
     async def run(self, ctx: StepContext, step: LeasedStep) -> StepOutcome:
         fn = self.registry.get(step.capability)

@@ -42,6 +42,7 @@ class _Endpoint:
     client: ExecutorClient
     capabilities: set[str] = field(default_factory=set)
     alive: bool = False
+    version: str = ""  # the Capabilities RPC's executor_version
 
 
 class GrpcExecutor:
@@ -58,9 +59,10 @@ class GrpcExecutor:
         self._refresh_seconds = refresh_seconds
         self._turn = itertools.count()
         self._changed = asyncio.Event()
-        # Called when what the live endpoints serve changes: the worker then tells the
+        # Called when what the endpoints serve changes (describe()): the worker then tells the
         # database at once rather than at its next heartbeat (runs start only once it knows).
         self.on_change: Callable[[], None] | None = None
+        self._described: list[dict[str, Any]] = self.describe()
 
     @classmethod
     def from_token_file(
@@ -73,12 +75,29 @@ class GrpcExecutor:
         """What live endpoints serve now (the worker leases only these)."""
         return set().union(*(e.capabilities for e in self._endpoints if e.alive))
 
+    def describe(self) -> list[dict[str, Any]]:
+        """Each endpoint as the Fleet page shows it (rara_workers.executors): its address,
+        what it serves, its version, whether it answers. Never the token."""
+        return [
+            {
+                "endpoint": e.address,
+                "capabilities": sorted(e.capabilities),
+                "version": e.version,
+                "live": e.alive,
+            }
+            for e in self._endpoints
+        ]
+
     async def refresh(self) -> None:
-        """Ask every endpoint what it serves; an endpoint that does not answer is not live."""
-        before = self.capabilities()
+        """Ask every endpoint what it serves; an endpoint that does not answer is not live.
+        Compared with what was last announced, so that an endpoint ``run`` found down also
+        counts as a change."""
         await self._ask_endpoints()
-        if self.capabilities() != before and self.on_change is not None:
-            self.on_change()
+        now = self.describe()
+        if now != self._described:
+            self._described = now
+            if self.on_change is not None:
+                self.on_change()
 
     async def _ask_endpoints(self) -> None:
         for endpoint in self._endpoints:
@@ -97,6 +116,7 @@ class GrpcExecutor:
                     "executor capabilities", endpoint=endpoint.address, capabilities=sorted(served)
                 )
             endpoint.capabilities, endpoint.alive = served, True
+            endpoint.version = response.executor_version
 
     async def watch(self, stop: asyncio.Event) -> None:
         """Refresh periodically until ``stop``: at once after a failed call, every

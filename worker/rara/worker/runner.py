@@ -93,6 +93,7 @@ class Worker:
         )
         self.log = log.bind(worker=settings.id)
         self._supervisors: set[asyncio.Task[AttemptEnd]] = set()
+        self._registered_endpoints: list[dict[str, Any]] | None = None
 
     @property
     def pairs(self) -> list[tuple[str, str]]:
@@ -110,6 +111,16 @@ class Worker:
     def capabilities(self) -> list[str]:
         return sorted({cap for cap, _ in self.pairs})
 
+    @property
+    def endpoints(self) -> list[dict[str, Any]]:
+        """The remote executors this worker reaches (rara_workers.executors)."""
+        return [d for e in self.executors.values() for d in e.describe()]
+
+    async def _register(self) -> None:
+        endpoints = self.endpoints
+        await self.store.register(self.capabilities, endpoints)
+        self._registered_endpoints = endpoints
+
     def stop(self) -> None:
         """Begin a graceful stop (a second call skips the remaining grace)."""
         if self.stopping.is_set():
@@ -121,11 +132,7 @@ class Worker:
         s = self.settings
         await self.pool.open(wait=False)
         try:
-            await persist(
-                "register",
-                lambda: self.store.register(self.capabilities),
-                give_up_after=float("inf"),
-            )
+            await persist("register", self._register, give_up_after=float("inf"))
             if not self.pairs:
                 self.log.warning("no capabilities served (pass --handlers); only reaping")
             self.log.info(
@@ -423,6 +430,10 @@ class Worker:
                 sent = await self._heartbeat(
                     heartbeat_within(time.monotonic(), self._horizon(), s.lease_seconds)
                 )
+                if self.endpoints != self._registered_endpoints:
+                    # An endpoint came, went or changed: the heartbeat carries capabilities
+                    # only, so the Fleet page's record is written again (rarely: on changes).
+                    await self._register()
                 wait = max(
                     0.0, sent + s.heartbeat_interval * random.uniform(0.9, 1.0) - time.monotonic()
                 )

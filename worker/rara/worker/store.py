@@ -142,8 +142,8 @@ _END_STATUS = _end_statuses()
 
 
 def _successes_json(wins: Sequence[Ending]) -> str:
-    """Successes (fence, result, artifact manifest, and for a cached step its entry or where
-    it was reused from) as the one JSON array step_end_many reads: one C-encoded
+    """Successes (fence, result, artifact manifest, reads, and for a cached step its entry or
+    where it was reused from) as the one JSON array step_end_many reads: one C-encoded
     ``json.dumps`` for the whole batch (per-element dumping of typed arrays was a measured hot
     spot)."""
     return json.dumps(
@@ -153,6 +153,7 @@ def _successes_json(wins: Sequence[Ending]) -> str:
                 "token": str(e.fence.token),
                 "result": e.result,
                 **({"manifest": list(e.artifacts)} if e.artifacts else {}),
+                **({"reads": list(e.reads)} if e.reads else {}),
                 **({"cache": dict(e.cache)} if e.cache is not None else {}),
                 **({"reused_from": dict(e.reused_from)} if e.reused_from is not None else {}),
             }
@@ -507,10 +508,17 @@ class WorkerStore:
 
     # -- the worker's own row -------------------------------------------------------------
 
-    async def register(self, capabilities: Sequence[str]) -> None:
+    async def register(
+        self, capabilities: Sequence[str], executors: Sequence[dict[str, Any]] = ()
+    ) -> None:
         async with self.pool.connection() as conn:
             await conn.execute(
-                sql("worker_register"), {"worker": self.worker, "capabilities": list(capabilities)}
+                sql("worker_register"),
+                {
+                    "worker": self.worker,
+                    "capabilities": list(capabilities),
+                    "executors": Jsonb(list(executors)),
+                },
             )
         if self._beat_conn is not None:
             # Before the first lease: the heartbeat's connection is not first opened (and

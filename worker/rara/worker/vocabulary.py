@@ -121,6 +121,8 @@ class AttemptState:
     queued_checkpoints: list[asyncio.Task[None]] = field(default_factory=list)
     # A step with ``cache:`` that missed: the entry its success writes ({key, parts, ttl_ms}).
     cache_entry: Mapping[str, Any] | None = None
+    # The blob digests the attempt read (written with a success: lineage, rara_step_reads).
+    reads: set[str] = field(default_factory=set)
 
     @property
     def holds_lease(self) -> bool:
@@ -176,6 +178,7 @@ class Ending:
     outcome: AttemptOutcome
     result: Any = None
     artifacts: Sequence[Mapping[str, Any]] = ()
+    reads: Sequence[str] = ()  # digests the attempt read (kept for a success only)
     error: Mapping[str, Any] | None = None
     retryable: bool = True
     jitter: float = 0.0

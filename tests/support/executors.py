@@ -1,0 +1,50 @@
+"""``python -m rara.executor.main`` on loopback as a child process, serving the conformance
+plugins (``test.*`` capabilities)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def free_address() -> str:
+    """A loopback address nobody listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def start_executor(address: str, artifact_root: Path) -> subprocess.Popen[bytes]:
+    """The executor, listening on ``address`` (it answers once it has started)."""
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rara.executor.main",
+            "--listen",
+            address,
+            "--insecure-loopback",
+            "--plugins",
+            "rara.executor.conformance_plugins",
+            "--artifact-root",
+            str(artifact_root),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+@contextmanager
+def executor_process(address: str, artifact_root: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """``start_executor``; SIGTERM at the end (it exits within 30 s)."""
+    proc = start_executor(address, artifact_root)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.wait(30)

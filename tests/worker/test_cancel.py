@@ -67,7 +67,9 @@ def test_cancel_reaches_a_sync_handler_thread(
     run_id = start(conn, "threaded", {"seconds": 60})
     t0 = _cancel_when_running(conn, run_id)
     wait_until(lambda: "cancelled" in SEEN[f"{run_id}:s"], timeout=5, message="thread saw cancel")
-    assert SEEN[f"{run_id}:s"]["cancelled"] - t0 <= 0.35
+    # Within a heartbeat or two, not at the end of the 60 s sleep (0.1-0.3 s on an idle machine;
+    # a bound, not a benchmark: three test processes share two cores under make test).
+    assert SEEN[f"{run_id}:s"]["cancelled"] - t0 <= 2.0
     wait_run(conn, run_id, status="cancelled", timeout=5)
 
 

@@ -143,7 +143,10 @@ cluster: ## a kind cluster built here from source (.ci/cluster/, docs/cluster.md
 cluster-down: ## delete the kind cluster, stop its Docker engine, put the host back (caches stay)
 	.ci/cluster/cluster-down.sh
 
+screenshots: setup ## docs/ui-*.png from the demo's real run (runs the demo; RUN=N reuses run N)
+	$(PY) -m docs.screenshots $(if $(RUN),--run $(RUN))
+
 images: ## docker build the worker/operator, executor and PostgreSQL images (project engine)
 	.ci/cluster/images.sh
 
-.PHONY: help setup hooks demo demo-chaos gpu-check test test-kind lint crds proto bench chaos db-up db-down clean cluster cluster-down images
+.PHONY: help setup hooks demo demo-chaos gpu-check test test-kind lint crds proto bench chaos db-up db-down clean cluster cluster-down images screenshots

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import urllib.error
 import urllib.request
@@ -16,13 +15,9 @@ import pytest
 from rara.runs import start_run
 from tests.support.definitions import apply
 from tests.support.runs import attempts_of, wait_run
-from tests.support.ui import ROOT, UiServer
+from tests.support.ui import UiServer
 from tests.support.waiting import wait_until
 from tests.support.workers import WorkerProcess
-
-# docs/ui.md's picture: RARA_UI_SCREENSHOT=docs/ui-run.png pytest tests/ui -k green (else the
-# screenshot goes to the test's temporary folder, and the committed one stays as it is).
-SCREENSHOT = os.environ.get("RARA_UI_SCREENSHOT")
 
 PIPELINE = [
     {"key": "collect", "capability": "test.produce@1", "executor": "inprocess"},
@@ -119,10 +114,6 @@ def test_run_appears_and_its_dag_goes_green_live(
     expect(page.locator("rect.tl-bar.out-succeeded")).to_have_count(4)
     link = page.locator("a.download").first
     expect(link).to_be_visible()
-    page.screenshot(
-        path=str(ROOT / SCREENSHOT if SCREENSHOT else tmp_path / "run.png"), full_page=True
-    )
-
     # The download's bytes are the digest's.
     digest = conn.execute("SELECT digest FROM rara_step_artifacts LIMIT 1").fetchone()[0]
     with page.expect_download() as info:

@@ -253,17 +253,29 @@ def adapt(
     enc = embed.load(model_path, device=device, quantization_config=quant)
     timings["time/load_s"] = time.perf_counter() - t0
     stop_if_cancelled()
+    report(0.0, "model loaded", None)
 
     # Frozen passage tower: embed each distinct positive, hard negative and the eval pool once.
     t = time.perf_counter()
     texts = sorted({p for _, p in pairs} | {n for negs in negatives for n in negs})
     pidx = {text: i for i, text in enumerate(texts)}
 
+    # Embedding the passages before training takes minutes on a busy CPU: it reports as it
+    # goes (every 10 s at most), or the step's heartbeatTimeout would end the attempt.
+    last_report = time.monotonic()
+
+    def embedding(done: int, total: int) -> None:
+        nonlocal last_report
+        if time.monotonic() - last_report >= 10.0:
+            last_report = time.monotonic()
+            stop_if_cancelled()
+            report(0.0, f"embedding passages {done}/{total}", None)
+
     def encode_passages(texts: Sequence[str]) -> torch.Tensor:
         key = tuple(texts)
         if embedding_cache is not None and key in embedding_cache:
             return cast("torch.Tensor", embedding_cache[key])
-        emb = embed.encode(enc, texts, max_length=cfg.max_passage_length)
+        emb = embed.encode(enc, texts, max_length=cfg.max_passage_length, on_batch=embedding)
         if embedding_cache is not None:
             embedding_cache[key] = emb
         return emb

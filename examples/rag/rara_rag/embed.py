@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -109,9 +109,15 @@ def forward(enc: Encoder, texts: Sequence[str], max_length: int) -> torch.Tensor
 
 
 def encode(
-    enc: Encoder, texts: Sequence[str], *, max_length: int = 128, batch_size: int = 32
+    enc: Encoder,
+    texts: Sequence[str],
+    *,
+    max_length: int = 128,
+    batch_size: int = 32,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> torch.Tensor:
-    """Embeddings (len(texts), 384) on CPU, no grad; batches sorted by length to cut padding."""
+    """Embeddings (len(texts), 384) on CPU, no grad; batches sorted by length to cut padding.
+    ``on_batch(done, total)`` after each batch: a long encode is a step's sign of life."""
     import torch
 
     if not texts:
@@ -125,6 +131,8 @@ def encode(
             for start in range(0, len(order), batch_size):
                 idx = order[start : start + batch_size]
                 out.append(forward(enc, [texts[i] for i in idx], max_length).cpu())
+                if on_batch is not None:
+                    on_batch(min(start + batch_size, len(order)), len(order))
     finally:
         enc.model.train(was_training)
     stacked = torch.cat(out)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16rara/v1/executor.proto\x12\x07rara.v1\x1a\x1fgoogle/protobuf/timestamp.proto\".\n\tResources\x12\x0b\n\x03gpu\x18\x01 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x04\"P\n\nCapability\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05major\x18\x02 \x01(\r\x12%\n\tresources\x18\x03 \x01(\x0b\x32\x12.rara.v1.Resources\"M\n\x0b\x41rtifactRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\x12\n\nmedia_type\x18\x04 \x01(\t\"f\n\nCheckpoint\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\r\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x12\n\nstate_json\x18\x03 \x01(\x0c\x12&\n\x08\x61rtifact\x18\x04 \x01(\x0b\x32\x14.rara.v1.ArtifactRef\"\x8e\x02\n\x03Job\x12\x0e\n\x06run_id\x18\x01 \x01(\x03\x12\x0f\n\x07step_id\x18\x02 \x01(\x03\x12\x10\n\x08step_key\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\r\x12\x17\n\x0fidempotency_key\x18\x05 \x01(\t\x12\x12\n\ncapability\x18\x06 \x01(\t\x12\x14\n\x0cpayload_json\x18\x07 \x01(\x0c\x12$\n\x06inputs\x18\x08 \x03(\x0b\x32\x14.rara.v1.ArtifactRef\x12,\n\x08\x64\x65\x61\x64line\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x0flast_checkpoint\x18\n \x01(\x0b\x32\x13.rara.v1.Checkpoint\"\xab\x01\n\x05\x45rror\x12 \n\x04\x63ode\x18\x01 \x01(\x0e\x32\x12.rara.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12,\n\x07\x64\x65tails\x18\x04 \x03(\x0b\x32\x1b.rara.v1.Error.DetailsEntry\x1a.\n\x0c\x44\x65tailsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\r\n\x0bJobAccepted\"\x0c\n\nJobRunning\"\xa6\x01\n\x0bJobProgress\x12\x15\n\x08\x66raction\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x32\n\x07metrics\x18\x03 \x03(\x0b\x32!.rara.v1.JobProgress.MetricsEntry\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x0b\n\t_fraction\"K\n\rJobCheckpoint\x12\x12\n\nstate_json\x18\x01 \x01(\x0c\x12&\n\x08\x61rtifact\x18\x02 \x01(\x0b\x32\x14.rara.v1.ArtifactRef\"L\n\x0cJobSucceeded\x12\x13\n\x0bresult_json\x18\x01 \x01(\x0c\x12\'\n\tartifacts\x18\x02 \x03(\x0b\x32\x14.rara.v1.ArtifactRef\"*\n\tJobFailed\x12\x1d\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x0e.rara.v1.Error\"\x1e\n\x0cJobCancelled\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x18\n\x16GetCapabilitiesRequest\"\x8c\x01\n\x17GetCapabilitiesResponse\x12)\n\x0c\x63\x61pabilities\x18\x01 \x03(\x0b\x32\x13.rara.v1.Capability\x12\x17\n\x0fmax_concurrency\x18\x02 \x01(\r\x12\x13\n\x0b\x61\x63tive_jobs\x18\x03 \x01(\r\x12\x18\n\x10\x65xecutor_version\x18\x04 \x01(\t\"+\n\x0e\x45xecuteRequest\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.rara.v1.Job\"\xcf\x02\n\x0f\x45xecuteResponse\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12(\n\x08\x61\x63\x63\x65pted\x18\n \x01(\x0b\x32\x14.rara.v1.JobAcceptedH\x00\x12&\n\x07running\x18\x0b \x01(\x0b\x32\x13.rara.v1.JobRunningH\x00\x12(\n\x08progress\x18\x0c \x01(\x0b\x32\x14.rara.v1.JobProgressH\x00\x12,\n\ncheckpoint\x18\r \x01(\x0b\x32\x16.rara.v1.JobCheckpointH\x00\x12*\n\tsucceeded\x18\x0e \x01(\x0b\x32\x15.rara.v1.JobSucceededH\x00\x12$\n\x06\x66\x61iled\x18\x0f \x01(\x0b\x32\x12.rara.v1.JobFailedH\x00\x12*\n\tcancelled\x18\x10 \x01(\x0b\x32\x15.rara.v1.JobCancelledH\x00\x42\x07\n\x05\x65vent\"I\n\rCancelRequest\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x1f\n\x0e\x43\x61ncelResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08*\xc2\x02\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45RROR_CODE_INTERNAL\x10\x01\x12\x1f\n\x1b\x45RROR_CODE_INVALID_ARGUMENT\x10\x02\x12!\n\x1d\x45RROR_CODE_UNKNOWN_CAPABILITY\x10\x03\x12#\n\x1f\x45RROR_CODE_INCOMPATIBLE_VERSION\x10\x04\x12 \n\x1c\x45RROR_CODE_DEADLINE_EXCEEDED\x10\x05\x12\x18\n\x14\x45RROR_CODE_CANCELLED\x10\x06\x12!\n\x1d\x45RROR_CODE_RESOURCE_EXHAUSTED\x10\x07\x12\x1c\n\x18\x45RROR_CODE_HANDLER_ERROR\x10\x08\x12\x1a\n\x16\x45RROR_CODE_UNAVAILABLE\x10\t2\xe2\x01\n\x0f\x45xecutorService\x12T\n\x0fGetCapabilities\x12\x1f.rara.v1.GetCapabilitiesRequest\x1a .rara.v1.GetCapabilitiesResponse\x12>\n\x07\x45xecute\x12\x17.rara.v1.ExecuteRequest\x1a\x18.rara.v1.ExecuteResponse0\x01\x12\x39\n\x06\x43\x61ncel\x12\x16.rara.v1.CancelRequest\x1a\x17.rara.v1.CancelResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16rara/v1/executor.proto\x12\x07rara.v1\x1a\x1fgoogle/protobuf/timestamp.proto\".\n\tResources\x12\x0b\n\x03gpu\x18\x01 \x01(\r\x12\x14\n\x0cmemory_bytes\x18\x02 \x01(\x04\"P\n\nCapability\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05major\x18\x02 \x01(\r\x12%\n\tresources\x18\x03 \x01(\x0b\x32\x12.rara.v1.Resources\"M\n\x0b\x41rtifactRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x64igest\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\x12\n\nmedia_type\x18\x04 \x01(\t\"f\n\nCheckpoint\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\r\x12\x0b\n\x03seq\x18\x02 \x01(\x04\x12\x12\n\nstate_json\x18\x03 \x01(\x0c\x12&\n\x08\x61rtifact\x18\x04 \x01(\x0b\x32\x14.rara.v1.ArtifactRef\"\x8e\x02\n\x03Job\x12\x0e\n\x06run_id\x18\x01 \x01(\x03\x12\x0f\n\x07step_id\x18\x02 \x01(\x03\x12\x10\n\x08step_key\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\r\x12\x17\n\x0fidempotency_key\x18\x05 \x01(\t\x12\x12\n\ncapability\x18\x06 \x01(\t\x12\x14\n\x0cpayload_json\x18\x07 \x01(\x0c\x12$\n\x06inputs\x18\x08 \x03(\x0b\x32\x14.rara.v1.ArtifactRef\x12,\n\x08\x64\x65\x61\x64line\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x0flast_checkpoint\x18\n \x01(\x0b\x32\x13.rara.v1.Checkpoint\"\xab\x01\n\x05\x45rror\x12 \n\x04\x63ode\x18\x01 \x01(\x0e\x32\x12.rara.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12,\n\x07\x64\x65tails\x18\x04 \x03(\x0b\x32\x1b.rara.v1.Error.DetailsEntry\x1a.\n\x0c\x44\x65tailsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\r\n\x0bJobAccepted\"\x0c\n\nJobRunning\"\xa6\x01\n\x0bJobProgress\x12\x15\n\x08\x66raction\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x32\n\x07metrics\x18\x03 \x03(\x0b\x32!.rara.v1.JobProgress.MetricsEntry\x1a.\n\x0cMetricsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\x42\x0b\n\t_fraction\"K\n\rJobCheckpoint\x12\x12\n\nstate_json\x18\x01 \x01(\x0c\x12&\n\x08\x61rtifact\x18\x02 \x01(\x0b\x32\x14.rara.v1.ArtifactRef\"s\n\x0cJobSucceeded\x12\x13\n\x0bresult_json\x18\x01 \x01(\x0c\x12\'\n\tartifacts\x18\x02 \x03(\x0b\x32\x14.rara.v1.ArtifactRef\x12%\n\x05reads\x18\x03 \x01(\x0b\x32\x16.rara.v1.ArtifactReads\" \n\rArtifactReads\x12\x0f\n\x07\x64igests\x18\x01 \x03(\t\"*\n\tJobFailed\x12\x1d\n\x05\x65rror\x18\x01 \x01(\x0b\x32\x0e.rara.v1.Error\"\x1e\n\x0cJobCancelled\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x18\n\x16GetCapabilitiesRequest\"\x8c\x01\n\x17GetCapabilitiesResponse\x12)\n\x0c\x63\x61pabilities\x18\x01 \x03(\x0b\x32\x13.rara.v1.Capability\x12\x17\n\x0fmax_concurrency\x18\x02 \x01(\r\x12\x13\n\x0b\x61\x63tive_jobs\x18\x03 \x01(\r\x12\x18\n\x10\x65xecutor_version\x18\x04 \x01(\t\"+\n\x0e\x45xecuteRequest\x12\x19\n\x03job\x18\x01 \x01(\x0b\x32\x0c.rara.v1.Job\"\xcf\x02\n\x0f\x45xecuteResponse\x12\x0b\n\x03seq\x18\x01 \x01(\x04\x12(\n\x08\x61\x63\x63\x65pted\x18\n \x01(\x0b\x32\x14.rara.v1.JobAcceptedH\x00\x12&\n\x07running\x18\x0b \x01(\x0b\x32\x13.rara.v1.JobRunningH\x00\x12(\n\x08progress\x18\x0c \x01(\x0b\x32\x14.rara.v1.JobProgressH\x00\x12,\n\ncheckpoint\x18\r \x01(\x0b\x32\x16.rara.v1.JobCheckpointH\x00\x12*\n\tsucceeded\x18\x0e \x01(\x0b\x32\x15.rara.v1.JobSucceededH\x00\x12$\n\x06\x66\x61iled\x18\x0f \x01(\x0b\x32\x12.rara.v1.JobFailedH\x00\x12*\n\tcancelled\x18\x10 \x01(\x0b\x32\x15.rara.v1.JobCancelledH\x00\x42\x07\n\x05\x65vent\"I\n\rCancelRequest\x12\x17\n\x0fidempotency_key\x18\x01 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x02 \x01(\r\x12\x0e\n\x06reason\x18\x03 \x01(\t\"\x1f\n\x0e\x43\x61ncelResponse\x12\r\n\x05\x66ound\x18\x01 \x01(\x08*\xc2\x02\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n\x13\x45RROR_CODE_INTERNAL\x10\x01\x12\x1f\n\x1b\x45RROR_CODE_INVALID_ARGUMENT\x10\x02\x12!\n\x1d\x45RROR_CODE_UNKNOWN_CAPABILITY\x10\x03\x12#\n\x1f\x45RROR_CODE_INCOMPATIBLE_VERSION\x10\x04\x12 \n\x1c\x45RROR_CODE_DEADLINE_EXCEEDED\x10\x05\x12\x18\n\x14\x45RROR_CODE_CANCELLED\x10\x06\x12!\n\x1d\x45RROR_CODE_RESOURCE_EXHAUSTED\x10\x07\x12\x1c\n\x18\x45RROR_CODE_HANDLER_ERROR\x10\x08\x12\x1a\n\x16\x45RROR_CODE_UNAVAILABLE\x10\t2\xe2\x01\n\x0f\x45xecutorService\x12T\n\x0fGetCapabilities\x12\x1f.rara.v1.GetCapabilitiesRequest\x1a .rara.v1.GetCapabilitiesResponse\x12>\n\x07\x45xecute\x12\x17.rara.v1.ExecuteRequest\x1a\x18.rara.v1.ExecuteResponse0\x01\x12\x39\n\x06\x43\x61ncel\x12\x16.rara.v1.CancelRequest\x1a\x17.rara.v1.CancelResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,8 +36,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ERROR_DETAILSENTRY']._serialized_options = b'8\001'
   _globals['_JOBPROGRESS_METRICSENTRY']._loaded_options = None
   _globals['_JOBPROGRESS_METRICSENTRY']._serialized_options = b'8\001'
-  _globals['_ERRORCODE']._serialized_start=1918
-  _globals['_ERRORCODE']._serialized_end=2240
+  _globals['_ERRORCODE']._serialized_start=1991
+  _globals['_ERRORCODE']._serialized_end=2313
   _globals['_RESOURCES']._serialized_start=68
   _globals['_RESOURCES']._serialized_end=114
   _globals['_CAPABILITY']._serialized_start=116
@@ -63,23 +63,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOBCHECKPOINT']._serialized_start=1026
   _globals['_JOBCHECKPOINT']._serialized_end=1101
   _globals['_JOBSUCCEEDED']._serialized_start=1103
-  _globals['_JOBSUCCEEDED']._serialized_end=1179
-  _globals['_JOBFAILED']._serialized_start=1181
-  _globals['_JOBFAILED']._serialized_end=1223
-  _globals['_JOBCANCELLED']._serialized_start=1225
-  _globals['_JOBCANCELLED']._serialized_end=1255
-  _globals['_GETCAPABILITIESREQUEST']._serialized_start=1257
-  _globals['_GETCAPABILITIESREQUEST']._serialized_end=1281
-  _globals['_GETCAPABILITIESRESPONSE']._serialized_start=1284
-  _globals['_GETCAPABILITIESRESPONSE']._serialized_end=1424
-  _globals['_EXECUTEREQUEST']._serialized_start=1426
-  _globals['_EXECUTEREQUEST']._serialized_end=1469
-  _globals['_EXECUTERESPONSE']._serialized_start=1472
-  _globals['_EXECUTERESPONSE']._serialized_end=1807
-  _globals['_CANCELREQUEST']._serialized_start=1809
-  _globals['_CANCELREQUEST']._serialized_end=1882
-  _globals['_CANCELRESPONSE']._serialized_start=1884
-  _globals['_CANCELRESPONSE']._serialized_end=1915
-  _globals['_EXECUTORSERVICE']._serialized_start=2243
-  _globals['_EXECUTORSERVICE']._serialized_end=2469
+  _globals['_JOBSUCCEEDED']._serialized_end=1218
+  _globals['_ARTIFACTREADS']._serialized_start=1220
+  _globals['_ARTIFACTREADS']._serialized_end=1252
+  _globals['_JOBFAILED']._serialized_start=1254
+  _globals['_JOBFAILED']._serialized_end=1296
+  _globals['_JOBCANCELLED']._serialized_start=1298
+  _globals['_JOBCANCELLED']._serialized_end=1328
+  _globals['_GETCAPABILITIESREQUEST']._serialized_start=1330
+  _globals['_GETCAPABILITIESREQUEST']._serialized_end=1354
+  _globals['_GETCAPABILITIESRESPONSE']._serialized_start=1357
+  _globals['_GETCAPABILITIESRESPONSE']._serialized_end=1497
+  _globals['_EXECUTEREQUEST']._serialized_start=1499
+  _globals['_EXECUTEREQUEST']._serialized_end=1542
+  _globals['_EXECUTERESPONSE']._serialized_start=1545
+  _globals['_EXECUTERESPONSE']._serialized_end=1880
+  _globals['_CANCELREQUEST']._serialized_start=1882
+  _globals['_CANCELREQUEST']._serialized_end=1955
+  _globals['_CANCELRESPONSE']._serialized_start=1957
+  _globals['_CANCELRESPONSE']._serialized_end=1988
+  _globals['_EXECUTORSERVICE']._serialized_start=2316
+  _globals['_EXECUTORSERVICE']._serialized_end=2542
 # @@protoc_insertion_point(module_scope)

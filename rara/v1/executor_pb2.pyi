@@ -429,23 +429,58 @@ class JobSucceeded(_message.Message):
 
     RESULT_JSON_FIELD_NUMBER: _builtins.int
     ARTIFACTS_FIELD_NUMBER: _builtins.int
+    READS_FIELD_NUMBER: _builtins.int
     result_json: _builtins.bytes
     """UTF-8 JSON value (null when the plugin returned none)."""
     @_builtins.property
     def artifacts(self) -> _containers.RepeatedCompositeFieldContainer[Global___ArtifactRef]: ...
+    @_builtins.property
+    def reads(self) -> Global___ArtifactReads:
+        """The blobs the job read from the artifact store (lineage). Unset: the executor does not
+        report its reads (older versions), and the worker counts every input it handed over as
+        read. Set and empty: the job read nothing.
+        """
+
     def __init__(
         self,
         *,
         result_json: _builtins.bytes = ...,
         artifacts: _abc.Iterable[Global___ArtifactRef] | None = ...,
+        reads: Global___ArtifactReads | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["reads", b"reads"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifacts", b"artifacts", "result_json", b"result_json"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["artifacts", b"artifacts", "reads", b"reads", "result_json", b"result_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobSucceeded: _TypeAlias = JobSucceeded  # noqa: Y015
+
+@_typing.final
+class ArtifactReads(_message.Message):
+    """ArtifactReads lists the blobs a job fetched from the artifact store, whatever their origin
+    (an input or a digest from the payload); an existence check is not a read.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DIGESTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def digests(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """"sha256:<64 lowercase hex>", each once."""
+
+    def __init__(
+        self,
+        *,
+        digests: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["digests", b"digests"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ArtifactReads: _TypeAlias = ArtifactReads  # noqa: Y015
 
 @_typing.final
 class JobFailed(_message.Message):

@@ -2,7 +2,9 @@
 
 ``register`` serves the probes of ``rara.executor.conformance_plugins`` (``test.echo``,
 ``test.sleep``, ``test.hang``, ``test.fail``) plus ``test.flood``, which no conformance
-check needs: it measures the executor's progress coalescing (``test_executor_jobs``).
+check needs: it measures the executor's progress coalescing (``test_executor_jobs``), and the
+worker's ``test.read_shard`` (a map child reading only its own shard: lineage from a remote
+executor's reads, ``tests/worker/test_remote_reads.py``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import time
 from rara.context import StepContext, StepOutcome
 from rara.executor import conformance_plugins
 from rara.executor.plugins import PluginRegistry
+from tests.worker import handlers
 
 
 def flood(ctx: StepContext) -> StepOutcome:
@@ -26,3 +29,4 @@ def flood(ctx: StepContext) -> StepOutcome:
 def register(registry: PluginRegistry) -> None:
     conformance_plugins.register(registry)
     registry.register("test.flood", 1, flood)
+    registry.register("test.read_shard", 1, handlers.read_shard)

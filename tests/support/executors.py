@@ -1,5 +1,5 @@
 """``python -m rara.executor.main`` on loopback as a child process, serving the conformance
-plugins (``test.*`` capabilities)."""
+plugins (``test.*`` capabilities) or another plugin module."""
 
 from __future__ import annotations
 
@@ -18,7 +18,12 @@ def free_address() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-def start_executor(address: str, artifact_root: Path) -> subprocess.Popen[bytes]:
+CONFORMANCE_PLUGINS = "rara.executor.conformance_plugins"
+
+
+def start_executor(
+    address: str, artifact_root: Path, plugins: str = CONFORMANCE_PLUGINS
+) -> subprocess.Popen[bytes]:
     """The executor, listening on ``address`` (it answers once it has started)."""
     return subprocess.Popen(
         [
@@ -29,7 +34,7 @@ def start_executor(address: str, artifact_root: Path) -> subprocess.Popen[bytes]
             address,
             "--insecure-loopback",
             "--plugins",
-            "rara.executor.conformance_plugins",
+            plugins,
             "--artifact-root",
             str(artifact_root),
         ],
@@ -39,9 +44,11 @@ def start_executor(address: str, artifact_root: Path) -> subprocess.Popen[bytes]
 
 
 @contextmanager
-def executor_process(address: str, artifact_root: Path) -> Iterator[subprocess.Popen[bytes]]:
+def executor_process(
+    address: str, artifact_root: Path, plugins: str = CONFORMANCE_PLUGINS
+) -> Iterator[subprocess.Popen[bytes]]:
     """``start_executor``; SIGTERM at the end (it exits within 30 s)."""
-    proc = start_executor(address, artifact_root)
+    proc = start_executor(address, artifact_root, plugins)
     try:
         yield proc
     finally:

@@ -246,9 +246,11 @@ def shard(ctx: StepContext) -> StepOutcome:
 
 
 @registry.handler("test.read_shard@1")
-def read_shard(ctx: StepContext) -> Any:
-    """A map child: reads its own shard (``shard-<index>.txt``) and no other input."""
-    return {"text": ctx.artifacts.get_bytes(ctx.inputs[f"shard-{ctx.input['index']}.txt"]).decode()}
+def read_shard(ctx: StepContext) -> StepOutcome:
+    """A map child: reads its own shard (``shard-<index>.txt``) and no other input. A
+    StepOutcome, so that an executor serves it too (tests/executor/plugins.py)."""
+    text = ctx.artifacts.get_bytes(ctx.inputs[f"shard-{ctx.input['index']}.txt"]).decode()
+    return StepOutcome(result={"text": text})
 
 
 @registry.handler("test.big@1")

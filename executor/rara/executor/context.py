@@ -3,7 +3,7 @@
 It reports through the job's Outbox instead of a database: progress becomes coalesced
 Progress events, ``save_checkpoint`` a Checkpoint event (the worker makes it durable), and
 artifacts go straight to the shared content-addressed store, whose refs travel in the
-result's manifest.
+result's manifest. The blobs the plugin fetched travel with the result too (``reads``: lineage).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
+from rara.artifacts.reads import ReadsNoted
 from rara.artifacts.ref import ArtifactRef
 from rara.context import JSON, ArtifactStoreAPI, Checkpoint
 from rara.executor import limits
@@ -35,7 +36,9 @@ class ExecutorStepContext:
         is_cancelled: Callable[[], bool],
     ) -> None:
         self._spec = spec
-        self._store = store
+        # The digests the plugin fetched, reported with its success (JobSucceeded.reads).
+        self.reads: set[str] = set()
+        self._store = ReadsNoted(store, self.reads)
         self._outbox = outbox
         self._is_cancelled = is_cancelled
         self._loop_thread = threading.get_ident()

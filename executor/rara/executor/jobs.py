@@ -173,7 +173,10 @@ class RunningJob:
         manifest = [ref_to_pb(a.ref, a.name) for a in outcome.artifacts]
         for entry, art in zip(manifest, outcome.artifacts, strict=True):
             entry.media_type = art.media_type
-        return pb.ExecuteResponse(succeeded=pb.JobSucceeded(result_json=result, artifacts=manifest))
+        reads = pb.ArtifactReads(digests=sorted(self.ctx.reads))
+        return pb.ExecuteResponse(
+            succeeded=pb.JobSucceeded(result_json=result, artifacts=manifest, reads=reads)
+        )
 
     def _stopped(self) -> pb.ExecuteResponse:
         match self._reason:

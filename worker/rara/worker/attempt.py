@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 import structlog
@@ -47,6 +48,7 @@ from rara.worker.vocabulary import (
     AttemptState,
     Ending,
     LeaseLost,
+    RemoteOutcome,
     StopReason,
 )
 
@@ -254,7 +256,7 @@ async def _end(
             result=outcome.result,
             artifacts=manifest,
             cache=state.cache_entry,
-            reads=sorted(_reads(state)),
+            reads=sorted(_reads(state, outcome)),
         )
 
     try:
@@ -275,10 +277,12 @@ async def _end(
     return end
 
 
-def _reads(state: AttemptState) -> set[str]:
+def _reads(state: AttemptState, outcome: StepOutcome) -> AbstractSet[str]:
     """What the attempt read, for lineage: an in-process handler's fetches through its context
-    (noted as they return); for a remote executor, whose fetches the worker does not see, the
-    inputs it was handed (docs/artifacts.md, "Lineage")."""
+    (noted as they return); a remote executor's as it reports them, or, from one that does not
+    (older versions), the inputs it was handed (docs/artifacts.md, "Lineage")."""
     if state.step.executor == "inprocess":
         return state.reads
+    if isinstance(outcome, RemoteOutcome) and outcome.reads is not None:
+        return outcome.reads
     return {ref.digest for ref in state.step.inputs.values()}

@@ -24,35 +24,12 @@ import threading
 import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
 
+from rara.artifacts.reads import ReadsNoted
 from rara.artifacts.ref import ArtifactRef
-from rara.artifacts.store import parse_digest
 from rara.context import JSON, ArtifactStoreAPI, Checkpoint
 from rara.worker.attempt_io import AttemptIO
 from rara.worker.vocabulary import AttemptState, LeaseLost, on_loop
-
-
-class _ReadsNoted:
-    """The attempt's artifact store, noting the digest of every blob a fetch returned: what
-    the handler actually read (lineage: rara_step_reads, written with its success)."""
-
-    def __init__(self, store: ArtifactStoreAPI, reads: set[str]) -> None:
-        self._store = store
-        self._reads = reads
-
-    def get_bytes(self, ref: ArtifactRef | str) -> bytes:
-        data = self._store.get_bytes(ref)
-        self._reads.add(parse_digest(ref))
-        return data
-
-    def get_file(self, ref: ArtifactRef | str, dest: str) -> ArtifactRef:
-        got = self._store.get_file(ref, dest)
-        self._reads.add(got.digest)
-        return got
-
-    def __getattr__(self, name: str) -> Any:  # writes and exists(): not reads
-        return getattr(self._store, name)
 
 
 class WorkerStepContext:
@@ -64,7 +41,7 @@ class WorkerStepContext:
         # The latest checkpoint and the upstream inputs came with the lease (step_lease).
         self._checkpoint = state.step.checkpoint
         self._inputs = dict(state.step.inputs)
-        self._artifacts = _ReadsNoted(artifacts, state.reads)
+        self._artifacts = ReadsNoted(artifacts, state.reads)
         self._io = io
         static = self._step.payload.get("input") or {}
         # The definition's static input, overlaid by the run's input (the run is more specific),

@@ -1,13 +1,13 @@
 """The worker's gRPC executor adapter: steps with ``executor: grpc`` run in executor services.
 
 The worker keeps its lease (heartbeats go on in the worker's loops) while it maps the job's
-event stream onto persistent state: progress → coalesced progress writes, checkpoint → a
-fenced checkpoint row, succeeded → result + artifact manifest (written by the worker, fenced),
-failed → retryable or terminal by the executor's own verdict. Cancel, timeout and lost leases
-reach the executor by cancelling the call (a client disconnect cancels the job) and an
-explicit ``Cancel``. Transport failures: UNAVAILABLE before the job was accepted → the next
-endpoint; a stream broken mid-job (executor killed) → a retryable failure, so the attempt is
-retried and resumes from its last checkpoint.
+event stream onto persistent state: progress → coalesced progress writes, checkpoint → a fenced
+checkpoint row, succeeded → result + artifact manifest + the blobs the job read (written by the
+worker, fenced), failed → retryable or terminal by the executor's own verdict. Cancel, timeout
+and lost leases reach the executor by cancelling the call (a client disconnect cancels the job)
+and an explicit ``Cancel``. Transport failures: UNAVAILABLE before the job was accepted → the
+next endpoint; a stream broken mid-job (executor killed) → a retryable failure, so the attempt
+is retried and resumes from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ import grpc
 import structlog
 
 from rara.artifacts.ref import ArtifactRef
+from rara.artifacts.store import parse_digest
 from rara.context import OutputArtifact, StepContext, StepOutcome
 from rara.errors import ErrorCode, NotStarted, RetryableError, StepError, TerminalError
 from rara.executor.client import ExecutorClient, make_job
 from rara.v1 import executor_pb2 as pb
-from rara.worker.vocabulary import LeasedStep
+from rara.worker.vocabulary import LeasedStep, RemoteOutcome
 
 log = structlog.get_logger(__name__)
 
@@ -185,7 +186,7 @@ class GrpcExecutor:
                 elif kind == "checkpoint":
                     await _save_checkpoint(ctx, event.checkpoint)
                 elif kind == "succeeded":
-                    return _outcome(event.succeeded)
+                    return _outcome(event.succeeded, ctx.step_key)
                 elif kind == "failed":
                     raise _error(event.failed.error)
                 elif kind == "cancelled":
@@ -225,13 +226,29 @@ async def _save_checkpoint(ctx: StepContext, checkpoint: pb.JobCheckpoint) -> No
     await ctx.asave_checkpoint(state, artifact)  # on the loop, written before the next event
 
 
-def _outcome(succeeded: pb.JobSucceeded) -> StepOutcome:
+def _outcome(succeeded: pb.JobSucceeded, step_key: str) -> RemoteOutcome:
     result: Any = json.loads(succeeded.result_json) if succeeded.result_json else None
     artifacts = [
         OutputArtifact(a.name, _ref(a), a.media_type or "application/octet-stream")
         for a in succeeded.artifacts
     ]
-    return StepOutcome(result=result, artifacts=artifacts)
+    reads = _reads(succeeded.reads, step_key) if succeeded.HasField("reads") else None
+    return RemoteOutcome(result=result, artifacts=artifacts, reads=reads)
+
+
+def _reads(reads: pb.ArtifactReads, step_key: str) -> frozenset[str]:
+    """The digests the executor says the job read; a malformed one is the executor's bug,
+    refused for good (lineage would name a blob that cannot exist)."""
+    for digest in reads.digests:
+        try:
+            parse_digest(digest)
+        except ValueError as exc:
+            raise TerminalError(
+                f"step {step_key!r}: the executor reported a read that is not a digest "
+                f"(JobSucceeded.reads.digests): {exc}",
+                code=ErrorCode.RESULT_INVALID,
+            ) from exc
+    return frozenset(reads.digests)
 
 
 def _ref(ref: pb.ArtifactRef) -> ArtifactRef:

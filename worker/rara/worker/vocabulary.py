@@ -25,7 +25,7 @@ from typing import Any
 from uuid import UUID
 
 from rara.artifacts.ref import ArtifactRef
-from rara.context import Checkpoint
+from rara.context import Checkpoint, StepOutcome
 from rara.errors import RaraError
 from rara.states import AttemptOutcome, StepStatus
 
@@ -162,6 +162,15 @@ def on_loop(loop: asyncio.AbstractEventLoop) -> bool:
         return asyncio.get_running_loop() is loop
     except RuntimeError:
         return False
+
+
+@dataclass(slots=True)
+class RemoteOutcome(StepOutcome):
+    """A remote executor's outcome, with the blob digests the job read when the executor
+    reports them; None when it does not (an older executor): lineage then counts every input
+    the worker handed over (docs/artifacts.md, "Lineage")."""
+
+    reads: frozenset[str] | None = None
 
 
 # -- the end of an attempt ------------------------------------------------------------------

@@ -757,8 +757,12 @@ func (x *JobCheckpoint) GetArtifact() *ArtifactRef {
 type JobSucceeded struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// UTF-8 JSON value (null when the plugin returned none).
-	ResultJson    []byte         `protobuf:"bytes,1,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
-	Artifacts     []*ArtifactRef `protobuf:"bytes,2,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	ResultJson []byte         `protobuf:"bytes,1,opt,name=result_json,json=resultJson,proto3" json:"result_json,omitempty"`
+	Artifacts  []*ArtifactRef `protobuf:"bytes,2,rep,name=artifacts,proto3" json:"artifacts,omitempty"`
+	// The blobs the job read from the artifact store (lineage). Unset: the executor does not
+	// report its reads (older versions), and the worker counts every input it handed over as
+	// read. Set and empty: the job read nothing.
+	Reads         *ArtifactReads `protobuf:"bytes,3,opt,name=reads,proto3" json:"reads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -807,6 +811,60 @@ func (x *JobSucceeded) GetArtifacts() []*ArtifactRef {
 	return nil
 }
 
+func (x *JobSucceeded) GetReads() *ArtifactReads {
+	if x != nil {
+		return x.Reads
+	}
+	return nil
+}
+
+// ArtifactReads lists the blobs a job fetched from the artifact store, whatever their origin
+// (an input or a digest from the payload); an existence check is not a read.
+type ArtifactReads struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "sha256:<64 lowercase hex>", each once.
+	Digests       []string `protobuf:"bytes,1,rep,name=digests,proto3" json:"digests,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ArtifactReads) Reset() {
+	*x = ArtifactReads{}
+	mi := &file_rara_v1_executor_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ArtifactReads) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ArtifactReads) ProtoMessage() {}
+
+func (x *ArtifactReads) ProtoReflect() protoreflect.Message {
+	mi := &file_rara_v1_executor_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ArtifactReads.ProtoReflect.Descriptor instead.
+func (*ArtifactReads) Descriptor() ([]byte, []int) {
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ArtifactReads) GetDigests() []string {
+	if x != nil {
+		return x.Digests
+	}
+	return nil
+}
+
 // JobFailed carries a structured error.
 type JobFailed struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -817,7 +875,7 @@ type JobFailed struct {
 
 func (x *JobFailed) Reset() {
 	*x = JobFailed{}
-	mi := &file_rara_v1_executor_proto_msgTypes[11]
+	mi := &file_rara_v1_executor_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +887,7 @@ func (x *JobFailed) String() string {
 func (*JobFailed) ProtoMessage() {}
 
 func (x *JobFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[11]
+	mi := &file_rara_v1_executor_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +900,7 @@ func (x *JobFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFailed.ProtoReflect.Descriptor instead.
 func (*JobFailed) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{11}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *JobFailed) GetError() *Error {
@@ -862,7 +920,7 @@ type JobCancelled struct {
 
 func (x *JobCancelled) Reset() {
 	*x = JobCancelled{}
-	mi := &file_rara_v1_executor_proto_msgTypes[12]
+	mi := &file_rara_v1_executor_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +932,7 @@ func (x *JobCancelled) String() string {
 func (*JobCancelled) ProtoMessage() {}
 
 func (x *JobCancelled) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[12]
+	mi := &file_rara_v1_executor_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +945,7 @@ func (x *JobCancelled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCancelled.ProtoReflect.Descriptor instead.
 func (*JobCancelled) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{12}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JobCancelled) GetReason() string {
@@ -906,7 +964,7 @@ type GetCapabilitiesRequest struct {
 
 func (x *GetCapabilitiesRequest) Reset() {
 	*x = GetCapabilitiesRequest{}
-	mi := &file_rara_v1_executor_proto_msgTypes[13]
+	mi := &file_rara_v1_executor_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -918,7 +976,7 @@ func (x *GetCapabilitiesRequest) String() string {
 func (*GetCapabilitiesRequest) ProtoMessage() {}
 
 func (x *GetCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[13]
+	mi := &file_rara_v1_executor_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -931,7 +989,7 @@ func (x *GetCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*GetCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{13}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{14}
 }
 
 // GetCapabilitiesResponse describes what this executor serves right now.
@@ -950,7 +1008,7 @@ type GetCapabilitiesResponse struct {
 
 func (x *GetCapabilitiesResponse) Reset() {
 	*x = GetCapabilitiesResponse{}
-	mi := &file_rara_v1_executor_proto_msgTypes[14]
+	mi := &file_rara_v1_executor_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -962,7 +1020,7 @@ func (x *GetCapabilitiesResponse) String() string {
 func (*GetCapabilitiesResponse) ProtoMessage() {}
 
 func (x *GetCapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[14]
+	mi := &file_rara_v1_executor_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -975,7 +1033,7 @@ func (x *GetCapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*GetCapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{14}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetCapabilitiesResponse) GetCapabilities() []*Capability {
@@ -1016,7 +1074,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_rara_v1_executor_proto_msgTypes[15]
+	mi := &file_rara_v1_executor_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1028,7 +1086,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[15]
+	mi := &file_rara_v1_executor_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1041,7 +1099,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{15}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ExecuteRequest) GetJob() *Job {
@@ -1072,7 +1130,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_rara_v1_executor_proto_msgTypes[16]
+	mi := &file_rara_v1_executor_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1084,7 +1142,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[16]
+	mi := &file_rara_v1_executor_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1097,7 +1155,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{16}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExecuteResponse) GetSeq() uint64 {
@@ -1235,7 +1293,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_rara_v1_executor_proto_msgTypes[17]
+	mi := &file_rara_v1_executor_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1247,7 +1305,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[17]
+	mi := &file_rara_v1_executor_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1260,7 +1318,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{17}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CancelRequest) GetIdempotencyKey() string {
@@ -1294,7 +1352,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_rara_v1_executor_proto_msgTypes[18]
+	mi := &file_rara_v1_executor_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1364,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[18]
+	mi := &file_rara_v1_executor_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1377,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{18}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelResponse) GetFound() bool {
@@ -1391,11 +1449,14 @@ const file_rara_v1_executor_proto_rawDesc = "" +
 	"\rJobCheckpoint\x12\x1d\n" +
 	"\n" +
 	"state_json\x18\x01 \x01(\fR\tstateJson\x120\n" +
-	"\bartifact\x18\x02 \x01(\v2\x14.rara.v1.ArtifactRefR\bartifact\"c\n" +
+	"\bartifact\x18\x02 \x01(\v2\x14.rara.v1.ArtifactRefR\bartifact\"\x91\x01\n" +
 	"\fJobSucceeded\x12\x1f\n" +
 	"\vresult_json\x18\x01 \x01(\fR\n" +
 	"resultJson\x122\n" +
-	"\tartifacts\x18\x02 \x03(\v2\x14.rara.v1.ArtifactRefR\tartifacts\"1\n" +
+	"\tartifacts\x18\x02 \x03(\v2\x14.rara.v1.ArtifactRefR\tartifacts\x12,\n" +
+	"\x05reads\x18\x03 \x01(\v2\x16.rara.v1.ArtifactReadsR\x05reads\")\n" +
+	"\rArtifactReads\x12\x18\n" +
+	"\adigests\x18\x01 \x03(\tR\adigests\"1\n" +
 	"\tJobFailed\x12$\n" +
 	"\x05error\x18\x01 \x01(\v2\x0e.rara.v1.ErrorR\x05error\"&\n" +
 	"\fJobCancelled\x12\x16\n" +
@@ -1457,7 +1518,7 @@ func file_rara_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_rara_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rara_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_rara_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_rara_v1_executor_proto_goTypes = []any{
 	(ErrorCode)(0),                  // 0: rara.v1.ErrorCode
 	(*Resources)(nil),               // 1: rara.v1.Resources
@@ -1471,50 +1532,52 @@ var file_rara_v1_executor_proto_goTypes = []any{
 	(*JobProgress)(nil),             // 9: rara.v1.JobProgress
 	(*JobCheckpoint)(nil),           // 10: rara.v1.JobCheckpoint
 	(*JobSucceeded)(nil),            // 11: rara.v1.JobSucceeded
-	(*JobFailed)(nil),               // 12: rara.v1.JobFailed
-	(*JobCancelled)(nil),            // 13: rara.v1.JobCancelled
-	(*GetCapabilitiesRequest)(nil),  // 14: rara.v1.GetCapabilitiesRequest
-	(*GetCapabilitiesResponse)(nil), // 15: rara.v1.GetCapabilitiesResponse
-	(*ExecuteRequest)(nil),          // 16: rara.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),         // 17: rara.v1.ExecuteResponse
-	(*CancelRequest)(nil),           // 18: rara.v1.CancelRequest
-	(*CancelResponse)(nil),          // 19: rara.v1.CancelResponse
-	nil,                             // 20: rara.v1.Error.DetailsEntry
-	nil,                             // 21: rara.v1.JobProgress.MetricsEntry
-	(*timestamppb.Timestamp)(nil),   // 22: google.protobuf.Timestamp
+	(*ArtifactReads)(nil),           // 12: rara.v1.ArtifactReads
+	(*JobFailed)(nil),               // 13: rara.v1.JobFailed
+	(*JobCancelled)(nil),            // 14: rara.v1.JobCancelled
+	(*GetCapabilitiesRequest)(nil),  // 15: rara.v1.GetCapabilitiesRequest
+	(*GetCapabilitiesResponse)(nil), // 16: rara.v1.GetCapabilitiesResponse
+	(*ExecuteRequest)(nil),          // 17: rara.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),         // 18: rara.v1.ExecuteResponse
+	(*CancelRequest)(nil),           // 19: rara.v1.CancelRequest
+	(*CancelResponse)(nil),          // 20: rara.v1.CancelResponse
+	nil,                             // 21: rara.v1.Error.DetailsEntry
+	nil,                             // 22: rara.v1.JobProgress.MetricsEntry
+	(*timestamppb.Timestamp)(nil),   // 23: google.protobuf.Timestamp
 }
 var file_rara_v1_executor_proto_depIdxs = []int32{
 	1,  // 0: rara.v1.Capability.resources:type_name -> rara.v1.Resources
 	3,  // 1: rara.v1.Checkpoint.artifact:type_name -> rara.v1.ArtifactRef
 	3,  // 2: rara.v1.Job.inputs:type_name -> rara.v1.ArtifactRef
-	22, // 3: rara.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	23, // 3: rara.v1.Job.deadline:type_name -> google.protobuf.Timestamp
 	4,  // 4: rara.v1.Job.last_checkpoint:type_name -> rara.v1.Checkpoint
 	0,  // 5: rara.v1.Error.code:type_name -> rara.v1.ErrorCode
-	20, // 6: rara.v1.Error.details:type_name -> rara.v1.Error.DetailsEntry
-	21, // 7: rara.v1.JobProgress.metrics:type_name -> rara.v1.JobProgress.MetricsEntry
+	21, // 6: rara.v1.Error.details:type_name -> rara.v1.Error.DetailsEntry
+	22, // 7: rara.v1.JobProgress.metrics:type_name -> rara.v1.JobProgress.MetricsEntry
 	3,  // 8: rara.v1.JobCheckpoint.artifact:type_name -> rara.v1.ArtifactRef
 	3,  // 9: rara.v1.JobSucceeded.artifacts:type_name -> rara.v1.ArtifactRef
-	6,  // 10: rara.v1.JobFailed.error:type_name -> rara.v1.Error
-	2,  // 11: rara.v1.GetCapabilitiesResponse.capabilities:type_name -> rara.v1.Capability
-	5,  // 12: rara.v1.ExecuteRequest.job:type_name -> rara.v1.Job
-	7,  // 13: rara.v1.ExecuteResponse.accepted:type_name -> rara.v1.JobAccepted
-	8,  // 14: rara.v1.ExecuteResponse.running:type_name -> rara.v1.JobRunning
-	9,  // 15: rara.v1.ExecuteResponse.progress:type_name -> rara.v1.JobProgress
-	10, // 16: rara.v1.ExecuteResponse.checkpoint:type_name -> rara.v1.JobCheckpoint
-	11, // 17: rara.v1.ExecuteResponse.succeeded:type_name -> rara.v1.JobSucceeded
-	12, // 18: rara.v1.ExecuteResponse.failed:type_name -> rara.v1.JobFailed
-	13, // 19: rara.v1.ExecuteResponse.cancelled:type_name -> rara.v1.JobCancelled
-	14, // 20: rara.v1.ExecutorService.GetCapabilities:input_type -> rara.v1.GetCapabilitiesRequest
-	16, // 21: rara.v1.ExecutorService.Execute:input_type -> rara.v1.ExecuteRequest
-	18, // 22: rara.v1.ExecutorService.Cancel:input_type -> rara.v1.CancelRequest
-	15, // 23: rara.v1.ExecutorService.GetCapabilities:output_type -> rara.v1.GetCapabilitiesResponse
-	17, // 24: rara.v1.ExecutorService.Execute:output_type -> rara.v1.ExecuteResponse
-	19, // 25: rara.v1.ExecutorService.Cancel:output_type -> rara.v1.CancelResponse
-	23, // [23:26] is the sub-list for method output_type
-	20, // [20:23] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	12, // 10: rara.v1.JobSucceeded.reads:type_name -> rara.v1.ArtifactReads
+	6,  // 11: rara.v1.JobFailed.error:type_name -> rara.v1.Error
+	2,  // 12: rara.v1.GetCapabilitiesResponse.capabilities:type_name -> rara.v1.Capability
+	5,  // 13: rara.v1.ExecuteRequest.job:type_name -> rara.v1.Job
+	7,  // 14: rara.v1.ExecuteResponse.accepted:type_name -> rara.v1.JobAccepted
+	8,  // 15: rara.v1.ExecuteResponse.running:type_name -> rara.v1.JobRunning
+	9,  // 16: rara.v1.ExecuteResponse.progress:type_name -> rara.v1.JobProgress
+	10, // 17: rara.v1.ExecuteResponse.checkpoint:type_name -> rara.v1.JobCheckpoint
+	11, // 18: rara.v1.ExecuteResponse.succeeded:type_name -> rara.v1.JobSucceeded
+	13, // 19: rara.v1.ExecuteResponse.failed:type_name -> rara.v1.JobFailed
+	14, // 20: rara.v1.ExecuteResponse.cancelled:type_name -> rara.v1.JobCancelled
+	15, // 21: rara.v1.ExecutorService.GetCapabilities:input_type -> rara.v1.GetCapabilitiesRequest
+	17, // 22: rara.v1.ExecutorService.Execute:input_type -> rara.v1.ExecuteRequest
+	19, // 23: rara.v1.ExecutorService.Cancel:input_type -> rara.v1.CancelRequest
+	16, // 24: rara.v1.ExecutorService.GetCapabilities:output_type -> rara.v1.GetCapabilitiesResponse
+	18, // 25: rara.v1.ExecutorService.Execute:output_type -> rara.v1.ExecuteResponse
+	20, // 26: rara.v1.ExecutorService.Cancel:output_type -> rara.v1.CancelResponse
+	24, // [24:27] is the sub-list for method output_type
+	21, // [21:24] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_rara_v1_executor_proto_init() }
@@ -1523,7 +1586,7 @@ func file_rara_v1_executor_proto_init() {
 		return
 	}
 	file_rara_v1_executor_proto_msgTypes[8].OneofWrappers = []any{}
-	file_rara_v1_executor_proto_msgTypes[16].OneofWrappers = []any{
+	file_rara_v1_executor_proto_msgTypes[17].OneofWrappers = []any{
 		(*ExecuteResponse_Accepted)(nil),
 		(*ExecuteResponse_Running)(nil),
 		(*ExecuteResponse_Progress)(nil),
@@ -1538,7 +1601,7 @@ func file_rara_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rara_v1_executor_proto_rawDesc), len(file_rara_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

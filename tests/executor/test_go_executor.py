@@ -243,10 +243,12 @@ async def test_a_payload_holding_a_credential_is_refused(go_executor: Path, tmp_
 async def test_operations_share_the_python_artifact_store(
     go_executor: Path, tmp_path: Path
 ) -> None:
-    """A blob the Python store wrote is chunked by Go; Go's output reads back verified."""
+    """A blob the Python store wrote is chunked by Go; Go's output reads back verified. Each
+    success reports what the job read (lineage): the chunked input, not the one left alone."""
     store = LocalArtifactStore(tmp_path / "artifacts", durable=False)
     data = b"rara " * 1000
     ref = store.put_bytes(data, "text/plain")
+    unread = store.put_bytes(b"left alone", "text/plain")
     with running(go_executor, tmp_path) as (address, _):
         async with ExecutorClient(address, token=TOKEN) as client:
             events = await collect(
@@ -254,12 +256,13 @@ async def test_operations_share_the_python_artifact_store(
                 make_job(
                     capability="artifact.chunk@1",
                     idempotency_key="c",
-                    inputs={"prep/doc": ref},
+                    inputs={"prep/doc": ref, "prep/other": unread},
                     payload={"artifact": "prep/doc", "chunk_size": 1024, "checkpoint_every": 2},
                 ),
             )
             assert kinds(events)[-1] == "succeeded", events[-1]
             assert "checkpoint" in kinds(events)
+            assert list(events[-1].succeeded.reads.digests) == [ref.digest]
             manifest = events[-1].succeeded.artifacts
             index = json.loads(store.get_bytes(manifest[0].digest))
             assert [c["size"] for c in index["chunks"]] == [1024, 1024, 1024, 1024, 904]
@@ -272,6 +275,8 @@ async def test_operations_share_the_python_artifact_store(
                 ),
             )
             assert json.loads(text[-1].succeeded.result_json)["text"] == "rara flows"
+            assert text[-1].succeeded.HasField("reads")  # present: it read nothing
+            assert list(text[-1].succeeded.reads.digests) == []
             noop = await collect(client, make_job(capability="bench.noop@1", idempotency_key="o"))
             assert kinds(noop) == ["accepted", "running", "succeeded"]
 

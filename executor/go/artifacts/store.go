@@ -27,6 +27,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
+	"sync"
 	"time"
 )
 
@@ -63,10 +65,49 @@ func ParseDigest(digest string) error {
 	return nil
 }
 
-// Store is a directory holding blobs; safe for concurrent use (it holds no mutable state).
+// Store is a directory holding blobs; safe for concurrent use (it holds no mutable state but
+// the Reads it notes into, which lock).
 type Store struct {
 	Root    string
-	Durable bool // false skips the fsyncs (tests, scratch stores)
+	Durable bool   // false skips the fsyncs (tests, scratch stores)
+	reads   *Reads // set by NotingReads: one job's view of the store
+}
+
+// Reads is the set of digests a job read from the store (lineage: the executor reports them
+// with its success, JobSucceeded.reads); safe for concurrent use.
+type Reads struct {
+	mu      sync.Mutex
+	digests map[string]struct{}
+}
+
+func (r *Reads) note(digest string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.digests == nil {
+		r.digests = map[string]struct{}{}
+	}
+	r.digests[digest] = struct{}{}
+}
+
+// Sorted is the digests read so far, sorted; empty (not nil) when nothing was read.
+func (r *Reads) Sorted() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.digests))
+	for d := range r.digests {
+		out = append(out, d)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// NotingReads is the same store, noting into reads the digest of every blob a read
+// (GetBytes, ReadChunks) returned whole and verified: what the job actually read. A failed
+// read read nothing; Exists and writes are not reads.
+func (s *Store) NotingReads(reads *Reads) *Store {
+	view := *s
+	view.reads = reads
+	return &view
 }
 
 // Open creates the layout under root if needed.
@@ -310,6 +351,9 @@ func (s *Store) ReadChunks(ref Ref, size int, fn func([]byte) error) error {
 	if ref.Size != 0 && ref.Size != total {
 		return fmt.Errorf("%w: %s: ref says %d bytes, blob has %d", ErrCorrupted, ref.Digest,
 			ref.Size, total)
+	}
+	if s.reads != nil {
+		s.reads.note(ref.Digest)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -120,5 +121,38 @@ func TestWriterStreamsAndTempNames(t *testing.T) {
 	aborted.Abort()
 	if _, err := os.Stat(aborted.tmp); !os.IsNotExist(err) {
 		t.Fatal("abort must remove the temp file")
+	}
+}
+
+// A view from NotingReads notes what a read returned whole and verified; a missing or corrupt
+// blob, Exists and writes are not reads, and the store itself notes nothing.
+func TestNotingReads(t *testing.T) {
+	s, err := Open(t.TempDir(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reads Reads
+	view := s.NotingReads(&reads)
+	a, _ := view.PutBytes([]byte("a"), "")
+	b, _ := view.PutBytes([]byte("b"), "")
+	if got := reads.Sorted(); len(got) != 0 {
+		t.Fatalf("writes noted as reads: %v", got)
+	}
+	view.Exists(b)
+	if _, err := view.GetBytes(a); err != nil {
+		t.Fatal(err)
+	}
+	missing := Ref{Digest: "sha256:" + strings.Repeat("0", 64)}
+	if _, err := view.GetBytes(missing); err == nil {
+		t.Fatal("a missing blob read")
+	}
+	if _, err := view.GetBytes(Ref{Digest: b.Digest, Size: 5}); err == nil {
+		t.Fatal("a wrong size read")
+	}
+	if _, err := s.GetBytes(b); err != nil {
+		t.Fatal(err)
+	}
+	if got := reads.Sorted(); len(got) != 1 || got[0] != a.Digest {
+		t.Fatalf("reads %v, want only %s", got, a.Digest)
 	}
 }

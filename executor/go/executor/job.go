@@ -53,9 +53,10 @@ type Outcome struct {
 	Artifacts []OutputArtifact
 }
 
-// Job is what an operation sees: the decoded job, the shared artifact store, and the ways
-// to report (progress, checkpoints) and to learn that it should stop. A Job built by hand
-// (an operation's unit test) is never stopped and its reports go nowhere.
+// Job is what an operation sees: the decoded job, the shared artifact store (noting what the
+// operation reads, reported with its success), and the ways to report (progress,
+// checkpoints) and to learn that it should stop. A Job built by hand (an operation's unit
+// test) is never stopped and its reports go nowhere.
 type Job struct {
 	*Spec
 	Store *artifacts.Store
@@ -145,8 +146,9 @@ type runningJob struct {
 	mu      sync.Mutex
 	reason  stopReason
 	text    string
-	stop    chan struct{} // closed on the first stop request
-	outcome string        // the terminal event's kind, once put
+	stop    chan struct{}   // closed on the first stop request
+	outcome string          // the terminal event's kind, once put
+	reads   artifacts.Reads // what the operation read through Job.Store (JobSucceeded.reads)
 }
 
 func newRunningJob(spec *Spec, op Operation, store *artifacts.Store, grace time.Duration,
@@ -195,7 +197,7 @@ func (r *runningJob) run() {
 	hard, hardStop := context.WithCancel(context.Background())
 	defer hardStop()
 	done := make(chan opResult, 1)
-	job := &Job{Spec: r.spec, Store: r.store, rj: r}
+	job := &Job{Spec: r.spec, Store: r.store.NotingReads(&r.reads), rj: r}
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -275,7 +277,8 @@ func (r *runningJob) result(res opResult) *pb.ExecuteResponse {
 		manifest = append(manifest, entry)
 	}
 	return &pb.ExecuteResponse{Event: &pb.ExecuteResponse_Succeeded{Succeeded: &pb.JobSucceeded{
-		ResultJson: result, Artifacts: manifest}}}
+		ResultJson: result, Artifacts: manifest,
+		Reads: &pb.ArtifactReads{Digests: r.reads.Sorted()}}}}
 }
 
 func (r *runningJob) stopped() *pb.ExecuteResponse {

@@ -425,3 +425,35 @@ func TestNothingCredentialLookingLeaves(t *testing.T) {
 		}
 	}
 }
+
+// The success reports the blobs the operation read through job.Store, not every input it was
+// handed (lineage); an operation that read nothing reports an empty, present set.
+func TestSuccessReportsWhatTheJobRead(t *testing.T) {
+	f := start(t, 2)
+	read, err := f.store.PutBytes([]byte("Read me"), "text/plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	unread, err := f.store.PutBytes([]byte("not me"), "text/plain")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := job("text.normalize@1", "reads", `{"artifact": "split/doc.txt"}`)
+	j.Inputs = []*pb.ArtifactRef{
+		{Name: "split/doc.txt", Digest: read.Digest, Size: read.Size},
+		{Name: "split/other.txt", Digest: unread.Digest, Size: unread.Size},
+	}
+	events := run(t, f, j)
+	succeeded := events[len(events)-1].GetSucceeded()
+	if succeeded == nil {
+		t.Fatalf("not a success: %v", events[len(events)-1])
+	}
+	if got := succeeded.GetReads().GetDigests(); len(got) != 1 || got[0] != read.Digest {
+		t.Fatalf("reads %v, want only %s", got, read.Digest)
+	}
+	events = run(t, f, job("text.normalize@1", "no-reads", `{"text": "inline"}`))
+	succeeded = events[len(events)-1].GetSucceeded()
+	if succeeded.GetReads() == nil || len(succeeded.GetReads().GetDigests()) != 0 {
+		t.Fatalf("reads %v, want present and empty", succeeded.GetReads())
+	}
+}

@@ -3,20 +3,33 @@
 Defined once, here: the worker computes it for a leased step with ``cache:``
 (``rara.worker.cache``), and ``rara cache explain`` compares its parts with an entry's.
 
-The key has five parts, each digested on its own (so that an explanation can say which one
-changed), then the key over the five digests by name:
+What went into a step is known in two halves. Before it runs: its code, its settings, its
+input and the names of the artifacts it is given. After it ran: which of those it actually
+read. An entry is stored under both (its ``key``), and found by the first half (its
+``base``) with a check of the second: every artifact the entry's step read must be given to
+the new step, by the same name, with the same digest. A step given many artifacts that
+reads one of them (a map child that reads its own shard of a list of shards) then misses
+only when that one changed. The check is a trace, as build systems verify them: a step that
+read the same bytes computes the same output.
+
+The parts, each digested on its own (so that an explanation can say which one changed):
 
 - ``capability``: ``name@major``. Code that changes a step's output must bump the major
   version; nothing else invalidates an entry (an executor's code digest cannot join the key:
-  it is reported after the step ran, and the key is needed before).
+  it is reported after the step ran, and the base is needed before).
 - ``spec``: the step's fields that reach its code besides the input: the executor kind and
   the secret references (by name, never the values). Not its timeout, retries, priority,
   resources or the cache's own ttl: they decide how it runs, not what it returns.
 - ``input``: the resolved input, as ``ctx.input`` shows it: the definition's static input,
-  overlaid by the run's input, and for a map child its ``item`` and ``index``.
-- ``upstream``: every upstream artifact the step is given (``ctx.inputs``), in the lease's
-  order, as ``[step, name, digest]``: the bytes that went in, not their names alone.
+  overlaid by the run's input, and for a map child its ``item`` and ``index``. (Upstream
+  *results* reach a step only this way, through ``map.over``.)
+- ``given``: the names of the upstream artifacts it is given, ``<step>/<name>``, sorted:
+  code sees which inputs exist without reading them (a step given none and one given one
+  are different steps, though neither read anything).
 - ``version``: this rule's own version, so that a change of the rule misses every old entry.
+- ``reads``: the upstream artifacts the step read, ``{"<step>/<name>": digest}``: a subset of
+  what it was given. A read of something it was not given is a read by digest, of bytes that
+  cannot change, and is left out.
 
 Canonical JSON (keys sorted, no spaces, UTF-8) makes one value one digest, whatever the key
 order it arrived in.
@@ -30,8 +43,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-KEY_RULE_VERSION = 1
-PARTS = ("capability", "spec", "input", "upstream", "version")
+KEY_RULE_VERSION = 2
+BASE_PARTS = ("capability", "spec", "input", "given", "version")
+PARTS = (*BASE_PARTS, "reads")
 
 
 def canonical_digest(value: Any) -> str:
@@ -44,8 +58,16 @@ def canonical_digest(value: Any) -> str:
 
 @dataclass(frozen=True, slots=True)
 class CacheKey:
-    key: str
-    parts: Mapping[str, str]  # part name -> its digest
+    """A step's key before it runs: what it is looked up by."""
+
+    base: str  # the digest of ``parts``: the entries it may reuse have this base
+    parts: Mapping[str, str]  # the base parts' digests, by name
+    upstream: Mapping[str, str]  # every upstream artifact it is given: "<step>/<name>" -> digest
+
+    @property
+    def claim(self) -> str:
+        """Single flight's key: two steps given the same everything compute it once."""
+        return canonical_digest({"base": self.base, "upstream": dict(self.upstream)})
 
 
 def cache_key(
@@ -54,18 +76,30 @@ def cache_key(
     executor: str,
     secrets: Mapping[str, Any],
     input: Mapping[str, Any],
-    upstream: Iterable[tuple[str, str, str]],
+    upstream: Mapping[str, str],
 ) -> CacheKey:
-    """The key of a step from what goes into it; ``upstream``: ``(step, name, digest)`` in
-    the order the step is given them."""
+    """The key of a step from what goes into it; ``upstream``: ``"<step>/<name>"`` -> digest
+    of every upstream artifact it is given."""
     parts = {
         "capability": canonical_digest(capability),
         "spec": canonical_digest({"executor": executor, "secrets": dict(secrets)}),
         "input": canonical_digest(dict(input)),
-        "upstream": canonical_digest([list(u) for u in upstream]),
+        "given": canonical_digest(sorted(upstream)),
         "version": canonical_digest(KEY_RULE_VERSION),
     }
-    return CacheKey(canonical_digest(parts), parts)
+    return CacheKey(canonical_digest(parts), parts, dict(upstream))
+
+
+def reads_of(key: CacheKey, digests: Iterable[str]) -> dict[str, str]:
+    """The upstream artifacts a step read, from the digests it fetched."""
+    read = set(digests)
+    return {name: digest for name, digest in key.upstream.items() if digest in read}
+
+
+def entry_key(key: CacheKey, reads: Mapping[str, str]) -> tuple[str, dict[str, str]]:
+    """The key an entry is stored under, and its parts: the base's and the reads'."""
+    parts = {**key.parts, "reads": canonical_digest(dict(reads))}
+    return canonical_digest(parts), parts
 
 
 def describe_reuse(reused_from: Mapping[str, Any] | None) -> str:
@@ -79,5 +113,10 @@ def describe_reuse(reused_from: Mapping[str, Any] | None) -> str:
 
 
 def changed_parts(missed: Mapping[str, str], entry: Mapping[str, str]) -> list[str]:
-    """The parts of a key that differ from an entry's, in the key's order."""
-    return [p for p in PARTS if missed.get(p) != entry.get(p)]
+    """The base parts of a key that differ from an entry's, in the key's order."""
+    return [p for p in BASE_PARTS if missed.get(p) != entry.get(p)]
+
+
+def changed_reads(upstream: Mapping[str, str], reads: Mapping[str, str]) -> list[str]:
+    """The artifacts an entry's step read that a step is not given with the same digest."""
+    return sorted(name for name, digest in reads.items() if upstream.get(name) != digest)

@@ -332,19 +332,22 @@ BEGIN
         RETURNING s.id, s.run_id, s.attempt, s.dependants, s.map_parent, s.key, s.capability
     ), cached AS (
         -- A cache-enabled step that ran (not one that reused an entry): its entry, under the
-        -- key its worker computed (rara.cache; docs/step-cache.md). A key already there was
-        -- written by a step that ran at the same time (no single flight) or replaces an entry
-        -- whose blobs a worker found missing: the same inputs, so the newest simply wins.
-        INSERT INTO rara_step_cache AS c (key, capability, step_key, parts, result, manifest,
-                                          source_run, source_step, source_attempt, expires_at)
-        SELECT g.cache ->> 'key', done.capability, done.key, g.cache -> 'parts', g.result,
+        -- key its worker computed from its base and what it read (rara.cache;
+        -- docs/step-cache.md). A key already there was written by a step that ran at the same
+        -- time (no single flight) or replaces an entry whose blobs a worker found missing:
+        -- the same inputs, so the newest simply wins.
+        INSERT INTO rara_step_cache AS c (key, base, reads, capability, step_key, parts, result,
+                                          manifest, source_run, source_step, source_attempt,
+                                          expires_at)
+        SELECT g.cache ->> 'entry', g.cache ->> 'base', g.cache -> 'reads', done.capability,
+               done.key, g.cache -> 'entry_parts', g.result,
                coalesce(g.manifest, '[]'), done.run_id, done.id, done.attempt,
                now() + make_interval(secs => (g.cache ->> 'ttl_ms')::double precision / 1000)
         FROM (SELECT g.id, g.cache, g.result, g.manifest FROM given g
               WHERE g.cache IS NOT NULL AND g.reused_from IS NULL) AS g
         JOIN done ON done.id = g.id
         ON CONFLICT (key) DO UPDATE SET
-            parts = EXCLUDED.parts, result = EXCLUDED.result, manifest = EXCLUDED.manifest,
+            base = EXCLUDED.base, reads = EXCLUDED.reads, parts = EXCLUDED.parts, result = EXCLUDED.result, manifest = EXCLUDED.manifest,
             source_run = EXCLUDED.source_run, source_step = EXCLUDED.source_step,
             source_attempt = EXCLUDED.source_attempt, created_at = EXCLUDED.created_at,
             expires_at = EXCLUDED.expires_at

@@ -1,4 +1,4 @@
--- The step cache (migration 0013, docs/step-cache.md): an entry found by its key, listed,
+-- The step cache (migrations 0013, 0016; docs/step-cache.md): an entry found by its base, listed,
 -- explained and dropped. Entries are written by step_end_many (lease.sql) and dropped through
 -- rara_step_cache_drop (db/functions/cache.sql). Typed: rara.pg.cache.
 -- Loaded by rara.pg.queries with every other file of this folder: one name space, each name
@@ -6,26 +6,29 @@
 -- aiosql suffixes: ^ one row, $ one value, ! no result; none: all rows. No literal percent
 -- signs: statements go to psycopg's %-style placeholders.
 
--- name: cache_get^
--- The live entry under :key (not expired), or none.
-SELECT key, capability, step_key, parts, result, manifest, source_run, source_step,
-       source_attempt, created_at, expires_at
+-- name: cache_find^
+-- The newest live entry of :base whose step read nothing that :upstream ({"<step>/<name>":
+-- digest}, what a step is given) does not give with the same digest, or none.
+SELECT key, base, reads, capability, step_key, parts, result, manifest, source_run,
+       source_step, source_attempt, created_at, expires_at
 FROM rara_step_cache
-WHERE key = :key AND (expires_at IS NULL OR expires_at > now());
+WHERE base = :base AND reads <@ CAST(:upstream AS jsonb)
+  AND (expires_at IS NULL OR expires_at > now())
+ORDER BY created_at DESC LIMIT 1;
 
 -- name: cache_list
 -- Entries, newest first, at most :limit; :capability narrows them when not null.
-SELECT key, capability, step_key, parts, result, manifest, source_run, source_step,
-       source_attempt, created_at, expires_at
+SELECT key, base, reads, capability, step_key, parts, result, manifest, source_run,
+       source_step, source_attempt, created_at, expires_at
 FROM rara_step_cache
 WHERE CAST(:capability AS text) IS NULL OR capability = :capability
 ORDER BY created_at DESC, key LIMIT :limit;
 
 -- name: cache_nearest
--- The newest live entries of one capability and step key but :except_key: what
--- `rara cache explain` compares a step's key with.
-SELECT key, capability, step_key, parts, result, manifest, source_run, source_step,
-       source_attempt, created_at, expires_at
+-- The newest live entries of one capability and step key but :except_key (the entry a hit
+-- reused, if any): what `rara cache explain` compares a step's key with.
+SELECT key, base, reads, capability, step_key, parts, result, manifest, source_run,
+       source_step, source_attempt, created_at, expires_at
 FROM rara_step_cache
 WHERE capability = :capability AND step_key = :step_key AND key <> :except_key
   AND (expires_at IS NULL OR expires_at > now())

@@ -8,7 +8,7 @@ import psycopg
 import typer
 from rich.table import Table
 
-from rara.cache import PARTS, changed_parts
+from rara.cache import BASE_PARTS, changed_parts, changed_reads
 from rara.cli.common import console, fail, reports_errors
 from rara.errors import NotFound
 from rara.pg import cache
@@ -44,7 +44,8 @@ def list_(
 @reports_errors
 def explain(run_id: int, step: str) -> None:
     """Why STEP of run RUN_ID hit or missed: its key against the newest other entry of the
-    same capability and step, part by part."""
+    same capability and step, part by part, and which of the artifacts that entry's step read
+    the step was given with other bytes."""
     with psycopg.connect(database_url(), autocommit=True) as conn:
         found = cache.step(conn, run_id, step)
         if found is None:
@@ -54,27 +55,39 @@ def explain(run_id: int, step: str) -> None:
                 f"step {step!r} of run {run_id} has no cache key: its definition has no "
                 "`cache:`, or no worker has leased it yet"
             )
-        key = str(found.cache["key"])
         parts = dict(found.cache["parts"])
-        nearest = cache.nearest(conn, found.capability, found.key, key)
-    if found.reused_from:
-        console.print(f"hit: {key} (run {found.reused_from.get('run')})", highlight=False)
-    else:
-        console.print(f"miss: {key} was not cached when the step ran", highlight=False)
+        upstream = dict(found.cache.get("upstream") or {})
+        if found.reused_from:
+            own = str(found.reused_from.get("cache_key", ""))
+            console.print(f"hit: {own} (run {found.reused_from.get('run')})", highlight=False)
+        else:
+            own = str(found.cache.get("entry", ""))
+            console.print(
+                f"miss: no entry of base {found.cache['base']} whose step read what this one "
+                "was given",
+                highlight=False,
+            )
+        nearest = cache.nearest(conn, found.capability, found.key, own)
     if not nearest:
         console.print(f"no other entry of {found.capability} step {found.key}", highlight=False)
         return
     other = nearest[0]
     changed = changed_parts(parts, other.parts)
+    reads = changed_reads(upstream, other.reads) if not changed else []
+    what = ", ".join(changed) or (f"reads ({', '.join(reads)})" if reads else "nothing")
     console.print(
-        f"nearest entry: {other.key} (run {other.source_run}); changed: "
-        + (", ".join(changed) or "nothing"),
-        highlight=False,
+        f"nearest entry: {other.key} (run {other.source_run}); changed: {what}", highlight=False
     )
     table = Table("part", "this step", "nearest entry")
-    for part in PARTS:
+    for part in BASE_PARTS:
         mark = " *" if part in changed else ""
         table.add_row(part + mark, parts.get(part, "")[7:19], other.parts.get(part, "")[7:19])
+    for name in sorted(other.reads):
+        mark = " *" if name in reads else ""
+        given = upstream.get(name)
+        table.add_row(
+            f"read {name}{mark}", given[7:19] if given else "(not given)", other.reads[name][7:19]
+        )
     console.print(table)
 
 

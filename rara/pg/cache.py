@@ -1,4 +1,4 @@
-"""Typed access to ``db/queries/cache.sql``: the step cache's entries (migration 0013)."""
+"""Typed access to ``db/queries/cache.sql``: the step cache's entries (migrations 0013, 0016)."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ class CacheEntry:
     """A step's result and artifact manifest, stored under its cache key (``rara.cache``)."""
 
     key: str
+    base: str  # the key's parts known before a step runs (rara.cache.CacheKey.base)
+    reads: Mapping[str, str]  # the upstream artifacts its step read: "<step>/<name>" -> digest
     capability: str
     step_key: str
     parts: Mapping[str, str]
@@ -30,13 +32,16 @@ class CacheEntry:
     expires_at: datetime | None
 
 
-def get(conn: Conn, key: str) -> CacheEntry | None:
-    """The live entry under ``key``, or None."""
-    return one(conn, "cache_get", class_row(CacheEntry), key=key)
+def find(conn: Conn, base: str, upstream: Mapping[str, str]) -> CacheEntry | None:
+    """The newest live entry of ``base`` whose step read only what ``upstream`` gives, with
+    the same digests; None: a miss."""
+    return one(conn, "cache_find", class_row(CacheEntry), base=base, upstream=Jsonb(dict(upstream)))
 
 
-async def aget(conn: AsyncConn, key: str) -> CacheEntry | None:
-    return await aone(conn, "cache_get", class_row(CacheEntry), key=key)
+async def afind(conn: AsyncConn, base: str, upstream: Mapping[str, str]) -> CacheEntry | None:
+    return await aone(
+        conn, "cache_find", class_row(CacheEntry), base=base, upstream=Jsonb(dict(upstream))
+    )
 
 
 def list_entries(conn: Conn, capability: str | None = None, limit: int = 100) -> list[CacheEntry]:
@@ -67,7 +72,9 @@ class CachedStep:
     key: str
     capability: str
     status: str
-    cache: Mapping[str, Any] | None  # {key, parts}: the key it was looked up under
+    # {key, base, parts, upstream} it was looked up under (rara.worker.cache.entry_of), and
+    # for a step that ran and succeeded {entry, entry_parts, reads}: the entry it wrote
+    cache: Mapping[str, Any] | None
     reused_from: Mapping[str, Any] | None
 
 

@@ -10,9 +10,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from typer.testing import CliRunner
 
 from rara.artifacts import open_store
 from rara.artifacts.gc import collect_garbage
+from rara.cli import common
+from rara.cli.main import app
 from rara.pg import cache as cache_sql
 from rara.pg import retention
 from tests.support.runs import define, start, steps_of, wait_run
@@ -213,6 +216,67 @@ def test_map_children_cache_one_by_one(conn: psycopg.Connection[Any], thread_wor
     assert reused["shard[1]"] is None
     assert reused["merge"] is None
     assert reused["shard[0]"]["run"] == reused["shard[2]"]["run"] == first
+
+
+def _shards(conn: psycopg.Connection[Any], items: list[str]) -> None:
+    """split writes each of ``items`` as an artifact; each child of ``read`` is given all of
+    them and reads its own (test.read_shard). The map is over the run input's ``slots``, so
+    a child's input is its index alone, whatever the items."""
+    define(
+        conn,
+        "sharded",
+        [
+            {"key": "split", "capability": "test.shard@1", "input": {"items": items}},
+            {
+                "key": "read",
+                "capability": "test.read_shard@1",
+                "dependsOn": ["split"],
+                "map": {"over": "input.slots"},
+                **CACHED,
+            },
+        ],
+    )
+
+
+def test_a_child_given_every_shard_misses_only_when_its_own_changed(
+    conn: psycopg.Connection[Any],
+    thread_worker: Any,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The entry is found by what its step read, not by all it was given: one changed shard
+    recomputes one child (docs/step-cache.md, "The key")."""
+    thread_worker()
+    _shards(conn, ["p", "q", "r"])
+    first = start(conn, "sharded", {"slots": [0, 1, 2]})
+    wait_run(conn, first, status="succeeded")
+    _shards(conn, ["p", "Q", "r"])  # a new version: shard-1.txt has other bytes
+    changed = start(conn, "sharded", {"slots": [0, 1, 2]})
+    wait_run(conn, changed, status="succeeded")
+
+    reused = _children_reused(conn, changed)
+    assert reused[1] is None  # it read shard-1.txt, which changed
+    assert reused[0]["run"] == reused[2]["run"] == first
+    results = {s["key"]: s["result"] for s in steps_of(conn, changed)}
+    assert [results[f"read[{i}]"]["text"] for i in range(3)] == ["p", "Q", "r"]
+    # The entry of the child that ran read its own shard only.
+    [entry] = [e for e in cache_sql.list_entries(conn) if e.source_run == changed and e.reads]
+    assert list(entry.reads) == ["split/shard-1.txt"]
+    # `rara cache explain` names the read that changed.
+    monkeypatch.setattr(common.console, "width", 200)  # (as tests/cli's wide_console)
+    cli = CliRunner(env={"DATABASE_URL": database_url})
+    explained = cli.invoke(app, ["cache", "explain", str(changed), "read[1]"])
+    assert explained.exit_code == 0, explained.output
+    assert f"(run {first}); changed: reads (split/shard-1.txt)" in explained.output
+
+
+def _children_reused(conn: psycopg.Connection[Any], run_id: int) -> dict[int, Any]:
+    rows = conn.execute(
+        "SELECT map_index, reused_from FROM rara_steps"
+        " WHERE run_id = %s AND map_parent IS NOT NULL ORDER BY map_index",
+        (run_id,),
+    ).fetchall()
+    return dict(rows)
 
 
 def test_prune_and_gc_keep_what_a_live_entry_points_to(

@@ -1,5 +1,6 @@
 """The step cache's key (rara.cache, computed for a leased step by rara.worker.cache): every
-part of what goes into a step changes it, and nothing else does."""
+part of what goes into a step changes it, and nothing else does. Two halves: the base, known
+before the step runs, and the artifacts it read, known after (an entry's key covers both)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from rara.artifacts.ref import ArtifactRef
-from rara.cache import changed_parts
+from rara.cache import changed_parts, changed_reads, entry_key, reads_of
 from rara.definitions.parse import load_definition
 from rara.errors import DefinitionInvalid
 from rara.worker.cache import key_of
@@ -66,16 +67,21 @@ def _key(step: LeasedStep) -> Any:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_steps(), st.data())
-def test_every_part_changes_the_key(step: LeasedStep, data: Any) -> None:
+def test_every_base_part_changes_the_base(step: LeasedStep, data: Any) -> None:
     before = _key(step)
-    part = data.draw(st.sampled_from(["capability", "spec", "input", "upstream"]))
-    if part == "capability":
+    part = data.draw(st.sampled_from(["capability", "spec", "input", "given"]))
+    if part == "given":  # one more artifact given, whatever its bytes
+        name = "zz/" + data.draw(_names)
+        changed = dataclasses.replace(
+            step, inputs={**step.inputs, name: ArtifactRef(data.draw(_digests), 1)}
+        )
+    elif part == "capability":
         other = "corpus.clean@3" if step.capability != "corpus.clean@3" else "corpus.clean@4"
         changed = dataclasses.replace(step, capability=other)
     elif part == "spec":
         executor = "grpc" if step.executor == "inprocess" else "inprocess"
         changed = dataclasses.replace(step, executor=executor)
-    elif part == "input":
+    else:
         # The run's input, the definition's static input, or a map child's item: all input.
         where = data.draw(st.sampled_from(["run", "static", "item"]))
         extra = {"added-" + data.draw(_names): data.draw(_json)}
@@ -87,15 +93,47 @@ def test_every_part_changes_the_key(step: LeasedStep, data: Any) -> None:
         else:
             payload = {**step.payload, "map": {"item": data.draw(_json), "index": 0}}
             changed = dataclasses.replace(step, payload=payload)
-    else:
-        digest = data.draw(
-            _digests.filter(lambda d: d not in {r.digest for r in step.inputs.values()})
-        )
-        inputs = {**step.inputs, "zz/new": ArtifactRef(digest, 1)}
-        changed = dataclasses.replace(step, inputs=inputs)
     after = _key(changed)
-    assert after.key != before.key
+    assert after.base != before.base
+    assert after.claim != before.claim
     assert changed_parts(after.parts, before.parts) == [part]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_steps(), st.data())
+def test_an_upstream_artifact_counts_only_once_read(step: LeasedStep, data: Any) -> None:
+    """Other bytes under a name it is given: the same base, so the entries of the step's
+    earlier runs are found, and whether one is reused depends on what their steps read; two
+    steps given different bytes never share a claim (single flight)."""
+    before = _key(step)
+    assume(before.upstream)
+    digest = data.draw(_digests.filter(lambda d: d not in before.upstream.values()))
+    name = data.draw(st.sampled_from(sorted(before.upstream)))
+    changed = dataclasses.replace(step, inputs={**step.inputs, name: ArtifactRef(digest, 1)})
+    after = _key(changed)
+    assert after.base == before.base
+    assert after.claim != before.claim
+    # An entry of the step before the change: what its step read is all that decides.
+    read = reads_of(
+        before, data.draw(st.sets(st.sampled_from([*before.upstream.values(), digest])))
+    )
+    stale = changed_reads(after.upstream, read)
+    assert stale == ([name] if name in read else [])
+    # An entry's key covers its reads: other bytes read, another entry.
+    if name in read:
+        assert entry_key(before, read)[0] != entry_key(after, reads_of(after, [digest]))[0]
+
+
+def test_reads_are_only_of_what_the_step_was_given() -> None:
+    """A read of bytes the step was not given (a checkpoint, a blob by digest) cannot change:
+    it is no part of the key."""
+    a, b = "sha256:" + "a" * 64, "sha256:" + "b" * 64
+    step = dataclasses.replace(_plain_step(), inputs={"s/one": ArtifactRef(a, 1)})
+    key = _key(step)
+    assert reads_of(key, [a, b]) == {"s/one": a}
+    stored, parts = entry_key(key, reads_of(key, [a, b]))
+    assert parts["reads"] != entry_key(key, {})[1]["reads"]
+    assert stored == entry_key(key, {"s/one": a})[0]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -124,17 +162,22 @@ def test_nothing_else_changes_the_key(step: LeasedStep, data: Any) -> None:
     assert _key(changed) == _key(step)
 
 
-def test_the_order_of_upstream_artifacts_is_part_of_the_key() -> None:
-    a, b = ArtifactRef("sha256:" + "a" * 64, 1), ArtifactRef("sha256:" + "b" * 64, 1)
-    step = LeasedStep(
+def _plain_step() -> LeasedStep:
+    return LeasedStep(
         id=1, run_id=1, key="k", capability="c.x@1", executor="inprocess",
         payload={"cache": {}}, attempt=1, max_attempts=1, lease_token=uuid.uuid4(),
         lease_expires_at=datetime.now(UTC), timeout_ms=None, heartbeat_timeout_ms=None,
         depends_on=["s"], run_input={}, leased_at=datetime.now(UTC),
-        inputs={"s/one": a, "s/two": b},
     )  # fmt: skip
+
+
+def test_which_name_holds_which_bytes_is_part_of_the_key() -> None:
+    a, b = ArtifactRef("sha256:" + "a" * 64, 1), ArtifactRef("sha256:" + "b" * 64, 1)
+    step = dataclasses.replace(_plain_step(), inputs={"s/one": a, "s/two": b})
     swapped = dataclasses.replace(step, inputs={"s/one": b, "s/two": a})
-    assert _key(swapped).key != _key(step).key
+    assert _key(swapped).claim != _key(step).claim
+    read = reads_of(_key(step), [a.digest])
+    assert changed_reads(_key(swapped).upstream, read) == ["s/one"]
 
 
 def test_a_step_without_cache_has_no_key() -> None:

@@ -37,6 +37,7 @@ from rara.artifacts.media_type import media_type_problem
 from rara.context import StepContext, StepOutcome
 from rara.errors import ErrorCode, NotStarted
 from rara.states import AttemptOutcome, StepStatus
+from rara.worker import cache
 from rara.worker.attempt_io import AttemptIO
 from rara.worker.dispatch import Executor
 from rara.worker.failures import error_json, is_retryable, timeout_json
@@ -251,12 +252,13 @@ async def _end(
             {"name": a.name, "digest": a.ref.digest, "size": a.ref.size, "media_type": a.media_type}
             for a in outcome.artifacts
         ]
+        reads = sorted(_reads(state, outcome))
         return await ended(
             AttemptOutcome.SUCCEEDED,
             result=outcome.result,
             artifacts=manifest,
-            cache=state.cache_entry,
-            reads=sorted(_reads(state, outcome)),
+            cache=None if state.cache_entry is None else cache.with_reads(state.cache_entry, reads),
+            reads=reads,
         )
 
     try:

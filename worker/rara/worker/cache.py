@@ -1,7 +1,8 @@
 """The step cache, on the worker's side (docs/step-cache.md).
 
 A leased step with ``cache:`` gets its key (``rara.cache``) before its handler is called. A
-live entry under that key is a hit only once every blob of its manifest has been read back
+live entry with that key's base, whose step read nothing the new step is not given with the
+same digest, is a hit only once every blob of its manifest has been read back
 from the artifact store and matched its digest: the database cannot see the store, and a hit
 whose artifacts are gone would fail every step downstream instead of recomputing one. A
 missing or corrupt blob drops the entry and the step runs (a miss, never a failure); its
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import structlog
 
 from rara.artifacts.api import ArtifactStore
 from rara.artifacts.errors import ArtifactCorrupted, ArtifactError, ArtifactNotFound
-from rara.cache import CacheKey, cache_key
+from rara.cache import CacheKey, cache_key, entry_key, reads_of
 from rara.pg import cache as cache_sql
 from rara.worker.store import WorkerStore
 from rara.worker.vocabulary import Fence, LeasedStep
@@ -38,22 +39,37 @@ def key_of(step: LeasedStep) -> CacheKey | None:
     static = step.payload.get("input") or {}
     # ctx.input's rule (rara.worker.context): static, overlaid by the run's, then the map's.
     resolved = {**static, **step.run_input, **(step.payload.get("map") or {})}
-    upstream = [
-        (*name.split("/", 1), ref.digest) for name, ref in step.inputs.items() if "/" in name
-    ]
+    # (the lease names each input twice, "<step>/<name>" and the bare name: the first only)
+    upstream = {name: ref.digest for name, ref in step.inputs.items() if "/" in name}
     return cache_key(
         capability=step.capability,
         executor=step.executor,
         secrets=step.payload.get("secrets") or {},
         input=resolved,
-        upstream=[(u[0], u[1], u[2]) for u in upstream],
+        upstream=upstream,
     )
 
 
 def entry_of(step: LeasedStep, key: CacheKey) -> dict[str, Any]:
-    """What the step's success writes under its key (rara_step_end_many)."""
+    """What the step row records of its key (``rara_steps.cache``, for ``rara cache
+    explain``), its claim's key for single flight (``key``) and the entry's ttl."""
     ttl_ms = (step.payload.get("cache") or {}).get("ttl_ms")
-    return {"key": key.key, "parts": dict(key.parts), "ttl_ms": ttl_ms}
+    return {
+        "key": key.claim,
+        "base": key.base,
+        "parts": dict(key.parts),
+        "upstream": dict(key.upstream),
+        "ttl_ms": ttl_ms,
+    }
+
+
+def with_reads(entry: Mapping[str, Any], reads: Iterable[str]) -> dict[str, Any]:
+    """``entry`` (from entry_of) completed by the digests its step read: what its success
+    writes as a new entry (rara_step_end_many), under the key of its base and its reads."""
+    key = CacheKey(entry["base"], entry["parts"], entry["upstream"])
+    read = reads_of(key, reads)
+    stored, parts = entry_key(key, read)
+    return {**entry, "entry": stored, "entry_parts": parts, "reads": read}
 
 
 class Verdict:
@@ -82,7 +98,7 @@ async def look_up(
 ) -> cache_sql.CacheEntry | None:
     """The entry to reuse for ``step``, verified; None: the step runs."""
     async with store.pool.connection() as conn:
-        entry = await cache_sql.aget(conn, key.key)
+        entry = await cache_sql.afind(conn, key.base, key.upstream)
     if entry is None:
         return None
     # (no artifacts, nothing to read: no thread hop)
@@ -97,12 +113,12 @@ async def look_up(
         "cached artifacts could not be verified; the step runs",
         step_id=step.id,
         step_key=step.key,
-        cache_key=key.key,
+        cache_key=entry.key,
         verdict=verdict,
     )
     if verdict == Verdict.BROKEN:
         async with store.pool.connection() as conn:
-            await cache_sql.adrop(conn, [key.key])
+            await cache_sql.adrop(conn, [entry.key])
     return None
 
 

@@ -119,7 +119,8 @@ class AttemptState:
     waiter: asyncio.Future[None] | None = None
     # Checkpoint writes queued by save_checkpoint on the loop thread: the end waits for them.
     queued_checkpoints: list[asyncio.Task[None]] = field(default_factory=list)
-    # A step with ``cache:`` that missed: the entry its success writes ({key, parts, ttl_ms}).
+    # A step with ``cache:`` that missed: its key (rara.worker.cache.entry_of), which its
+    # success completes with what it read and writes as an entry.
     cache_entry: Mapping[str, Any] | None = None
     # The blob digests the attempt read (written with a success: lineage, rara_step_reads).
     reads: set[str] = field(default_factory=set)
@@ -191,8 +192,8 @@ class Ending:
     error: Mapping[str, Any] | None = None
     retryable: bool = True
     jitter: float = 0.0
-    # A success of a step with ``cache:`` (docs/step-cache.md): its key ({key, parts,
-    # ttl_ms}), recorded on the step and, unless the result was reused, written as an entry;
+    # A success of a step with ``cache:`` (docs/step-cache.md): its key (entry_of), recorded
+    # on the step and, unless the result was reused, written as an entry (with_reads);
     # and where a reused result came from ({via, cache_key, run, step, key, attempt}).
     cache: Mapping[str, Any] | None = None
     reused_from: Mapping[str, Any] | None = None

@@ -1,6 +1,7 @@
-"""The step cache's hit, timed (``make bench``'s ``refresh`` section; docs/step-cache.md).
+"""The step cache's hit, timed, and the demo's refreshes (``make bench``'s ``refresh``
+section; docs/step-cache.md, docs/demo.md).
 
-    .venv/bin/python -m bench.refresh [--samples N]
+    .venv/bin/python -m bench.refresh [--samples N] [--demo [--demo-limit N]]
 
 One run at a time into an idle worker: a one-step run of ``bench.noop@1`` with ``cache:``,
 always with the same input (a hit, after one run that wrote the entry) or each with a new input
@@ -8,11 +9,20 @@ always with the same input (a hit, after one run that wrote the entry) or each w
 clock (``rara_runs.created_at`` → ``rara_steps.finished_at``): p50/p99 ms. The step has no
 artifacts, so the hit reads no blob back; a hit's verification costs a read of each artifact on
 top (docs/step-cache.md, "A hit"). Every hit is checked to have been one (``reused_from``).
+
+``--demo``: ``python -m rara_rag.demo --report FILE`` on a fresh database of the bench server,
+in a scratch directory: its first run, the refresh of the same documents and the refresh after
+one document changed, each with its wall time and the CPU its worker and executor used
+(``rara_rag.demo.refresh``); the full corpus unless ``--demo-limit``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -67,17 +77,55 @@ def cache_hit_latency(server: Server, logs: Path, samples: int, warmup: int = 5)
         server.drop("bench_refresh")
 
 
+def demo_refresh(server: Server, logs: Path, limit: int | None = None) -> list[dict[str, Any]]:
+    """The demo's three runs (``rara_rag.demo --report``): each one's wall and CPU seconds
+    and which steps it reused and ran."""
+    url = server.fresh("bench_demo")
+    try:
+        with tempfile.TemporaryDirectory(prefix="rara-bench-demo-") as home:
+            report = Path(home) / "report.json"
+            argv = [sys.executable, "-m", "rara_rag.demo", "--report", str(report)]
+            if limit is not None:
+                argv += ["--limit", str(limit), "--train", "64"]
+            env = {**os.environ, "DATABASE_URL": url, "RARA_ARTIFACTS": str(Path(home) / "a")}
+            with open(logs / "demo.log", "wb") as out:
+                subprocess.run(
+                    argv, cwd=home, env=env, stdout=out, stderr=subprocess.STDOUT, check=True,
+                    timeout=1800,
+                )  # fmt: skip
+            runs: list[dict[str, Any]] = json.loads(report.read_text())
+        return runs
+    finally:
+        server.drop("bench_demo")
+
+
+def describe_demo(runs: list[dict[str, Any]]) -> list[str]:
+    first = runs[0]
+    return [
+        f"demo {r['label']}: {r['wall_s']:.2f} s wall (first run {first['wall_s']:.1f} s), "
+        f"CPU {r['cpu_s']:.1f} s = {r['cpu_s'] / first['cpu_s']:.1%} of the first run's; "
+        f"ran {', '.join(r['ran'])}"
+        for r in runs[1:]
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--demo", action="store_true", help="also the demo's refreshes")
+    parser.add_argument("--demo-limit", type=int, default=None, help="first N documents only")
     args = parser.parse_args()
     with bench_database() as url, tempfile.TemporaryDirectory() as logs:
         got = cache_hit_latency(Server(url), Path(logs), args.samples)
+        demo = demo_refresh(Server(url), Path(logs), args.demo_limit) if args.demo else []
     for kind in ("hit", "miss"):
         print(
             f"cache {kind:4}: start → succeeded p50 {got[kind]['p50']:.2f} ms"
             f"  p99 {got[kind]['p99']:.2f} ms  ({got['samples']} runs)"
         )
+
+    for line in describe_demo(demo):
+        print(line)
 
 
 if __name__ == "__main__":

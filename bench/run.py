@@ -10,8 +10,9 @@ throughput   no-op single-step runs and the no-op steps of 3- and 10-step chains
              completion); the same through the gRPC path (an executor process, no-op plugin);
              with the CPU per step of the server's and of the worker processes (/proc)
 refresh      the step cache: a one-step run's start to its cached step's end (database
-             clock), a hit against a miss, one at a time into an idle worker: p50/p99 ms
-             (``bench.refresh``)
+             clock), a hit against a miss, one at a time into an idle worker: p50/p99 ms;
+             the demo's first run and its two refreshes (unchanged, one document changed):
+             wall and CPU seconds (``--quick``: 60 documents) (``bench.refresh``)
 latency      start of a run (client clock before ``start_run``) to its handler running
              (``bench.stamp@1`` reports CLOCK_MONOTONIC), into an idle worker: p50/p99 ms
 grpc         attempt time (lease to completion, database clock) of a no-op step in process
@@ -80,7 +81,7 @@ from bench.common import (  # noqa: E402
 from bench.lease_depth import measure_depths  # noqa: E402
 from bench.peers import run_all  # noqa: E402
 from bench.pgbench_ceiling import measure_ceiling  # noqa: E402
-from bench.refresh import cache_hit_latency  # noqa: E402
+from bench.refresh import cache_hit_latency, demo_refresh, describe_demo  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
 from rara.runs import start_run  # noqa: E402
 from rara.worker.store import HOT_PATH_SESSION  # noqa: E402
@@ -418,6 +419,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results["refresh"] = cache_hit_latency(server, logs, 50 if quick else 200)
             hit = results["refresh"]["hit"]
             log(f"== cache hit start → succeeded: p50 {hit['p50']:.2f} ms, p99 {hit['p99']:.2f} ms")
+            results["refresh"]["demo"] = demo_refresh(server, logs, 60 if quick else None)
+            for line in describe_demo(results["refresh"]["demo"]):
+                log(f"== {line}")
         if "grpc" not in skip:
             with executor_process(tmp) as endpoint:
                 results["grpc_overhead"] = grpc_overhead(

@@ -15,6 +15,8 @@ from rara.artifacts.store import LocalArtifactStore
 from rara.errors import InputInvalid
 from rara.executor.client import ExecutorClient, make_job
 from rara.states import RunStatus
+from rara_rag import corpus
+from rara_rag.demo import refresh
 from rara_rag.demo.__main__ import clean_shards
 from rara_rag.demo.chaos import deterministic_digests
 from tests.demo.support import SMALL, Fleet, running_fleet, step_of
@@ -160,3 +162,52 @@ def test_executor_fails_a_job_missing_its_upstream_artifact(
     assert events[-1].WhichOneof("event") == "failed"
     assert not error.retryable
     assert message in error.message
+
+
+@pytest.mark.timeout(600)
+def test_a_refresh_recomputes_only_what_a_changed_document_reaches(
+    fleet: Fleet, tmp_path: Path, database_url: str
+) -> None:
+    """The demo's refreshes (rara_rag.demo.refresh) at small scale: the same documents again
+    reuse every step but collect; one changed word recomputes collect, clean, the one shard
+    child whose passages changed, and everything downstream of them."""
+    client = fleet.client
+    documents = tmp_path / "corpus" / "documents.jsonl"
+    documents.parent.mkdir()
+    documents.write_bytes(corpus.documents_to_jsonl(corpus.builtin("stdlib")[:12]))
+    run_input = {**SMALL, "paths": [str(documents)]}
+    del run_input["limit"]
+
+    def run() -> refresh.Reuse:
+        started = client.start_run("rag-refresh", input=run_input)
+        assert client.wait(started.run_id, timeout=420).status is RunStatus.SUCCEEDED
+        return refresh.reuse_of(database_url, started.run_id)
+
+    first = run()
+    assert first.reused == {}
+    shards = [f"index-shard[{i}]" for i in range(4)]
+    assert sorted(first.ran) == sorted(["collect", "clean", *shards, "index", "evaluate", "adapt"])
+
+    unchanged = run()
+    assert unchanged.ran == ["collect"]  # it reads the outside world: no cache
+    assert {r["via"] for r in unchanged.reused.values()} == {"cache"}
+
+    changed_id = refresh.change_one_document(documents, None)
+    changed = run()
+    recomputed_shards = [k for k in changed.ran if k.startswith("index-shard[")]
+    assert len(recomputed_shards) == 1, changed.ran
+    assert sorted(changed.ran) == sorted(
+        ["collect", "clean", *recomputed_shards, "index", "evaluate", "adapt"]
+    )
+    assert sorted(changed.reused) == sorted(set(shards) - set(recomputed_shards))
+    # The recomputed child is the one whose shard holds the changed document's passages.
+    index = int(recomputed_shards[0][len("index-shard[") : -1])
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        (digest,) = conn.execute(
+            "SELECT a.digest FROM rara_step_artifacts a JOIN rara_steps s ON s.id = a.step_id"
+            " WHERE s.run_id = (SELECT max(id) FROM rara_runs) AND s.key = 'clean'"
+            " AND a.name = %s",
+            (f"passages-{index:03d}.jsonl",),
+        ).fetchone()
+    shard = corpus.passages_from_jsonl(LocalArtifactStore(Path(fleet.artifacts)).get_bytes(digest))
+    assert changed_id in {p.doc_id for p in shard}

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-DEFAULT_SUFFIXES = (".txt", ".md", ".rst")
+DEFAULT_SUFFIXES = (".txt", ".md", ".rst", ".jsonl")  # .jsonl: documents, one per line
 
 
 class CorpusError(ValueError):
@@ -173,7 +173,8 @@ def collect(
     suffixes: Sequence[str] = DEFAULT_SUFFIXES,
     corpus: str = "pydoc",
 ) -> list[Document]:
-    """Read UTF-8 text files (directories are walked for ``suffixes``) into documents.
+    """Read UTF-8 text files (directories are walked for ``suffixes``) into documents; a
+    ``.jsonl`` file holds many, one JSON object per line (``documents_from_jsonl``).
 
     ``None`` returns the built-in corpus named by ``corpus`` (``builtin``). Document ids are
     paths relative to the directory they were found under (or the path as given for a file),
@@ -207,11 +208,47 @@ def collect(
         except (OSError, UnicodeDecodeError) as exc:
             reason = f"cannot read corpus file ({exc.__class__.__name__}: {exc})"
             raise CorpusError(reason, path) from exc
-        if text.strip():
+        if path.suffix.lower() == ".jsonl":
+            docs.extend(documents_from_jsonl(text, path))
+        elif text.strip():
             docs.append(Document(id=doc_id, text=text, source=str(path)))
+    docs.sort(key=lambda d: d.id)
+    if len({d.id for d in docs}) != len(docs):
+        dup = next(d.id for a, d in itertools.pairwise(docs) if a.id == d.id)
+        raise CorpusError(f"document id {dup!r} is given twice")
     if not docs:
         culprit = items[0] if len(items) == 1 else None
         raise CorpusError("corpus is empty (every file is blank)", culprit)
+    return docs
+
+
+def documents_to_jsonl(docs: Iterable[Document]) -> bytes:
+    """Documents as JSON lines (``{"id", "text", "source"}``): what ``collect`` reads back
+    from a ``.jsonl`` file, ids and all."""
+    return b"".join(
+        json.dumps(asdict(d), sort_keys=True, ensure_ascii=False).encode() + b"\n" for d in docs
+    )
+
+
+def documents_from_jsonl(text: str, path: Path) -> list[Document]:
+    """The documents of a ``.jsonl`` file, one JSON object per line with a string ``id`` and
+    ``text`` (``source`` optional: the file and line by default); blank texts are skipped."""
+    docs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise CorpusError(f"line is not JSON ({exc.msg})", where) from exc
+        if not isinstance(row, dict) or not all(
+            isinstance(row.get(k), str) for k in ("id", "text")
+        ):
+            raise CorpusError('line needs a string "id" and a string "text"', where)
+        if row["text"].strip():
+            source = row["source"] if isinstance(row.get("source"), str) else where
+            docs.append(Document(id=row["id"], text=row["text"], source=source))
     return docs
 
 

@@ -15,6 +15,7 @@ Artifacts (checkpoints included) go where ``RARA_ARTIFACTS`` says, a directory o
 from __future__ import annotations
 
 import argparse
+import json
 import secrets
 import socket
 import sys
@@ -33,7 +34,7 @@ from rara.pg.connect import database_url
 from rara.pg.logins import ensure_login
 from rara.pg.migrate import migrate
 from rara.states import RunStatus
-from rara_rag.demo import store
+from rara_rag.demo import refresh, store
 from rara_rag.demo.chaos import ChaosMonkey, deterministic_digests
 from rara_rag.demo.processes import Child
 
@@ -225,6 +226,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for the run")
     parser.add_argument("--seed", type=int, default=None, help="chaos seed (printed)")
+    parser.add_argument(
+        "--no-refresh", action="store_true", help="stop after the first run (no refreshes)"
+    )
+    parser.add_argument(
+        "--report", type=Path, default=None, help="write each run's figures here (JSON)"
+    )
     args = parser.parse_args(argv)
     console = Console()
     started = time.monotonic()
@@ -249,10 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     executor, worker = services(
         home, worker_url, artifacts, lease_seconds=4.0 if args.chaos else 15.0
     )
+    # The corpus as a refresh pipeline keeps it: a file the pipeline re-reads every run.
+    documents = refresh.write_corpus(home / "corpus" / "documents.jsonl", args.corpus or "stdlib")
     run_input: dict[str, Any] = {
         k: v
         for k, v in {
-            "corpus": args.corpus,
+            "paths": [str(documents)],
             "limit": args.limit,
             "train": args.train,
             "epochs": args.epochs,
@@ -260,10 +269,13 @@ def main(argv: list[str] | None = None) -> int:
         if v is not None
     }
     monkey = None
+    refreshes: list[refresh.Measured] = []
     try:
         executor.start()
         worker.start()
         wait_until_served(client, time.monotonic() + 60)
+        cpu_before = refresh.cpu_seconds([worker, executor])
+        begun = time.monotonic()
         run = client.start_run(applied.name, input=run_input)
         console.print(f"run [bold]{run.run_id}[/bold] started; logs in {home}")
         if args.chaos:
@@ -272,6 +284,17 @@ def main(argv: list[str] | None = None) -> int:
             )
             monkey.start()
         status = watch(url, run.run_id, console, timeout=args.timeout)
+        first = refresh.Measured(
+            run.run_id,
+            "first run",
+            time.monotonic() - begun,
+            refresh.cpu_seconds([worker, executor]) - cpu_before,
+            refresh.reuse_of(url, run.run_id),
+        )
+        if status is RunStatus.SUCCEEDED and not args.chaos and not args.no_refresh:
+            refreshes = _refreshes(
+                client, url, applied.name, run_input, [worker, executor], console, args
+            )
     finally:
         if monkey is not None:
             monkey.stop()
@@ -285,12 +308,46 @@ def main(argv: list[str] | None = None) -> int:
         f"artifacts: {store.describe(artifacts)}  (rara artifacts get DIGEST -o FILE"
         f"{', with RARA_ARTIFACTS as here' if artifacts.startswith('s3://') else ''})"
     )
+    for measured in refreshes:
+        console.print(measured.describe(first), markup=False, highlight=False)
+    if args.report is not None:
+        args.report.write_text(json.dumps([m.as_json() for m in (first, *refreshes)], indent=1))
     ok = status is RunStatus.SUCCEEDED
     if args.chaos and monkey is not None:
         console.print(monkey.report())
         ok = ok and _chaos_checks(client, run.run_id, run_input, console)
-    console.print(f"run {run.run_id} [bold]{status}[/bold] in {time.monotonic() - started:.1f}s")
+    runs = f"run {run.run_id}" + (f" and {len(refreshes)} refreshes" if refreshes else "")
+    console.print(f"{runs}: [bold]{status}[/bold] in {time.monotonic() - started:.1f}s")
     return 0 if ok else 1
+
+
+def _refreshes(
+    client: Client,
+    url: str,
+    name: str,
+    run_input: dict[str, Any],
+    services: list[Child],
+    console: Console,
+    args: argparse.Namespace,
+) -> list[refresh.Measured]:
+    """The refresh of the same documents, then of one changed (rara_rag.demo.refresh), each
+    watched as the first run was."""
+    measured = []
+    for label, change in (("documents unchanged", False), ("one document changed", True)):
+        if change:
+            label += f" ({refresh.change_one_document(Path(run_input['paths'][0]), args.limit)})"
+        console.rule(f"refresh, {label}")
+        cpu_before = refresh.cpu_seconds(services)
+        begun = time.monotonic()
+        run = client.start_run(name, input=run_input)
+        status = watch(url, run.run_id, console, timeout=args.timeout)
+        wall, cpu = time.monotonic() - begun, refresh.cpu_seconds(services) - cpu_before
+        if status is not RunStatus.SUCCEEDED:
+            raise refresh.RefreshFailed(f"refresh run {run.run_id} ({label}) {status}")
+        measured.append(
+            refresh.Measured(run.run_id, label, wall, cpu, refresh.reuse_of(url, run.run_id))
+        )
+    return measured
 
 
 def _chaos_checks(client: Client, run_id: int, run_input: dict[str, Any], console: Console) -> bool:

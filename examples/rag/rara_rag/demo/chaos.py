@@ -96,20 +96,16 @@ def deterministic_digests(
     """What collect, clean, the index-shard children and index must produce, computed directly
     (no runtime involved; the index unsharded, which the sharded one must equal)."""
     import hashlib
-    import json
-    from dataclasses import asdict
 
     from rara_rag import corpus, index, index_shards
     from rara_rag.demo.handlers import DEFAULT_CORPUS
 
     run_input = run_input or {}
-    docs = corpus.collect(None, corpus=run_input.get("corpus", DEFAULT_CORPUS))
+    docs = corpus.collect(run_input.get("paths"), corpus=run_input.get("corpus", DEFAULT_CORPUS))
     limit = run_input.get("limit")
     if isinstance(limit, int):
         docs = docs[:limit]
-    documents = b"".join(
-        json.dumps(asdict(d), sort_keys=True, ensure_ascii=False).encode() + b"\n" for d in docs
-    )
+    documents = corpus.documents_to_jsonl(docs)
     passages = corpus.clean(docs, words=100, overlap=20)
 
     def digest(data: bytes) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from typing import Any
 
 from rara.context import OutputArtifact, StepContext, StepOutcome
@@ -33,10 +32,9 @@ def collect(ctx: StepContext) -> StepOutcome:
             raise TerminalError(f"input 'limit' must be a positive integer, got {limit!r}")
         docs = docs[:limit]
     ctx.progress(1.0, f"{len(docs)} documents")
-    data = b"".join(
-        json.dumps(asdict(d), sort_keys=True, ensure_ascii=False).encode() + b"\n" for d in docs
+    ref = ctx.artifacts.put_bytes(
+        corpus.documents_to_jsonl(docs), media_type="application/x-ndjson"
     )
-    ref = ctx.artifacts.put_bytes(data, media_type="application/x-ndjson")
     return StepOutcome(
         result={"documents": len(docs), "characters": sum(len(d.text) for d in docs)},
         artifacts=[OutputArtifact("documents.jsonl", ref, "application/x-ndjson")],

@@ -13,6 +13,7 @@ from psycopg.rows import class_row
 
 from rara.pg.events import EventRow
 from rara.pg.queries import AsyncConn, amany, aone, avalue
+from rara.ui.reuse import Reuse, reuse_of
 
 PAGE = 50
 
@@ -100,6 +101,12 @@ class StepLine:
     fraction: float | None
     message: str
     worker: str | None
+    reused_from: dict[str, Any] | None  # where its result came from (cache, resume); None: ran
+    reused_run_kept: bool | None  # that run is still there (None: not reused)
+
+    @property
+    def reuse(self) -> Reuse | None:
+        return reuse_of(self.reused_from, self.reused_run_kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +119,12 @@ class MapChild:
     started_at: datetime | None
     finished_at: datetime | None
     worker: str | None
+    reused_from: dict[str, Any] | None
+    reused_run_kept: bool | None
+
+    @property
+    def reuse(self) -> Reuse | None:
+        return reuse_of(self.reused_from, self.reused_run_kept)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -40,7 +40,8 @@ from rara.ui.fleet import FLEET, fleet_state
 from rara.ui.groups import MapGroup, map_groups
 from rara.ui.live import RUNS, LiveHub
 from rara.ui.render import page
-from rara.ui.timeline import timeline
+from rara.ui.reuse import summarise
+from rara.ui.timeline import Reused, timeline
 
 FAVICON = Path(__file__).parent / "static" / "favicon.svg"
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -154,6 +155,8 @@ async def run_page(request: Request) -> Response:
         now = await data.now(conn)
     groups = map_groups(steps, children)
     dag = layout([_node(s, groups.get(s.key), now) for s in steps])
+    reused = [Reused(s.key, r, s.finished_at) for s in steps if (r := s.reuse)]
+    reused += [Reused(c.key, r, c.finished_at) for c in children if (r := c.reuse)]
     metric_charts, metric_rows = charts.metric_view(metrics)
     whole = request.query_params.get("rows") == "all"
     # Every attempt's error (its cause chain and traceback kept after the run ends), then the
@@ -166,7 +169,8 @@ async def run_page(request: Request) -> Response:
         steps=steps if whole else steps[:ROWS],
         more_steps=0 if whole else max(len(steps) - ROWS, 0),
         dag=dag,
-        timeline=timeline(attempts, now),
+        timeline=timeline(attempts, now, reused, _step_order(steps, children)),
+        reuse=summarise(r.reuse for r in reused),
         attempts=attempts if whole else attempts[:ROWS],
         more_attempts=0 if whole else max(len(attempts) - ROWS, 0),
         artifacts=artifacts,
@@ -180,16 +184,28 @@ async def run_page(request: Request) -> Response:
 
 
 def _node(step: data.StepLine, group: MapGroup | None, now: datetime) -> StepNode:
-    if group is None:
-        return StepNode(step.key, step.depends_on, step.status)
+    reuse = step.reuse
     return StepNode(
         step.key,
         step.depends_on,
         step.status,
-        group=True,
-        children=group.total,
-        details=group.lines(now),
+        group=group is not None,
+        children=group.total if group else None,
+        details=group.lines(now) if group else (),
+        badge=reuse.badge if reuse else "",
+        badge_title=reuse.title if reuse else "",
+        badge_href=(reuse.href or "") if reuse else "",
     )
+
+
+def _step_order(
+    steps: list[data.StepLine], children: list[data.MapChild]
+) -> Callable[[str], tuple[int, int]]:
+    """A step key's place in the run: its step's, a map's children after their map step."""
+    at = {s.key: (i, -1) for i, s in enumerate(steps)}
+    at.update({c.key: (at[c.parent][0], c.map_index) for c in children if c.parent in at})
+    last = (len(steps), 0)
+    return lambda key: at.get(key, last)
 
 
 async def run_events(request: Request) -> Response:

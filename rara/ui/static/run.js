@@ -97,7 +97,7 @@
     refreshing = setTimeout(() => {
       // .facts holds #counts: listing both would move the fresh #counts out of the fresh
       // .facts first and leave the Steps line blank.
-      rara.refreshFrom(location.pathname + location.search, ['table.steps', '[data-refresh]', '.facts', '.run-head .actions'])
+      rara.refreshFrom(location.pathname + location.search, ['table.steps', '[data-refresh]', '.facts', '.run-head .actions', '#dag-reused'])
         .then(() => { byKey = index(); if (window.raraCharts) window.raraCharts(); })
         .finally(() => { refreshing = null; });
     }, 300);

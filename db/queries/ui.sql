@@ -274,3 +274,15 @@ LIMIT :limit;
 -- name: ui_live_recent_list
 -- The runs list's live view: the newest runs and their status (the first page changes).
 SELECT id, status::text AS status FROM rara_runs ORDER BY id DESC LIMIT :limit;
+
+-- name: ui_schedule_page
+-- Schedules by name after the keyset cursor :after (rara_schedules, migration 0014), each
+-- with its last run's status: the columns of `rara schedules list` (schedule_list), a page
+-- at a time.
+SELECT s.name, s.definition, s.version, s.cron, s.time_zone, s.concurrency_policy,
+       s.suspended, s.next_tick, s.last_tick, s.last_run_id, s.missed_ticks,
+       r.status::text AS last_run_status
+FROM rara_schedules s LEFT JOIN rara_runs r ON r.id = s.last_run_id
+WHERE CAST(:after AS text) IS NULL OR s.name > :after
+ORDER BY s.name
+LIMIT :limit;

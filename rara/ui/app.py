@@ -121,6 +121,8 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/definitions/{name:path}", pages.definition_page),
         Route("/artifacts/{digest:str}", pages.artifact_page),
         Route("/artifacts/{digest:str}/download", pages.artifact_download),
+        Route("/schedules", pages.schedules_list),
+        Route("/schedules/{name:str}", pages.schedule_page),
         Route("/fleet", pages.fleet),
         Route("/live/fleet", pages.live_fleet),
         Route("/favicon.ico", pages.favicon),

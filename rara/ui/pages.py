@@ -1,5 +1,6 @@
-"""The dashboard's pages (GET only): runs, a run, definitions, artifacts, the fleet, and the
-live streams. Every list is a keyset page; every read is a named statement of ui.sql."""
+"""The dashboard's pages (GET only): runs, a run, definitions, artifacts, schedules, the
+fleet, and the live streams. Every list is a keyset page; every read is a named statement
+(ui.sql, and the statements of `rara runs show --events` and `rara schedules show`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import tempfile
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 from urllib.parse import quote
 
 from anyio import to_thread, wrap_file
@@ -50,6 +51,8 @@ DOWNLOAD_CHUNK = 64 * 1024
 ROWS = 200  # table rows of a run page (the DAG shows every step); ?rows=all for the rest
 EVENTS = 1_000  # a step's events shown (`rara runs show --events` prints them all)
 
+Row = TypeVar("Row")
+
 
 def _pool(request: Request) -> AsyncConnectionPool[Any]:
     pool: AsyncConnectionPool[Any] = request.app.state.pool
@@ -82,6 +85,11 @@ def _time_arg(request: Request, name: str, problems: list[str]) -> datetime | No
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+def _one_page(rows: list[Row]) -> tuple[list[Row], bool]:
+    """A keyset page read with one row more than it shows: its rows, and whether more follow."""
+    return rows[: data.PAGE], len(rows) > data.PAGE
+
+
 def _int_arg(request: Request, name: str) -> int | None:
     text = request.query_params.get(name, "")
     return int(text) if text.isdigit() and len(text) < 19 else None
@@ -110,8 +118,7 @@ async def runs_list(request: Request) -> Response:
             limit=data.PAGE + 1,
         )
         now = await data.now(conn)
-    more = len(rows) > data.PAGE
-    rows = rows[: data.PAGE]
+    rows, more = _one_page(rows)
     filters = {
         k: v
         for k, v in {
@@ -275,8 +282,7 @@ async def definitions_list(request: Request) -> Response:
     search = request.query_params.get("q", "").strip() or None
     async with _pool(request).connection() as conn:
         rows = await data.definition_page(conn, after=after, search=search, limit=data.PAGE + 1)
-    more = len(rows) > data.PAGE
-    rows = rows[: data.PAGE]
+    rows, more = _one_page(rows)
     return page(
         request,
         "definitions.html",
@@ -429,6 +435,40 @@ async def _blob_chunks(verified: BinaryIO) -> AsyncIterator[bytes]:
     async with wrap_file(verified) as source:
         while chunk := await source.read(DOWNLOAD_CHUNK):
             yield chunk
+
+
+async def schedules_list(request: Request) -> Response:
+    after = request.query_params.get("after") or None
+    async with _pool(request).connection() as conn:
+        rows = await data.schedule_page(conn, after=after, limit=data.PAGE + 1)
+        now = await data.now(conn)
+    rows, more = _one_page(rows)
+    return page(
+        request,
+        "schedules.html",
+        schedules=rows,
+        now=now,
+        next_after=rows[-1].name if more else None,
+        first_page=after is None,
+    )
+
+
+async def schedule_page(request: Request) -> Response:
+    name = request.path_params["name"]
+    async with _pool(request).connection() as conn:
+        schedule = await data.schedule_get(conn, name)
+        if schedule is None:
+            raise HTTPException(404, f"no schedule {name}")
+        history = await data.schedule_tick_list(conn, name)
+        now = await data.now(conn)
+    return page(
+        request,
+        "schedule.html",
+        schedule=schedule,
+        history=history,
+        now=now,
+        input=json.dumps(schedule.input, ensure_ascii=False, separators=(", ", ": ")),
+    )
 
 
 async def fleet(request: Request) -> Response:

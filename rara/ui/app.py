@@ -123,6 +123,8 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/artifacts/{digest:str}/download", pages.artifact_download),
         Route("/schedules", pages.schedules_list),
         Route("/schedules/{name:str}", pages.schedule_page),
+        Route("/schedules/{name:str}/pause", actions.schedule_pause, methods=["POST"]),
+        Route("/schedules/{name:str}/resume", actions.schedule_resume, methods=["POST"]),
         Route("/fleet", pages.fleet),
         Route("/live/fleet", pages.live_fleet),
         Route("/favicon.ico", pages.favicon),

@@ -1,11 +1,15 @@
 """The Schedules pages in a real browser, served on a login that can only read (rara_reader):
 schedules applied through `rara.schedules` with their next tick in UTC and how far off it is,
-and a schedule's page with its settings, its input and the run a trigger started."""
+and a schedule's page with its settings, its input and the run a trigger started. With
+actions on, pause and resume from that page, behind a login and its CSRF token."""
 
 from __future__ import annotations
 
 import re
+import urllib.error
+import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -97,3 +101,54 @@ def test_the_schedules_pages_show_ticks_settings_and_runs(
 
     page.goto(ui.url + "/schedules/no-such-schedule")
     expect(page.locator("main")).to_contain_text("no schedule no-such-schedule")
+
+
+def test_pause_and_resume_from_the_schedule_page_need_a_login_and_its_csrf(
+    page: Any, ui_server: Callable[..., UiServer], conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    noop_definition(conn)
+    apply_schedule(conn, load_schedule(NIGHTLY))
+    token = "t0ken-for-the-schedule-test-0123"
+    (tmp_path / "token").write_text(token + "\n")
+    ui = ui_server("--no-read-only", "--token-file", str(tmp_path / "token"))
+
+    def suspended() -> bool:
+        row = schedule_sql.get(conn, "nightly-refresh")
+        assert row is not None
+        return row.suspended
+
+    page.goto(ui.url + "/schedules/nightly-refresh")
+    expect(page.locator("#pause")).to_have_count(0)  # anonymous: no actions
+    bearer = {"authorization": "Bearer " + token, "content-type": FORM}
+    assert _post(ui, "/schedules/nightly-refresh/pause", {"content-type": FORM}) in (401, 403)
+    assert _post(ui, "/schedules/nightly-refresh/pause", bearer, b"csrf=forged") == 403
+    assert not suspended()
+
+    page.goto(ui.url + "/login?next=/schedules/nightly-refresh")
+    page.fill("input[name=token]", token)
+    page.click("form.login button")
+    expect(page).to_have_url(ui.url + "/schedules/nightly-refresh")
+    page.click("#pause")
+    expect(page.locator(".note")).to_have_text("paused")
+    expect(page.locator("#schedule-state")).to_have_text("suspended")
+    expect(page.locator("#next-tick")).to_have_text("none while suspended")
+    assert suspended()
+    page.click("#resume")
+    expect(page.locator(".note")).to_have_text("resumed")
+    expect(page.locator("#schedule-state")).to_have_text("active")
+    expect(page.locator("#next-tick time")).to_contain_text(" · in ")
+    assert not suspended()
+
+
+FORM = "application/x-www-form-urlencoded"
+
+
+def _post(ui: UiServer, path: str, headers: dict[str, str], body: bytes = b"csrf=") -> int:
+    request = urllib.request.Request(ui.url + path, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as exc:
+        return exc.code

@@ -24,6 +24,7 @@ from rara.errors import NotFound
 from rara.pg import artifacts, definitions, events, runs, steps
 from rara.pg.connect import database_url
 from rara.runs import StartedRun, cancel_run, resume_run, start_run
+from rara.schedules.manage import set_suspended
 from rara.states import RunStatus
 
 Row = dict[str, Any]
@@ -157,6 +158,12 @@ class Client:
     def cancel_run(self, run_id: int) -> bool:
         with self._conn() as conn:
             return cancel_run(conn, run_id)
+
+    def suspend_schedule(self, name: str, suspended: bool) -> bool:
+        """Pause (``suspended``) or resume a schedule, as `rara schedules pause|resume` does;
+        False: it already was. NotFound for no such schedule."""
+        with self._conn() as conn:
+            return set_suspended(conn, name, suspended)
 
     def wait(self, run_id: int, timeout: float | None = None, poll: float = 1.0) -> RunView:
         """Block until the run is terminal: woken by NOTIFY on rara_run, polling as fallback."""

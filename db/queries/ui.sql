@@ -50,7 +50,14 @@ SELECT s.id, s.key, s.depends_on, s.capability, s.executor, s.status::text AS st
             ELSE rara_map_summary(s.map_total, s.map_succeeded, s.map_failed, s.id)
        END AS message,
        coalesce(s.leased_by, (SELECT a.worker FROM rara_attempts a WHERE a.step_id = s.id
-                              ORDER BY a.attempt DESC LIMIT 1)) AS worker
+                              ORDER BY a.attempt DESC LIMIT 1)) AS worker,
+       s.reused_from,
+       -- Whether the run it was reused from is still there to link to (`rara runs prune`
+       -- may have deleted it; the cache entry outlives it): a primary-key probe per reused
+       -- step, none for a step that ran.
+       CASE WHEN s.reused_from IS NOT NULL THEN EXISTS (
+           SELECT FROM rara_runs o WHERE o.id = (s.reused_from ->> 'run')::bigint)
+       END AS reused_run_kept
 FROM rara_steps s
 LEFT JOIN LATERAL (
     SELECT e.fraction, e.message FROM rara_events e
@@ -62,12 +69,17 @@ WHERE s.run_id = :run_id AND s.map_parent IS NULL
 ORDER BY s.id;
 
 -- name: ui_map_child_list
--- The children of a run's map steps (those inserted so far), each with its latest worker:
--- what the map step's group shows on demand.
+-- The children of a run's map steps (those inserted so far), each with its latest worker and
+-- where it was reused from (a map's children hit the cache one by one): what the map step's
+-- group shows on demand.
 SELECT p.key AS parent, c.key, c.map_index, c.status::text AS status, c.attempt,
        c.started_at, c.finished_at,
        coalesce(c.leased_by, (SELECT a.worker FROM rara_attempts a WHERE a.step_id = c.id
-                              ORDER BY a.attempt DESC LIMIT 1)) AS worker
+                              ORDER BY a.attempt DESC LIMIT 1)) AS worker,
+       c.reused_from,
+       CASE WHEN c.reused_from IS NOT NULL THEN EXISTS (
+           SELECT FROM rara_runs o WHERE o.id = (c.reused_from ->> 'run')::bigint)
+       END AS reused_run_kept
 FROM rara_steps c JOIN rara_steps p ON p.id = c.map_parent
 WHERE c.run_id = :run_id AND c.map_parent IS NOT NULL
 ORDER BY c.map_parent, c.map_index
@@ -262,3 +274,15 @@ LIMIT :limit;
 -- name: ui_live_recent_list
 -- The runs list's live view: the newest runs and their status (the first page changes).
 SELECT id, status::text AS status FROM rara_runs ORDER BY id DESC LIMIT :limit;
+
+-- name: ui_schedule_page
+-- Schedules by name after the keyset cursor :after (rara_schedules, migration 0014), each
+-- with its last run's status: the columns of `rara schedules list` (schedule_list), a page
+-- at a time.
+SELECT s.name, s.definition, s.version, s.cron, s.time_zone, s.concurrency_policy,
+       s.suspended, s.next_tick, s.last_tick, s.last_run_id, s.missed_ticks,
+       r.status::text AS last_run_status
+FROM rara_schedules s LEFT JOIN rara_runs r ON r.id = s.last_run_id
+WHERE CAST(:after AS text) IS NULL OR s.name > :after
+ORDER BY s.name
+LIMIT :limit;

@@ -1,4 +1,5 @@
-"""The dashboard's writes: cancel a run, retry a failed one, log in and out.
+"""The dashboard's writes: cancel a run, retry a failed one, pause or resume a schedule, log
+in and out.
 
 Each needs a server that is not read-only, an identity and a CSRF token bound to it
 (``rara.ui.auth``). The work itself is rara's own: ``rara.client.Client`` (the same code as
@@ -15,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from rara.client import Client
-from rara.errors import RaraError
+from rara.errors import NotFound, RaraError
 from rara.ui import data
 from rara.ui.auth import SESSION_COOKIE, AuthConfig
 from rara.ui.render import page
@@ -101,6 +102,28 @@ async def retry(request: Request) -> Response:
         f"/runs/{started.run_id}",
         f"retry of run {run_id}" + ("" if started.created else " (already started)"),
     )
+
+
+async def _suspend(request: Request, suspended: bool) -> Response:
+    await _authorised(request)
+    name = str(request.path_params["name"])
+    client = _client(request)
+    try:
+        changed = await to_thread.run_sync(client.suspend_schedule, name, suspended)
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except RaraError as exc:
+        raise HTTPException(400, str(exc)) from exc
+    done = "paused" if suspended else "resumed"
+    return _back(f"/schedules/{quote(name)}", done if changed else f"already {done}")
+
+
+async def schedule_pause(request: Request) -> Response:
+    return await _suspend(request, True)
+
+
+async def schedule_resume(request: Request) -> Response:
+    return await _suspend(request, False)
 
 
 def _next(request: Request, value: str) -> str:

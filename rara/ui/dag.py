@@ -41,6 +41,11 @@ class StepNode:
     group: bool = False
     children: int | None = None
     details: Sequence[str] = field(default_factory=tuple)
+    # A pill on the node's corner ("cached", "resumed": a step that did not run), its
+    # tooltip, and where it links (the run it came from; "" for none).
+    badge: str = ""
+    badge_title: str = ""
+    badge_href: str = ""
 
 
 # Named tuples, not frozen dataclasses: a 1,000-step page makes thousands of these per view,
@@ -53,6 +58,9 @@ class PlacedNode(NamedTuple):
     y: int
     group: bool = False  # a map step: drawn as a stack
     title: str = ""
+    badge: str = ""
+    badge_title: str = ""
+    badge_href: str = ""
 
 
 class PlacedEdge(NamedTuple):
@@ -176,10 +184,25 @@ def layout(steps: Sequence[StepNode]) -> Layout:
     nodes = []
     for s in steps:
         title = f"{s.key}: {s.status}"
+        if s.badge_title:
+            title += "\n" + s.badge_title
         if s.details:
             title += "\n" + "\n".join(s.details)
         x, y = at[s.key]
-        nodes.append(PlacedNode(s.key, _label(s), s.status, x, y, s.group, title))
+        nodes.append(
+            PlacedNode(
+                s.key,
+                _label(s),
+                s.status,
+                x,
+                y,
+                s.group,
+                title,
+                s.badge,
+                s.badge_title,
+                s.badge_href,
+            )
+        )
     return Layout(nodes=nodes, edges=list(edges), width=width, height=height)
 
 

@@ -13,6 +13,8 @@ from psycopg.rows import class_row
 
 from rara.pg.events import EventRow
 from rara.pg.queries import AsyncConn, amany, aone, avalue
+from rara.pg.schedules import ScheduleRow, ScheduleSummary, TickRow
+from rara.ui.reuse import Reuse, reuse_of
 
 PAGE = 50
 
@@ -100,6 +102,12 @@ class StepLine:
     fraction: float | None
     message: str
     worker: str | None
+    reused_from: dict[str, Any] | None  # where its result came from (cache, resume); None: ran
+    reused_run_kept: bool | None  # that run is still there (None: not reused)
+
+    @property
+    def reuse(self) -> Reuse | None:
+        return reuse_of(self.reused_from, self.reused_run_kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +120,12 @@ class MapChild:
     started_at: datetime | None
     finished_at: datetime | None
     worker: str | None
+    reused_from: dict[str, Any] | None
+    reused_run_kept: bool | None
+
+    @property
+    def reuse(self) -> Reuse | None:
+        return reuse_of(self.reused_from, self.reused_run_kept)
 
 
 @dataclass(frozen=True, slots=True)
@@ -415,3 +429,22 @@ async def live_metric_list(
 
 async def live_recent_list(conn: AsyncConn, limit: int = PAGE) -> list[RecentRun]:
     return await amany(conn, "ui_live_recent_list", class_row(RecentRun), limit=limit)
+
+
+async def schedule_page(
+    conn: AsyncConn, *, after: str | None, limit: int = PAGE
+) -> list[ScheduleSummary]:
+    return await amany(
+        conn, "ui_schedule_page", class_row(ScheduleSummary), after=after, limit=limit
+    )
+
+
+async def schedule_get(conn: AsyncConn, name: str) -> ScheduleRow | None:
+    """A schedule whole: the statement of `rara schedules show` (schedules.sql)."""
+    return await aone(conn, "schedule_get", class_row(ScheduleRow), name=name)
+
+
+async def schedule_tick_list(conn: AsyncConn, name: str, limit: int = PAGE) -> list[TickRow]:
+    """A schedule's decided ticks, newest first, each with its run (started, triggered or
+    backfilled) and that run's status: the history `rara schedules show` prints."""
+    return await amany(conn, "schedule_tick_list", class_row(TickRow), name=name, limit=limit)

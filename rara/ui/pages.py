@@ -1,5 +1,6 @@
-"""The dashboard's pages (GET only): runs, a run, definitions, artifacts, the fleet, and the
-live streams. Every list is a keyset page; every read is a named statement of ui.sql."""
+"""The dashboard's pages (GET only): runs, a run, definitions, artifacts, schedules, the
+fleet, and the live streams. Every list is a keyset page; every read is a named statement
+(ui.sql, and the statements of `rara runs show --events` and `rara schedules show`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 from urllib.parse import quote
 
 from anyio import to_thread, wrap_file
@@ -40,7 +41,8 @@ from rara.ui.fleet import FLEET, fleet_state
 from rara.ui.groups import MapGroup, map_groups
 from rara.ui.live import RUNS, LiveHub
 from rara.ui.render import page
-from rara.ui.timeline import timeline
+from rara.ui.reuse import summarise
+from rara.ui.timeline import Reused, timeline
 
 FAVICON = Path(__file__).parent / "static" / "favicon.svg"
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -48,6 +50,8 @@ STATUSES = [s.value for s in RunStatus]
 DOWNLOAD_CHUNK = 64 * 1024
 ROWS = 200  # table rows of a run page (the DAG shows every step); ?rows=all for the rest
 EVENTS = 1_000  # a step's events shown (`rara runs show --events` prints them all)
+
+Row = TypeVar("Row")
 
 
 def _pool(request: Request) -> AsyncConnectionPool[Any]:
@@ -81,6 +85,11 @@ def _time_arg(request: Request, name: str, problems: list[str]) -> datetime | No
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
+def _one_page(rows: list[Row]) -> tuple[list[Row], bool]:
+    """A keyset page read with one row more than it shows: its rows, and whether more follow."""
+    return rows[: data.PAGE], len(rows) > data.PAGE
+
+
 def _int_arg(request: Request, name: str) -> int | None:
     text = request.query_params.get(name, "")
     return int(text) if text.isdigit() and len(text) < 19 else None
@@ -109,8 +118,7 @@ async def runs_list(request: Request) -> Response:
             limit=data.PAGE + 1,
         )
         now = await data.now(conn)
-    more = len(rows) > data.PAGE
-    rows = rows[: data.PAGE]
+    rows, more = _one_page(rows)
     filters = {
         k: v
         for k, v in {
@@ -154,6 +162,8 @@ async def run_page(request: Request) -> Response:
         now = await data.now(conn)
     groups = map_groups(steps, children)
     dag = layout([_node(s, groups.get(s.key), now) for s in steps])
+    reused = [Reused(s.key, r, s.finished_at) for s in steps if (r := s.reuse)]
+    reused += [Reused(c.key, r, c.finished_at) for c in children if (r := c.reuse)]
     metric_charts, metric_rows = charts.metric_view(metrics)
     whole = request.query_params.get("rows") == "all"
     # Every attempt's error (its cause chain and traceback kept after the run ends), then the
@@ -166,7 +176,8 @@ async def run_page(request: Request) -> Response:
         steps=steps if whole else steps[:ROWS],
         more_steps=0 if whole else max(len(steps) - ROWS, 0),
         dag=dag,
-        timeline=timeline(attempts, now),
+        timeline=timeline(attempts, now, reused, _step_order(steps, children)),
+        reuse=summarise(r.reuse for r in reused),
         attempts=attempts if whole else attempts[:ROWS],
         more_attempts=0 if whole else max(len(attempts) - ROWS, 0),
         artifacts=artifacts,
@@ -180,16 +191,28 @@ async def run_page(request: Request) -> Response:
 
 
 def _node(step: data.StepLine, group: MapGroup | None, now: datetime) -> StepNode:
-    if group is None:
-        return StepNode(step.key, step.depends_on, step.status)
+    reuse = step.reuse
     return StepNode(
         step.key,
         step.depends_on,
         step.status,
-        group=True,
-        children=group.total,
-        details=group.lines(now),
+        group=group is not None,
+        children=group.total if group else None,
+        details=group.lines(now) if group else (),
+        badge=reuse.badge if reuse else "",
+        badge_title=reuse.title if reuse else "",
+        badge_href=(reuse.href or "") if reuse else "",
     )
+
+
+def _step_order(
+    steps: list[data.StepLine], children: list[data.MapChild]
+) -> Callable[[str], tuple[int, int]]:
+    """A step key's place in the run: its step's, a map's children after their map step."""
+    at = {s.key: (i, -1) for i, s in enumerate(steps)}
+    at.update({c.key: (at[c.parent][0], c.map_index) for c in children if c.parent in at})
+    last = (len(steps), 0)
+    return lambda key: at.get(key, last)
 
 
 async def run_events(request: Request) -> Response:
@@ -259,8 +282,7 @@ async def definitions_list(request: Request) -> Response:
     search = request.query_params.get("q", "").strip() or None
     async with _pool(request).connection() as conn:
         rows = await data.definition_page(conn, after=after, search=search, limit=data.PAGE + 1)
-    more = len(rows) > data.PAGE
-    rows = rows[: data.PAGE]
+    rows, more = _one_page(rows)
     return page(
         request,
         "definitions.html",
@@ -413,6 +435,40 @@ async def _blob_chunks(verified: BinaryIO) -> AsyncIterator[bytes]:
     async with wrap_file(verified) as source:
         while chunk := await source.read(DOWNLOAD_CHUNK):
             yield chunk
+
+
+async def schedules_list(request: Request) -> Response:
+    after = request.query_params.get("after") or None
+    async with _pool(request).connection() as conn:
+        rows = await data.schedule_page(conn, after=after, limit=data.PAGE + 1)
+        now = await data.now(conn)
+    rows, more = _one_page(rows)
+    return page(
+        request,
+        "schedules.html",
+        schedules=rows,
+        now=now,
+        next_after=rows[-1].name if more else None,
+        first_page=after is None,
+    )
+
+
+async def schedule_page(request: Request) -> Response:
+    name = request.path_params["name"]
+    async with _pool(request).connection() as conn:
+        schedule = await data.schedule_get(conn, name)
+        if schedule is None:
+            raise HTTPException(404, f"no schedule {name}")
+        history = await data.schedule_tick_list(conn, name)
+        now = await data.now(conn)
+    return page(
+        request,
+        "schedule.html",
+        schedule=schedule,
+        history=history,
+        now=now,
+        input=json.dumps(schedule.input, ensure_ascii=False, separators=(", ", ": ")),
+    )
 
 
 async def fleet(request: Request) -> Response:

@@ -54,13 +54,15 @@ window.rara = {
     if (s < 86400) return Math.floor(s / 3600) + ' h';
     return Math.floor(s / 86400) + ' d';
   },
-  // Every <time data-rel> (UTC, from the server) gets its relative time, kept current.
+  // Every <time data-rel> (UTC, from the server) gets its relative time, kept current: "3 min
+  // ago", or "in 3 min" for an instant still to come (a schedule's next tick).
   tickTimes() {
     const now = Date.now() - window.rara.skew;
     for (const el of document.querySelectorAll('time[data-rel]')) {
       let rel = el.querySelector('.rel');
       if (!rel) { rel = document.createElement('span'); rel.className = 'rel'; el.append(rel); }
-      rel.textContent = ' · ' + window.rara.relative((now - Date.parse(el.dateTime)) / 1000) + ' ago';
+      const ago = (now - Date.parse(el.dateTime)) / 1000;
+      rel.textContent = ' · ' + (ago <= -1 ? 'in ' + window.rara.relative(-ago) : window.rara.relative(ago) + ' ago');
     }
   },
   // Replace the elements matching `selectors` with the same ones of a fresh render of this page.
@@ -78,3 +80,45 @@ window.rara = {
 };
 window.rara.tickTimes();
 setInterval(window.rara.tickTimes, 1000);
+
+// JSON (a result, an error's details, a schedule's input) indented and highlighted when its
+// section is opened: the server sends it as text, compact; its tokens are kept as written (no
+// parse: a big integer keeps its digits) and become spans, set with textContent.
+(function () {
+  const TOKEN = /("(?:\\.|[^"\\])*")|(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)|(true|false)|(null)|([{}[\],:])/g;
+  const highlight = (pre) => {
+    if (pre.dataset.highlighted) return;
+    const tokens = Array.from(pre.textContent.matchAll(TOKEN));
+    const out = [];
+    let depth = 0;
+    const put = (cls, text) => {
+      if (!cls) { out.push(document.createTextNode(text)); return; }
+      const span = document.createElement('span');
+      span.className = cls;
+      span.textContent = text;
+      out.push(span);
+    };
+    const newline = () => put(null, '\n' + '  '.repeat(depth));
+    tokens.forEach((m, i) => {
+      const before = tokens[i - 1] ? tokens[i - 1][0] : '';
+      const after = tokens[i + 1] ? tokens[i + 1][0] : '';
+      if (m[1]) put(after === ':' ? 'j-key' : 'j-str', m[1]);
+      else if (m[2]) put('j-num', m[2]);
+      else if (m[3]) put('j-bool', m[3]);
+      else if (m[4]) put('j-null', m[4]);
+      else if (m[5] === '{' || m[5] === '[') {
+        put(null, m[5]);
+        if (after !== '}' && after !== ']') { depth += 1; newline(); }
+      } else if (m[5] === '}' || m[5] === ']') {
+        if (before !== '{' && before !== '[') { depth -= 1; newline(); }
+        put(null, m[5]);
+      } else if (m[5] === ',') { put(null, ','); newline(); }
+      else put(null, ': ');
+    });
+    pre.replaceChildren(...out);
+    pre.dataset.highlighted = '1';
+  };
+  window.rara.highlightOpen = () => document.querySelectorAll('details[open] pre[data-highlight]').forEach(highlight);
+  document.addEventListener('toggle', (e) => { if (e.target.open) window.rara.highlightOpen(); }, true);
+  window.rara.highlightOpen();
+})();

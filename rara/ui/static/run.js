@@ -5,46 +5,6 @@
 (function () {
   const rara = window.rara;
 
-  // JSON (a result, an error's details) indented and highlighted when its section is opened:
-  // the server sends it as text, compact; its tokens are kept as written (no parse: a big
-  // integer keeps its digits) and become spans, set with textContent.
-  const TOKEN = /("(?:\\.|[^"\\])*")|(-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)|(true|false)|(null)|([{}[\],:])/g;
-  const highlight = (pre) => {
-    if (pre.dataset.highlighted) return;
-    const tokens = Array.from(pre.textContent.matchAll(TOKEN));
-    const out = [];
-    let depth = 0;
-    const put = (cls, text) => {
-      if (!cls) { out.push(document.createTextNode(text)); return; }
-      const span = document.createElement('span');
-      span.className = cls;
-      span.textContent = text;
-      out.push(span);
-    };
-    const newline = () => put(null, '\n' + '  '.repeat(depth));
-    tokens.forEach((m, i) => {
-      const before = tokens[i - 1] ? tokens[i - 1][0] : '';
-      const after = tokens[i + 1] ? tokens[i + 1][0] : '';
-      if (m[1]) put(after === ':' ? 'j-key' : 'j-str', m[1]);
-      else if (m[2]) put('j-num', m[2]);
-      else if (m[3]) put('j-bool', m[3]);
-      else if (m[4]) put('j-null', m[4]);
-      else if (m[5] === '{' || m[5] === '[') {
-        put(null, m[5]);
-        if (after !== '}' && after !== ']') { depth += 1; newline(); }
-      } else if (m[5] === '}' || m[5] === ']') {
-        if (before !== '{' && before !== '[') { depth -= 1; newline(); }
-        put(null, m[5]);
-      } else if (m[5] === ',') { put(null, ','); newline(); }
-      else put(null, ': ');
-    });
-    pre.replaceChildren(...out);
-    pre.dataset.highlighted = '1';
-  };
-  const highlightOpen = () => document.querySelectorAll('details[open] pre[data-highlight]').forEach(highlight);
-  document.addEventListener('toggle', (e) => { if (e.target.open) highlightOpen(); }, true);
-  highlightOpen();
-
   // A link to a step's events (or any closed section) opens it.
   const openTarget = (id) => {
     const target = id && document.getElementById(id);
@@ -97,7 +57,7 @@
     refreshing = setTimeout(() => {
       // .facts holds #counts: listing both would move the fresh #counts out of the fresh
       // .facts first and leave the Steps line blank.
-      rara.refreshFrom(location.pathname + location.search, ['table.steps', '[data-refresh]', '.facts', '.run-head .actions'])
+      rara.refreshFrom(location.pathname + location.search, ['table.steps', '[data-refresh]', '.facts', '.run-head .actions', '#dag-reused'])
         .then(() => { byKey = index(); if (window.raraCharts) window.raraCharts(); })
         .finally(() => { refreshing = null; });
     }, 300);

@@ -875,10 +875,23 @@ BEGIN
             WHERE name = p_name;
         END IF;
     END IF;
-    IF changed THEN
-        PERFORM pg_notify('rara_schedules', p_name);  -- firing loops sleep to the new next tick
-    END IF;
+    PERFORM rara_schedule_changed(p_name, changed);
     RETURN NEXT;
+END $$;
+
+-- FUNCTION: rara_schedule_changed(text, boolean)
+
+CREATE FUNCTION public.rara_schedule_changed(p_name text, p_changed boolean) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- The tail of every change to a schedule (apply, pause, resume, delete): p_changed, after
+    -- waking the firing loops when it is true (they sleep to the earliest next tick, which
+    -- the change may have moved). No role calls it: a NOTIFY alone changes nothing.
+    IF p_changed THEN
+        PERFORM pg_notify('rara_schedules', p_name);
+    END IF;
+    RETURN p_changed;
 END $$;
 
 -- FUNCTION: rara_schedule_claim(integer)
@@ -972,11 +985,7 @@ CREATE FUNCTION public.rara_schedule_delete(p_name text) RETURNS boolean
 BEGIN
     -- The schedule and its tick history go; the runs it started stay. False: none was.
     DELETE FROM rara_schedules WHERE name = p_name;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM pg_notify('rara_schedules', p_name);
-    RETURN true;
+    RETURN rara_schedule_changed(p_name, FOUND);
 END $$;
 
 -- FUNCTION: rara_schedule_suspend(text, boolean, timestamp with time zone)
@@ -999,11 +1008,7 @@ BEGIN
         next_tick = CASE WHEN p_suspended THEN next_tick ELSE p_next_tick END,
         updated_at = now()
     WHERE name = p_name AND suspended <> p_suspended;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM pg_notify('rara_schedules', p_name);
-    RETURN true;
+    RETURN rara_schedule_changed(p_name, FOUND);
 END $$;
 
 -- FUNCTION: rara_spec_caches(jsonb)
@@ -2829,6 +2834,10 @@ REVOKE ALL ON FUNCTION public.rara_run_transition_allowed(old public.rara_run_st
 REVOKE ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone) TO rara_operator;
+
+-- ACL: FUNCTION rara_schedule_changed(p_name text, p_changed boolean)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_changed(p_name text, p_changed boolean) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_schedule_claim(p_limit integer)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import kopf
@@ -21,12 +20,11 @@ import psycopg
 from rara.errors import NotFound, ScheduleInvalid
 from rara.operator import conditions
 from rara.operator.models import document_of
+from rara.operator.refusals import report_refused
 from rara.operator.runtime import connection
 from rara.pg import schedules as schedule_sql
 from rara.schedules import firing, manage
 from rara.schedules.model import schedule_from_object
-
-MAX_MESSAGE = 1000
 
 
 def reconcile_schedule(
@@ -45,12 +43,16 @@ def reconcile_schedule(
     try:
         schedule = schedule_from_object(document)
     except ScheduleInvalid as exc:
-        message = "; ".join(exc.problems)[:MAX_MESSAGE]
-        logger.warning(f"schedule {name} is invalid: {message}")
-        kopf.warn(body, reason="SpecInvalid", message=message)
-        patch.status["conditions"] = conditions.merge(
-            status.get("conditions"),
-            conditions.condition("Ready", False, "SpecInvalid", message, generation),
+        report_refused(
+            body,
+            status,
+            patch,
+            logger,
+            what=f"schedule {name}",
+            reason="SpecInvalid",
+            message="; ".join(exc.problems),
+            generation=generation,
+            states={"Ready": False},
         )
         return
     with connection(memo) as conn:
@@ -91,16 +93,12 @@ def sync_status(
 
 def mirrored_status(row: schedule_sql.ScheduleRow) -> dict[str, Any]:
     return {
-        "nextTick": None if row.suspended else _rfc3339(row.next_tick),
-        "lastTick": _rfc3339(row.last_tick),
+        "nextTick": None if row.suspended else conditions.rfc3339(row.next_tick),
+        "lastTick": conditions.rfc3339(row.last_tick),
         "lastRunId": row.last_run_id,
         "lastRunStatus": row.last_run_status,
         "missedTicks": row.missed_ticks,
     }
-
-
-def _rfc3339(value: datetime | None) -> str | None:
-    return None if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass

@@ -4,7 +4,8 @@ runs the firing loop (rara.schedules.firing), in every replica: firing is exactl
 database, not by there being one firer, so a standby that fires too does no harm.
 
 An invalid spec is reported in the status (condition Ready False, SpecInvalid, the message
-naming the field) and nothing reaches PostgreSQL, as for a WorkflowDefinition. Deleting the
+naming the field) and nothing is written to PostgreSQL, as for a WorkflowDefinition; so is an
+input that the definition's input schemas refuse (spec.input, checked at apply). Deleting the
 resource deletes the schedule and its tick history; the runs it started stay.
 """
 
@@ -42,6 +43,9 @@ def reconcile_schedule(
     patch.status["observedGeneration"] = generation
     try:
         schedule = schedule_from_object(document)
+        with connection(memo) as conn:  # refuses an input the definition's schemas refuse
+            applied = manage.apply_schedule(conn, schedule)
+            row = schedule_sql.get(conn, name)
     except ScheduleInvalid as exc:
         report_refused(
             body,
@@ -55,9 +59,6 @@ def reconcile_schedule(
             states={"Ready": False},
         )
         return
-    with connection(memo) as conn:
-        applied = manage.apply_schedule(conn, schedule)
-        row = schedule_sql.get(conn, name)
     verb = "created" if applied.created else "changed" if applied.changed else "unchanged"
     logger.info(f"schedule {name} {verb}")
     if row is not None:

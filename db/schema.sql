@@ -642,12 +642,7 @@ BEGIN
         SELECT v.spec, v.steps, rara_spec_caches(v.spec) AS caches
         FROM rara_definition_versions v WHERE v.id = old.definition_version_id
     ), step_rows AS (
-        SELECT s.* FROM version, jsonb_to_recordset(version.steps) AS s(
-            key text, depends_on text[], dependants text[], capability text, executor text,
-            priority integer,
-            payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
-            retry_coefficient double precision, timeout_ms integer,
-            heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
+        SELECT s.* FROM version, rara_spec_step_rows(version.steps) AS s
     ), kept AS MATERIALIZED (
         SELECT o.* FROM rara_steps o
         WHERE o.run_id = p_run_id AND o.map_parent IS NULL AND o.status = 'succeeded'
@@ -768,12 +763,7 @@ BEGIN
         WHERE v.name = p_name AND (p_version IS NULL OR v.version = p_version)
         ORDER BY v.version DESC LIMIT 1
     ), step_rows AS (
-        SELECT s.* FROM resolved, jsonb_to_recordset(resolved.steps) AS s(
-            key text, depends_on text[], dependants text[], capability text, executor text,
-            priority integer,
-            payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
-            retry_coefficient double precision, timeout_ms integer,
-            heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
+        SELECT s.* FROM resolved, rara_spec_step_rows(resolved.steps) AS s
         WHERE resolved.matched
     ), missing AS (
         -- One row always (an aggregate): null when nothing is missing or nothing was checked.
@@ -885,10 +875,23 @@ BEGIN
             WHERE name = p_name;
         END IF;
     END IF;
-    IF changed THEN
-        PERFORM pg_notify('rara_schedules', p_name);  -- firing loops sleep to the new next tick
-    END IF;
+    PERFORM rara_schedule_changed(p_name, changed);
     RETURN NEXT;
+END $$;
+
+-- FUNCTION: rara_schedule_changed(text, boolean)
+
+CREATE FUNCTION public.rara_schedule_changed(p_name text, p_changed boolean) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- The tail of every change to a schedule (apply, pause, resume, delete): p_changed, after
+    -- waking the firing loops when it is true (they sleep to the earliest next tick, which
+    -- the change may have moved). No role calls it: a NOTIFY alone changes nothing.
+    IF p_changed THEN
+        PERFORM pg_notify('rara_schedules', p_name);
+    END IF;
+    RETURN p_changed;
 END $$;
 
 -- FUNCTION: rara_schedule_claim(integer)
@@ -982,11 +985,7 @@ CREATE FUNCTION public.rara_schedule_delete(p_name text) RETURNS boolean
 BEGIN
     -- The schedule and its tick history go; the runs it started stay. False: none was.
     DELETE FROM rara_schedules WHERE name = p_name;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM pg_notify('rara_schedules', p_name);
-    RETURN true;
+    RETURN rara_schedule_changed(p_name, FOUND);
 END $$;
 
 -- FUNCTION: rara_schedule_suspend(text, boolean, timestamp with time zone)
@@ -1009,11 +1008,7 @@ BEGIN
         next_tick = CASE WHEN p_suspended THEN next_tick ELSE p_next_tick END,
         updated_at = now()
     WHERE name = p_name AND suspended <> p_suspended;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM pg_notify('rara_schedules', p_name);
-    RETURN true;
+    RETURN rara_schedule_changed(p_name, FOUND);
 END $$;
 
 -- FUNCTION: rara_spec_caches(jsonb)
@@ -1063,6 +1058,24 @@ BEGIN
     END IF;
     RETURN (p_value #>> '{}')::integer;
 END $$;
+
+-- FUNCTION: rara_spec_step_rows(jsonb)
+
+CREATE FUNCTION public.rara_spec_step_rows(p_steps jsonb) RETURNS TABLE(key text, depends_on text[], dependants text[], capability text, executor text, priority integer, payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer, retry_coefficient double precision, timeout_ms integer, heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
+    LANGUAGE sql STABLE
+    AS $$
+    -- A version's step rows (rara_definition_versions.steps, built by rara_spec_steps at
+    -- registration) as columns: what rara_run_start and rara_run_resume insert. One SELECT,
+    -- no SECURITY DEFINER, no SET and not STRICT, so PostgreSQL inlines it into their
+    -- statements (the start is the hot path: no function call per start). STABLE as
+    -- jsonb_to_recordset is; a volatility it does not have would stop the inlining. It reads
+    -- no table, and no role may call it (rara_grant): only the owner's functions do.
+    SELECT * FROM jsonb_to_recordset(p_steps) AS s(
+        key text, depends_on text[], dependants text[], capability text, executor text,
+        priority integer, payload jsonb, max_attempts integer, retry_initial_ms integer,
+        retry_max_ms integer, retry_coefficient double precision, timeout_ms integer,
+        heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
+$$;
 
 -- FUNCTION: rara_spec_steps(jsonb)
 
@@ -2833,6 +2846,10 @@ REVOKE ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text
 GRANT ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone) TO rara_operator;
 
+-- ACL: FUNCTION rara_schedule_changed(p_name text, p_changed boolean)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_changed(p_name text, p_changed boolean) FROM PUBLIC;
+
 -- ACL: FUNCTION rara_schedule_claim(p_limit integer)
 
 REVOKE ALL ON FUNCTION public.rara_schedule_claim(p_limit integer) FROM PUBLIC;
@@ -2868,6 +2885,10 @@ REVOKE ALL ON FUNCTION public.rara_spec_digest(p_spec jsonb) FROM PUBLIC;
 -- ACL: FUNCTION rara_spec_int(p_value jsonb, p_default integer, p_low integer, p_high integer, p_what text)
 
 REVOKE ALL ON FUNCTION public.rara_spec_int(p_value jsonb, p_default integer, p_low integer, p_high integer, p_what text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_spec_step_rows(p_steps jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_spec_step_rows(p_steps jsonb) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_spec_steps(p_spec jsonb)
 

@@ -16,6 +16,7 @@ from psycopg.pq import TransactionStatus
 from rara.definitions.inputs import check_run_input
 from rara.definitions.parse import spec_from_object
 from rara.errors import CapabilityUnavailable, InputInvalid, NotFound, RaraError, ResumeRefused
+from rara.pg import definitions as definition_sql
 from rara.pg import runs as run_sql
 from rara.secrets import refuse_credentials
 
@@ -62,6 +63,24 @@ def start_run(
         raise InputInvalid("idempotency key must be 1..200 characters")
     with _atomic(conn):
         return _start(conn, definition, version, run_input, idempotency_key, queue_anyway)
+
+
+def check_input(
+    conn: psycopg.Connection[Any],
+    definition: str,
+    *,
+    version: int | None = None,
+    input: dict[str, Any] | None = None,
+) -> None:
+    """Raise InputInvalid, as start_run would, when ``input`` is refused by a start of
+    (definition, version) now: its bounds, and the input schemas of that version's steps (the
+    latest version's when ``version`` is None). For what will start runs later (a schedule)
+    and wants its refusal now, not at each start. A definition (version) that does not exist
+    yet checks only the bounds: whether it exists is the start's to say."""
+    run_input = validate_input({} if input is None else input)
+    row = definition_sql.version_get(conn, definition, version)
+    if row is not None:
+        check_run_input(run_input, _remember(definition, version, row.digest, row.spec))
 
 
 def _atomic(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:

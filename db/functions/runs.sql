@@ -4,6 +4,27 @@
 -- rara_steps directly (migration 0007). Called through db/queries/runs.sql (rara.pg.runs).
 -- Repeatable (rara.pg.migrate): edit in place.
 
+CREATE OR REPLACE FUNCTION rara_spec_step_rows(p_steps jsonb)
+RETURNS TABLE (key text, depends_on text[], dependants text[], capability text,
+               executor text, priority integer, payload jsonb, max_attempts integer,
+               retry_initial_ms integer, retry_max_ms integer,
+               retry_coefficient double precision, timeout_ms integer,
+               heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
+LANGUAGE sql STABLE AS $$
+    -- A version's step rows (rara_definition_versions.steps, built by rara_spec_steps at
+    -- registration) as columns: what rara_run_start and rara_run_resume insert. One SELECT,
+    -- no SECURITY DEFINER, no SET and not STRICT, so PostgreSQL inlines it into their
+    -- statements (the start is the hot path: no function call per start). STABLE as
+    -- jsonb_to_recordset is; a volatility it does not have would stop the inlining. It reads
+    -- no table, and no role may call it (rara_grant): only the owner's functions do.
+    SELECT * FROM jsonb_to_recordset(p_steps) AS s(
+        key text, depends_on text[], dependants text[], capability text, executor text,
+        priority integer, payload jsonb, max_attempts integer, retry_initial_ms integer,
+        retry_max_ms integer, retry_coefficient double precision, timeout_ms integer,
+        heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
+$$;
+SELECT rara_grant('rara_spec_step_rows');  -- only through rara_run_start, rara_run_resume
+
 CREATE OR REPLACE FUNCTION rara_run_start(
     p_name text, p_version integer, p_digest text, p_input jsonb,
     p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision)
@@ -38,12 +59,7 @@ BEGIN
         WHERE v.name = p_name AND (p_version IS NULL OR v.version = p_version)
         ORDER BY v.version DESC LIMIT 1
     ), step_rows AS (
-        SELECT s.* FROM resolved, jsonb_to_recordset(resolved.steps) AS s(
-            key text, depends_on text[], dependants text[], capability text, executor text,
-            priority integer,
-            payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
-            retry_coefficient double precision, timeout_ms integer,
-            heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
+        SELECT s.* FROM resolved, rara_spec_step_rows(resolved.steps) AS s
         WHERE resolved.matched
     ), missing AS (
         -- One row always (an aggregate): null when nothing is missing or nothing was checked.
@@ -248,12 +264,7 @@ BEGIN
         SELECT v.spec, v.steps, rara_spec_caches(v.spec) AS caches
         FROM rara_definition_versions v WHERE v.id = old.definition_version_id
     ), step_rows AS (
-        SELECT s.* FROM version, jsonb_to_recordset(version.steps) AS s(
-            key text, depends_on text[], dependants text[], capability text, executor text,
-            priority integer,
-            payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer,
-            retry_coefficient double precision, timeout_ms integer,
-            heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
+        SELECT s.* FROM version, rara_spec_step_rows(version.steps) AS s
     ), kept AS MATERIALIZED (
         SELECT o.* FROM rara_steps o
         WHERE o.run_id = p_run_id AND o.map_parent IS NULL AND o.status = 'succeeded'

@@ -6,6 +6,20 @@
 -- the transaction that holds its schedule's row and starts its run. Called through
 -- db/queries/schedules.sql (rara.pg.schedules). Repeatable (rara.pg.migrate): edit in place.
 
+CREATE OR REPLACE FUNCTION rara_schedule_changed(p_name text, p_changed boolean)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- The tail of every change to a schedule (apply, pause, resume, delete): p_changed, after
+    -- waking the firing loops when it is true (they sleep to the earliest next tick, which
+    -- the change may have moved). No role calls it: a NOTIFY alone changes nothing.
+    IF p_changed THEN
+        PERFORM pg_notify('rara_schedules', p_name);
+    END IF;
+    RETURN p_changed;
+END $$;
+SELECT rara_grant('rara_schedule_changed');  -- only through the functions below
+
 CREATE OR REPLACE FUNCTION rara_schedule_apply(
     p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text,
     p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer,
@@ -48,9 +62,7 @@ BEGIN
             WHERE name = p_name;
         END IF;
     END IF;
-    IF changed THEN
-        PERFORM pg_notify('rara_schedules', p_name);  -- firing loops sleep to the new next tick
-    END IF;
+    PERFORM rara_schedule_changed(p_name, changed);
     RETURN NEXT;
 END $$;
 SELECT rara_grant('rara_schedule_apply', 'rara_client', 'rara_operator');
@@ -73,11 +85,7 @@ BEGIN
         next_tick = CASE WHEN p_suspended THEN next_tick ELSE p_next_tick END,
         updated_at = now()
     WHERE name = p_name AND suspended <> p_suspended;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM pg_notify('rara_schedules', p_name);
-    RETURN true;
+    RETURN rara_schedule_changed(p_name, FOUND);
 END $$;
 SELECT rara_grant('rara_schedule_suspend', 'rara_client', 'rara_operator');
 
@@ -87,11 +95,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
     -- The schedule and its tick history go; the runs it started stay. False: none was.
     DELETE FROM rara_schedules WHERE name = p_name;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    PERFORM pg_notify('rara_schedules', p_name);
-    RETURN true;
+    RETURN rara_schedule_changed(p_name, FOUND);
 END $$;
 SELECT rara_grant('rara_schedule_delete', 'rara_client', 'rara_operator');
 

@@ -20,8 +20,8 @@ class Applied:
 
 
 @dataclass(frozen=True, slots=True)
-class DueSchedule:
-    """A due schedule, its row locked by this transaction (``schedule_claim``)."""
+class ScheduleCore:
+    """What every read of one schedule carries: what its ticks start, when, and the last run."""
 
     name: str
     definition: str
@@ -33,6 +33,12 @@ class DueSchedule:
     starting_deadline_seconds: int
     next_tick: datetime
     last_run_id: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class DueSchedule(ScheduleCore):
+    """A due schedule, its row locked by this transaction (``schedule_claim``)."""
+
     last_run_ended: bool | None  # None: no run yet (or it was deleted)
     db_now: datetime
 
@@ -44,22 +50,14 @@ class NextDue:
 
 
 @dataclass(frozen=True, slots=True)
-class ScheduleRow:
-    name: str
-    definition: str
-    version: int | None
-    cron: str
-    time_zone: str
-    input: dict[str, Any]
-    concurrency_policy: str
-    starting_deadline_seconds: int
+class ScheduleRow(ScheduleCore):
+    """One schedule as stored, with its last run's status (``schedule_get``)."""
+
     suspended: bool
     successful_runs_kept: int
     failed_runs_kept: int
     spec: dict[str, Any]
-    next_tick: datetime
     last_tick: datetime | None
-    last_run_id: int | None
     missed_ticks: int
     created_at: datetime
     updated_at: datetime

@@ -9,11 +9,11 @@ from typing import Any
 
 import psycopg
 
-from rara.errors import InputInvalid, NotFound
+from rara.errors import InputInvalid, NotFound, ScheduleInvalid
 from rara.pg import schedules as schedule_sql
 from rara.pg.queries import value
 from rara.pg.schedules import Applied, Decided
-from rara.runs import start_run
+from rara.runs import check_input, start_run
 from rara.schedules import ticks
 from rara.schedules.firing import idempotency_key
 from rara.schedules.model import WorkflowSchedule, spec_json
@@ -29,8 +29,15 @@ def database_now(conn: psycopg.Connection[Any]) -> datetime:
 
 
 def apply_schedule(conn: psycopg.Connection[Any], schedule: WorkflowSchedule) -> Applied:
-    """Create or change the schedule of this name; the same document again changes nothing."""
+    """Create or change the schedule of this name; the same document again changes nothing.
+    An input that a start of its definition would refuse now is refused here (ScheduleInvalid
+    naming ``spec.input`` and the field), and nothing is written: else every tick would be
+    refused alike (docs/schedules.md)."""
     spec = schedule.spec
+    try:
+        check_input(conn, spec.definition, version=spec.version, input=spec.input)
+    except InputInvalid as exc:
+        raise ScheduleInvalid([f"spec.input: {exc}"]) from None
     next_tick = ticks.first_tick_after(spec.schedule, spec.time_zone, database_now(conn))
     return schedule_sql.apply(
         conn,

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rara.cli.main import app
-from tests.support.definitions import noop_definition
+from tests.support.definitions import apply, noop_definition
 
 SCHEDULE = """\
 apiVersion: rara.dev/v1alpha1
@@ -69,3 +69,26 @@ def test_bad_input_is_one_line_naming_the_field(database_url: str, tmp_path: Pat
     bad_time = cli.invoke(app, ["schedules", "backfill", "nope", "--from", "x", "--to", "y"])
     assert bad_time.exit_code == 2
     assert "--from 'x' is not an ISO 8601 time" in bad_time.stderr
+
+
+def test_an_input_the_definition_refuses_is_refused_at_apply(
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    limit = {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1}}}
+    apply(conn, "noop", [{"key": "s0", "capability": "bench.noop@1", "inputSchema": limit}])
+    cli = CliRunner(env={"DATABASE_URL": database_url})
+    doc = tmp_path / "bad.yaml"
+    doc.write_text(SCHEDULE + "  input: {limit: -1}\n")
+    refused = cli.invoke(app, ["schedules", "apply", "-f", str(doc)])
+    assert refused.exit_code == 2
+    assert refused.stderr == (
+        "error: invalid workflow schedule:\n"
+        "  spec.input: run input refused: input.limit: -1 is less than the minimum of 1 "
+        "(input of step 's0')\n"
+    )
+    missing = cli.invoke(app, ["schedules", "show", "nightly"])
+    assert (missing.exit_code, missing.stderr.strip()) == (2, "error: no schedule nightly")
+    doc.write_text(SCHEDULE + "  input: {limit: 30}\n")
+    applied = cli.invoke(app, ["schedules", "apply", "-f", str(doc)])
+    assert applied.exit_code == 0, applied.stderr
+    assert "nightly (created)" in applied.output

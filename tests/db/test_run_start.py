@@ -16,6 +16,7 @@ from rara.pg import definitions
 from rara.pg import runs as run_sql
 from rara.runs import start_run
 from tests.support.definitions import apply
+from tests.support.roles import ROLES
 
 # libpq's trace of what the client sends: each Execute (extended protocol) or Query (simple
 # protocol: BEGIN, COMMIT) is one statement and one round trip. Not counted: the Parse + Sync
@@ -200,3 +201,28 @@ def test_a_version_applied_between_the_two_calls_is_an_error(
     with pytest.raises(RaraError, match="changed while starting a run"):
         start_run(conn, "race", queue_anyway=True)
     assert conn.execute("SELECT count(*) FROM rara_runs").fetchone() == (0,)
+
+
+def test_the_step_rows_decoder_is_inlined_and_no_role_calls_it(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """rara_spec_step_rows (db/functions/runs.sql) is on the start's hot path: PostgreSQL must
+    inline it (a SECURITY DEFINER, a SET or STRICT would stop that, and the plan would call
+    it), and it is the definer functions' helper, not something a role calls."""
+    plan = "\n".join(
+        row[0]
+        for row in conn.execute(
+            'EXPLAIN VERBOSE SELECT * FROM rara_spec_step_rows(\'[{"key": "a"}]\')'
+        )
+    )
+    assert "jsonb_to_recordset" in plan
+    assert "rara_spec_step_rows" not in plan
+    callers = [
+        role
+        for role in ("public", *ROLES)
+        if conn.execute(
+            "SELECT has_function_privilege(%s, 'rara_spec_step_rows(jsonb)', 'EXECUTE')", (role,)
+        ).fetchone()
+        == (True,)
+    ]
+    assert callers == []

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from rara.pg import schedules as schedule_sql
-from tests.support.definitions import noop_definition
+from tests.support.definitions import apply, noop_definition
 
 from .test_operator import Objects, Operator, condition, db, eventually, objects, operator
 from .test_operator_crds import rara_crds
@@ -74,3 +74,28 @@ def test_an_invalid_schedule_is_reported_and_stored_nowhere(
     assert "spec.timeZone: 'Europe/Atlantis' is not an IANA time zone" in ready["message"]
     assert schedule_sql.get(db, "bad-zone") is None
     _delete(objects, "bad-zone")
+
+
+def test_an_input_the_definition_refuses_is_reported_and_stored_nowhere(
+    operator: Operator, objects: Objects, db: psycopg.Connection[Any]
+) -> None:
+    limit = {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1}}}
+    apply(db, "collect", [{"key": "collect", "capability": "bench.noop@1", "inputSchema": limit}])
+    objects.create(
+        PLURAL,
+        KIND,
+        "bad-input",
+        {"definition": "collect", "schedule": "0 2 * * *", "input": {"limit": -1}},
+    )
+    status = eventually(
+        lambda: (s := objects.status(PLURAL, "bad-input")).get("conditions") and s,
+        what="the Ready condition",
+    )
+    ready = condition(status, "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "SpecInvalid")
+    assert ready["message"] == (
+        "spec.input: run input refused: input.limit: -1 is less than the minimum of 1 "
+        "(input of step 'collect')"
+    )
+    assert schedule_sql.get(db, "bad-input") is None
+    _delete(objects, "bad-input")

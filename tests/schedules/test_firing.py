@@ -12,9 +12,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from rara.errors import InputInvalid
+from rara.errors import InputInvalid, NotFound
 from rara.pg import schedules as schedule_sql
 from rara.schedules import firing, manage
+from rara.schedules.model import schedule_from_object
 from tests.schedules.conftest import MakeSchedule, rewind
 from tests.support.waiting import wait_until
 
@@ -158,6 +159,45 @@ def test_trigger_pause_and_resume(
     assert row.next_tick > datetime.now(UTC)  # the paused ticks are neither fired nor missed
     assert row.spec["suspend"] is False
     assert firing.fire_due(client).started == 0
+
+
+def test_a_change_wakes_the_firing_loops_and_a_no_op_does_not(
+    client: Any, make_schedule: MakeSchedule, role_url: Any
+) -> None:
+    """Apply, pause, resume and delete NOTIFY the schedule's name exactly when they changed it
+    (rara_schedule_changed): a loop sleeping to the old next tick must wake, an idle one not."""
+    name = make_schedule(schedule="0 3 * * *")
+    with psycopg.connect(role_url("rara_client"), autocommit=True) as listener:
+        listener.execute(f"LISTEN {firing.CHANNEL}")
+
+        def woken_by(change: Callable[[], Any]) -> list[str]:
+            change()
+            # Delivered in commit order: the marker comes after whatever the change sent.
+            client.execute(f"NOTIFY {firing.CHANNEL}, 'marker'")
+            got = []
+            for note in listener.notifies(timeout=10):
+                if note.payload == "marker":
+                    return got
+                got.append(note.payload)
+            raise AssertionError(f"no marker within 10 s (got {got})")
+
+        row = schedule_sql.get(client, name)
+        assert row is not None
+        again = schedule_from_object(  # the stored document again: unchanged
+            {
+                "apiVersion": "rara.dev/v1alpha1",
+                "kind": "WorkflowSchedule",
+                "metadata": {"name": name},
+                "spec": row.spec,
+            }
+        )
+        assert woken_by(lambda: manage.apply_schedule(client, again)) == []
+        assert woken_by(lambda: manage.set_suspended(client, name, True)) == [name]
+        assert woken_by(lambda: manage.set_suspended(client, name, True)) == []
+        assert woken_by(lambda: manage.set_suspended(client, name, False)) == [name]
+        assert woken_by(lambda: manage.delete_schedule(client, name)) == [name]
+        with pytest.raises(NotFound):
+            manage.delete_schedule(client, name)
 
 
 def test_the_loop_sleeps_to_the_next_tick_and_a_new_schedule_wakes_it(

@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, overload
 
 
 def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(datetime.now(UTC))
+
+
+@overload
+def rfc3339(value: datetime) -> str: ...
+@overload
+def rfc3339(value: None) -> None: ...
+def rfc3339(value: datetime | None) -> str | None:
+    """A status timestamp: UTC to the second, as Kubernetes writes its own; None stays None."""
+    return None if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def condition(

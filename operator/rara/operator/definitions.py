@@ -18,10 +18,9 @@ from rara.definitions.registry import apply_definition
 from rara.errors import DefinitionInvalid
 from rara.operator import conditions
 from rara.operator.models import document_of
+from rara.operator.refusals import report_refused
 from rara.operator.runtime import connection
 from rara.pg import definitions as sql
-
-MAX_MESSAGE = 1000  # condition messages stay readable in `kubectl describe`
 
 
 def reconcile_definition(
@@ -39,14 +38,16 @@ def reconcile_definition(
     try:
         definition = definition_from_object(document)
     except DefinitionInvalid as exc:
-        message = "; ".join(exc.problems)[:MAX_MESSAGE]
-        logger.warning(f"definition {name} is invalid: {message}")
-        kopf.warn(body, reason="SpecInvalid", message=message)
-        patch.status["observedGeneration"] = generation
-        patch.status["conditions"] = conditions.merge(
-            status.get("conditions"),
-            conditions.condition("Invalid", True, "SpecInvalid", message, generation),
-            conditions.condition("Ready", False, "SpecInvalid", message, generation),
+        report_refused(
+            body,
+            status,
+            patch,
+            logger,
+            what=f"definition {name}",
+            reason="SpecInvalid",
+            message="; ".join(exc.problems),
+            generation=generation,
+            states={"Invalid": True, "Ready": False},
         )
         return
     with connection(memo) as conn:

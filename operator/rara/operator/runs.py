@@ -19,7 +19,6 @@ cancel (docs/operator.md, "Deleting a WorkflowRun").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -29,6 +28,7 @@ from pydantic import ValidationError
 from rara.errors import InputInvalid, NotFound, ResumeRefused
 from rara.operator import conditions
 from rara.operator.models import WorkflowRunSpec
+from rara.operator.refusals import MAX_MESSAGE
 from rara.operator.runtime import connection
 from rara.pg import runs as pg_runs
 from rara.runs import StartedRun, cancel_run, resume_run, run_id_by_key, start_run
@@ -39,7 +39,6 @@ WAITING = "Waiting"  # no such definition (or version) yet: retried
 REFUSED = "Refused"  # invalid spec or input: only a new WorkflowRun can fix it
 TERMINAL = {"Succeeded", "Failed", "Cancelled"}  # the run ended: nothing to cancel
 SETTLED = TERMINAL | {REFUSED}  # nothing (more) to mirror
-MAX_MESSAGE = 1000  # status and Event messages stay readable in `kubectl describe`
 
 
 def idempotency_key(uid: str) -> str:
@@ -172,8 +171,8 @@ def mirrored_status(run: pg_runs.RunStatusRow) -> dict[str, Any]:
         "stepsDone": run.done,
         "stepsTotal": run.total,
         "progress": f"{run.done}/{run.total}",
-        "startedAt": _stamp(run.started_at),
-        "finishedAt": _stamp(run.finished_at),
+        "startedAt": conditions.rfc3339(run.started_at),
+        "finishedAt": conditions.rfc3339(run.finished_at),
     }
 
 
@@ -232,7 +231,3 @@ def _accepted(
     patch.status["conditions"] = conditions.merge(
         status.get("conditions"), conditions.condition("Accepted", ok, reason, message, generation)
     )
-
-
-def _stamp(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -4,7 +4,8 @@ runs the firing loop (rara.schedules.firing), in every replica: firing is exactl
 database, not by there being one firer, so a standby that fires too does no harm.
 
 An invalid spec is reported in the status (condition Ready False, SpecInvalid, the message
-naming the field) and nothing reaches PostgreSQL, as for a WorkflowDefinition. Deleting the
+naming the field) and nothing is written to PostgreSQL, as for a WorkflowDefinition; so is an
+input that the definition's input schemas refuse (spec.input, checked at apply). Deleting the
 resource deletes the schedule and its tick history; the runs it started stay.
 """
 
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import kopf
@@ -21,12 +21,11 @@ import psycopg
 from rara.errors import NotFound, ScheduleInvalid
 from rara.operator import conditions
 from rara.operator.models import document_of
+from rara.operator.refusals import report_refused
 from rara.operator.runtime import connection
 from rara.pg import schedules as schedule_sql
 from rara.schedules import firing, manage
 from rara.schedules.model import schedule_from_object
-
-MAX_MESSAGE = 1000
 
 
 def reconcile_schedule(
@@ -44,18 +43,22 @@ def reconcile_schedule(
     patch.status["observedGeneration"] = generation
     try:
         schedule = schedule_from_object(document)
+        with connection(memo) as conn:  # refuses an input the definition's schemas refuse
+            applied = manage.apply_schedule(conn, schedule)
+            row = schedule_sql.get(conn, name)
     except ScheduleInvalid as exc:
-        message = "; ".join(exc.problems)[:MAX_MESSAGE]
-        logger.warning(f"schedule {name} is invalid: {message}")
-        kopf.warn(body, reason="SpecInvalid", message=message)
-        patch.status["conditions"] = conditions.merge(
-            status.get("conditions"),
-            conditions.condition("Ready", False, "SpecInvalid", message, generation),
+        report_refused(
+            body,
+            status,
+            patch,
+            logger,
+            what=f"schedule {name}",
+            reason="SpecInvalid",
+            message="; ".join(exc.problems),
+            generation=generation,
+            states={"Ready": False},
         )
         return
-    with connection(memo) as conn:
-        applied = manage.apply_schedule(conn, schedule)
-        row = schedule_sql.get(conn, name)
     verb = "created" if applied.created else "changed" if applied.changed else "unchanged"
     logger.info(f"schedule {name} {verb}")
     if row is not None:
@@ -91,16 +94,12 @@ def sync_status(
 
 def mirrored_status(row: schedule_sql.ScheduleRow) -> dict[str, Any]:
     return {
-        "nextTick": None if row.suspended else _rfc3339(row.next_tick),
-        "lastTick": _rfc3339(row.last_tick),
+        "nextTick": None if row.suspended else conditions.rfc3339(row.next_tick),
+        "lastTick": conditions.rfc3339(row.last_tick),
         "lastRunId": row.last_run_id,
         "lastRunStatus": row.last_run_status,
         "missedTicks": row.missed_ticks,
     }
-
-
-def _rfc3339(value: datetime | None) -> str | None:
-    return None if value is None else value.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass

@@ -254,8 +254,9 @@ BEGIN
     RETURNING rara_runs.id INTO new_id;
     IF new_id IS NULL THEN
         run_id := (SELECT r.id FROM rara_runs r WHERE r.idempotency_key = p_idempotency_key);
+        -- Qualified: under use_column a bare run_id is s.run_id, and counted every run's.
         reused := (SELECT count(*) FROM rara_steps s
-                   WHERE s.run_id = run_id AND s.reused_from IS NOT NULL);
+                   WHERE s.run_id = rara_run_resume.run_id AND s.reused_from IS NOT NULL);
         created := false;
         RETURN NEXT;
         RETURN;

@@ -1,10 +1,10 @@
-"""The dashboard's writes: cancel a run, retry a failed one, pause or resume a schedule, log
-in and out.
+"""The dashboard's writes: cancel a run, retry a failed one or resume it from its failure,
+pause or resume a schedule, log in and out.
 
 Each needs a server that is not read-only, an identity and a CSRF token bound to it
 (``rara.ui.auth``). The work itself is rara's own: ``rara.client.Client`` (the same code as
-``rara runs cancel`` and ``rara runs start``), on a connection of its own in a thread, never
-through the pages' read-only pool."""
+``rara runs cancel``, ``rara runs start`` and ``rara runs retry --from-failure``), on a
+connection of its own in a thread, never through the pages' read-only pool."""
 
 from __future__ import annotations
 
@@ -101,6 +101,35 @@ async def retry(request: Request) -> Response:
     return _back(
         f"/runs/{started.run_id}",
         f"retry of run {run_id}" + ("" if started.created else " (already started)"),
+    )
+
+
+def resume_key(run_id: int) -> str:
+    """The resume's idempotency key, derived as the retry's is: a double submit makes one
+    run. A key of its own, so a plain retry and a resume of one run are two runs."""
+    return f"rara-ui:resume-of:{run_id}"
+
+
+async def resume(request: Request) -> Response:
+    """Resume from failure (``Client.resume_run``, as `rara runs retry N --from-failure`): a
+    new run that reuses every step that succeeded in this one. Whether a run can resume is
+    the resume's own rule (``rara_run_resume``), not checked here again; its refusal goes
+    back to the run's page as a note."""
+    await _authorised(request)
+    run_id = int(request.path_params["run_id"])
+    client = _client(request)
+    try:
+        resumed = await to_thread.run_sync(
+            lambda: client.resume_run(run_id, idempotency_key=resume_key(run_id))
+        )
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except RaraError as exc:
+        return _back(f"/runs/{run_id}", f"resume refused: {exc}")
+    reused = f"{resumed.reused} step{'' if resumed.reused == 1 else 's'} reused"
+    return _back(
+        f"/runs/{resumed.run_id}",
+        f"resume of run {run_id}, {reused}" + ("" if resumed.created else " (already started)"),
     )
 
 

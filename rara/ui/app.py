@@ -1,8 +1,8 @@
 """The dashboard's web application: ``create_app(UiConfig)`` → a Starlette app.
 
 Server-rendered pages (Jinja2, autoescaped) over a read-only connection pool; a live view
-through server-sent events fed by one shared listener (``rara.ui.live``); cancel and retry
-through ``rara.client`` (``rara.ui.actions``). Every asset is in the package (``static/``):
+through server-sent events fed by one shared listener (``rara.ui.live``); cancel, retry and
+resume through ``rara.client`` (``rara.ui.actions``). Every asset is in the package (``static/``):
 the dashboard works with no network beyond the database."""
 
 from __future__ import annotations
@@ -115,6 +115,7 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/runs/{run_id:int}/events", pages.run_events),
         Route("/runs/{run_id:int}/cancel", actions.cancel, methods=["POST"]),
         Route("/runs/{run_id:int}/retry", actions.retry, methods=["POST"]),
+        Route("/runs/{run_id:int}/resume", actions.resume, methods=["POST"]),
         Route("/live/runs", pages.live_runs),
         Route("/live/runs/{run_id:int}", pages.live_run),
         Route("/definitions", pages.definitions_list),

@@ -126,6 +126,7 @@ def test_a_resume_is_refused_when_it_would_differ_or_has_nothing_to_do(
     assert "no run 999" in missing.output
 
     first = resume_run(conn, failed, idempotency_key="again")
+    resume_run(conn, failed)  # another run with reused steps, not counted as the first's
     second = resume_run(conn, failed, idempotency_key="again")
     assert (first.created, second.created) == (True, False)
     assert second.run_id == first.run_id

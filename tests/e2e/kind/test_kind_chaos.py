@@ -973,8 +973,8 @@ def _survive_chaos(
     for needed in needed_actions:
         assert actions[needed] > 0, f"the chaos never did {needed}: {dict(actions)}"
 
+    ticking.check(disruptions)  # its verdict needs no run to have ended
     run_ids = batch.wait_succeeded(timeout=1800)
-    ticking.check(disruptions)
     tick_run_ids = ticking.wait_runs_ended(timeout=600)
     check_invariants(cluster, run_ids + tick_run_ids, since=since)
 

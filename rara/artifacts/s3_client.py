@@ -101,6 +101,12 @@ def is_transient(exc: BaseException) -> bool:
         return True  # refused, reset, timed out, cut mid-body
     if isinstance(exc, S3Error) and exc.code in _TRANSIENT_CODES:
         return True
+    if isinstance(exc, InvalidResponseError) and status_of(exc) == 404:
+        # A 404 whose body is not an S3 error document ("404 page not found", text/plain) is
+        # not the store saying the key is absent: it is whatever answered before the server
+        # was serving its buckets (seen for ~95 s after an S3 server's restart in the kind
+        # chaos suite). Absence is NoSuchKey, an S3Error, and stays final.
+        return True
     return isinstance(exc, MinioException) and status_of(exc) in _TRANSIENT_STATUS
 
 

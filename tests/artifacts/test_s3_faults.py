@@ -186,3 +186,44 @@ def test_retries_are_bounded_by_time(monkeypatch: pytest.MonkeyPatch) -> None:
     assert max(delays) <= 2.0
     with pytest.raises(ValueError, match="retry_seconds"):
         S3Config.parse("s3://art/p?retry_seconds=-1")
+
+
+def test_a_404_that_is_not_an_s3_answer_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that is up but not yet serving S3 answers "404 page not found" (text/plain):
+    not the store saying a key is absent (that is NoSuchKey, and stays final), so the read is
+    retried, and succeeds once the server serves the blob."""
+    import http.server
+    import threading
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test-secret")
+    blob = b"kept across the restart"
+    answers: list[int] = []
+
+    class NotYetServing(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            ready = len(answers) >= 2
+            answers.append(200 if ready else 404)
+            body = blob if ready else b"404 page not found\n"
+            self.send_response(answers[-1])
+            kind = "application/octet-stream" if ready else "text/plain; charset=utf-8"
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotYetServing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        port = server.server_address[1]
+        cfg = S3Config.parse(f"s3://art/p?endpoint=http://127.0.0.1:{port}&region=us-east-1")
+        store = S3ArtifactStore(cfg, sleep=lambda _s: None)
+        digest = "sha256:" + hashlib.sha256(blob).hexdigest()
+        assert store.get_bytes(digest) == blob
+        assert answers == [404, 404, 200]
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -201,7 +201,7 @@ def test_a_404_that_is_not_an_s3_answer_is_retried(monkeypatch: pytest.MonkeyPat
     answers: list[int] = []
 
     class NotYetServing(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             ready = len(answers) >= 2
             answers.append(200 if ready else 404)
             body = blob if ready else b"404 page not found\n"

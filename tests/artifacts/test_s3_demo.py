@@ -83,8 +83,12 @@ def test_demo_keeps_every_artifact_in_the_bucket(
     assert not (tmp_path / ".rara/artifacts").exists()  # nothing went to the local default
 
     client = Client(database_url)
-    [run] = client.list_runs()
-    assert f"run {run['id']} succeeded" in said
+    # The first run, then its two refreshes (docs/demo.md): the unchanged one reused every
+    # cached step, each hit read back from the bucket first.
+    run, unchanged, changed = sorted(client.list_runs(), key=lambda r: r["id"])
+    assert f"run {run['id']} and 2 refreshes: succeeded" in said
+    assert f"run {unchanged['id']}, documents unchanged: 8 of 9 steps reused" in said
+    assert f"run {changed['id']}, one document changed" in said
     # Under the processes' own logins (docs/least-privilege.md): the attempts were the worker
     # login's, which may only lease, report and end, and the client's started the run.
     assert "database logins: worker rara_demo_worker (rara_worker)" in said

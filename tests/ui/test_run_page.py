@@ -230,6 +230,9 @@ def test_a_training_curve_grows_live_and_a_resume_is_marked(
     expect(page.locator("#run-status")).to_have_text("succeeded")
     assert page.evaluate("window.__sameDocument") is True
     expect(page.locator("#charts figure.chart").first).to_have_attribute("data-chart", "adapt:loss")
+    # The badge turns on the live state at once; the page's sections, the final chart with
+    # them, are fetched again just after (run.js refresh): wait for its last point.
+    expect(loss).to_have_attribute("data-points", "14", timeout=30_000)
     plot = loss.evaluate(
         "f => ({x: f.uplot.data[0], series: f.uplot.series.slice(1).map("
         "s => [s.label, s.stroke()]), values: f.uplot.data.slice(1)})"

@@ -87,9 +87,9 @@ BEGIN
     RETURN NEW;
 END $$;
 
--- FUNCTION: rara_definition_register(text, jsonb)
+-- FUNCTION: rara_definition_register(text, jsonb, text)
 
-CREATE FUNCTION public.rara_definition_register(p_name text, p_spec jsonb) RETURNS TABLE(id bigint, name text, version integer, digest text, created_at timestamp with time zone, created boolean)
+CREATE FUNCTION public.rara_definition_register(p_name text, p_spec jsonb, p_namespace text DEFAULT 'default'::text) RETURNS TABLE(id bigint, name text, version integer, digest text, created_at timestamp with time zone, created boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
@@ -98,29 +98,31 @@ DECLARE
     spec_digest text := rara_spec_digest(p_spec);
     step_rows jsonb := rara_spec_steps(p_spec);  -- refuses a spec no run could follow
 BEGIN
-    -- The version of p_spec under p_name: the existing one with its digest, or the next
-    -- number. The digest and the step rows are the database's own (migration 0012), never the
+    -- The version of p_spec under p_name in p_namespace: the existing one with its digest,
+    -- or the next number (each namespace's history its own: migration 0017). The digest and the step rows are the database's own (migration 0012), never the
     -- caller's word. Two registrars of one name must not both pick version N+1: the advisory
     -- lock (released at commit) orders them, and the second one finds the first one's row by
     -- digest. Registering a retired name brings it back.
-    PERFORM pg_advisory_xact_lock(hashtext('rara_definition:' || p_name));
-    INSERT INTO rara_definitions (name) VALUES (p_name)
+    PERFORM pg_advisory_xact_lock(hashtext('rara_definition:' || p_namespace || '/' || p_name));
+    INSERT INTO rara_definitions (namespace, name) VALUES (p_namespace, p_name)
     ON CONFLICT ON CONSTRAINT rara_definitions_pkey DO UPDATE SET retired_at = NULL;
     RETURN QUERY
     SELECT v.id, v.name, v.version, v.digest, v.created_at, false
-    FROM rara_definition_versions v WHERE v.name = p_name AND v.digest = spec_digest;
+    FROM rara_definition_versions v
+    WHERE v.namespace = p_namespace AND v.name = p_name AND v.digest = spec_digest;
     IF NOT FOUND THEN
         RETURN QUERY
-        INSERT INTO rara_definition_versions AS v (name, version, digest, spec, steps)
-        SELECT p_name, coalesce(max(w.version), 0) + 1, spec_digest, p_spec, step_rows
-        FROM rara_definition_versions w WHERE w.name = p_name
+        INSERT INTO rara_definition_versions AS v (namespace, name, version, digest, spec, steps)
+        SELECT p_namespace, p_name, coalesce(max(w.version), 0) + 1, spec_digest, p_spec,
+               step_rows
+        FROM rara_definition_versions w WHERE w.namespace = p_namespace AND w.name = p_name
         RETURNING v.id, v.name, v.version, v.digest, v.created_at, true;
     END IF;
 END $$;
 
--- FUNCTION: rara_definition_retire(text)
+-- FUNCTION: rara_definition_retire(text, text)
 
-CREATE FUNCTION public.rara_definition_retire(p_name text) RETURNS text
+CREATE FUNCTION public.rara_definition_retire(p_name text, p_namespace text DEFAULT 'default'::text) RETURNS text
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
@@ -128,8 +130,9 @@ DECLARE
     retired text;
 BEGIN
     -- No new run starts from a retired name without an explicit version; its versions stay.
-    -- NULL: no such name.
-    UPDATE rara_definitions SET retired_at = coalesce(retired_at, now()) WHERE name = p_name
+    -- NULL: no such name in p_namespace (a name elsewhere is another definition).
+    UPDATE rara_definitions SET retired_at = coalesce(retired_at, now())
+    WHERE namespace = p_namespace AND name = p_name
     RETURNING name INTO retired;
     RETURN retired;
 END $$;
@@ -615,9 +618,9 @@ BEGIN
     -- no lease for a reused step: it never ran in this run (attempt 0, its manifest under
     -- attempt 0). A reused map step brings its children. A map step that did not succeed
     -- runs whole: its children that did are not kept (a `cache:` on it reuses them).
-    -- Only a failed or cancelled run resumes. A repeated p_idempotency_key finds the run it
-    -- made (created false).
-    SELECT r.id, r.status, r.definition_version_id, r.input INTO old
+    -- Only a failed or cancelled run resumes. The new run is in the old one's namespace, and
+    -- a repeated p_idempotency_key (unique there) finds the run it made (created false).
+    SELECT r.id, r.namespace, r.status, r.definition_version_id, r.input INTO old
     FROM rara_runs r WHERE r.id = p_run_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'no_data_found';
@@ -626,12 +629,13 @@ BEGIN
         RAISE EXCEPTION 'run % is %: only a failed or cancelled run resumes', p_run_id,
             old.status USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    INSERT INTO rara_runs (definition_version_id, input, idempotency_key)
-    VALUES (old.definition_version_id, old.input, p_idempotency_key)
-    ON CONFLICT (idempotency_key) DO NOTHING
+    INSERT INTO rara_runs (namespace, definition_version_id, input, idempotency_key)
+    VALUES (old.namespace, old.definition_version_id, old.input, p_idempotency_key)
+    ON CONFLICT (namespace, idempotency_key) DO NOTHING
     RETURNING rara_runs.id INTO new_id;
     IF new_id IS NULL THEN
-        run_id := (SELECT r.id FROM rara_runs r WHERE r.idempotency_key = p_idempotency_key);
+        run_id := (SELECT r.id FROM rara_runs r
+                   WHERE r.namespace = old.namespace AND r.idempotency_key = p_idempotency_key);
         -- Qualified: under use_column a bare run_id is s.run_id, and counted every run's.
         reused := (SELECT count(*) FROM rara_steps s
                    WHERE s.run_id = rara_run_resume.run_id AND s.reused_from IS NOT NULL);
@@ -730,9 +734,9 @@ BEGIN
     RETURN NEXT;
 END $$;
 
--- FUNCTION: rara_run_start(text, integer, text, jsonb, text, boolean, double precision)
+-- FUNCTION: rara_run_start(text, integer, text, jsonb, text, boolean, double precision, text)
 
-CREATE FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) RETURNS TABLE(id bigint, digest text, retired_at timestamp with time zone, spec jsonb, missing text[], run_id bigint)
+CREATE FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision, p_namespace text DEFAULT 'default'::text) RETURNS TABLE(id bigint, digest text, retired_at timestamp with time zone, spec jsonb, missing text[], run_id bigint)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
@@ -743,7 +747,8 @@ DECLARE
     map bigint;
 BEGIN
     -- A run and its steps in one round trip (rara.runs.start_run). Resolves the version as
-    -- definition_version_get does (p_version, or the latest when null) and inserts the step
+    -- definition_version_get does (p_version of p_name in p_namespace, or the latest when
+    -- null); the run is in that namespace, and its idempotency key unique there. Inserts the step
     -- rows that the database built from that version's spec when it was registered
     -- (rara_spec_steps, migration 0012: a caller names a version, never its steps). Inserts
     -- only when the version's digest is p_digest — the spec whose input schemas the caller
@@ -760,8 +765,9 @@ BEGIN
                coalesce(v.digest = p_digest, false) AS matched,
                -- the steps' `cache:` settings, added to their payloads (rara_spec_caches)
                rara_spec_caches(v.spec) AS caches
-        FROM rara_definition_versions v JOIN rara_definitions d USING (name)
-        WHERE v.name = p_name AND (p_version IS NULL OR v.version = p_version)
+        FROM rara_definition_versions v JOIN rara_definitions d USING (namespace, name)
+        WHERE v.namespace = p_namespace AND v.name = p_name
+          AND (p_version IS NULL OR v.version = p_version)
         ORDER BY v.version DESC LIMIT 1
     ), step_rows AS (
         SELECT s.* FROM resolved, rara_spec_step_rows(resolved.steps) AS s
@@ -775,12 +781,14 @@ BEGIN
             WHERE s.capability = ANY (w.capabilities) AND w.stopped_at IS NULL
               AND w.heartbeat_at > now() - make_interval(secs => p_alive_seconds))
     ), run AS (
-        INSERT INTO rara_runs (definition_version_id, input, idempotency_key, steps_total)
-        SELECT resolved.id, p_input, p_idempotency_key, jsonb_array_length(resolved.steps)
+        INSERT INTO rara_runs (namespace, definition_version_id, input, idempotency_key,
+                               steps_total)
+        SELECT p_namespace, resolved.id, p_input, p_idempotency_key,
+               jsonb_array_length(resolved.steps)
         FROM resolved, missing
         WHERE resolved.matched AND missing.capabilities IS NULL
           AND (resolved.retired_at IS NULL OR p_version IS NOT NULL)
-        ON CONFLICT (idempotency_key) DO NOTHING
+        ON CONFLICT (namespace, idempotency_key) DO NOTHING
         RETURNING rara_runs.id
     ), steps AS (
         INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
@@ -835,25 +843,28 @@ CREATE FUNCTION public.rara_run_transition_allowed(old public.rara_run_status, n
     )
 $$;
 
--- FUNCTION: rara_schedule_apply(text, text, integer, text, text, jsonb, text, integer, boolean, integer, integer, jsonb, timestamp with time zone)
+-- FUNCTION: rara_schedule_apply(text, text, integer, text, text, jsonb, text, integer, boolean, integer, integer, jsonb, timestamp with time zone, text)
 
-CREATE FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone) RETURNS TABLE(created boolean, changed boolean)
+CREATE FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone, p_namespace text DEFAULT 'default'::text) RETURNS TABLE(created boolean, changed boolean)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
 DECLARE
     old record;
 BEGIN
-    -- Create or change a schedule. p_next_tick is the first tick after now of p_cron in
+    -- Create or change a schedule (of p_namespace, starting runs of p_definition there).
+    -- p_next_tick is the first tick after now of p_cron in
     -- p_time_zone; it replaces the stored one only when the timing changed (cron, zone), so
     -- re-applying the same document neither skips nor repeats a tick. A resumed schedule's
     -- ticks start again after now (the suspended ones are neither fired nor missed).
-    SELECT * INTO old FROM rara_schedules WHERE name = p_name FOR UPDATE;
+    SELECT * INTO old FROM rara_schedules
+    WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
     IF NOT FOUND THEN
-        INSERT INTO rara_schedules (name, definition, version, cron, time_zone, input,
-                                    concurrency_policy, starting_deadline_seconds, suspended,
-                                    successful_runs_kept, failed_runs_kept, spec, next_tick)
-        VALUES (p_name, p_definition, p_version, p_cron, p_time_zone, p_input,
+        INSERT INTO rara_schedules (namespace, name, definition, version, cron, time_zone,
+                                    input, concurrency_policy, starting_deadline_seconds,
+                                    suspended, successful_runs_kept, failed_runs_kept, spec,
+                                    next_tick)
+        VALUES (p_namespace, p_name, p_definition, p_version, p_cron, p_time_zone, p_input,
                 p_concurrency_policy, p_starting_deadline_seconds, p_suspended,
                 p_successful_runs_kept, p_failed_runs_kept, p_spec, p_next_tick);
         created := true;
@@ -873,7 +884,7 @@ BEGIN
                                       AND NOT (old.suspended AND NOT p_suspended)
                                  THEN old.next_tick ELSE p_next_tick END,
                 updated_at = now()
-            WHERE name = p_name;
+            WHERE namespace = p_namespace AND name = p_name;
         END IF;
     END IF;
     PERFORM rara_schedule_changed(p_name, changed);
@@ -897,19 +908,19 @@ END $$;
 
 -- FUNCTION: rara_schedule_claim(integer)
 
-CREATE FUNCTION public.rara_schedule_claim(p_limit integer) RETURNS TABLE(name text, definition text, version integer, cron text, time_zone text, input jsonb, concurrency_policy text, starting_deadline_seconds integer, next_tick timestamp with time zone, last_run_id bigint, last_run_ended boolean, db_now timestamp with time zone)
+CREATE FUNCTION public.rara_schedule_claim(p_limit integer) RETURNS TABLE(namespace text, name text, definition text, version integer, cron text, time_zone text, input jsonb, concurrency_policy text, starting_deadline_seconds integer, next_tick timestamp with time zone, last_run_id bigint, last_run_ended boolean, db_now timestamp with time zone)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
 #variable_conflict use_column
 BEGIN
-    -- Up to p_limit due schedules, their rows locked until the caller's commit: SKIP LOCKED,
+    -- Up to p_limit due schedules of every namespace, their rows locked until the caller's commit: SKIP LOCKED,
     -- so firing processes never wait on each other and never take one schedule twice at once.
     -- The caller decides their ticks (rara_schedule_decide) in the same transaction. db_now is
     -- the clock every firing process uses (the database's: one clock, however many hosts).
     -- last_run_ended: whether the run of the last tick has ended (NULL: none), for Forbid.
     RETURN QUERY
-    SELECT s.name, s.definition, s.version, s.cron, s.time_zone, s.input,
+    SELECT s.namespace, s.name, s.definition, s.version, s.cron, s.time_zone, s.input,
            s.concurrency_policy, s.starting_deadline_seconds, s.next_tick, s.last_run_id,
            (SELECT r.status NOT IN ('pending', 'running') FROM rara_runs r
             WHERE r.id = s.last_run_id),
@@ -921,9 +932,9 @@ BEGIN
     FOR UPDATE OF s SKIP LOCKED;
 END $$;
 
--- FUNCTION: rara_schedule_decide(text, jsonb, integer, timestamp with time zone)
+-- FUNCTION: rara_schedule_decide(text, jsonb, integer, timestamp with time zone, text)
 
-CREATE FUNCTION public.rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone) RETURNS void
+CREATE FUNCTION public.rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone, p_namespace text DEFAULT 'default'::text) RETURNS void
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
@@ -937,15 +948,17 @@ BEGIN
     -- a tick one run even if two callers decided it. Then the history limits: of the ticks
     -- whose run ended, the newest successful_runs_kept succeeded and failed_runs_kept failed
     -- or cancelled stay; runs are not deleted here (`rara runs prune` is the owner's).
-    SELECT * INTO s FROM rara_schedules WHERE name = p_name FOR UPDATE;
+    SELECT * INTO s FROM rara_schedules
+    WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'no schedule %', p_name USING ERRCODE = 'no_data_found';
+        RAISE EXCEPTION 'no schedule % in namespace %', p_name, p_namespace
+            USING ERRCODE = 'no_data_found';
     END IF;
-    INSERT INTO rara_schedule_ticks (schedule, tick, outcome, run_id, reason)
-    SELECT p_name, t.tick, t.outcome, t.run_id, t.reason
+    INSERT INTO rara_schedule_ticks (namespace, schedule, tick, outcome, run_id, reason)
+    SELECT p_namespace, p_name, t.tick, t.outcome, t.run_id, t.reason
     FROM jsonb_to_recordset(p_ticks) AS t(tick timestamptz, outcome text, run_id bigint,
                                           reason text)
-    ON CONFLICT (schedule, tick) DO NOTHING;
+    ON CONFLICT (namespace, schedule, tick) DO NOTHING;
     SELECT t.tick, t.run_id INTO newest
     FROM jsonb_to_recordset(p_ticks) AS t(tick timestamptz, run_id bigint)
     WHERE t.run_id IS NOT NULL ORDER BY t.tick DESC LIMIT 1;
@@ -958,40 +971,42 @@ BEGIN
         last_run_id = CASE WHEN newest.tick >= coalesce(last_tick, '-infinity')
                            THEN newest.run_id ELSE last_run_id END,
         updated_at = now()
-    WHERE name = p_name;
+    WHERE namespace = p_namespace AND name = p_name;
     WITH ended AS (
         SELECT t.tick, r.status = 'succeeded' AS ok,
                row_number() OVER (PARTITION BY r.status = 'succeeded'
                                   ORDER BY t.tick DESC) AS newest
         FROM rara_schedule_ticks t JOIN rara_runs r ON r.id = t.run_id
-        WHERE t.schedule = p_name AND r.status NOT IN ('pending', 'running')
+        WHERE t.namespace = p_namespace AND t.schedule = p_name
+          AND r.status NOT IN ('pending', 'running')
     )
     DELETE FROM rara_schedule_ticks t USING ended e
-    WHERE t.schedule = p_name AND t.tick = e.tick
+    WHERE t.namespace = p_namespace AND t.schedule = p_name AND t.tick = e.tick
       AND e.newest > CASE WHEN e.ok THEN s.successful_runs_kept ELSE s.failed_runs_kept END;
     -- Ticks that started nothing (skipped, refused): the newest 100 say enough.
     DELETE FROM rara_schedule_ticks t
-    WHERE t.schedule = p_name AND t.run_id IS NULL AND t.tick < (
+    WHERE t.namespace = p_namespace AND t.schedule = p_name AND t.run_id IS NULL
+      AND t.tick < (
         SELECT u.tick FROM rara_schedule_ticks u
-        WHERE u.schedule = p_name AND u.run_id IS NULL
+        WHERE u.namespace = p_namespace AND u.schedule = p_name AND u.run_id IS NULL
         ORDER BY u.tick DESC OFFSET 99 LIMIT 1);
 END $$;
 
--- FUNCTION: rara_schedule_delete(text)
+-- FUNCTION: rara_schedule_delete(text, text)
 
-CREATE FUNCTION public.rara_schedule_delete(p_name text) RETURNS boolean
+CREATE FUNCTION public.rara_schedule_delete(p_name text, p_namespace text DEFAULT 'default'::text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
     -- The schedule and its tick history go; the runs it started stay. False: none was.
-    DELETE FROM rara_schedules WHERE name = p_name;
+    DELETE FROM rara_schedules WHERE namespace = p_namespace AND name = p_name;
     RETURN rara_schedule_changed(p_name, FOUND);
 END $$;
 
--- FUNCTION: rara_schedule_suspend(text, boolean, timestamp with time zone)
+-- FUNCTION: rara_schedule_suspend(text, boolean, timestamp with time zone, text)
 
-CREATE FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone) RETURNS boolean
+CREATE FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone, p_namespace text DEFAULT 'default'::text) RETURNS boolean
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     AS $$
@@ -999,7 +1014,7 @@ BEGIN
     -- Pause (p_suspended) or resume a schedule; a resumed one starts again at p_next_tick, its
     -- first tick after now. The spec keeps `suspend` in step, so `show` and a re-apply agree.
     -- NULL: no such schedule; false: it already was.
-    PERFORM 1 FROM rara_schedules WHERE name = p_name;
+    PERFORM 1 FROM rara_schedules WHERE namespace = p_namespace AND name = p_name;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
@@ -1008,7 +1023,7 @@ BEGIN
         spec = jsonb_set(spec, '{suspend}', to_jsonb(p_suspended)),
         next_tick = CASE WHEN p_suspended THEN next_tick ELSE p_next_tick END,
         updated_at = now()
-    WHERE name = p_name AND suspended <> p_suspended;
+    WHERE namespace = p_namespace AND name = p_name AND suspended <> p_suspended;
     RETURN rara_schedule_changed(p_name, FOUND);
 END $$;
 
@@ -2209,6 +2224,7 @@ CREATE TABLE public.rara_definition_versions (
     spec jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     steps jsonb NOT NULL,
+    namespace text NOT NULL,
     CONSTRAINT rara_definition_versions_digest_check CHECK ((digest ~ '^sha256:[0-9a-f]{64}$'::text)),
     CONSTRAINT rara_definition_versions_version_check CHECK ((version >= 1))
 );
@@ -2229,7 +2245,9 @@ ALTER TABLE public.rara_definition_versions ALTER COLUMN id ADD GENERATED ALWAYS
 CREATE TABLE public.rara_definitions (
     name text NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
-    retired_at timestamp with time zone
+    retired_at timestamp with time zone,
+    namespace text NOT NULL,
+    CONSTRAINT rara_definitions_namespace_check CHECK ((namespace ~ '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'::text))
 );
 
 -- TABLE: rara_events
@@ -2275,6 +2293,7 @@ CREATE TABLE public.rara_runs (
     steps_succeeded integer DEFAULT 0 NOT NULL,
     steps_failed integer DEFAULT 0 NOT NULL,
     steps_cancelled integer DEFAULT 0 NOT NULL,
+    namespace text NOT NULL,
     CONSTRAINT rara_runs_finished_iff_terminal CHECK (((status = ANY (ARRAY['succeeded'::public.rara_run_status, 'failed'::public.rara_run_status, 'cancelled'::public.rara_run_status])) = (finished_at IS NOT NULL))),
     CONSTRAINT rara_runs_started_unless_pending CHECK ((((status = 'pending'::public.rara_run_status) = (started_at IS NULL)) OR (status = 'cancelled'::public.rara_run_status))),
     CONSTRAINT rara_runs_step_counts CHECK (((steps_succeeded >= 0) AND (steps_failed >= 0) AND (steps_cancelled >= 0) AND (((steps_succeeded + steps_failed) + steps_cancelled) <= steps_total)))
@@ -2301,6 +2320,7 @@ CREATE TABLE public.rara_schedule_ticks (
     run_id bigint,
     reason text,
     decided_at timestamp with time zone DEFAULT now() NOT NULL,
+    namespace text NOT NULL,
     CONSTRAINT rara_schedule_ticks_outcome_check CHECK ((outcome = ANY (ARRAY['started'::text, 'skipped'::text, 'refused'::text, 'triggered'::text, 'backfilled'::text])))
 );
 
@@ -2325,6 +2345,7 @@ CREATE TABLE public.rara_schedules (
     missed_ticks bigint DEFAULT 0 NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    namespace text NOT NULL,
     CONSTRAINT rara_schedules_concurrency_policy_check CHECK ((concurrency_policy = ANY (ARRAY['Allow'::text, 'Forbid'::text, 'Replace'::text]))),
     CONSTRAINT rara_schedules_failed_runs_kept_check CHECK ((failed_runs_kept >= 0)),
     CONSTRAINT rara_schedules_input_check CHECK ((jsonb_typeof(input) = 'object'::text)),
@@ -2505,12 +2526,12 @@ ALTER TABLE ONLY public.rara_checkpoints
 -- CONSTRAINT: rara_definition_versions rara_definition_versions_name_digest_key
 
 ALTER TABLE ONLY public.rara_definition_versions
-    ADD CONSTRAINT rara_definition_versions_name_digest_key UNIQUE (name, digest);
+    ADD CONSTRAINT rara_definition_versions_name_digest_key UNIQUE (namespace, name, digest);
 
 -- CONSTRAINT: rara_definition_versions rara_definition_versions_name_version_key
 
 ALTER TABLE ONLY public.rara_definition_versions
-    ADD CONSTRAINT rara_definition_versions_name_version_key UNIQUE (name, version);
+    ADD CONSTRAINT rara_definition_versions_name_version_key UNIQUE (namespace, name, version);
 
 -- CONSTRAINT: rara_definition_versions rara_definition_versions_pkey
 
@@ -2520,7 +2541,7 @@ ALTER TABLE ONLY public.rara_definition_versions
 -- CONSTRAINT: rara_definitions rara_definitions_pkey
 
 ALTER TABLE ONLY public.rara_definitions
-    ADD CONSTRAINT rara_definitions_pkey PRIMARY KEY (name);
+    ADD CONSTRAINT rara_definitions_pkey PRIMARY KEY (namespace, name);
 
 -- CONSTRAINT: rara_events rara_events_pkey
 
@@ -2535,7 +2556,7 @@ ALTER TABLE ONLY public.rara_map_lists
 -- CONSTRAINT: rara_runs rara_runs_idempotency_key_key
 
 ALTER TABLE ONLY public.rara_runs
-    ADD CONSTRAINT rara_runs_idempotency_key_key UNIQUE (idempotency_key);
+    ADD CONSTRAINT rara_runs_idempotency_key_key UNIQUE (namespace, idempotency_key);
 
 -- CONSTRAINT: rara_runs rara_runs_pkey
 
@@ -2545,12 +2566,12 @@ ALTER TABLE ONLY public.rara_runs
 -- CONSTRAINT: rara_schedule_ticks rara_schedule_ticks_pkey
 
 ALTER TABLE ONLY public.rara_schedule_ticks
-    ADD CONSTRAINT rara_schedule_ticks_pkey PRIMARY KEY (schedule, tick);
+    ADD CONSTRAINT rara_schedule_ticks_pkey PRIMARY KEY (namespace, schedule, tick);
 
 -- CONSTRAINT: rara_schedules rara_schedules_pkey
 
 ALTER TABLE ONLY public.rara_schedules
-    ADD CONSTRAINT rara_schedules_pkey PRIMARY KEY (name);
+    ADD CONSTRAINT rara_schedules_pkey PRIMARY KEY (namespace, name);
 
 -- CONSTRAINT: rara_schema_functions rara_schema_functions_pkey
 
@@ -2596,6 +2617,10 @@ ALTER TABLE ONLY public.rara_steps
 
 ALTER TABLE ONLY public.rara_workers
     ADD CONSTRAINT rara_workers_pkey PRIMARY KEY (id);
+
+-- INDEX: rara_runs_by_namespace
+
+CREATE INDEX rara_runs_by_namespace ON public.rara_runs USING btree (namespace, id);
 
 -- INDEX: rara_schedule_ticks_run
 
@@ -2682,7 +2707,7 @@ ALTER TABLE ONLY public.rara_checkpoints
 -- FK CONSTRAINT: rara_definition_versions rara_definition_versions_name_fkey
 
 ALTER TABLE ONLY public.rara_definition_versions
-    ADD CONSTRAINT rara_definition_versions_name_fkey FOREIGN KEY (name) REFERENCES public.rara_definitions(name);
+    ADD CONSTRAINT rara_definition_versions_name_fkey FOREIGN KEY (namespace, name) REFERENCES public.rara_definitions(namespace, name);
 
 -- FK CONSTRAINT: rara_events rara_events_step_id_fkey
 
@@ -2692,7 +2717,7 @@ ALTER TABLE ONLY public.rara_events
 -- FK CONSTRAINT: rara_schedule_ticks rara_schedule_ticks_schedule_fkey
 
 ALTER TABLE ONLY public.rara_schedule_ticks
-    ADD CONSTRAINT rara_schedule_ticks_schedule_fkey FOREIGN KEY (schedule) REFERENCES public.rara_schedules(name) ON DELETE CASCADE;
+    ADD CONSTRAINT rara_schedule_ticks_schedule_fkey FOREIGN KEY (namespace, schedule) REFERENCES public.rara_schedules(namespace, name) ON DELETE CASCADE;
 
 -- FK CONSTRAINT: rara_step_artifacts rara_step_artifacts_digest_fkey
 
@@ -2735,17 +2760,17 @@ REVOKE ALL ON FUNCTION public.rara_check_run_transition() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION public.rara_check_step_transition() FROM PUBLIC;
 
--- ACL: FUNCTION rara_definition_register(p_name text, p_spec jsonb)
+-- ACL: FUNCTION rara_definition_register(p_name text, p_spec jsonb, p_namespace text)
 
-REVOKE ALL ON FUNCTION public.rara_definition_register(p_name text, p_spec jsonb) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.rara_definition_register(p_name text, p_spec jsonb) TO rara_client;
-GRANT ALL ON FUNCTION public.rara_definition_register(p_name text, p_spec jsonb) TO rara_operator;
+REVOKE ALL ON FUNCTION public.rara_definition_register(p_name text, p_spec jsonb, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_definition_register(p_name text, p_spec jsonb, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_definition_register(p_name text, p_spec jsonb, p_namespace text) TO rara_operator;
 
--- ACL: FUNCTION rara_definition_retire(p_name text)
+-- ACL: FUNCTION rara_definition_retire(p_name text, p_namespace text)
 
-REVOKE ALL ON FUNCTION public.rara_definition_retire(p_name text) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.rara_definition_retire(p_name text) TO rara_client;
-GRANT ALL ON FUNCTION public.rara_definition_retire(p_name text) TO rara_operator;
+REVOKE ALL ON FUNCTION public.rara_definition_retire(p_name text, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_definition_retire(p_name text, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_definition_retire(p_name text, p_namespace text) TO rara_operator;
 
 -- ACL: FUNCTION rara_delete_attempts_of_deleted_steps()
 
@@ -2831,21 +2856,21 @@ REVOKE ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key
 GRANT ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key text) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key text) TO rara_operator;
 
--- ACL: FUNCTION rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision)
+-- ACL: FUNCTION rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision, p_namespace text)
 
-REVOKE ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) TO rara_client;
-GRANT ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision) TO rara_operator;
+REVOKE ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision, p_namespace text) TO rara_operator;
 
 -- ACL: FUNCTION rara_run_transition_allowed(old public.rara_run_status, new public.rara_run_status)
 
 REVOKE ALL ON FUNCTION public.rara_run_transition_allowed(old public.rara_run_status, new public.rara_run_status) FROM PUBLIC;
 
--- ACL: FUNCTION rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone)
+-- ACL: FUNCTION rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone, p_namespace text)
 
-REVOKE ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone) TO rara_client;
-GRANT ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone) TO rara_operator;
+REVOKE ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone, p_namespace text) TO rara_operator;
 
 -- ACL: FUNCTION rara_schedule_changed(p_name text, p_changed boolean)
 
@@ -2857,23 +2882,23 @@ REVOKE ALL ON FUNCTION public.rara_schedule_claim(p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.rara_schedule_claim(p_limit integer) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_schedule_claim(p_limit integer) TO rara_operator;
 
--- ACL: FUNCTION rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone)
+-- ACL: FUNCTION rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone, p_namespace text)
 
-REVOKE ALL ON FUNCTION public.rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone) TO rara_client;
-GRANT ALL ON FUNCTION public.rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone) TO rara_operator;
+REVOKE ALL ON FUNCTION public.rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone, p_namespace text) TO rara_operator;
 
--- ACL: FUNCTION rara_schedule_delete(p_name text)
+-- ACL: FUNCTION rara_schedule_delete(p_name text, p_namespace text)
 
-REVOKE ALL ON FUNCTION public.rara_schedule_delete(p_name text) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.rara_schedule_delete(p_name text) TO rara_client;
-GRANT ALL ON FUNCTION public.rara_schedule_delete(p_name text) TO rara_operator;
+REVOKE ALL ON FUNCTION public.rara_schedule_delete(p_name text, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_schedule_delete(p_name text, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_schedule_delete(p_name text, p_namespace text) TO rara_operator;
 
--- ACL: FUNCTION rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone)
+-- ACL: FUNCTION rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone, p_namespace text)
 
-REVOKE ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone) TO rara_client;
-GRANT ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone) TO rara_operator;
+REVOKE ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone, p_namespace text) TO rara_operator;
 
 -- ACL: FUNCTION rara_spec_caches(p_spec jsonb)
 

@@ -1,6 +1,7 @@
 """The typed Python client applications use; the CLI is a thin layer over it.
 
 client = Client()                       # DATABASE_URL, or the embedded server
+client = Client(namespace="team-a")     # a team's namespace (else RARA_NAMESPACE, else default)
 client.apply_definition(yaml_text)      # -> AppliedVersion
 run = client.start_run("rag-refresh", input={...}, idempotency_key="nightly-2026-11-29")
 final = client.wait(run.run_id, timeout=600)
@@ -21,6 +22,7 @@ from rara.definitions.model import WorkflowDefinition
 from rara.definitions.parse import definition_from_object, load_definition
 from rara.definitions.registry import AppliedVersion, apply_definition
 from rara.errors import NotFound
+from rara.namespaces import document_namespace, namespace_from, qualified
 from rara.pg import artifacts, definitions, events, runs, steps
 from rara.pg.connect import database_url
 from rara.runs import StartedRun, cancel_run, resume_run, start_run
@@ -33,6 +35,7 @@ Row = dict[str, Any]
 @dataclass(frozen=True)
 class RunView:
     id: int
+    namespace: str
     status: RunStatus
     definition: str
     version: int
@@ -52,6 +55,7 @@ def load_run(conn: psycopg.Connection[Any], run_id: int) -> RunView | None:
         return None
     return RunView(
         id=run.id,
+        namespace=run.namespace,
         status=run.status,
         definition=run.definition,
         version=run.version,
@@ -65,8 +69,15 @@ def load_run(conn: psycopg.Connection[Any], run_id: int) -> RunView | None:
 
 
 class Client:
-    def __init__(self, url: str | None = None) -> None:
+    """A client works in one namespace (docs/namespaces.md): what it applies, starts, lists
+    and schedules by name is that namespace's. Runs are named by id, which no two namespaces
+    share."""
+
+    def __init__(self, url: str | None = None, *, namespace: str | None = None) -> None:
         self.url = database_url(url)
+        self.namespace = namespace_from(namespace)
+        # Told explicitly: a document naming another namespace is refused, not followed.
+        self._namespace_explicit = namespace is not None
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
@@ -81,19 +92,31 @@ class Client:
             definition = load_definition(definition)
         elif isinstance(definition, dict):
             definition = definition_from_object(definition)
+        namespace = self.document_namespace(
+            definition.metadata.namespace, f"WorkflowDefinition {definition.name}"
+        )
         with self._conn() as conn:
-            return apply_definition(conn, definition)
+            return apply_definition(conn, definition, namespace=namespace)
 
-    def list_definitions(self) -> list[Row]:
+    def document_namespace(self, declared: str | None, what: str) -> str:
+        """Where a document that declares ``declared`` (None: nothing) is applied by this
+        client (rara.namespaces.document_namespace)."""
+        return document_namespace(
+            declared, self.namespace, explicit=self._namespace_explicit, what=what
+        )
+
+    def list_definitions(self, *, all_namespaces: bool = False) -> list[Row]:
+        namespace = None if all_namespaces else self.namespace
         with self._conn() as conn:
-            return [asdict(d) for d in definitions.list_all(conn)]
+            return [asdict(d) for d in definitions.list_all(conn, namespace=namespace)]
 
     def get_definition(self, name: str, version: int | None = None) -> Row:
         with self._conn() as conn:
-            row = definitions.version_get(conn, name, version)
+            row = definitions.version_get(conn, name, version, namespace=self.namespace)
         if row is None:
             raise NotFound(
-                f"no workflow definition {name}" + (f" version {version}" if version else "")
+                f"no workflow definition {qualified(self.namespace, name)}"
+                + (f" version {version}" if version else "")
             )
         return asdict(row)
 
@@ -115,6 +138,7 @@ class Client:
                 input=input,
                 idempotency_key=idempotency_key,
                 queue_anyway=queue_anyway,
+                namespace=self.namespace,
             )
 
     def resume_run(
@@ -139,9 +163,12 @@ class Client:
             raise NotFound(f"no run {run_id}")
         return view
 
-    def list_runs(self, status: RunStatus | None = None, limit: int = 50) -> list[Row]:
+    def list_runs(
+        self, status: RunStatus | None = None, limit: int = 50, *, all_namespaces: bool = False
+    ) -> list[Row]:
+        namespace = None if all_namespaces else self.namespace
         with self._conn() as conn:
-            return [asdict(r) for r in runs.list_recent(conn, status, limit)]
+            return [asdict(r) for r in runs.list_recent(conn, status, limit, namespace=namespace)]
 
     def run_events(self, run_id: int) -> list[Row]:
         with self._conn() as conn:
@@ -163,7 +190,7 @@ class Client:
         """Pause (``suspended``) or resume a schedule, as `rara schedules pause|resume` does;
         False: it already was. NotFound for no such schedule."""
         with self._conn() as conn:
-            return set_suspended(conn, name, suspended)
+            return set_suspended(conn, name, suspended, namespace=self.namespace)
 
     def wait(self, run_id: int, timeout: float | None = None, poll: float = 1.0) -> RunView:
         """Block until the run is terminal: woken by NOTIFY on rara_run, polling as fallback."""

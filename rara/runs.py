@@ -16,6 +16,7 @@ from psycopg.pq import TransactionStatus
 from rara.definitions.inputs import check_run_input
 from rara.definitions.parse import spec_from_object
 from rara.errors import CapabilityUnavailable, InputInvalid, NotFound, RaraError, ResumeRefused
+from rara.namespaces import DEFAULT_NAMESPACE, qualified
 from rara.pg import definitions as definition_sql
 from rara.pg import runs as run_sql
 from rara.secrets import refuse_credentials
@@ -55,14 +56,18 @@ def start_run(
     input: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
     queue_anyway: bool = False,
+    namespace: str = DEFAULT_NAMESPACE,
 ) -> StartedRun:
-    """Create a run and its steps atomically; the same idempotency key → the same run.
-    One statement (one round trip) when this process has seen the definition's spec before."""
+    """Create a run of ``definition`` in ``namespace`` and its steps atomically; the same
+    idempotency key in the same namespace → the same run. One statement (one round trip) when
+    this process has seen the definition's spec before."""
     run_input = validate_input({} if input is None else input)
     if idempotency_key is not None and not (0 < len(idempotency_key) <= 200):
         raise InputInvalid("idempotency key must be 1..200 characters")
     with _atomic(conn):
-        return _start(conn, definition, version, run_input, idempotency_key, queue_anyway)
+        return _start(
+            conn, _Name(namespace, definition), version, run_input, idempotency_key, queue_anyway
+        )
 
 
 def check_input(
@@ -71,6 +76,7 @@ def check_input(
     *,
     version: int | None = None,
     input: dict[str, Any] | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
 ) -> None:
     """Raise InputInvalid, as start_run would, when ``input`` is refused by a start of
     (definition, version) now: its bounds, and the input schemas of that version's steps (the
@@ -78,9 +84,10 @@ def check_input(
     and wants its refusal now, not at each start. A definition (version) that does not exist
     yet checks only the bounds: whether it exists is the start's to say."""
     run_input = validate_input({} if input is None else input)
-    row = definition_sql.version_get(conn, definition, version)
+    row = definition_sql.version_get(conn, definition, version, namespace=namespace)
     if row is not None:
-        check_run_input(run_input, _remember(definition, version, row.digest, row.spec))
+        name = _Name(namespace, definition)
+        check_run_input(run_input, _remember(name, version, row.digest, row.spec))
 
 
 def _atomic(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:
@@ -92,9 +99,20 @@ def _atomic(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:
     return conn.transaction()
 
 
+@dataclass(frozen=True, slots=True)
+class _Name:
+    """A definition's full name: its namespace and its name there."""
+
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return qualified(self.namespace, self.name)
+
+
 def _start(
     conn: psycopg.Connection[Any],
-    definition: str,
+    definition: _Name,
     version: int | None,
     run_input: dict[str, Any],
     idempotency_key: str | None,
@@ -109,7 +127,8 @@ def _start(
             check_run_input(run_input, schemas)
         row = run_sql.start(
             conn,
-            name=definition,
+            namespace=definition.namespace,
+            name=definition.name,
             version=version,
             digest=digest if schemas is not None else None,
             input=run_input,
@@ -123,7 +142,7 @@ def _start(
         if row.retired_at is not None and version is None:
             raise NotFound(f"workflow definition {definition} is retired")
         if row.spec is None:  # our digest matched: the statement did (or refused) the start
-            return _started(conn, row.run_id, row.missing, idempotency_key)
+            return _started(conn, definition.namespace, row.run_id, row.missing, idempotency_key)
         # Unknown or stale digest: nothing was inserted; learn the spec's schemas, go again.
         digest = row.digest
         schemas = _remember(definition, version, digest, row.spec)
@@ -133,6 +152,7 @@ def _start(
 
 def _started(
     conn: psycopg.Connection[Any],
+    namespace: str,
     run_id: int | None,
     missing: list[str] | None,
     idempotency_key: str | None,
@@ -145,25 +165,25 @@ def _started(
         raise AssertionError("run_start inserted no run and reported no reason")
     # The key exists: read its run in a new statement. run_start's own snapshot predates a
     # concurrent winner's commit (ON CONFLICT waited for it but cannot return its row).
-    existing = run_sql.id_by_key(conn, idempotency_key)
+    existing = run_sql.id_by_key(conn, idempotency_key, namespace=namespace)
     if existing is None:
         raise AssertionError("run_start found the idempotency key taken but no run has it")
     return StartedRun(existing, created=False)
 
 
-# What a run input is checked against, by spec digest, and the digest last seen per (name,
-# version). The steps themselves the database builds from the version's spec (rara_run_start);
+# What a run input is checked against, by spec digest, and the digest last seen per (namespace,
+# name, version). The steps themselves the database builds from the version's spec (rara_run_start);
 # the digest hashes the spec's content, so a cached entry is right for any database this
 # process talks to (tests clone databases whose version ids repeat with other specs); a stale
 # hint costs one call more.
 _InputSchemas = list[tuple[str, dict[str, Any]]]  # (step key, JSON Schema of the run input)
 _INPUT_SCHEMAS: dict[str, _InputSchemas] = {}
-_DIGEST_HINTS: dict[tuple[str, int | None], str] = {}
+_DIGEST_HINTS: dict[tuple[_Name, int | None], str] = {}
 _CACHE_LIMIT = 512  # entries per map; the oldest goes first (a process sees few definitions)
 _CACHE_LOCK = threading.Lock()  # writers only: dict reads are atomic
 
 
-def _remember(definition: str, version: int | None, digest: str, spec_json: Any) -> _InputSchemas:
+def _remember(definition: _Name, version: int | None, digest: str, spec_json: Any) -> _InputSchemas:
     """The input schemas of the spec with this digest (parsed unless cached: only the hint was
     stale), cached with the hint for the next start of (definition, version)."""
     schemas = _INPUT_SCHEMAS.get(digest)
@@ -182,9 +202,11 @@ def _put(cache: dict[_K, _V], key: _K, value: _V) -> None:
     cache[key] = value
 
 
-def run_id_by_key(conn: psycopg.Connection[Any], idempotency_key: str) -> int | None:
-    """The run started under this idempotency key (None: none was)."""
-    return run_sql.id_by_key(conn, idempotency_key)
+def run_id_by_key(
+    conn: psycopg.Connection[Any], idempotency_key: str, *, namespace: str = DEFAULT_NAMESPACE
+) -> int | None:
+    """The run started under this idempotency key in ``namespace`` (None: none was)."""
+    return run_sql.id_by_key(conn, idempotency_key, namespace=namespace)
 
 
 def resume_run(

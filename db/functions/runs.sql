@@ -27,7 +27,8 @@ SELECT rara_grant('rara_spec_step_rows');  -- only through rara_run_start, rara_
 
 CREATE OR REPLACE FUNCTION rara_run_start(
     p_name text, p_version integer, p_digest text, p_input jsonb,
-    p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision)
+    p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision,
+    p_namespace text DEFAULT 'default')
 RETURNS TABLE (id bigint, digest text, retired_at timestamptz, spec jsonb, missing text[],
                run_id bigint)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
@@ -38,7 +39,8 @@ DECLARE
     map bigint;
 BEGIN
     -- A run and its steps in one round trip (rara.runs.start_run). Resolves the version as
-    -- definition_version_get does (p_version, or the latest when null) and inserts the step
+    -- definition_version_get does (p_version of p_name in p_namespace, or the latest when
+    -- null); the run is in that namespace, and its idempotency key unique there. Inserts the step
     -- rows that the database built from that version's spec when it was registered
     -- (rara_spec_steps, migration 0012: a caller names a version, never its steps). Inserts
     -- only when the version's digest is p_digest — the spec whose input schemas the caller
@@ -55,8 +57,9 @@ BEGIN
                coalesce(v.digest = p_digest, false) AS matched,
                -- the steps' `cache:` settings, added to their payloads (rara_spec_caches)
                rara_spec_caches(v.spec) AS caches
-        FROM rara_definition_versions v JOIN rara_definitions d USING (name)
-        WHERE v.name = p_name AND (p_version IS NULL OR v.version = p_version)
+        FROM rara_definition_versions v JOIN rara_definitions d USING (namespace, name)
+        WHERE v.namespace = p_namespace AND v.name = p_name
+          AND (p_version IS NULL OR v.version = p_version)
         ORDER BY v.version DESC LIMIT 1
     ), step_rows AS (
         SELECT s.* FROM resolved, rara_spec_step_rows(resolved.steps) AS s
@@ -70,12 +73,14 @@ BEGIN
             WHERE s.capability = ANY (w.capabilities) AND w.stopped_at IS NULL
               AND w.heartbeat_at > now() - make_interval(secs => p_alive_seconds))
     ), run AS (
-        INSERT INTO rara_runs (definition_version_id, input, idempotency_key, steps_total)
-        SELECT resolved.id, p_input, p_idempotency_key, jsonb_array_length(resolved.steps)
+        INSERT INTO rara_runs (namespace, definition_version_id, input, idempotency_key,
+                               steps_total)
+        SELECT p_namespace, resolved.id, p_input, p_idempotency_key,
+               jsonb_array_length(resolved.steps)
         FROM resolved, missing
         WHERE resolved.matched AND missing.capabilities IS NULL
           AND (resolved.retired_at IS NULL OR p_version IS NOT NULL)
-        ON CONFLICT (idempotency_key) DO NOTHING
+        ON CONFLICT (namespace, idempotency_key) DO NOTHING
         RETURNING rara_runs.id
     ), steps AS (
         INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
@@ -237,9 +242,9 @@ BEGIN
     -- no lease for a reused step: it never ran in this run (attempt 0, its manifest under
     -- attempt 0). A reused map step brings its children. A map step that did not succeed
     -- runs whole: its children that did are not kept (a `cache:` on it reuses them).
-    -- Only a failed or cancelled run resumes. A repeated p_idempotency_key finds the run it
-    -- made (created false).
-    SELECT r.id, r.status, r.definition_version_id, r.input INTO old
+    -- Only a failed or cancelled run resumes. The new run is in the old one's namespace, and
+    -- a repeated p_idempotency_key (unique there) finds the run it made (created false).
+    SELECT r.id, r.namespace, r.status, r.definition_version_id, r.input INTO old
     FROM rara_runs r WHERE r.id = p_run_id;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'no_data_found';
@@ -248,12 +253,13 @@ BEGIN
         RAISE EXCEPTION 'run % is %: only a failed or cancelled run resumes', p_run_id,
             old.status USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    INSERT INTO rara_runs (definition_version_id, input, idempotency_key)
-    VALUES (old.definition_version_id, old.input, p_idempotency_key)
-    ON CONFLICT (idempotency_key) DO NOTHING
+    INSERT INTO rara_runs (namespace, definition_version_id, input, idempotency_key)
+    VALUES (old.namespace, old.definition_version_id, old.input, p_idempotency_key)
+    ON CONFLICT (namespace, idempotency_key) DO NOTHING
     RETURNING rara_runs.id INTO new_id;
     IF new_id IS NULL THEN
-        run_id := (SELECT r.id FROM rara_runs r WHERE r.idempotency_key = p_idempotency_key);
+        run_id := (SELECT r.id FROM rara_runs r
+                   WHERE r.namespace = old.namespace AND r.idempotency_key = p_idempotency_key);
         -- Qualified: under use_column a bare run_id is s.run_id, and counted every run's.
         reused := (SELECT count(*) FROM rara_steps s
                    WHERE s.run_id = rara_run_resume.run_id AND s.reused_from IS NOT NULL);

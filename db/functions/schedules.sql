@@ -24,22 +24,25 @@ CREATE OR REPLACE FUNCTION rara_schedule_apply(
     p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text,
     p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer,
     p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer,
-    p_spec jsonb, p_next_tick timestamptz)
+    p_spec jsonb, p_next_tick timestamptz, p_namespace text DEFAULT 'default')
 RETURNS TABLE (created boolean, changed boolean)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     old record;
 BEGIN
-    -- Create or change a schedule. p_next_tick is the first tick after now of p_cron in
+    -- Create or change a schedule (of p_namespace, starting runs of p_definition there).
+    -- p_next_tick is the first tick after now of p_cron in
     -- p_time_zone; it replaces the stored one only when the timing changed (cron, zone), so
     -- re-applying the same document neither skips nor repeats a tick. A resumed schedule's
     -- ticks start again after now (the suspended ones are neither fired nor missed).
-    SELECT * INTO old FROM rara_schedules WHERE name = p_name FOR UPDATE;
+    SELECT * INTO old FROM rara_schedules
+    WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
     IF NOT FOUND THEN
-        INSERT INTO rara_schedules (name, definition, version, cron, time_zone, input,
-                                    concurrency_policy, starting_deadline_seconds, suspended,
-                                    successful_runs_kept, failed_runs_kept, spec, next_tick)
-        VALUES (p_name, p_definition, p_version, p_cron, p_time_zone, p_input,
+        INSERT INTO rara_schedules (namespace, name, definition, version, cron, time_zone,
+                                    input, concurrency_policy, starting_deadline_seconds,
+                                    suspended, successful_runs_kept, failed_runs_kept, spec,
+                                    next_tick)
+        VALUES (p_namespace, p_name, p_definition, p_version, p_cron, p_time_zone, p_input,
                 p_concurrency_policy, p_starting_deadline_seconds, p_suspended,
                 p_successful_runs_kept, p_failed_runs_kept, p_spec, p_next_tick);
         created := true;
@@ -59,7 +62,7 @@ BEGIN
                                       AND NOT (old.suspended AND NOT p_suspended)
                                  THEN old.next_tick ELSE p_next_tick END,
                 updated_at = now()
-            WHERE name = p_name;
+            WHERE namespace = p_namespace AND name = p_name;
         END IF;
     END IF;
     PERFORM rara_schedule_changed(p_name, changed);
@@ -68,14 +71,15 @@ END $$;
 SELECT rara_grant('rara_schedule_apply', 'rara_client', 'rara_operator');
 
 CREATE OR REPLACE FUNCTION rara_schedule_suspend(
-    p_name text, p_suspended boolean, p_next_tick timestamptz)
+    p_name text, p_suspended boolean, p_next_tick timestamptz,
+    p_namespace text DEFAULT 'default')
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
     -- Pause (p_suspended) or resume a schedule; a resumed one starts again at p_next_tick, its
     -- first tick after now. The spec keeps `suspend` in step, so `show` and a re-apply agree.
     -- NULL: no such schedule; false: it already was.
-    PERFORM 1 FROM rara_schedules WHERE name = p_name;
+    PERFORM 1 FROM rara_schedules WHERE namespace = p_namespace AND name = p_name;
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
@@ -84,36 +88,38 @@ BEGIN
         spec = jsonb_set(spec, '{suspend}', to_jsonb(p_suspended)),
         next_tick = CASE WHEN p_suspended THEN next_tick ELSE p_next_tick END,
         updated_at = now()
-    WHERE name = p_name AND suspended <> p_suspended;
+    WHERE namespace = p_namespace AND name = p_name AND suspended <> p_suspended;
     RETURN rara_schedule_changed(p_name, FOUND);
 END $$;
 SELECT rara_grant('rara_schedule_suspend', 'rara_client', 'rara_operator');
 
-CREATE OR REPLACE FUNCTION rara_schedule_delete(p_name text)
+CREATE OR REPLACE FUNCTION rara_schedule_delete(
+    p_name text, p_namespace text DEFAULT 'default')
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
     -- The schedule and its tick history go; the runs it started stay. False: none was.
-    DELETE FROM rara_schedules WHERE name = p_name;
+    DELETE FROM rara_schedules WHERE namespace = p_namespace AND name = p_name;
     RETURN rara_schedule_changed(p_name, FOUND);
 END $$;
 SELECT rara_grant('rara_schedule_delete', 'rara_client', 'rara_operator');
 
 CREATE OR REPLACE FUNCTION rara_schedule_claim(p_limit integer)
-RETURNS TABLE (name text, definition text, version integer, cron text, time_zone text,
+RETURNS TABLE (namespace text, name text, definition text, version integer, cron text,
+               time_zone text,
                input jsonb, concurrency_policy text, starting_deadline_seconds integer,
                next_tick timestamptz, last_run_id bigint, last_run_ended boolean,
                db_now timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 BEGIN
-    -- Up to p_limit due schedules, their rows locked until the caller's commit: SKIP LOCKED,
+    -- Up to p_limit due schedules of every namespace, their rows locked until the caller's commit: SKIP LOCKED,
     -- so firing processes never wait on each other and never take one schedule twice at once.
     -- The caller decides their ticks (rara_schedule_decide) in the same transaction. db_now is
     -- the clock every firing process uses (the database's: one clock, however many hosts).
     -- last_run_ended: whether the run of the last tick has ended (NULL: none), for Forbid.
     RETURN QUERY
-    SELECT s.name, s.definition, s.version, s.cron, s.time_zone, s.input,
+    SELECT s.namespace, s.name, s.definition, s.version, s.cron, s.time_zone, s.input,
            s.concurrency_policy, s.starting_deadline_seconds, s.next_tick, s.last_run_id,
            (SELECT r.status NOT IN ('pending', 'running') FROM rara_runs r
             WHERE r.id = s.last_run_id),
@@ -127,7 +133,8 @@ END $$;
 SELECT rara_grant('rara_schedule_claim', 'rara_client', 'rara_operator');
 
 CREATE OR REPLACE FUNCTION rara_schedule_decide(
-    p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamptz)
+    p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamptz,
+    p_namespace text DEFAULT 'default')
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
@@ -140,15 +147,17 @@ BEGIN
     -- a tick one run even if two callers decided it. Then the history limits: of the ticks
     -- whose run ended, the newest successful_runs_kept succeeded and failed_runs_kept failed
     -- or cancelled stay; runs are not deleted here (`rara runs prune` is the owner's).
-    SELECT * INTO s FROM rara_schedules WHERE name = p_name FOR UPDATE;
+    SELECT * INTO s FROM rara_schedules
+    WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'no schedule %', p_name USING ERRCODE = 'no_data_found';
+        RAISE EXCEPTION 'no schedule % in namespace %', p_name, p_namespace
+            USING ERRCODE = 'no_data_found';
     END IF;
-    INSERT INTO rara_schedule_ticks (schedule, tick, outcome, run_id, reason)
-    SELECT p_name, t.tick, t.outcome, t.run_id, t.reason
+    INSERT INTO rara_schedule_ticks (namespace, schedule, tick, outcome, run_id, reason)
+    SELECT p_namespace, p_name, t.tick, t.outcome, t.run_id, t.reason
     FROM jsonb_to_recordset(p_ticks) AS t(tick timestamptz, outcome text, run_id bigint,
                                           reason text)
-    ON CONFLICT (schedule, tick) DO NOTHING;
+    ON CONFLICT (namespace, schedule, tick) DO NOTHING;
     SELECT t.tick, t.run_id INTO newest
     FROM jsonb_to_recordset(p_ticks) AS t(tick timestamptz, run_id bigint)
     WHERE t.run_id IS NOT NULL ORDER BY t.tick DESC LIMIT 1;
@@ -161,22 +170,24 @@ BEGIN
         last_run_id = CASE WHEN newest.tick >= coalesce(last_tick, '-infinity')
                            THEN newest.run_id ELSE last_run_id END,
         updated_at = now()
-    WHERE name = p_name;
+    WHERE namespace = p_namespace AND name = p_name;
     WITH ended AS (
         SELECT t.tick, r.status = 'succeeded' AS ok,
                row_number() OVER (PARTITION BY r.status = 'succeeded'
                                   ORDER BY t.tick DESC) AS newest
         FROM rara_schedule_ticks t JOIN rara_runs r ON r.id = t.run_id
-        WHERE t.schedule = p_name AND r.status NOT IN ('pending', 'running')
+        WHERE t.namespace = p_namespace AND t.schedule = p_name
+          AND r.status NOT IN ('pending', 'running')
     )
     DELETE FROM rara_schedule_ticks t USING ended e
-    WHERE t.schedule = p_name AND t.tick = e.tick
+    WHERE t.namespace = p_namespace AND t.schedule = p_name AND t.tick = e.tick
       AND e.newest > CASE WHEN e.ok THEN s.successful_runs_kept ELSE s.failed_runs_kept END;
     -- Ticks that started nothing (skipped, refused): the newest 100 say enough.
     DELETE FROM rara_schedule_ticks t
-    WHERE t.schedule = p_name AND t.run_id IS NULL AND t.tick < (
+    WHERE t.namespace = p_namespace AND t.schedule = p_name AND t.run_id IS NULL
+      AND t.tick < (
         SELECT u.tick FROM rara_schedule_ticks u
-        WHERE u.schedule = p_name AND u.run_id IS NULL
+        WHERE u.namespace = p_namespace AND u.schedule = p_name AND u.run_id IS NULL
         ORDER BY u.tick DESC OFFSET 99 LIMIT 1);
 END $$;
 SELECT rara_grant('rara_schedule_decide', 'rara_client', 'rara_operator');

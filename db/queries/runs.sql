@@ -15,13 +15,14 @@ SELECT * FROM rara_run_start(
     p_input => CAST(:input AS jsonb),
     p_idempotency_key => CAST(:idempotency_key AS text),
     p_check_capabilities => CAST(:check_capabilities AS boolean),
-    p_alive_seconds => :alive_seconds);
+    p_alive_seconds => :alive_seconds, p_namespace => :namespace);
 
 -- name: run_get_by_key$
-SELECT id FROM rara_runs WHERE idempotency_key = :idempotency_key;
+-- An idempotency key names one run in its namespace.
+SELECT id FROM rara_runs WHERE namespace = :namespace AND idempotency_key = :idempotency_key;
 
 -- name: run_get^
-SELECT r.id, r.status, r.input, r.idempotency_key, r.cancel_requested, r.error, r.created_at,
+SELECT r.id, r.namespace, r.status, r.input, r.idempotency_key, r.cancel_requested, r.error, r.created_at,
        r.started_at, r.finished_at, v.name AS definition, v.version, v.digest
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
 WHERE r.id = :run_id;
@@ -38,10 +39,12 @@ FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_
 WHERE r.id = ANY(CAST(:run_ids AS bigint[]));
 
 -- name: run_list
-SELECT r.id, r.status, v.name AS definition, v.version, r.created_at, r.finished_at,
-       r.steps_succeeded AS done, r.steps_total AS total
+-- The newest runs of :namespace (of every namespace when null).
+SELECT r.id, r.namespace, r.status, v.name AS definition, v.version, r.created_at,
+       r.finished_at, r.steps_succeeded AS done, r.steps_total AS total
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
 WHERE (CAST(:status AS rara_run_status) IS NULL OR r.status = :status)
+  AND (CAST(:namespace AS text) IS NULL OR r.namespace = :namespace)
 ORDER BY r.id DESC LIMIT :limit;
 
 -- name: run_cancel$
@@ -51,18 +54,21 @@ SELECT rara_run_cancel(p_run_id => :run_id);
 -- name: run_enqueue_many
 -- Tests and benchmarks only, as the database's owner (no process role may insert: migration
 -- 0007; not the runtime path: no input validation, no routing check):
--- :runs runs of the definition version :name/:version (the latest when null), each with :steps
+-- :runs runs of the definition version :namespace/:name/:version (the latest when null), each
+-- with :steps
 -- steps of one capability inserted set-wise. Keys: :key0, :key1… when :numbered, else :key;
 -- :chained makes each step depend on the one before (only the first ready), otherwise every
 -- step is ready. Returns each step's run id. One statement whatever the size, so a
 -- new NOT NULL column of rara_steps is added here and in run_start only.
 WITH version AS (
-    SELECT id FROM rara_definition_versions
-    WHERE name = :name AND (CAST(:version AS integer) IS NULL OR version = :version)
+    SELECT id, namespace FROM rara_definition_versions
+    WHERE namespace = :namespace AND name = :name
+      AND (CAST(:version AS integer) IS NULL OR version = :version)
     ORDER BY version DESC LIMIT 1
 ), runs AS (
-    INSERT INTO rara_runs (definition_version_id, input, steps_total)
-    SELECT version.id, CAST(:input AS jsonb), :steps FROM version, generate_series(1, :runs)
+    INSERT INTO rara_runs (namespace, definition_version_id, input, steps_total)
+    SELECT version.namespace, version.id, CAST(:input AS jsonb), :steps
+    FROM version, generate_series(1, :runs)
     RETURNING id
 )
 INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability, executor,

@@ -13,23 +13,27 @@ SELECT * FROM rara_schedule_apply(
     p_concurrency_policy => :concurrency_policy,
     p_starting_deadline_seconds => :starting_deadline_seconds, p_suspended => :suspended,
     p_successful_runs_kept => :successful_runs_kept, p_failed_runs_kept => :failed_runs_kept,
-    p_spec => CAST(:spec AS jsonb), p_next_tick => CAST(:next_tick AS timestamptz));
+    p_spec => CAST(:spec AS jsonb), p_next_tick => CAST(:next_tick AS timestamptz),
+    p_namespace => :namespace);
 
 -- name: schedule_suspend$
 -- True: changed; false: it already was; null: no such schedule.
 SELECT rara_schedule_suspend(p_name => :name, p_suspended => :suspended,
-                             p_next_tick => CAST(:next_tick AS timestamptz));
+                             p_next_tick => CAST(:next_tick AS timestamptz),
+                             p_namespace => :namespace);
 
 -- name: schedule_delete$
-SELECT rara_schedule_delete(p_name => :name);
+SELECT rara_schedule_delete(p_name => :name, p_namespace => :namespace);
 
 -- name: schedule_claim
--- The due schedules, locked until the caller's commit (SKIP LOCKED); with the database's now.
+-- The due schedules of every namespace, locked until the caller's commit (SKIP LOCKED); with
+-- the database's now.
 SELECT * FROM rara_schedule_claim(p_limit => :limit);
 
 -- name: schedule_decide!
 SELECT rara_schedule_decide(p_name => :name, p_ticks => CAST(:ticks AS jsonb),
-                            p_missed => :missed, p_next_tick => CAST(:next_tick AS timestamptz));
+                            p_missed => :missed, p_next_tick => CAST(:next_tick AS timestamptz),
+                            p_namespace => :namespace);
 
 -- name: schedule_next_due^
 -- When the firing loop must wake: the earliest next tick of a live schedule (null: none), and
@@ -39,23 +43,25 @@ SELECT (SELECT min(next_tick) FROM rara_schedules WHERE NOT suspended) AS next_t
        now() AS db_now;
 
 -- name: schedule_get^
-SELECT s.name, s.definition, s.version, s.cron, s.time_zone, s.input, s.concurrency_policy,
+SELECT s.namespace, s.name, s.definition, s.version, s.cron, s.time_zone, s.input, s.concurrency_policy,
        s.starting_deadline_seconds, s.suspended, s.successful_runs_kept, s.failed_runs_kept,
        s.spec, s.next_tick, s.last_tick, s.last_run_id, s.missed_ticks, s.created_at,
        s.updated_at, r.status AS last_run_status
 FROM rara_schedules s LEFT JOIN rara_runs r ON r.id = s.last_run_id
-WHERE s.name = :name;
+WHERE s.namespace = :namespace AND s.name = :name;
 
 -- name: schedule_list
-SELECT s.name, s.definition, s.version, s.cron, s.time_zone, s.concurrency_policy,
+-- The schedules of :namespace (of every namespace when null).
+SELECT s.namespace, s.name, s.definition, s.version, s.cron, s.time_zone, s.concurrency_policy,
        s.suspended, s.next_tick, s.last_tick, s.last_run_id, s.missed_ticks,
        r.status AS last_run_status
 FROM rara_schedules s LEFT JOIN rara_runs r ON r.id = s.last_run_id
-ORDER BY s.name;
+WHERE CAST(:namespace AS text) IS NULL OR s.namespace = :namespace
+ORDER BY s.namespace, s.name;
 
 -- name: schedule_tick_list
 -- A schedule's decided ticks, newest first, with each run's status now.
 SELECT t.tick, t.outcome, t.run_id, t.reason, t.decided_at, r.status AS run_status
 FROM rara_schedule_ticks t LEFT JOIN rara_runs r ON r.id = t.run_id
-WHERE t.schedule = :name
+WHERE t.namespace = :namespace AND t.schedule = :name
 ORDER BY t.tick DESC LIMIT :limit;

@@ -20,6 +20,7 @@ from pydantic import (
 
 from rara.definitions import inputs
 from rara.definitions.durations import DurationMs, format_duration_ms
+from rara.namespaces import NAMESPACE_PATTERN
 
 API_VERSION = "rara.dev/v1alpha1"
 KIND = "WorkflowDefinition"
@@ -188,6 +189,8 @@ class Metadata(BaseModel):
     # Kubernetes adds uid, generation, annotations…: keep only what rara needs, ignore the rest.
     model_config = ConfigDict(extra="ignore", frozen=True)
     name: str = Field(pattern=NAME_PATTERN)
+    # The namespace the document names (None: the client's). rara.namespaces has the rule.
+    namespace: str | None = Field(default=None, pattern=NAMESPACE_PATTERN)
 
 
 class WorkflowDefinition(_Model):

@@ -9,6 +9,7 @@ import psycopg
 
 from rara.definitions.model import WorkflowDefinition
 from rara.definitions.parse import canonical_spec
+from rara.namespaces import DEFAULT_NAMESPACE
 from rara.pg import definitions as sql
 from rara.secrets import refuse_credentials
 
@@ -19,13 +20,21 @@ class AppliedVersion:
     version: int
     digest: str
     created: bool  # False: this exact spec already existed as `version`
+    namespace: str = DEFAULT_NAMESPACE
 
 
 def apply_definition(
-    conn: psycopg.Connection[Any], definition: WorkflowDefinition
+    conn: psycopg.Connection[Any],
+    definition: WorkflowDefinition,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
 ) -> AppliedVersion:
-    """Register the definition's spec as a version (idempotent). One statement."""
+    """Register the definition's spec as a version of its name in ``namespace`` (idempotent;
+    the caller has settled the namespace: rara.namespaces.document_namespace). One
+    statement."""
     for step in definition.spec.steps:
         refuse_credentials(step.input, f"step {step.key!r} input")
-    row = sql.register(conn, definition.name, canonical_spec(definition.spec))
-    return AppliedVersion(definition.name, row.version, row.digest, created=row.created)
+    row = sql.register(conn, definition.name, canonical_spec(definition.spec), namespace=namespace)
+    return AppliedVersion(
+        definition.name, row.version, row.digest, created=row.created, namespace=namespace
+    )

@@ -11,6 +11,7 @@ from typing import Any
 from psycopg.rows import class_row, scalar_row
 from psycopg.types.json import Jsonb
 
+from rara.namespaces import DEFAULT_NAMESPACE
 from rara.pg.queries import Conn, many, one, value
 from rara.states import RunStatus
 
@@ -18,6 +19,7 @@ from rara.states import RunStatus
 @dataclass(frozen=True, slots=True)
 class RunRow:
     id: int
+    namespace: str
     status: RunStatus
     input: dict[str, Any]
     idempotency_key: str | None
@@ -39,6 +41,7 @@ class RunSummary:
     """A line of ``run_list``: a run and how many of its steps succeeded."""
 
     id: int
+    namespace: str
     status: RunStatus
     definition: str
     version: int
@@ -82,6 +85,7 @@ class StartAnswer:
 def start(
     conn: Conn,
     *,
+    namespace: str,
     name: str,
     version: int | None,
     digest: str | None,
@@ -95,6 +99,7 @@ def start(
         conn,
         "run_start",
         class_row(StartAnswer),
+        namespace=namespace,
         name=name,
         version=version,
         digest=digest,
@@ -105,21 +110,26 @@ def start(
     )
 
 
-def id_by_key(conn: Conn, idempotency_key: str) -> int | None:
-    return value(conn, "run_get_by_key", int, idempotency_key=idempotency_key)
+def id_by_key(conn: Conn, idempotency_key: str, *, namespace: str) -> int | None:
+    """The run of ``idempotency_key`` in ``namespace`` (a key names one run there)."""
+    return value(conn, "run_get_by_key", int, idempotency_key=idempotency_key, namespace=namespace)
 
 
 def get(conn: Conn, run_id: int) -> RunRow | None:
     return one(conn, "run_get", class_row(RunRow), run_id=run_id)
 
 
-def list_recent(conn: Conn, status: RunStatus | None, limit: int) -> list[RunSummary]:
+def list_recent(
+    conn: Conn, status: RunStatus | None, limit: int, *, namespace: str | None
+) -> list[RunSummary]:
+    """The newest runs of ``namespace``; of every namespace when None."""
     return many(
         conn,
         "run_list",
         class_row(RunSummary),
         status=None if status is None else status.value,
         limit=limit,
+        namespace=namespace,
     )
 
 
@@ -167,6 +177,7 @@ def enqueue_many(
     retry_initial_ms: int = 1000,
     retry_max_ms: int = 60_000,
     numbered: bool | None = None,
+    namespace: str = DEFAULT_NAMESPACE,
 ) -> list[int]:
     """Runs inserted set-wise for tests and benchmarks (``run_enqueue_many``); the run ids, one
     per run in order. Step keys are ``key`` itself, or ``key0``, ``key1``… when ``numbered``
@@ -177,6 +188,7 @@ def enqueue_many(
         conn,
         "run_enqueue_many",
         scalar_row,
+        namespace=namespace,
         name=definition,
         version=version,
         runs=runs,

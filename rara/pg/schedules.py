@@ -23,6 +23,7 @@ class Applied:
 class ScheduleCore:
     """What every read of one schedule carries: what its ticks start, when, and the last run."""
 
+    namespace: str
     name: str
     definition: str
     version: int | None
@@ -66,6 +67,7 @@ class ScheduleRow(ScheduleCore):
 
 @dataclass(frozen=True, slots=True)
 class ScheduleSummary:
+    namespace: str
     name: str
     definition: str
     version: int | None
@@ -109,12 +111,19 @@ class Decided:
 
 
 def apply(
-    conn: Conn, *, name: str, spec: dict[str, Any], next_tick: datetime, **fields: Any
+    conn: Conn,
+    *,
+    namespace: str,
+    name: str,
+    spec: dict[str, Any],
+    next_tick: datetime,
+    **fields: Any,
 ) -> Applied:
     row = one(
         conn,
         "schedule_apply",
         class_row(Applied),
+        namespace=namespace,
         name=name,
         spec=Jsonb(spec),
         next_tick=next_tick,
@@ -125,14 +134,22 @@ def apply(
     return row
 
 
-def suspend(conn: Conn, name: str, suspended: bool, next_tick: datetime | None) -> bool | None:
+def suspend(
+    conn: Conn, name: str, suspended: bool, next_tick: datetime | None, *, namespace: str
+) -> bool | None:
     return value(
-        conn, "schedule_suspend", bool, name=name, suspended=suspended, next_tick=next_tick
+        conn,
+        "schedule_suspend",
+        bool,
+        name=name,
+        suspended=suspended,
+        next_tick=next_tick,
+        namespace=namespace,
     )
 
 
-def delete(conn: Conn, name: str) -> bool:
-    return bool(value(conn, "schedule_delete", bool, name=name))
+def delete(conn: Conn, name: str, *, namespace: str) -> bool:
+    return bool(value(conn, "schedule_delete", bool, name=name, namespace=namespace))
 
 
 def claim(conn: Conn, limit: int) -> list[DueSchedule]:
@@ -140,11 +157,18 @@ def claim(conn: Conn, limit: int) -> list[DueSchedule]:
 
 
 def decide(
-    conn: Conn, name: str, ticks: list[Decided], missed: int, next_tick: datetime | None
+    conn: Conn,
+    name: str,
+    ticks: list[Decided],
+    missed: int,
+    next_tick: datetime | None,
+    *,
+    namespace: str,
 ) -> None:
     run(
         conn,
         "schedule_decide",
+        namespace=namespace,
         name=name,
         ticks=Jsonb([t.as_json() for t in ticks]),
         missed=missed,
@@ -159,13 +183,21 @@ def next_due(conn: Conn) -> NextDue:
     return row
 
 
-def get(conn: Conn, name: str) -> ScheduleRow | None:
-    return one(conn, "schedule_get", class_row(ScheduleRow), name=name)
+def get(conn: Conn, name: str, *, namespace: str) -> ScheduleRow | None:
+    return one(conn, "schedule_get", class_row(ScheduleRow), name=name, namespace=namespace)
 
 
-def list_all(conn: Conn) -> list[ScheduleSummary]:
-    return many(conn, "schedule_list", class_row(ScheduleSummary))
+def list_all(conn: Conn, *, namespace: str | None) -> list[ScheduleSummary]:
+    """The schedules of ``namespace``; of every namespace when None."""
+    return many(conn, "schedule_list", class_row(ScheduleSummary), namespace=namespace)
 
 
-def ticks(conn: Conn, name: str, limit: int = 20) -> list[TickRow]:
-    return many(conn, "schedule_tick_list", class_row(TickRow), name=name, limit=limit)
+def ticks(conn: Conn, name: str, limit: int = 20, *, namespace: str) -> list[TickRow]:
+    return many(
+        conn,
+        "schedule_tick_list",
+        class_row(TickRow),
+        name=name,
+        limit=limit,
+        namespace=namespace,
+    )

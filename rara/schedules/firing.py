@@ -97,13 +97,20 @@ def _fire(conn: psycopg.Connection[Any], schedule: DueSchedule, counts: PassCoun
         decided.append(outcome)
         if outcome.run_id is not None:
             active = outcome.run_id
-    schedule_sql.decide(conn, schedule.name, decided, plan.missed, plan.next_tick)
+    schedule_sql.decide(
+        conn, schedule.name, decided, plan.missed, plan.next_tick, namespace=schedule.namespace
+    )
     counts.started += sum(d.outcome == "started" for d in decided)
     counts.skipped += sum(d.outcome == "skipped" for d in decided)
     counts.refused += sum(d.outcome == "refused" for d in decided)
     counts.missed += plan.missed
     if plan.missed:
-        log.warning("schedule %s: %d ticks missed their deadline", schedule.name, plan.missed)
+        log.warning(
+            "schedule %s/%s: %d ticks missed their deadline",
+            schedule.namespace,
+            schedule.name,
+            plan.missed,
+        )
 
 
 def _start(conn: psycopg.Connection[Any], schedule: DueSchedule, tick: datetime) -> Decided:
@@ -119,9 +126,12 @@ def _start(conn: psycopg.Connection[Any], schedule: DueSchedule, tick: datetime)
                 input=schedule.input,
                 idempotency_key=idempotency_key(schedule.name, tick),
                 queue_anyway=True,
+                namespace=schedule.namespace,
             )
     except RaraError as exc:
-        log.warning("schedule %s: tick %s refused: %s", schedule.name, tick, exc)
+        log.warning(
+            "schedule %s/%s: tick %s refused: %s", schedule.namespace, schedule.name, tick, exc
+        )
         return Decided(tick, "refused", reason=str(exc)[:500])
     return Decided(tick, "started", run_id=started.run_id)
 

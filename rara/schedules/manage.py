@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 
 from rara.errors import InputInvalid, NotFound, ScheduleInvalid
+from rara.namespaces import DEFAULT_NAMESPACE, qualified
 from rara.pg import schedules as schedule_sql
 from rara.pg.queries import value
 from rara.pg.schedules import Applied, Decided
@@ -28,19 +29,28 @@ def database_now(conn: psycopg.Connection[Any]) -> datetime:
     return now
 
 
-def apply_schedule(conn: psycopg.Connection[Any], schedule: WorkflowSchedule) -> Applied:
-    """Create or change the schedule of this name; the same document again changes nothing.
+def apply_schedule(
+    conn: psycopg.Connection[Any],
+    schedule: WorkflowSchedule,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> Applied:
+    """Create or change the schedule of this name in ``namespace`` (its runs start there, of
+    that namespace's definition); the same document again changes nothing.
     An input that a start of its definition would refuse now is refused here (ScheduleInvalid
     naming ``spec.input`` and the field), and nothing is written: else every tick would be
     refused alike (docs/schedules.md)."""
     spec = schedule.spec
     try:
-        check_input(conn, spec.definition, version=spec.version, input=spec.input)
+        check_input(
+            conn, spec.definition, version=spec.version, input=spec.input, namespace=namespace
+        )
     except InputInvalid as exc:
         raise ScheduleInvalid([f"spec.input: {exc}"]) from None
     next_tick = ticks.first_tick_after(spec.schedule, spec.time_zone, database_now(conn))
     return schedule_sql.apply(
         conn,
+        namespace=namespace,
         name=schedule.name,
         spec=spec_json(spec),
         next_tick=next_tick,
@@ -57,34 +67,44 @@ def apply_schedule(conn: psycopg.Connection[Any], schedule: WorkflowSchedule) ->
     )
 
 
-def get_schedule(conn: psycopg.Connection[Any], name: str) -> schedule_sql.ScheduleRow:
-    row = schedule_sql.get(conn, name)
+def get_schedule(
+    conn: psycopg.Connection[Any], name: str, *, namespace: str = DEFAULT_NAMESPACE
+) -> schedule_sql.ScheduleRow:
+    row = schedule_sql.get(conn, name, namespace=namespace)
     if row is None:
-        raise NotFound(f"no schedule {name}")
+        raise NotFound(f"no schedule {qualified(namespace, name)}")
     return row
 
 
-def set_suspended(conn: psycopg.Connection[Any], name: str, suspended: bool) -> bool:
+def set_suspended(
+    conn: psycopg.Connection[Any],
+    name: str,
+    suspended: bool,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> bool:
     """Pause or resume; False: it already was. A resumed schedule fires from its next tick
     after now: ticks while it was paused are neither fired nor counted as missed."""
-    row = get_schedule(conn, name)
+    row = get_schedule(conn, name, namespace=namespace)
     next_tick = ticks.first_tick_after(row.cron, row.time_zone, database_now(conn))
-    changed = schedule_sql.suspend(conn, name, suspended, next_tick)
+    changed = schedule_sql.suspend(conn, name, suspended, next_tick, namespace=namespace)
     if changed is None:
-        raise NotFound(f"no schedule {name}")
+        raise NotFound(f"no schedule {qualified(namespace, name)}")
     return changed
 
 
-def delete_schedule(conn: psycopg.Connection[Any], name: str) -> None:
-    if not schedule_sql.delete(conn, name):
-        raise NotFound(f"no schedule {name}")
+def delete_schedule(
+    conn: psycopg.Connection[Any], name: str, *, namespace: str = DEFAULT_NAMESPACE
+) -> None:
+    if not schedule_sql.delete(conn, name, namespace=namespace):
+        raise NotFound(f"no schedule {qualified(namespace, name)}")
 
 
-def trigger(conn: psycopg.Connection[Any], name: str) -> int:
+def trigger(conn: psycopg.Connection[Any], name: str, *, namespace: str = DEFAULT_NAMESPACE) -> int:
     """A run now, outside the ticks and whatever the concurrency policy (a person asked for
     it); recorded in the schedule's history as `triggered`. Returns its run id."""
     with conn.transaction():
-        row = get_schedule(conn, name)
+        row = get_schedule(conn, name, namespace=namespace)
         now = database_now(conn)
         started = start_run(
             conn,
@@ -93,8 +113,11 @@ def trigger(conn: psycopg.Connection[Any], name: str) -> int:
             input=row.input,
             idempotency_key=idempotency_key(name, now) + ":trigger",
             queue_anyway=True,
+            namespace=namespace,
         )
-        schedule_sql.decide(conn, name, [Decided(now, "triggered", started.run_id)], 0, None)
+        schedule_sql.decide(
+            conn, name, [Decided(now, "triggered", started.run_id)], 0, None, namespace=namespace
+        )
     return started.run_id
 
 
@@ -106,7 +129,12 @@ class Backfilled:
 
 
 def backfill(
-    conn: psycopg.Connection[Any], name: str, start: datetime, end: datetime
+    conn: psycopg.Connection[Any],
+    name: str,
+    start: datetime,
+    end: datetime,
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
 ) -> list[Backfilled]:
     """One run per tick of the schedule in [start, end], under the tick's own idempotency key:
     a tick that already ran (fired or backfilled) keeps its run, so a backfill run twice starts
@@ -116,7 +144,7 @@ def backfill(
     if end < start:
         raise InputInvalid(f"--to ({end}) is before --from ({start})")
     with conn.transaction():
-        row = get_schedule(conn, name)
+        row = get_schedule(conn, name, namespace=namespace)
         now = database_now(conn)
         if end > now:
             raise InputInvalid(f"--to ({end}) is in the future; the schedule fires those ticks")
@@ -135,6 +163,7 @@ def backfill(
                 input=row.input,
                 idempotency_key=idempotency_key(name, tick),
                 queue_anyway=True,
+                namespace=namespace,
             )
             done.append(Backfilled(tick, started.run_id, started.created))
         schedule_sql.decide(
@@ -143,5 +172,6 @@ def backfill(
             [Decided(b.tick, "backfilled", b.run_id) for b in done if b.created],
             0,
             None,
+            namespace=namespace,
         )
     return done

@@ -140,7 +140,7 @@ def test_rows_come_back_typed(conn: psycopg.Connection[Any]) -> None:
         ("s0", StepStatus.READY, []),
         ("s1", StepStatus.BLOCKED, ["s0"]),
     ]
-    version = definitions.version_get(conn, "pair")
+    version = definitions.version_get(conn, "pair", namespace="default")
     assert version is not None
     assert version.version == 1
     assert [b.capability for b in steps.backlog(conn)] == ["x@1"]

@@ -124,7 +124,7 @@ def test_a_retired_definition_is_refused_unless_pinned(
     apply(conn, "old", [{"key": "a", "capability": "x@1"}])
     if warm:
         start_run(conn, "old", queue_anyway=True)
-    definitions.retire(conn, "old")
+    definitions.retire(conn, "old", namespace="default")
     before = conn.execute("SELECT count(*) FROM rara_runs").fetchone()
     with pytest.raises(NotFound, match="workflow definition old is retired"):
         start_run(conn, "old", queue_anyway=True)

@@ -61,14 +61,14 @@ def test_an_input_the_schemas_refuse_is_refused_at_apply_and_nothing_is_written(
     with pytest.raises(InputInvalid) as started:
         start_run(client, "collect", input={"limit": -1}, queue_anyway=True)
     assert f"spec.input: {started.value}" == REFUSED
-    assert schedule_sql.get(conn, "nightly") is None
+    assert schedule_sql.get(conn, "nightly", namespace="default") is None
     assert conn.execute("SELECT count(*) FROM rara_runs").fetchone() == (0,)
 
 
 def test_a_good_input_is_applied(conn: psycopg.Connection[Any], client: Any) -> None:
     _collect(conn)
     assert apply_schedule(client, _schedule(input={"limit": 30})).created
-    row = schedule_sql.get(conn, "nightly")
+    row = schedule_sql.get(conn, "nightly", namespace="default")
     assert row is not None
     assert row.input == {"limit": 30}
 
@@ -80,7 +80,7 @@ def test_a_change_to_a_bad_input_leaves_the_stored_schedule(
     apply_schedule(client, _schedule(input={"limit": 30}))
     with pytest.raises(ScheduleInvalid, match=r"input\.limit: 0 is less than the minimum of 1"):
         apply_schedule(client, _schedule(input={"limit": 0}))
-    row = schedule_sql.get(conn, "nightly")
+    row = schedule_sql.get(conn, "nightly", namespace="default")
     assert row is not None
     assert row.input == {"limit": 30}
 

@@ -42,7 +42,7 @@ def test_due_ticks_fire_once_and_the_schedule_moves_on(
     assert firing.fire_due(client).started <= 1  # a tick may have come due meanwhile
     keys = [k for _, k, _ in _runs(conn)]
     assert len(keys) == len(set(keys))
-    row = schedule_sql.get(conn, name)
+    row = schedule_sql.get(conn, name, namespace="default")
     assert row is not None
     assert row.next_tick > row.last_tick  # type: ignore[operator]
     assert row.last_run_id == _runs(conn)[-1][0]
@@ -76,7 +76,7 @@ def test_ticks_past_the_deadline_are_counted_as_missed(
     assert counts.missed + counts.started >= 66
     assert 5 <= counts.started <= 7
     assert counts.missed >= 59
-    row = schedule_sql.get(conn, name)
+    row = schedule_sql.get(conn, name, namespace="default")
     assert row is not None
     assert row.missed_ticks == counts.missed
 
@@ -111,7 +111,7 @@ def test_replace_cancels_the_running_run_and_starts_the_tick(
     runs = _runs(conn)
     assert [status for _, _, status in runs] == ["cancelled", "pending"]
     assert runs[0][0] == first[0]
-    row = schedule_sql.get(conn, name)
+    row = schedule_sql.get(conn, name, namespace="default")
     assert row is not None
     assert row.last_run_id == runs[1][0]
 
@@ -146,7 +146,7 @@ def test_trigger_pause_and_resume(
 ) -> None:
     name = make_schedule(schedule="0 3 * * *")
     run_id = manage.trigger(client, name)
-    row = schedule_sql.get(conn, name)
+    row = schedule_sql.get(conn, name, namespace="default")
     assert row is not None
     assert row.last_run_id == run_id
     assert manage.set_suspended(client, name, True)
@@ -154,7 +154,7 @@ def test_trigger_pause_and_resume(
     rewind(conn, name, 3600)
     assert firing.fire_due(client).schedules == 0  # suspended: not due
     assert manage.set_suspended(client, name, False)
-    row = schedule_sql.get(conn, name)
+    row = schedule_sql.get(conn, name, namespace="default")
     assert row is not None
     assert row.next_tick > datetime.now(UTC)  # the paused ticks are neither fired nor missed
     assert row.spec["suspend"] is False
@@ -181,7 +181,7 @@ def test_a_change_wakes_the_firing_loops_and_a_no_op_does_not(
                 got.append(note.payload)
             raise AssertionError(f"no marker within 10 s (got {got})")
 
-        row = schedule_sql.get(client, name)
+        row = schedule_sql.get(client, name, namespace="default")
         assert row is not None
         again = schedule_from_object(  # the stored document again: unchanged
             {

@@ -45,7 +45,7 @@ def test_two_firers_killed_at_random_fire_each_tick_once(
     tmp_path: Path,
 ) -> None:
     name = make_schedule("chaos", startingDeadlineSeconds=30, successfulRunsHistoryLimit=1000)
-    row = schedule_sql.get(conn, name)
+    row = schedule_sql.get(conn, name, namespace="default")
     assert row is not None
     first = row.next_tick
     last = first + timedelta(seconds=TICKS - 1)
@@ -54,7 +54,7 @@ def test_two_firers_killed_at_random_fire_each_tick_once(
     firers = [_firer(url, tmp_path / f"firer{i}.log") for i in range(2)]
     kills = 0
     try:
-        while schedule_sql.get(conn, name).next_tick <= last:  # type: ignore[union-attr]
+        while schedule_sql.get(conn, name, namespace="default").next_tick <= last:  # type: ignore[union-attr]
             time.sleep(rng.uniform(0.2, 2.5))  # the chaos's cadence, not a wait for state
             i = rng.randrange(2)
             firers[i].send_signal(signal.SIGKILL)
@@ -65,7 +65,7 @@ def test_two_firers_killed_at_random_fire_each_tick_once(
             firers[i] = _firer(url, tmp_path / f"firer{i}.log")
 
         def decided() -> bool:
-            row = schedule_sql.get(conn, name)
+            row = schedule_sql.get(conn, name, namespace="default")
             return row is not None and row.last_tick is not None and row.last_tick >= last
 
         wait_until(decided, 60, f"tick {last} decided")
@@ -91,6 +91,6 @@ def test_two_firers_killed_at_random_fire_each_tick_once(
     assert tick_violations(name, expected, history, run_keys) == []
     total = conn.execute("SELECT count(*) FROM rara_runs").fetchone()
     assert total == (len(run_keys),)  # every run is the schedule's
-    row = schedule_sql.get(conn, name)
+    row = schedule_sql.get(conn, name, namespace="default")
     assert row is not None
     assert row.missed_ticks == 0

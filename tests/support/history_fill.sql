@@ -10,12 +10,13 @@
 -- name: history_runs!
 -- :runs runs of :definition that succeeded, one finished every :span_seconds / :runs seconds
 -- up to now.
-INSERT INTO rara_runs (id, definition_version_id, input, status, created_at, started_at,
-                       finished_at, steps_total, steps_succeeded)
+INSERT INTO rara_runs (id, namespace, definition_version_id, input, status, created_at,
+                       started_at, finished_at, steps_total, steps_succeeded)
 OVERRIDING SYSTEM VALUE
-SELECT :base_run + i, v.id, '{}', 'succeeded', at.t - interval '2 minutes',
+SELECT :base_run + i, v.namespace, v.id, '{}', 'succeeded', at.t - interval '2 minutes',
        at.t - interval '1 minute', at.t, :steps, :steps
-FROM (SELECT id FROM rara_definition_versions WHERE name = :definition
+FROM (SELECT id, namespace FROM rara_definition_versions
+      WHERE namespace = 'default' AND name = :definition
       ORDER BY version DESC LIMIT 1) AS v,
      generate_series(1, :runs) AS i,
      LATERAL (SELECT now() - make_interval(secs => :span_seconds * (:runs - i)::float8 / :runs)

@@ -1,4 +1,5 @@
-"""What every CLI command shares: error reporting, JSON/file arguments and the console.
+"""What every CLI command shares: error reporting, JSON/file arguments, the console and the
+namespace options (``--namespace/-n``, ``-A/--all-namespaces``).
 
 Exit codes: 0 ok; 1 the command ran but the run did not succeed (or a wait timed out);
 2 bad input or a refused request (one ``error: …`` line on stderr, never a traceback);
@@ -9,16 +10,19 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Annotated, Any, ParamSpec, TypeVar, cast
 
 import psycopg
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
+from rara.client import Client
 from rara.errors import DefinitionInvalid, InputInvalid, RaraError
+from rara.namespaces import ENV, check_namespace
 from rara.secrets import redact
 
 console = Console(soft_wrap=True)
@@ -113,3 +117,46 @@ def parse_json_object_arg(
         kind = "null" if parsed is None else type(parsed).__name__
         raise InputInvalid(f"{what} must be a JSON object, got {kind}")
     return cast(dict[str, Any] | None, parsed)
+
+
+# Not typer's envvar=: a namespace given on the command line is explicit (a document naming
+# another is refused), one from RARA_NAMESPACE is not; Client reads the variable itself.
+NamespaceOption = Annotated[
+    str | None,
+    typer.Option(
+        "--namespace",
+        "-n",
+        metavar="NAME",
+        show_default=False,
+        help=f"the namespace to work in (default: ${ENV}, else default)",
+    ),
+]
+AllNamespacesOption = Annotated[
+    bool,
+    typer.Option(
+        "--all-namespaces", "-A", help="list every namespace's, with a namespace column first"
+    ),
+]
+
+
+def namespace_client(namespace: str | None) -> Client:
+    """The client of a command's ``--namespace`` (None: not given, so RARA_NAMESPACE, else
+    default); InputInvalid naming the flag, or the variable, for a name that is no namespace."""
+    if namespace is not None:
+        check_namespace(namespace, source="--namespace")
+    return Client(namespace=namespace)
+
+
+def print_listing(
+    columns: Sequence[str],
+    rows: Iterable[tuple[str, Sequence[str]]],
+    *,
+    all_namespaces: bool,
+) -> None:
+    """A list command's table of (namespace, cells) rows: with ``-A`` a namespace column
+    first, as kubectl prints; else the namespace is the one asked for and goes unsaid."""
+    first = ("namespace",) if all_namespaces else ()
+    table = Table(*first, *columns)
+    for namespace, cells in rows:
+        table.add_row(*((namespace,) if all_namespaces else ()), *cells)
+    console.print(table)

@@ -7,11 +7,18 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from rara.cli.common import console, read_document_arg, reports_errors
-from rara.client import Client
+from rara.cli.common import (
+    AllNamespacesOption,
+    NamespaceOption,
+    console,
+    namespace_client,
+    print_listing,
+    read_document_arg,
+    reports_errors,
+)
 from rara.definitions.parse import MAX_DOCUMENT_BYTES, load_definition
+from rara.namespaces import qualified
 
 app = typer.Typer(help="Workflow definitions and their immutable versions.", no_args_is_help=True)
 
@@ -20,38 +27,55 @@ app = typer.Typer(help="Workflow definitions and their immutable versions.", no_
 @reports_errors
 def apply(
     file: Annotated[Path, typer.Option("-f", "--file", help="YAML document ('-' for stdin)")],
+    namespace: NamespaceOption = None,
 ) -> None:
-    """Register a definition: the same spec gives the same version, a changed one N+1."""
+    """Register a definition: the same spec gives the same version, a changed one N+1. A
+    document's metadata.namespace is where it goes unless --namespace names another (refused)."""
     text, source = read_document_arg(file, MAX_DOCUMENT_BYTES)
-    applied = Client().apply_definition(load_definition(text, source))
+    applied = namespace_client(namespace).apply_definition(load_definition(text, source))
     state = "created" if applied.created else "unchanged"
     console.print(
-        f"{applied.name} version {applied.version} {applied.digest} ({state})", highlight=False
+        f"{qualified(applied.namespace, applied.name)} version {applied.version} "
+        f"{applied.digest} ({state})",
+        highlight=False,
     )
 
 
 @app.command("list")
 @reports_errors
-def list_() -> None:
-    """Every definition with its latest version."""
-    table = Table("name", "latest", "versions", "digest", "retired")
-    for row in Client().list_definitions():
-        table.add_row(
-            row["name"],
-            str(row["latest_version"]),
-            str(row["versions"]),
-            row["digest"][:19] + "…",
-            str(row["retired_at"] or ""),
-        )
-    console.print(table)
+def list_(namespace: NamespaceOption = None, all_namespaces: AllNamespacesOption = False) -> None:
+    """The namespace's definitions with their latest versions."""
+    rows = namespace_client(namespace).list_definitions(all_namespaces=all_namespaces)
+    print_listing(
+        ("name", "latest", "versions", "digest", "retired"),
+        (
+            (
+                row["namespace"],
+                (
+                    row["name"],
+                    str(row["latest_version"]),
+                    str(row["versions"]),
+                    row["digest"][:19] + "…",
+                    str(row["retired_at"] or ""),
+                ),
+            )
+            for row in rows
+        ),
+        all_namespaces=all_namespaces,
+    )
 
 
 @app.command()
 @reports_errors
 def show(
-    name: str, version: Annotated[int | None, typer.Option(help="default: latest")] = None
+    name: str,
+    version: Annotated[int | None, typer.Option(help="default: latest")] = None,
+    namespace: NamespaceOption = None,
 ) -> None:
     """A version's canonical spec."""
-    row = Client().get_definition(name, version)
-    console.print(f"{row['name']} version {row['version']} {row['digest']}", highlight=False)
+    row = namespace_client(namespace).get_definition(name, version)
+    console.print(
+        f"{qualified(row['namespace'], row['name'])} version {row['version']} {row['digest']}",
+        highlight=False,
+    )
     console.print_json(json.dumps(row["spec"]))

@@ -9,9 +9,18 @@ import typer
 from rich.table import Table
 
 from rara.cache import describe_reuse
-from rara.cli.common import console, parse_json_object_arg, reports_errors
+from rara.cli.common import (
+    AllNamespacesOption,
+    NamespaceOption,
+    console,
+    namespace_client,
+    parse_json_object_arg,
+    print_listing,
+    reports_errors,
+)
 from rara.client import Client, RunView
 from rara.errors import CapabilityUnavailable
+from rara.namespaces import qualified
 from rara.runs import MAX_INPUT_BYTES
 from rara.states import RunStatus
 
@@ -44,9 +53,11 @@ def start(
             min=0,
         ),
     ] = 0,
+    namespace: NamespaceOption = None,
 ) -> None:
-    """Start a run (refused when no live worker serves one of its capabilities)."""
-    client = Client()
+    """Start a run of the namespace's DEFINITION (refused when no live worker serves one of
+    its capabilities)."""
+    client = namespace_client(namespace)
     # The file cap only stops a huge file being read whole; the input limit itself is checked
     # on the compact JSON by start_run.
     run_input = parse_json_object_arg(input, "--input", max_bytes=4 * MAX_INPUT_BYTES)
@@ -79,23 +90,34 @@ def start(
 def list_(
     status: Annotated[RunStatus | None, typer.Option()] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    namespace: NamespaceOption = None,
+    all_namespaces: AllNamespacesOption = False,
 ) -> None:
-    """Recent runs."""
-    table = Table("run", "definition", "status", "steps", "created", "finished")
-    for r in Client().list_runs(status, limit):
-        table.add_row(
-            str(r["id"]),
-            f"{r['definition']}@{r['version']}",
-            r["status"],
-            f"{r['done']}/{r['total']}",
-            f"{r['created_at']:%Y-%m-%d %H:%M:%S}",
-            f"{r['finished_at']:%H:%M:%S}" if r["finished_at"] else "",
-        )
-    console.print(table)
+    """The namespace's recent runs."""
+    rows = namespace_client(namespace).list_runs(status, limit, all_namespaces=all_namespaces)
+    print_listing(
+        ("run", "definition", "status", "steps", "created", "finished"),
+        (
+            (
+                r["namespace"],
+                (
+                    str(r["id"]),
+                    f"{r['definition']}@{r['version']}",
+                    r["status"],
+                    f"{r['done']}/{r['total']}",
+                    f"{r['created_at']:%Y-%m-%d %H:%M:%S}",
+                    f"{r['finished_at']:%H:%M:%S}" if r["finished_at"] else "",
+                ),
+            )
+            for r in rows
+        ),
+        all_namespaces=all_namespaces,
+    )
 
 
 def print_run(view: RunView) -> None:
-    console.print(f"run {view.id}  {view.definition}@{view.version}  [bold]{view.status}[/bold]")
+    definition = qualified(view.namespace, view.definition)
+    console.print(f"run {view.id}  {definition}@{view.version}  [bold]{view.status}[/bold]")
     if view.error:
         console.print(f"error: {view.error}")
     table = Table(
@@ -252,14 +274,18 @@ def retry(
         )
         return
     old = client.get_run(run_id)
-    started = client.start_run(
+    # Again in RUN_ID's namespace, of its definition there, whatever RARA_NAMESPACE says.
+    started = Client(client.url, namespace=old.namespace).start_run(
         old.definition,
         version=old.version,
         input=old.input,
         idempotency_key=idempotency_key,
         queue_anyway=True,
     )
-    console.print(f"run {started.run_id}: {old.definition}@{old.version} again", highlight=False)
+    console.print(
+        f"run {started.run_id}: {qualified(old.namespace, old.definition)}@{old.version} again",
+        highlight=False,
+    )
 
 
 @app.command()

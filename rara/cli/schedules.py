@@ -14,10 +14,20 @@ import psycopg
 import typer
 from rich.table import Table
 
-from rara.cli.common import console, read_document_arg, reports_errors
+from rara.cli.common import (
+    AllNamespacesOption,
+    NamespaceOption,
+    console,
+    namespace_client,
+    print_listing,
+    read_document_arg,
+    reports_errors,
+)
+from rara.client import Client
 from rara.definitions.parse import MAX_DOCUMENT_BYTES
 from rara.errors import InputInvalid
 from rara.logs import configure
+from rara.namespaces import qualified
 from rara.pg import schedules as schedule_sql
 from rara.pg.connect import database_url
 from rara.schedules import firing, manage
@@ -27,8 +37,8 @@ app = typer.Typer(help="Schedules: a run at each tick of a cron expression.", no
 
 
 @contextmanager
-def _conn() -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(database_url(), autocommit=True) as conn:
+def _conn(client: Client) -> Iterator[psycopg.Connection[Any]]:
+    with psycopg.connect(client.url, autocommit=True) as conn:
         yield conn
 
 
@@ -40,53 +50,69 @@ def _when(value: datetime | None) -> str:
 @reports_errors
 def apply(
     file: Annotated[Path, typer.Option("-f", "--file", help="YAML document ('-' for stdin)")],
+    namespace: NamespaceOption = None,
 ) -> None:
-    """Create or change a schedule; the same document again changes nothing."""
+    """Create or change a schedule; the same document again changes nothing. A document's
+    metadata.namespace is where it goes unless --namespace names another (refused)."""
     text, source = read_document_arg(file, MAX_DOCUMENT_BYTES)
     schedule = load_schedule(text, source)
-    with _conn() as conn:
-        applied = manage.apply_schedule(conn, schedule)
-        row = manage.get_schedule(conn, schedule.name)
+    client = namespace_client(namespace)
+    where = client.document_namespace(
+        schedule.metadata.namespace, f"WorkflowSchedule {schedule.name}"
+    )
+    with _conn(client) as conn:
+        applied = manage.apply_schedule(conn, schedule, namespace=where)
+        row = manage.get_schedule(conn, schedule.name, namespace=where)
     state = "created" if applied.created else "changed" if applied.changed else "unchanged"
-    console.print(f"{schedule.name} ({state}); next tick {_when(row.next_tick)}", highlight=False)
+    console.print(
+        f"{qualified(where, schedule.name)} ({state}); next tick {_when(row.next_tick)}",
+        highlight=False,
+    )
 
 
 @app.command("list")
 @reports_errors
-def list_() -> None:
-    """Every schedule with its next and last tick."""
-    with _conn() as conn:
-        rows = schedule_sql.list_all(conn)
-    table = Table(
-        "name", "definition", "schedule", "zone", "policy", "next tick", "last run", "missed"
+def list_(namespace: NamespaceOption = None, all_namespaces: AllNamespacesOption = False) -> None:
+    """The namespace's schedules with their next and last ticks."""
+    client = namespace_client(namespace)
+    with _conn(client) as conn:
+        rows = schedule_sql.list_all(conn, namespace=None if all_namespaces else client.namespace)
+    print_listing(
+        ("name", "definition", "schedule", "zone", "policy", "next tick", "last run", "missed"),
+        ((row.namespace, _summary_cells(row)) for row in rows),
+        all_namespaces=all_namespaces,
     )
-    for row in rows:
-        last = "" if row.last_run_id is None else f"{row.last_run_id} {row.last_run_status}"
-        table.add_row(
-            row.name,
-            row.definition + ("" if row.version is None else f" v{row.version}"),
-            row.cron,
-            row.time_zone,
-            row.concurrency_policy,
-            "paused" if row.suspended else _when(row.next_tick),
-            last,
-            str(row.missed_ticks),
-        )
-    console.print(table)
+
+
+def _summary_cells(row: schedule_sql.ScheduleSummary) -> tuple[str, ...]:
+    last = "" if row.last_run_id is None else f"{row.last_run_id} {row.last_run_status}"
+    return (
+        row.name,
+        row.definition + ("" if row.version is None else f" v{row.version}"),
+        row.cron,
+        row.time_zone,
+        row.concurrency_policy,
+        "paused" if row.suspended else _when(row.next_tick),
+        last,
+        str(row.missed_ticks),
+    )
 
 
 @app.command()
 @reports_errors
 def show(
-    name: str, ticks: Annotated[int, typer.Option(min=1, max=1000, help="ticks shown")] = 20
+    name: str,
+    ticks: Annotated[int, typer.Option(min=1, max=1000, help="ticks shown")] = 20,
+    namespace: NamespaceOption = None,
 ) -> None:
     """A schedule's spec, state and newest decided ticks."""
-    with _conn() as conn:
-        row = manage.get_schedule(conn, name)
-        history = schedule_sql.ticks(conn, name, ticks)
+    client = namespace_client(namespace)
+    with _conn(client) as conn:
+        row = manage.get_schedule(conn, name, namespace=client.namespace)
+        history = schedule_sql.ticks(conn, name, ticks, namespace=client.namespace)
     state = "paused" if row.suspended else f"next tick {_when(row.next_tick)}"
     console.print(
-        f"{row.name}: {state}; last tick {_when(row.last_tick) or '-'} "
+        f"{qualified(row.namespace, row.name)}: {state}; last tick {_when(row.last_tick) or '-'} "
         f"(run {row.last_run_id or '-'} {row.last_run_status or ''}); "
         f"{row.missed_ticks} missed",
         highlight=False,
@@ -102,39 +128,49 @@ def show(
 
 @app.command()
 @reports_errors
-def pause(name: str) -> None:
+def pause(name: str, namespace: NamespaceOption = None) -> None:
     """Stop firing NAME (its ticks while paused are neither fired nor missed)."""
-    with _conn() as conn:
-        changed = manage.set_suspended(conn, name, True)
-    console.print(f"{name}: paused" + ("" if changed else " (already)"), highlight=False)
+    client = namespace_client(namespace)
+    changed = client.suspend_schedule(name, True)
+    console.print(
+        f"{qualified(client.namespace, name)}: paused" + ("" if changed else " (already)"),
+        highlight=False,
+    )
 
 
 @app.command()
 @reports_errors
-def resume(name: str) -> None:
+def resume(name: str, namespace: NamespaceOption = None) -> None:
     """Fire NAME again, from its next tick after now."""
-    with _conn() as conn:
-        changed = manage.set_suspended(conn, name, False)
-        row = manage.get_schedule(conn, name)
+    client = namespace_client(namespace)
+    with _conn(client) as conn:
+        changed = manage.set_suspended(conn, name, False, namespace=client.namespace)
+        row = manage.get_schedule(conn, name, namespace=client.namespace)
     note = "" if changed else " (was not paused)"
-    console.print(f"{name}: resumed{note}; next tick {_when(row.next_tick)}", highlight=False)
+    console.print(
+        f"{qualified(client.namespace, name)}: resumed{note}; next tick {_when(row.next_tick)}",
+        highlight=False,
+    )
 
 
 @app.command()
 @reports_errors
-def trigger(name: str) -> None:
+def trigger(name: str, namespace: NamespaceOption = None) -> None:
     """Start a run of NAME now, whatever its concurrency policy; prints the run id."""
-    with _conn() as conn:
-        console.print(str(manage.trigger(conn, name)), highlight=False)
+    client = namespace_client(namespace)
+    with _conn(client) as conn:
+        run_id = manage.trigger(conn, name, namespace=client.namespace)
+    console.print(str(run_id), highlight=False)
 
 
 @app.command()
 @reports_errors
-def delete(name: str) -> None:
+def delete(name: str, namespace: NamespaceOption = None) -> None:
     """Delete NAME and its tick history (its runs stay)."""
-    with _conn() as conn:
-        manage.delete_schedule(conn, name)
-    console.print(f"{name}: deleted", highlight=False)
+    client = namespace_client(namespace)
+    with _conn(client) as conn:
+        manage.delete_schedule(conn, name, namespace=client.namespace)
+    console.print(f"{qualified(client.namespace, name)}: deleted", highlight=False)
 
 
 def _instant(value: str, what: str) -> datetime:
@@ -150,10 +186,13 @@ def backfill(
     name: str,
     start: Annotated[str, typer.Option("--from", help="first instant, ISO 8601 with offset")],
     end: Annotated[str, typer.Option("--to", help="last instant, ISO 8601 with offset")],
+    namespace: NamespaceOption = None,
 ) -> None:
     """One run per tick of NAME in [--from, --to]; a tick that already ran keeps its run."""
-    with _conn() as conn:
-        done = manage.backfill(conn, name, _instant(start, "--from"), _instant(end, "--to"))
+    client = namespace_client(namespace)
+    first, last = _instant(start, "--from"), _instant(end, "--to")
+    with _conn(client) as conn:
+        done = manage.backfill(conn, name, first, last, namespace=client.namespace)
     for b in done:
         console.print(
             f"{b.tick.isoformat()} run {b.run_id}" + ("" if b.created else " (existing)"),
@@ -166,7 +205,8 @@ def backfill(
 @app.command("run")
 @reports_errors
 def run_() -> None:
-    """Fire schedules until stopped: sleeps until the next tick or a schedule change. Run as
-    many as you like (they never fire a tick twice); the operator runs one too."""
+    """Fire every namespace's schedules until stopped: sleeps until the next tick or a
+    schedule change. Run as many as you like (they never fire a tick twice); the operator
+    runs one too."""
     configure()
     firing.run_forever(database_url())

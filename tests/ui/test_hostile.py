@@ -20,7 +20,7 @@ MESSAGE = "<img src=x onerror=alert(1)>{{7*7}}</pre></details>"
 
 
 def _hostile_rows(conn: psycopg.Connection[Any]) -> int:
-    conn.execute("INSERT INTO rara_definitions (name) VALUES (%s)", (EVIL,))
+    conn.execute("INSERT INTO rara_definitions (namespace, name) VALUES ('default', %s)", (EVIL,))
     for version in (1, 2):
         spec = {
             "steps": [
@@ -30,8 +30,8 @@ def _hostile_rows(conn: psycopg.Connection[Any]) -> int:
         }
         # (as the owner, past rara_definition_register's checks: no run starts from these)
         conn.execute(
-            "INSERT INTO rara_definition_versions (name, version, digest, spec, steps)"
-            " VALUES (%s, %s, %s, %s, '[]')",
+            "INSERT INTO rara_definition_versions (namespace, name, version, digest, spec, steps)"
+            " VALUES ('default', %s, %s, %s, %s, '[]')",
             (EVIL, version, f"sha256:{version:064x}", Jsonb(spec)),
         )
     error = {
@@ -41,8 +41,8 @@ def _hostile_rows(conn: psycopg.Connection[Any]) -> int:
         "cause": {"message": EVIL},
     }
     run_id = conn.execute(
-        "INSERT INTO rara_runs (definition_version_id, input, idempotency_key, status, error, "
-        "started_at, finished_at) SELECT id, %s, %s, 'failed', %s, now(), now() "
+        "INSERT INTO rara_runs (namespace, definition_version_id, input, idempotency_key, status, "
+        "error, started_at, finished_at) SELECT namespace, id, %s, %s, 'failed', %s, now(), now() "
         "FROM rara_definition_versions WHERE version = 2 RETURNING id",
         (Jsonb({EVIL: MESSAGE}), EVIL, Jsonb(error)),
     ).fetchone()[0]

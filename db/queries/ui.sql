@@ -10,14 +10,18 @@
 SELECT now();
 
 -- name: ui_run_page
--- One page of the runs list, newest first, after the keyset cursor :before (a run id).
--- Steps done/total per run: the run's own step counters (rara_run_count), the one count of
--- the dashboard: every step of the definition plus each child of a map step.
-SELECT r.id, r.status::text AS status, v.name AS definition, v.version, r.idempotency_key,
-       r.created_at, r.started_at, r.finished_at, r.cancel_requested,
+-- One page of the runs list, newest first, after the keyset cursor :before (a run id: ids
+-- are unique across namespaces, so one cursor pages every namespace or one). Steps
+-- done/total per run: the run's own step counters (rara_run_count), the one count of the
+-- dashboard: every step of the definition plus each child of a map step. :namespace (null:
+-- every namespace) reads the run's own column, through rara_runs_by_namespace (namespace,
+-- id); a :definition is that name in :namespace when one is given, in any otherwise.
+SELECT r.id, r.namespace, r.status::text AS status, v.name AS definition, v.version,
+       r.idempotency_key, r.created_at, r.started_at, r.finished_at, r.cancel_requested,
        r.steps_succeeded AS done, r.steps_total AS total
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
 WHERE (CAST(:before AS bigint) IS NULL OR r.id < :before)
+  AND (CAST(:namespace AS text) IS NULL OR r.namespace = :namespace)
   AND (CAST(:status AS rara_run_status) IS NULL OR r.status = :status)
   AND (CAST(:definition AS text) IS NULL OR v.name = :definition)
   -- The search box: a substring of the definition's name or of the idempotency key.
@@ -30,7 +34,7 @@ ORDER BY r.id DESC
 LIMIT :limit;
 
 -- name: ui_run_get^
-SELECT r.id, r.status::text AS status, v.name AS definition, v.version, v.digest,
+SELECT r.id, r.namespace, r.status::text AS status, v.name AS definition, v.version, v.digest,
        r.idempotency_key, r.input, r.error, r.cancel_requested, r.created_at, r.started_at,
        r.finished_at, r.steps_total, r.steps_succeeded, r.steps_failed, r.steps_cancelled
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
@@ -117,7 +121,7 @@ SELECT digest, size, created_at FROM rara_artifacts WHERE digest = :digest;
 -- name: ui_artifact_producer_list
 -- Where a blob came from: the manifests naming it (step, attempt, run, definition).
 SELECT m.name, m.media_type, m.size, m.attempt, s.key, s.run_id, s.status::text AS status,
-       v.name AS definition, v.version
+       v.namespace, v.name AS definition, v.version
 FROM rara_step_artifacts m
 JOIN rara_steps s ON s.id = m.step_id
 JOIN rara_runs r ON r.id = s.run_id
@@ -162,26 +166,39 @@ SELECT coalesce(
        (SELECT m.media_type FROM rara_step_artifacts m
         WHERE m.digest = :digest LIMIT 1) AS media_type;
 
+-- name: ui_namespace_list
+-- The namespaces the dashboard's filters offer: those with a definition (every run's is one:
+-- a run is of a definition's version) or a schedule. Both tables are keyed by (namespace,
+-- name) and small beside the runs.
+SELECT namespace FROM rara_definitions
+UNION
+SELECT namespace FROM rara_schedules
+ORDER BY 1
+LIMIT :limit;
+
 -- name: ui_definition_page
--- Definitions by name after the keyset cursor :after, each with its latest version.
-SELECT d.name, d.created_at, d.retired_at, v.version AS latest, v.digest, v.created_at AS updated_at
+-- Definitions by (namespace, name) after the keyset cursor (:after_namespace, :after), each
+-- with its latest version; :namespace (null: every namespace) narrows to one.
+SELECT d.namespace, d.name, d.created_at, d.retired_at, v.version AS latest, v.digest,
+       v.created_at AS updated_at
 FROM rara_definitions d
 JOIN LATERAL (
     SELECT version, digest, created_at FROM rara_definition_versions
-    WHERE name = d.name ORDER BY version DESC LIMIT 1
+    WHERE namespace = d.namespace AND name = d.name ORDER BY version DESC LIMIT 1
 ) v ON true
-WHERE (CAST(:after AS text) IS NULL OR d.name > :after)
+WHERE (CAST(:after AS text) IS NULL OR (d.namespace, d.name) > (:after_namespace, :after))
+  AND (CAST(:namespace AS text) IS NULL OR d.namespace = :namespace)
   AND (CAST(:search AS text) IS NULL OR strpos(lower(d.name), lower(:search)) > 0)
-ORDER BY d.name
+ORDER BY d.namespace, d.name
 LIMIT :limit;
 
 -- name: ui_definition_version_list
 SELECT version, digest, created_at FROM rara_definition_versions
-WHERE name = :name ORDER BY version DESC;
+WHERE namespace = :namespace AND name = :name ORDER BY version DESC;
 
 -- name: ui_definition_version_get^
-SELECT name, version, digest, spec, created_at FROM rara_definition_versions
-WHERE name = :name AND version = :version;
+SELECT namespace, name, version, digest, spec, created_at FROM rara_definition_versions
+WHERE namespace = :namespace AND name = :name AND version = :version;
 
 -- name: ui_definition_result_list
 -- The results of a definition's last :limit runs (any version), step by step: the chart of
@@ -190,7 +207,7 @@ SELECT r.id AS run_id, r.version, r.created_at, s.key, s.result
 FROM (
     SELECT r.id, v.version, r.created_at
     FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
-    WHERE v.name = :name
+    WHERE v.namespace = :namespace AND v.name = :name
     ORDER BY r.id DESC LIMIT :limit
 ) r
 JOIN rara_steps s ON s.run_id = r.id
@@ -276,13 +293,15 @@ LIMIT :limit;
 SELECT id, status::text AS status FROM rara_runs ORDER BY id DESC LIMIT :limit;
 
 -- name: ui_schedule_page
--- Schedules by name after the keyset cursor :after (rara_schedules, migration 0014), each
--- with its last run's status: the columns of `rara schedules list` (schedule_list), a page
--- at a time.
-SELECT s.name, s.definition, s.version, s.cron, s.time_zone, s.concurrency_policy,
-       s.suspended, s.next_tick, s.last_tick, s.last_run_id, s.missed_ticks,
-       r.status::text AS last_run_status
+-- Schedules by (namespace, name) after the keyset cursor (:after_namespace, :after)
+-- (rara_schedules, migrations 0014 and 0017), each with its last run's status: the columns
+-- of `rara schedules list` (schedule_list), a page at a time; :namespace (null: every
+-- namespace) narrows to one.
+SELECT s.namespace, s.name, s.definition, s.version, s.cron, s.time_zone,
+       s.concurrency_policy, s.suspended, s.next_tick, s.last_tick, s.last_run_id,
+       s.missed_ticks, r.status::text AS last_run_status
 FROM rara_schedules s LEFT JOIN rara_runs r ON r.id = s.last_run_id
-WHERE CAST(:after AS text) IS NULL OR s.name > :after
-ORDER BY s.name
+WHERE (CAST(:after AS text) IS NULL OR (s.namespace, s.name) > (:after_namespace, :after))
+  AND (CAST(:namespace AS text) IS NULL OR s.namespace = :namespace)
+ORDER BY s.namespace, s.name
 LIMIT :limit;

@@ -8,7 +8,7 @@ connection of its own in a thread, never through the pages' read-only pool."""
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs
 
 from anyio import to_thread
 from starlette.exceptions import HTTPException
@@ -17,8 +17,10 @@ from starlette.responses import RedirectResponse, Response
 
 from rara.client import Client
 from rara.errors import NotFound, RaraError
+from rara.namespaces import DEFAULT_NAMESPACE
 from rara.ui import data
 from rara.ui.auth import SESSION_COOKIE, AuthConfig
+from rara.ui.links import page_namespace, schedule_href, with_param
 from rara.ui.render import page
 
 RETRYABLE = ("failed", "cancelled")
@@ -52,11 +54,13 @@ async def _authorised(request: Request) -> None:
 
 
 def _back(path: str, note: str) -> RedirectResponse:
-    return RedirectResponse(f"{path}?note={quote(note)}", status_code=303)
+    return RedirectResponse(with_param(path, "note", note), status_code=303)
 
 
-def _client(request: Request) -> Client:
-    return Client(request.app.state.config.database_url)
+def _client(request: Request, namespace: str = DEFAULT_NAMESPACE) -> Client:
+    """A client in ``namespace``: what it names by name (a definition to start, a schedule
+    to pause) is that namespace's."""
+    return Client(request.app.state.config.database_url, namespace=namespace)
 
 
 async def cancel(request: Request) -> Response:
@@ -86,7 +90,7 @@ async def retry(request: Request) -> Response:
         raise HTTPException(
             409, f"run {run_id} is {run.status}: only a failed or cancelled run is retried"
         )
-    client = _client(request)
+    client = _client(request, run.namespace)  # its run's definition, in its run's namespace
     try:
         started = await to_thread.run_sync(
             lambda: client.start_run(
@@ -136,7 +140,8 @@ async def resume(request: Request) -> Response:
 async def _suspend(request: Request, suspended: bool) -> Response:
     await _authorised(request)
     name = str(request.path_params["name"])
-    client = _client(request)
+    namespace = page_namespace(request)
+    client = _client(request, namespace)
     try:
         changed = await to_thread.run_sync(client.suspend_schedule, name, suspended)
     except NotFound as exc:
@@ -144,7 +149,7 @@ async def _suspend(request: Request, suspended: bool) -> Response:
     except RaraError as exc:
         raise HTTPException(400, str(exc)) from exc
     done = "paused" if suspended else "resumed"
-    return _back(f"/schedules/{quote(name)}", done if changed else f"already {done}")
+    return _back(schedule_href(namespace, name), done if changed else f"already {done}")
 
 
 async def schedule_pause(request: Request) -> Response:

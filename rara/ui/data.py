@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from psycopg.rows import class_row
+from psycopg.rows import class_row, scalar_row
 
 from rara.pg.events import EventRow
 from rara.pg.queries import AsyncConn, amany, aone, avalue
@@ -22,6 +22,7 @@ PAGE = 50
 @dataclass(frozen=True, slots=True)
 class RunLine:
     id: int
+    namespace: str
     status: str
     definition: str
     version: int
@@ -37,6 +38,7 @@ class RunLine:
 @dataclass(frozen=True, slots=True)
 class RunDetail:
     id: int
+    namespace: str
     status: str
     definition: str
     version: int
@@ -184,6 +186,7 @@ class Producer:
     key: str
     run_id: int
     status: str
+    namespace: str
     definition: str
     version: int
 
@@ -198,6 +201,7 @@ class Consumer:
 
 @dataclass(frozen=True, slots=True)
 class DefinitionLine:
+    namespace: str
     name: str
     created_at: datetime
     retired_at: datetime | None
@@ -215,6 +219,7 @@ class VersionLine:
 
 @dataclass(frozen=True, slots=True)
 class VersionDetail:
+    namespace: str
     name: str
     version: int
     digest: str
@@ -293,10 +298,16 @@ async def now(conn: AsyncConn) -> datetime:
     return found
 
 
+async def namespace_list(conn: AsyncConn, limit: int = 1_000) -> list[str]:
+    """The namespaces the filters offer: those with a definition or a schedule."""
+    return await amany(conn, "ui_namespace_list", scalar_row, limit=limit)
+
+
 async def run_page(
     conn: AsyncConn,
     *,
     before: int | None,
+    namespace: str | None,
     status: str | None,
     definition: str | None,
     since: datetime | None,
@@ -309,6 +320,7 @@ async def run_page(
         "ui_run_page",
         class_row(RunLine),
         before=before,
+        namespace=namespace,
         status=status,
         definition=definition,
         since=since,
@@ -370,32 +382,73 @@ async def consumer_list(conn: AsyncConn, digest: str, limit: int = 200) -> list[
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Cursor:
+    """A keyset cursor of the lists ordered by (namespace, name): the last row shown."""
+
+    namespace: str
+    name: str
+
+
+def _after(cursor: Cursor | None) -> dict[str, str | None]:
+    """A cursor as the statements' parameters (:after_namespace, :after)."""
+    if cursor is None:
+        return {"after_namespace": None, "after": None}
+    return {"after_namespace": cursor.namespace, "after": cursor.name}
+
+
 async def definition_page(
-    conn: AsyncConn, *, after: str | None, search: str | None = None, limit: int = PAGE
+    conn: AsyncConn,
+    *,
+    after: Cursor | None,
+    namespace: str | None = None,
+    search: str | None = None,
+    limit: int = PAGE,
 ) -> list[DefinitionLine]:
     return await amany(
         conn,
         "ui_definition_page",
         class_row(DefinitionLine),
-        after=after,
+        **_after(after),
+        namespace=namespace,
         search=search,
         limit=limit,
     )
 
 
-async def version_list(conn: AsyncConn, name: str) -> list[VersionLine]:
-    return await amany(conn, "ui_definition_version_list", class_row(VersionLine), name=name)
-
-
-async def version_get(conn: AsyncConn, name: str, version: int) -> VersionDetail | None:
-    return await aone(
-        conn, "ui_definition_version_get", class_row(VersionDetail), name=name, version=version
+async def version_list(conn: AsyncConn, namespace: str, name: str) -> list[VersionLine]:
+    return await amany(
+        conn,
+        "ui_definition_version_list",
+        class_row(VersionLine),
+        namespace=namespace,
+        name=name,
     )
 
 
-async def result_list(conn: AsyncConn, name: str, limit: int = 100) -> list[ResultPoint]:
+async def version_get(
+    conn: AsyncConn, namespace: str, name: str, version: int
+) -> VersionDetail | None:
+    return await aone(
+        conn,
+        "ui_definition_version_get",
+        class_row(VersionDetail),
+        namespace=namespace,
+        name=name,
+        version=version,
+    )
+
+
+async def result_list(
+    conn: AsyncConn, namespace: str, name: str, limit: int = 100
+) -> list[ResultPoint]:
     return await amany(
-        conn, "ui_definition_result_list", class_row(ResultPoint), name=name, limit=limit
+        conn,
+        "ui_definition_result_list",
+        class_row(ResultPoint),
+        namespace=namespace,
+        name=name,
+        limit=limit,
     )
 
 
@@ -432,19 +485,33 @@ async def live_recent_list(conn: AsyncConn, limit: int = PAGE) -> list[RecentRun
 
 
 async def schedule_page(
-    conn: AsyncConn, *, after: str | None, limit: int = PAGE
+    conn: AsyncConn, *, after: Cursor | None, namespace: str | None = None, limit: int = PAGE
 ) -> list[ScheduleSummary]:
     return await amany(
-        conn, "ui_schedule_page", class_row(ScheduleSummary), after=after, limit=limit
+        conn,
+        "ui_schedule_page",
+        class_row(ScheduleSummary),
+        **_after(after),
+        namespace=namespace,
+        limit=limit,
     )
 
 
-async def schedule_get(conn: AsyncConn, name: str) -> ScheduleRow | None:
+async def schedule_get(conn: AsyncConn, namespace: str, name: str) -> ScheduleRow | None:
     """A schedule whole: the statement of `rara schedules show` (schedules.sql)."""
-    return await aone(conn, "schedule_get", class_row(ScheduleRow), name=name)
+    return await aone(conn, "schedule_get", class_row(ScheduleRow), namespace=namespace, name=name)
 
 
-async def schedule_tick_list(conn: AsyncConn, name: str, limit: int = PAGE) -> list[TickRow]:
+async def schedule_tick_list(
+    conn: AsyncConn, namespace: str, name: str, limit: int = PAGE
+) -> list[TickRow]:
     """A schedule's decided ticks, newest first, each with its run (started, triggered or
     backfilled) and that run's status: the history `rara schedules show` prints."""
-    return await amany(conn, "schedule_tick_list", class_row(TickRow), name=name, limit=limit)
+    return await amany(
+        conn,
+        "schedule_tick_list",
+        class_row(TickRow),
+        namespace=namespace,
+        name=name,
+        limit=limit,
+    )

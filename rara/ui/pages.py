@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from anyio import to_thread, wrap_file
 from psycopg_pool import AsyncConnectionPool
@@ -33,12 +33,15 @@ from rara.artifacts.api import ArtifactStore
 from rara.artifacts.errors import ArtifactNotFound
 from rara.artifacts.media_type import is_valid_media_type
 from rara.artifacts.store import DEFAULT_MEDIA_TYPE
+from rara.namespaces import qualified
 from rara.pg.queries import AsyncConn
+from rara.pg.schedules import ScheduleSummary
 from rara.states import RunStatus
 from rara.ui import charts, data
 from rara.ui.dag import StepNode, layout
 from rara.ui.fleet import FLEET, fleet_state
 from rara.ui.groups import MapGroup, map_groups
+from rara.ui.links import namespace_arg, page_namespace
 from rara.ui.live import RUNS, LiveHub
 from rara.ui.render import page
 from rara.ui.reuse import summarise
@@ -102,6 +105,7 @@ async def runs_list(request: Request) -> Response:
     if status is not None and status not in STATUSES:
         problems.append(f"status: one of {', '.join(STATUSES)}")
         status = None
+    namespace = namespace_arg(request)
     definition = q.get("definition", "").strip() or None
     search = q.get("q", "").strip() or None
     since, until = _time_arg(request, "since", problems), _time_arg(request, "until", problems)
@@ -110,6 +114,7 @@ async def runs_list(request: Request) -> Response:
         rows = await data.run_page(
             conn,
             before=before,
+            namespace=namespace,
             status=status,
             definition=definition,
             since=since,
@@ -118,10 +123,12 @@ async def runs_list(request: Request) -> Response:
             limit=data.PAGE + 1,
         )
         now = await data.now(conn)
+        namespaces = await data.namespace_list(conn)
     rows, more = _one_page(rows)
     filters = {
         k: v
         for k, v in {
+            "namespace": namespace,
             "q": search,
             "status": status,
             "definition": definition,
@@ -136,11 +143,27 @@ async def runs_list(request: Request) -> Response:
         runs=rows,
         now=now,
         statuses=STATUSES,
+        namespaces=_offered(namespaces, namespace),
         filters=filters,
         next_before=rows[-1].id if more else None,
         first_page=before is None,
         problems=problems,
     )
+
+
+def _offered(namespaces: list[str], chosen: str | None) -> list[str]:
+    """The namespace select's options: those that exist, and the one asked for (a namespace
+    with nothing in it yet is still a valid filter that matches nothing)."""
+    return sorted({*namespaces, chosen}) if chosen else namespaces
+
+
+def _cursor(request: Request) -> data.Cursor | None:
+    """The keyset cursor of a list by (namespace, name): ``after`` (a name) and
+    ``after_namespace`` (``default`` when unsaid, as the links of before namespaces meant)."""
+    after = request.query_params.get("after") or None
+    if after is None:
+        return None
+    return data.Cursor(page_namespace(request, "after_namespace"), after)
 
 
 async def _run_or_404(conn: AsyncConn, run_id: int) -> data.RunDetail:
@@ -278,18 +301,31 @@ async def live_runs(request: Request) -> Response:
 
 
 async def definitions_list(request: Request) -> Response:
-    after = request.query_params.get("after") or None
+    after = _cursor(request)
+    namespace = namespace_arg(request)
     search = request.query_params.get("q", "").strip() or None
     async with _pool(request).connection() as conn:
-        rows = await data.definition_page(conn, after=after, search=search, limit=data.PAGE + 1)
+        rows = await data.definition_page(
+            conn, after=after, namespace=namespace, search=search, limit=data.PAGE + 1
+        )
+        namespaces = await data.namespace_list(conn)
     rows, more = _one_page(rows)
+    filters = {k: v for k, v in {"namespace": namespace, "q": search}.items() if v}
     return page(
         request,
         "definitions.html",
         definitions=rows,
         search=search,
-        next_after=rows[-1].name if more else None,
+        namespace=namespace,
+        namespaces=_offered(namespaces, namespace),
+        filters=filters,
+        next_page=_next_page(filters, rows[-1]) if more else None,
     )
+
+
+def _next_page(filters: dict[str, str], last: data.DefinitionLine | ScheduleSummary) -> str:
+    """The query string of a (namespace, name) list's next page, its filters kept."""
+    return urlencode({**filters, "after_namespace": last.namespace, "after": last.name})
 
 
 def _spec_text(spec: dict[str, Any]) -> str:
@@ -321,35 +357,39 @@ def changed_steps(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, s
 
 async def definition_page(request: Request) -> Response:
     name = request.path_params["name"]
+    namespace = page_namespace(request)
+    full = qualified(namespace, name)
     async with _pool(request).connection() as conn:
-        versions = await data.version_list(conn, name)
+        versions = await data.version_list(conn, namespace, name)
         if not versions:
-            raise HTTPException(404, f"no workflow definition {name}")
+            raise HTTPException(404, f"no workflow definition {full}")
         shown = _int_arg(request, "version") or versions[0].version
-        version = await data.version_get(conn, name, shown)
+        version = await data.version_get(conn, namespace, name, shown)
         if version is None:
-            raise HTTPException(404, f"no version {shown} of {name}")
+            raise HTTPException(404, f"no version {shown} of {full}")
         diff: list[str] | None = None
         changed: list[tuple[str, str]] = []
         a, b = _int_arg(request, "a"), _int_arg(request, "b")
         if a is not None and b is not None:
-            old, new = await data.version_get(conn, name, a), await data.version_get(conn, name, b)
+            old = await data.version_get(conn, namespace, name, a)
+            new = await data.version_get(conn, namespace, name, b)
             if old is None or new is None:
-                raise HTTPException(404, f"no version {a if old is None else b} of {name}")
+                raise HTTPException(404, f"no version {a if old is None else b} of {full}")
             diff = list(
                 difflib.unified_diff(
                     _spec_text(old.spec).splitlines(),
                     _spec_text(new.spec).splitlines(),
-                    f"{name}@{a}",
-                    f"{name}@{b}",
+                    f"{full}@{a}",
+                    f"{full}@{b}",
                     lineterm="",
                 )
             )
             changed = changed_steps(old.spec, new.spec)
-        results = await data.result_list(conn, name)
+        results = await data.result_list(conn, namespace, name)
     return page(
         request,
         "definition.html",
+        namespace=namespace,
         name=name,
         versions=versions,
         version=version,
@@ -438,28 +478,34 @@ async def _blob_chunks(verified: BinaryIO) -> AsyncIterator[bytes]:
 
 
 async def schedules_list(request: Request) -> Response:
-    after = request.query_params.get("after") or None
+    after = _cursor(request)
+    namespace = namespace_arg(request)
     async with _pool(request).connection() as conn:
-        rows = await data.schedule_page(conn, after=after, limit=data.PAGE + 1)
+        rows = await data.schedule_page(conn, after=after, namespace=namespace, limit=data.PAGE + 1)
         now = await data.now(conn)
+        namespaces = await data.namespace_list(conn)
     rows, more = _one_page(rows)
+    filters = {"namespace": namespace} if namespace else {}
     return page(
         request,
         "schedules.html",
         schedules=rows,
         now=now,
-        next_after=rows[-1].name if more else None,
+        namespace=namespace,
+        namespaces=_offered(namespaces, namespace),
+        next_page=_next_page(filters, rows[-1]) if more else None,
         first_page=after is None,
     )
 
 
 async def schedule_page(request: Request) -> Response:
     name = request.path_params["name"]
+    namespace = page_namespace(request)
     async with _pool(request).connection() as conn:
-        schedule = await data.schedule_get(conn, name)
+        schedule = await data.schedule_get(conn, namespace, name)
         if schedule is None:
-            raise HTTPException(404, f"no schedule {name}")
-        history = await data.schedule_tick_list(conn, name)
+            raise HTTPException(404, f"no schedule {qualified(namespace, name)}")
+        history = await data.schedule_tick_list(conn, namespace, name)
         now = await data.now(conn)
     return page(
         request,

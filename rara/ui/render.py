@@ -13,7 +13,9 @@ from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
+from rara.namespaces import qualified
 from rara.ui.auth import AuthConfig
+from rara.ui.links import definition_href, runs_href, schedule_href
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -92,7 +94,14 @@ ENV = Environment(
 ENV.filters.update(
     when=when, size=size, short=short, pretty=pretty, compact=compact, iso=iso, stamp=stamp
 )
-ENV.globals.update(took=took, ticking=ticking)
+ENV.globals.update(
+    took=took,
+    ticking=ticking,
+    definition_href=definition_href,
+    schedule_href=schedule_href,
+    runs_href=runs_href,
+    qualified=qualified,
+)
 
 
 def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:

@@ -46,7 +46,7 @@ def test_one_step_count_on_the_runs_list_and_the_run_page(
         _stop(worker)
     ui: UiServer = ui_server()
     page.goto(ui.url + "/runs")
-    expect(page.locator(f'tr[data-run="{run_id}"] td').nth(3)).to_have_text("5/5")
+    expect(page.locator(f'tr[data-run="{run_id}"] [data-field="steps"]')).to_have_text("5/5")
     page.goto(f"{ui.url}/runs/{run_id}")
     expect(page.locator('#counts [data-count="succeeded"]')).to_have_text("5")
     expect(page.locator('#counts [data-count="total"]')).to_have_text("5")

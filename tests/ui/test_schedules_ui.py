@@ -51,7 +51,7 @@ def test_the_schedules_pages_show_ticks_settings_and_runs(
     noop_definition(conn)  # no worker: the triggered run stays pending
     apply_schedule(conn, load_schedule(NIGHTLY))
     apply_schedule(conn, load_schedule(PAUSED))
-    nightly = schedule_sql.get(conn, "nightly-refresh")
+    nightly = schedule_sql.get(conn, "nightly-refresh", namespace="default")
     assert nightly is not None
     assert nightly.last_run_id is None
     ui = ui_server(url=role_url("rara_reader"))
@@ -115,7 +115,7 @@ def test_pause_and_resume_from_the_schedule_page_need_a_login_and_its_csrf(
     ui = ui_server("--no-read-only", "--token-file", str(tmp_path / "token"))
 
     def suspended() -> bool:
-        row = schedule_sql.get(conn, "nightly-refresh")
+        row = schedule_sql.get(conn, "nightly-refresh", namespace="default")
         assert row is not None
         return row.suspended
 

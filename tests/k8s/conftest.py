@@ -33,6 +33,19 @@ def kube_api() -> Iterator[KubeFixture]:
 def namespace(kube_api: KubeFixture) -> Iterator[str]:
     """A fresh namespace per test; deleted afterwards (without waiting: a bare API server
     has no namespace controller, so it stays Terminating, which is harmless)."""
+    with fresh_namespace(kube_api) as name:
+        yield name
+
+
+@pytest.fixture
+def other_namespace(kube_api: KubeFixture) -> Iterator[str]:
+    """A second fresh namespace, as ``namespace``: for what must stay apart between two."""
+    with fresh_namespace(kube_api) as name:
+        yield name
+
+
+@contextlib.contextmanager
+def fresh_namespace(kube_api: KubeFixture) -> Iterator[str]:
     core = client.CoreV1Api(kube_api.api_client)
     name = f"rara-test-{secrets.token_hex(4)}"
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))

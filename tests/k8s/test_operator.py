@@ -86,14 +86,19 @@ def eventually(fn: Callable[[], T], *, timeout: float = DEADLINE, what: str) -> 
 
 
 class Operator:
-    """Start and stop the operator (kopf's KopfRunner in a thread) for one namespace."""
+    """Start and stop the operator (kopf's KopfRunner in a thread) for one namespace, or
+    for every namespace when ``namespace`` is None (the chart's clusterWide mode)."""
 
     def __init__(
-        self, kube: KubeFixture, namespace: str, database_url: str, peering: Peering | None = None
+        self,
+        kube: KubeFixture,
+        namespace: str | None,
+        database_url: str,
+        peering: Peering | None = None,
     ) -> None:
         self.config = OperatorConfig(
             database_url=database_url,
-            namespaces=(namespace,),
+            namespaces=() if namespace is None else (namespace,),
             run_sync_interval=0.3,
             scale_interval=0.3,
             peering=peering,
@@ -111,9 +116,8 @@ class Operator:
         # After rara's own startup handler: a test that stops the operator mid-start would
         # race kopf's cleanup against the startup thread and leak the database pool.
         kopf.on.startup(registry=registry)(signal_started)
-        self._runner = KopfRunner(
-            ["run", "--standalone", "--namespace", self.namespace], registry=registry, timeout=30
-        )
+        served = ["--all-namespaces"] if self.namespace is None else ["--namespace", self.namespace]
+        self._runner = KopfRunner(["run", "--standalone", *served], registry=registry, timeout=30)
         self._runner.__enter__()
         assert started.wait(DEADLINE), "operator did not start"
 
@@ -358,11 +362,11 @@ def test_definition_lifecycle(
 
 
 def test_same_spec_again_is_the_same_version(
-    operator: Operator, objects: Objects, db: psycopg.Connection[Any]
+    operator: Operator, objects: Objects, db: psycopg.Connection[Any], namespace: str
 ) -> None:
     """A definition already registered (by `rara definitions apply`) is found, not re-added;
     and a restarted operator resuming it writes nothing."""
-    applied = apply(db, "pre", STEPS)
+    applied = apply(db, "pre", STEPS, namespace=namespace)
     objects.create(*WFD, "pre", {"steps": STEPS})
     status = eventually(
         lambda: (s := objects.status("workflowdefinitions", "pre")).get("version") and s,
@@ -381,9 +385,9 @@ def runs_count(db: psycopg.Connection[Any]) -> int:
 
 
 def test_workflow_run_is_started_once_and_mirrored(
-    operator: Operator, objects: Objects, db: psycopg.Connection[Any]
+    operator: Operator, objects: Objects, db: psycopg.Connection[Any], namespace: str
 ) -> None:
-    apply(db, "rag", STEPS)
+    apply(db, "rag", STEPS, namespace=namespace)
     body = objects.create(
         "workflowruns", "WorkflowRun", "nightly", {"definition": "rag", "input": {"corpus": "wiki"}}
     )
@@ -444,7 +448,9 @@ def test_run_waits_for_its_definition(
     assert runs_count(db) == 0
     shown = columns(kube_api, namespace, "workflowruns", "early")
     assert (shown["Phase"], shown["Reason"]) == ("Waiting", "DefinitionNotFound")
-    assert "no workflow definition later" in objects.status("workflowruns", "early")["message"]
+    # The message names the namespace the definition is missing from.
+    message = objects.status("workflowruns", "early")["message"]
+    assert f"no workflow definition {namespace}/later" in message
     # Retried every 10 s, with the same reason: no second Warning.
     eventually(
         lambda: attempts(objects, "workflowruns", "early") >= 2, timeout=60, what="a second attempt"
@@ -485,6 +491,7 @@ def test_refused_run_says_why(
         db,
         "strict",
         [{"key": "collect", "capability": "demo.collect@1", "inputSchema": needs_corpus}],
+        namespace=namespace,
     )
     uid = objects.create(
         "workflowruns", "WorkflowRun", "bad", {"definition": "strict", "input": {"limit": 3}}
@@ -511,12 +518,14 @@ def test_refused_run_says_why(
 
 
 def test_resume_from_resumes_a_failed_run_or_says_why_not(
-    operator: Operator, objects: Objects, db: psycopg.Connection[Any]
+    operator: Operator, objects: Objects, db: psycopg.Connection[Any], namespace: str
 ) -> None:
     """spec.resumeFrom: a new run that reuses what succeeded in the old one; an input other
     than the old run's is refused for good (docs/step-cache.md, "Resume")."""
-    apply(db, "rag", STEPS)
-    old = start_run(db, "rag", input={"corpus": "wiki"}, queue_anyway=True).run_id
+    apply(db, "rag", STEPS, namespace=namespace)
+    old = start_run(
+        db, "rag", input={"corpus": "wiki"}, queue_anyway=True, namespace=namespace
+    ).run_id
     (leased,) = lease_now(db, ["demo.collect@1"], worker="w1", limit=1, lease_seconds=60)
     assert asyncio.run(_complete(db.info.dsn, leased, "w1", {"docs": 3}))
     cancel_run(db, old)  # collect succeeded, index never ran
@@ -552,7 +561,8 @@ def test_run_phases_are_columns_and_events(
     kube_api: KubeFixture,
     namespace: str,
 ) -> None:
-    apply(db, "one", [{"key": "only", "capability": "demo.one@1", "retry": {"maxAttempts": 1}}])
+    only = [{"key": "only", "capability": "demo.one@1", "retry": {"maxAttempts": 1}}]
+    apply(db, "one", only, namespace=namespace)
     uids = {
         name: objects.create("workflowruns", "WorkflowRun", name, {"definition": "one"})[
             "metadata"

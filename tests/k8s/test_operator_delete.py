@@ -86,9 +86,9 @@ def test_deleting_a_pending_run_cancels_it(
 
 
 def test_deleting_an_ended_run_touches_nothing(
-    operator: Operator, objects: Objects, db: psycopg.Connection[Any]
+    operator: Operator, objects: Objects, db: psycopg.Connection[Any], namespace: str
 ) -> None:
-    apply(db, "rag", STEPS)
+    apply(db, "rag", STEPS, namespace=namespace)
     objects.create(*WFR, "done", {"definition": "rag"})
     run_id = int(started(objects, "done")["runId"])
     cancel_run(db, run_id)
@@ -105,7 +105,7 @@ def test_deleting_an_ended_run_touches_nothing(
 
 
 def test_deleting_a_run_whose_status_was_lost_finds_it_by_key(
-    operator: Operator, objects: Objects, db: psycopg.Connection[Any]
+    operator: Operator, objects: Objects, db: psycopg.Connection[Any], namespace: str
 ) -> None:
     # The definition does not exist yet: the create handler reports it and retries in 10 s,
     # so no runId reaches the status while the test works.
@@ -122,9 +122,13 @@ def test_deleting_a_run_whose_status_was_lost_finds_it_by_key(
     ).fetchone() == (0,)
 
     # Started under its key, the status patch lost (here: started beside the operator).
-    apply(db, "later", STEPS)
+    apply(db, "later", STEPS, namespace=namespace)
     run_id = start_run(
-        db, "later", idempotency_key=idempotency_key(lost["metadata"]["uid"]), queue_anyway=True
+        db,
+        "later",
+        idempotency_key=idempotency_key(lost["metadata"]["uid"]),
+        queue_anyway=True,
+        namespace=namespace,
     ).run_id
     assert "runId" not in objects.status(RUNS, "lost")
     objects.delete(RUNS, "lost")

@@ -154,7 +154,7 @@ def test_many_workflow_runs_are_mirrored(
 ) -> None:
     objects = Objects(kube_api, namespace)
     with psycopg.connect(database_url, autocommit=True) as db:
-        apply(db, "rag", STEPS)
+        apply(db, "rag", STEPS, namespace=namespace)
     names = [f"run-{i:03d}" for i in range(RUNS)]
     reads0 = operator_process.value(READS)
     with Worker(database_url):
@@ -211,7 +211,7 @@ def test_unchanged_runs_are_read_not_patched(
     to start beside them (the chaos run's symptom: new ones started late)."""
     objects = Objects(kube_api, namespace)
     with psycopg.connect(database_url, autocommit=True) as db:
-        apply(db, "rag", STEPS)
+        apply(db, "rag", STEPS, namespace=namespace)
     names = [f"idle-{i:03d}" for i in range(RUNS)]
     for name in names:
         objects.create("workflowruns", "WorkflowRun", name, {"definition": "rag"})

@@ -28,16 +28,19 @@ def _delete(objects: Objects, name: str) -> None:
 
 
 def test_a_schedule_resource_fires_once_per_tick_and_mirrors_its_status(
-    operator: Operator, objects: Objects, db: psycopg.Connection[Any]
+    operator: Operator, objects: Objects, db: psycopg.Connection[Any], namespace: str
 ) -> None:
-    noop_definition(db)
+    noop_definition(db, namespace=namespace)
     objects.create(
         PLURAL,
         KIND,
         "every-second",
         {"definition": "noop", "schedule": "* * * * * *", "successfulRunsHistoryLimit": 100},
     )
-    eventually(lambda: schedule_sql.get(db, "every-second"), what="the schedule stored")
+    eventually(
+        lambda: schedule_sql.get(db, "every-second", namespace=namespace),
+        what="the schedule stored",
+    )
     # The operator's own firing loop starts runs, one per tick.
     eventually(
         lambda: db.execute("SELECT count(*) FROM rara_runs").fetchone()[0] >= 3,  # type: ignore[index]
@@ -53,11 +56,11 @@ def test_a_schedule_resource_fires_once_per_tick_and_mirrors_its_status(
     assert keys is not None
     assert keys[0] == keys[1]
     _delete(objects, "every-second")
-    assert schedule_sql.get(db, "every-second") is None
+    assert schedule_sql.get(db, "every-second", namespace=namespace) is None
 
 
 def test_an_invalid_schedule_is_reported_and_stored_nowhere(
-    operator: Operator, objects: Objects, db: psycopg.Connection[Any]
+    operator: Operator, objects: Objects, db: psycopg.Connection[Any], namespace: str
 ) -> None:
     objects.create(
         PLURAL,
@@ -72,15 +75,16 @@ def test_an_invalid_schedule_is_reported_and_stored_nowhere(
     ready = condition(status, "Ready")
     assert (ready["status"], ready["reason"]) == ("False", "SpecInvalid")
     assert "spec.timeZone: 'Europe/Atlantis' is not an IANA time zone" in ready["message"]
-    assert schedule_sql.get(db, "bad-zone") is None
+    assert schedule_sql.get(db, "bad-zone", namespace=namespace) is None
     _delete(objects, "bad-zone")
 
 
 def test_an_input_the_definition_refuses_is_reported_and_stored_nowhere(
-    operator: Operator, objects: Objects, db: psycopg.Connection[Any]
+    operator: Operator, objects: Objects, db: psycopg.Connection[Any], namespace: str
 ) -> None:
     limit = {"type": "object", "properties": {"limit": {"type": "integer", "minimum": 1}}}
-    apply(db, "collect", [{"key": "collect", "capability": "bench.noop@1", "inputSchema": limit}])
+    steps = [{"key": "collect", "capability": "bench.noop@1", "inputSchema": limit}]
+    apply(db, "collect", steps, namespace=namespace)
     objects.create(
         PLURAL,
         KIND,
@@ -97,5 +101,5 @@ def test_an_input_the_definition_refuses_is_reported_and_stored_nowhere(
         "spec.input: run input refused: input.limit: -1 is less than the minimum of 1 "
         "(input of step 'collect')"
     )
-    assert schedule_sql.get(db, "bad-input") is None
+    assert schedule_sql.get(db, "bad-input", namespace=namespace) is None
     _delete(objects, "bad-input")

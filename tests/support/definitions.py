@@ -8,6 +8,7 @@ import psycopg
 
 from rara.definitions.parse import definition_from_object
 from rara.definitions.registry import AppliedVersion, apply_definition
+from rara.namespaces import DEFAULT_NAMESPACE
 
 
 def definition(name: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -19,8 +20,16 @@ def definition(name: str, steps: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def apply(conn: psycopg.Connection[Any], name: str, steps: list[dict[str, Any]]) -> AppliedVersion:
-    return apply_definition(conn, definition_from_object(definition(name, steps)))
+def apply(
+    conn: psycopg.Connection[Any],
+    name: str,
+    steps: list[dict[str, Any]],
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
+) -> AppliedVersion:
+    return apply_definition(
+        conn, definition_from_object(definition(name, steps)), namespace=namespace
+    )
 
 
 def noop_definition(
@@ -29,6 +38,8 @@ def noop_definition(
     steps: int = 1,
     capability: str = "bench.noop@1",
     executor: str = "inprocess",
+    *,
+    namespace: str = DEFAULT_NAMESPACE,
 ) -> None:
     """A chain of ``steps`` steps s0, s1, … of one capability (the benchmarks' workload and the
     history fill's definition)."""
@@ -44,4 +55,5 @@ def noop_definition(
             }
             for i in range(steps)
         ],
+        namespace=namespace,
     )

@@ -5,6 +5,9 @@ digest and writes nothing. An invalid spec is reported in the status (condition 
 message naming step and field) and nothing reaches PostgreSQL; it is not an error to retry,
 because only a new spec can fix it. Delete retires the name; its versions stay, so runs that
 pinned them keep working and history is kept.
+
+A resource's Kubernetes namespace is its rara namespace (rara.namespaces): the same name in
+two namespaces is two definitions, with two histories, and a delete retires only its own.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ import kopf
 from rara.definitions.parse import definition_from_object
 from rara.definitions.registry import apply_definition
 from rara.errors import DefinitionInvalid
+from rara.namespaces import qualified
 from rara.operator import conditions
-from rara.operator.models import document_of
+from rara.operator.models import document_of, namespace_of
 from rara.operator.refusals import report_refused
 from rara.operator.runtime import connection
 from rara.pg import definitions as sql
@@ -26,6 +30,7 @@ from rara.pg import definitions as sql
 def reconcile_definition(
     body: kopf.Body,
     name: str,
+    namespace: str | None,
     meta: kopf.Meta,
     status: kopf.Status,
     patch: kopf.Patch,
@@ -34,6 +39,7 @@ def reconcile_definition(
     **_: Any,
 ) -> None:
     generation = meta.get("generation")
+    namespace = namespace_of(namespace)
     document = document_of(body, name)
     try:
         definition = definition_from_object(document)
@@ -43,7 +49,7 @@ def reconcile_definition(
             status,
             patch,
             logger,
-            what=f"definition {name}",
+            what=f"definition {qualified(namespace, name)}",
             reason="SpecInvalid",
             message="; ".join(exc.problems),
             generation=generation,
@@ -51,9 +57,12 @@ def reconcile_definition(
         )
         return
     with connection(memo) as conn:
-        applied = apply_definition(conn, definition)
+        applied = apply_definition(conn, definition, namespace=namespace)
     verb = "registered" if applied.created else "already registered as"
-    logger.info(f"definition {name} {verb} version {applied.version} ({applied.digest})")
+    logger.info(
+        f"definition {qualified(namespace, name)} {verb} version {applied.version} "
+        f"({applied.digest})"
+    )
     patch.status["observedGeneration"] = generation
     patch.status["version"] = applied.version
     patch.status["digest"] = applied.digest
@@ -66,8 +75,14 @@ def reconcile_definition(
     )
 
 
-def retire_definition(name: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+def retire_definition(
+    name: str, namespace: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    namespace = namespace_of(namespace)
     with connection(memo) as conn:
-        retired = sql.retire(conn, name)
-    # None: the name never reached PostgreSQL (it was always invalid): nothing to retire.
-    logger.info(f"definition {name} " + ("retired" if retired else "was never registered"))
+        retired = sql.retire(conn, name, namespace=namespace)
+    # False: the name never reached PostgreSQL (it was always invalid): nothing to retire.
+    logger.info(
+        f"definition {qualified(namespace, name)} "
+        + ("retired" if retired else "was never registered")
+    )

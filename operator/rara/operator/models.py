@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Annotated, Any
 
+import kopf
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rara.definitions.model import CAPABILITY_PATTERN, NAME_PATTERN
@@ -29,6 +30,14 @@ def document_of(body: Mapping[str, Any], name: str) -> dict[str, Any]:
         "metadata": {"name": name},
         "spec": dict(body.get("spec") or {}),
     }
+
+
+def namespace_of(namespace: str | None) -> str:
+    """The rara namespace of a resource: its Kubernetes namespace (rara.namespaces). kopf
+    types it optional for cluster-scoped resources; rara's CRDs are all namespaced."""
+    if namespace is None:
+        raise kopf.PermanentError("a rara resource without a namespace: the CRD is namespaced")
+    return namespace
 
 
 class _Spec(BaseModel):

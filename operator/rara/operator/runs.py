@@ -2,8 +2,11 @@
 when the resource is deleted. The status is mirrored later, for all WorkflowRuns at once, by
 rara.operator.runsync.
 
-The resource's uid is the idempotency key, so a retried or resumed handler (operator restart,
-lost status patch) finds the run it already started instead of starting another.
+The resource's Kubernetes namespace is its run's rara namespace (rara.namespaces): the run is
+of that namespace's definition, and ``resumeFrom`` refuses a run of another namespace. The
+resource's uid is the idempotency key (unique in the namespace), so a retried or resumed
+handler (operator restart, lost status patch) finds the run it already started instead of
+starting another.
 queue_anyway: workers may be scaled to zero, and the WorkerPool scaler starts them *because*
 steps wait; refusing the run for lack of a live worker would deadlock that.
 
@@ -26,8 +29,9 @@ import psycopg
 from pydantic import ValidationError
 
 from rara.errors import InputInvalid, NotFound, ResumeRefused
+from rara.namespaces import qualified
 from rara.operator import conditions
-from rara.operator.models import WorkflowRunSpec
+from rara.operator.models import WorkflowRunSpec, namespace_of
 from rara.operator.refusals import MAX_MESSAGE
 from rara.operator.runtime import connection
 from rara.pg import runs as pg_runs
@@ -50,6 +54,7 @@ def start_workflow_run(
     spec: kopf.Spec,
     uid: str,
     name: str,
+    namespace: str | None,
     meta: kopf.Meta,
     status: kopf.Status,
     patch: kopf.Patch,
@@ -58,11 +63,12 @@ def start_workflow_run(
     **_: Any,
 ) -> None:
     generation = meta.get("generation")
+    namespace = namespace_of(namespace)
     try:
         run_spec = WorkflowRunSpec.model_validate(dict(spec))
         with connection(memo) as conn:
             if run_spec.resume_from is not None:
-                started = _resume(conn, run_spec, spec, uid)
+                started = _resume(conn, run_spec, spec, uid, namespace)
             else:
                 started = start_run(
                     conn,
@@ -71,6 +77,7 @@ def start_workflow_run(
                     input=run_spec.input,
                     idempotency_key=idempotency_key(uid),
                     queue_anyway=True,
+                    namespace=namespace,
                 )
             mirrored = refresh_status(conn, started.run_id, status, patch)
     except (ValidationError, InputInvalid, ResumeRefused) as exc:
@@ -88,7 +95,7 @@ def start_workflow_run(
         _not_accepted(body, patch, status, WAITING, "DefinitionNotFound", str(exc), generation)
         raise kopf.TemporaryError(str(exc), delay=NOT_FOUND_RETRY_SECONDS) from exc
     logger.info(
-        f"run {name} is rara run {started.run_id}"
+        f"run {qualified(namespace, name)} is rara run {started.run_id}"
         + ("" if started.created else " (already started)")
     )
     patch.status["observedGeneration"] = generation
@@ -104,11 +111,24 @@ def start_workflow_run(
 
 
 def _resume(
-    conn: psycopg.Connection[Any], run_spec: WorkflowRunSpec, spec: kopf.Spec, uid: str
+    conn: psycopg.Connection[Any],
+    run_spec: WorkflowRunSpec,
+    spec: kopf.Spec,
+    uid: str,
+    namespace: str,
 ) -> StartedRun:
     """``resumeFrom``: the resumed run, under the resource's idempotency key. An input the
-    spec does not give is the resumed run's (the model's default ``{}`` is not a wish)."""
+    spec does not give is the resumed run's (the model's default ``{}`` is not a wish).
+    The resumed run is in the old run's namespace (rara_run_resume), so a run of another
+    namespace is refused: a WorkflowRun must not start work, or reuse results, of a namespace
+    it does not live in (the run ids are global, and a team could guess another's)."""
     assert run_spec.resume_from is not None
+    old = pg_runs.get(conn, run_spec.resume_from)
+    if old is not None and old.namespace != namespace:
+        raise ResumeRefused(
+            f"run {run_spec.resume_from} is in namespace {old.namespace!r}, not {namespace!r}: "
+            "a WorkflowRun resumes only a run of its own namespace"
+        )
     try:
         resumed = resume_run(
             conn,
@@ -124,27 +144,37 @@ def _resume(
 
 
 def cancel_workflow_run(
-    status: kopf.Status, uid: str, name: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+    status: kopf.Status,
+    uid: str,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
     """On delete: cancel the rara run unless it has ended. A database error raises, and kopf
     retries with the finalizer kept: the resource goes only once its run is stopped."""
+    namespace = namespace_of(namespace)
     if status.get("phase") in TERMINAL:
         return  # ended: nothing to stop, no database call
     with connection(memo) as conn:
         run_id = status.get("runId")
         if run_id is None:
             # Never started, or started with its status patch lost: the key says which.
-            run_id = run_id_by_key(conn, idempotency_key(uid))
+            run_id = run_id_by_key(conn, idempotency_key(uid), namespace=namespace)
             if run_id is None:
-                logger.info(f"run {name} never started a rara run: nothing to cancel")
+                logger.info(
+                    f"run {qualified(namespace, name)} never started a rara run: nothing to cancel"
+                )
                 return
         try:
             cancelled = cancel_run(conn, int(run_id))
         except NotFound:  # deleted from PostgreSQL by hand
-            logger.info(f"run {name}: rara run {run_id} no longer exists")
+            logger.info(f"run {qualified(namespace, name)}: rara run {run_id} no longer exists")
             return
     logger.info(
-        f"run {name}: rara run {run_id} " + ("cancelled" if cancelled else "had already ended")
+        f"run {qualified(namespace, name)}: rara run {run_id} "
+        + ("cancelled" if cancelled else "had already ended")
     )
 
 

@@ -7,6 +7,10 @@ An invalid spec is reported in the status (condition Ready False, SpecInvalid, t
 naming the field) and nothing is written to PostgreSQL, as for a WorkflowDefinition; so is an
 input that the definition's input schemas refuse (spec.input, checked at apply). Deleting the
 resource deletes the schedule and its tick history; the runs it started stay.
+
+A resource's Kubernetes namespace is its rara namespace (rara.namespaces): the schedule lives
+there and starts runs of that namespace's definition; the same name in two namespaces is two
+schedules.
 """
 
 from __future__ import annotations
@@ -19,8 +23,9 @@ import kopf
 import psycopg
 
 from rara.errors import NotFound, ScheduleInvalid
+from rara.namespaces import qualified
 from rara.operator import conditions
-from rara.operator.models import document_of
+from rara.operator.models import document_of, namespace_of
 from rara.operator.refusals import report_refused
 from rara.operator.runtime import connection
 from rara.pg import schedules as schedule_sql
@@ -31,6 +36,7 @@ from rara.schedules.model import schedule_from_object
 def reconcile_schedule(
     body: kopf.Body,
     name: str,
+    namespace: str | None,
     meta: kopf.Meta,
     status: kopf.Status,
     patch: kopf.Patch,
@@ -39,20 +45,21 @@ def reconcile_schedule(
     **_: Any,
 ) -> None:
     generation = meta.get("generation")
+    namespace = namespace_of(namespace)
     document = document_of(body, name)
     patch.status["observedGeneration"] = generation
     try:
         schedule = schedule_from_object(document)
         with connection(memo) as conn:  # refuses an input the definition's schemas refuse
-            applied = manage.apply_schedule(conn, schedule)
-            row = schedule_sql.get(conn, name)
+            applied = manage.apply_schedule(conn, schedule, namespace=namespace)
+            row = schedule_sql.get(conn, name, namespace=namespace)
     except ScheduleInvalid as exc:
         report_refused(
             body,
             status,
             patch,
             logger,
-            what=f"schedule {name}",
+            what=f"schedule {qualified(namespace, name)}",
             reason="SpecInvalid",
             message="; ".join(exc.problems),
             generation=generation,
@@ -60,7 +67,7 @@ def reconcile_schedule(
         )
         return
     verb = "created" if applied.created else "changed" if applied.changed else "unchanged"
-    logger.info(f"schedule {name} {verb}")
+    logger.info(f"schedule {qualified(namespace, name)} {verb}")
     if row is not None:
         patch.status.update(mirrored_status(row))
     patch.status["conditions"] = conditions.merge(
@@ -69,22 +76,31 @@ def reconcile_schedule(
     )
 
 
-def delete_schedule(name: str, memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+def delete_schedule(
+    name: str, namespace: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    namespace = namespace_of(namespace)
     with connection(memo) as conn:
         try:
-            manage.delete_schedule(conn, name)
+            manage.delete_schedule(conn, name, namespace=namespace)
         except NotFound:
-            logger.info(f"schedule {name} was never stored (invalid spec)")
+            logger.info(f"schedule {qualified(namespace, name)} was never stored (invalid spec)")
             return
-    logger.info(f"schedule {name} deleted")
+    logger.info(f"schedule {qualified(namespace, name)} deleted")
 
 
 def sync_status(
-    name: str, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+    name: str,
+    namespace: str | None,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    **_: Any,
 ) -> None:
     """The timer: the schedule's state into the status, patched only when it changed."""
+    namespace = namespace_of(namespace)
     with connection(memo) as conn:
-        row = schedule_sql.get(conn, name)
+        row = schedule_sql.get(conn, name, namespace=namespace)
     if row is None:
         return  # invalid, or not applied yet: the handler's condition says which
     for key, value in mirrored_status(row).items():

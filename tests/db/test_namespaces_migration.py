@@ -14,6 +14,7 @@ from rara.pg import definitions as definition_sql
 from rara.pg.migrate import available, migrate
 from rara.runs import start_run
 from rara.schedules import firing
+from tests.support.databases import empty_database
 from tests.support.definitions import apply
 
 # Each table's rows before and after, as the columns both schemas have.
@@ -73,12 +74,7 @@ def _fill(conn: psycopg.Connection[Any]) -> None:
 
 
 def test_0017_moves_every_row_to_default_and_the_histories_go_on(pg_admin_url: str) -> None:
-    name = "rara_mig_namespaces"
-    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {name}")
-    url = pg_admin_url.rsplit("/", 1)[0] + "/" + name
-    try:
+    with empty_database(pg_admin_url, "rara_mig_namespaces") as url:
         migrate(url, [m for m in available() if m.version < 17])
         with psycopg.connect(url, autocommit=True) as conn:
             _fill(conn)
@@ -121,6 +117,3 @@ def test_0017_moves_every_row_to_default_and_the_histories_go_on(pg_admin_url: s
                 " JOIN rara_runs r ON r.id = t.run_id WHERE t.tick > now() - interval '1 minute'"
             ).fetchall()
             assert fired == [("default",)]
-    finally:
-        with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")

@@ -18,6 +18,7 @@ from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome
 from rara.worker.store import end_many, reap
 from rara.worker.vocabulary import Ending, Fence, LeasedStep
+from tests.support.databases import empty_database
 from tests.support.definitions import apply
 from tests.support.history import run_count_violations
 from tests.support.leasing import lease_now
@@ -188,44 +189,38 @@ def test_the_end_rule_is_inlined(conn: psycopg.Connection[Any]) -> None:
 
 def test_migration_counts_the_runs_that_exist(pg_admin_url: str) -> None:
     """0006 on a database with runs: their counts and dependants from their steps."""
-    name = "rara_mig_counts"
-    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {name}")
-    url = pg_admin_url.rsplit("/", 1)[0] + "/" + name
-    before = [m for m in available() if m.name != "run_counters"]
-    counters = next(m for m in available() if m.name == "run_counters")
-    migrate(url, [m for m in before if m.version < counters.version])
-    with psycopg.connect(url, autocommit=True) as conn:
-        # (as 0005 left it: no functions yet, only tables)
-        conn.execute("INSERT INTO rara_definitions (name) VALUES ('diamond')")
-        conn.execute(
-            "INSERT INTO rara_definition_versions (name, version, digest, spec) "
-            "VALUES ('diamond', 1, %s, %s)",
-            ("sha256:" + "0" * 64, json.dumps({"steps": [{"key": "a", "capability": "x@1"}]})),
-        )
-        run = conn.execute(
-            "INSERT INTO rara_runs (definition_version_id) SELECT id FROM "
-            "rara_definition_versions RETURNING id"
-        ).fetchone()
-        assert run is not None
-        for key, deps, status in (
-            ("a", [], "succeeded"),
-            ("b", ["a"], "succeeded"),
-            ("c", ["a"], "failed"),
-            ("d", ["b", "c"], "cancelled"),
-            ("side", [], "ready"),
-        ):
+    with empty_database(pg_admin_url, "rara_mig_counts") as url:
+        before = [m for m in available() if m.name != "run_counters"]
+        counters = next(m for m in available() if m.name == "run_counters")
+        migrate(url, [m for m in before if m.version < counters.version])
+        with psycopg.connect(url, autocommit=True) as conn:
+            # (as 0005 left it: no functions yet, only tables)
+            conn.execute("INSERT INTO rara_definitions (name) VALUES ('diamond')")
             conn.execute(
-                "INSERT INTO rara_steps (run_id, key, depends_on, capability, executor, "
-                "max_attempts, retry_initial_ms, retry_max_ms, retry_coefficient, status, "
-                "finished_at) VALUES (%s, %s, %s, 'x@1', 'inprocess', 1, 1, 1, 2, %s, "
-                "CASE WHEN %s <> 'ready' THEN now() END)",
-                (run[0], key, deps, status, status),
+                "INSERT INTO rara_definition_versions (name, version, digest, spec) "
+                "VALUES ('diamond', 1, %s, %s)",
+                ("sha256:" + "0" * 64, json.dumps({"steps": [{"key": "a", "capability": "x@1"}]})),
             )
-        migrate(url)
-        assert _counts(conn, run[0]) == ("pending", 5, 2, 1, 1)
-        rows = dict(conn.execute("SELECT key, dependants FROM rara_steps").fetchall())
-        assert rows == {"a": ["b", "c"], "b": ["d"], "c": ["d"], "d": [], "side": []}
-    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+            run = conn.execute(
+                "INSERT INTO rara_runs (definition_version_id) SELECT id FROM "
+                "rara_definition_versions RETURNING id"
+            ).fetchone()
+            assert run is not None
+            for key, deps, status in (
+                ("a", [], "succeeded"),
+                ("b", ["a"], "succeeded"),
+                ("c", ["a"], "failed"),
+                ("d", ["b", "c"], "cancelled"),
+                ("side", [], "ready"),
+            ):
+                conn.execute(
+                    "INSERT INTO rara_steps (run_id, key, depends_on, capability, executor, "
+                    "max_attempts, retry_initial_ms, retry_max_ms, retry_coefficient, status, "
+                    "finished_at) VALUES (%s, %s, %s, 'x@1', 'inprocess', 1, 1, 1, 2, %s, "
+                    "CASE WHEN %s <> 'ready' THEN now() END)",
+                    (run[0], key, deps, status, status),
+                )
+            migrate(url)
+            assert _counts(conn, run[0]) == ("pending", 5, 2, 1, 1)
+            rows = dict(conn.execute("SELECT key, dependants FROM rara_steps").fetchall())
+            assert rows == {"a": ["b", "c"], "b": ["d"], "c": ["d"], "d": [], "side": []}

@@ -8,16 +8,12 @@ import psycopg
 
 from rara.pg.migrate import available, migrate
 from rara.runs import start_run
+from tests.support.databases import empty_database
 from tests.support.definitions import apply
 
 
 def test_0013_upgrades_a_database_with_runs(pg_admin_url: str) -> None:
-    name = "rara_mig_step_cache"
-    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {name}")
-    url = pg_admin_url.rsplit("/", 1)[0] + "/" + name
-    try:
+    with empty_database(pg_admin_url, "rara_mig_step_cache") as url:
         migrate(url, [m for m in available() if m.version < 13])
         with psycopg.connect(url, autocommit=True) as conn:
             # Rows as the schema before had them (its functions are not installed on a
@@ -54,6 +50,3 @@ def test_0013_upgrades_a_database_with_runs(pg_admin_url: str) -> None:
                 "SELECT payload FROM rara_steps WHERE run_id = %s", (after,)
             ).fetchone()
             assert payload[0]["cache"] == {"ttl_ms": 7_200_000}
-    finally:
-        with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE {name} WITH (FORCE)")

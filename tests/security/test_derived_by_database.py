@@ -16,6 +16,7 @@ from rara.definitions.parse import canonical_spec, definition_from_object
 from rara.definitions.registry import apply_definition
 from rara.pg.migrate import available, migrate
 from rara.runs import start_run
+from tests.support.databases import empty_database
 from tests.support.definitions import definition
 
 Login = Callable[[str | None], psycopg.Connection[Any]]
@@ -237,32 +238,28 @@ def test_the_database_builds_what_the_model_means(conn: psycopg.Connection[Any])
 def test_versions_from_before_get_the_databases_digest_and_steps(pg_admin_url: str) -> None:
     """0012 on a database whose versions carry the client's digests: each gets the database's
     digest and its step rows, and the same spec applied again is still that version."""
-    name = "rara_mig_trust"
-    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-        admin.execute(f"CREATE DATABASE {name}")
-    url = pg_admin_url.rsplit("/", 1)[0] + "/" + name
-    migrate(url, [m for m in available() if m.version < 12])
-    spec = canonical_spec(_real().spec)
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("INSERT INTO rara_definitions (name) VALUES ('rag')")
-        conn.execute(
-            "INSERT INTO rara_definition_versions (name, version, digest, spec)"
-            " VALUES ('rag', 1, %s, %s)",
-            ("sha256:" + "1" * 64, json.dumps(spec)),
-        )
-        migrate(url)
-        [(digest, steps)] = conn.execute(
-            "SELECT digest, steps FROM rara_definition_versions"
-        ).fetchall()
-        assert (
-            digest
-            == conn.execute("SELECT rara_spec_digest(%s::jsonb)", (json.dumps(spec),)).fetchone()[0]
-        )  # type: ignore[index]
-        assert [s["key"] for s in steps] == ["collect", "clean"]
-        again = apply_definition(conn, _real())
-        assert (again.version, again.created, again.digest) == (1, False, digest)
-        run_id = start_run(conn, "rag", queue_anyway=True).run_id
-        assert [k for k, *_ in _steps(conn, run_id)] == ["collect", "clean"]
-    with psycopg.connect(pg_admin_url, autocommit=True) as admin:
-        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+    with empty_database(pg_admin_url, "rara_mig_trust") as url:
+        migrate(url, [m for m in available() if m.version < 12])
+        spec = canonical_spec(_real().spec)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("INSERT INTO rara_definitions (name) VALUES ('rag')")
+            conn.execute(
+                "INSERT INTO rara_definition_versions (name, version, digest, spec)"
+                " VALUES ('rag', 1, %s, %s)",
+                ("sha256:" + "1" * 64, json.dumps(spec)),
+            )
+            migrate(url)
+            [(digest, steps)] = conn.execute(
+                "SELECT digest, steps FROM rara_definition_versions"
+            ).fetchall()
+            assert (
+                digest
+                == conn.execute(
+                    "SELECT rara_spec_digest(%s::jsonb)", (json.dumps(spec),)
+                ).fetchone()[0]
+            )  # type: ignore[index]
+            assert [s["key"] for s in steps] == ["collect", "clean"]
+            again = apply_definition(conn, _real())
+            assert (again.version, again.created, again.digest) == (1, False, digest)
+            run_id = start_run(conn, "rag", queue_anyway=True).run_id
+            assert [k for k, *_ in _steps(conn, run_id)] == ["collect", "clean"]

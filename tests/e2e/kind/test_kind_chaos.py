@@ -55,8 +55,10 @@ What it relies on from the chart and the operator (charts/rara/values.yaml, crds
   ``pools[]`` and ``executor`` (``gpus``, ``nodeSelector``, ``tolerations``, replicas);
 * pods labelled ``app.kubernetes.io/instance=rara`` with ``app.kubernetes.io/component``
   ``worker-<pool>`` or ``executor-<name>``;
-* a namespaced operator (the default) watching its release namespace: the definition and
-  the runs live in namespace ``rara``;
+* a cluster-wide operator (``operator.clusterWide``): the definitions live in namespace
+  ``rara`` and again, under the same names, in ``team-b``; the chaos's runs are split between
+  the two, and its invariants are checked per namespace too (``check_namespaces``): each run
+  in its WorkflowRun's namespace, of that namespace's own version history;
 * ``WorkflowRun`` ``spec.definition``/``spec.input``; ``status.phase`` in
   Pending/Running/Succeeded/Failed/Cancelled and ``status.runId`` (= ``rara_runs.id``).
 """
@@ -93,7 +95,11 @@ IMAGES = {
 }
 EXAMPLE = REPO_ROOT / "examples" / "rag-refresh.yaml"
 NAMESPACE = "rara"
-RUN_NAMESPACE = NAMESPACE  # the chart's operator is namespaced by default
+RUN_NAMESPACE = NAMESPACE  # where the scaling and upgrade tests' runs live
+# The chaos's runs are split over two namespaces with the same definition names, served by a
+# cluster-wide operator (chaos_values): two teams' histories in one database (docs/namespaces.md).
+TEAM_NAMESPACE = "team-b"
+CHAOS_NAMESPACES = (NAMESPACE, TEAM_NAMESPACE)
 POD_SELECTOR = "app.kubernetes.io/instance=rara"
 CHAOS_COMPONENTS = ("worker-", "executor-")  # component label prefixes of the pools
 PG_NAME = "rara-postgres"
@@ -238,6 +244,7 @@ def chaos_values() -> dict:  # type: ignore[type-arg]
         for pool in defaults["pools"]
     ]
     return {
+        "operator": {"clusterWide": True},
         "pools": pools,
         "executor": {
             "minReplicas": 1,
@@ -313,26 +320,34 @@ def small(installed: Cluster) -> Iterator[None]:
     # WorkflowRuns an earlier session left: the operator would start them again in a fresh
     # database (the in-cluster PostgreSQL keeps no data across its pod), next to this one's.
     # And schedules: one left firing would keep the pools from idling (the scaling test).
-    for kind in ("workflowschedules", "workflowruns"):
-        installed.run(
-            "kubectl", "-n", NAMESPACE, "delete", kind, "--all", "--wait=true", timeout=300,
-        )  # fmt: skip
     installed.run(
         "kubectl", "apply", "-f", "-", timeout=60,
-        stdin=yaml.safe_dump_all([small_definition(), quick_definition(), tick_definition()]),
+        stdin=yaml.safe_dump({"apiVersion": "v1", "kind": "Namespace",
+                              "metadata": {"name": TEAM_NAMESPACE}}),
     )  # fmt: skip
-    installed.run(
-        "kubectl", "-n", NAMESPACE, "wait", "--for=condition=Ready",
-        f"workflowdefinition/{SMALL}", f"workflowdefinition/{QUICK}",
-        f"workflowdefinition/{TICKED}", "--timeout=120s",
-        timeout=150,
-    )  # fmt: skip
-    yield
-    for kind in ("workflowschedules", "workflowruns"):
+    for namespace in CHAOS_NAMESPACES:
+        for kind in ("workflowschedules", "workflowruns"):
+            installed.run(
+                "kubectl", "-n", namespace, "delete", kind, "--all", "--wait=true",
+                timeout=300,
+            )  # fmt: skip
+    docs = [small_definition(), quick_definition(), tick_definition()]
+    # The same names in the second namespace: its own definitions, its own version history.
+    docs += [{**d, "metadata": {**d["metadata"], "namespace": TEAM_NAMESPACE}} for d in docs[:2]]
+    installed.run("kubectl", "apply", "-f", "-", timeout=60, stdin=yaml.safe_dump_all(docs))
+    for namespace, names in ((NAMESPACE, (SMALL, QUICK, TICKED)), (TEAM_NAMESPACE, (SMALL, QUICK))):
         installed.run(
-            "kubectl", "-n", NAMESPACE, "delete", kind, "--all", "--wait=false",
-            timeout=300, check=False,
+            "kubectl", "-n", namespace, "wait", "--for=condition=Ready",
+            *(f"workflowdefinition/{n}" for n in names), "--timeout=120s",
+            timeout=150,
         )  # fmt: skip
+    yield
+    for namespace in CHAOS_NAMESPACES:
+        for kind in ("workflowschedules", "workflowruns"):
+            installed.run(
+                "kubectl", "-n", namespace, "delete", kind, "--all", "--wait=false",
+                timeout=300, check=False,
+            )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- chaos
@@ -598,7 +613,6 @@ def check_invariants(cluster: Cluster, run_ids: list[int], since: str) -> None:
     one per tick of a schedule), and no definition registered twice."""
     n_runs = len(run_ids)
     assert len(set(run_ids)) == n_runs, f"each WorkflowRun must be its own run: {run_ids}"
-    runs_sql = ",".join(map(str, run_ids))  # integers from the status, nothing to quote
 
     # one run per WorkflowRun (the operator was killed mid-reconcile) or tick, no more
     rows = cluster.psql(
@@ -607,11 +621,18 @@ def check_invariants(cluster: Cluster, run_ids: list[int], since: str) -> None:
     )
     assert rows == [[str(n_runs), str(n_runs)]], f"runs started during the test: {rows}"
     rows = cluster.psql(
-        "SELECT name, digest, count(*) FROM rara_definition_versions"
-        " GROUP BY 1, 2 HAVING count(*) > 1"
+        "SELECT namespace, name, digest, count(*) FROM rara_definition_versions"
+        " GROUP BY 1, 2, 3 HAVING count(*) > 1"
     )
     assert not rows, f"a definition registered twice under new versions: {rows}"
+    check_run_invariants(cluster, run_ids)
 
+
+def check_run_invariants(cluster: Cluster, run_ids: list[int]) -> None:
+    """Every run of ``run_ids`` and each of its steps succeeded with exactly one succeeded
+    attempt; no lease left; no artifact manifest or event from an attempt that lost."""
+    n_runs = len(run_ids)
+    runs_sql = ",".join(map(str, run_ids))  # integers from the status, nothing to quote
     rows = cluster.psql(
         f"SELECT status, count(*) FROM rara_runs WHERE id IN ({runs_sql}) GROUP BY 1"
     )
@@ -671,23 +692,34 @@ def check_invariants(cluster: Cluster, run_ids: list[int], since: str) -> None:
 
 @dataclass
 class Batch:
-    """WorkflowRuns named ``<prefix>-<i>``; run i of ``definitions[i % len(definitions)]``."""
+    """WorkflowRuns named ``<prefix>-<i>``; run i of ``definitions[i % len(definitions)]``, in
+    ``namespaces[i % len(namespaces)]``."""
 
     cluster: Cluster
     prefix: str
     size: int
     definitions: tuple[str, ...]
+    namespaces: tuple[str, ...] = (RUN_NAMESPACE,)
 
     @classmethod
-    def new(cls, cluster: Cluster, size: int, definitions: tuple[str, ...] = (SMALL,)) -> Batch:
-        return cls(cluster, f"e2e-{secrets.token_hex(3)}", size, definitions)
+    def new(
+        cls,
+        cluster: Cluster,
+        size: int,
+        definitions: tuple[str, ...] = (SMALL,),
+        namespaces: tuple[str, ...] = (RUN_NAMESPACE,),
+    ) -> Batch:
+        return cls(cluster, f"e2e-{secrets.token_hex(3)}", size, definitions, namespaces)
+
+    def namespace_of(self, i: int) -> str:
+        return self.namespaces[i % len(self.namespaces)]
 
     def apply(self, first: int = 0, last: int | None = None) -> None:
         docs = [
             {
                 "apiVersion": "rara.dev/v1alpha1",
                 "kind": "WorkflowRun",
-                "metadata": {"name": f"{self.prefix}-{i}", "namespace": RUN_NAMESPACE},
+                "metadata": {"name": f"{self.prefix}-{i}", "namespace": self.namespace_of(i)},
                 "spec": {
                     "definition": self.definitions[i % len(self.definitions)],
                     "input": {"corpus": "pydoc", "limit": 10 + i % 5},
@@ -699,12 +731,16 @@ class Batch:
 
     def statuses(self) -> dict[str, dict]:  # type: ignore[type-arg]
         """name -> status of this batch's WorkflowRuns (a refused one fails at once)."""
-        doc = self.cluster.kubectl_json("-n", RUN_NAMESPACE, "get", "workflowruns")
-        mine = {
-            i["metadata"]["name"]: i.get("status", {})
-            for i in doc.get("items", [])
-            if i["metadata"]["name"].startswith(self.prefix + "-")
-        }
+        mine = {}
+        for namespace in self.namespaces:
+            doc = self.cluster.kubectl_json("-n", namespace, "get", "workflowruns")
+            mine.update(
+                {
+                    i["metadata"]["name"]: i.get("status", {})
+                    for i in doc.get("items", [])
+                    if i["metadata"]["name"].startswith(self.prefix + "-")
+                }
+            )
         for name, status in mine.items():
             for cond in status.get("conditions", []):
                 if cond.get("type") == "Accepted" and cond.get("status") == "False":
@@ -724,6 +760,14 @@ class Batch:
         phases = Counter(s.get("phase") for s in statuses.values())
         assert phases == Counter({"Succeeded": self.size}), f"run phases: {dict(phases)}"
         return sorted(int(s["runId"]) for s in statuses.values())
+
+    def run_namespaces(self) -> dict[int, str]:
+        """rara run id -> the namespace of the WorkflowRun that started it."""
+        statuses = self.statuses()
+        return {
+            int(statuses[f"{self.prefix}-{i}"]["runId"]): self.namespace_of(i)
+            for i in range(self.size)
+        }
 
 
 def db_now(cluster: Cluster) -> str:
@@ -939,7 +983,9 @@ def test_runs_survive_pod_chaos(installed: Cluster) -> None:
     seed = int(os.environ.get("RARA_E2E_SEED", secrets.randbits(32)))
     print(f"\nchaos seed: RARA_E2E_SEED={seed}")
     rng = random.Random(seed)
-    batch = Batch.new(cluster, _env_int("RARA_E2E_RUNS", 100), (SMALL,) + (QUICK,) * 4)
+    batch = Batch.new(
+        cluster, _env_int("RARA_E2E_RUNS", 100), (SMALL,) + (QUICK,) * 4, CHAOS_NAMESPACES
+    )
     chaos_seconds = _env_int("RARA_E2E_CHAOS_SECONDS", 120)
     since = db_now(cluster)
     try:
@@ -950,6 +996,31 @@ def test_runs_survive_pod_chaos(installed: Cluster) -> None:
             "kubectl", "-n", NAMESPACE, "delete", "workflowschedule", SCHEDULE,
             "--ignore-not-found", "--timeout=120s", timeout=150, check=False,
         )  # fmt: skip
+
+
+def check_namespaces(cluster: Cluster, run_namespaces: dict[int, str]) -> None:
+    """Two teams in one database, each its own: every run is in its WorkflowRun's namespace
+    and of a version of that namespace's definition; each namespace has its own version
+    history of the same names, starting at 1; the invariants of check_invariants hold for
+    each namespace's runs (checked by the caller) and the runs split as the batch did."""
+    ids = ",".join(map(str, run_namespaces))
+    rows = cluster.psql(
+        "SELECT r.id, r.namespace, v.namespace FROM rara_runs r"
+        f" JOIN rara_definition_versions v ON v.id = r.definition_version_id WHERE r.id IN ({ids})"
+    )
+    wrong = [row for row in rows if row[1] != run_namespaces[int(row[0])] or row[2] != row[1]]
+    assert len(rows) == len(run_namespaces)
+    assert not wrong, f"runs outside their WorkflowRun's namespace (id, run's, version's): {wrong}"
+    histories = cluster.psql(
+        "SELECT namespace, name, min(version), count(*) FROM rara_definition_versions"
+        f" WHERE name IN ('{SMALL}', '{QUICK}') GROUP BY 1, 2 ORDER BY 1, 2"
+    )
+    assert [(ns, name, first) for ns, name, first, _ in histories] == [
+        (ns, name, "1") for ns in sorted(CHAOS_NAMESPACES) for name in sorted((QUICK, SMALL))
+    ], f"each namespace's own version history of the same names: {histories}"
+    split = Counter(run_namespaces.values())
+    assert set(split) == set(CHAOS_NAMESPACES), split
+    print(f"runs per namespace: {dict(split)}; version histories: {histories}")
 
 
 def _survive_chaos(
@@ -994,6 +1065,14 @@ def _survive_chaos(
     run_ids = batch.wait_succeeded(timeout=1800)
     tick_run_ids = ticking.wait_runs_ended(timeout=600)
     check_invariants(cluster, run_ids + tick_run_ids, since=since)
+    run_namespaces = batch.run_namespaces()
+    check_namespaces(cluster, run_namespaces)
+    for namespace in CHAOS_NAMESPACES:  # and namespace by namespace: a failure names it
+        mine = [i for i, ns in run_namespaces.items() if ns == namespace]
+        try:
+            check_run_invariants(cluster, mine)
+        except AssertionError as exc:
+            raise AssertionError(f"namespace {namespace}: {exc}") from exc
 
     runs_sql = ",".join(map(str, run_ids))
     interrupted = cluster.psql(

@@ -191,14 +191,14 @@ LOGINS = ("owner", "fleet", "tenant")
 
 
 def ui_login(url: str, login: str) -> str:
-    """The URL the UI reads with: the owner's, or a new rara_reader login that sees every
-    namespace ('*') or, as a team's would, only `default` (where every row here is), once
-    the open grant of rara_reader is removed (docs/namespaces.md, "Isolation")."""
+    """The URL the UI reads with: the owner's, or, with isolation between namespaces on
+    (docs/namespaces.md, "Isolation"), a new rara_reader login that sees every namespace ('*')
+    or, as a team's would, only `default` (where every row here is)."""
     if login == "owner":
         return url
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE ROLE bench_ui LOGIN IN ROLE rara_reader")
-        conn.execute("DELETE FROM rara_namespace_access WHERE role = 'rara_reader'")
+        conn.execute("SELECT rara_namespace_isolation(true)")
         conn.execute(
             "INSERT INTO rara_namespace_access (role, namespace) VALUES ('bench_ui', %s)",
             ("*" if login == "fleet" else "default",),

@@ -56,7 +56,8 @@ CREATE FUNCTION public.rara_caller_namespaces() RETURNS text[]
     AS $$
 BEGIN
     -- (PL/pgSQL: its body names a table, which a dump of the schema creates after it.)
-    IF pg_has_role(rara_caller(), current_user, 'MEMBER') THEN  -- the owner (current_user here)
+    IF pg_has_role(rara_caller(), current_user, 'MEMBER')  -- the owner (current_user here)
+       OR NOT (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'rara_runs'::regclass) THEN
         RETURN '{*}';
     END IF;
     RETURN (SELECT coalesce(array_agg(DISTINCT a.namespace), '{}')
@@ -502,6 +503,30 @@ BEGIN
     RAISE EXCEPTION 'role % may not act in namespace %', rara_caller(), p_namespace
         USING ERRCODE = 'insufficient_privilege',
               HINT = format('the owner grants it: rara access grant ROLE %s', p_namespace);
+END $$;
+
+-- FUNCTION: rara_namespace_isolation(boolean)
+
+CREATE FUNCTION public.rara_namespace_isolation(p_on boolean) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    tab regclass;
+    was boolean := (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'rara_runs'::regclass);
+BEGIN
+    -- Isolation between namespaces on (or off again) for this database: row-level security
+    -- enabled on every table with a read policy of migration 0018, which is also the switch
+    -- rara_caller_namespaces reads. The owner's (`rara access isolate|open`): granted to
+    -- nobody. Returns whether it was on.
+    FOR tab IN SELECT DISTINCT p.polrelid::regclass FROM pg_policy p
+               JOIN pg_class c ON c.oid = p.polrelid
+               WHERE c.relnamespace = current_schema()::regnamespace
+                 AND p.polname = c.relname || '_read'
+    LOOP
+        EXECUTE format('ALTER TABLE %s %s ROW LEVEL SECURITY', tab,
+                       CASE WHEN p_on THEN 'ENABLE' ELSE 'DISABLE' END);
+    END LOOP;
+    RETURN was;
 END $$;
 
 -- FUNCTION: rara_notify_ready()
@@ -2830,10 +2855,6 @@ ALTER TABLE ONLY public.rara_step_reads
 ALTER TABLE ONLY public.rara_steps
     ADD CONSTRAINT rara_steps_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.rara_runs(id) ON DELETE CASCADE;
 
--- ROW SECURITY: rara_artifacts
-
-ALTER TABLE public.rara_artifacts ENABLE ROW LEVEL SECURITY;
-
 -- POLICY: rara_artifacts rara_artifacts_read
 
 CREATE POLICY rara_artifacts_read ON public.rara_artifacts FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
@@ -2842,133 +2863,82 @@ CREATE POLICY rara_artifacts_read ON public.rara_artifacts FOR SELECT USING ((((
    FROM public.rara_step_reads d
   WHERE (d.digest = rara_artifacts.digest)))));
 
--- ROW SECURITY: rara_attempts
-
-ALTER TABLE public.rara_attempts ENABLE ROW LEVEL SECURITY;
-
 -- POLICY: rara_attempts rara_attempts_read
 
-CREATE POLICY rara_attempts_read ON public.rara_attempts FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
-   FROM public.rara_runs o
-  WHERE (o.id = rara_attempts.run_id)))));
-
--- ROW SECURITY: rara_checkpoints
-
-ALTER TABLE public.rara_checkpoints ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rara_attempts_read ON public.rara_attempts FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
+   FROM public.rara_runs r
+  WHERE (r.id = rara_attempts.run_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_checkpoints rara_checkpoints_read
 
-CREATE POLICY rara_checkpoints_read ON public.rara_checkpoints FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
-   FROM public.rara_steps o
-  WHERE (o.id = rara_checkpoints.step_id)))));
-
--- ROW SECURITY: rara_definition_versions
-
-ALTER TABLE public.rara_definition_versions ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rara_checkpoints_read ON public.rara_checkpoints FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
+   FROM (public.rara_steps s
+     JOIN public.rara_runs r ON ((r.id = s.run_id)))
+  WHERE (s.id = rara_checkpoints.step_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_definition_versions rara_definition_versions_read
 
-CREATE POLICY rara_definition_versions_read ON public.rara_definition_versions FOR SELECT USING ((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) && ARRAY['*'::text, namespace]));
-
--- ROW SECURITY: rara_definitions
-
-ALTER TABLE public.rara_definitions ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rara_definition_versions_read ON public.rara_definition_versions FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_definitions rara_definitions_read
 
-CREATE POLICY rara_definitions_read ON public.rara_definitions FOR SELECT USING ((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) && ARRAY['*'::text, namespace]));
-
--- ROW SECURITY: rara_events
-
-ALTER TABLE public.rara_events ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rara_definitions_read ON public.rara_definitions FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_events rara_events_read
 
-CREATE POLICY rara_events_read ON public.rara_events FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
-   FROM public.rara_steps o
-  WHERE (o.id = rara_events.step_id)))));
-
--- ROW SECURITY: rara_map_lists
-
-ALTER TABLE public.rara_map_lists ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rara_events_read ON public.rara_events FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
+   FROM (public.rara_steps s
+     JOIN public.rara_runs r ON ((r.id = s.run_id)))
+  WHERE (s.id = rara_events.step_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_map_lists rara_map_lists_read
 
-CREATE POLICY rara_map_lists_read ON public.rara_map_lists FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
-   FROM public.rara_steps o
-  WHERE (o.id = rara_map_lists.map_id)))));
-
--- ROW SECURITY: rara_namespace_access
-
-ALTER TABLE public.rara_namespace_access ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rara_map_lists_read ON public.rara_map_lists FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
+   FROM (public.rara_steps s
+     JOIN public.rara_runs r ON ((r.id = s.run_id)))
+  WHERE (s.id = rara_map_lists.map_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_namespace_access rara_namespace_access_read
 
 CREATE POLICY rara_namespace_access_read ON public.rara_namespace_access FOR SELECT USING ((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]));
 
--- ROW SECURITY: rara_runs
-
-ALTER TABLE public.rara_runs ENABLE ROW LEVEL SECURITY;
-
 -- POLICY: rara_runs rara_runs_read
 
-CREATE POLICY rara_runs_read ON public.rara_runs FOR SELECT USING ((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) && ARRAY['*'::text, namespace]));
-
--- ROW SECURITY: rara_schedule_ticks
-
-ALTER TABLE public.rara_schedule_ticks ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rara_runs_read ON public.rara_runs FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_schedule_ticks rara_schedule_ticks_read
 
-CREATE POLICY rara_schedule_ticks_read ON public.rara_schedule_ticks FOR SELECT USING ((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) && ARRAY['*'::text, namespace]));
-
--- ROW SECURITY: rara_schedules
-
-ALTER TABLE public.rara_schedules ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rara_schedule_ticks_read ON public.rara_schedule_ticks FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_schedules rara_schedules_read
 
-CREATE POLICY rara_schedules_read ON public.rara_schedules FOR SELECT USING ((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) && ARRAY['*'::text, namespace]));
-
--- ROW SECURITY: rara_step_artifacts
-
-ALTER TABLE public.rara_step_artifacts ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rara_schedules_read ON public.rara_schedules FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_step_artifacts rara_step_artifacts_read
 
-CREATE POLICY rara_step_artifacts_read ON public.rara_step_artifacts FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
-   FROM public.rara_steps o
-  WHERE (o.id = rara_step_artifacts.step_id)))));
-
--- ROW SECURITY: rara_step_cache
-
-ALTER TABLE public.rara_step_cache ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rara_step_artifacts_read ON public.rara_step_artifacts FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
+   FROM (public.rara_steps s
+     JOIN public.rara_runs r ON ((r.id = s.run_id)))
+  WHERE (s.id = rara_step_artifacts.step_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_step_cache rara_step_cache_read
 
-CREATE POLICY rara_step_cache_read ON public.rara_step_cache FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
-   FROM public.rara_runs o
-  WHERE (o.id = rara_step_cache.source_run)))));
-
--- ROW SECURITY: rara_step_reads
-
-ALTER TABLE public.rara_step_reads ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rara_step_cache_read ON public.rara_step_cache FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
+   FROM public.rara_runs r
+  WHERE (r.id = rara_step_cache.source_run)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_step_reads rara_step_reads_read
 
-CREATE POLICY rara_step_reads_read ON public.rara_step_reads FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
-   FROM public.rara_steps o
-  WHERE (o.id = rara_step_reads.step_id)))));
-
--- ROW SECURITY: rara_steps
-
-ALTER TABLE public.rara_steps ENABLE ROW LEVEL SECURITY;
+CREATE POLICY rara_step_reads_read ON public.rara_step_reads FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
+   FROM (public.rara_steps s
+     JOIN public.rara_runs r ON ((r.id = s.run_id)))
+  WHERE (s.id = rara_step_reads.step_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_steps rara_steps_read
 
-CREATE POLICY rara_steps_read ON public.rara_steps FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
-   FROM public.rara_runs o
-  WHERE (o.id = rara_steps.run_id)))));
+CREATE POLICY rara_steps_read ON public.rara_steps FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
+   FROM public.rara_runs r
+  WHERE (r.id = rara_steps.run_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- ACL: SCHEMA public
 
@@ -3070,6 +3040,10 @@ REVOKE ALL ON FUNCTION public.rara_namespace_allowed(p_namespace text) FROM PUBL
 -- ACL: FUNCTION rara_namespace_check(p_namespace text)
 
 REVOKE ALL ON FUNCTION public.rara_namespace_check(p_namespace text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_namespace_isolation(p_on boolean)
+
+REVOKE ALL ON FUNCTION public.rara_namespace_isolation(p_on boolean) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_notify_ready()
 

@@ -1,13 +1,37 @@
--- Who may act in which namespace (migration 0018, docs/namespaces.md "Isolation"): the checks
--- every SECURITY DEFINER function that acts in a namespace makes first. The rule itself —
--- which namespaces the caller has — is rara_caller_namespaces (0018), the same function the
--- tables' read policies call, so what a role may see and what it may do never disagree.
+-- Who may act in which namespace (migration 0018, docs/namespaces.md "Isolation"): the switch
+-- that turns isolation on, and the checks every SECURITY DEFINER function that acts in a
+-- namespace makes first. The rule itself — which namespaces the caller has; every one while
+-- isolation is off — is rara_caller_namespaces (0018), the same function the tables' read
+-- policies call, so what a role may see and what it may do never disagree.
 -- Repeatable (rara.pg.migrate): edit in place.
 
 -- Every role that reads evaluates the read policies, which call this.
 SELECT rara_grant('rara_caller_namespaces', 'rara_reader', 'rara_worker', 'rara_client',
                   'rara_operator');
 SELECT rara_grant('rara_caller');  -- only through rara_caller_namespaces
+
+CREATE OR REPLACE FUNCTION rara_namespace_isolation(p_on boolean)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    tab regclass;
+    was boolean := (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'rara_runs'::regclass);
+BEGIN
+    -- Isolation between namespaces on (or off again) for this database: row-level security
+    -- enabled on every table with a read policy of migration 0018, which is also the switch
+    -- rara_caller_namespaces reads. The owner's (`rara access isolate|open`): granted to
+    -- nobody. Returns whether it was on.
+    FOR tab IN SELECT DISTINCT p.polrelid::regclass FROM pg_policy p
+               JOIN pg_class c ON c.oid = p.polrelid
+               WHERE c.relnamespace = current_schema()::regnamespace
+                 AND p.polname = c.relname || '_read'
+    LOOP
+        EXECUTE format('ALTER TABLE %s %s ROW LEVEL SECURITY', tab,
+                       CASE WHEN p_on THEN 'ENABLE' ELSE 'DISABLE' END);
+    END LOOP;
+    RETURN was;
+END $$;
+SELECT rara_grant('rara_namespace_isolation');  -- the owner's
 
 CREATE OR REPLACE FUNCTION rara_namespace_allowed(p_namespace text)
 RETURNS boolean

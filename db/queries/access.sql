@@ -31,3 +31,13 @@ SELECT rara_caller_namespaces();
 
 -- name: role_exists$
 SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = :role);
+
+-- name: namespace_isolation_set$
+-- Isolation between namespaces on or off for this database (the owner's); returns whether it
+-- was on.
+SELECT rara_namespace_isolation(:on);
+
+-- name: namespace_isolation_get$
+-- Whether isolation is on: row-level security on rara_runs, which the switch sets on every
+-- table with a read policy.
+SELECT relrowsecurity FROM pg_class WHERE oid = 'rara_runs'::regclass;

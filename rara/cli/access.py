@@ -1,6 +1,6 @@
-"""`rara access [grant|revoke|mine]`: which roles may read and act in which namespaces
-(docs/namespaces.md, "Isolation"). Granting and revoking need the schema owner's login (the
-DATABASE_URL `rara migrate` uses); `mine` works for any login."""
+"""`rara access [grant|revoke|isolate|open|mine]`: which roles may read and act in which
+namespaces, and whether that is enforced (docs/namespaces.md, "Isolation"). All but `mine`
+need the schema owner's login (the DATABASE_URL `rara migrate` uses)."""
 
 from __future__ import annotations
 
@@ -36,9 +36,15 @@ def list_(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is not None:
         return
     with psycopg.connect(database_url(), autocommit=True) as conn:
+        on = access.isolated(conn)
         rows = access.list_all(conn)
+    console.print(
+        "isolation: on — each role reads and acts in the namespaces granted to it"
+        if on
+        else "isolation: off — every role reads and acts in every namespace (rara access isolate)"
+    )
     if not rows:
-        console.print("no grants: only the schema's owner reads or acts in any namespace")
+        console.print("no grants")
         return
     table = Table("role", "namespace", "granted")
     for row in rows:
@@ -71,6 +77,25 @@ def revoke(role: str, namespaces: Namespaces) -> None:
     with psycopg.connect(database_url(), autocommit=True) as conn:
         removed = access.revoke(conn, role, wanted)
     console.print(f"{role}: revoked {', '.join(removed) or 'nothing (it had none of them)'}")
+
+
+@app.command()
+@reports_errors
+def isolate() -> None:
+    """Turn isolation on: from now on each role reads and acts only in its namespaces (grant
+    the teams theirs first; workers and operators have '*')."""
+    with psycopg.connect(database_url(), autocommit=True) as conn:
+        was = access.set_isolation(conn, True)
+    console.print("isolation: on" + (" (it already was)" if was else ""))
+
+
+@app.command("open")
+@reports_errors
+def open_() -> None:
+    """Turn isolation off: every role reads and acts in every namespace again."""
+    with psycopg.connect(database_url(), autocommit=True) as conn:
+        was = access.set_isolation(conn, False)
+    console.print("isolation: off" + ("" if was else " (it already was)"))
 
 
 @app.command()

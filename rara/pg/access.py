@@ -49,6 +49,15 @@ def revoke(conn: Conn, role: str, namespaces: list[str]) -> list[str]:
     return many(conn, "namespace_access_revoke_many", scalar_row, role=role, namespaces=namespaces)
 
 
+def set_isolation(conn: Conn, on: bool) -> bool:
+    """Isolation between namespaces on or off for this database; whether it was on."""
+    return bool(value(conn, "namespace_isolation_set", bool, on=on))
+
+
+def isolated(conn: Conn) -> bool:
+    return bool(value(conn, "namespace_isolation_get", bool))
+
+
 def mine(conn: Conn) -> list[str]:
     """The namespaces of the role this session acts as (``["*"]``: every one)."""
     return list(value(conn, "namespace_caller_list", list) or [])

@@ -141,8 +141,8 @@ def login_in(database_url: str, role_url: Callable[[str], str]) -> Iterator[Call
 @pytest.fixture
 def two_teams(conn: Conn, thread_worker: Callable[..., Any]) -> dict[str, int]:
     """Each team's `rag` run to its end (artifacts, reads, events, checkpoints, cache entries)
-    and a due schedule in each; then isolation switched on: the open grants of rara_client and
-    rara_reader removed, as docs/namespaces.md tells a deployment to. Team → its run id."""
+    and a due schedule in each; then isolation switched on (`rara access isolate`). Team → its
+    run id."""
     runs: dict[str, int] = {}
     for ns in TEAMS:
         apply(conn, "rag", STEPS[ns], namespace=ns)
@@ -162,7 +162,7 @@ def two_teams(conn: Conn, thread_worker: Callable[..., Any]) -> dict[str, int]:
     thread_worker()
     for run_id in runs.values():
         assert wait_run(conn, run_id, timeout=60) == "succeeded"
-    conn.execute("DELETE FROM rara_namespace_access WHERE role IN ('rara_client', 'rara_reader')")
+    assert conn.execute("SELECT rara_namespace_isolation(true)").fetchone() == (False,)
     return runs
 
 
@@ -191,6 +191,28 @@ def test_a_team_login_reads_its_namespace_and_nothing_of_the_other(
     # Who may see whom is not a team's to read.
     assert login.execute("SELECT count(*) FROM rara_namespace_access").fetchone() == (0,)
     assert login.execute("SELECT rara_caller_namespaces()").fetchone() == ([team],)
+
+
+def test_until_isolation_is_on_every_login_reads_and_acts_everywhere(
+    conn: Conn,
+    two_teams: dict[str, int],
+    make_role: Callable[..., str],
+    login_in: Callable[..., Conn],
+) -> None:
+    """Isolation is the owner's switch (rara_namespace_isolation): off, a team's login is any
+    client, as before 0018, and reads pay no policy."""
+    client = login_in("rara_client", make_role("rara_reader", "team-a"))
+    assert conn.execute("SELECT rara_namespace_isolation(false)").fetchone() == (True,)
+    assert _rows(client, "rara_runs") == {str(r) for r in two_teams.values()}
+    assert client.execute("SELECT rara_caller_namespaces()").fetchone() == (["*"],)
+    theirs = start_run(client, "rag", namespace="team-b", queue_anyway=True).run_id
+    assert client.execute("SELECT rara_run_cancel(%s)", (theirs,)).fetchone() == (True,)
+    # Back on: the same login is team-a's again, and the run it started is not its to see.
+    conn.execute("SELECT rara_namespace_isolation(true)")
+    assert _rows(client, "rara_runs") == {str(two_teams["team-a"])}
+    # Only the owner turns it.
+    with pytest.raises(psycopg.errors.InsufficientPrivilege):
+        client.execute("SELECT rara_namespace_isolation(false)")
 
 
 def test_a_login_with_no_namespace_sees_no_tenant_row(
@@ -373,6 +395,11 @@ def test_rara_access_grants_revokes_and_tells_a_login_its_namespaces(
     role_url: Callable[[str], str],
 ) -> None:
     owner = CliRunner(env={"DATABASE_URL": database_url, "RARA_NAMESPACE": None})
+    opened = owner.invoke(app, ["access", "open"])
+    assert opened.output.strip() == "isolation: off"
+    assert "isolation: off" in owner.invoke(app, ["access"]).output
+    isolated = owner.invoke(app, ["access", "isolate"])
+    assert isolated.output.strip() == "isolation: on"
     team = make_role("rara_client")
     done = owner.invoke(app, ["access", "grant", team, "team-a", "team-b"])
     assert done.exit_code == 0, done.output

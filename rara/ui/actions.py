@@ -5,8 +5,8 @@ Each needs a server that is not read-only, an identity and a CSRF token bound to
 (``rara.ui.auth``). The work itself is rara's own: ``rara.client.Client`` (the same code as
 ``rara runs cancel``, ``rara runs start`` and ``rara runs retry --from-failure``), on a
 connection of its own in a thread, never through the pages' read-only pool. Under
-``--user-roles`` that connection acts as the user (``SET LOCAL ROLE`` in the transaction of
-the call, rara.ui.user_roles): the database itself refuses another namespace's run."""
+``--user-roles`` that connection acts as the user (``SET ROLE``: it is the call's alone and
+closed after it; rara.ui.user_roles): the database itself refuses another namespace's run."""
 
 from __future__ import annotations
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg import conninfo
 
 from bench.common import bench_database
 from rara.definitions.parse import definition_from_object
@@ -186,6 +187,25 @@ def many_runs(conn: psycopg.Connection[Any], runs: int) -> None:
     conn.execute("ANALYZE")
 
 
+LOGINS = ("owner", "fleet", "tenant")
+
+
+def ui_login(url: str, login: str) -> str:
+    """The URL the UI reads with: the owner's, or a new rara_reader login that sees every
+    namespace ('*') or, as a team's would, only `default` (where every row here is), once
+    the open grant of rara_reader is removed (docs/namespaces.md, "Isolation")."""
+    if login == "owner":
+        return url
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE ROLE bench_ui LOGIN IN ROLE rara_reader")
+        conn.execute("DELETE FROM rara_namespace_access WHERE role = 'rara_reader'")
+        conn.execute(
+            "INSERT INTO rara_namespace_access (role, namespace) VALUES ('bench_ui', %s)",
+            ("*" if login == "fleet" else "default",),
+        )
+    return conninfo.make_conninfo(url, user="bench_ui")
+
+
 def fetch(url: str) -> tuple[float, int]:
     with urllib.request.urlopen(url, timeout=60) as answer:
         body = answer.read()
@@ -197,6 +217,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument(
+        "--login",
+        choices=LOGINS,
+        default="owner",
+        help="the UI's database login: the owner (no row-level security), a fleet reader "
+        "('*': one InitPlan per policy), or a team's reader (every row through its policy)",
+    )
     args = parser.parse_args()
     from tests.support.ui import UiServer  # the same server process the browser tests use
 
@@ -231,7 +258,7 @@ def main() -> None:
         }
         log = Path(".rara") / "bench-ui.log"
         log.parent.mkdir(exist_ok=True)
-        server = UiServer(url, log)
+        server = UiServer(ui_login(url, args.login), log)
         try:
             results = {}
             for name, path in pages.items():
@@ -252,7 +279,16 @@ def main() -> None:
                 )
         finally:
             server.stop()
-        print(json.dumps({"runs": args.runs, "steps_in_big_run": WIDTH * LAYERS, "pages": results}))
+        print(
+            json.dumps(
+                {
+                    "runs": args.runs,
+                    "steps_in_big_run": WIDTH * LAYERS,
+                    "login": args.login,
+                    "pages": results,
+                }
+            )
+        )
 
 
 if __name__ == "__main__":

@@ -39,6 +39,31 @@ CREATE TYPE public.rara_step_status AS ENUM (
     'cancelled'
 );
 
+-- FUNCTION: rara_caller()
+
+CREATE FUNCTION public.rara_caller() RETURNS name
+    LANGUAGE sql STABLE
+    AS $$
+    SELECT CASE current_setting('role') WHEN 'none' THEN session_user
+                ELSE current_setting('role')::name END
+$$;
+
+-- FUNCTION: rara_caller_namespaces()
+
+CREATE FUNCTION public.rara_caller_namespaces() RETURNS text[]
+    LANGUAGE plpgsql STABLE SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    -- (PL/pgSQL: its body names a table, which a dump of the schema creates after it.)
+    IF pg_has_role(rara_caller(), current_user, 'MEMBER') THEN  -- the owner (current_user here)
+        RETURN '{*}';
+    END IF;
+    RETURN (SELECT coalesce(array_agg(DISTINCT a.namespace), '{}')
+            FROM rara_namespace_access a JOIN pg_roles r ON r.rolname = a.role
+            WHERE pg_has_role(rara_caller(), r.oid, 'MEMBER'));
+END $$;
+
 -- FUNCTION: rara_capability_limit_set(text, integer)
 
 CREATE FUNCTION public.rara_capability_limit_set(p_capability text, p_max_running integer) RETURNS void
@@ -46,6 +71,7 @@ CREATE FUNCTION public.rara_capability_limit_set(p_capability text, p_max_runnin
     SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
+    PERFORM rara_namespace_check('*');  -- the fleet's capacity: every namespace's
     -- At most p_max_running attempts of p_capability at once (0: none start); NULL: no limit.
     -- Attempts already running above a lowered limit finish; no new one starts until the
     -- running ones are below it.
@@ -98,6 +124,7 @@ DECLARE
     spec_digest text := rara_spec_digest(p_spec);
     step_rows jsonb := rara_spec_steps(p_spec);  -- refuses a spec no run could follow
 BEGIN
+    PERFORM rara_namespace_check(p_namespace);
     -- The version of p_spec under p_name in p_namespace: the existing one with its digest,
     -- or the next number (each namespace's history its own: migration 0017). The digest and the step rows are the database's own (migration 0012), never the
     -- caller's word. Two registrars of one name must not both pick version N+1: the advisory
@@ -129,6 +156,7 @@ CREATE FUNCTION public.rara_definition_retire(p_name text, p_namespace text DEFA
 DECLARE
     retired text;
 BEGIN
+    PERFORM rara_namespace_check(p_namespace);
     -- No new run starts from a retired name without an explicit version; its versions stay.
     -- NULL: no such name in p_namespace (a name elsewhere is another definition).
     UPDATE rara_definitions SET retired_at = coalesce(retired_at, now())
@@ -443,6 +471,39 @@ BEGIN
                    WHERE c.map_parent = p_map AND c.status = 'running'), p_failed);
 END $$;
 
+-- FUNCTION: rara_namespace_allowed(text)
+
+CREATE FUNCTION public.rara_namespace_allowed(p_namespace text) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    -- Whether the caller may read and act in p_namespace ('*': in every one, as an act on the
+    -- whole fleet needs).
+    SELECT rara_caller_namespaces() && ARRAY['*', p_namespace]
+$$;
+
+-- FUNCTION: rara_namespace_check(text)
+
+CREATE FUNCTION public.rara_namespace_check(p_namespace text) RETURNS void
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    -- Refuses an act in p_namespace that the caller may not do, naming both. An act addressed
+    -- by a run's id instead finds no run (rara_run_cancel, rara_run_resume): what a role
+    -- cannot read it cannot name either.
+    IF rara_namespace_allowed(p_namespace) THEN
+        RETURN;
+    END IF;
+    IF p_namespace = '*' THEN
+        RAISE EXCEPTION 'role % may not change what the whole fleet shares', rara_caller()
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'capability limits and the step cache need every namespace: '
+                         'rara access grant ROLE ''*''';
+    END IF;
+    RAISE EXCEPTION 'role % may not act in namespace %', rara_caller(), p_namespace
+        USING ERRCODE = 'insufficient_privilege',
+              HINT = format('the owner grants it: rara access grant ROLE %s', p_namespace);
+END $$;
+
 -- FUNCTION: rara_notify_ready()
 
 CREATE FUNCTION public.rara_notify_ready() RETURNS trigger
@@ -496,8 +557,9 @@ DECLARE
 BEGIN
     -- Cancel a run, and nothing else: waiting steps are cancelled now, running ones flagged
     -- (their worker learns it through NOTIFY now and its next heartbeat otherwise, and ends
-    -- the attempt itself, fenced). NULL: no such run; false: the run had already ended.
-    PERFORM 1 FROM rara_runs WHERE id = p_run_id;
+    -- the attempt itself, fenced). NULL: no such run (or one of a namespace the caller may not act in: what it
+    -- cannot read it cannot name); false: the run had already ended.
+    PERFORM 1 FROM rara_runs WHERE id = p_run_id AND rara_namespace_allowed(namespace);
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
@@ -621,8 +683,8 @@ BEGIN
     -- Only a failed or cancelled run resumes. The new run is in the old one's namespace, and
     -- a repeated p_idempotency_key (unique there) finds the run it made (created false).
     SELECT r.id, r.namespace, r.status, r.definition_version_id, r.input INTO old
-    FROM rara_runs r WHERE r.id = p_run_id;
-    IF NOT FOUND THEN
+    FROM rara_runs r WHERE r.id = p_run_id AND rara_namespace_allowed(r.namespace);
+    IF NOT FOUND THEN  -- or not the caller's to resume: what it cannot read it cannot name
         RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'no_data_found';
     END IF;
     IF old.status NOT IN ('failed', 'cancelled') THEN
@@ -644,7 +706,7 @@ BEGIN
         RETURN;
     END IF;
     WITH version AS (
-        SELECT v.spec, v.steps, rara_spec_caches(v.spec) AS caches
+        SELECT v.spec, v.steps, rara_spec_caches(v.spec, old.namespace) AS caches
         FROM rara_definition_versions v WHERE v.id = old.definition_version_id
     ), step_rows AS (
         SELECT s.* FROM version, rara_spec_step_rows(version.steps) AS s
@@ -760,11 +822,12 @@ BEGIN
     -- was inserted; ON CONFLICT makes racing clients with one idempotency key create one run:
     -- the loser waits for the winner's commit, inserts nothing, and reads the winner's row
     -- with run_get_by_key. Map steps without upstream expand at once (rara_map_expand).
+    PERFORM rara_namespace_check(p_namespace);
     WITH resolved AS (
         SELECT v.id, v.digest, v.spec, v.steps, d.retired_at,
                coalesce(v.digest = p_digest, false) AS matched,
                -- the steps' `cache:` settings, added to their payloads (rara_spec_caches)
-               rara_spec_caches(v.spec) AS caches
+               rara_spec_caches(v.spec, p_namespace) AS caches
         FROM rara_definition_versions v JOIN rara_definitions d USING (namespace, name)
         WHERE v.namespace = p_namespace AND v.name = p_name
           AND (p_version IS NULL OR v.version = p_version)
@@ -852,6 +915,7 @@ CREATE FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_ver
 DECLARE
     old record;
 BEGIN
+    PERFORM rara_namespace_check(p_namespace);
     -- Create or change a schedule (of p_namespace, starting runs of p_definition there).
     -- p_next_tick is the first tick after now of p_cron in
     -- p_time_zone; it replaces the stored one only when the timing changed (cron, zone), so
@@ -927,6 +991,7 @@ BEGIN
            now()
     FROM rara_schedules s
     WHERE NOT s.suspended AND s.next_tick <= now()
+      AND rara_namespace_allowed(s.namespace)  -- a team's own firing process fires its own
     ORDER BY s.next_tick
     LIMIT p_limit
     FOR UPDATE OF s SKIP LOCKED;
@@ -948,6 +1013,7 @@ BEGIN
     -- a tick one run even if two callers decided it. Then the history limits: of the ticks
     -- whose run ended, the newest successful_runs_kept succeeded and failed_runs_kept failed
     -- or cancelled stay; runs are not deleted here (`rara runs prune` is the owner's).
+    PERFORM rara_namespace_check(p_namespace);
     SELECT * INTO s FROM rara_schedules
     WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
     IF NOT FOUND THEN
@@ -999,6 +1065,7 @@ CREATE FUNCTION public.rara_schedule_delete(p_name text, p_namespace text DEFAUL
     SET search_path TO 'public', 'pg_temp'
     AS $$
 BEGIN
+    PERFORM rara_namespace_check(p_namespace);
     -- The schedule and its tick history go; the runs it started stay. False: none was.
     DELETE FROM rara_schedules WHERE namespace = p_namespace AND name = p_name;
     RETURN rara_schedule_changed(p_name, FOUND);
@@ -1014,6 +1081,7 @@ BEGIN
     -- Pause (p_suspended) or resume a schedule; a resumed one starts again at p_next_tick, its
     -- first tick after now. The spec keeps `suspend` in step, so `show` and a re-apply agree.
     -- NULL: no such schedule; false: it already was.
+    PERFORM rara_namespace_check(p_namespace);
     PERFORM 1 FROM rara_schedules WHERE namespace = p_namespace AND name = p_name;
     IF NOT FOUND THEN
         RETURN NULL;
@@ -1027,9 +1095,9 @@ BEGIN
     RETURN rara_schedule_changed(p_name, FOUND);
 END $$;
 
--- FUNCTION: rara_spec_caches(jsonb)
+-- FUNCTION: rara_spec_caches(jsonb, text)
 
-CREATE FUNCTION public.rara_spec_caches(p_spec jsonb) RETURNS jsonb
+CREATE FUNCTION public.rara_spec_caches(p_spec jsonb, p_namespace text) RETURNS jsonb
     LANGUAGE plpgsql IMMUTABLE
     AS $$
 DECLARE
@@ -1037,7 +1105,9 @@ DECLARE
     s jsonb;
 BEGIN
     -- The `cache:` of each step that has one, by step key, as each step's payload carries it
-    -- ({"cache": {"ttl_ms": …}}; rara_run_start): what the worker that leases the step reads.
+    -- ({"cache": {"ttl_ms": …, "namespace": …}}; rara_run_start): what the worker that leases
+    -- the step reads. The namespace is the run's, never the spec's word: the worker makes it
+    -- part of the key, so a team reuses only its own entries (decision 0011).
     -- Most specs have none: an empty object, and the run start adds nothing to its payloads.
     FOR s IN SELECT st FROM jsonb_array_elements(p_spec -> 'steps') AS st
              WHERE jsonb_typeof(st -> 'cache') = 'object'
@@ -1045,7 +1115,8 @@ BEGIN
         caches := caches || jsonb_build_object(s ->> 'key', jsonb_build_object(
             'cache', jsonb_build_object(
                 'ttl_ms', rara_duration_ms(s -> 'cache' -> 'ttl',
-                                           'spec.steps.' || (s ->> 'key') || '.cache.ttl'))));
+                                           'spec.steps.' || (s ->> 'key') || '.cache.ttl'),
+            'namespace', p_namespace)));
     END LOOP;
     RETURN caches;
 END $$;
@@ -1313,8 +1384,14 @@ CREATE FUNCTION public.rara_step_cache_drop(p_keys text[]) RETURNS SETOF text
 BEGIN
     -- Entries removed: by `rara cache drop`, and by a worker that found one of an entry's
     -- blobs missing or corrupt (the step then runs, and its success writes a new entry).
-    -- The blobs stay until `rara artifacts gc` finds nothing else names them.
-    RETURN QUERY DELETE FROM rara_step_cache c WHERE c.key = ANY (p_keys) RETURNING c.key;
+    -- The blobs stay until `rara artifacts gc` finds nothing else names them. A team drops
+    -- only the entries its own runs made; an entry whose run was pruned, only a role with
+    -- every namespace.
+    RETURN QUERY DELETE FROM rara_step_cache c
+    WHERE c.key = ANY (p_keys)
+      AND rara_namespace_allowed(coalesce((SELECT r.namespace FROM rara_runs r
+                                           WHERE r.id = c.source_run), '*'))
+    RETURNING c.key;
 END $$;
 
 -- FUNCTION: rara_step_cancel(text, bigint, uuid)
@@ -2276,6 +2353,15 @@ CREATE TABLE public.rara_map_lists (
     CONSTRAINT rara_map_lists_items_check CHECK ((jsonb_typeof(items) = 'array'::text))
 );
 
+-- TABLE: rara_namespace_access
+
+CREATE TABLE public.rara_namespace_access (
+    role name NOT NULL,
+    namespace text NOT NULL,
+    granted_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rara_namespace_access_namespace_check CHECK (((namespace = '*'::text) OR (namespace ~ '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'::text)))
+);
+
 -- TABLE: rara_runs
 
 CREATE TABLE public.rara_runs (
@@ -2553,6 +2639,11 @@ ALTER TABLE ONLY public.rara_events
 ALTER TABLE ONLY public.rara_map_lists
     ADD CONSTRAINT rara_map_lists_pkey PRIMARY KEY (map_id, first_index);
 
+-- CONSTRAINT: rara_namespace_access rara_namespace_access_pkey
+
+ALTER TABLE ONLY public.rara_namespace_access
+    ADD CONSTRAINT rara_namespace_access_pkey PRIMARY KEY (role, namespace);
+
 -- CONSTRAINT: rara_runs rara_runs_idempotency_key_key
 
 ALTER TABLE ONLY public.rara_runs
@@ -2739,12 +2830,164 @@ ALTER TABLE ONLY public.rara_step_reads
 ALTER TABLE ONLY public.rara_steps
     ADD CONSTRAINT rara_steps_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.rara_runs(id) ON DELETE CASCADE;
 
+-- ROW SECURITY: rara_artifacts
+
+ALTER TABLE public.rara_artifacts ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_artifacts rara_artifacts_read
+
+CREATE POLICY rara_artifacts_read ON public.rara_artifacts FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
+   FROM public.rara_step_artifacts m
+  WHERE (m.digest = rara_artifacts.digest))) OR (EXISTS ( SELECT
+   FROM public.rara_step_reads d
+  WHERE (d.digest = rara_artifacts.digest)))));
+
+-- ROW SECURITY: rara_attempts
+
+ALTER TABLE public.rara_attempts ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_attempts rara_attempts_read
+
+CREATE POLICY rara_attempts_read ON public.rara_attempts FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
+   FROM public.rara_runs o
+  WHERE (o.id = rara_attempts.run_id)))));
+
+-- ROW SECURITY: rara_checkpoints
+
+ALTER TABLE public.rara_checkpoints ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_checkpoints rara_checkpoints_read
+
+CREATE POLICY rara_checkpoints_read ON public.rara_checkpoints FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
+   FROM public.rara_steps o
+  WHERE (o.id = rara_checkpoints.step_id)))));
+
+-- ROW SECURITY: rara_definition_versions
+
+ALTER TABLE public.rara_definition_versions ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_definition_versions rara_definition_versions_read
+
+CREATE POLICY rara_definition_versions_read ON public.rara_definition_versions FOR SELECT USING ((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) && ARRAY['*'::text, namespace]));
+
+-- ROW SECURITY: rara_definitions
+
+ALTER TABLE public.rara_definitions ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_definitions rara_definitions_read
+
+CREATE POLICY rara_definitions_read ON public.rara_definitions FOR SELECT USING ((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) && ARRAY['*'::text, namespace]));
+
+-- ROW SECURITY: rara_events
+
+ALTER TABLE public.rara_events ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_events rara_events_read
+
+CREATE POLICY rara_events_read ON public.rara_events FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
+   FROM public.rara_steps o
+  WHERE (o.id = rara_events.step_id)))));
+
+-- ROW SECURITY: rara_map_lists
+
+ALTER TABLE public.rara_map_lists ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_map_lists rara_map_lists_read
+
+CREATE POLICY rara_map_lists_read ON public.rara_map_lists FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
+   FROM public.rara_steps o
+  WHERE (o.id = rara_map_lists.map_id)))));
+
+-- ROW SECURITY: rara_namespace_access
+
+ALTER TABLE public.rara_namespace_access ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_namespace_access rara_namespace_access_read
+
+CREATE POLICY rara_namespace_access_read ON public.rara_namespace_access FOR SELECT USING ((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]));
+
+-- ROW SECURITY: rara_runs
+
+ALTER TABLE public.rara_runs ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_runs rara_runs_read
+
+CREATE POLICY rara_runs_read ON public.rara_runs FOR SELECT USING ((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) && ARRAY['*'::text, namespace]));
+
+-- ROW SECURITY: rara_schedule_ticks
+
+ALTER TABLE public.rara_schedule_ticks ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_schedule_ticks rara_schedule_ticks_read
+
+CREATE POLICY rara_schedule_ticks_read ON public.rara_schedule_ticks FOR SELECT USING ((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) && ARRAY['*'::text, namespace]));
+
+-- ROW SECURITY: rara_schedules
+
+ALTER TABLE public.rara_schedules ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_schedules rara_schedules_read
+
+CREATE POLICY rara_schedules_read ON public.rara_schedules FOR SELECT USING ((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) && ARRAY['*'::text, namespace]));
+
+-- ROW SECURITY: rara_step_artifacts
+
+ALTER TABLE public.rara_step_artifacts ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_step_artifacts rara_step_artifacts_read
+
+CREATE POLICY rara_step_artifacts_read ON public.rara_step_artifacts FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
+   FROM public.rara_steps o
+  WHERE (o.id = rara_step_artifacts.step_id)))));
+
+-- ROW SECURITY: rara_step_cache
+
+ALTER TABLE public.rara_step_cache ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_step_cache rara_step_cache_read
+
+CREATE POLICY rara_step_cache_read ON public.rara_step_cache FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
+   FROM public.rara_runs o
+  WHERE (o.id = rara_step_cache.source_run)))));
+
+-- ROW SECURITY: rara_step_reads
+
+ALTER TABLE public.rara_step_reads ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_step_reads rara_step_reads_read
+
+CREATE POLICY rara_step_reads_read ON public.rara_step_reads FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
+   FROM public.rara_steps o
+  WHERE (o.id = rara_step_reads.step_id)))));
+
+-- ROW SECURITY: rara_steps
+
+ALTER TABLE public.rara_steps ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_steps rara_steps_read
+
+CREATE POLICY rara_steps_read ON public.rara_steps FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (EXISTS ( SELECT
+   FROM public.rara_runs o
+  WHERE (o.id = rara_steps.run_id)))));
+
 -- ACL: SCHEMA public
 
 GRANT USAGE ON SCHEMA public TO rara_worker;
 GRANT USAGE ON SCHEMA public TO rara_operator;
 GRANT USAGE ON SCHEMA public TO rara_client;
 GRANT USAGE ON SCHEMA public TO rara_reader;
+
+-- ACL: FUNCTION rara_caller()
+
+REVOKE ALL ON FUNCTION public.rara_caller() FROM PUBLIC;
+
+-- ACL: FUNCTION rara_caller_namespaces()
+
+REVOKE ALL ON FUNCTION public.rara_caller_namespaces() FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_caller_namespaces() TO rara_reader;
+GRANT ALL ON FUNCTION public.rara_caller_namespaces() TO rara_worker;
+GRANT ALL ON FUNCTION public.rara_caller_namespaces() TO rara_client;
+GRANT ALL ON FUNCTION public.rara_caller_namespaces() TO rara_operator;
 
 -- ACL: FUNCTION rara_capability_limit_set(p_capability text, p_max_running integer)
 
@@ -2819,6 +3062,14 @@ GRANT ALL ON FUNCTION public.rara_map_summary(p_total integer, p_succeeded integ
 GRANT ALL ON FUNCTION public.rara_map_summary(p_total integer, p_succeeded integer, p_failed integer, p_map bigint) TO rara_operator;
 GRANT ALL ON FUNCTION public.rara_map_summary(p_total integer, p_succeeded integer, p_failed integer, p_map bigint) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_map_summary(p_total integer, p_succeeded integer, p_failed integer, p_map bigint) TO rara_reader;
+
+-- ACL: FUNCTION rara_namespace_allowed(p_namespace text)
+
+REVOKE ALL ON FUNCTION public.rara_namespace_allowed(p_namespace text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_namespace_check(p_namespace text)
+
+REVOKE ALL ON FUNCTION public.rara_namespace_check(p_namespace text) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_notify_ready()
 
@@ -2900,9 +3151,9 @@ REVOKE ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boo
 GRANT ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone, p_namespace text) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone, p_namespace text) TO rara_operator;
 
--- ACL: FUNCTION rara_spec_caches(p_spec jsonb)
+-- ACL: FUNCTION rara_spec_caches(p_spec jsonb, p_namespace text)
 
-REVOKE ALL ON FUNCTION public.rara_spec_caches(p_spec jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION public.rara_spec_caches(p_spec jsonb, p_namespace text) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_spec_digest(p_spec jsonb)
 
@@ -3076,6 +3327,10 @@ GRANT SELECT ON TABLE public.rara_events TO rara_reader;
 -- ACL: TABLE rara_map_lists
 
 GRANT SELECT ON TABLE public.rara_map_lists TO rara_reader;
+
+-- ACL: TABLE rara_namespace_access
+
+GRANT SELECT ON TABLE public.rara_namespace_access TO rara_reader;
 
 -- ACL: TABLE rara_runs
 

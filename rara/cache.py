@@ -27,6 +27,11 @@ The parts, each digested on its own (so that an explanation can say which one ch
   code sees which inputs exist without reading them (a step given none and one given one
   are different steps, though neither read anything).
 - ``version``: this rule's own version, so that a change of the rule misses every old entry.
+- ``namespace``: the run's namespace (the database puts it in the step's ``cache:`` payload),
+  so that a team reuses only entries its own runs made: the same step on the same bytes may
+  still differ between teams through what the key cannot see (a secret's value behind the
+  same reference), and an entry would tell one team of another's run. Absent for
+  ``default``, whose keys are those of the rule before namespaces: its entries stay hits.
 - ``reads``: the upstream artifacts the step read, ``{"<step>/<name>": digest}``: a subset of
   what it was given. A read of something it was not given is a read by digest, of bytes that
   cannot change, and is left out.
@@ -43,8 +48,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rara.namespaces import DEFAULT_NAMESPACE
+
 KEY_RULE_VERSION = 2
-BASE_PARTS = ("capability", "spec", "input", "given", "version")
+BASE_PARTS = ("capability", "spec", "input", "given", "version", "namespace")
 PARTS = (*BASE_PARTS, "reads")
 
 
@@ -77,6 +84,7 @@ def cache_key(
     secrets: Mapping[str, Any],
     input: Mapping[str, Any],
     upstream: Mapping[str, str],
+    namespace: str = DEFAULT_NAMESPACE,
 ) -> CacheKey:
     """The key of a step from what goes into it; ``upstream``: ``"<step>/<name>"`` -> digest
     of every upstream artifact it is given."""
@@ -87,6 +95,8 @@ def cache_key(
         "given": canonical_digest(sorted(upstream)),
         "version": canonical_digest(KEY_RULE_VERSION),
     }
+    if namespace != DEFAULT_NAMESPACE:
+        parts["namespace"] = canonical_digest(namespace)
     return CacheKey(canonical_digest(parts), parts, dict(upstream))
 
 

@@ -4,7 +4,7 @@
 -- Called through db/queries/cache.sql (rara.pg.cache). Repeatable (rara.pg.migrate): edit in
 -- place.
 
-CREATE OR REPLACE FUNCTION rara_spec_caches(p_spec jsonb)
+CREATE OR REPLACE FUNCTION rara_spec_caches(p_spec jsonb, p_namespace text)
 RETURNS jsonb
 LANGUAGE plpgsql IMMUTABLE AS $$
 DECLARE
@@ -12,7 +12,9 @@ DECLARE
     s jsonb;
 BEGIN
     -- The `cache:` of each step that has one, by step key, as each step's payload carries it
-    -- ({"cache": {"ttl_ms": …}}; rara_run_start): what the worker that leases the step reads.
+    -- ({"cache": {"ttl_ms": …, "namespace": …}}; rara_run_start): what the worker that leases
+    -- the step reads. The namespace is the run's, never the spec's word: the worker makes it
+    -- part of the key, so a team reuses only its own entries (decision 0011).
     -- Most specs have none: an empty object, and the run start adds nothing to its payloads.
     FOR s IN SELECT st FROM jsonb_array_elements(p_spec -> 'steps') AS st
              WHERE jsonb_typeof(st -> 'cache') = 'object'
@@ -20,7 +22,8 @@ BEGIN
         caches := caches || jsonb_build_object(s ->> 'key', jsonb_build_object(
             'cache', jsonb_build_object(
                 'ttl_ms', rara_duration_ms(s -> 'cache' -> 'ttl',
-                                           'spec.steps.' || (s ->> 'key') || '.cache.ttl'))));
+                                           'spec.steps.' || (s ->> 'key') || '.cache.ttl'),
+            'namespace', p_namespace)));
     END LOOP;
     RETURN caches;
 END $$;
@@ -76,7 +79,13 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
     -- Entries removed: by `rara cache drop`, and by a worker that found one of an entry's
     -- blobs missing or corrupt (the step then runs, and its success writes a new entry).
-    -- The blobs stay until `rara artifacts gc` finds nothing else names them.
-    RETURN QUERY DELETE FROM rara_step_cache c WHERE c.key = ANY (p_keys) RETURNING c.key;
+    -- The blobs stay until `rara artifacts gc` finds nothing else names them. A team drops
+    -- only the entries its own runs made; an entry whose run was pruned, only a role with
+    -- every namespace.
+    RETURN QUERY DELETE FROM rara_step_cache c
+    WHERE c.key = ANY (p_keys)
+      AND rara_namespace_allowed(coalesce((SELECT r.namespace FROM rara_runs r
+                                           WHERE r.id = c.source_run), '*'))
+    RETURNING c.key;
 END $$;
 SELECT rara_grant('rara_step_cache_drop', 'rara_worker', 'rara_client');

@@ -14,6 +14,7 @@ DECLARE
     spec_digest text := rara_spec_digest(p_spec);
     step_rows jsonb := rara_spec_steps(p_spec);  -- refuses a spec no run could follow
 BEGIN
+    PERFORM rara_namespace_check(p_namespace);
     -- The version of p_spec under p_name in p_namespace: the existing one with its digest,
     -- or the next number (each namespace's history its own: migration 0017). The digest and the step rows are the database's own (migration 0012), never the
     -- caller's word. Two registrars of one name must not both pick version N+1: the advisory
@@ -44,6 +45,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     retired text;
 BEGIN
+    PERFORM rara_namespace_check(p_namespace);
     -- No new run starts from a retired name without an explicit version; its versions stay.
     -- NULL: no such name in p_namespace (a name elsewhere is another definition).
     UPDATE rara_definitions SET retired_at = coalesce(retired_at, now())

@@ -7,6 +7,7 @@ CREATE OR REPLACE FUNCTION rara_capability_limit_set(p_capability text, p_max_ru
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
+    PERFORM rara_namespace_check('*');  -- the fleet's capacity: every namespace's
     -- At most p_max_running attempts of p_capability at once (0: none start); NULL: no limit.
     -- Attempts already running above a lowered limit finish; no new one starts until the
     -- running ones are below it.

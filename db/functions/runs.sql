@@ -52,11 +52,12 @@ BEGIN
     -- was inserted; ON CONFLICT makes racing clients with one idempotency key create one run:
     -- the loser waits for the winner's commit, inserts nothing, and reads the winner's row
     -- with run_get_by_key. Map steps without upstream expand at once (rara_map_expand).
+    PERFORM rara_namespace_check(p_namespace);
     WITH resolved AS (
         SELECT v.id, v.digest, v.spec, v.steps, d.retired_at,
                coalesce(v.digest = p_digest, false) AS matched,
                -- the steps' `cache:` settings, added to their payloads (rara_spec_caches)
-               rara_spec_caches(v.spec) AS caches
+               rara_spec_caches(v.spec, p_namespace) AS caches
         FROM rara_definition_versions v JOIN rara_definitions d USING (namespace, name)
         WHERE v.namespace = p_namespace AND v.name = p_name
           AND (p_version IS NULL OR v.version = p_version)
@@ -134,8 +135,9 @@ DECLARE
 BEGIN
     -- Cancel a run, and nothing else: waiting steps are cancelled now, running ones flagged
     -- (their worker learns it through NOTIFY now and its next heartbeat otherwise, and ends
-    -- the attempt itself, fenced). NULL: no such run; false: the run had already ended.
-    PERFORM 1 FROM rara_runs WHERE id = p_run_id;
+    -- the attempt itself, fenced). NULL: no such run (or one of a namespace the caller may not act in: what it
+    -- cannot read it cannot name); false: the run had already ended.
+    PERFORM 1 FROM rara_runs WHERE id = p_run_id AND rara_namespace_allowed(namespace);
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
@@ -245,8 +247,8 @@ BEGIN
     -- Only a failed or cancelled run resumes. The new run is in the old one's namespace, and
     -- a repeated p_idempotency_key (unique there) finds the run it made (created false).
     SELECT r.id, r.namespace, r.status, r.definition_version_id, r.input INTO old
-    FROM rara_runs r WHERE r.id = p_run_id;
-    IF NOT FOUND THEN
+    FROM rara_runs r WHERE r.id = p_run_id AND rara_namespace_allowed(r.namespace);
+    IF NOT FOUND THEN  -- or not the caller's to resume: what it cannot read it cannot name
         RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'no_data_found';
     END IF;
     IF old.status NOT IN ('failed', 'cancelled') THEN
@@ -268,7 +270,7 @@ BEGIN
         RETURN;
     END IF;
     WITH version AS (
-        SELECT v.spec, v.steps, rara_spec_caches(v.spec) AS caches
+        SELECT v.spec, v.steps, rara_spec_caches(v.spec, old.namespace) AS caches
         FROM rara_definition_versions v WHERE v.id = old.definition_version_id
     ), step_rows AS (
         SELECT s.* FROM version, rara_spec_step_rows(version.steps) AS s

@@ -30,6 +30,7 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 DECLARE
     old record;
 BEGIN
+    PERFORM rara_namespace_check(p_namespace);
     -- Create or change a schedule (of p_namespace, starting runs of p_definition there).
     -- p_next_tick is the first tick after now of p_cron in
     -- p_time_zone; it replaces the stored one only when the timing changed (cron, zone), so
@@ -79,6 +80,7 @@ BEGIN
     -- Pause (p_suspended) or resume a schedule; a resumed one starts again at p_next_tick, its
     -- first tick after now. The spec keeps `suspend` in step, so `show` and a re-apply agree.
     -- NULL: no such schedule; false: it already was.
+    PERFORM rara_namespace_check(p_namespace);
     PERFORM 1 FROM rara_schedules WHERE namespace = p_namespace AND name = p_name;
     IF NOT FOUND THEN
         RETURN NULL;
@@ -98,6 +100,7 @@ CREATE OR REPLACE FUNCTION rara_schedule_delete(
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
+    PERFORM rara_namespace_check(p_namespace);
     -- The schedule and its tick history go; the runs it started stay. False: none was.
     DELETE FROM rara_schedules WHERE namespace = p_namespace AND name = p_name;
     RETURN rara_schedule_changed(p_name, FOUND);
@@ -126,6 +129,7 @@ BEGIN
            now()
     FROM rara_schedules s
     WHERE NOT s.suspended AND s.next_tick <= now()
+      AND rara_namespace_allowed(s.namespace)  -- a team's own firing process fires its own
     ORDER BY s.next_tick
     LIMIT p_limit
     FOR UPDATE OF s SKIP LOCKED;
@@ -147,6 +151,7 @@ BEGIN
     -- a tick one run even if two callers decided it. Then the history limits: of the ticks
     -- whose run ended, the newest successful_runs_kept succeeded and failed_runs_kept failed
     -- or cancelled stay; runs are not deleted here (`rara runs prune` is the owner's).
+    PERFORM rara_namespace_check(p_namespace);
     SELECT * INTO s FROM rara_schedules
     WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
     IF NOT FOUND THEN

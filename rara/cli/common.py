@@ -69,6 +69,8 @@ def reports_errors(fn: Callable[P, R]) -> Callable[P, R]:
             raise fail(f"cannot reach the database: {error_message(exc)}", code=3) from None
         except psycopg.DataError as exc:  # a value PostgreSQL refuses: still the caller's input
             raise fail(f"the database refused a value: {error_message(exc)}") from None
+        except psycopg.errors.InsufficientPrivilege as exc:  # the login's grants, not a bug
+            raise fail(f"not permitted: {error_message(exc)}") from None
 
     return wrapper
 

@@ -10,6 +10,7 @@ import typer
 from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
 from rara.cli import (
+    access,
     artifacts,
     cache,
     db,
@@ -39,6 +40,7 @@ app.add_typer(artifacts.app, name="artifacts")
 app.add_typer(limits.app, name="limits")
 app.add_typer(cache.app, name="cache")
 app.add_typer(schedules.app, name="schedules")
+app.add_typer(access.app, name="access")
 app.command("migrate")(db.migrate_command)
 app.command("status")(status.status)
 app.command("executor")(executor.executor)

@@ -49,4 +49,4 @@ def test_0013_upgrades_a_database_with_runs(pg_admin_url: str) -> None:
             payload: Any = conn.execute(
                 "SELECT payload FROM rara_steps WHERE run_id = %s", (after,)
             ).fetchone()
-            assert payload[0]["cache"] == {"ttl_ms": 7_200_000}
+            assert payload[0]["cache"] == {"ttl_ms": 7_200_000, "namespace": "default"}

@@ -25,6 +25,7 @@ import structlog
 from rara.artifacts.api import ArtifactStore
 from rara.artifacts.errors import ArtifactCorrupted, ArtifactError, ArtifactNotFound
 from rara.cache import CacheKey, cache_key, entry_key, reads_of
+from rara.namespaces import DEFAULT_NAMESPACE
 from rara.pg import cache as cache_sql
 from rara.worker.store import WorkerStore
 from rara.worker.vocabulary import Fence, LeasedStep
@@ -47,6 +48,7 @@ def key_of(step: LeasedStep) -> CacheKey | None:
         secrets=step.payload.get("secrets") or {},
         input=resolved,
         upstream=upstream,
+        namespace=step.payload["cache"].get("namespace", DEFAULT_NAMESPACE),
     )
 
 

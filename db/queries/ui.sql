@@ -9,11 +9,6 @@
 -- name: ui_now$
 SELECT now();
 
--- name: ui_namespaces_visible$
--- The namespaces the current role may read (rara_namespace_access, migration 0018); '*' is
--- every namespace.
-SELECT rara_namespaces_visible();
-
 -- name: ui_run_page
 -- One page of the runs list, newest first, after the keyset cursor :before (a run id: ids
 -- are unique across namespaces, so one cursor pages every namespace or one). Steps

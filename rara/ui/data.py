@@ -299,8 +299,9 @@ async def now(conn: AsyncConn) -> datetime:
 
 
 async def namespaces_visible(conn: AsyncConn) -> list[str]:
-    """The namespaces the connection's current role may read; ``*`` is every namespace."""
-    return await avalue(conn, "ui_namespaces_visible", list) or []
+    """The namespaces of the role the connection acts as (its ``SET ROLE``'s, else the
+    login's); ``*`` is every namespace (``namespace_caller_list``, migration 0018)."""
+    return await avalue(conn, "namespace_caller_list", list) or []
 
 
 async def namespace_list(conn: AsyncConn, limit: int = 1_000) -> list[str]:

@@ -94,7 +94,7 @@ def become(conn: psycopg.Connection[Any], user: str) -> None:
 
 
 async def visible_namespaces(conn: AsyncConn) -> frozenset[str] | None:
-    """The namespaces the connection's current role has (``rara_namespaces_visible()``,
+    """The namespaces the connection's current role has (``rara_caller_namespaces()``,
     migration 0018); None: every namespace."""
     names = frozenset(await data.namespaces_visible(conn))
     return None if EVERY_NAMESPACE in names else names

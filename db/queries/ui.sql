@@ -289,8 +289,11 @@ ORDER BY s.run_id, s.id, e.attempt, e.seq
 LIMIT :limit;
 
 -- name: ui_live_recent_list
--- The runs list's live view: the newest runs and their status (the first page changes).
-SELECT id, status::text AS status FROM rara_runs ORDER BY id DESC LIMIT :limit;
+-- The runs list's live view: the newest runs and their status (the first page changes);
+-- :namespaces (null: every namespace) narrows to a viewer's (rara ui --user-roles).
+SELECT id, status::text AS status FROM rara_runs
+WHERE CAST(:namespaces AS text[]) IS NULL OR namespace = ANY (CAST(:namespaces AS text[]))
+ORDER BY id DESC LIMIT :limit;
 
 -- name: ui_schedule_page
 -- Schedules by (namespace, name) after the keyset cursor (:after_namespace, :after)

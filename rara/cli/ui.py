@@ -63,6 +63,16 @@ def ui(
             "e.g. X-Forwarded-User); only behind such a proxy",
         ),
     ] = None,
+    user_roles: Annotated[
+        bool,
+        typer.Option(
+            "--user-roles/--no-user-roles",
+            envvar="RARA_UI_USER_ROLES",
+            help="read and act as the database role named by --auth-header's user (SET LOCAL "
+            "ROLE per request): each user sees their namespaces only; the login must be a "
+            "member of every user's role",
+        ),
+    ] = False,
     session_seconds: Annotated[
         int,
         typer.Option(
@@ -94,18 +104,26 @@ def ui(
             "--no-read-only needs an identity for actions: --token-file, "
             "RARA_UI_TOKEN or --auth-header"
         )
+    if user_roles and not auth_header:
+        raise fail(
+            "--user-roles needs --auth-header: the user whose database role each request "
+            "takes is the one the authenticating proxy's header names"
+        )
     config = UiConfig(
         database_url=database_url(db_url),
         auth=AuthConfig(
             read_only=read_only,
             token=token,
             auth_header=auth_header,
+            user_roles=user_roles,
             session_seconds=session_seconds,
         ),
         artifacts=artifacts,
         pool_size=pool_size,
     )
     mode = "read-only" if read_only else "actions allowed to authenticated users"
+    if user_roles:
+        mode += f", each user's own namespaces (the role {auth_header} names)"
     console.print(f"rara ui on http://{host}:{port} ({mode})", highlight=False)
     uvicorn.run(
         create_app(config),

@@ -4,12 +4,18 @@ pause or resume a schedule, log in and out.
 Each needs a server that is not read-only, an identity and a CSRF token bound to it
 (``rara.ui.auth``). The work itself is rara's own: ``rara.client.Client`` (the same code as
 ``rara runs cancel``, ``rara runs start`` and ``rara runs retry --from-failure``), on a
-connection of its own in a thread, never through the pages' read-only pool."""
+connection of its own in a thread, never through the pages' read-only pool. Under
+``--user-roles`` that connection acts as the user (``SET ROLE``: it is the call's alone and
+closed after it; rara.ui.user_roles): the database itself refuses another namespace's run."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
+import psycopg
 from anyio import to_thread
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -22,6 +28,9 @@ from rara.ui import data
 from rara.ui.auth import SESSION_COOKIE, AuthConfig
 from rara.ui.links import page_namespace, schedule_href, with_param
 from rara.ui.render import page
+from rara.ui.user_roles import become, connection, user_of
+
+T = TypeVar("T")
 
 RETRYABLE = ("failed", "cancelled")
 
@@ -57,17 +66,50 @@ def _back(path: str, note: str) -> RedirectResponse:
     return RedirectResponse(with_param(path, "note", note), status_code=303)
 
 
+class UserClient(Client):
+    """A client acting as ``user`` (``--user-roles``). Each call has a connection of its own,
+    closed after it, so the role is set for the whole session: the call keeps autocommit and
+    with it rara.client's own transactions (a start's one statement, a cancel's retry after a
+    deadlock), and no other call ever gets that connection."""
+
+    def __init__(self, url: str, *, namespace: str, user: str) -> None:
+        super().__init__(url, namespace=namespace)
+        self.user = user
+
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            become(conn, self.user)
+            yield conn
+
+
 def _client(request: Request, namespace: str = DEFAULT_NAMESPACE) -> Client:
     """A client in ``namespace``: what it names by name (a definition to start, a schedule
-    to pause) is that namespace's."""
-    return Client(request.app.state.config.database_url, namespace=namespace)
+    to pause) is that namespace's; under ``--user-roles``, acting as the user."""
+    url = request.app.state.config.database_url
+    user = user_of(request)
+    if user is None:
+        return Client(url, namespace=namespace)
+    return UserClient(url, namespace=namespace, user=user)
+
+
+async def _call(action: Callable[[], T]) -> T:
+    """``action`` in a thread; the database's refusal of the user (a namespace the user
+    lacks: rara_namespace_access) is a 403 naming the role and the namespace, not a 500."""
+    try:
+        return await to_thread.run_sync(action)
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise HTTPException(403, exc.diag.message_primary or str(exc)) from None
 
 
 async def cancel(request: Request) -> Response:
     await _authorised(request)
     run_id = int(request.path_params["run_id"])
     try:
-        changed = await to_thread.run_sync(_client(request).cancel_run, run_id)
+        client = _client(request)
+        changed = await _call(lambda: client.cancel_run(run_id))
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:
         raise HTTPException(400, str(exc)) from exc
     return _back(f"/runs/{run_id}", "cancel requested" if changed else "the run had ended")
@@ -82,7 +124,7 @@ def retry_key(run_id: int) -> str:
 async def retry(request: Request) -> Response:
     await _authorised(request)
     run_id = int(request.path_params["run_id"])
-    async with request.app.state.pool.connection() as conn:
+    async with connection(request) as conn:
         run = await data.run_get(conn, run_id)
     if run is None:
         raise HTTPException(404, f"no run {run_id}")
@@ -92,7 +134,7 @@ async def retry(request: Request) -> Response:
         )
     client = _client(request, run.namespace)  # its run's definition, in its run's namespace
     try:
-        started = await to_thread.run_sync(
+        started = await _call(
             lambda: client.start_run(
                 run.definition,
                 version=run.version,
@@ -123,9 +165,7 @@ async def resume(request: Request) -> Response:
     run_id = int(request.path_params["run_id"])
     client = _client(request)
     try:
-        resumed = await to_thread.run_sync(
-            lambda: client.resume_run(run_id, idempotency_key=resume_key(run_id))
-        )
+        resumed = await _call(lambda: client.resume_run(run_id, idempotency_key=resume_key(run_id)))
     except NotFound as exc:
         raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:
@@ -143,7 +183,7 @@ async def _suspend(request: Request, suspended: bool) -> Response:
     namespace = page_namespace(request)
     client = _client(request, namespace)
     try:
-        changed = await to_thread.run_sync(client.suspend_schedule, name, suspended)
+        changed = await _call(lambda: client.suspend_schedule(name, suspended))
     except NotFound as exc:
         raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:

@@ -88,12 +88,16 @@ class AuthConfig:
     read_only: bool = True
     token: str | None = None
     auth_header: str | None = None
+    # Each request's database work as the header's user (rara.ui.user_roles).
+    user_roles: bool = False
     session_seconds: float = SESSION_SECONDS
     clock: Callable[[], float] = field(default=time.monotonic, compare=False, repr=False)
     key: bytes = field(default_factory=lambda: secrets.token_bytes(32), repr=False)
     sessions: Sessions = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        if self.user_roles and not self.auth_header:
+            raise ValueError("user roles need the header that names the user (auth_header)")
         if self.token is not None:  # stable across restarts: derived from the token
             object.__setattr__(
                 self, "key", hashlib.sha256(b"rara-ui-key\0" + self.token.encode()).digest()

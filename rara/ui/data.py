@@ -298,6 +298,12 @@ async def now(conn: AsyncConn) -> datetime:
     return found
 
 
+async def namespaces_visible(conn: AsyncConn) -> list[str]:
+    """The namespaces of the role the connection acts as (its ``SET ROLE``'s, else the
+    login's); ``*`` is every namespace (``namespace_caller_list``, migration 0018)."""
+    return await avalue(conn, "namespace_caller_list", list) or []
+
+
 async def namespace_list(conn: AsyncConn, limit: int = 1_000) -> list[str]:
     """The namespaces the filters offer: those with a definition or a schedule."""
     return await amany(conn, "ui_namespace_list", scalar_row, limit=limit)
@@ -480,8 +486,17 @@ async def live_metric_list(
     )
 
 
-async def live_recent_list(conn: AsyncConn, limit: int = PAGE) -> list[RecentRun]:
-    return await amany(conn, "ui_live_recent_list", class_row(RecentRun), limit=limit)
+async def live_recent_list(
+    conn: AsyncConn, namespaces: frozenset[str] | None = None, limit: int = PAGE
+) -> list[RecentRun]:
+    """The newest runs, of ``namespaces`` only when given (None: every namespace)."""
+    return await amany(
+        conn,
+        "ui_live_recent_list",
+        class_row(RecentRun),
+        namespaces=None if namespaces is None else sorted(namespaces),
+        limit=limit,
+    )
 
 
 async def schedule_page(

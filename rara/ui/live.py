@@ -11,6 +11,11 @@ JSON snapshot, into a one-slot mailbox per viewer (a slow viewer skips stale sta
 queues them). So an idle viewer costs the database nothing, and a thousand viewers of one run
 cost what one does. A lost listening connection is re-opened with backoff (capped at 2 s:
 rara.pg.reconnect); meanwhile the interval keeps the views moving.
+
+Under ``rara ui --user-roles`` (rara.ui.user_roles) the hub still reads as the UI's login,
+which sees every user's namespaces; no viewer gets another namespace's run: a run's topic is
+checked as the viewer before it is watched, and a list topic (``SCOPED``) is a view per set
+of namespaces, each read narrowed to them, a viewer getting its own set's.
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ log = structlog.get_logger("rara.ui.live")
 
 RUNS = "runs"  # the runs list's topic; a run's is "run:<id>"; the Fleet page's is FLEET
 CHANNELS = ("rara_ready", "rara_run")
+SCOPED = frozenset({RUNS})  # lists of runs: narrowed to each viewer's namespaces
+
+# What a viewer watches: a topic, and for a SCOPED one its namespaces (None: every one).
+View = tuple[str, frozenset[str] | None]
 
 
 class Mailbox:
@@ -63,8 +72,8 @@ class LiveHub:
         self.url = url
         self.pool = pool
         self.interval = interval
-        self.viewers: dict[str, set[Mailbox]] = {}
-        self.last: dict[str, str] = {}
+        self.viewers: dict[View, set[Mailbox]] = {}
+        self.last: dict[View, str] = {}
         self.listening = asyncio.Event()  # set while the listening connection is up
         self.ticks = 0  # state reads done (tests: idle viewers add none)
         self._wake = asyncio.Event()
@@ -84,22 +93,26 @@ class LiveHub:
                 await task
 
     @contextlib.asynccontextmanager
-    async def watch(self, topic: str) -> AsyncIterator[Mailbox]:
+    async def watch(
+        self, topic: str, namespaces: frozenset[str] | None = None
+    ) -> AsyncIterator[Mailbox]:
+        """Watch ``topic``; a SCOPED one narrowed to ``namespaces`` (None: every one)."""
+        view: View = (topic, namespaces if topic in SCOPED else None)
         box = Mailbox()
-        self.viewers.setdefault(topic, set()).add(box)
-        if topic in self.last:
-            box.put(self.last[topic])
+        self.viewers.setdefault(view, set()).add(box)
+        if view in self.last:
+            box.put(self.last[view])
         else:
             self._wake.set()
         try:
             yield box
         finally:
-            boxes = self.viewers.get(topic)
+            boxes = self.viewers.get(view)
             if boxes is not None:
                 boxes.discard(box)
                 if not boxes:
-                    del self.viewers[topic]
-                    self.last.pop(topic, None)
+                    del self.viewers[view]
+                    self.last.pop(view, None)
 
     async def _listen(self) -> None:
         delay = 0.5
@@ -141,9 +154,10 @@ class LiveHub:
                 await asyncio.sleep(self.interval)
 
     async def tick(self) -> None:
-        topics = list(self.viewers)
+        views = list(self.viewers)
+        topics = {topic for topic, _ in views}
         run_ids = sorted(int(t[4:]) for t in topics if t.startswith("run:"))
-        states: dict[str, Any] = {}
+        states: dict[View, Any] = {}
         self.ticks += 1
         async with self.pool.connection() as conn:
             if run_ids:
@@ -163,7 +177,7 @@ class LiveHub:
                 for p in await data.live_metric_list(conn, run_ids):
                     points[p.run_id].append(p)
                 for r in await data.live_run_list(conn, run_ids):
-                    states[f"run:{r.id}"] = {
+                    states[(f"run:{r.id}", None)] = {
                         "run": {
                             "id": r.id,
                             "status": r.status,
@@ -173,15 +187,16 @@ class LiveHub:
                         "steps": steps[r.id],
                         "charts": charts.metric_charts(points[r.id]),
                     }
-            if RUNS in topics:
-                recent = await data.live_recent_list(conn)
-                states[RUNS] = {"runs": [[r.id, r.status] for r in recent]}
+            for topic, namespaces in views:
+                if topic == RUNS:
+                    recent = await data.live_recent_list(conn, namespaces)
+                    states[(RUNS, namespaces)] = {"runs": [[r.id, r.status] for r in recent]}
             if FLEET in topics:
-                states[FLEET] = await fleet_state(conn)
-        for topic, state in states.items():
+                states[(FLEET, None)] = await fleet_state(conn)
+        for view, state in states.items():
             text = json.dumps(state, separators=(",", ":"))
-            if self.last.get(topic) == text:
+            if self.last.get(view) == text:
                 continue
-            self.last[topic] = text
-            for box in self.viewers.get(topic, ()):
+            self.last[view] = text
+            for box in self.viewers.get(view, ()):
                 box.put(text)

@@ -46,6 +46,7 @@ from rara.ui.live import RUNS, LiveHub
 from rara.ui.render import page
 from rara.ui.reuse import summarise
 from rara.ui.timeline import Reused, timeline
+from rara.ui.user_roles import connection, user_of, visible_namespaces
 
 FAVICON = Path(__file__).parent / "static" / "favicon.svg"
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -71,6 +72,7 @@ async def healthz(request: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
+    # The login's own connection: a probe names no user.
     async with _pool(request).connection() as conn:
         await data.now(conn)
     return PlainTextResponse("ready")
@@ -110,7 +112,7 @@ async def runs_list(request: Request) -> Response:
     search = q.get("q", "").strip() or None
     since, until = _time_arg(request, "since", problems), _time_arg(request, "until", problems)
     before = _int_arg(request, "before")
-    async with _pool(request).connection() as conn:
+    async with connection(request) as conn:
         rows = await data.run_page(
             conn,
             before=before,
@@ -175,7 +177,7 @@ async def _run_or_404(conn: AsyncConn, run_id: int) -> data.RunDetail:
 
 async def run_page(request: Request) -> Response:
     run_id = int(request.path_params["run_id"])
-    async with _pool(request).connection() as conn:
+    async with connection(request) as conn:
         run = await _run_or_404(conn, run_id)
         steps = await data.step_list(conn, run_id)
         attempts = await data.attempt_list(conn, run_id)
@@ -242,7 +244,7 @@ async def run_events(request: Request) -> Response:
     """Each step's events, read when asked for (the run page loads them when opened): a
     training step reports thousands, which the run page need not render every time."""
     run_id = int(request.path_params["run_id"])
-    async with _pool(request).connection() as conn:
+    async with connection(request) as conn:
         run = await _run_or_404(conn, run_id)
         events = await data.event_list(conn, run_id)
     history: dict[str, list[Any]] = {}
@@ -254,7 +256,7 @@ async def run_events(request: Request) -> Response:
 async def run_state(request: Request) -> Response:
     """The live view's state as one JSON document: the polling fallback of /live/runs/<id>."""
     run_id = int(request.path_params["run_id"])
-    async with _pool(request).connection() as conn:
+    async with connection(request) as conn:
         run = await _run_or_404(conn, run_id)
         steps = await data.live_step_list(conn, [run_id])
         running_metrics = await data.live_metric_list(conn, [run_id])
@@ -275,11 +277,19 @@ async def run_state(request: Request) -> Response:
     )
 
 
-def _stream(request: Request, topic: str) -> StreamingResponse:
+async def _stream(request: Request, topic: str, run_id: int | None = None) -> Response:
     hub: LiveHub = request.app.state.hub
+    namespaces: frozenset[str] | None = None  # None: every namespace
+    if user_of(request) is not None:
+        # Checked once, as the user, before the first byte: a run the user cannot see is a
+        # 404 here, and the lists the hub fans out are narrowed to the user's namespaces.
+        async with connection(request) as conn:
+            if run_id is not None:
+                await _run_or_404(conn, run_id)
+            namespaces = await visible_namespaces(conn)
 
     async def events() -> AsyncIterator[str]:
-        async with hub.watch(topic) as box:
+        async with hub.watch(topic, namespaces) as box:
             yield "retry: 3000\n\n"
             while True:
                 state = await box.get(15.0)
@@ -293,18 +303,19 @@ def _stream(request: Request, topic: str) -> StreamingResponse:
 
 
 async def live_run(request: Request) -> Response:
-    return _stream(request, f"run:{int(request.path_params['run_id'])}")
+    run_id = int(request.path_params["run_id"])
+    return await _stream(request, f"run:{run_id}", run_id)
 
 
 async def live_runs(request: Request) -> Response:
-    return _stream(request, RUNS)
+    return await _stream(request, RUNS)
 
 
 async def definitions_list(request: Request) -> Response:
     after = _cursor(request)
     namespace = namespace_arg(request)
     search = request.query_params.get("q", "").strip() or None
-    async with _pool(request).connection() as conn:
+    async with connection(request) as conn:
         rows = await data.definition_page(
             conn, after=after, namespace=namespace, search=search, limit=data.PAGE + 1
         )
@@ -359,7 +370,7 @@ async def definition_page(request: Request) -> Response:
     name = request.path_params["name"]
     namespace = page_namespace(request)
     full = qualified(namespace, name)
-    async with _pool(request).connection() as conn:
+    async with connection(request) as conn:
         versions = await data.version_list(conn, namespace, name)
         if not versions:
             raise HTTPException(404, f"no workflow definition {full}")
@@ -411,7 +422,7 @@ def _digest(request: Request) -> str:
 
 async def artifact_page(request: Request) -> Response:
     digest = _digest(request)
-    async with _pool(request).connection() as conn:
+    async with connection(request) as conn:
         blob = await data.artifact_get(conn, digest)
         if blob is None:
             raise HTTPException(404, f"no artifact {digest}")
@@ -424,7 +435,7 @@ async def artifact_download(request: Request) -> Response:
     """The blob's bytes, read through the store (verified against the digest before a byte
     is sent), as an attachment: never rendered in the dashboard's origin."""
     digest = _digest(request)
-    async with _pool(request).connection() as conn:
+    async with connection(request) as conn:
         blob = await data.artifact_get(conn, digest)
         label = await data.artifact_label(conn, digest, request.query_params.get("name"))
     media_type = label.media_type
@@ -480,7 +491,7 @@ async def _blob_chunks(verified: BinaryIO) -> AsyncIterator[bytes]:
 async def schedules_list(request: Request) -> Response:
     after = _cursor(request)
     namespace = namespace_arg(request)
-    async with _pool(request).connection() as conn:
+    async with connection(request) as conn:
         rows = await data.schedule_page(conn, after=after, namespace=namespace, limit=data.PAGE + 1)
         now = await data.now(conn)
         namespaces = await data.namespace_list(conn)
@@ -501,7 +512,7 @@ async def schedules_list(request: Request) -> Response:
 async def schedule_page(request: Request) -> Response:
     name = request.path_params["name"]
     namespace = page_namespace(request)
-    async with _pool(request).connection() as conn:
+    async with connection(request) as conn:
         schedule = await data.schedule_get(conn, namespace, name)
         if schedule is None:
             raise HTTPException(404, f"no schedule {qualified(namespace, name)}")
@@ -518,13 +529,18 @@ async def schedule_page(request: Request) -> Response:
 
 
 async def fleet(request: Request) -> Response:
+    if user_of(request) is not None:
+        async with connection(request):
+            pass  # a user the login may become, or the 401/403 every page gives
+    # The fleet is everyone's (workers, the backlog by capability): the login's view, as the
+    # live hub's updates of this page are.
     async with _pool(request).connection() as conn:
         tables = await fleet_state(conn)
     return page(request, "fleet.html", tables=tables)
 
 
 async def live_fleet(request: Request) -> Response:
-    return _stream(request, FLEET)
+    return await _stream(request, FLEET)
 
 
 async def favicon(request: Request) -> Response:

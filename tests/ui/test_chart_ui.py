@@ -23,6 +23,19 @@ def _ui(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
     return deployment, service
 
 
+def _refused(helm: Path, *args: str) -> str:
+    """What helm says refusing to render with ``args``; fails the test if it renders."""
+    done = subprocess.run(
+        [str(helm), "template", "rara", str(CHART), "--kube-version", KUBE_VERSION, *BASE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0, f"rendered with {args}"
+    return done.stderr
+
+
 def test_off_by_default(helm: Path) -> None:
     names = [d["metadata"]["name"] for d in render(helm)]
     assert not [n for n in names if n.endswith("-ui")]
@@ -93,29 +106,26 @@ def test_one_replica_with_actions_and_the_session_lifetime(helm: Path) -> None:
         "--set",
         "ui.auth.existingSecret=ui-token",
     ]
-    done = subprocess.run(
-        [
-            str(helm),
-            "template",
-            "rara",
-            str(CHART),
-            "--kube-version",
-            KUBE_VERSION,
-            *BASE,
-            *actions,
-            "--set",
-            "ui.replicas=2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode != 0
-    assert "ui.replicas must be 0 or 1 while ui.readOnly is false" in done.stderr
+    refusal = _refused(helm, *actions, "--set", "ui.replicas=2")
+    assert "ui.replicas must be 0 or 1 while ui.readOnly is false" in refusal
     deployment, _ = _ui(render(helm, *actions, "--set", "ui.sessionSeconds=3600"))
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert env_of(container)["RARA_UI_SESSION_SECONDS"]["value"] == "3600"
     assert deployment["spec"]["replicas"] == 1
     deployment, _ = _ui(render(helm, "--set", "ui.enabled=true", "--set", "ui.replicas=3"))
     assert deployment["spec"]["replicas"] == 3
+
+
+def test_user_roles_need_the_proxy_header(helm: Path) -> None:
+    """ui.userRoles: each request as the role the proxy's header names; without the header
+    there is no user, so the chart refuses it, naming both values."""
+    on = ["--set", "ui.enabled=true", "--set", "ui.userRoles=true"]
+    assert "ui.userRoles needs ui.auth.header" in _refused(helm, *on)
+    deployment, _ = _ui(render(helm, *on, "--set", "ui.auth.header=X-Forwarded-User"))
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = env_of(container)
+    assert env["RARA_UI_USER_ROLES"]["value"] == "true"
+    assert env["RARA_UI_AUTH_HEADER"]["value"] == "X-Forwarded-User"
+    deployment, _ = _ui(render(helm, "--set", "ui.enabled=true"))
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert "RARA_UI_USER_ROLES" not in env_of(container)

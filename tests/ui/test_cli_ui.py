@@ -38,3 +38,9 @@ def test_a_session_lifetime_under_a_second_is_refused() -> None:
     done = _ui("--no-read-only", "--session-seconds", "0")
     assert done.returncode == 2
     assert "--session-seconds" in done.stderr
+
+
+def test_user_roles_need_the_header_that_names_the_user() -> None:
+    done = _ui("--user-roles")
+    assert done.returncode == 2
+    assert "--user-roles needs --auth-header" in done.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -59,6 +60,47 @@ async def _viewers(database_url: str, conn: psycopg.Connection[Any], run_id: int
                 states = [await box.get(5) for box in boxes]
                 assert all(s is not None and '"cancelled"' in s for s in states)
                 assert hub.ticks - ticks <= 2
+    finally:
+        await hub.stop()
+        await pool.close()
+
+
+def test_a_runs_list_viewer_gets_its_namespaces_runs_only(
+    database_url: str, conn: psycopg.Connection[Any]
+) -> None:
+    """The runs list's topic is a view per set of namespaces (rara ui --user-roles): a viewer
+    of team-a never receives team-b's run, a viewer of every namespace gets both."""
+    runs = {}
+    for team in ("team-a", "team-b"):
+        apply(conn, "d", [{"key": "a", "capability": "test.noop@1"}], namespace=team)
+        runs[team] = start_run(conn, "d", queue_anyway=True, namespace=team).run_id
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, _scoped_viewers(database_url, runs)).result(timeout=120)
+
+
+async def _scoped_viewers(database_url: str, runs: dict[str, int]) -> None:
+    pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+        database_url, min_size=1, max_size=2, open=False, kwargs={"autocommit": True}
+    )
+    await pool.open()
+    hub = LiveHub(database_url, pool, interval=0.2)
+    await hub.start()
+    try:
+        async with (
+            hub.watch(RUNS, frozenset({"team-a"})) as team_a,
+            hub.watch(RUNS, frozenset({"team-b"})) as team_b,
+            hub.watch(RUNS) as everyone,
+        ):
+            seen = {}
+            for name, box in (("a", team_a), ("b", team_b), ("all", everyone)):
+                state = await box.get(10)
+                assert state is not None, name
+                seen[name] = {run_id for run_id, _ in json.loads(state)["runs"]}
+        assert seen == {
+            "a": {runs["team-a"]},
+            "b": {runs["team-b"]},
+            "all": {runs["team-a"], runs["team-b"]},
+        }
     finally:
         await hub.stop()
         await pool.close()

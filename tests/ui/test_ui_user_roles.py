@@ -73,9 +73,7 @@ def tenancy(
     teams = []
     made: list[str] = []
     with psycopg.connect(database_url, autocommit=True) as admin:
-        admin.execute(
-            "DELETE FROM rara_namespace_access WHERE role IN ('rara_client', 'rara_reader')"
-        )
+        admin.execute("SELECT rara_namespace_isolation(true)")  # rara access isolate
         for namespace in TEAMS:
             user = f"{namespace.replace('-', '_')}_user_{suffix}"
             admin.execute(

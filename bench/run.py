@@ -22,6 +22,9 @@ size         one run whose map step expands into N no-op children (over its firs
              workers: steps/s, the ratio, server CPU per step and its 100k/1k ratio; then a
              small run's start to first lease, idle and behind a 100k-child map (p50/p99 of
              20; ``--quick``: behind 10k) (``bench.run_size``)
+tenants      two namespaces on one fleet: B's start to first lease, idle and behind A's
+             100k-step backlog (``--quick``: 10k), and the split of two busy namespaces'
+             throughput at half done (``bench.tenants``; the baseline of fair share)
 depth        lease cost (batch of 10) with 1k / 100k / 1M ready steps (``--quick``: to 100k)
 horizon      throughput while another connection holds the xmin horizon (an open REPEATABLE
              READ transaction that did a SELECT) for 60 s (``--quick``: 15 s) vs without
@@ -447,6 +450,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 backlog=sizes[-1],
                 say=lambda m: log("  " + m),
             )
+        if "tenants" not in skip:
+            from bench.tenants import line as tenants_line
+            from bench.tenants import measure as measure_tenants
+
+            backlog = 10_000 if quick else 100_000
+            log(f"== tenants: namespace B's runs beside namespace A's {backlog:,}-step backlog")
+            results["tenants"] = measure_tenants(server, logs, backlog=backlog, n_workers=2)
+            log("  " + tenants_line(results["tenants"]))
         if "depth" not in skip:
             log("== lease cost vs queue depth")
             depths = [1_000, 100_000] if quick else [1_000, 100_000, 1_000_000]
@@ -695,6 +706,10 @@ def print_table(r: dict[str, Any]) -> None:
                 f"p50 {g['overhead_p50_ms']:.2f} ms  p99 {g['overhead_p99_ms']:.2f} ms",
             )
         )
+    if "tenants" in r:
+        from bench.tenants import line as tenants_line
+
+        rows.append(("tenants (namespace B beside A)", tenants_line(r["tenants"])))
     size = r.get("run_size", {})
     for x in size.get("drains", []):
         shape = {

@@ -2244,6 +2244,15 @@ CREATE FUNCTION public.rara_worker_register(p_worker text, p_capabilities text[]
     AS $$
 BEGIN
     PERFORM rara_worker_check_login(p_worker);
+    -- A worker leases from every namespace (a pool kept for one team needs the lease to pick
+    -- by namespace: fair share, issue 34), so while isolation is on its role must have every
+    -- one; refused here, once, rather than serve namespaces it may not read.
+    IF NOT rara_namespace_allowed('*') THEN
+        RAISE EXCEPTION 'role % may not register a worker: workers lease from every namespace '
+            'and this role has only some', rara_caller()
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'rara access grant ROLE ''*'' (rara_worker has it unless revoked)';
+    END IF;
     INSERT INTO rara_workers (id, capabilities, executors, login)
     VALUES (p_worker, p_capabilities, p_executors, session_user)
     ON CONFLICT (id) DO UPDATE SET capabilities = EXCLUDED.capabilities,

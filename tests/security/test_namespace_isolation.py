@@ -337,6 +337,29 @@ def test_a_team_login_acts_in_its_namespace_only(
     ) == [(True,)]
 
 
+def test_a_worker_needs_every_namespace_while_isolated(
+    conn: Conn,
+    two_teams: dict[str, int],
+    make_role: Callable[..., str],
+    login_in: Callable[..., Conn],
+) -> None:
+    """Workers lease from every namespace, so a worker login limited to some is refused at
+    registration, naming its role, instead of serving runs it may not read."""
+    conn.execute("DELETE FROM rara_namespace_access WHERE role = 'rara_worker'")
+    worker = login_in("rara_worker", make_role("rara_reader", "team-a"))
+    me = worker.execute("SELECT current_user").fetchone()[0]  # type: ignore[index]
+    _refused(
+        lambda: worker.execute("SELECT rara_worker_register('w-team-a', ARRAY['test.noop@1'])"),
+        me,
+        "workers lease from every namespace",
+    )
+    assert conn.execute("SELECT count(*) FROM rara_workers WHERE id = 'w-team-a'").fetchone() == (
+        0,
+    )
+    conn.execute("INSERT INTO rara_namespace_access (role, namespace) VALUES ('rara_worker', '*')")
+    worker.execute("SELECT rara_worker_register('w-team-a', ARRAY['test.noop@1'])")
+
+
 def test_set_role_narrows_a_login_to_the_role_it_acts_as(
     conn: Conn,
     two_teams: dict[str, int],

@@ -129,7 +129,8 @@ BEGIN
            now()
     FROM rara_schedules s
     WHERE NOT s.suspended AND s.next_tick <= now()
-      AND rara_namespace_allowed(s.namespace)  -- a team's own firing process fires its own
+      -- a team's own firing process fires its own (the caller's namespaces read once)
+      AND (SELECT rara_caller_namespaces()) && ARRAY['*', s.namespace]
     ORDER BY s.next_tick
     LIMIT p_limit
     FOR UPDATE OF s SKIP LOCKED;

@@ -30,6 +30,7 @@ PARAMS = {
     "after_ranks": None,
     "after_ats": None,
     "after_ids": None,
+    "after_namespaces": None,
 }  # from the start
 
 

@@ -229,6 +229,19 @@ BEGIN
     END IF;
 END $$;
 
+-- FUNCTION: rara_lanes_add()
+
+CREATE FUNCTION public.rara_lanes_add() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    INSERT INTO rara_lanes (capability, executor, namespace)
+    SELECT DISTINCT i.capability, i.executor, i.namespace FROM inserted i
+    WHERE i.status IN ('blocked', 'ready')
+    ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+
 -- FUNCTION: rara_map_children_ended(jsonb)
 
 CREATE FUNCTION public.rara_map_children_ended(p_ends jsonb) RETURNS jsonb
@@ -287,11 +300,11 @@ BEGIN
     -- upstream artifacts the map step would have had), with nothing pending and no
     -- dependants: its end is counted in the map (rara_map_children_ended), which unblocks the
     -- map's dependants. Its idempotency key, "<run>:<map>[<index>]", follows from its key.
-    INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
-                            executor, priority, payload, max_attempts, retry_initial_ms,
-                            retry_max_ms, retry_coefficient, timeout_ms, heartbeat_timeout_ms,
-                            status, map_parent, map_index)
-    SELECT map.run_id, map.key || '[' || (p_first + e.n - 1) || ']', map.depends_on, '{}', 0,
+    INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
+                            capability, executor, priority, payload, max_attempts,
+                            retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
+                            heartbeat_timeout_ms, status, map_parent, map_index)
+    SELECT map.run_id, map.namespace, map.key || '[' || (p_first + e.n - 1) || ']', map.depends_on, '{}', 0,
            map.capability, map.executor, map.priority,
            map.payload || jsonb_build_object(
                'map', jsonb_build_object('item', e.item, 'index', p_first + e.n - 1)),
@@ -529,6 +542,45 @@ BEGIN
     RETURN was;
 END $$;
 
+-- FUNCTION: rara_namespace_quota_set(text, text, integer)
+
+CREATE FUNCTION public.rara_namespace_quota_set(p_namespace text, p_capability text, p_max_running integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM rara_namespace_check('*');
+    -- At most p_max_running attempts of p_namespace at once, of p_capability ('*': of all its
+    -- capabilities together); NULL: no quota. As with a limit, attempts already running
+    -- above a lowered quota finish.
+    IF p_max_running IS NULL THEN
+        DELETE FROM rara_namespace_quotas
+        WHERE namespace = p_namespace AND capability = p_capability;
+    ELSE
+        INSERT INTO rara_namespace_quotas (namespace, capability, max_running)
+        VALUES (p_namespace, p_capability, p_max_running)
+        ON CONFLICT (namespace, capability) DO UPDATE SET max_running = EXCLUDED.max_running,
+                                                          updated_at = now();
+    END IF;
+END $$;
+
+-- FUNCTION: rara_namespace_share_set(text, integer)
+
+CREATE FUNCTION public.rara_namespace_share_set(p_namespace text, p_weight integer) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM rara_namespace_check('*');
+    -- p_namespace's weight; NULL: back to 1, every namespace's unless set.
+    IF p_weight IS NULL THEN
+        DELETE FROM rara_namespace_shares WHERE namespace = p_namespace;
+    ELSE
+        INSERT INTO rara_namespace_shares (namespace, weight) VALUES (p_namespace, p_weight)
+        ON CONFLICT (namespace) DO UPDATE SET weight = EXCLUDED.weight, updated_at = now();
+    END IF;
+END $$;
+
 -- FUNCTION: rara_notify_ready()
 
 CREATE FUNCTION public.rara_notify_ready() RETURNS trigger
@@ -746,13 +798,13 @@ BEGIN
                version.caches
         FROM version, step_rows s LEFT JOIN kept k ON k.key = s.key
     ), inserted AS (
-        INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
-                                executor, priority, payload, max_attempts, retry_initial_ms,
-                                retry_max_ms, retry_coefficient, timeout_ms,
+        INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
+                                capability, executor, priority, payload, max_attempts,
+                                retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_over, map_max_parallel,
                                 map_input, map_total, map_next, map_succeeded, map_failed,
                                 result, finished_at, cache, reused_from)
-        SELECT new_id, p.key, p.depends_on, p.dependants, p.pending, p.capability, p.executor,
+        SELECT new_id, old.namespace, p.key, p.depends_on, p.dependants, p.pending, p.capability, p.executor,
                p.priority, p.payload || coalesce(p.caches -> p.key, '{}'), p.max_attempts,
                p.retry_initial_ms, p.retry_max_ms, p.retry_coefficient, p.timeout_ms,
                p.heartbeat_timeout_ms,
@@ -773,12 +825,12 @@ BEGIN
     FROM inserted i;
     -- The children of a reused map step, as they succeeded (their own reused_from).
     WITH children AS (
-        INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
-                                executor, priority, payload, max_attempts, retry_initial_ms,
-                                retry_max_ms, retry_coefficient, timeout_ms,
+        INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
+                                capability, executor, priority, payload, max_attempts,
+                                retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_parent, map_index, result,
                                 finished_at, cache, reused_from)
-        SELECT new_id, c.key, c.depends_on, c.dependants, 0, c.capability, c.executor,
+        SELECT new_id, old.namespace, c.key, c.depends_on, c.dependants, 0, c.capability, c.executor,
                c.priority, c.payload, c.max_attempts, c.retry_initial_ms, c.retry_max_ms,
                c.retry_coefficient, c.timeout_ms, c.heartbeat_timeout_ms, 'succeeded', n.id,
                c.map_index, c.result, now(), c.cache,
@@ -879,11 +931,11 @@ BEGIN
         ON CONFLICT (namespace, idempotency_key) DO NOTHING
         RETURNING rara_runs.id
     ), steps AS (
-        INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
-                                executor, priority, payload, max_attempts, retry_initial_ms,
-                                retry_max_ms, retry_coefficient, timeout_ms,
+        INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
+                                capability, executor, priority, payload, max_attempts,
+                                retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_over, map_max_parallel)
-        SELECT run.id, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
+        SELECT run.id, p_namespace, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
                s.capability, s.executor, s.priority,
                s.payload || coalesce(resolved.caches -> s.key, '{}'), s.max_attempts,
                s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient, s.timeout_ms,
@@ -1869,9 +1921,9 @@ BEGIN
     RETURNING s.id, s.cancel_requested;
 END $$;
 
--- FUNCTION: rara_step_lease(text, text[], text[], integer[], timestamp with time zone[], bigint[], integer, double precision)
+-- FUNCTION: rara_step_lease(text, text[], text[], integer[], timestamp with time zone[], bigint[], integer, double precision, text[])
 
-CREATE FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision) RETURNS TABLE(id bigint, run_id bigint, key text, capability text, executor text, payload jsonb, attempt integer, max_attempts integer, lease_token uuid, lease_expires_at timestamp with time zone, timeout_ms integer, heartbeat_timeout_ms integer, depends_on text[], run_input jsonb, leased_at timestamp with time zone, checkpoint jsonb, inputs jsonb, rank integer, available_at timestamp with time zone)
+CREATE FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision, p_after_namespaces text[] DEFAULT NULL::text[]) RETURNS TABLE(id bigint, run_id bigint, key text, capability text, executor text, payload jsonb, attempt integer, max_attempts integer, lease_token uuid, lease_expires_at timestamp with time zone, timeout_ms integer, heartbeat_timeout_ms integer, depends_on text[], run_input jsonb, leased_at timestamp with time zone, checkpoint jsonb, inputs jsonb, rank integer, available_at timestamp with time zone, namespace text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     SET enable_seqscan TO 'off'
@@ -1880,8 +1932,24 @@ CREATE FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_e
 DECLARE
     limited text[] := '{}';     -- served capabilities with a limit (rara_capability_limits)
     slots integer[] := '{}';    -- and how many more of each may run now
+    quota_nss text[] := '{}';   -- quotas of the lanes' namespaces (rara_namespace_quotas)
+    quota_caps text[] := '{}';
+    quota_free integer[] := '{}';
+    lanes jsonb;                -- the served pairs' lanes, each with the worker's cursor
+    names text[];               -- the lanes' namespaces
+    weights integer[];          -- and their weights (rara_namespace_shares; 1 when unset)
+    spent text[] := '{}';       -- namespaces with nothing more to give this lease
+    drawn_nss text[];           -- a round's draw: how many slots each namespace fills
+    drawn_counts integer[];
+    got_ids bigint[];           -- what a round leased, and whose
+    got_nss text[];
+    got_caps text[];
+    taken bigint[] := '{}';     -- what every round leased
 BEGIN
     PERFORM rara_worker_check_login(p_worker);
+    IF p_limit < 1 THEN
+        RETURN;
+    END IF;
     -- Concurrency limits (migration 0009): a served capability with a limit has its row
     -- locked — leasers of one limited capability take turns; others never touch the table
     -- beyond this probe — and its free slots counted in a later statement, whose snapshot
@@ -1895,45 +1963,172 @@ BEGIN
         INTO limited, slots
         FROM rara_capability_limits l WHERE l.capability = ANY (p_capabilities);
     END IF;
-    -- The lease, routed: the worker serves (capability, executor kind) pairs — a worker
-    -- without a gRPC executor must not lease `executor: grpc` steps of a capability its
-    -- registry also has. Per pair an optional cursor (after_ranks, after_ats, after_ids; NULL:
-    -- from the start) — the lease key (-priority, available_at, id) of the last step the
-    -- worker leased of that pair: the scan starts after it, so the entries of steps already
+    -- The lanes (migration 0019): the worker serves (capability, executor kind) pairs — a
+    -- worker without a gRPC executor must not lease `executor: grpc` steps of a capability its
+    -- registry also has — and each pair's ready steps are one index range per namespace, a
+    -- lane. Per lane an optional cursor (p_after_namespaces names the lane; after_ranks,
+    -- after_ats, after_ids) — the lease key (-priority, available_at, id) of the last step the
+    -- worker leased of that lane: the scan starts after it, so the entries of steps already
     -- leased are not walked over again (dead ones that a held xmin horizon keeps in the
     -- index). What it skips — a higher priority or an earlier available_at that arrived behind
     -- the cursor — the worker's periodic scan from the start finds (rara.worker.lease_cursor).
-    RETURN QUERY
-    WITH candidates AS (
-        -- One index range scan per served pair (rara_steps_ready is ordered by capability
-        -- then lease order; the executor kind is a filter on the same rows), SKIP LOCKED so
-        -- concurrent workers never wait on each other, then the global lease order across
-        -- pairs; a limited capability takes no more than its free slots, whichever executor
-        -- kinds serve it (nth: its candidates in lease order).
-        SELECT c.id FROM (
-            SELECT c.id, c.rank, c.available_at, lim.free,
-                   row_number() OVER (PARTITION BY cap.name
+    -- A pair appears once per cursor of its lanes, or once without one.
+    SELECT jsonb_agg(jsonb_build_object(
+               'capability', l.capability, 'executor', l.executor, 'namespace', l.namespace,
+               'after_rank', c.rank, 'after_at', c.at, 'after_id', c.id)),
+           array_agg(DISTINCT l.namespace)
+    INTO lanes, names
+    FROM (SELECT DISTINCT p.capability, p.executor
+          FROM unnest(p_capabilities, p_executors) AS p(capability, executor)) AS p
+    JOIN rara_lanes l ON l.capability = p.capability AND l.executor = p.executor
+    LEFT JOIN LATERAL (
+        SELECT c.rank, c.at, c.id
+        FROM unnest(p_capabilities, p_executors, p_after_namespaces, p_after_ranks,
+                    p_after_ats, p_after_ids) AS c(capability, executor, namespace, rank, at, id)
+        WHERE c.capability = l.capability AND c.executor = l.executor
+          AND c.namespace = l.namespace
+        LIMIT 1) AS c ON true;
+    IF names IS NULL THEN
+        RETURN;  -- nothing was ever queued for what this worker serves
+    END IF;
+    SELECT array_agg(coalesce(w.weight, 1) ORDER BY n.i) INTO weights
+    FROM unnest(names) WITH ORDINALITY AS n(namespace, i)
+    LEFT JOIN rara_namespace_shares w ON w.namespace = n.namespace;
+    -- Quotas: locked and counted as the limits are (after them: every leaser takes the locks
+    -- in one order), only where a lane's namespace has one.
+    PERFORM 1 FROM rara_namespace_quotas q
+    WHERE q.namespace = ANY (names) AND (q.capability = '*' OR q.capability = ANY (p_capabilities))
+    ORDER BY q.namespace, q.capability FOR UPDATE;
+    IF FOUND THEN
+        SELECT array_agg(q.namespace), array_agg(q.capability),
+               array_agg(greatest(0, q.max_running - (
+                   SELECT count(*) FROM rara_steps s
+                   WHERE s.lease_expires_at IS NOT NULL  -- the running steps (their index)
+                     AND s.status = 'running' AND s.namespace = q.namespace
+                     AND (q.capability = '*' OR s.capability = q.capability))::integer))
+        INTO quota_nss, quota_caps, quota_free
+        FROM rara_namespace_quotas q
+        WHERE q.namespace = ANY (names)
+          AND (q.capability = '*' OR q.capability = ANY (p_capabilities));
+    END IF;
+    -- Fair share, in rounds. A round draws the slots still free among the namespaces that may
+    -- still give, each slot a namespace's with probability weight / Σ weights, and takes from
+    -- each namespace's lanes what it drew, in lease order (priority, then age: the order within
+    -- a namespace). A namespace that gives less than it drew (its lanes ran dry, or a limit or
+    -- quota stopped it) is spent, and the next round draws its slots among the others. Every
+    -- round either fills the lease or spends a namespace, and only the namespaces drawn are
+    -- probed, so a lease costs its size, not the number of busy namespaces
+    -- (docs/namespaces.md, "Fair share"; docs/decisions/0012-fair-share-lanes.md).
+    LOOP
+        IF cardinality(names) - cardinality(spent) = 1 THEN  -- one left: no draw
+            drawn_nss := ARRAY(SELECT n FROM unnest(names) AS n WHERE n <> ALL (spent));
+            drawn_counts := ARRAY[p_limit - cardinality(taken)];
+        ELSE
+            WITH pool AS (
+                SELECT n.namespace, sum(n.weight) OVER (ORDER BY n.namespace) AS upto,
+                       sum(n.weight) OVER () AS total
+                FROM unnest(names, weights) AS n(namespace, weight)
+                WHERE n.namespace <> ALL (spent)
+            ), draws AS (
+                SELECT (SELECT p.namespace FROM pool p WHERE p.upto > d.r * p.total
+                        ORDER BY p.upto LIMIT 1) AS namespace
+                FROM (SELECT random() AS r
+                      FROM generate_series(1, p_limit - cardinality(taken))) AS d
+            )
+            SELECT array_agg(d.namespace), array_agg(d.n) INTO drawn_nss, drawn_counts
+            FROM (SELECT d.namespace, count(*)::integer AS n FROM draws d
+                  GROUP BY d.namespace) AS d;
+        END IF;
+        WITH lane AS (
+            SELECT l.*, d.n AS drawn
+            FROM jsonb_to_recordset(lanes) AS l(capability text, executor text, namespace text,
+                                                after_rank integer, after_at timestamptz,
+                                                after_id bigint)
+            JOIN unnest(drawn_nss, drawn_counts) AS d(namespace, n) ON d.namespace = l.namespace
+        ), found AS (
+            -- One index range scan per lane drawn, SKIP LOCKED so concurrent workers never
+            -- wait on each other (a row this lease locked in an earlier round and did not
+            -- take comes back: the lock is its own), no more rows than the namespace drew or
+            -- a limit or quota lets run; then the namespace's lease order across its lanes.
+            SELECT l.namespace, l.drawn, c.id, c.capability,
+                   row_number() OVER (PARTITION BY l.namespace
                                       ORDER BY c.rank, c.available_at, c.id) AS nth
-            FROM unnest(p_capabilities, p_executors, p_after_ranks, p_after_ats, p_after_ids)
-                AS cap(name, executor, after_rank, after_at, after_id)
-            LEFT JOIN unnest(limited, slots) AS lim(name, free) ON lim.name = cap.name
+            FROM lane l
+            LEFT JOIN unnest(limited, slots) AS lim(capability, free)
+                ON lim.capability = l.capability
+            LEFT JOIN unnest(quota_nss, quota_caps, quota_free) AS qc(namespace, capability, free)
+                ON qc.namespace = l.namespace AND qc.capability = l.capability
+            LEFT JOIN unnest(quota_nss, quota_caps, quota_free) AS qn(namespace, capability, free)
+                ON qn.namespace = l.namespace AND qn.capability = '*'
             CROSS JOIN LATERAL (
-                SELECT s.id, -s.priority AS rank, s.available_at FROM rara_steps s
-                WHERE s.status = 'ready' AND s.capability = cap.name
-                  AND s.executor = cap.executor AND s.available_at <= now()
+                SELECT s.id, s.capability, -s.priority AS rank, s.available_at FROM rara_steps s
+                WHERE s.status = 'ready' AND s.capability = l.capability
+                  AND s.executor = l.executor AND s.namespace = l.namespace
+                  AND s.available_at <= now() AND s.id <> ALL (taken)
                   -- the index range starts here (-1001: below every rank, see migration 0004)
-                  AND (-s.priority, s.available_at, s.id) > (coalesce(cap.after_rank, -1001),
-                                                             coalesce(cap.after_at, '-infinity'),
-                                                             coalesce(cap.after_id, 0))
+                  AND (-s.priority, s.available_at, s.id) > (coalesce(l.after_rank, -1001),
+                                                             coalesce(l.after_at, '-infinity'),
+                                                             coalesce(l.after_id, 0))
                 ORDER BY -s.priority, s.available_at, s.id
-                LIMIT least(p_limit, lim.free)
+                LIMIT least(l.drawn, lim.free, qc.free, qn.free)
                 FOR UPDATE SKIP LOCKED
             ) AS c
-        ) AS c
-        WHERE c.free IS NULL OR c.nth <= c.free
-        ORDER BY c.rank, c.available_at, c.id
-        LIMIT p_limit
-    ), leased AS (
+        ), arrivals AS (
+            -- Where a limit or a quota is shared, its free slots go by weight too: a
+            -- namespace's k-th step arrives at the k-th event of a Poisson process of its
+            -- weight; merged, each next arrival is a namespace's with probability
+            -- weight / Σ weights.
+            SELECT f.id, f.namespace, f.capability,
+                   sum(-ln(1.0 - random())) OVER (PARTITION BY f.namespace ORDER BY f.nth)
+                       / w.weight AS arrives
+            FROM found f JOIN unnest(names, weights) AS w(namespace, weight)
+                ON w.namespace = f.namespace
+            WHERE f.nth <= f.drawn
+        ), fair AS (
+            SELECT a.*,
+                   row_number() OVER (PARTITION BY a.capability ORDER BY a.arrives) AS of_cap,
+                   row_number() OVER (PARTITION BY a.namespace, a.capability
+                                      ORDER BY a.arrives) AS of_quota,
+                   row_number() OVER (PARTITION BY a.namespace ORDER BY a.arrives) AS of_ns
+            FROM arrivals a
+        )
+        SELECT array_agg(f.id), array_agg(f.namespace), array_agg(f.capability)
+        INTO got_ids, got_nss, got_caps
+        FROM fair f
+        LEFT JOIN unnest(limited, slots) AS lim(capability, free) ON lim.capability = f.capability
+        LEFT JOIN unnest(quota_nss, quota_caps, quota_free) AS qc(namespace, capability, free)
+            ON qc.namespace = f.namespace AND qc.capability = f.capability
+        LEFT JOIN unnest(quota_nss, quota_caps, quota_free) AS qn(namespace, capability, free)
+            ON qn.namespace = f.namespace AND qn.capability = '*'
+        WHERE f.of_cap <= coalesce(lim.free, f.of_cap)
+          AND f.of_quota <= coalesce(qc.free, f.of_quota)
+          AND f.of_ns <= coalesce(qn.free, f.of_ns);
+        taken := taken || coalesce(got_ids, '{}');
+        EXIT WHEN cardinality(taken) >= p_limit;
+        spent := spent || ARRAY(
+            SELECT d.namespace FROM unnest(drawn_nss, drawn_counts) AS d(namespace, n)
+            WHERE d.n > (SELECT count(*) FROM unnest(got_nss) AS g(namespace)
+                         WHERE g.namespace = d.namespace));
+        EXIT WHEN cardinality(spent) >= cardinality(names);
+        IF got_ids IS NOT NULL AND (cardinality(limited) > 0 OR cardinality(quota_nss) > 0) THEN
+            -- what this round took of each limit and quota
+            slots := ARRAY(
+                SELECT greatest(0, l.free - (SELECT count(*) FROM unnest(got_caps) AS g(c)
+                                             WHERE g.c = l.capability))::integer
+                FROM unnest(limited, slots) WITH ORDINALITY AS l(capability, free, i)
+                ORDER BY l.i);
+            quota_free := ARRAY(
+                SELECT greatest(0, q.free - (
+                    SELECT count(*) FROM unnest(got_nss, got_caps) AS g(namespace, capability)
+                    WHERE g.namespace = q.namespace
+                      AND (q.capability = '*' OR g.capability = q.capability)))::integer
+                FROM unnest(quota_nss, quota_caps, quota_free) WITH ORDINALITY
+                    AS q(namespace, capability, free, i)
+                ORDER BY q.i);
+        END IF;
+    END LOOP;
+    RETURN QUERY
+    WITH leased AS (
         -- The attempt starts: a fresh token fences every later write of this attempt.
         UPDATE rara_steps s SET
             status = 'running', attempt = s.attempt + 1, leased_by = p_worker,
@@ -1941,13 +2136,13 @@ BEGIN
             lease_expires_at = now() + make_interval(secs => p_lease_seconds),
             heartbeat_at = now(), started_at = coalesce(s.started_at, now()),
             cancel_requested = false
-        -- (= ANY (ARRAY(…)) and the scalar subqueries below: primary key probes, whatever the
-        -- planner guesses of the number of rows leased)
-        WHERE s.id = ANY (ARRAY(SELECT id FROM candidates))
+        -- (= ANY and the scalar subqueries below: primary key probes, whatever the planner
+        -- guesses of the number of rows leased)
+        WHERE s.id = ANY (taken)
         RETURNING s.id, s.run_id, s.key, s.capability, s.executor, s.payload, s.attempt,
                   s.max_attempts, s.lease_token, s.lease_expires_at, s.timeout_ms,
                   s.heartbeat_timeout_ms, s.depends_on, -s.priority AS rank, s.available_at,
-                  s.map_parent
+                  s.map_parent, s.namespace
     ), history AS (
         -- Ownership history, read by the checker that proves no two owners overlapped.
         INSERT INTO rara_attempts (step_id, attempt, run_id, worker, lease_token)
@@ -2002,7 +2197,8 @@ BEGIN
                    WHERE u.map_over IS NOT NULL AND c.map_parent = u.id
                      AND c.status = 'succeeded') AS a)
            END AS inputs,
-           l.rank, l.available_at  -- the worker's next cursor
+           l.rank, l.available_at,  -- the worker's next cursor
+           l.namespace
     FROM leased l;
 END $$;
 
@@ -2378,6 +2574,14 @@ CREATE TABLE public.rara_events (
     CONSTRAINT rara_events_seq_check CHECK ((seq >= 1))
 );
 
+-- TABLE: rara_lanes
+
+CREATE TABLE public.rara_lanes (
+    capability text NOT NULL,
+    executor text NOT NULL,
+    namespace text NOT NULL
+);
+
 -- TABLE: rara_map_lists
 
 CREATE TABLE public.rara_map_lists (
@@ -2395,6 +2599,28 @@ CREATE TABLE public.rara_namespace_access (
     namespace text NOT NULL,
     granted_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT rara_namespace_access_namespace_check CHECK (((namespace = '*'::text) OR (namespace ~ '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'::text)))
+);
+
+-- TABLE: rara_namespace_quotas
+
+CREATE TABLE public.rara_namespace_quotas (
+    namespace text NOT NULL,
+    capability text NOT NULL,
+    max_running integer NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rara_namespace_quotas_capability_check CHECK (((capability = '*'::text) OR (capability ~ '^[a-z0-9][a-z0-9._-]*@[0-9]+$'::text))),
+    CONSTRAINT rara_namespace_quotas_max_running_check CHECK ((max_running >= 0)),
+    CONSTRAINT rara_namespace_quotas_namespace_check CHECK ((namespace ~ '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'::text))
+);
+
+-- TABLE: rara_namespace_shares
+
+CREATE TABLE public.rara_namespace_shares (
+    namespace text NOT NULL,
+    weight integer NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rara_namespace_shares_namespace_check CHECK ((namespace ~ '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'::text)),
+    CONSTRAINT rara_namespace_shares_weight_check CHECK (((weight >= 1) AND (weight <= 10000)))
 );
 
 -- TABLE: rara_runs
@@ -2578,6 +2804,7 @@ CREATE TABLE public.rara_steps (
     map_index integer,
     cache jsonb,
     reused_from jsonb,
+    namespace text NOT NULL,
     CONSTRAINT rara_steps_attempt_check CHECK ((attempt >= 0)),
     CONSTRAINT rara_steps_attempts_bounded CHECK (((attempt - releases) <= max_attempts)),
     CONSTRAINT rara_steps_capability_check CHECK ((capability ~ '^[a-z0-9][a-z0-9._-]*@[0-9]+$'::text)),
@@ -2669,6 +2896,11 @@ ALTER TABLE ONLY public.rara_definitions
 ALTER TABLE ONLY public.rara_events
     ADD CONSTRAINT rara_events_pkey PRIMARY KEY (step_id, attempt, seq);
 
+-- CONSTRAINT: rara_lanes rara_lanes_pkey
+
+ALTER TABLE ONLY public.rara_lanes
+    ADD CONSTRAINT rara_lanes_pkey PRIMARY KEY (capability, executor, namespace);
+
 -- CONSTRAINT: rara_map_lists rara_map_lists_pkey
 
 ALTER TABLE ONLY public.rara_map_lists
@@ -2678,6 +2910,16 @@ ALTER TABLE ONLY public.rara_map_lists
 
 ALTER TABLE ONLY public.rara_namespace_access
     ADD CONSTRAINT rara_namespace_access_pkey PRIMARY KEY (role, namespace);
+
+-- CONSTRAINT: rara_namespace_quotas rara_namespace_quotas_pkey
+
+ALTER TABLE ONLY public.rara_namespace_quotas
+    ADD CONSTRAINT rara_namespace_quotas_pkey PRIMARY KEY (namespace, capability);
+
+-- CONSTRAINT: rara_namespace_shares rara_namespace_shares_pkey
+
+ALTER TABLE ONLY public.rara_namespace_shares
+    ADD CONSTRAINT rara_namespace_shares_pkey PRIMARY KEY (namespace);
 
 -- CONSTRAINT: rara_runs rara_runs_idempotency_key_key
 
@@ -2778,7 +3020,7 @@ CREATE INDEX rara_steps_map_children ON public.rara_steps USING btree (map_paren
 
 -- INDEX: rara_steps_ready
 
-CREATE INDEX rara_steps_ready ON public.rara_steps USING btree (capability, ((- priority)), available_at, id) WHERE (status = 'ready'::public.rara_step_status);
+CREATE INDEX rara_steps_ready ON public.rara_steps USING btree (capability, executor, namespace, ((- priority)), available_at, id) WHERE (status = 'ready'::public.rara_step_status);
 
 -- INDEX: rara_steps_running_cache_key
 
@@ -2807,6 +3049,10 @@ CREATE TRIGGER rara_runs_transition BEFORE UPDATE OF status ON public.rara_runs 
 -- TRIGGER: rara_steps rara_steps_delete_attempts
 
 CREATE TRIGGER rara_steps_delete_attempts AFTER DELETE ON public.rara_steps REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION public.rara_delete_attempts_of_deleted_steps();
+
+-- TRIGGER: rara_steps rara_steps_lanes
+
+CREATE TRIGGER rara_steps_lanes AFTER INSERT ON public.rara_steps REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION public.rara_lanes_add();
 
 -- TRIGGER: rara_steps rara_steps_notify_ready_insert
 
@@ -2901,6 +3147,10 @@ CREATE POLICY rara_events_read ON public.rara_events FOR SELECT USING (((( SELEC
      JOIN public.rara_runs r ON ((r.id = s.run_id)))
   WHERE (s.id = rara_events.step_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
+-- POLICY: rara_lanes rara_lanes_read
+
+CREATE POLICY rara_lanes_read ON public.rara_lanes FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
 -- POLICY: rara_map_lists rara_map_lists_read
 
 CREATE POLICY rara_map_lists_read ON public.rara_map_lists FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
@@ -2911,6 +3161,14 @@ CREATE POLICY rara_map_lists_read ON public.rara_map_lists FOR SELECT USING ((((
 -- POLICY: rara_namespace_access rara_namespace_access_read
 
 CREATE POLICY rara_namespace_access_read ON public.rara_namespace_access FOR SELECT USING ((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]));
+
+-- POLICY: rara_namespace_quotas rara_namespace_quotas_read
+
+CREATE POLICY rara_namespace_quotas_read ON public.rara_namespace_quotas FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- POLICY: rara_namespace_shares rara_namespace_shares_read
+
+CREATE POLICY rara_namespace_shares_read ON public.rara_namespace_shares FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_runs rara_runs_read
 
@@ -2946,9 +3204,7 @@ CREATE POLICY rara_step_reads_read ON public.rara_step_reads FOR SELECT USING ((
 
 -- POLICY: rara_steps rara_steps_read
 
-CREATE POLICY rara_steps_read ON public.rara_steps FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
-   FROM public.rara_runs r
-  WHERE (r.id = rara_steps.run_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+CREATE POLICY rara_steps_read ON public.rara_steps FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- ACL: SCHEMA public
 
@@ -3007,6 +3263,10 @@ REVOKE ALL ON FUNCTION public.rara_duration_ms(p_value jsonb, p_what text) FROM 
 
 REVOKE ALL ON FUNCTION public.rara_grant(routine text, VARIADIC roles text[]) FROM PUBLIC;
 
+-- ACL: FUNCTION rara_lanes_add()
+
+REVOKE ALL ON FUNCTION public.rara_lanes_add() FROM PUBLIC;
+
 -- ACL: FUNCTION rara_map_children_ended(p_ends jsonb)
 
 REVOKE ALL ON FUNCTION public.rara_map_children_ended(p_ends jsonb) FROM PUBLIC;
@@ -3054,6 +3314,18 @@ REVOKE ALL ON FUNCTION public.rara_namespace_check(p_namespace text) FROM PUBLIC
 -- ACL: FUNCTION rara_namespace_isolation(p_on boolean)
 
 REVOKE ALL ON FUNCTION public.rara_namespace_isolation(p_on boolean) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_namespace_quota_set(p_namespace text, p_capability text, p_max_running integer)
+
+REVOKE ALL ON FUNCTION public.rara_namespace_quota_set(p_namespace text, p_capability text, p_max_running integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_namespace_quota_set(p_namespace text, p_capability text, p_max_running integer) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_namespace_quota_set(p_namespace text, p_capability text, p_max_running integer) TO rara_operator;
+
+-- ACL: FUNCTION rara_namespace_share_set(p_namespace text, p_weight integer)
+
+REVOKE ALL ON FUNCTION public.rara_namespace_share_set(p_namespace text, p_weight integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_namespace_share_set(p_namespace text, p_weight integer) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_namespace_share_set(p_namespace text, p_weight integer) TO rara_operator;
 
 -- ACL: FUNCTION rara_notify_ready()
 
@@ -3201,10 +3473,10 @@ REVOKE ALL ON FUNCTION public.rara_step_fail(p_worker text, p_step_id bigint, p_
 REVOKE ALL ON FUNCTION public.rara_step_heartbeat(p_worker text, p_capabilities text[], p_lease_seconds double precision, p_step_ids bigint[], p_tokens uuid[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.rara_step_heartbeat(p_worker text, p_capabilities text[], p_lease_seconds double precision, p_step_ids bigint[], p_tokens uuid[]) TO rara_worker;
 
--- ACL: FUNCTION rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision)
+-- ACL: FUNCTION rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision, p_after_namespaces text[])
 
-REVOKE ALL ON FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision) TO rara_worker;
+REVOKE ALL ON FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision, p_after_namespaces text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision, p_after_namespaces text[]) TO rara_worker;
 
 -- ACL: FUNCTION rara_step_progress_many(p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[], p_fractions double precision[], p_messages text[], p_metrics jsonb[])
 
@@ -3308,6 +3580,10 @@ GRANT SELECT ON TABLE public.rara_definitions TO rara_reader;
 
 GRANT SELECT ON TABLE public.rara_events TO rara_reader;
 
+-- ACL: TABLE rara_lanes
+
+GRANT SELECT ON TABLE public.rara_lanes TO rara_reader;
+
 -- ACL: TABLE rara_map_lists
 
 GRANT SELECT ON TABLE public.rara_map_lists TO rara_reader;
@@ -3315,6 +3591,14 @@ GRANT SELECT ON TABLE public.rara_map_lists TO rara_reader;
 -- ACL: TABLE rara_namespace_access
 
 GRANT SELECT ON TABLE public.rara_namespace_access TO rara_reader;
+
+-- ACL: TABLE rara_namespace_quotas
+
+GRANT SELECT ON TABLE public.rara_namespace_quotas TO rara_reader;
+
+-- ACL: TABLE rara_namespace_shares
+
+GRANT SELECT ON TABLE public.rara_namespace_shares TO rara_reader;
 
 -- ACL: TABLE rara_runs
 
@@ -3503,6 +3787,10 @@ GRANT SELECT(cache) ON TABLE public.rara_steps TO rara_reader;
 -- ACL: COLUMN rara_steps.reused_from
 
 GRANT SELECT(reused_from) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.namespace
+
+GRANT SELECT(namespace) ON TABLE public.rara_steps TO rara_reader;
 
 -- ACL: TABLE rara_workers
 

@@ -23,19 +23,35 @@
 CREATE OR REPLACE FUNCTION rara_step_lease(
     p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[],
     p_after_ats timestamptz[], p_after_ids bigint[], p_limit integer,
-    p_lease_seconds double precision)
+    p_lease_seconds double precision, p_after_namespaces text[] DEFAULT NULL)
 RETURNS TABLE (id bigint, run_id bigint, key text, capability text, executor text,
                payload jsonb, attempt integer, max_attempts integer, lease_token uuid,
                lease_expires_at timestamptz, timeout_ms integer, heartbeat_timeout_ms integer,
                depends_on text[], run_input jsonb, leased_at timestamptz, checkpoint jsonb,
-               inputs jsonb, rank integer, available_at timestamptz)
+               inputs jsonb, rank integer, available_at timestamptz, namespace text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
     limited text[] := '{}';     -- served capabilities with a limit (rara_capability_limits)
     slots integer[] := '{}';    -- and how many more of each may run now
+    quota_nss text[] := '{}';   -- quotas of the lanes' namespaces (rara_namespace_quotas)
+    quota_caps text[] := '{}';
+    quota_free integer[] := '{}';
+    lanes jsonb;                -- the served pairs' lanes, each with the worker's cursor
+    names text[];               -- the lanes' namespaces
+    weights integer[];          -- and their weights (rara_namespace_shares; 1 when unset)
+    spent text[] := '{}';       -- namespaces with nothing more to give this lease
+    drawn_nss text[];           -- a round's draw: how many slots each namespace fills
+    drawn_counts integer[];
+    got_ids bigint[];           -- what a round leased, and whose
+    got_nss text[];
+    got_caps text[];
+    taken bigint[] := '{}';     -- what every round leased
 BEGIN
     PERFORM rara_worker_check_login(p_worker);
+    IF p_limit < 1 THEN
+        RETURN;
+    END IF;
     -- Concurrency limits (migration 0009): a served capability with a limit has its row
     -- locked — leasers of one limited capability take turns; others never touch the table
     -- beyond this probe — and its free slots counted in a later statement, whose snapshot
@@ -49,45 +65,172 @@ BEGIN
         INTO limited, slots
         FROM rara_capability_limits l WHERE l.capability = ANY (p_capabilities);
     END IF;
-    -- The lease, routed: the worker serves (capability, executor kind) pairs — a worker
-    -- without a gRPC executor must not lease `executor: grpc` steps of a capability its
-    -- registry also has. Per pair an optional cursor (after_ranks, after_ats, after_ids; NULL:
-    -- from the start) — the lease key (-priority, available_at, id) of the last step the
-    -- worker leased of that pair: the scan starts after it, so the entries of steps already
+    -- The lanes (migration 0019): the worker serves (capability, executor kind) pairs — a
+    -- worker without a gRPC executor must not lease `executor: grpc` steps of a capability its
+    -- registry also has — and each pair's ready steps are one index range per namespace, a
+    -- lane. Per lane an optional cursor (p_after_namespaces names the lane; after_ranks,
+    -- after_ats, after_ids) — the lease key (-priority, available_at, id) of the last step the
+    -- worker leased of that lane: the scan starts after it, so the entries of steps already
     -- leased are not walked over again (dead ones that a held xmin horizon keeps in the
     -- index). What it skips — a higher priority or an earlier available_at that arrived behind
     -- the cursor — the worker's periodic scan from the start finds (rara.worker.lease_cursor).
-    RETURN QUERY
-    WITH candidates AS (
-        -- One index range scan per served pair (rara_steps_ready is ordered by capability
-        -- then lease order; the executor kind is a filter on the same rows), SKIP LOCKED so
-        -- concurrent workers never wait on each other, then the global lease order across
-        -- pairs; a limited capability takes no more than its free slots, whichever executor
-        -- kinds serve it (nth: its candidates in lease order).
-        SELECT c.id FROM (
-            SELECT c.id, c.rank, c.available_at, lim.free,
-                   row_number() OVER (PARTITION BY cap.name
+    -- A pair appears once per cursor of its lanes, or once without one.
+    SELECT jsonb_agg(jsonb_build_object(
+               'capability', l.capability, 'executor', l.executor, 'namespace', l.namespace,
+               'after_rank', c.rank, 'after_at', c.at, 'after_id', c.id)),
+           array_agg(DISTINCT l.namespace)
+    INTO lanes, names
+    FROM (SELECT DISTINCT p.capability, p.executor
+          FROM unnest(p_capabilities, p_executors) AS p(capability, executor)) AS p
+    JOIN rara_lanes l ON l.capability = p.capability AND l.executor = p.executor
+    LEFT JOIN LATERAL (
+        SELECT c.rank, c.at, c.id
+        FROM unnest(p_capabilities, p_executors, p_after_namespaces, p_after_ranks,
+                    p_after_ats, p_after_ids) AS c(capability, executor, namespace, rank, at, id)
+        WHERE c.capability = l.capability AND c.executor = l.executor
+          AND c.namespace = l.namespace
+        LIMIT 1) AS c ON true;
+    IF names IS NULL THEN
+        RETURN;  -- nothing was ever queued for what this worker serves
+    END IF;
+    SELECT array_agg(coalesce(w.weight, 1) ORDER BY n.i) INTO weights
+    FROM unnest(names) WITH ORDINALITY AS n(namespace, i)
+    LEFT JOIN rara_namespace_shares w ON w.namespace = n.namespace;
+    -- Quotas: locked and counted as the limits are (after them: every leaser takes the locks
+    -- in one order), only where a lane's namespace has one.
+    PERFORM 1 FROM rara_namespace_quotas q
+    WHERE q.namespace = ANY (names) AND (q.capability = '*' OR q.capability = ANY (p_capabilities))
+    ORDER BY q.namespace, q.capability FOR UPDATE;
+    IF FOUND THEN
+        SELECT array_agg(q.namespace), array_agg(q.capability),
+               array_agg(greatest(0, q.max_running - (
+                   SELECT count(*) FROM rara_steps s
+                   WHERE s.lease_expires_at IS NOT NULL  -- the running steps (their index)
+                     AND s.status = 'running' AND s.namespace = q.namespace
+                     AND (q.capability = '*' OR s.capability = q.capability))::integer))
+        INTO quota_nss, quota_caps, quota_free
+        FROM rara_namespace_quotas q
+        WHERE q.namespace = ANY (names)
+          AND (q.capability = '*' OR q.capability = ANY (p_capabilities));
+    END IF;
+    -- Fair share, in rounds. A round draws the slots still free among the namespaces that may
+    -- still give, each slot a namespace's with probability weight / Σ weights, and takes from
+    -- each namespace's lanes what it drew, in lease order (priority, then age: the order within
+    -- a namespace). A namespace that gives less than it drew (its lanes ran dry, or a limit or
+    -- quota stopped it) is spent, and the next round draws its slots among the others. Every
+    -- round either fills the lease or spends a namespace, and only the namespaces drawn are
+    -- probed, so a lease costs its size, not the number of busy namespaces
+    -- (docs/namespaces.md, "Fair share"; docs/decisions/0012-fair-share-lanes.md).
+    LOOP
+        IF cardinality(names) - cardinality(spent) = 1 THEN  -- one left: no draw
+            drawn_nss := ARRAY(SELECT n FROM unnest(names) AS n WHERE n <> ALL (spent));
+            drawn_counts := ARRAY[p_limit - cardinality(taken)];
+        ELSE
+            WITH pool AS (
+                SELECT n.namespace, sum(n.weight) OVER (ORDER BY n.namespace) AS upto,
+                       sum(n.weight) OVER () AS total
+                FROM unnest(names, weights) AS n(namespace, weight)
+                WHERE n.namespace <> ALL (spent)
+            ), draws AS (
+                SELECT (SELECT p.namespace FROM pool p WHERE p.upto > d.r * p.total
+                        ORDER BY p.upto LIMIT 1) AS namespace
+                FROM (SELECT random() AS r
+                      FROM generate_series(1, p_limit - cardinality(taken))) AS d
+            )
+            SELECT array_agg(d.namespace), array_agg(d.n) INTO drawn_nss, drawn_counts
+            FROM (SELECT d.namespace, count(*)::integer AS n FROM draws d
+                  GROUP BY d.namespace) AS d;
+        END IF;
+        WITH lane AS (
+            SELECT l.*, d.n AS drawn
+            FROM jsonb_to_recordset(lanes) AS l(capability text, executor text, namespace text,
+                                                after_rank integer, after_at timestamptz,
+                                                after_id bigint)
+            JOIN unnest(drawn_nss, drawn_counts) AS d(namespace, n) ON d.namespace = l.namespace
+        ), found AS (
+            -- One index range scan per lane drawn, SKIP LOCKED so concurrent workers never
+            -- wait on each other (a row this lease locked in an earlier round and did not
+            -- take comes back: the lock is its own), no more rows than the namespace drew or
+            -- a limit or quota lets run; then the namespace's lease order across its lanes.
+            SELECT l.namespace, l.drawn, c.id, c.capability,
+                   row_number() OVER (PARTITION BY l.namespace
                                       ORDER BY c.rank, c.available_at, c.id) AS nth
-            FROM unnest(p_capabilities, p_executors, p_after_ranks, p_after_ats, p_after_ids)
-                AS cap(name, executor, after_rank, after_at, after_id)
-            LEFT JOIN unnest(limited, slots) AS lim(name, free) ON lim.name = cap.name
+            FROM lane l
+            LEFT JOIN unnest(limited, slots) AS lim(capability, free)
+                ON lim.capability = l.capability
+            LEFT JOIN unnest(quota_nss, quota_caps, quota_free) AS qc(namespace, capability, free)
+                ON qc.namespace = l.namespace AND qc.capability = l.capability
+            LEFT JOIN unnest(quota_nss, quota_caps, quota_free) AS qn(namespace, capability, free)
+                ON qn.namespace = l.namespace AND qn.capability = '*'
             CROSS JOIN LATERAL (
-                SELECT s.id, -s.priority AS rank, s.available_at FROM rara_steps s
-                WHERE s.status = 'ready' AND s.capability = cap.name
-                  AND s.executor = cap.executor AND s.available_at <= now()
+                SELECT s.id, s.capability, -s.priority AS rank, s.available_at FROM rara_steps s
+                WHERE s.status = 'ready' AND s.capability = l.capability
+                  AND s.executor = l.executor AND s.namespace = l.namespace
+                  AND s.available_at <= now() AND s.id <> ALL (taken)
                   -- the index range starts here (-1001: below every rank, see migration 0004)
-                  AND (-s.priority, s.available_at, s.id) > (coalesce(cap.after_rank, -1001),
-                                                             coalesce(cap.after_at, '-infinity'),
-                                                             coalesce(cap.after_id, 0))
+                  AND (-s.priority, s.available_at, s.id) > (coalesce(l.after_rank, -1001),
+                                                             coalesce(l.after_at, '-infinity'),
+                                                             coalesce(l.after_id, 0))
                 ORDER BY -s.priority, s.available_at, s.id
-                LIMIT least(p_limit, lim.free)
+                LIMIT least(l.drawn, lim.free, qc.free, qn.free)
                 FOR UPDATE SKIP LOCKED
             ) AS c
-        ) AS c
-        WHERE c.free IS NULL OR c.nth <= c.free
-        ORDER BY c.rank, c.available_at, c.id
-        LIMIT p_limit
-    ), leased AS (
+        ), arrivals AS (
+            -- Where a limit or a quota is shared, its free slots go by weight too: a
+            -- namespace's k-th step arrives at the k-th event of a Poisson process of its
+            -- weight; merged, each next arrival is a namespace's with probability
+            -- weight / Σ weights.
+            SELECT f.id, f.namespace, f.capability,
+                   sum(-ln(1.0 - random())) OVER (PARTITION BY f.namespace ORDER BY f.nth)
+                       / w.weight AS arrives
+            FROM found f JOIN unnest(names, weights) AS w(namespace, weight)
+                ON w.namespace = f.namespace
+            WHERE f.nth <= f.drawn
+        ), fair AS (
+            SELECT a.*,
+                   row_number() OVER (PARTITION BY a.capability ORDER BY a.arrives) AS of_cap,
+                   row_number() OVER (PARTITION BY a.namespace, a.capability
+                                      ORDER BY a.arrives) AS of_quota,
+                   row_number() OVER (PARTITION BY a.namespace ORDER BY a.arrives) AS of_ns
+            FROM arrivals a
+        )
+        SELECT array_agg(f.id), array_agg(f.namespace), array_agg(f.capability)
+        INTO got_ids, got_nss, got_caps
+        FROM fair f
+        LEFT JOIN unnest(limited, slots) AS lim(capability, free) ON lim.capability = f.capability
+        LEFT JOIN unnest(quota_nss, quota_caps, quota_free) AS qc(namespace, capability, free)
+            ON qc.namespace = f.namespace AND qc.capability = f.capability
+        LEFT JOIN unnest(quota_nss, quota_caps, quota_free) AS qn(namespace, capability, free)
+            ON qn.namespace = f.namespace AND qn.capability = '*'
+        WHERE f.of_cap <= coalesce(lim.free, f.of_cap)
+          AND f.of_quota <= coalesce(qc.free, f.of_quota)
+          AND f.of_ns <= coalesce(qn.free, f.of_ns);
+        taken := taken || coalesce(got_ids, '{}');
+        EXIT WHEN cardinality(taken) >= p_limit;
+        spent := spent || ARRAY(
+            SELECT d.namespace FROM unnest(drawn_nss, drawn_counts) AS d(namespace, n)
+            WHERE d.n > (SELECT count(*) FROM unnest(got_nss) AS g(namespace)
+                         WHERE g.namespace = d.namespace));
+        EXIT WHEN cardinality(spent) >= cardinality(names);
+        IF got_ids IS NOT NULL AND (cardinality(limited) > 0 OR cardinality(quota_nss) > 0) THEN
+            -- what this round took of each limit and quota
+            slots := ARRAY(
+                SELECT greatest(0, l.free - (SELECT count(*) FROM unnest(got_caps) AS g(c)
+                                             WHERE g.c = l.capability))::integer
+                FROM unnest(limited, slots) WITH ORDINALITY AS l(capability, free, i)
+                ORDER BY l.i);
+            quota_free := ARRAY(
+                SELECT greatest(0, q.free - (
+                    SELECT count(*) FROM unnest(got_nss, got_caps) AS g(namespace, capability)
+                    WHERE g.namespace = q.namespace
+                      AND (q.capability = '*' OR g.capability = q.capability)))::integer
+                FROM unnest(quota_nss, quota_caps, quota_free) WITH ORDINALITY
+                    AS q(namespace, capability, free, i)
+                ORDER BY q.i);
+        END IF;
+    END LOOP;
+    RETURN QUERY
+    WITH leased AS (
         -- The attempt starts: a fresh token fences every later write of this attempt.
         UPDATE rara_steps s SET
             status = 'running', attempt = s.attempt + 1, leased_by = p_worker,
@@ -95,13 +238,13 @@ BEGIN
             lease_expires_at = now() + make_interval(secs => p_lease_seconds),
             heartbeat_at = now(), started_at = coalesce(s.started_at, now()),
             cancel_requested = false
-        -- (= ANY (ARRAY(…)) and the scalar subqueries below: primary key probes, whatever the
-        -- planner guesses of the number of rows leased)
-        WHERE s.id = ANY (ARRAY(SELECT id FROM candidates))
+        -- (= ANY and the scalar subqueries below: primary key probes, whatever the planner
+        -- guesses of the number of rows leased)
+        WHERE s.id = ANY (taken)
         RETURNING s.id, s.run_id, s.key, s.capability, s.executor, s.payload, s.attempt,
                   s.max_attempts, s.lease_token, s.lease_expires_at, s.timeout_ms,
                   s.heartbeat_timeout_ms, s.depends_on, -s.priority AS rank, s.available_at,
-                  s.map_parent
+                  s.map_parent, s.namespace
     ), history AS (
         -- Ownership history, read by the checker that proves no two owners overlapped.
         INSERT INTO rara_attempts (step_id, attempt, run_id, worker, lease_token)
@@ -156,7 +299,8 @@ BEGIN
                    WHERE u.map_over IS NOT NULL AND c.map_parent = u.id
                      AND c.status = 'succeeded') AS a)
            END AS inputs,
-           l.rank, l.available_at  -- the worker's next cursor
+           l.rank, l.available_at,  -- the worker's next cursor
+           l.namespace
     FROM leased l;
 END $$;
 SELECT rara_grant('rara_step_lease', 'rara_worker');

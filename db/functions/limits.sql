@@ -21,3 +21,43 @@ BEGIN
     END IF;
 END $$;
 SELECT rara_grant('rara_capability_limit_set', 'rara_client', 'rara_operator');
+
+-- Fair share between namespaces (migration 0019, docs/namespaces.md "Fair share"): a
+-- namespace's weight, and its quotas — the fleet's business, as the limits are: a team must
+-- not raise its own share, so both need every namespace ('*'). Enforced in the lease.
+
+CREATE OR REPLACE FUNCTION rara_namespace_share_set(p_namespace text, p_weight integer)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    PERFORM rara_namespace_check('*');
+    -- p_namespace's weight; NULL: back to 1, every namespace's unless set.
+    IF p_weight IS NULL THEN
+        DELETE FROM rara_namespace_shares WHERE namespace = p_namespace;
+    ELSE
+        INSERT INTO rara_namespace_shares (namespace, weight) VALUES (p_namespace, p_weight)
+        ON CONFLICT (namespace) DO UPDATE SET weight = EXCLUDED.weight, updated_at = now();
+    END IF;
+END $$;
+SELECT rara_grant('rara_namespace_share_set', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_namespace_quota_set(p_namespace text, p_capability text,
+                                                    p_max_running integer)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    PERFORM rara_namespace_check('*');
+    -- At most p_max_running attempts of p_namespace at once, of p_capability ('*': of all its
+    -- capabilities together); NULL: no quota. As with a limit, attempts already running
+    -- above a lowered quota finish.
+    IF p_max_running IS NULL THEN
+        DELETE FROM rara_namespace_quotas
+        WHERE namespace = p_namespace AND capability = p_capability;
+    ELSE
+        INSERT INTO rara_namespace_quotas (namespace, capability, max_running)
+        VALUES (p_namespace, p_capability, p_max_running)
+        ON CONFLICT (namespace, capability) DO UPDATE SET max_running = EXCLUDED.max_running,
+                                                          updated_at = now();
+    END IF;
+END $$;
+SELECT rara_grant('rara_namespace_quota_set', 'rara_client', 'rara_operator');

@@ -75,11 +75,11 @@ BEGIN
     -- upstream artifacts the map step would have had), with nothing pending and no
     -- dependants: its end is counted in the map (rara_map_children_ended), which unblocks the
     -- map's dependants. Its idempotency key, "<run>:<map>[<index>]", follows from its key.
-    INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
-                            executor, priority, payload, max_attempts, retry_initial_ms,
-                            retry_max_ms, retry_coefficient, timeout_ms, heartbeat_timeout_ms,
-                            status, map_parent, map_index)
-    SELECT map.run_id, map.key || '[' || (p_first + e.n - 1) || ']', map.depends_on, '{}', 0,
+    INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
+                            capability, executor, priority, payload, max_attempts,
+                            retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
+                            heartbeat_timeout_ms, status, map_parent, map_index)
+    SELECT map.run_id, map.namespace, map.key || '[' || (p_first + e.n - 1) || ']', map.depends_on, '{}', 0,
            map.capability, map.executor, map.priority,
            map.payload || jsonb_build_object(
                'map', jsonb_build_object('item', e.item, 'index', p_first + e.n - 1)),

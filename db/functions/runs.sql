@@ -84,11 +84,11 @@ BEGIN
         ON CONFLICT (namespace, idempotency_key) DO NOTHING
         RETURNING rara_runs.id
     ), steps AS (
-        INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
-                                executor, priority, payload, max_attempts, retry_initial_ms,
-                                retry_max_ms, retry_coefficient, timeout_ms,
+        INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
+                                capability, executor, priority, payload, max_attempts,
+                                retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_over, map_max_parallel)
-        SELECT run.id, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
+        SELECT run.id, p_namespace, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
                s.capability, s.executor, s.priority,
                s.payload || coalesce(resolved.caches -> s.key, '{}'), s.max_attempts,
                s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient, s.timeout_ms,
@@ -285,13 +285,13 @@ BEGIN
                version.caches
         FROM version, step_rows s LEFT JOIN kept k ON k.key = s.key
     ), inserted AS (
-        INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
-                                executor, priority, payload, max_attempts, retry_initial_ms,
-                                retry_max_ms, retry_coefficient, timeout_ms,
+        INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
+                                capability, executor, priority, payload, max_attempts,
+                                retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_over, map_max_parallel,
                                 map_input, map_total, map_next, map_succeeded, map_failed,
                                 result, finished_at, cache, reused_from)
-        SELECT new_id, p.key, p.depends_on, p.dependants, p.pending, p.capability, p.executor,
+        SELECT new_id, old.namespace, p.key, p.depends_on, p.dependants, p.pending, p.capability, p.executor,
                p.priority, p.payload || coalesce(p.caches -> p.key, '{}'), p.max_attempts,
                p.retry_initial_ms, p.retry_max_ms, p.retry_coefficient, p.timeout_ms,
                p.heartbeat_timeout_ms,
@@ -312,12 +312,12 @@ BEGIN
     FROM inserted i;
     -- The children of a reused map step, as they succeeded (their own reused_from).
     WITH children AS (
-        INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability,
-                                executor, priority, payload, max_attempts, retry_initial_ms,
-                                retry_max_ms, retry_coefficient, timeout_ms,
+        INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
+                                capability, executor, priority, payload, max_attempts,
+                                retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_parent, map_index, result,
                                 finished_at, cache, reused_from)
-        SELECT new_id, c.key, c.depends_on, c.dependants, 0, c.capability, c.executor,
+        SELECT new_id, old.namespace, c.key, c.depends_on, c.dependants, 0, c.capability, c.executor,
                c.priority, c.payload, c.max_attempts, c.retry_initial_ms, c.retry_max_ms,
                c.retry_coefficient, c.timeout_ms, c.heartbeat_timeout_ms, 'succeeded', n.id,
                c.map_index, c.result, now(), c.cache,

@@ -69,12 +69,12 @@ WITH version AS (
     INSERT INTO rara_runs (namespace, definition_version_id, input, steps_total)
     SELECT version.namespace, version.id, CAST(:input AS jsonb), :steps
     FROM version, generate_series(1, :runs)
-    RETURNING id
+    RETURNING id, namespace
 )
-INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps, capability, executor,
-                        payload, priority, max_attempts, retry_initial_ms, retry_max_ms,
+INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps, capability,
+                        executor, payload, priority, max_attempts, retry_initial_ms, retry_max_ms,
                         retry_coefficient, status)
-SELECT r.id, CASE WHEN :numbered THEN :key || i ELSE :key END,
+SELECT r.id, r.namespace, CASE WHEN :numbered THEN :key || i ELSE :key END,
        CASE WHEN :chained AND i > 0 THEN ARRAY[:key || (i - 1)] ELSE '{}'::text[] END,
        CASE WHEN :chained AND i < :steps - 1 THEN ARRAY[:key || (i + 1)] ELSE '{}'::text[] END,
        CASE WHEN :chained AND i > 0 THEN 1 ELSE 0 END,

@@ -369,11 +369,11 @@ def test_migration_0011_moves_blocked_children_into_the_list(
         conn.execute("DELETE FROM rara_map_lists")
         conn.execute(
             """
-            INSERT INTO rara_steps (run_id, key, depends_on, dependants, pending_deps,
+            INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
                                     capability, executor, priority, payload, max_attempts,
                                     retry_initial_ms, retry_max_ms, retry_coefficient,
                                     status, map_parent, map_index)
-            SELECT m.run_id, 'work[' || i || ']', m.depends_on, '{}', 0, m.capability,
+            SELECT m.run_id, m.namespace, 'work[' || i || ']', m.depends_on, '{}', 0, m.capability,
                    m.executor, m.priority, m.payload || jsonb_build_object(
                        'map', jsonb_build_object('item', 's' || i, 'index', i)),
                    m.max_attempts, m.retry_initial_ms, m.retry_max_ms,

@@ -75,9 +75,13 @@ TABLE_WRITES = (
     "UPDATE rara_definition_versions SET spec = '{}'",
     "INSERT INTO rara_events (step_id, attempt, seq, kind) SELECT id, 1, 99, 'progress' "
     "FROM rara_steps",
-    "INSERT INTO rara_steps (run_id, key, capability, executor, max_attempts, retry_initial_ms,"
-    " retry_max_ms, retry_coefficient, status) SELECT id, 'z', 'x@1', 'inprocess', 1, 1, 1, 2,"
-    " 'ready' FROM rara_runs",
+    "INSERT INTO rara_steps (run_id, namespace, key, capability, executor, max_attempts,"
+    " retry_initial_ms, retry_max_ms, retry_coefficient, status) SELECT id, namespace, 'z',"
+    " 'x@1', 'inprocess', 1, 1, 1, 2, 'ready' FROM rara_runs",
+    "INSERT INTO rara_namespace_shares (namespace, weight) VALUES ('default', 10000)",
+    "INSERT INTO rara_namespace_quotas (namespace, capability, max_running)"
+    " VALUES ('default', '*', 0)",
+    "DELETE FROM rara_lanes",
     "INSERT INTO rara_definitions (name) VALUES ('evil')",
     "DELETE FROM rara_attempts",
     "DELETE FROM rara_events",

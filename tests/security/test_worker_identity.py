@@ -32,6 +32,7 @@ def test_another_logins_worker_id_is_refused(conn: psycopg.Connection[Any], logi
         "after_ranks": [None],
         "after_ats": [None],
         "after_ids": [None],
+        "after_namespaces": [None],
         "limit": 5,
         "lease_seconds": 60,
     }

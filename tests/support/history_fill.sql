@@ -24,11 +24,12 @@ FROM (SELECT id, namespace FROM rara_definition_versions
 
 -- name: history_steps!
 -- :steps succeeded steps per run (keys s0, s1, …), each ended by its attempt number :attempts.
-INSERT INTO rara_steps (id, run_id, key, capability, executor, payload, priority, max_attempts,
-                        retry_initial_ms, retry_max_ms, retry_coefficient, status, attempt,
-                        available_at, started_at, finished_at, result)
+INSERT INTO rara_steps (id, run_id, namespace, key, capability, executor, payload, priority,
+                        max_attempts, retry_initial_ms, retry_max_ms, retry_coefficient, status,
+                        attempt, available_at, started_at, finished_at, result)
 OVERRIDING SYSTEM VALUE
-SELECT :base_step + (r.id - :base_run - 1) * :steps + k + 1, r.id, 's' || k, :capability,
+SELECT :base_step + (r.id - :base_run - 1) * :steps + k + 1, r.id, r.namespace, 's' || k,
+       :capability,
        'inprocess', '{}', 0, :attempts + 1, 1000, 60000, 2, 'succeeded', :attempts,
        r.started_at, r.started_at, r.finished_at, '{"ok": true}'
 FROM rara_runs r, generate_series(0, :steps - 1) AS k

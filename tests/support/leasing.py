@@ -75,4 +75,5 @@ def lease_now(
         after_ranks=None,
         after_ats=None,
         after_ids=None,
+        after_namespaces=None,
     )

@@ -51,9 +51,10 @@ def _hostile_rows(conn: psycopg.Connection[Any]) -> int:
     for key, deps in ((KEY, []), (EVIL, [KEY])):
         steps.append(
             conn.execute(
-                "INSERT INTO rara_steps (run_id, key, depends_on, capability, executor, "
-                "max_attempts, retry_initial_ms, retry_max_ms, retry_coefficient, status, attempt, "
-                "error, result, started_at, finished_at) VALUES (%s, %s, %s, 'evil.cap@1', "
+                "INSERT INTO rara_steps (run_id, namespace, key, depends_on, capability, "
+                "executor, max_attempts, retry_initial_ms, retry_max_ms, retry_coefficient, "
+                "status, attempt, error, result, started_at, finished_at) "
+                "VALUES (%s, 'default', %s, %s, 'evil.cap@1', "
                 "'inprocess', 1, 0, 0, 1, %s, 1, %s, %s, now(), now()) RETURNING id",
                 (
                     run_id,

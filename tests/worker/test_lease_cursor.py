@@ -136,12 +136,14 @@ def test_an_announced_arrival_brings_the_rescan_forward_but_not_back_to_back() -
     assert cursors.due(now=12.5)
 
 
-def test_the_cursor_keeps_the_furthest_key_per_pair() -> None:
+def test_the_cursor_keeps_the_furthest_key_per_lane() -> None:
     from rara.worker.vocabulary import LeasedStep
 
     at = datetime(2026, 1, 1, tzinfo=UTC)
 
-    def step(id_: int, rank: int, executor: str = "inprocess") -> LeasedStep:
+    def step(
+        id_: int, rank: int, executor: str = "inprocess", namespace: str = "default"
+    ) -> LeasedStep:
         return LeasedStep(
             id_,
             1,
@@ -160,16 +162,22 @@ def test_the_cursor_keeps_the_furthest_key_per_pair() -> None:
             at,
             rank=rank,
             available_at=at,
+            namespace=namespace,
         )
 
     cursors = LeaseCursors()
-    cursors.advance([step(5, 0), step(9, -1), step(7, 0), step(2, 0, "grpc")])
+    cursors.advance(
+        [step(5, 0), step(9, -1), step(7, 0), step(2, 0, "grpc"), step(3, 0, namespace="team-b")]
+    )
     after = cursors.after(
         [("c@1", "inprocess"), ("c@1", "grpc"), ("d@1", "inprocess")], from_start=False
     )
-    assert after == {
-        "after_ranks": [0, 0, None],
-        "after_ats": [at, at, None],
-        "after_ids": [7, 2, None],
+    assert after == {  # a pair once per lane cursor, or once with NULLs
+        "capabilities": ["c@1", "c@1", "c@1", "d@1"],
+        "executors": ["inprocess", "inprocess", "grpc", "inprocess"],
+        "after_namespaces": ["default", "team-b", "default", None],
+        "after_ranks": [0, 0, 0, None],
+        "after_ats": [at, at, at, None],
+        "after_ids": [7, 3, 2, None],
     }
     assert cursors.after([("c@1", "inprocess")], from_start=True)["after_ids"] == [None]

@@ -1,12 +1,14 @@
-"""Where the next lease scan starts, per (capability, executor) pair.
+"""Where the next lease scan starts, per lane: a (capability, executor, namespace) triple.
 
-The lease walks ``rara_steps_ready`` in lease order. Every step leased leaves its old entry in
+The lease walks ``rara_steps_ready`` in lease order, one range per lane (the namespaces of a
+served (capability, executor) pair: migration 0019). Every step leased leaves its old entry in
 that index until vacuum removes it, and vacuum may not while any snapshot older than the lease
 is open (a long report, a forgotten ``BEGIN``, a lagging replica slot): the entries pile up at
 the front of the range, and a scan from the start visits all of them, every lease. So the
 worker resumes after the key ``(-priority, available_at, id)`` of the last step it leased of
-the pair — its cursor — and scans from the start of the range when something may have
-arrived behind the cursor.
+the lane — its cursor — and scans from the start of the range when something may have
+arrived behind the cursor. A lane the worker has not leased from yet is scanned from its
+start.
 
 A step becomes ready with ``available_at = now()``, its transaction's start, and is seen at
 its commit; so a step started or unblocked by a transaction that was open while this worker
@@ -33,6 +35,7 @@ from typing import Any
 from rara.worker.vocabulary import LeasedStep
 
 Pair = tuple[str, str]  # (capability, executor kind)
+Lane = tuple[str, str, str]  # (capability, executor kind, namespace)
 Key = tuple[int, datetime, int]  # (-priority, available_at, id): the lease order
 
 
@@ -40,7 +43,7 @@ class LeaseCursors:
     def __init__(self, rescan_seconds: float = 1.0, rescan_factor: float = 20.0) -> None:
         self.rescan_seconds = rescan_seconds
         self.rescan_factor = rescan_factor
-        self._after: dict[Pair, Key] = {}
+        self._after: dict[Lane, Key] = {}
         # All monotonic. The first lease scans from the start.
         self._rescan_at = 0.0  # when the periodic scan from the start is due
         self._scan_sent = float("-inf")  # when the last scan from the start was sent
@@ -61,12 +64,25 @@ class LeaseCursors:
         )
 
     def after(self, pairs: Sequence[Pair], *, from_start: bool) -> dict[str, list[Any]]:
-        """The cursor parameters of ``step_lease`` (NULLs: from the start)."""
-        keys = [None if from_start else self._after.get(pair) for pair in pairs]
+        """The served pairs and lane cursors as ``step_lease`` takes them: a pair once per
+        cursor of its lanes, or once with NULLs (from the start)."""
+        rows: list[tuple[str, str, str | None, Key | None]] = []
+        for capability, executor in pairs:
+            lanes: list[tuple[str | None, Key | None]] = []
+            if not from_start:
+                lanes = [
+                    (namespace, key)
+                    for (c, e, namespace), key in self._after.items()
+                    if c == capability and e == executor
+                ]
+            rows.extend((capability, executor, n, k) for n, k in lanes or [(None, None)])
         return {
-            "after_ranks": [k[0] if k else None for k in keys],
-            "after_ats": [k[1] if k else None for k in keys],
-            "after_ids": [k[2] if k else None for k in keys],
+            "capabilities": [r[0] for r in rows],
+            "executors": [r[1] for r in rows],
+            "after_namespaces": [r[2] for r in rows],
+            "after_ranks": [r[3][0] if r[3] else None for r in rows],
+            "after_ats": [r[3][1] if r[3] else None for r in rows],
+            "after_ids": [r[3][2] if r[3] else None for r in rows],
         }
 
     def scanned_from_start(self, sent: float, seconds: float) -> None:
@@ -77,13 +93,13 @@ class LeaseCursors:
         self._rescan_at = done + max(self.rescan_seconds, self.rescan_factor * seconds)
 
     def advance(self, steps: Sequence[LeasedStep]) -> None:
-        """Move each pair's cursor to the last step leased of it (the lease returns them in
-        lease order per pair, but take the maximum anyway: order across pairs is global)."""
+        """Move each lane's cursor to the last step leased of it (the answer's order is not
+        the lease order: take the maximum)."""
         for step in steps:
             if step.available_at is None:
                 continue
-            pair = (step.capability, step.executor)
+            lane = (step.capability, step.executor, step.namespace)
             key = (step.rank, step.available_at, step.id)
-            current = self._after.get(pair)
+            current = self._after.get(lane)
             if current is None or key > current:
-                self._after[pair] = key
+                self._after[lane] = key

@@ -180,11 +180,12 @@ def LEASED(cursor: BaseCursor[Any, Any]) -> RowMaker[LeasedStep]:
         raise psycopg.ProgrammingError("step_lease returned no rows to read")
     at = {column.name: i for i, column in enumerate(description)}
     plain = itemgetter(*(at[name] for name in _PLAIN))
-    checkpoint, inputs, rank, available_at = (
+    checkpoint, inputs, rank, available_at, namespace = (
         at["checkpoint"],
         at["inputs"],
         at["rank"],
         at["available_at"],
+        at["namespace"],
     )
 
     def make(values: Sequence[Any]) -> LeasedStep:
@@ -195,6 +196,7 @@ def LEASED(cursor: BaseCursor[Any, Any]) -> RowMaker[LeasedStep]:
             inputs=inputs_from_rows(found) if found else {},
             rank=values[rank],
             available_at=values[available_at],
+            namespace=values[namespace],
         )
 
     return make
@@ -234,16 +236,21 @@ async def lease(
     lease_seconds: float,
     after: Cursors | None = None,
 ) -> list[LeasedStep]:
-    """Lease up to ``limit`` steps of ``pairs`` (step_lease); ``after``: the per-pair cursors
-    (``LeaseCursors.after``), None to scan every range from the start."""
+    """Lease up to ``limit`` steps of ``pairs`` (step_lease); ``after``: the pairs with their
+    lane cursors (``LeaseCursors.after``), None to scan every range from the start."""
     if after is None:  # NULL arrays: unnest pads them with NULLs
-        after = {"after_ranks": None, "after_ats": None, "after_ids": None}
+        after = {
+            "capabilities": [c for c, _ in pairs],
+            "executors": [e for _, e in pairs],
+            "after_namespaces": None,
+            "after_ranks": None,
+            "after_ats": None,
+            "after_ids": None,
+        }
     async with conn.cursor(row_factory=LEASED) as cur:
         await cur.execute(
             sql("step_lease"),
             {
-                "capabilities": [c for c, _ in pairs],
-                "executors": [e for _, e in pairs],
                 "limit": limit,
                 "worker": worker,
                 "lease_seconds": lease_seconds,

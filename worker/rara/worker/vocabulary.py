@@ -27,6 +27,7 @@ from uuid import UUID
 from rara.artifacts.ref import ArtifactRef
 from rara.context import Checkpoint, StepOutcome
 from rara.errors import RaraError
+from rara.namespaces import DEFAULT_NAMESPACE
 from rara.states import AttemptOutcome, StepStatus
 
 # -- the lease ------------------------------------------------------------------------------
@@ -60,6 +61,7 @@ class LeasedStep:
     # pair may start (rara.worker.lease_cursor).
     rank: int = 0
     available_at: datetime | None = None
+    namespace: str = DEFAULT_NAMESPACE  # its run's: with the pair, the lane of its cursor
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,6 @@
-"""`rara limits [set|unset]`: concurrency limits per capability (docs/limits.md)."""
+"""`rara limits [set|unset|weight]`: concurrency limits per capability (docs/limits.md), and
+each namespace's quotas and weight in the lease's fair share (docs/namespaces.md, "Fair
+share"). All of them are the fleet's: they need a role with every namespace."""
 
 from __future__ import annotations
 
@@ -11,41 +13,84 @@ from rich.table import Table
 
 from rara.cli.common import console, fail, reports_errors
 from rara.definitions.model import CAPABILITY_PATTERN
+from rara.namespaces import check_namespace, qualified
 from rara.pg import limits
 from rara.pg.connect import database_url
 
 app = typer.Typer(
-    help="Concurrency limits per capability, enforced when steps are leased.",
+    help="Concurrency limits per capability and per namespace, and the namespaces' weights, "
+    "enforced when steps are leased.",
     invoke_without_command=True,
 )
 
+# Not RARA_NAMESPACE: without the flag, `set` limits the whole fleet, as it always did; a
+# quota names its namespace on purpose.
+QuotaOption = Annotated[
+    str | None,
+    typer.Option(
+        "--namespace",
+        "-n",
+        metavar="NAME",
+        show_default=False,
+        help="a quota of this namespace instead of a limit of the fleet; CAPABILITY '*': all "
+        "of the namespace's capabilities together",
+    ),
+]
 
-def _capability(value: str) -> str:
+
+def _capability(value: str, *, every: bool = False) -> str:
+    if every and value == limits.EVERY_CAPABILITY:
+        return value
     if not re.match(CAPABILITY_PATTERN, value):
-        raise fail(f"capability {value!r} is not name@major (e.g. adapt.lora@1)")
+        also = " or '*' (with --namespace)" if every else ""
+        raise fail(f"capability {value!r} is not name@major (e.g. adapt.lora@1){also}")
     return value
 
 
 @app.callback()
 @reports_errors
 def list_(ctx: typer.Context) -> None:
-    """Every limit, with the attempts of its capability running now."""
+    """Every limit, quota and weight, with the attempts each counts running now."""
     if ctx.invoked_subcommand is not None:
         return
     with psycopg.connect(database_url(), autocommit=True) as conn:
         rows = limits.list_all(conn)
+        quotas = limits.list_quotas(conn)
+        shares = limits.list_shares(conn)
     if not rows:
         console.print("no limits: every capability runs as many attempts as workers take")
-        return
-    table = Table("capability", "max running", "running", "set")
-    for row in rows:
-        table.add_row(
-            row.capability,
-            str(row.max_running),
-            str(row.running),
-            f"{row.updated_at:%Y-%m-%d %H:%M:%S}",
-        )
-    console.print(table)
+    else:
+        table = Table("capability", "max running", "running", "set")
+        for row in rows:
+            table.add_row(
+                row.capability,
+                str(row.max_running),
+                str(row.running),
+                f"{row.updated_at:%Y-%m-%d %H:%M:%S}",
+            )
+        console.print(table)
+    if quotas:
+        table = Table("namespace", "capability", "max running", "running", "set")
+        for quota in quotas:
+            table.add_row(
+                quota.namespace,
+                quota.capability,
+                str(quota.max_running),
+                str(quota.running),
+                f"{quota.updated_at:%Y-%m-%d %H:%M:%S}",
+            )
+        console.print(table)
+    if shares:
+        table = Table("namespace", "weight", "running", "set")
+        for share in shares:
+            table.add_row(
+                share.namespace,
+                str(share.weight),
+                str(share.running),
+                f"{share.updated_at:%Y-%m-%d %H:%M:%S}",
+            )
+        console.print(table)
+        console.print("every other namespace: weight 1")
 
 
 @app.command("set")
@@ -53,17 +98,46 @@ def list_(ctx: typer.Context) -> None:
 def set_(
     capability: str,
     max_running: Annotated[int, typer.Argument(min=0, help="0 pauses the capability")],
+    namespace: QuotaOption = None,
 ) -> None:
-    """At most MAX_RUNNING attempts of CAPABILITY at once, across the fleet."""
+    """At most MAX_RUNNING attempts of CAPABILITY at once, across the fleet, or of one
+    namespace with --namespace."""
     with psycopg.connect(database_url(), autocommit=True) as conn:
-        limits.set_limit(conn, _capability(capability), max_running)
-    console.print(f"{capability}: at most {max_running} running", highlight=False)
+        if namespace is None:
+            limits.set_limit(conn, _capability(capability), max_running)
+        else:
+            check_namespace(namespace, source="--namespace")
+            limits.set_quota(conn, namespace, _capability(capability, every=True), max_running)
+    where = capability if namespace is None else qualified(namespace, capability)
+    console.print(f"{where}: at most {max_running} running", highlight=False)
 
 
 @app.command()
 @reports_errors
-def unset(capability: str) -> None:
-    """Remove CAPABILITY's limit."""
+def unset(capability: str, namespace: QuotaOption = None) -> None:
+    """Remove CAPABILITY's limit, or a namespace's quota with --namespace."""
     with psycopg.connect(database_url(), autocommit=True) as conn:
-        limits.set_limit(conn, _capability(capability), None)
-    console.print(f"{capability}: no limit", highlight=False)
+        if namespace is None:
+            limits.set_limit(conn, _capability(capability), None)
+        else:
+            check_namespace(namespace, source="--namespace")
+            limits.set_quota(conn, namespace, _capability(capability, every=True), None)
+    where = capability if namespace is None else qualified(namespace, capability)
+    console.print(f"{where}: no limit", highlight=False)
+
+
+@app.command()
+@reports_errors
+def weight(
+    namespace: str,
+    weight: Annotated[
+        int,
+        typer.Argument(min=1, max=10000, help="its share against the others' (1 unless set)"),
+    ],
+) -> None:
+    """NAMESPACE's WEIGHT in the lease's fair share: busy namespaces split the fleet's
+    leases in proportion to their weights."""
+    check_namespace(namespace, source="NAMESPACE")
+    with psycopg.connect(database_url(), autocommit=True) as conn:
+        limits.set_share(conn, namespace, None if weight == 1 else weight)
+    console.print(f"{namespace}: weight {weight}", highlight=False)

@@ -61,7 +61,10 @@ def bulk_ready_steps(
 
 def percentiles(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
-    pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+
+    def pick(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
     return {"p50": pick(0.50), "p99": pick(0.99), "mean": statistics.fmean(ordered)}
 
 

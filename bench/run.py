@@ -22,9 +22,10 @@ size         one run whose map step expands into N no-op children (over its firs
              workers: steps/s, the ratio, server CPU per step and its 100k/1k ratio; then a
              small run's start to first lease, idle and behind a 100k-child map (p50/p99 of
              20; ``--quick``: behind 10k) (``bench.run_size``)
-tenants      two namespaces on one fleet: B's start to first lease, idle and behind A's
-             100k-step backlog (``--quick``: 10k), and the split of two busy namespaces'
-             throughput at half done (``bench.tenants``; the baseline of fair share)
+tenants      namespaces on one fleet, shared by weight: B's start to first lease, idle and
+             behind A's 100k-step backlog (``--quick``: 10k); the split of two busy
+             namespaces' throughput at half done, equal weights and 1:3; the lease's cost
+             among 1 vs 100 busy namespaces (``bench.tenants``)
 depth        lease cost (batch of 10) with 1k / 100k / 1M ready steps (``--quick``: to 100k)
 horizon      throughput while another connection holds the xmin horizon (an open REPEATABLE
              READ transaction that did a SELECT) for 60 s (``--quick``: 15 s) vs without
@@ -455,7 +456,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             from bench.tenants import measure as measure_tenants
 
             backlog = 10_000 if quick else 100_000
-            log(f"== tenants: namespace B's runs beside namespace A's {backlog:,}-step backlog")
+            log(
+                f"== tenants: namespace B's runs beside namespace A's {backlog:,}-step backlog,"
+                " two busy namespaces' split, the lease among 1 vs 100 namespaces"
+            )
             results["tenants"] = measure_tenants(server, logs, backlog=backlog, n_workers=2)
             log("  " + tenants_line(results["tenants"]))
         if "depth" not in skip:
@@ -622,6 +626,11 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
         lag = r["schedules"]["tick_to_run_ms"]
         out["schedule_tick_to_run_ms"] = {"p50": lag["p50"], "p99": lag["p99"]}
         out["idle_schedules_cpu_ms_per_s"] = r["schedules"]["idle"]["cpu_ms_per_s"]
+    if "tenants" in r:
+        t = r["tenants"]
+        out["tenants_behind_backlog_p99_vs_idle"] = t["behind_vs_idle_p99"]
+        out["tenants_weighted_error"] = t["weighted_error"]
+        out["tenants_lease_100_vs_1_namespaces"] = t["lease_cost_ratio"]["10 client_us"]
     if "history" in r:
         out["history_lease_p50_ratio"] = r["history"]["lease_p50_ratio"]
         out["history_drain_ratio"] = r["history"]["drain_ratio"]

@@ -1,28 +1,39 @@
-"""Two namespaces on one fleet (``make bench`` section ``tenants``; issue 34, item 3): how soon a
-run of namespace B gets its first lease while namespace A holds a backlog, and how two busy
-namespaces split the workers' throughput.
+"""Namespaces on one fleet (``make bench`` section ``tenants``; issue 34, item 3): how soon a
+run of namespace B gets its first lease while namespace A holds a backlog, how two busy
+namespaces split the workers' throughput by weight, and what the lease costs with many busy
+namespaces.
 
     .venv/bin/python -m bench.tenants [--backlog 100000] [--samples 20] [--workers 2]
+        [--busy 10000] [--ready 20000] [--namespaces 100] [--leases 200]
 
-Today the lease takes ready steps in one order across namespaces (priority, then when they
-became ready, then id: docs/lease-protocol.md), so a namespace's backlog is everyone's wait:
-these figures are the baseline that fair share at lease time has to beat (its goals: B's p99
-within 2x an idle database's, the split within 10% of the namespaces' weights).
+The lease shares its slots between namespaces by weight (migration 0019, rara_step_lease in
+db/functions/lease.sql; weights: ``rara.pg.limits.set_share``), so a namespace's backlog is no
+longer everyone's wait. The goals: B's p99 behind A's backlog within 2x an idle database's; two
+busy namespaces' split within 10% (relative) of their weights' shares; a lease among 100 busy
+namespaces within 1.2x the cost of one among 1.
 
 1. ``--samples`` one-step runs of B, one every 0.1 s, into idle workers: start to first lease.
 2. A's ``--backlog`` one-step runs inserted at once (``run_enqueue_many``), then B's runs, one
    every 0.25 s while the workers drain A: start (the run row's creation) to first lease.
-3. Both busy: 10,000 runs of A, then 10,000 of B, inserted back to back; when half of all
-   steps are done, each namespace's share of them (equal weights: 50% each would be fair).
+3. Both busy: ``--busy`` runs of A, then as many of B, inserted back to back; when half of all
+   steps are done, each namespace's share of them. Once with equal weights (50% each is fair),
+   once with A's weight 1 and B's 3 (25% / 75%). A's head start (its steps leased before B's
+   were inserted, when A had the workers to itself) is reported too: it skews both towards A.
+4. No workers: ``--ready`` ready one-step runs in 1 namespace, then (another database) spread
+   evenly over ``--namespaces``; ``--leases`` leases of 10 and of 1 each, rolled back so that
+   every one sees the same queue: the client's time per lease and the server's (its execution
+   time, from EXPLAIN ANALYZE).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,14 +42,26 @@ sys.path.insert(1, str(ROOT))  # bench.* from the repository root
 
 import psycopg  # noqa: E402
 
-from bench.common import Server, bench_database, scalar, wait_until, workers  # noqa: E402
+from bench.common import (  # noqa: E402
+    Server,
+    bench_database,
+    percentiles,
+    scalar,
+    wait_until,
+    workers,
+)
 from bench.run_size import _first_lease_ms, _pcts  # noqa: E402
+from rara.pg.limits import set_share  # noqa: E402
+from rara.pg.queries import many, sql  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
 from rara.runs import start_run  # noqa: E402
+from rara.worker.store import HOT_PATH_SESSION, LEASED  # noqa: E402
 from tests.support.definitions import noop_definition  # noqa: E402
 
 A, B = "team-a", "team-b"
 CAPABILITY = "bench.noop@1"  # tests.support.bench_handlers: returns at once
+WEIGHTS = {A: 1, B: 3}  # the weighted split's
+LEASE_SIZES = (10, 1)  # a worker's batch, and a lone step (where the draw costs most)
 
 
 def _ended(conn: psycopg.Connection[Any], ids: list[int]) -> bool:
@@ -57,8 +80,21 @@ def _starts(conn: psycopg.Connection[Any], count: int, every: float) -> list[int
     return ids
 
 
-def _backlog(conn: psycopg.Connection[Any], namespace: str, runs: int) -> None:
-    enqueue_many(
+def _done(conn: psycopg.Connection[Any]) -> dict[str, int]:
+    rows = conn.execute(
+        "SELECT r.namespace, count(*) FROM rara_steps s JOIN rara_runs r ON r.id = s.run_id"
+        " WHERE s.status = 'succeeded' AND r.definition_version_id IN"
+        " (SELECT id FROM rara_definition_versions WHERE name = 'noop') GROUP BY 1"
+    ).fetchall()
+    return {ns: int(n) for ns, n in rows}
+
+
+def _left(conn: psycopg.Connection[Any]) -> int:
+    return int(scalar(conn, "SELECT count(*) FROM rara_steps WHERE status <> 'succeeded'"))
+
+
+def _backlog(conn: psycopg.Connection[Any], namespace: str, runs: int) -> list[int]:
+    return enqueue_many(
         conn,
         definition="noop",
         version=None,
@@ -70,17 +106,138 @@ def _backlog(conn: psycopg.Connection[Any], namespace: str, runs: int) -> None:
     )
 
 
-def _done(conn: psycopg.Connection[Any]) -> dict[str, int]:
-    rows = conn.execute(
-        "SELECT r.namespace, count(*) FROM rara_steps s JOIN rara_runs r ON r.id = s.run_id"
-        " WHERE s.status = 'succeeded' AND r.definition_version_id IN"
-        " (SELECT id FROM rara_definition_versions WHERE name = 'noop') GROUP BY 1"
-    ).fetchall()
-    return {ns: int(n) for ns, n in rows}
+def split_at_half(conn: psycopg.Connection[Any], busy: int) -> tuple[dict[str, float], int]:
+    """``busy`` runs of A, then of B, on running workers: each namespace's share of the steps
+    done when half of them are, and A's head start — its steps leased before B's were in: only
+    A was there to lease then, so it skews the split towards A by about half of that. The rest
+    is drained before returning, so that the next split starts from an empty queue."""
+    before = _done(conn)
+    a_runs = _backlog(conn, A, busy)
+    _backlog(conn, B, busy)
+    head_start = scalar(
+        conn,
+        "SELECT count(*) FROM rara_steps WHERE run_id = ANY(%s) AND status <> 'ready'",
+        (a_runs,),
+    )
+
+    def half_done() -> bool:
+        return sum(_done(conn).values()) - sum(before.values()) >= busy
+
+    wait_until(half_done, 600, "half of the two namespaces' steps")
+    after = _done(conn)
+    wait_until(lambda: _left(conn) == 0, 600, "the two namespaces' steps drained")
+    split = {ns: after.get(ns, 0) - before.get(ns, 0) for ns in (A, B)}
+    total = sum(split.values()) or 1
+    return {ns: round(n / total, 3) for ns, n in split.items()}, int(head_start)
+
+
+def _weight_error(split: dict[str, float], weights: dict[str, int]) -> float:
+    """B's share against its weight's share, relative (0.1: 10% off)."""
+    fair = weights[B] / sum(weights.values())
+    return round(abs(split[B] - fair) / fair, 3)
+
+
+def _namespaces(count: int) -> list[str]:
+    return [A] if count == 1 else [f"team-{i:03d}" for i in range(count)]
+
+
+def _fill(conn: psycopg.Connection[Any], namespaces: list[str], ready: int) -> None:
+    """``ready`` ready one-step runs, as many in each namespace."""
+    for namespace in namespaces:
+        noop_definition(conn, "noop", namespace=namespace)
+        _backlog(conn, namespace, ready // len(namespaces))
+    conn.execute("ANALYZE")
+
+
+def _lease_params(limit: int) -> dict[str, Any]:
+    # The worker's lease statement, every lane from its start (tests.support.leasing.lease_now).
+    return {
+        "worker": "bench",
+        "capabilities": [CAPABILITY],
+        "executors": ["inprocess"],
+        "limit": limit,
+        "lease_seconds": 30,
+        "after_ranks": None,
+        "after_ats": None,
+        "after_ids": None,
+        "after_namespaces": None,
+    }
+
+
+def _lease_us(conn: psycopg.Connection[Any], limit: int) -> float:
+    with conn.transaction(force_rollback=True):  # the queue stays as it was
+        t0 = time.perf_counter()
+        rows = many(conn, "step_lease", LEASED, **_lease_params(limit))
+        elapsed = (time.perf_counter() - t0) * 1e6
+    assert len(rows) == limit
+    return elapsed
+
+
+EXECUTION = re.compile(r"Execution Time: ([\d.]+) ms")
+
+
+def _server_us(conn: psycopg.Connection[Any], limit: int) -> float:
+    """The lease's execution in the server alone: no round trip, no parse, no rows sent."""
+    with conn.transaction(force_rollback=True):
+        plan = conn.execute(
+            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + sql("step_lease"), _lease_params(limit)
+        ).fetchall()
+    found = EXECUTION.search("\n".join(line for (line,) in plan))
+    assert found is not None
+    return float(found.group(1)) * 1000
+
+
+def _timed(
+    sample: Callable[[psycopg.Connection[Any], int], float],
+    conn: psycopg.Connection[Any],
+    limit: int,
+    count: int,
+) -> dict[str, float]:
+    for _ in range(min(20, count)):
+        sample(conn, limit)  # warm caches and the prepared statement
+    times = percentiles([sample(conn, limit) for _ in range(count)])
+    return {k: round(v, 1) for k, v in times.items()}
+
+
+def lease_cost(server: Server, namespaces: int, ready: int, leases: int) -> dict[str, Any]:
+    """On a database without workers, ``ready`` ready steps spread over ``namespaces``: µs per
+    lease of each of LEASE_SIZES, at the client and in the server."""
+    name = f"bench_tenants_lanes_{namespaces}"
+    url = server.fresh(name)
+    try:
+        with psycopg.connect(url, autocommit=True, **HOT_PATH_SESSION) as conn:
+            _fill(conn, _namespaces(namespaces), ready)
+            return {
+                str(limit): {
+                    "client_us": _timed(_lease_us, conn, limit, leases),
+                    "server_us": _timed(_server_us, conn, limit, leases),
+                }
+                for limit in LEASE_SIZES
+            }
+    finally:
+        server.drop(name)
+
+
+def _cost_ratios(one: dict[str, Any], many_: dict[str, Any]) -> dict[str, float]:
+    """p50 with many namespaces / with one, per lease size and side."""
+    return {
+        f"{limit} {side}": round(many_[limit][side]["p50"] / one[limit][side]["p50"], 2)
+        for limit in one
+        for side in ("client_us", "server_us")
+    }
 
 
 def measure(
-    server: Server, logs: Path, *, backlog: int, samples: int = 20, n_workers: int = 2
+    server: Server,
+    logs: Path,
+    *,
+    backlog: int,
+    samples: int = 20,
+    n_workers: int = 2,
+    busy: int = 10_000,
+    ready: int = 20_000,
+    namespaces: int = 100,
+    leases: int = 200,
 ) -> dict[str, Any]:
     name = f"bench_tenants_{backlog}"
     url = server.fresh(name)
@@ -94,47 +251,55 @@ def measure(
                 idle = _starts(conn, samples, 0.1)
                 wait_until(lambda: _ended(conn, idle), 60, "B's runs on idle workers")
                 _backlog(conn, A, backlog)
-                left = "SELECT count(*) FROM rara_steps WHERE status <> 'succeeded'"
-                left_before = scalar(conn, left)
+                left_before = _left(conn)
                 behind = _starts(conn, samples, 0.25)
-                left_after = scalar(conn, left)
+                left_after = _left(conn)
                 wait_until(lambda: _ended(conn, behind), 900, "B's runs behind A's backlog")
-                wait_until(lambda: scalar(conn, left) == 0, 900, "A's backlog drained")
-                before = _done(conn)
-                busy = 10_000
-                _backlog(conn, A, busy)
-                _backlog(conn, B, busy)
-
-                def half_done() -> bool:
-                    now = _done(conn)
-                    return sum(now.values()) - sum(before.values()) >= busy
-
-                wait_until(half_done, 600, "half of the two namespaces' steps")
-                after = _done(conn)
-            split = {ns: after.get(ns, 0) - before.get(ns, 0) for ns in (A, B)}
-            total = sum(split.values()) or 1
-            return {
-                "backlog": backlog,
-                "workers": n_workers,
-                "idle": _pcts(_first_lease_ms(conn, idle)),
-                "behind_backlog": _pcts(_first_lease_ms(conn, behind)),
-                # steps not yet done when B's first and last run started: A's backlog was
-                # draining throughout when the second is well above 0
-                "backlog_left": [left_before, left_after],
-                "split_at_half": {ns: round(n / total, 3) for ns, n in split.items()},
-            }
+                wait_until(lambda: _left(conn) == 0, 900, "A's backlog drained")
+                equal, equal_head = split_at_half(conn, busy)
+                for namespace, weight in WEIGHTS.items():
+                    set_share(conn, namespace, weight)
+                weighted, weighted_head = split_at_half(conn, busy)
+            idle_ms = _pcts(_first_lease_ms(conn, idle))
+            behind_ms = _pcts(_first_lease_ms(conn, behind))
     finally:
         server.drop(name)
+    one = lease_cost(server, 1, ready, leases)
+    spread = lease_cost(server, namespaces, ready, leases)
+    return {
+        "backlog": backlog,
+        "workers": n_workers,
+        "idle": idle_ms,
+        "behind_backlog": behind_ms,
+        "behind_vs_idle_p99": round(behind_ms["p99"] / max(idle_ms["p99"], 0.001), 2),
+        # steps not yet done when B's first and last run started: A's backlog was draining
+        # throughout when the second is well above 0
+        "backlog_left": [left_before, left_after],
+        "busy": busy,
+        "split_at_half": equal,
+        "weights": WEIGHTS,
+        "weighted_split_at_half": weighted,
+        "weighted_error": _weight_error(weighted, WEIGHTS),
+        "a_head_start": {"equal": equal_head, "weighted": weighted_head},
+        "lease_cost": {"ready": ready, "namespaces": namespaces, "1": one, str(namespaces): spread},
+        "lease_cost_ratio": _cost_ratios(one, spread),
+    }
 
 
 def line(r: dict[str, Any]) -> str:
     idle, behind = r["idle"], r["behind_backlog"]
-    split = r["split_at_half"]
+    split, weighted = r["split_at_half"], r["weighted_split_at_half"]
+    fair = r["weights"][B] / sum(r["weights"].values())
+    cost, n = r["lease_cost"], r["lease_cost"]["namespaces"]
+    lease10 = {k: cost[k]["10"]["client_us"]["p50"] for k in ("1", str(n))}
     return (
         f"B's start -> first lease: idle p50 {idle['p50']:.1f} ms p99 {idle['p99']:.1f} ms; "
         f"behind A's {r['backlog']:,} p50 {behind['p50']:.0f} ms p99 {behind['p99']:.0f} ms "
-        f"({behind['p99'] / max(idle['p99'], 0.001):.0f}x); two busy namespaces, at half done: "
-        f"A {split[A]:.0%}, B {split[B]:.0%}"
+        f"({r['behind_vs_idle_p99']:.1f}x); two busy namespaces, at half done: "
+        f"A {split[A]:.0%}, B {split[B]:.0%}; weighted 1:3: B {weighted[B]:.1%} "
+        f"(fair {fair:.0%}, {r['weighted_error']:.1%} off); lease of 10 among 1 / {n} "
+        f"namespaces: p50 {lease10['1']:.0f} / {lease10[str(n)]:.0f} us "
+        f"({r['lease_cost_ratio']['10 client_us']:.2f}x)"
     )
 
 
@@ -143,11 +308,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--backlog", type=int, default=100_000)
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--busy", type=int, default=10_000, help="runs per busy namespace")
+    parser.add_argument("--ready", type=int, default=20_000, help="ready steps, lease cost")
+    parser.add_argument("--namespaces", type=int, default=100, help="busy ones, lease cost")
+    parser.add_argument("--leases", type=int, default=200, help="timed leases per size")
     args = parser.parse_args(argv)
     logs = Path(tempfile.mkdtemp(prefix="rara-bench-logs-"))
     with bench_database() as url:
         out = measure(
-            Server(url), logs, backlog=args.backlog, samples=args.samples, n_workers=args.workers
+            Server(url),
+            logs,
+            backlog=args.backlog,
+            samples=args.samples,
+            n_workers=args.workers,
+            busy=args.busy,
+            ready=args.ready,
+            namespaces=args.namespaces,
+            leases=args.leases,
         )
     print(line(out))
     print(json.dumps(out))

@@ -1,0 +1,51 @@
+"""The tenants bench's report (bench.tenants): its summary line and the goals' ratios that
+``make bench`` takes from it, on a result of the shape ``measure`` returns (no database)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.run import summary
+from bench.tenants import WEIGHTS, A, B, _cost_ratios, _weight_error, line
+
+
+def _cost(client: float, server: float) -> dict[str, Any]:
+    return {
+        size: {"client_us": {"p50": client}, "server_us": {"p50": server}} for size in ("10", "1")
+    }
+
+
+def _result() -> dict[str, Any]:
+    one, spread = _cost(1000.0, 500.0), _cost(1100.0, 600.0)
+    weighted = {A: 0.3, B: 0.7}
+    return {
+        "backlog": 100_000,
+        "idle": {"p50": 2.0, "p99": 4.0},
+        "behind_backlog": {"p50": 3.0, "p99": 6.0},
+        "behind_vs_idle_p99": 1.5,
+        "split_at_half": {A: 0.52, B: 0.48},
+        "weights": WEIGHTS,
+        "weighted_split_at_half": weighted,
+        "weighted_error": _weight_error(weighted, WEIGHTS),
+        "lease_cost": {"ready": 20_000, "namespaces": 100, "1": one, "100": spread},
+        "lease_cost_ratio": _cost_ratios(one, spread),
+    }
+
+
+def test_the_weighted_error_is_relative_to_b_s_fair_share() -> None:
+    assert _weight_error({A: 0.3, B: 0.7}, WEIGHTS) == round(0.05 / 0.75, 3)
+
+
+def test_the_line_names_each_goal_s_figure() -> None:
+    text = line(_result())
+    assert "p99 6 ms (1.5x)" in text
+    assert "A 52%, B 48%" in text
+    assert "weighted 1:3: B 70.0% (fair 75%, 6.7% off)" in text
+    assert "p50 1000 / 1100 us (1.10x)" in text
+
+
+def test_the_summary_takes_the_tenants_goals() -> None:
+    out = summary({"tenants": _result()})
+    assert out["tenants_behind_backlog_p99_vs_idle"] == 1.5
+    assert out["tenants_weighted_error"] == 0.067
+    assert out["tenants_lease_100_vs_1_namespaces"] == 1.1

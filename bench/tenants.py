@@ -53,7 +53,7 @@ from bench.common import (  # noqa: E402
 from bench.run_size import _first_lease_ms, _pcts  # noqa: E402
 from rara.pg.limits import set_share  # noqa: E402
 from rara.pg.queries import many, sql  # noqa: E402
-from rara.pg.runs import enqueue_many  # noqa: E402
+from rara.pg.runs import cancel, enqueue_many  # noqa: E402
 from rara.runs import start_run  # noqa: E402
 from rara.worker.store import HOT_PATH_SESSION, LEASED  # noqa: E402
 from tests.support.definitions import noop_definition  # noqa: E402
@@ -107,13 +107,15 @@ def _backlog(conn: psycopg.Connection[Any], namespace: str, runs: int) -> list[i
 
 
 def split_at_half(conn: psycopg.Connection[Any], busy: int) -> tuple[dict[str, float], int]:
-    """``busy`` runs of A, then of B, on running workers: each namespace's share of the steps
-    done when half of them are, and A's head start — its steps leased before B's were in: only
-    A was there to lease then, so it skews the split towards A by about half of that. The rest
-    is drained before returning, so that the next split starts from an empty queue."""
+    """``busy`` runs of A and of B, committed together on running workers: each namespace's
+    share of the steps done when half of them are, and A's head start — its steps leased before
+    B's were in (none: one transaction inserts both; a head start would skew the split towards
+    A by about half of it). The rest is drained before returning, so that the next split starts
+    from an empty queue."""
     before = _done(conn)
-    a_runs = _backlog(conn, A, busy)
-    _backlog(conn, B, busy)
+    with conn.transaction():
+        a_runs = _backlog(conn, A, busy)
+        _backlog(conn, B, busy)
     head_start = scalar(
         conn,
         "SELECT count(*) FROM rara_steps WHERE run_id = ANY(%s) AND status <> 'ready'",
@@ -199,13 +201,27 @@ def _timed(
     return {k: round(v, 1) for k, v in times.items()}
 
 
-def lease_cost(server: Server, namespaces: int, ready: int, leases: int) -> dict[str, Any]:
-    """On a database without workers, ``ready`` ready steps spread over ``namespaces``: µs per
-    lease of each of LEASE_SIZES, at the client and in the server."""
-    name = f"bench_tenants_lanes_{namespaces}"
+def _idle_lanes(conn: psycopg.Connection[Any], count: int) -> None:
+    """``count`` namespaces whose only run was cancelled: lanes with nothing ready, as teams
+    that have gone quiet leave them (a lane is never removed)."""
+    for i in range(count):
+        namespace = f"idle-{i:03d}"
+        noop_definition(conn, "noop", namespace=namespace)
+        [run_id] = _backlog(conn, namespace, 1)
+        cancel(conn, run_id)
+
+
+def lease_cost(
+    server: Server, namespaces: int, ready: int, leases: int, idle: int = 0
+) -> dict[str, Any]:
+    """On a database without workers, ``ready`` ready steps spread over ``namespaces`` (and
+    ``idle`` namespaces with nothing ready): µs per lease of each of LEASE_SIZES, at the client
+    and in the server."""
+    name = f"bench_tenants_lanes_{namespaces}_{idle}"
     url = server.fresh(name)
     try:
         with psycopg.connect(url, autocommit=True, **HOT_PATH_SESSION) as conn:
+            _idle_lanes(conn, idle)
             _fill(conn, _namespaces(namespaces), ready)
             return {
                 str(limit): {
@@ -266,6 +282,7 @@ def measure(
         server.drop(name)
     one = lease_cost(server, 1, ready, leases)
     spread = lease_cost(server, namespaces, ready, leases)
+    beside_idle = lease_cost(server, 1, ready, leases, idle=namespaces - 1)
     return {
         "backlog": backlog,
         "workers": n_workers,
@@ -283,6 +300,9 @@ def measure(
         "a_head_start": {"equal": equal_head, "weighted": weighted_head},
         "lease_cost": {"ready": ready, "namespaces": namespaces, "1": one, str(namespaces): spread},
         "lease_cost_ratio": _cost_ratios(one, spread),
+        # one busy namespace beside namespaces - 1 idle ones (lanes with nothing ready)
+        "lease_cost_beside_idle": beside_idle,
+        "lease_cost_beside_idle_ratio": _cost_ratios(one, beside_idle),
     }
 
 
@@ -299,7 +319,8 @@ def line(r: dict[str, Any]) -> str:
         f"A {split[A]:.0%}, B {split[B]:.0%}; weighted 1:3: B {weighted[B]:.1%} "
         f"(fair {fair:.0%}, {r['weighted_error']:.1%} off); lease of 10 among 1 / {n} "
         f"namespaces: p50 {lease10['1']:.0f} / {lease10[str(n)]:.0f} us "
-        f"({r['lease_cost_ratio']['10 client_us']:.2f}x)"
+        f"({r['lease_cost_ratio']['10 client_us']:.2f}x); one busy beside {n - 1} idle: "
+        f"{r['lease_cost_beside_idle_ratio']['10 client_us']:.2f}x"
     )
 
 

@@ -234,12 +234,46 @@ END $$;
 CREATE FUNCTION public.rara_lanes_add() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    added record;
 BEGIN
-    INSERT INTO rara_lanes (capability, executor, namespace)
-    SELECT DISTINCT i.capability, i.executor, i.namespace FROM inserted i
-    WHERE i.status IN ('blocked', 'ready')
-    ON CONFLICT DO NOTHING;
+    FOR added IN
+        WITH new AS (
+            INSERT INTO rara_lanes (capability, executor, namespace)
+            SELECT DISTINCT i.capability, i.executor, i.namespace FROM inserted i
+            WHERE i.status IN ('blocked', 'ready')
+            ON CONFLICT DO NOTHING
+            RETURNING capability, executor
+        )
+        SELECT DISTINCT n.capability, n.executor FROM new n ORDER BY 1, 2
+    LOOP
+        PERFORM rara_lanes_rebalance(added.capability, added.executor);
+    END LOOP;
     RETURN NULL;
+END $$;
+
+-- FUNCTION: rara_lanes_rebalance(text, text)
+
+CREATE FUNCTION public.rara_lanes_rebalance(p_capability text, p_executor text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- Lays the lanes of a (capability, executor) pair out for the lease's draw (migration
+    -- 0019): each its namespace's weight, and `low` the sum of the weights before it in
+    -- namespace order. After a lane is added (rara_lanes_add) or a weight set. Callers of one
+    -- pair take turns, and the layout is read in a later statement than the lock, so it sees
+    -- the lanes the previous holder added: every layout covers every committed lane. A lease
+    -- reads one layout or the next (its snapshot), never half of one.
+    PERFORM pg_advisory_xact_lock(hashtext('rara_lanes'),
+                                  hashtext(p_capability || ' ' || p_executor));
+    UPDATE rara_lanes l SET weight = n.weight, low = n.low
+    FROM (SELECT l.namespace, coalesce(w.weight, 1) AS weight,
+                 sum(coalesce(w.weight, 1)) OVER (ORDER BY l.namespace)
+                     - coalesce(w.weight, 1) AS low
+          FROM rara_lanes l LEFT JOIN rara_namespace_shares w ON w.namespace = l.namespace
+          WHERE l.capability = p_capability AND l.executor = p_executor) AS n
+    WHERE l.capability = p_capability AND l.executor = p_executor
+      AND l.namespace = n.namespace AND (l.weight, l.low) IS DISTINCT FROM (n.weight, n.low);
 END $$;
 
 -- FUNCTION: rara_map_children_ended(jsonb)
@@ -579,6 +613,9 @@ BEGIN
         INSERT INTO rara_namespace_shares (namespace, weight) VALUES (p_namespace, p_weight)
         ON CONFLICT (namespace) DO UPDATE SET weight = EXCLUDED.weight, updated_at = now();
     END IF;
+    -- The lease draws lanes by the weights laid out in rara_lanes: lay them out again.
+    PERFORM rara_lanes_rebalance(l.capability, l.executor) FROM rara_lanes l
+    WHERE l.namespace = p_namespace ORDER BY l.capability, l.executor;
 END $$;
 
 -- FUNCTION: rara_notify_ready()
@@ -1930,21 +1967,20 @@ CREATE FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_e
     AS $$
 #variable_conflict use_column
 DECLARE
-    limited text[] := '{}';     -- served capabilities with a limit (rara_capability_limits)
-    slots integer[] := '{}';    -- and how many more of each may run now
-    quota_nss text[] := '{}';   -- quotas of the lanes' namespaces (rara_namespace_quotas)
-    quota_caps text[] := '{}';
-    quota_free integer[] := '{}';
-    lanes jsonb;                -- the served pairs' lanes, each with the worker's cursor
-    names text[];               -- the lanes' namespaces
-    weights integer[];          -- and their weights (rara_namespace_shares; 1 when unset)
-    spent text[] := '{}';       -- namespaces with nothing more to give this lease
-    drawn_nss text[];           -- a round's draw: how many slots each namespace fills
+    limited text[] := '{}';       -- served capabilities with a limit (rara_capability_limits)
+    slots integer[] := '{}';      -- and how many more of each may run now
+    quota_keys text[] := '{}';    -- 'namespace capability' of the quotas that apply
+    quota_free integer[] := '{}'; -- and how many more each lets run
+    drawn_caps text[];            -- the first round's draw: lanes, and slots of each
+    drawn_execs text[];
+    drawn_nss text[];
     drawn_counts integer[];
-    got_ids bigint[];           -- what a round leased, and whose
-    got_nss text[];
-    got_caps text[];
-    taken bigint[] := '{}';     -- what every round leased
+    drawn_weights integer[];
+    spent text[];                 -- lanes ('capability executor namespace') that gave less
+    cand_ids bigint[];            -- a round's candidates, in the order they claim slots
+    cand_nss text[];
+    cand_caps text[];
+    taken bigint[] := '{}';       -- what the rounds leased
 BEGIN
     PERFORM rara_worker_check_login(p_worker);
     IF p_limit < 1 THEN
@@ -1963,169 +1999,238 @@ BEGIN
         INTO limited, slots
         FROM rara_capability_limits l WHERE l.capability = ANY (p_capabilities);
     END IF;
-    -- The lanes (migration 0019): the worker serves (capability, executor kind) pairs — a
-    -- worker without a gRPC executor must not lease `executor: grpc` steps of a capability its
-    -- registry also has — and each pair's ready steps are one index range per namespace, a
-    -- lane. Per lane an optional cursor (p_after_namespaces names the lane; after_ranks,
-    -- after_ats, after_ids) — the lease key (-priority, available_at, id) of the last step the
-    -- worker leased of that lane: the scan starts after it, so the entries of steps already
-    -- leased are not walked over again (dead ones that a held xmin horizon keeps in the
-    -- index). What it skips — a higher priority or an earlier available_at that arrived behind
-    -- the cursor — the worker's periodic scan from the start finds (rara.worker.lease_cursor).
-    -- A pair appears once per cursor of its lanes, or once without one.
-    SELECT jsonb_agg(jsonb_build_object(
-               'capability', l.capability, 'executor', l.executor, 'namespace', l.namespace,
-               'after_rank', c.rank, 'after_at', c.at, 'after_id', c.id)),
-           array_agg(DISTINCT l.namespace)
-    INTO lanes, names
-    FROM (SELECT DISTINCT p.capability, p.executor
-          FROM unnest(p_capabilities, p_executors) AS p(capability, executor)) AS p
-    JOIN rara_lanes l ON l.capability = p.capability AND l.executor = p.executor
-    LEFT JOIN LATERAL (
-        SELECT c.rank, c.at, c.id
-        FROM unnest(p_capabilities, p_executors, p_after_namespaces, p_after_ranks,
-                    p_after_ats, p_after_ids) AS c(capability, executor, namespace, rank, at, id)
-        WHERE c.capability = l.capability AND c.executor = l.executor
-          AND c.namespace = l.namespace
-        LIMIT 1) AS c ON true;
-    IF names IS NULL THEN
-        RETURN;  -- nothing was ever queued for what this worker serves
-    END IF;
-    SELECT array_agg(coalesce(w.weight, 1) ORDER BY n.i) INTO weights
-    FROM unnest(names) WITH ORDINALITY AS n(namespace, i)
-    LEFT JOIN rara_namespace_shares w ON w.namespace = n.namespace;
-    -- Quotas: locked and counted as the limits are (after them: every leaser takes the locks
-    -- in one order), only where a lane's namespace has one.
+    -- Quotas (migration 0019): the same, after the limits (every leaser takes the locks in one
+    -- order), for the quotas of the served capabilities in any namespace.
     PERFORM 1 FROM rara_namespace_quotas q
-    WHERE q.namespace = ANY (names) AND (q.capability = '*' OR q.capability = ANY (p_capabilities))
+    WHERE q.capability = '*' OR q.capability = ANY (p_capabilities)
     ORDER BY q.namespace, q.capability FOR UPDATE;
     IF FOUND THEN
-        SELECT array_agg(q.namespace), array_agg(q.capability),
-               array_agg(greatest(0, q.max_running - (
-                   SELECT count(*) FROM rara_steps s
-                   WHERE s.lease_expires_at IS NOT NULL  -- the running steps (their index)
-                     AND s.status = 'running' AND s.namespace = q.namespace
-                     AND (q.capability = '*' OR s.capability = q.capability))::integer))
-        INTO quota_nss, quota_caps, quota_free
-        FROM rara_namespace_quotas q
-        WHERE q.namespace = ANY (names)
-          AND (q.capability = '*' OR q.capability = ANY (p_capabilities));
-    END IF;
-    -- Fair share, in rounds. A round draws the slots still free among the namespaces that may
-    -- still give, each slot a namespace's with probability weight / Σ weights, and takes from
-    -- each namespace's lanes what it drew, in lease order (priority, then age: the order within
-    -- a namespace). A namespace that gives less than it drew (its lanes ran dry, or a limit or
-    -- quota stopped it) is spent, and the next round draws its slots among the others. Every
-    -- round either fills the lease or spends a namespace, and only the namespaces drawn are
-    -- probed, so a lease costs its size, not the number of busy namespaces
-    -- (docs/namespaces.md, "Fair share"; docs/decisions/0012-fair-share-lanes.md).
-    LOOP
-        IF cardinality(names) - cardinality(spent) = 1 THEN  -- one left: no draw
-            drawn_nss := ARRAY(SELECT n FROM unnest(names) AS n WHERE n <> ALL (spent));
-            drawn_counts := ARRAY[p_limit - cardinality(taken)];
-        ELSE
-            WITH pool AS (
-                SELECT n.namespace, sum(n.weight) OVER (ORDER BY n.namespace) AS upto,
-                       sum(n.weight) OVER () AS total
-                FROM unnest(names, weights) AS n(namespace, weight)
-                WHERE n.namespace <> ALL (spent)
-            ), draws AS (
-                SELECT (SELECT p.namespace FROM pool p WHERE p.upto > d.r * p.total
-                        ORDER BY p.upto LIMIT 1) AS namespace
-                FROM (SELECT random() AS r
-                      FROM generate_series(1, p_limit - cardinality(taken))) AS d
-            )
-            SELECT array_agg(d.namespace), array_agg(d.n) INTO drawn_nss, drawn_counts
-            FROM (SELECT d.namespace, count(*)::integer AS n FROM draws d
-                  GROUP BY d.namespace) AS d;
-        END IF;
-        WITH lane AS (
-            SELECT l.*, d.n AS drawn
-            FROM jsonb_to_recordset(lanes) AS l(capability text, executor text, namespace text,
-                                                after_rank integer, after_at timestamptz,
-                                                after_id bigint)
-            JOIN unnest(drawn_nss, drawn_counts) AS d(namespace, n) ON d.namespace = l.namespace
-        ), found AS (
-            -- One index range scan per lane drawn, SKIP LOCKED so concurrent workers never
-            -- wait on each other (a row this lease locked in an earlier round and did not
-            -- take comes back: the lock is its own), no more rows than the namespace drew or
-            -- a limit or quota lets run; then the namespace's lease order across its lanes.
-            SELECT l.namespace, l.drawn, c.id, c.capability,
-                   row_number() OVER (PARTITION BY l.namespace
-                                      ORDER BY c.rank, c.available_at, c.id) AS nth
-            FROM lane l
-            LEFT JOIN unnest(limited, slots) AS lim(capability, free)
-                ON lim.capability = l.capability
-            LEFT JOIN unnest(quota_nss, quota_caps, quota_free) AS qc(namespace, capability, free)
-                ON qc.namespace = l.namespace AND qc.capability = l.capability
-            LEFT JOIN unnest(quota_nss, quota_caps, quota_free) AS qn(namespace, capability, free)
-                ON qn.namespace = l.namespace AND qn.capability = '*'
-            CROSS JOIN LATERAL (
-                SELECT s.id, s.capability, -s.priority AS rank, s.available_at FROM rara_steps s
-                WHERE s.status = 'ready' AND s.capability = l.capability
-                  AND s.executor = l.executor AND s.namespace = l.namespace
-                  AND s.available_at <= now() AND s.id <> ALL (taken)
-                  -- the index range starts here (-1001: below every rank, see migration 0004)
-                  AND (-s.priority, s.available_at, s.id) > (coalesce(l.after_rank, -1001),
-                                                             coalesce(l.after_at, '-infinity'),
-                                                             coalesce(l.after_id, 0))
-                ORDER BY -s.priority, s.available_at, s.id
-                LIMIT least(l.drawn, lim.free, qc.free, qn.free)
-                FOR UPDATE SKIP LOCKED
-            ) AS c
-        ), arrivals AS (
-            -- Where a limit or a quota is shared, its free slots go by weight too: a
-            -- namespace's k-th step arrives at the k-th event of a Poisson process of its
-            -- weight; merged, each next arrival is a namespace's with probability
-            -- weight / Σ weights.
-            SELECT f.id, f.namespace, f.capability,
-                   sum(-ln(1.0 - random())) OVER (PARTITION BY f.namespace ORDER BY f.nth)
-                       / w.weight AS arrives
-            FROM found f JOIN unnest(names, weights) AS w(namespace, weight)
-                ON w.namespace = f.namespace
-            WHERE f.nth <= f.drawn
-        ), fair AS (
-            SELECT a.*,
-                   row_number() OVER (PARTITION BY a.capability ORDER BY a.arrives) AS of_cap,
-                   row_number() OVER (PARTITION BY a.namespace, a.capability
-                                      ORDER BY a.arrives) AS of_quota,
-                   row_number() OVER (PARTITION BY a.namespace ORDER BY a.arrives) AS of_ns
-            FROM arrivals a
+        WITH running AS (
+            SELECT s.namespace, s.capability, count(*)::integer AS n FROM rara_steps s
+            WHERE s.lease_expires_at IS NOT NULL  -- the running steps (their index)
+              AND s.status = 'running'
+            GROUP BY s.namespace, s.capability
         )
-        SELECT array_agg(f.id), array_agg(f.namespace), array_agg(f.capability)
-        INTO got_ids, got_nss, got_caps
-        FROM fair f
-        LEFT JOIN unnest(limited, slots) AS lim(capability, free) ON lim.capability = f.capability
-        LEFT JOIN unnest(quota_nss, quota_caps, quota_free) AS qc(namespace, capability, free)
-            ON qc.namespace = f.namespace AND qc.capability = f.capability
-        LEFT JOIN unnest(quota_nss, quota_caps, quota_free) AS qn(namespace, capability, free)
-            ON qn.namespace = f.namespace AND qn.capability = '*'
-        WHERE f.of_cap <= coalesce(lim.free, f.of_cap)
-          AND f.of_quota <= coalesce(qc.free, f.of_quota)
-          AND f.of_ns <= coalesce(qn.free, f.of_ns);
-        taken := taken || coalesce(got_ids, '{}');
-        EXIT WHEN cardinality(taken) >= p_limit;
-        spent := spent || ARRAY(
-            SELECT d.namespace FROM unnest(drawn_nss, drawn_counts) AS d(namespace, n)
-            WHERE d.n > (SELECT count(*) FROM unnest(got_nss) AS g(namespace)
-                         WHERE g.namespace = d.namespace));
-        EXIT WHEN cardinality(spent) >= cardinality(names);
-        IF got_ids IS NOT NULL AND (cardinality(limited) > 0 OR cardinality(quota_nss) > 0) THEN
-            -- what this round took of each limit and quota
+        SELECT array_agg(q.namespace || ' ' || q.capability),
+               array_agg(greatest(0, q.max_running - coalesce((
+                   SELECT sum(r.n) FROM running r
+                   WHERE r.namespace = q.namespace
+                     AND (q.capability = '*' OR r.capability = q.capability)), 0))::integer)
+        INTO quota_keys, quota_free
+        FROM rara_namespace_quotas q
+        WHERE q.capability = '*' OR q.capability = ANY (p_capabilities);
+    END IF;
+    -- Fair share (docs/namespaces.md, "Fair share"; docs/decisions/0012-fair-share-lanes.md).
+    -- The worker serves (capability, executor kind) pairs — a worker without a gRPC executor
+    -- must not lease `executor: grpc` steps of a capability its registry also has — and a
+    -- pair's ready steps are one index range per namespace, a lane (migration 0019).
+    --
+    -- First round: each of the lease's slots is drawn, a pair by the sum of its lanes' weights
+    -- and then a lane of it by its namespace's weight (one probe of rara_lanes_draw per slot),
+    -- and each lane drawn gives its slots in lease order (priority, then age: the order within
+    -- a namespace). So the lease probes only the lanes it drew: it costs its size, not the
+    -- number of namespaces. Second round, only when the first fell short (a lane drawn had
+    -- fewer ready steps than slots, or a limit or quota stopped it): the pairs' other lanes,
+    -- from one drawn by weight on in namespace order, each giving what it has until the lease
+    -- is full — the walk stops there.
+    --
+    -- Per lane an optional cursor (p_after_namespaces names its lane; after_ranks, after_ats,
+    -- after_ids; a pair appears once per cursor of its lanes, or once with NULLs) — the lease
+    -- key (-priority, available_at, id) of the last step the worker leased of the lane: the
+    -- scan starts after it, so the entries of steps already leased are not walked over again
+    -- (dead ones that a held xmin horizon keeps in the index). What it skips — a higher
+    -- priority or an earlier available_at that arrived behind the cursor — the worker's
+    -- periodic scan from the start finds (rara.worker.lease_cursor).
+    WITH pair AS (
+        SELECT p.capability, p.executor,
+               sum(t.total) OVER (ORDER BY p.capability, p.executor) - t.total AS low,
+               sum(t.total) OVER () AS total
+        FROM (SELECT DISTINCT p.capability, p.executor
+              FROM unnest(p_capabilities, p_executors) AS p(capability, executor)) AS p
+        CROSS JOIN LATERAL (
+            SELECT l.low + l.weight AS total FROM rara_lanes l
+            WHERE l.capability = p.capability AND l.executor = p.executor
+            ORDER BY l.low DESC LIMIT 1) AS t
+    ), draw AS MATERIALIZED (
+        SELECT random() * (SELECT max(p.total) FROM pair p) AS r
+        FROM generate_series(1, p_limit)
+    )
+    SELECT array_agg(l.capability), array_agg(l.executor), array_agg(l.namespace),
+           array_agg(l.n), array_agg(l.weight)
+    INTO drawn_caps, drawn_execs, drawn_nss, drawn_counts, drawn_weights
+    FROM (
+        SELECT l.capability, l.executor, l.namespace, l.weight, count(*)::integer AS n
+        FROM draw d
+        CROSS JOIN LATERAL (SELECT p.* FROM pair p WHERE p.low <= d.r
+                            ORDER BY p.low DESC LIMIT 1) AS p
+        CROSS JOIN LATERAL (
+            SELECT l.capability, l.executor, l.namespace, l.weight FROM rara_lanes l
+            WHERE l.capability = p.capability AND l.executor = p.executor
+              AND l.low <= d.r - p.low
+            ORDER BY l.low DESC LIMIT 1) AS l
+        GROUP BY l.capability, l.executor, l.namespace, l.weight
+    ) AS l;
+    IF drawn_caps IS NULL THEN
+        RETURN;  -- nothing was ever queued for what this worker serves
+    END IF;
+    FOR round IN 1..2 LOOP
+        IF round = 1 THEN
+            WITH found AS (
+                SELECT l.executor, l.namespace, l.drawn, l.weight, c.id, c.capability,
+                       row_number() OVER (PARTITION BY l.namespace
+                                          ORDER BY c.rank, c.available_at, c.id) AS nth
+                FROM (
+                    SELECT d.*, c.rank, c.at, c.id
+                    FROM unnest(drawn_caps, drawn_execs, drawn_nss, drawn_counts, drawn_weights)
+                        AS d(capability, executor, namespace, drawn, weight)
+                    LEFT JOIN unnest(p_capabilities, p_executors, p_after_namespaces,
+                                     p_after_ranks, p_after_ats, p_after_ids)
+                        AS c(capability, executor, namespace, rank, at, id)
+                        ON c.capability = d.capability AND c.executor = d.executor
+                       AND c.namespace = d.namespace
+                ) AS l
+                CROSS JOIN LATERAL (
+                    -- One index range scan per lane drawn, SKIP LOCKED so concurrent workers
+                    -- never wait on each other, no more rows than it drew or a limit or quota
+                    -- lets run.
+                    SELECT s.id, s.capability, -s.priority AS rank, s.available_at
+                    FROM rara_steps s
+                    WHERE s.status = 'ready' AND s.capability = l.capability
+                      AND s.executor = l.executor AND s.namespace = l.namespace
+                      AND s.available_at <= now()
+                      -- the range starts here (-1001: below every rank, see migration 0004)
+                      AND (-s.priority, s.available_at, s.id)
+                          > (coalesce(l.rank, -1001), coalesce(l.at, '-infinity'),
+                             coalesce(l.id, 0))
+                    ORDER BY -s.priority, s.available_at, s.id
+                    LIMIT least(l.drawn, slots[array_position(limited, l.capability)],
+                                quota_free[array_position(
+                                    quota_keys, l.namespace || ' ' || l.capability)],
+                                quota_free[array_position(quota_keys, l.namespace || ' *')])
+                    FOR UPDATE SKIP LOCKED
+                ) AS c
+            ), arrivals AS (
+                -- The order in which the candidates claim slots that a limit or quota shares
+                -- between namespaces: a lane's k-th step arrives at the k-th event of a
+                -- Poisson process of its weight; merged, each next arrival is a lane's with
+                -- probability weight / Σ weights.
+                SELECT f.*, sum(-ln(1.0 - random())) OVER (PARTITION BY f.namespace
+                                                           ORDER BY f.nth) / f.weight AS arrives
+                FROM found f WHERE f.nth <= f.drawn
+            )
+            SELECT array_agg(a.id ORDER BY a.arrives), array_agg(a.namespace ORDER BY a.arrives),
+                   array_agg(a.capability ORDER BY a.arrives),
+                   array_agg(a.capability || ' ' || a.executor || ' ' || a.namespace)
+            INTO cand_ids, cand_nss, cand_caps, spent FROM arrivals a;
+            -- The lanes that gave less than they drew: the second round passes them by.
+            spent := ARRAY(
+                SELECT d.capability || ' ' || d.executor || ' ' || d.namespace
+                FROM unnest(drawn_caps, drawn_execs, drawn_nss, drawn_counts)
+                    AS d(capability, executor, namespace, drawn)
+                WHERE d.drawn > (SELECT count(*) FROM unnest(spent) AS g(lane)
+                                 WHERE g.lane = d.capability || ' ' || d.executor || ' '
+                                                || d.namespace));
+        ELSE
+            SELECT array_agg(w.id ORDER BY w.o), array_agg(w.namespace ORDER BY w.o),
+                   array_agg(w.capability ORDER BY w.o)
+            INTO cand_ids, cand_nss, cand_caps
+            FROM (
+                SELECT l.namespace, c.id, c.capability, row_number() OVER () AS o
+                FROM (
+                    -- the pairs in a random order, each from a lane drawn by weight on
+                    SELECT p.capability, p.executor,
+                           random() * (SELECT t.low + t.weight FROM rara_lanes t
+                                       WHERE t.capability = p.capability
+                                         AND t.executor = p.executor
+                                       ORDER BY t.low DESC LIMIT 1) AS start
+                    FROM (SELECT DISTINCT p.capability, p.executor
+                          FROM unnest(p_capabilities, p_executors) AS p(capability, executor))
+                        AS p
+                    ORDER BY random()
+                ) AS p
+                CROSS JOIN LATERAL (
+                    (SELECT l.capability, l.executor, l.namespace FROM rara_lanes l
+                     WHERE l.capability = p.capability AND l.executor = p.executor
+                       AND l.low + l.weight > p.start
+                     ORDER BY l.low)
+                    UNION ALL
+                    (SELECT l.capability, l.executor, l.namespace FROM rara_lanes l
+                     WHERE l.capability = p.capability AND l.executor = p.executor
+                       AND l.low + l.weight <= p.start
+                     ORDER BY l.low)
+                ) AS l
+                LEFT JOIN LATERAL (
+                    SELECT c.rank, c.at, c.id
+                    FROM unnest(p_capabilities, p_executors, p_after_namespaces,
+                                p_after_ranks, p_after_ats, p_after_ids)
+                        AS c(capability, executor, namespace, rank, at, id)
+                    WHERE c.capability = l.capability AND c.executor = l.executor
+                      AND c.namespace = l.namespace
+                    LIMIT 1
+                ) AS after ON true
+                CROSS JOIN LATERAL (
+                    SELECT s.id, s.capability FROM rara_steps s
+                    WHERE s.status = 'ready' AND s.capability = l.capability
+                      AND s.executor = l.executor AND s.namespace = l.namespace
+                      AND s.available_at <= now() AND s.id <> ALL (taken)
+                      AND (-s.priority, s.available_at, s.id)
+                          > (coalesce(after.rank, -1001), coalesce(after.at, '-infinity'),
+                             coalesce(after.id, 0))
+                    ORDER BY -s.priority, s.available_at, s.id
+                    LIMIT least(p_limit - cardinality(taken),
+                                slots[array_position(limited, l.capability)],
+                                quota_free[array_position(
+                                    quota_keys, l.namespace || ' ' || l.capability)],
+                                quota_free[array_position(quota_keys, l.namespace || ' *')])
+                    FOR UPDATE SKIP LOCKED
+                ) AS c
+                WHERE l.capability || ' ' || l.executor || ' ' || l.namespace <> ALL (spent)
+                LIMIT p_limit - cardinality(taken)
+            ) AS w;
+        END IF;
+        IF cand_ids IS NULL THEN
+            cand_ids := '{}';
+            cand_nss := '{}';
+            cand_caps := '{}';
+        ELSIF cardinality(limited) > 0 OR cardinality(quota_keys) > 0 THEN
+            -- A limit or quota shared by several lanes: its free slots go to the candidates
+            -- in their order; what finds none stays ready (this lease's lock on it ends with
+            -- the transaction).
+            WITH fit AS (
+                SELECT c.*,
+                       row_number() OVER (PARTITION BY c.capability ORDER BY c.o) AS of_cap,
+                       row_number() OVER (PARTITION BY c.namespace, c.capability ORDER BY c.o)
+                           AS of_quota,
+                       row_number() OVER (PARTITION BY c.namespace ORDER BY c.o) AS of_ns
+                FROM unnest(cand_ids, cand_nss, cand_caps) WITH ORDINALITY
+                    AS c(id, namespace, capability, o)
+            )
+            SELECT coalesce(array_agg(f.id ORDER BY f.o), '{}'),
+                   coalesce(array_agg(f.namespace ORDER BY f.o), '{}'),
+                   coalesce(array_agg(f.capability ORDER BY f.o), '{}')
+            INTO cand_ids, cand_nss, cand_caps
+            FROM fit f
+            WHERE f.of_cap <= coalesce(slots[array_position(limited, f.capability)], f.of_cap)
+              AND f.of_quota <= coalesce(quota_free[array_position(
+                      quota_keys, f.namespace || ' ' || f.capability)], f.of_quota)
+              AND f.of_ns <= coalesce(quota_free[array_position(
+                      quota_keys, f.namespace || ' *')], f.of_ns);
+            -- what the round took of each limit and quota
             slots := ARRAY(
-                SELECT greatest(0, l.free - (SELECT count(*) FROM unnest(got_caps) AS g(c)
+                SELECT greatest(0, l.free - (SELECT count(*) FROM unnest(cand_caps) AS g(c)
                                              WHERE g.c = l.capability))::integer
                 FROM unnest(limited, slots) WITH ORDINALITY AS l(capability, free, i)
                 ORDER BY l.i);
             quota_free := ARRAY(
                 SELECT greatest(0, q.free - (
-                    SELECT count(*) FROM unnest(got_nss, got_caps) AS g(namespace, capability)
-                    WHERE g.namespace = q.namespace
-                      AND (q.capability = '*' OR g.capability = q.capability)))::integer
-                FROM unnest(quota_nss, quota_caps, quota_free) WITH ORDINALITY
-                    AS q(namespace, capability, free, i)
+                    SELECT count(*) FROM unnest(cand_nss, cand_caps) AS g(namespace, capability)
+                    WHERE q.key IN (g.namespace || ' ' || g.capability, g.namespace || ' *')
+                ))::integer
+                FROM unnest(quota_keys, quota_free) WITH ORDINALITY AS q(key, free, i)
                 ORDER BY q.i);
         END IF;
+        taken := taken || cand_ids;
+        EXIT WHEN cardinality(taken) >= p_limit;
     END LOOP;
     RETURN QUERY
     WITH leased AS (
@@ -2579,7 +2684,9 @@ CREATE TABLE public.rara_events (
 CREATE TABLE public.rara_lanes (
     capability text NOT NULL,
     executor text NOT NULL,
-    namespace text NOT NULL
+    namespace text NOT NULL,
+    weight integer DEFAULT 1 NOT NULL,
+    low double precision DEFAULT 0 NOT NULL
 );
 
 -- TABLE: rara_map_lists
@@ -2986,6 +3093,10 @@ ALTER TABLE ONLY public.rara_steps
 ALTER TABLE ONLY public.rara_workers
     ADD CONSTRAINT rara_workers_pkey PRIMARY KEY (id);
 
+-- INDEX: rara_lanes_draw
+
+CREATE INDEX rara_lanes_draw ON public.rara_lanes USING btree (capability, executor, low);
+
 -- INDEX: rara_runs_by_namespace
 
 CREATE INDEX rara_runs_by_namespace ON public.rara_runs USING btree (namespace, id);
@@ -3266,6 +3377,10 @@ REVOKE ALL ON FUNCTION public.rara_grant(routine text, VARIADIC roles text[]) FR
 -- ACL: FUNCTION rara_lanes_add()
 
 REVOKE ALL ON FUNCTION public.rara_lanes_add() FROM PUBLIC;
+
+-- ACL: FUNCTION rara_lanes_rebalance(p_capability text, p_executor text)
+
+REVOKE ALL ON FUNCTION public.rara_lanes_rebalance(p_capability text, p_executor text) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_map_children_ended(p_ends jsonb)
 

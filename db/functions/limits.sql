@@ -38,6 +38,9 @@ BEGIN
         INSERT INTO rara_namespace_shares (namespace, weight) VALUES (p_namespace, p_weight)
         ON CONFLICT (namespace) DO UPDATE SET weight = EXCLUDED.weight, updated_at = now();
     END IF;
+    -- The lease draws lanes by the weights laid out in rara_lanes: lay them out again.
+    PERFORM rara_lanes_rebalance(l.capability, l.executor) FROM rara_lanes l
+    WHERE l.namespace = p_namespace ORDER BY l.capability, l.executor;
 END $$;
 SELECT rara_grant('rara_namespace_share_set', 'rara_client', 'rara_operator');
 

@@ -10,10 +10,11 @@
 --   index can order by it (the lease reads a namespace's queue as one index range).
 -- - rara_steps_ready gains executor and namespace in its key: one range per lane, a
 --   (capability, executor, namespace) triple. The executor was a filter on the range before.
--- - rara_lanes: every lane that has had a step. The lease reads the served pairs' lanes from it
---   instead of looking for namespaces in the index, whose ranges a held xmin horizon fills
---   with dead entries. A statement trigger adds a lane with the first step inserted into it,
---   whichever function inserts it (start, resume, a map's children).
+-- - rara_lanes: every lane that has had a step, with its namespace's weight laid out for a
+--   draw by weight in one index probe. The lease draws lanes from it instead of looking for
+--   namespaces in the index, whose ranges a held xmin horizon fills with dead entries. A
+--   statement trigger adds a lane with the first step inserted into it, whichever function
+--   inserts it (start, resume, a map's children).
 -- - rara_namespace_shares: a namespace's weight (1 when absent).
 -- - rara_namespace_quotas: at most max_running attempts at once of a namespace, per capability
 --   or, with capability '*', for all of them.
@@ -37,37 +38,58 @@ ALTER POLICY rara_steps_read ON rara_steps
     USING ((SELECT rara_caller_namespaces()) @> '{*}'
            OR namespace = ANY ((SELECT rara_caller_namespaces())::text[]));
 
-CREATE TABLE rara_lanes (
-    capability text NOT NULL,
-    executor   text NOT NULL,
-    namespace  text NOT NULL,
-    PRIMARY KEY (capability, executor, namespace)
-);
-INSERT INTO rara_lanes (capability, executor, namespace)
-SELECT DISTINCT capability, executor, namespace FROM rara_steps
-WHERE status IN ('blocked', 'ready', 'running');
-
--- (one statement per INSERT, however many steps it inserts: a run's start, a map's slice; as
--- the inserting role, which is the owner: no other role inserts steps)
-CREATE FUNCTION rara_lanes_add() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO rara_lanes (capability, executor, namespace)
-    SELECT DISTINCT i.capability, i.executor, i.namespace FROM inserted i
-    WHERE i.status IN ('blocked', 'ready')
-    ON CONFLICT DO NOTHING;
-    RETURN NULL;
-END $$;
-REVOKE ALL ON FUNCTION rara_lanes_add() FROM PUBLIC;
-CREATE TRIGGER rara_steps_lanes AFTER INSERT ON rara_steps
-    REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION rara_lanes_add();
-
 CREATE TABLE rara_namespace_shares (
     namespace  text PRIMARY KEY CONSTRAINT rara_namespace_shares_namespace_check
         CHECK (namespace ~ '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'),
     weight     integer NOT NULL CHECK (weight BETWEEN 1 AND 10000),
     updated_at timestamptz NOT NULL DEFAULT now()
 );
+
+-- A lane's weight is its namespace's, copied here, and `low` is the sum of the weights of the
+-- lanes of its (capability, executor) pair before it in namespace order: the pair's lanes
+-- tile [0, Σ weights), each with an interval as long as its weight, so that the lease draws
+-- a lane by weight with one index probe (`low <= r ORDER BY low DESC LIMIT 1`), whatever the
+-- number of lanes. Kept by rara_lanes_rebalance (db/functions/lease.sql) when a lane is added
+-- or a weight set.
+CREATE TABLE rara_lanes (
+    capability text NOT NULL,
+    executor   text NOT NULL,
+    namespace  text NOT NULL,
+    weight     integer NOT NULL DEFAULT 1,
+    low        double precision NOT NULL DEFAULT 0,
+    PRIMARY KEY (capability, executor, namespace)
+);
+CREATE INDEX rara_lanes_draw ON rara_lanes (capability, executor, low);
+INSERT INTO rara_lanes (capability, executor, namespace, low)
+SELECT l.capability, l.executor, l.namespace,
+       row_number() OVER (PARTITION BY l.capability, l.executor ORDER BY l.namespace) - 1
+FROM (SELECT DISTINCT capability, executor, namespace FROM rara_steps
+      WHERE status IN ('blocked', 'ready', 'running')) AS l;
+
+-- (one statement per INSERT, however many steps it inserts: a run's start, a map's slice; as
+-- the inserting role, which is the owner: no other role inserts steps)
+CREATE FUNCTION rara_lanes_add() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    added record;
+BEGIN
+    FOR added IN
+        WITH new AS (
+            INSERT INTO rara_lanes (capability, executor, namespace)
+            SELECT DISTINCT i.capability, i.executor, i.namespace FROM inserted i
+            WHERE i.status IN ('blocked', 'ready')
+            ON CONFLICT DO NOTHING
+            RETURNING capability, executor
+        )
+        SELECT DISTINCT n.capability, n.executor FROM new n ORDER BY 1, 2
+    LOOP
+        PERFORM rara_lanes_rebalance(added.capability, added.executor);
+    END LOOP;
+    RETURN NULL;
+END $$;
+REVOKE ALL ON FUNCTION rara_lanes_add() FROM PUBLIC;
+CREATE TRIGGER rara_steps_lanes AFTER INSERT ON rara_steps
+    REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION rara_lanes_add();
 
 CREATE TABLE rara_namespace_quotas (
     namespace   text NOT NULL CONSTRAINT rara_namespace_quotas_namespace_check

@@ -29,6 +29,8 @@ def _result() -> dict[str, Any]:
         "weighted_error": _weight_error(weighted, WEIGHTS),
         "lease_cost": {"ready": 20_000, "namespaces": 100, "1": one, "100": spread},
         "lease_cost_ratio": _cost_ratios(one, spread),
+        "lease_cost_beside_idle": _cost(1200.0, 700.0),
+        "lease_cost_beside_idle_ratio": _cost_ratios(one, _cost(1200.0, 700.0)),
     }
 
 
@@ -42,6 +44,7 @@ def test_the_line_names_each_goal_s_figure() -> None:
     assert "A 52%, B 48%" in text
     assert "weighted 1:3: B 70.0% (fair 75%, 6.7% off)" in text
     assert "p50 1000 / 1100 us (1.10x)" in text
+    assert "one busy beside 99 idle: 1.20x" in text
 
 
 def test_the_summary_takes_the_tenants_goals() -> None:
@@ -49,3 +52,4 @@ def test_the_summary_takes_the_tenants_goals() -> None:
     assert out["tenants_behind_backlog_p99_vs_idle"] == 1.5
     assert out["tenants_weighted_error"] == 0.067
     assert out["tenants_lease_100_vs_1_namespaces"] == 1.1
+    assert out["tenants_lease_beside_99_idle_vs_1"] == 1.2

@@ -13,10 +13,10 @@ import psycopg
 import pytest
 
 from rara.pg import limits
+from rara.pg.queries import many
 from rara.pg.runs import enqueue_many
 from rara.worker.lease_cursor import LeaseCursors
 from rara.worker.store import LEASED
-from rara.pg.queries import many
 from tests.db.test_map_steps import _end, _won
 from tests.support.definitions import apply
 from tests.support.leasing import lease_now
@@ -143,7 +143,7 @@ def test_concurrent_leasers_never_exceed_a_quota(
                 start.wait()
                 for _ in range(5):
                     lease_now(mine, ["work@1"], worker=f"w{n}", limit=3)
-        except BaseException as exc:  # noqa: BLE001 — reported by the assertion below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=lease, args=(n,)) for n in range(8)]
@@ -200,7 +200,8 @@ def test_bad_weights_and_quotas_are_refused_naming_the_field(
 ) -> None:
     with pytest.raises(psycopg.errors.CheckViolation, match=message):
         call(conn)
-    assert limits.list_shares(conn) == [] and limits.list_quotas(conn) == []
+    assert limits.list_shares(conn) == []
+    assert limits.list_quotas(conn) == []
 
 
 def test_only_the_fleet_sets_weights_and_quotas(
@@ -222,3 +223,68 @@ def test_only_the_fleet_sets_weights_and_quotas(
     with psycopg.connect(role_url("rara_operator"), autocommit=True) as operator:
         limits.set_quota(operator, A, "*", 100)
         assert [q.max_running for q in limits.list_quotas(operator)] == [100]
+
+
+def _layout(
+    conn: psycopg.Connection[Any], capability: str = "work@1"
+) -> list[tuple[str, int, float]]:
+    return [
+        (n, w, low)
+        for n, w, low in conn.execute(
+            "SELECT namespace, weight, low FROM rara_lanes WHERE capability = %s"
+            " ORDER BY namespace",
+            (capability,),
+        ).fetchall()
+    ]
+
+
+def test_the_lanes_tile_the_draw_by_weight(conn: psycopg.Connection[Any]) -> None:
+    """Each lane of a pair holds an interval of [0, Σ weights) as long as its namespace's
+    weight, in namespace order: the lease draws a lane with one index probe."""
+    limits.set_share(conn, B, 3)  # before B has a lane: applied when it gets one
+    _ready(conn, B, 1)
+    _ready(conn, A, 1)
+    assert _layout(conn) == [(A, 1, 0.0), (B, 3, 1.0)]
+    _ready(conn, C, 1)
+    limits.set_share(conn, A, 2)
+    assert _layout(conn) == [(A, 2, 0.0), (B, 3, 2.0), (C, 1, 5.0)]
+    limits.set_share(conn, B, None)
+    assert _layout(conn) == [(A, 2, 0.0), (B, 1, 2.0), (C, 1, 3.0)]
+
+
+def test_namespaces_starting_at_once_each_get_their_lane(database_url: str) -> None:
+    """New lanes added by concurrent starts take turns laying the pair out: the intervals
+    end up tiling it, none lost or overlapping."""
+    names = [f"team-{i}" for i in range(8)]
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        for name in names:  # the definitions first: the starts race on the lanes alone
+            apply(conn, "work-work-1", [{"key": "s", "capability": "work@1"}], namespace=name)
+    start = threading.Barrier(len(names))
+    errors: list[BaseException] = []
+
+    def begin(namespace: str) -> None:
+        try:
+            with psycopg.connect(database_url, autocommit=True) as mine:
+                start.wait()
+                enqueue_many(
+                    mine,
+                    definition="work-work-1",
+                    version=None,
+                    runs=3,
+                    steps=1,
+                    key="s",
+                    capability="work@1",
+                    namespace=namespace,
+                )
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=begin, args=(n,)) for n in names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert _layout(conn) == [(n, 1, float(i)) for i, n in enumerate(sorted(names))]
+        assert len(lease_now(conn, ["work@1"], worker="w", limit=100)) == 24

@@ -4,7 +4,7 @@ namespaces split the workers' throughput by weight, and what the lease costs wit
 namespaces.
 
     .venv/bin/python -m bench.tenants [--backlog 100000] [--samples 20] [--workers 2]
-        [--busy 10000] [--ready 20000] [--namespaces 100] [--leases 200]
+        [--b-weight 1] [--busy 10000] [--ready 20000] [--namespaces 100] [--leases 200]
 
 The lease shares its slots between namespaces by weight (migration 0019, rara_step_lease in
 db/functions/lease.sql; weights: ``rara.pg.limits.set_share``), so a namespace's backlog is no
@@ -14,15 +14,18 @@ namespaces within 1.2x the cost of one among 1.
 
 1. ``--samples`` one-step runs of B, one every 0.1 s, into idle workers: start to first lease.
 2. A's ``--backlog`` one-step runs inserted at once (``run_enqueue_many``), then B's runs, one
-   every 0.25 s while the workers drain A: start (the run row's creation) to first lease.
-3. Both busy: ``--busy`` runs of A, then as many of B, inserted back to back; when half of all
-   steps are done, each namespace's share of them. Once with equal weights (50% each is fair),
-   once with A's weight 1 and B's 3 (25% / 75%). A's head start (its steps leased before B's
-   were inserted, when A had the workers to itself) is reported too: it skews both towards A.
+   every 0.25 s while the workers drain A: start (the run row's creation) to first lease. B's
+   weight is ``--b-weight`` here (a control: far above A's, B comes first in nearly every
+   lease, and what is left of its wait is the machine's, not the lease order's).
+3. Both busy: ``--busy`` runs of A and as many of B, inserted in one transaction; when half of
+   all steps are done, each namespace's share of them. Once with equal weights (50% each is
+   fair), once with A's weight 1 and B's 3 (25% / 75%). A's head start (its steps leased before
+   B's were in) is reported too: it would skew both towards A.
 4. No workers: ``--ready`` ready one-step runs in 1 namespace, then (another database) spread
-   evenly over ``--namespaces``; ``--leases`` leases of 10 and of 1 each, rolled back so that
-   every one sees the same queue: the client's time per lease and the server's (its execution
-   time, from EXPLAIN ANALYZE).
+   evenly over ``--namespaces``, then (a third) in 1 namespace beside ``--namespaces`` - 1 idle
+   ones (lanes with nothing ready); ``--leases`` leases of 10 and of 1 each, rolled back so
+   that every one sees the same queue: the client's time per lease and the server's (its
+   execution time, from EXPLAIN ANALYZE).
 """
 
 from __future__ import annotations
@@ -254,6 +257,7 @@ def measure(
     ready: int = 20_000,
     namespaces: int = 100,
     leases: int = 200,
+    b_weight: int = 1,
 ) -> dict[str, Any]:
     name = f"bench_tenants_{backlog}"
     url = server.fresh(name)
@@ -266,10 +270,14 @@ def measure(
             with workers(url, names, logs):
                 idle = _starts(conn, samples, 0.1)
                 wait_until(lambda: _ended(conn, idle), 60, "B's runs on idle workers")
+                # (a control: with B's weight far above A's, B's step comes first in nearly
+                # every lease, so what is left of B's wait is not the lease's order)
+                set_share(conn, B, None if b_weight == 1 else b_weight)
                 _backlog(conn, A, backlog)
                 left_before = _left(conn)
                 behind = _starts(conn, samples, 0.25)
                 left_after = _left(conn)
+                set_share(conn, B, None)
                 wait_until(lambda: _ended(conn, behind), 900, "B's runs behind A's backlog")
                 wait_until(lambda: _left(conn) == 0, 900, "A's backlog drained")
                 equal, equal_head = split_at_half(conn, busy)
@@ -286,6 +294,7 @@ def measure(
     return {
         "backlog": backlog,
         "workers": n_workers,
+        "b_weight_behind_backlog": b_weight,
         "idle": idle_ms,
         "behind_backlog": behind_ms,
         "behind_vs_idle_p99": round(behind_ms["p99"] / max(idle_ms["p99"], 0.001), 2),
@@ -333,6 +342,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--ready", type=int, default=20_000, help="ready steps, lease cost")
     parser.add_argument("--namespaces", type=int, default=100, help="busy ones, lease cost")
     parser.add_argument("--leases", type=int, default=200, help="timed leases per size")
+    parser.add_argument(
+        "--b-weight", type=int, default=1, help="B's weight behind A's backlog (a control)"
+    )
     args = parser.parse_args(argv)
     logs = Path(tempfile.mkdtemp(prefix="rara-bench-logs-"))
     with bench_database() as url:
@@ -346,6 +358,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             ready=args.ready,
             namespaces=args.namespaces,
             leases=args.leases,
+            b_weight=args.b_weight,
         )
     print(line(out))
     print(json.dumps(out))

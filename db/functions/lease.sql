@@ -164,8 +164,9 @@ BEGIN
     FOR round IN 1..2 LOOP
         IF round = 1 THEN
             WITH found AS (
-                SELECT l.executor, l.namespace, l.drawn, l.weight, c.id, c.capability,
-                       row_number() OVER (PARTITION BY l.namespace
+                -- (nth: a lane's k-th step, in lease order; no lane gives more than it drew)
+                SELECT l.executor, l.namespace, l.weight, c.id, c.capability,
+                       row_number() OVER (PARTITION BY l.capability, l.executor, l.namespace
                                           ORDER BY c.rank, c.available_at, c.id) AS nth
                 FROM (
                     SELECT d.*, c.rank, c.at, c.id
@@ -202,9 +203,10 @@ BEGIN
                 -- between namespaces: a lane's k-th step arrives at the k-th event of a
                 -- Poisson process of its weight; merged, each next arrival is a lane's with
                 -- probability weight / Σ weights.
-                SELECT f.*, sum(-ln(1.0 - random())) OVER (PARTITION BY f.namespace
-                                                           ORDER BY f.nth) / f.weight AS arrives
-                FROM found f WHERE f.nth <= f.drawn
+                SELECT f.*, sum(-ln(1.0 - random())) OVER (
+                                PARTITION BY f.capability, f.executor, f.namespace ORDER BY f.nth)
+                            / f.weight AS arrives
+                FROM found f
             )
             SELECT array_agg(a.id ORDER BY a.arrives), array_agg(a.namespace ORDER BY a.arrives),
                    array_agg(a.capability ORDER BY a.arrives),

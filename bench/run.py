@@ -632,6 +632,7 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
         out["tenants_weighted_error"] = t["weighted_error"]
         out["tenants_lease_100_vs_1_namespaces"] = t["lease_cost_ratio"]["10 client_us"]
         out["tenants_lease_beside_99_idle_vs_1"] = t["lease_cost_beside_idle_ratio"]["10 client_us"]
+        out["tenants_keyed_lease_vs_unkeyed"] = t["keys"]["lease_cost_ratio"]["10 client_us"]
     if "history" in r:
         out["history_lease_p50_ratio"] = r["history"]["lease_p50_ratio"]
         out["history_drain_ratio"] = r["history"]["drain_ratio"]

@@ -64,6 +64,7 @@ from tests.support.definitions import noop_definition  # noqa: E402
 A, B = "team-a", "team-b"
 CAPABILITY = "bench.noop@1"  # tests.support.bench_handlers: returns at once
 WEIGHTS = {A: 1, B: 3}  # the weighted split's
+KEY_MAX = 2  # with keys: at most 2 running per key (issue 34, item 4: "2 per input.customer")
 LEASE_SIZES = (10, 1)  # a worker's batch, and a lone step (where the draw costs most)
 
 
@@ -96,7 +97,11 @@ def _left(conn: psycopg.Connection[Any]) -> int:
     return int(scalar(conn, "SELECT count(*) FROM rara_steps WHERE status <> 'succeeded'"))
 
 
-def _backlog(conn: psycopg.Connection[Any], namespace: str, runs: int) -> list[int]:
+def _backlog(
+    conn: psycopg.Connection[Any], namespace: str, runs: int, keys: int | None = None
+) -> list[int]:
+    """``runs`` ready one-step runs; with ``keys``, their steps take that many distinct
+    concurrency keys in turn, at most KEY_MAX of each running (migration 0020)."""
     return enqueue_many(
         conn,
         definition="noop",
@@ -106,10 +111,14 @@ def _backlog(conn: psycopg.Connection[Any], namespace: str, runs: int) -> list[i
         key="s0",
         capability=CAPABILITY,
         namespace=namespace,
+        concurrency_keys=keys,
+        concurrency_max=KEY_MAX,
     )
 
 
-def split_at_half(conn: psycopg.Connection[Any], busy: int) -> tuple[dict[str, float], int]:
+def split_at_half(
+    conn: psycopg.Connection[Any], busy: int, keys: int | None = None
+) -> tuple[dict[str, float], int]:
     """``busy`` runs of A and of B, committed together on running workers: each namespace's
     share of the steps done when half of them are, and A's head start — its steps leased before
     B's were in (none: one transaction inserts both; a head start would skew the split towards
@@ -117,8 +126,8 @@ def split_at_half(conn: psycopg.Connection[Any], busy: int) -> tuple[dict[str, f
     from an empty queue."""
     before = _done(conn)
     with conn.transaction():
-        a_runs = _backlog(conn, A, busy)
-        _backlog(conn, B, busy)
+        a_runs = _backlog(conn, A, busy, keys)
+        _backlog(conn, B, busy, keys)
     head_start = scalar(
         conn,
         "SELECT count(*) FROM rara_steps WHERE run_id = ANY(%s) AND status <> 'ready'",
@@ -146,11 +155,13 @@ def _namespaces(count: int) -> list[str]:
     return [A] if count == 1 else [f"team-{i:03d}" for i in range(count)]
 
 
-def _fill(conn: psycopg.Connection[Any], namespaces: list[str], ready: int) -> None:
-    """``ready`` ready one-step runs, as many in each namespace."""
+def _fill(
+    conn: psycopg.Connection[Any], namespaces: list[str], ready: int, keys: int | None = None
+) -> None:
+    """``ready`` ready one-step runs, as many in each namespace (with ``keys``: keyed)."""
     for namespace in namespaces:
         noop_definition(conn, "noop", namespace=namespace)
-        _backlog(conn, namespace, ready // len(namespaces))
+        _backlog(conn, namespace, ready // len(namespaces), keys)
     conn.execute("ANALYZE")
 
 
@@ -215,17 +226,22 @@ def _idle_lanes(conn: psycopg.Connection[Any], count: int) -> None:
 
 
 def lease_cost(
-    server: Server, namespaces: int, ready: int, leases: int, idle: int = 0
+    server: Server,
+    namespaces: int,
+    ready: int,
+    leases: int,
+    idle: int = 0,
+    keys: int | None = None,
 ) -> dict[str, Any]:
     """On a database without workers, ``ready`` ready steps spread over ``namespaces`` (and
     ``idle`` namespaces with nothing ready): µs per lease of each of LEASE_SIZES, at the client
     and in the server."""
-    name = f"bench_tenants_lanes_{namespaces}_{idle}"
+    name = f"bench_tenants_lanes_{namespaces}_{idle}_{keys or 0}"
     url = server.fresh(name)
     try:
         with psycopg.connect(url, autocommit=True, **HOT_PATH_SESSION) as conn:
             _idle_lanes(conn, idle)
-            _fill(conn, _namespaces(namespaces), ready)
+            _fill(conn, _namespaces(namespaces), ready, keys)
             return {
                 str(limit): {
                     "client_us": _timed(_lease_us, conn, limit, leases),
@@ -258,6 +274,7 @@ def measure(
     namespaces: int = 100,
     leases: int = 200,
     b_weight: int = 1,
+    keys: int = 10_000,
 ) -> dict[str, Any]:
     name = f"bench_tenants_{backlog}"
     url = server.fresh(name)
@@ -284,13 +301,23 @@ def measure(
                 for namespace, weight in WEIGHTS.items():
                     set_share(conn, namespace, weight)
                 weighted, weighted_head = split_at_half(conn, busy)
+                for namespace in WEIGHTS:
+                    set_share(conn, namespace, None)
+                # The same with A's steps keyed: ``keys`` distinct keys, KEY_MAX of each at most.
+                _backlog(conn, A, backlog, keys)
+                behind_keyed = _starts(conn, samples, 0.25)
+                wait_until(lambda: _ended(conn, behind_keyed), 900, "B's runs behind A's keys")
+                wait_until(lambda: _left(conn) == 0, 900, "A's keyed backlog drained")
+                keyed_split, _ = split_at_half(conn, busy, keys)
             idle_ms = _pcts(_first_lease_ms(conn, idle))
             behind_ms = _pcts(_first_lease_ms(conn, behind))
+            behind_keyed_ms = _pcts(_first_lease_ms(conn, behind_keyed))
     finally:
         server.drop(name)
     one = lease_cost(server, 1, ready, leases)
     spread = lease_cost(server, namespaces, ready, leases)
     beside_idle = lease_cost(server, 1, ready, leases, idle=namespaces - 1)
+    keyed = lease_cost(server, 1, ready, leases, keys=keys)
     return {
         "backlog": backlog,
         "workers": n_workers,
@@ -312,11 +339,21 @@ def measure(
         # one busy namespace beside namespaces - 1 idle ones (lanes with nothing ready)
         "lease_cost_beside_idle": beside_idle,
         "lease_cost_beside_idle_ratio": _cost_ratios(one, beside_idle),
+        # A's steps with ``keys`` distinct concurrency keys, at most KEY_MAX running of each
+        "keys": {
+            "keys": keys,
+            "max": KEY_MAX,
+            "behind_backlog": behind_keyed_ms,
+            "behind_vs_idle_p99": round(behind_keyed_ms["p99"] / max(idle_ms["p99"], 0.001), 2),
+            "split_at_half": keyed_split,
+            "lease_cost": keyed,
+            "lease_cost_ratio": _cost_ratios(one, keyed),
+        },
     }
 
 
 def line(r: dict[str, Any]) -> str:
-    idle, behind = r["idle"], r["behind_backlog"]
+    idle, behind, k = r["idle"], r["behind_backlog"], r["keys"]
     split, weighted = r["split_at_half"], r["weighted_split_at_half"]
     fair = r["weights"][B] / sum(r["weights"].values())
     cost, n = r["lease_cost"], r["lease_cost"]["namespaces"]
@@ -329,7 +366,10 @@ def line(r: dict[str, Any]) -> str:
         f"(fair {fair:.0%}, {r['weighted_error']:.1%} off); lease of 10 among 1 / {n} "
         f"namespaces: p50 {lease10['1']:.0f} / {lease10[str(n)]:.0f} us "
         f"({r['lease_cost_ratio']['10 client_us']:.2f}x); one busy beside {n - 1} idle: "
-        f"{r['lease_cost_beside_idle_ratio']['10 client_us']:.2f}x"
+        f"{r['lease_cost_beside_idle_ratio']['10 client_us']:.2f}x; with {k['keys']:,} keys: "
+        f"behind p99 {k['behind_backlog']['p99']:.0f} ms ({k['behind_vs_idle_p99']:.1f}x), "
+        f"split A {k['split_at_half'][A]:.0%}, B {k['split_at_half'][B]:.0%}, lease of 10 "
+        f"{k['lease_cost_ratio']['10 client_us']:.2f}x unkeyed"
     )
 
 
@@ -345,6 +385,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--b-weight", type=int, default=1, help="B's weight behind A's backlog (a control)"
     )
+    parser.add_argument("--keys", type=int, default=10_000, help="distinct concurrency keys")
     args = parser.parse_args(argv)
     logs = Path(tempfile.mkdtemp(prefix="rara-bench-logs-"))
     with bench_database() as url:
@@ -359,6 +400,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             namespaces=args.namespaces,
             leases=args.leases,
             b_weight=args.b_weight,
+            keys=args.keys,
         )
     print(line(out))
     print(json.dumps(out))

@@ -114,6 +114,30 @@ BEGIN
     RETURN NEW;
 END $$;
 
+-- FUNCTION: rara_concurrency_key(jsonb, jsonb, text)
+
+CREATE FUNCTION public.rara_concurrency_key(p_rule jsonb, p_input jsonb, p_step text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    value jsonb := p_input #> ARRAY(SELECT jsonb_array_elements_text(p_rule -> 'path'));
+BEGIN
+    -- A step's concurrency key in a run of p_input (its rule: rara_spec_concurrency): the
+    -- prefix and the value, which must be there and be a string, a number or a boolean.
+    IF p_rule IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(value) IS NULL OR jsonb_typeof(value) NOT IN ('string', 'number', 'boolean')
+    THEN
+        RAISE EXCEPTION 'step %: concurrency.key input.% is %, not a string, number or boolean',
+            p_step, array_to_string(ARRAY(SELECT jsonb_array_elements_text(p_rule -> 'path')),
+                                    '.'),
+            coalesce(jsonb_typeof(value), 'missing from the run input')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN (p_rule ->> 'prefix') || '=' || (value #>> '{}');
+END $$;
+
 -- FUNCTION: rara_definition_register(text, jsonb, text)
 
 CREATE FUNCTION public.rara_definition_register(p_name text, p_spec jsonb, p_namespace text DEFAULT 'default'::text) RETURNS TABLE(id bigint, name text, version integer, digest text, created_at timestamp with time zone, created boolean)
@@ -126,6 +150,7 @@ DECLARE
     step_rows jsonb := rara_spec_steps(p_spec);  -- refuses a spec no run could follow
 BEGIN
     PERFORM rara_namespace_check(p_namespace);
+    PERFORM rara_spec_concurrency(p_spec, p_namespace, p_name);  -- refuses a bad concurrency:
     -- The version of p_spec under p_name in p_namespace: the existing one with its digest,
     -- or the next number (each namespace's history its own: migration 0017). The digest and the step rows are the database's own (migration 0012), never the
     -- caller's word. Two registrars of one name must not both pick version N+1: the advisory
@@ -239,13 +264,15 @@ DECLARE
 BEGIN
     FOR added IN
         WITH new AS (
-            INSERT INTO rara_lanes (capability, executor, namespace)
-            SELECT DISTINCT i.capability, i.executor, i.namespace FROM inserted i
-            WHERE i.status IN ('blocked', 'ready')
-            ON CONFLICT DO NOTHING
-            RETURNING capability, executor
+            INSERT INTO rara_lanes (capability, executor, namespace, keyed)
+            SELECT i.capability, i.executor, i.namespace, bool_or(i.concurrency_key IS NOT NULL)
+            FROM inserted i WHERE i.status IN ('blocked', 'ready')
+            GROUP BY i.capability, i.executor, i.namespace
+            ON CONFLICT (capability, executor, namespace) DO UPDATE SET keyed = true
+            WHERE EXCLUDED.keyed AND NOT rara_lanes.keyed
+            RETURNING capability, executor, (xmax = 0) AS inserted  -- (0: not an update)
         )
-        SELECT DISTINCT n.capability, n.executor FROM new n ORDER BY 1, 2
+        SELECT DISTINCT n.capability, n.executor FROM new n WHERE n.inserted ORDER BY 1, 2
     LOOP
         PERFORM rara_lanes_rebalance(added.capability, added.executor);
     END LOOP;
@@ -337,13 +364,15 @@ BEGIN
     INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
                             capability, executor, priority, payload, max_attempts,
                             retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
-                            heartbeat_timeout_ms, status, map_parent, map_index)
+                            heartbeat_timeout_ms, status, map_parent, map_index,
+                            concurrency_key, concurrency_max)
     SELECT map.run_id, map.namespace, map.key || '[' || (p_first + e.n - 1) || ']', map.depends_on, '{}', 0,
            map.capability, map.executor, map.priority,
            map.payload || jsonb_build_object(
                'map', jsonb_build_object('item', e.item, 'index', p_first + e.n - 1)),
            map.max_attempts, map.retry_initial_ms, map.retry_max_ms, map.retry_coefficient,
-           map.timeout_ms, map.heartbeat_timeout_ms, 'ready', map.id, p_first + e.n - 1
+           map.timeout_ms, map.heartbeat_timeout_ms, 'ready', map.id, p_first + e.n - 1,
+           map.concurrency_key, map.concurrency_max  -- (the map's: its run's input)
     FROM rara_steps map, jsonb_array_elements(p_items) WITH ORDINALITY AS e(item, n)
     WHERE map.id = p_map;
 END $$;
@@ -820,7 +849,8 @@ BEGIN
         RETURN;
     END IF;
     WITH version AS (
-        SELECT v.spec, v.steps, rara_spec_caches(v.spec, old.namespace) AS caches
+        SELECT v.spec, v.steps, rara_spec_caches(v.spec, old.namespace) AS caches,
+               rara_spec_concurrency(v.spec, old.namespace, v.name) AS concurrency
         FROM rara_definition_versions v WHERE v.id = old.definition_version_id
     ), step_rows AS (
         SELECT s.* FROM version, rara_spec_step_rows(version.steps) AS s
@@ -832,7 +862,7 @@ BEGIN
                k.cache AS old_cache, k.map_input, k.map_total, k.map_succeeded, k.map_failed,
                (SELECT count(*) FROM unnest(s.depends_on) AS d(key)
                 WHERE d.key NOT IN (SELECT k2.key FROM kept k2))::integer AS pending,
-               version.caches
+               version.caches, version.concurrency -> s.key AS concurrency
         FROM version, step_rows s LEFT JOIN kept k ON k.key = s.key
     ), inserted AS (
         INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
@@ -840,9 +870,10 @@ BEGIN
                                 retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_over, map_max_parallel,
                                 map_input, map_total, map_next, map_succeeded, map_failed,
-                                result, finished_at, cache, reused_from)
-        SELECT new_id, old.namespace, p.key, p.depends_on, p.dependants, p.pending, p.capability, p.executor,
-               p.priority, p.payload || coalesce(p.caches -> p.key, '{}'), p.max_attempts,
+                                result, finished_at, cache, reused_from, concurrency_key,
+                                concurrency_max)
+        SELECT new_id, old.namespace, p.key, p.depends_on, p.dependants, p.pending,
+               p.capability, p.executor, p.priority, p.payload || coalesce(p.caches -> p.key, '{}'), p.max_attempts,
                p.retry_initial_ms, p.retry_max_ms, p.retry_coefficient, p.timeout_ms,
                p.heartbeat_timeout_ms,
                CASE WHEN p.old_id IS NOT NULL THEN 'succeeded'
@@ -854,7 +885,9 @@ BEGIN
                p.old_result, CASE WHEN p.old_id IS NOT NULL THEN now() END, p.old_cache,
                CASE WHEN p.old_id IS NOT NULL THEN jsonb_build_object(
                    'via', 'resume', 'run', p_run_id, 'step', p.old_id, 'key', p.key,
-                   'attempt', p.old_attempt) END
+                   'attempt', p.old_attempt) END,
+               rara_concurrency_key(p.concurrency, old.input, p.key),
+               (p.concurrency ->> 'max')::integer
         FROM planned p
         RETURNING rara_steps.id, rara_steps.key, rara_steps.status
     )
@@ -867,8 +900,8 @@ BEGIN
                                 retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_parent, map_index, result,
                                 finished_at, cache, reused_from)
-        SELECT new_id, old.namespace, c.key, c.depends_on, c.dependants, 0, c.capability, c.executor,
-               c.priority, c.payload, c.max_attempts, c.retry_initial_ms, c.retry_max_ms,
+        SELECT new_id, old.namespace, c.key, c.depends_on, c.dependants, 0, c.capability,
+               c.executor, c.priority, c.payload, c.max_attempts, c.retry_initial_ms, c.retry_max_ms,
                c.retry_coefficient, c.timeout_ms, c.heartbeat_timeout_ms, 'succeeded', n.id,
                c.map_index, c.result, now(), c.cache,
                jsonb_build_object('via', 'resume', 'run', p_run_id, 'step', c.id, 'key', c.key,
@@ -941,7 +974,9 @@ BEGIN
         SELECT v.id, v.digest, v.spec, v.steps, d.retired_at,
                coalesce(v.digest = p_digest, false) AS matched,
                -- the steps' `cache:` settings, added to their payloads (rara_spec_caches)
-               rara_spec_caches(v.spec, p_namespace) AS caches
+               rara_spec_caches(v.spec, p_namespace) AS caches,
+               -- and their `concurrency:` rules (rara_spec_concurrency)
+               rara_spec_concurrency(v.spec, p_namespace, p_name) AS concurrency
         FROM rara_definition_versions v JOIN rara_definitions d USING (namespace, name)
         WHERE v.namespace = p_namespace AND v.name = p_name
           AND (p_version IS NULL OR v.version = p_version)
@@ -971,7 +1006,8 @@ BEGIN
         INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
                                 capability, executor, priority, payload, max_attempts,
                                 retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
-                                heartbeat_timeout_ms, status, map_over, map_max_parallel)
+                                heartbeat_timeout_ms, status, map_over, map_max_parallel,
+                                concurrency_key, concurrency_max)
         SELECT run.id, p_namespace, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
                s.capability, s.executor, s.priority,
                s.payload || coalesce(resolved.caches -> s.key, '{}'), s.max_attempts,
@@ -979,7 +1015,9 @@ BEGIN
                s.heartbeat_timeout_ms,
                CASE WHEN cardinality(s.depends_on) = 0 AND s.map_over IS NULL THEN 'ready'
                     ELSE 'blocked' END::rara_step_status,
-               s.map_over, s.map_max_parallel
+               s.map_over, s.map_max_parallel,
+               rara_concurrency_key(resolved.concurrency -> s.key, p_input, s.key),
+               (resolved.concurrency -> s.key ->> 'max')::integer
         FROM run, resolved, step_rows s
         RETURNING rara_steps.id, rara_steps.map_over IS NOT NULL
                   AND cardinality(rara_steps.depends_on) = 0 AS expands
@@ -1235,6 +1273,57 @@ BEGIN
     END LOOP;
     RETURN caches;
 END $$;
+
+-- FUNCTION: rara_spec_concurrency(jsonb, text, text)
+
+CREATE FUNCTION public.rara_spec_concurrency(p_spec jsonb, p_namespace text, p_definition text) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+DECLARE
+    rules jsonb := '{}';
+    s jsonb;
+    c jsonb;
+    what text;
+BEGIN
+    -- The `concurrency:` of each step that has one, by step key (migration 0020): the prefix
+    -- of its keys (namespace/group, the group being the step's own unless named), the path of
+    -- the key's value in the run input, and the max. Checked here, with the rules of
+    -- rara.definitions.model (ConcurrencySpec), naming the step and the field: registration
+    -- calls it too, so a spec no run could start is refused when applied.
+    FOR s IN SELECT st FROM jsonb_array_elements(p_spec -> 'steps') AS st
+             WHERE st -> 'concurrency' IS NOT NULL AND st -> 'concurrency' <> 'null'
+    LOOP
+        c := s -> 'concurrency';
+        what := format('spec.steps (step %L).concurrency', s ->> 'key');
+        IF jsonb_typeof(c) <> 'object' THEN
+            RAISE EXCEPTION '%: must be a mapping with key and max', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF jsonb_typeof(c -> 'key') IS DISTINCT FROM 'string'
+           OR NOT (c ->> 'key') ~ '^input(\.[A-Za-z0-9_-]+)+$' THEN
+            RAISE EXCEPTION '%.key: must be a path into the run input, like input.customer',
+                what USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF jsonb_typeof(c -> 'max') IS DISTINCT FROM 'number'
+           OR (c ->> 'max')::numeric <> trunc((c ->> 'max')::numeric)
+           OR (c ->> 'max')::numeric NOT BETWEEN 1 AND 10000 THEN
+            RAISE EXCEPTION '%.max: must be a whole number from 1 to 10000', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF c -> 'group' IS NOT NULL AND c -> 'group' <> 'null'
+           AND (jsonb_typeof(c -> 'group') <> 'string'
+                OR NOT (c ->> 'group') ~ '^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$') THEN
+            RAISE EXCEPTION '%.group: must be a name (a-z, 0-9, ., _ and -)', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        rules := rules || jsonb_build_object(s ->> 'key', jsonb_build_object(
+            'prefix', p_namespace || '/'
+                      || coalesce(nullif(c ->> 'group', ''), p_definition || '.' || (s ->> 'key')),
+            'path', to_jsonb(string_to_array(substr(c ->> 'key', 7), '.')),
+            'max', (c ->> 'max')::integer));
+    END LOOP;
+    RETURN rules;
+END $_$;
 
 -- FUNCTION: rara_spec_digest(jsonb)
 
@@ -1980,7 +2069,13 @@ DECLARE
     cand_ids bigint[];            -- a round's candidates, in the order they claim slots
     cand_nss text[];
     cand_caps text[];
+    cand_keys text[];             -- their concurrency keys (NULL: none) and the keys' max
+    cand_maxes integer[];
     taken bigint[] := '{}';       -- what the rounds leased
+    taken_keys text[] := '{}';    -- and their concurrency keys
+    full_keys text[];             -- keys running at their max when the lease began
+    locked_keys text[];           -- keys whose lock this lease holds
+    rejected bigint[] := '{}';    -- candidates a key's max turned away
 BEGIN
     PERFORM rara_worker_check_login(p_worker);
     IF p_limit < 1 THEN
@@ -2020,6 +2115,14 @@ BEGIN
         FROM rara_namespace_quotas q
         WHERE q.capability = '*' OR q.capability = ANY (p_capabilities);
     END IF;
+    -- Concurrency keys (migration 0020): the keys already at their max, which the probes pass
+    -- by (a hint: what counts is the lock and count after them, below). Only the running
+    -- steps that have a key are in this index: none, for a fleet without keys.
+    full_keys := ARRAY(
+        SELECT s.concurrency_key FROM rara_steps s
+        WHERE s.lease_expires_at IS NOT NULL AND s.concurrency_key IS NOT NULL
+          AND s.status = 'running'
+        GROUP BY s.concurrency_key HAVING count(*) >= min(s.concurrency_max));
     -- Fair share (docs/namespaces.md, "Fair share"; docs/decisions/0012-fair-share-lanes.md).
     -- The worker serves (capability, executor kind) pairs — a worker without a gRPC executor
     -- must not lease `executor: grpc` steps of a capability its registry also has — and a
@@ -2078,6 +2181,7 @@ BEGIN
             WITH found AS (
                 -- (nth: a lane's k-th step, in lease order; no lane gives more than it drew)
                 SELECT l.executor, l.namespace, l.weight, c.id, c.capability,
+                       c.concurrency_key, c.concurrency_max,
                        row_number() OVER (PARTITION BY l.capability, l.executor, l.namespace
                                           ORDER BY c.rank, c.available_at, c.id) AS nth
                 FROM (
@@ -2094,11 +2198,13 @@ BEGIN
                     -- One index range scan per lane drawn, SKIP LOCKED so concurrent workers
                     -- never wait on each other, no more rows than it drew or a limit or quota
                     -- lets run.
-                    SELECT s.id, s.capability, -s.priority AS rank, s.available_at
+                    SELECT s.id, s.capability, -s.priority AS rank, s.available_at,
+                           s.concurrency_key, s.concurrency_max
                     FROM rara_steps s
                     WHERE s.status = 'ready' AND s.capability = l.capability
                       AND s.executor = l.executor AND s.namespace = l.namespace
                       AND s.available_at <= now()
+                      AND (s.concurrency_key IS NULL OR s.concurrency_key <> ALL (full_keys))
                       -- the range starts here (-1001: below every rank, see migration 0004)
                       AND (-s.priority, s.available_at, s.id)
                           > (coalesce(l.rank, -1001), coalesce(l.at, '-infinity'),
@@ -2122,8 +2228,10 @@ BEGIN
             )
             SELECT array_agg(a.id ORDER BY a.arrives), array_agg(a.namespace ORDER BY a.arrives),
                    array_agg(a.capability ORDER BY a.arrives),
+                   array_agg(a.concurrency_key ORDER BY a.arrives),
+                   array_agg(a.concurrency_max ORDER BY a.arrives),
                    array_agg(a.capability || ' ' || a.executor || ' ' || a.namespace)
-            INTO cand_ids, cand_nss, cand_caps, spent FROM arrivals a;
+            INTO cand_ids, cand_nss, cand_caps, cand_keys, cand_maxes, spent FROM arrivals a;
             -- The lanes that gave less than they drew: the second round passes them by.
             spent := ARRAY(
                 SELECT d.capability || ' ' || d.executor || ' ' || d.namespace
@@ -2134,10 +2242,12 @@ BEGIN
                                                 || d.namespace));
         ELSE
             SELECT array_agg(w.id ORDER BY w.o), array_agg(w.namespace ORDER BY w.o),
-                   array_agg(w.capability ORDER BY w.o)
-            INTO cand_ids, cand_nss, cand_caps
+                   array_agg(w.capability ORDER BY w.o), array_agg(w.concurrency_key ORDER BY w.o),
+                   array_agg(w.concurrency_max ORDER BY w.o)
+            INTO cand_ids, cand_nss, cand_caps, cand_keys, cand_maxes
             FROM (
-                SELECT l.namespace, c.id, c.capability, row_number() OVER () AS o
+                SELECT l.namespace, c.id, c.capability, c.concurrency_key, c.concurrency_max,
+                       row_number() OVER () AS o
                 FROM (
                     -- the pairs in a random order, each from a lane drawn by weight on
                     SELECT p.capability, p.executor,
@@ -2171,10 +2281,13 @@ BEGIN
                     LIMIT 1
                 ) AS after ON true
                 CROSS JOIN LATERAL (
-                    SELECT s.id, s.capability FROM rara_steps s
+                    SELECT s.id, s.capability, s.concurrency_key, s.concurrency_max
+                    FROM rara_steps s
                     WHERE s.status = 'ready' AND s.capability = l.capability
                       AND s.executor = l.executor AND s.namespace = l.namespace
                       AND s.available_at <= now() AND s.id <> ALL (taken)
+                      AND s.id <> ALL (rejected)
+                      AND (s.concurrency_key IS NULL OR s.concurrency_key <> ALL (full_keys))
                       AND (-s.priority, s.available_at, s.id)
                           > (coalesce(after.rank, -1001), coalesce(after.at, '-infinity'),
                              coalesce(after.id, 0))
@@ -2194,7 +2307,47 @@ BEGIN
             cand_ids := '{}';
             cand_nss := '{}';
             cand_caps := '{}';
-        ELSIF cardinality(limited) > 0 OR cardinality(quota_keys) > 0 THEN
+            cand_keys := '{}';
+        END IF;
+        IF EXISTS (SELECT FROM unnest(cand_keys) AS k WHERE k IS NOT NULL) THEN
+            -- Keys, as the limits are but without waiting: each candidate's key is locked if
+            -- no other lease holds it (a key another lease holds is that lease's to fill: its
+            -- candidates wait for the next lease), and the attempts of the locked keys running
+            -- are counted in a later statement, whose snapshot sees what the lock's previous
+            -- holder leased. No more per key than its max, in the candidates' order.
+            locked_keys := ARRAY(
+                SELECT k.key FROM (SELECT DISTINCT k AS key FROM unnest(cand_keys) AS k
+                                   WHERE k IS NOT NULL ORDER BY 1) AS k
+                WHERE pg_try_advisory_xact_lock(hashtext('rara_concurrency_key'),
+                                                hashtext(k.key)));
+            WITH c AS (
+                SELECT c.*, row_number() OVER (PARTITION BY c.key ORDER BY c.o) AS nth
+                FROM unnest(cand_ids, cand_nss, cand_caps, cand_keys, cand_maxes)
+                    WITH ORDINALITY AS c(id, namespace, capability, key, max, o)
+            ), running AS (
+                SELECT s.concurrency_key AS key, count(*)::integer AS n FROM rara_steps s
+                WHERE s.lease_expires_at IS NOT NULL AND s.concurrency_key = ANY (locked_keys)
+                  AND s.status = 'running'
+                GROUP BY s.concurrency_key
+            ), judged AS (
+                SELECT c.*, c.key IS NULL OR (
+                           c.key = ANY (locked_keys)
+                           AND c.nth + coalesce(r.n, 0)
+                               + (SELECT count(*) FROM unnest(taken_keys) AS t(key)
+                                  WHERE t.key = c.key) <= c.max) AS admitted
+                FROM c LEFT JOIN running r ON r.key = c.key
+            )
+            SELECT coalesce(array_agg(j.id ORDER BY j.o) FILTER (WHERE j.admitted), '{}'),
+                   coalesce(array_agg(j.namespace ORDER BY j.o) FILTER (WHERE j.admitted), '{}'),
+                   coalesce(array_agg(j.capability ORDER BY j.o) FILTER (WHERE j.admitted),
+                            '{}'),
+                   coalesce(array_agg(j.key ORDER BY j.o) FILTER (WHERE j.admitted), '{}'),
+                   rejected || coalesce(array_agg(j.id) FILTER (WHERE NOT j.admitted), '{}')
+            INTO cand_ids, cand_nss, cand_caps, cand_keys, rejected
+            FROM judged j;
+        END IF;
+        IF cardinality(cand_ids) > 0
+           AND (cardinality(limited) > 0 OR cardinality(quota_keys) > 0) THEN
             -- A limit or quota shared by several lanes: its free slots go to the candidates
             -- in their order; what finds none stays ready (this lease's lock on it ends with
             -- the transaction).
@@ -2204,13 +2357,14 @@ BEGIN
                        row_number() OVER (PARTITION BY c.namespace, c.capability ORDER BY c.o)
                            AS of_quota,
                        row_number() OVER (PARTITION BY c.namespace ORDER BY c.o) AS of_ns
-                FROM unnest(cand_ids, cand_nss, cand_caps) WITH ORDINALITY
-                    AS c(id, namespace, capability, o)
+                FROM unnest(cand_ids, cand_nss, cand_caps, cand_keys) WITH ORDINALITY
+                    AS c(id, namespace, capability, key, o)
             )
             SELECT coalesce(array_agg(f.id ORDER BY f.o), '{}'),
                    coalesce(array_agg(f.namespace ORDER BY f.o), '{}'),
-                   coalesce(array_agg(f.capability ORDER BY f.o), '{}')
-            INTO cand_ids, cand_nss, cand_caps
+                   coalesce(array_agg(f.capability ORDER BY f.o), '{}'),
+                   coalesce(array_agg(f.key ORDER BY f.o), '{}')
+            INTO cand_ids, cand_nss, cand_caps, cand_keys
             FROM fit f
             WHERE f.of_cap <= coalesce(slots[array_position(limited, f.capability)], f.of_cap)
               AND f.of_quota <= coalesce(quota_free[array_position(
@@ -2232,6 +2386,7 @@ BEGIN
                 ORDER BY q.i);
         END IF;
         taken := taken || cand_ids;
+        taken_keys := taken_keys || cand_keys;
         EXIT WHEN cardinality(taken) >= p_limit;
     END LOOP;
     RETURN QUERY
@@ -2688,7 +2843,8 @@ CREATE TABLE public.rara_lanes (
     executor text NOT NULL,
     namespace text NOT NULL,
     weight integer DEFAULT 1 NOT NULL,
-    low double precision DEFAULT 0 NOT NULL
+    low double precision DEFAULT 0 NOT NULL,
+    keyed boolean DEFAULT false NOT NULL
 );
 
 -- TABLE: rara_map_lists
@@ -2914,9 +3070,13 @@ CREATE TABLE public.rara_steps (
     cache jsonb,
     reused_from jsonb,
     namespace text NOT NULL,
+    concurrency_key text,
+    concurrency_max integer,
     CONSTRAINT rara_steps_attempt_check CHECK ((attempt >= 0)),
     CONSTRAINT rara_steps_attempts_bounded CHECK (((attempt - releases) <= max_attempts)),
     CONSTRAINT rara_steps_capability_check CHECK ((capability ~ '^[a-z0-9][a-z0-9._-]*@[0-9]+$'::text)),
+    CONSTRAINT rara_steps_concurrency_both CHECK (((concurrency_key IS NULL) = (concurrency_max IS NULL))),
+    CONSTRAINT rara_steps_concurrency_max_check CHECK (((concurrency_max >= 1) AND (concurrency_max <= 10000))),
     CONSTRAINT rara_steps_executor_check CHECK ((executor = ANY (ARRAY['inprocess'::text, 'grpc'::text]))),
     CONSTRAINT rara_steps_finished_iff_terminal CHECK (((status = ANY (ARRAY['succeeded'::public.rara_step_status, 'failed'::public.rara_step_status, 'cancelled'::public.rara_step_status])) = (finished_at IS NOT NULL))),
     CONSTRAINT rara_steps_heartbeat_timeout_ms_check CHECK ((heartbeat_timeout_ms > 0)),
@@ -3135,6 +3295,10 @@ CREATE INDEX rara_steps_map_children ON public.rara_steps USING btree (map_paren
 
 CREATE INDEX rara_steps_ready ON public.rara_steps USING btree (capability, executor, namespace, ((- priority)), available_at, id) WHERE (status = 'ready'::public.rara_step_status);
 
+-- INDEX: rara_steps_running_by_key
+
+CREATE INDEX rara_steps_running_by_key ON public.rara_steps USING btree (concurrency_key) WHERE ((lease_expires_at IS NOT NULL) AND (concurrency_key IS NOT NULL));
+
 -- INDEX: rara_steps_running_cache_key
 
 CREATE INDEX rara_steps_running_cache_key ON public.rara_steps USING btree (((cache ->> 'key'::text))) WHERE ((status = 'running'::public.rara_step_status) AND (cache IS NOT NULL));
@@ -3352,6 +3516,10 @@ REVOKE ALL ON FUNCTION public.rara_check_run_transition() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION public.rara_check_step_transition() FROM PUBLIC;
 
+-- ACL: FUNCTION rara_concurrency_key(p_rule jsonb, p_input jsonb, p_step text)
+
+REVOKE ALL ON FUNCTION public.rara_concurrency_key(p_rule jsonb, p_input jsonb, p_step text) FROM PUBLIC;
+
 -- ACL: FUNCTION rara_definition_register(p_name text, p_spec jsonb, p_namespace text)
 
 REVOKE ALL ON FUNCTION public.rara_definition_register(p_name text, p_spec jsonb, p_namespace text) FROM PUBLIC;
@@ -3527,6 +3695,10 @@ GRANT ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended bool
 -- ACL: FUNCTION rara_spec_caches(p_spec jsonb, p_namespace text)
 
 REVOKE ALL ON FUNCTION public.rara_spec_caches(p_spec jsonb, p_namespace text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_spec_concurrency(p_spec jsonb, p_namespace text, p_definition text)
+
+REVOKE ALL ON FUNCTION public.rara_spec_concurrency(p_spec jsonb, p_namespace text, p_definition text) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_spec_digest(p_spec jsonb)
 
@@ -3908,6 +4080,14 @@ GRANT SELECT(reused_from) ON TABLE public.rara_steps TO rara_reader;
 -- ACL: COLUMN rara_steps.namespace
 
 GRANT SELECT(namespace) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.concurrency_key
+
+GRANT SELECT(concurrency_key) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.concurrency_max
+
+GRANT SELECT(concurrency_max) ON TABLE public.rara_steps TO rara_reader;
 
 -- ACL: TABLE rara_workers
 

@@ -125,17 +125,21 @@ def _start(
             # The input against the schemas of the very spec the statement starts only if its
             # digest is still current: nothing starts that its steps would refuse.
             check_run_input(run_input, schemas)
-        row = run_sql.start(
-            conn,
-            namespace=definition.namespace,
-            name=definition.name,
-            version=version,
-            digest=digest if schemas is not None else None,
-            input=run_input,
-            idempotency_key=idempotency_key,
-            check_capabilities=not queue_anyway,
-            alive_seconds=LIVE_WORKER_SECONDS,
-        )
+        try:
+            row = run_sql.start(
+                conn,
+                namespace=definition.namespace,
+                name=definition.name,
+                version=version,
+                digest=digest if schemas is not None else None,
+                input=run_input,
+                idempotency_key=idempotency_key,
+                check_capabilities=not queue_anyway,
+                alive_seconds=LIVE_WORKER_SECONDS,
+            )
+        except psycopg.errors.InvalidParameterValue as exc:
+            # the input lacks what a step's rule reads (a concurrency key): nothing was written
+            raise InputInvalid(exc.diag.message_primary or str(exc)) from None
         if row is None:
             what = f"{definition} version {version}" if version else definition
             raise NotFound(f"no workflow definition {what}")

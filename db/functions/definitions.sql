@@ -15,6 +15,7 @@ DECLARE
     step_rows jsonb := rara_spec_steps(p_spec);  -- refuses a spec no run could follow
 BEGIN
     PERFORM rara_namespace_check(p_namespace);
+    PERFORM rara_spec_concurrency(p_spec, p_namespace, p_name);  -- refuses a bad concurrency:
     -- The version of p_spec under p_name in p_namespace: the existing one with its digest,
     -- or the next number (each namespace's history its own: migration 0017). The digest and the step rows are the database's own (migration 0012), never the
     -- caller's word. Two registrars of one name must not both pick version N+1: the advisory

@@ -68,7 +68,13 @@ DECLARE
     cand_ids bigint[];            -- a round's candidates, in the order they claim slots
     cand_nss text[];
     cand_caps text[];
+    cand_keys text[];             -- their concurrency keys (NULL: none) and the keys' max
+    cand_maxes integer[];
     taken bigint[] := '{}';       -- what the rounds leased
+    taken_keys text[] := '{}';    -- and their concurrency keys
+    full_keys text[];             -- keys running at their max when the lease began
+    locked_keys text[];           -- keys whose lock this lease holds
+    rejected bigint[] := '{}';    -- candidates a key's max turned away
 BEGIN
     PERFORM rara_worker_check_login(p_worker);
     IF p_limit < 1 THEN
@@ -108,6 +114,14 @@ BEGIN
         FROM rara_namespace_quotas q
         WHERE q.capability = '*' OR q.capability = ANY (p_capabilities);
     END IF;
+    -- Concurrency keys (migration 0020): the keys already at their max, which the probes pass
+    -- by (a hint: what counts is the lock and count after them, below). Only the running
+    -- steps that have a key are in this index: none, for a fleet without keys.
+    full_keys := ARRAY(
+        SELECT s.concurrency_key FROM rara_steps s
+        WHERE s.lease_expires_at IS NOT NULL AND s.concurrency_key IS NOT NULL
+          AND s.status = 'running'
+        GROUP BY s.concurrency_key HAVING count(*) >= min(s.concurrency_max));
     -- Fair share (docs/namespaces.md, "Fair share"; docs/decisions/0012-fair-share-lanes.md).
     -- The worker serves (capability, executor kind) pairs — a worker without a gRPC executor
     -- must not lease `executor: grpc` steps of a capability its registry also has — and a
@@ -166,6 +180,7 @@ BEGIN
             WITH found AS (
                 -- (nth: a lane's k-th step, in lease order; no lane gives more than it drew)
                 SELECT l.executor, l.namespace, l.weight, c.id, c.capability,
+                       c.concurrency_key, c.concurrency_max,
                        row_number() OVER (PARTITION BY l.capability, l.executor, l.namespace
                                           ORDER BY c.rank, c.available_at, c.id) AS nth
                 FROM (
@@ -182,11 +197,13 @@ BEGIN
                     -- One index range scan per lane drawn, SKIP LOCKED so concurrent workers
                     -- never wait on each other, no more rows than it drew or a limit or quota
                     -- lets run.
-                    SELECT s.id, s.capability, -s.priority AS rank, s.available_at
+                    SELECT s.id, s.capability, -s.priority AS rank, s.available_at,
+                           s.concurrency_key, s.concurrency_max
                     FROM rara_steps s
                     WHERE s.status = 'ready' AND s.capability = l.capability
                       AND s.executor = l.executor AND s.namespace = l.namespace
                       AND s.available_at <= now()
+                      AND (s.concurrency_key IS NULL OR s.concurrency_key <> ALL (full_keys))
                       -- the range starts here (-1001: below every rank, see migration 0004)
                       AND (-s.priority, s.available_at, s.id)
                           > (coalesce(l.rank, -1001), coalesce(l.at, '-infinity'),
@@ -210,8 +227,10 @@ BEGIN
             )
             SELECT array_agg(a.id ORDER BY a.arrives), array_agg(a.namespace ORDER BY a.arrives),
                    array_agg(a.capability ORDER BY a.arrives),
+                   array_agg(a.concurrency_key ORDER BY a.arrives),
+                   array_agg(a.concurrency_max ORDER BY a.arrives),
                    array_agg(a.capability || ' ' || a.executor || ' ' || a.namespace)
-            INTO cand_ids, cand_nss, cand_caps, spent FROM arrivals a;
+            INTO cand_ids, cand_nss, cand_caps, cand_keys, cand_maxes, spent FROM arrivals a;
             -- The lanes that gave less than they drew: the second round passes them by.
             spent := ARRAY(
                 SELECT d.capability || ' ' || d.executor || ' ' || d.namespace
@@ -222,10 +241,12 @@ BEGIN
                                                 || d.namespace));
         ELSE
             SELECT array_agg(w.id ORDER BY w.o), array_agg(w.namespace ORDER BY w.o),
-                   array_agg(w.capability ORDER BY w.o)
-            INTO cand_ids, cand_nss, cand_caps
+                   array_agg(w.capability ORDER BY w.o), array_agg(w.concurrency_key ORDER BY w.o),
+                   array_agg(w.concurrency_max ORDER BY w.o)
+            INTO cand_ids, cand_nss, cand_caps, cand_keys, cand_maxes
             FROM (
-                SELECT l.namespace, c.id, c.capability, row_number() OVER () AS o
+                SELECT l.namespace, c.id, c.capability, c.concurrency_key, c.concurrency_max,
+                       row_number() OVER () AS o
                 FROM (
                     -- the pairs in a random order, each from a lane drawn by weight on
                     SELECT p.capability, p.executor,
@@ -259,10 +280,13 @@ BEGIN
                     LIMIT 1
                 ) AS after ON true
                 CROSS JOIN LATERAL (
-                    SELECT s.id, s.capability FROM rara_steps s
+                    SELECT s.id, s.capability, s.concurrency_key, s.concurrency_max
+                    FROM rara_steps s
                     WHERE s.status = 'ready' AND s.capability = l.capability
                       AND s.executor = l.executor AND s.namespace = l.namespace
                       AND s.available_at <= now() AND s.id <> ALL (taken)
+                      AND s.id <> ALL (rejected)
+                      AND (s.concurrency_key IS NULL OR s.concurrency_key <> ALL (full_keys))
                       AND (-s.priority, s.available_at, s.id)
                           > (coalesce(after.rank, -1001), coalesce(after.at, '-infinity'),
                              coalesce(after.id, 0))
@@ -282,7 +306,47 @@ BEGIN
             cand_ids := '{}';
             cand_nss := '{}';
             cand_caps := '{}';
-        ELSIF cardinality(limited) > 0 OR cardinality(quota_keys) > 0 THEN
+            cand_keys := '{}';
+        END IF;
+        IF EXISTS (SELECT FROM unnest(cand_keys) AS k WHERE k IS NOT NULL) THEN
+            -- Keys, as the limits are but without waiting: each candidate's key is locked if
+            -- no other lease holds it (a key another lease holds is that lease's to fill: its
+            -- candidates wait for the next lease), and the attempts of the locked keys running
+            -- are counted in a later statement, whose snapshot sees what the lock's previous
+            -- holder leased. No more per key than its max, in the candidates' order.
+            locked_keys := ARRAY(
+                SELECT k.key FROM (SELECT DISTINCT k AS key FROM unnest(cand_keys) AS k
+                                   WHERE k IS NOT NULL ORDER BY 1) AS k
+                WHERE pg_try_advisory_xact_lock(hashtext('rara_concurrency_key'),
+                                                hashtext(k.key)));
+            WITH c AS (
+                SELECT c.*, row_number() OVER (PARTITION BY c.key ORDER BY c.o) AS nth
+                FROM unnest(cand_ids, cand_nss, cand_caps, cand_keys, cand_maxes)
+                    WITH ORDINALITY AS c(id, namespace, capability, key, max, o)
+            ), running AS (
+                SELECT s.concurrency_key AS key, count(*)::integer AS n FROM rara_steps s
+                WHERE s.lease_expires_at IS NOT NULL AND s.concurrency_key = ANY (locked_keys)
+                  AND s.status = 'running'
+                GROUP BY s.concurrency_key
+            ), judged AS (
+                SELECT c.*, c.key IS NULL OR (
+                           c.key = ANY (locked_keys)
+                           AND c.nth + coalesce(r.n, 0)
+                               + (SELECT count(*) FROM unnest(taken_keys) AS t(key)
+                                  WHERE t.key = c.key) <= c.max) AS admitted
+                FROM c LEFT JOIN running r ON r.key = c.key
+            )
+            SELECT coalesce(array_agg(j.id ORDER BY j.o) FILTER (WHERE j.admitted), '{}'),
+                   coalesce(array_agg(j.namespace ORDER BY j.o) FILTER (WHERE j.admitted), '{}'),
+                   coalesce(array_agg(j.capability ORDER BY j.o) FILTER (WHERE j.admitted),
+                            '{}'),
+                   coalesce(array_agg(j.key ORDER BY j.o) FILTER (WHERE j.admitted), '{}'),
+                   rejected || coalesce(array_agg(j.id) FILTER (WHERE NOT j.admitted), '{}')
+            INTO cand_ids, cand_nss, cand_caps, cand_keys, rejected
+            FROM judged j;
+        END IF;
+        IF cardinality(cand_ids) > 0
+           AND (cardinality(limited) > 0 OR cardinality(quota_keys) > 0) THEN
             -- A limit or quota shared by several lanes: its free slots go to the candidates
             -- in their order; what finds none stays ready (this lease's lock on it ends with
             -- the transaction).
@@ -292,13 +356,14 @@ BEGIN
                        row_number() OVER (PARTITION BY c.namespace, c.capability ORDER BY c.o)
                            AS of_quota,
                        row_number() OVER (PARTITION BY c.namespace ORDER BY c.o) AS of_ns
-                FROM unnest(cand_ids, cand_nss, cand_caps) WITH ORDINALITY
-                    AS c(id, namespace, capability, o)
+                FROM unnest(cand_ids, cand_nss, cand_caps, cand_keys) WITH ORDINALITY
+                    AS c(id, namespace, capability, key, o)
             )
             SELECT coalesce(array_agg(f.id ORDER BY f.o), '{}'),
                    coalesce(array_agg(f.namespace ORDER BY f.o), '{}'),
-                   coalesce(array_agg(f.capability ORDER BY f.o), '{}')
-            INTO cand_ids, cand_nss, cand_caps
+                   coalesce(array_agg(f.capability ORDER BY f.o), '{}'),
+                   coalesce(array_agg(f.key ORDER BY f.o), '{}')
+            INTO cand_ids, cand_nss, cand_caps, cand_keys
             FROM fit f
             WHERE f.of_cap <= coalesce(slots[array_position(limited, f.capability)], f.of_cap)
               AND f.of_quota <= coalesce(quota_free[array_position(
@@ -320,6 +385,7 @@ BEGIN
                 ORDER BY q.i);
         END IF;
         taken := taken || cand_ids;
+        taken_keys := taken_keys || cand_keys;
         EXIT WHEN cardinality(taken) >= p_limit;
     END LOOP;
     RETURN QUERY

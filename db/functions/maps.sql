@@ -78,13 +78,15 @@ BEGIN
     INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
                             capability, executor, priority, payload, max_attempts,
                             retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
-                            heartbeat_timeout_ms, status, map_parent, map_index)
+                            heartbeat_timeout_ms, status, map_parent, map_index,
+                            concurrency_key, concurrency_max)
     SELECT map.run_id, map.namespace, map.key || '[' || (p_first + e.n - 1) || ']', map.depends_on, '{}', 0,
            map.capability, map.executor, map.priority,
            map.payload || jsonb_build_object(
                'map', jsonb_build_object('item', e.item, 'index', p_first + e.n - 1)),
            map.max_attempts, map.retry_initial_ms, map.retry_max_ms, map.retry_coefficient,
-           map.timeout_ms, map.heartbeat_timeout_ms, 'ready', map.id, p_first + e.n - 1
+           map.timeout_ms, map.heartbeat_timeout_ms, 'ready', map.id, p_first + e.n - 1,
+           map.concurrency_key, map.concurrency_max  -- (the map's: its run's input)
     FROM rara_steps map, jsonb_array_elements(p_items) WITH ORDINALITY AS e(item, n)
     WHERE map.id = p_map;
 END $$;

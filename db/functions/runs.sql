@@ -25,6 +25,80 @@ LANGUAGE sql STABLE AS $$
 $$;
 SELECT rara_grant('rara_spec_step_rows');  -- only through rara_run_start, rara_run_resume
 
+CREATE OR REPLACE FUNCTION rara_spec_concurrency(p_spec jsonb, p_namespace text,
+                                                 p_definition text)
+RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    rules jsonb := '{}';
+    s jsonb;
+    c jsonb;
+    what text;
+BEGIN
+    -- The `concurrency:` of each step that has one, by step key (migration 0020): the prefix
+    -- of its keys (namespace/group, the group being the step's own unless named), the path of
+    -- the key's value in the run input, and the max. Checked here, with the rules of
+    -- rara.definitions.model (ConcurrencySpec), naming the step and the field: registration
+    -- calls it too, so a spec no run could start is refused when applied.
+    FOR s IN SELECT st FROM jsonb_array_elements(p_spec -> 'steps') AS st
+             WHERE st -> 'concurrency' IS NOT NULL AND st -> 'concurrency' <> 'null'
+    LOOP
+        c := s -> 'concurrency';
+        what := format('spec.steps (step %L).concurrency', s ->> 'key');
+        IF jsonb_typeof(c) <> 'object' THEN
+            RAISE EXCEPTION '%: must be a mapping with key and max', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF jsonb_typeof(c -> 'key') IS DISTINCT FROM 'string'
+           OR NOT (c ->> 'key') ~ '^input(\.[A-Za-z0-9_-]+)+$' THEN
+            RAISE EXCEPTION '%.key: must be a path into the run input, like input.customer',
+                what USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF jsonb_typeof(c -> 'max') IS DISTINCT FROM 'number'
+           OR (c ->> 'max')::numeric <> trunc((c ->> 'max')::numeric)
+           OR (c ->> 'max')::numeric NOT BETWEEN 1 AND 10000 THEN
+            RAISE EXCEPTION '%.max: must be a whole number from 1 to 10000', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF c -> 'group' IS NOT NULL AND c -> 'group' <> 'null'
+           AND (jsonb_typeof(c -> 'group') <> 'string'
+                OR NOT (c ->> 'group') ~ '^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$') THEN
+            RAISE EXCEPTION '%.group: must be a name (a-z, 0-9, ., _ and -)', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        rules := rules || jsonb_build_object(s ->> 'key', jsonb_build_object(
+            'prefix', p_namespace || '/'
+                      || coalesce(nullif(c ->> 'group', ''), p_definition || '.' || (s ->> 'key')),
+            'path', to_jsonb(string_to_array(substr(c ->> 'key', 7), '.')),
+            'max', (c ->> 'max')::integer));
+    END LOOP;
+    RETURN rules;
+END $$;
+SELECT rara_grant('rara_spec_concurrency');  -- only through the registration and the starts
+
+CREATE OR REPLACE FUNCTION rara_concurrency_key(p_rule jsonb, p_input jsonb, p_step text)
+RETURNS text
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    value jsonb := p_input #> ARRAY(SELECT jsonb_array_elements_text(p_rule -> 'path'));
+BEGIN
+    -- A step's concurrency key in a run of p_input (its rule: rara_spec_concurrency): the
+    -- prefix and the value, which must be there and be a string, a number or a boolean.
+    IF p_rule IS NULL THEN
+        RETURN NULL;
+    END IF;
+    IF jsonb_typeof(value) IS NULL OR jsonb_typeof(value) NOT IN ('string', 'number', 'boolean')
+    THEN
+        RAISE EXCEPTION 'step %: concurrency.key input.% is %, not a string, number or boolean',
+            p_step, array_to_string(ARRAY(SELECT jsonb_array_elements_text(p_rule -> 'path')),
+                                    '.'),
+            coalesce(jsonb_typeof(value), 'missing from the run input')
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN (p_rule ->> 'prefix') || '=' || (value #>> '{}');
+END $$;
+SELECT rara_grant('rara_concurrency_key');  -- only through the starts
+
 CREATE OR REPLACE FUNCTION rara_run_start(
     p_name text, p_version integer, p_digest text, p_input jsonb,
     p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision,
@@ -57,7 +131,9 @@ BEGIN
         SELECT v.id, v.digest, v.spec, v.steps, d.retired_at,
                coalesce(v.digest = p_digest, false) AS matched,
                -- the steps' `cache:` settings, added to their payloads (rara_spec_caches)
-               rara_spec_caches(v.spec, p_namespace) AS caches
+               rara_spec_caches(v.spec, p_namespace) AS caches,
+               -- and their `concurrency:` rules (rara_spec_concurrency)
+               rara_spec_concurrency(v.spec, p_namespace, p_name) AS concurrency
         FROM rara_definition_versions v JOIN rara_definitions d USING (namespace, name)
         WHERE v.namespace = p_namespace AND v.name = p_name
           AND (p_version IS NULL OR v.version = p_version)
@@ -87,7 +163,8 @@ BEGIN
         INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
                                 capability, executor, priority, payload, max_attempts,
                                 retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
-                                heartbeat_timeout_ms, status, map_over, map_max_parallel)
+                                heartbeat_timeout_ms, status, map_over, map_max_parallel,
+                                concurrency_key, concurrency_max)
         SELECT run.id, p_namespace, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
                s.capability, s.executor, s.priority,
                s.payload || coalesce(resolved.caches -> s.key, '{}'), s.max_attempts,
@@ -95,7 +172,9 @@ BEGIN
                s.heartbeat_timeout_ms,
                CASE WHEN cardinality(s.depends_on) = 0 AND s.map_over IS NULL THEN 'ready'
                     ELSE 'blocked' END::rara_step_status,
-               s.map_over, s.map_max_parallel
+               s.map_over, s.map_max_parallel,
+               rara_concurrency_key(resolved.concurrency -> s.key, p_input, s.key),
+               (resolved.concurrency -> s.key ->> 'max')::integer
         FROM run, resolved, step_rows s
         RETURNING rara_steps.id, rara_steps.map_over IS NOT NULL
                   AND cardinality(rara_steps.depends_on) = 0 AS expands
@@ -270,7 +349,8 @@ BEGIN
         RETURN;
     END IF;
     WITH version AS (
-        SELECT v.spec, v.steps, rara_spec_caches(v.spec, old.namespace) AS caches
+        SELECT v.spec, v.steps, rara_spec_caches(v.spec, old.namespace) AS caches,
+               rara_spec_concurrency(v.spec, old.namespace, v.name) AS concurrency
         FROM rara_definition_versions v WHERE v.id = old.definition_version_id
     ), step_rows AS (
         SELECT s.* FROM version, rara_spec_step_rows(version.steps) AS s
@@ -282,7 +362,7 @@ BEGIN
                k.cache AS old_cache, k.map_input, k.map_total, k.map_succeeded, k.map_failed,
                (SELECT count(*) FROM unnest(s.depends_on) AS d(key)
                 WHERE d.key NOT IN (SELECT k2.key FROM kept k2))::integer AS pending,
-               version.caches
+               version.caches, version.concurrency -> s.key AS concurrency
         FROM version, step_rows s LEFT JOIN kept k ON k.key = s.key
     ), inserted AS (
         INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
@@ -290,9 +370,10 @@ BEGIN
                                 retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_over, map_max_parallel,
                                 map_input, map_total, map_next, map_succeeded, map_failed,
-                                result, finished_at, cache, reused_from)
-        SELECT new_id, old.namespace, p.key, p.depends_on, p.dependants, p.pending, p.capability, p.executor,
-               p.priority, p.payload || coalesce(p.caches -> p.key, '{}'), p.max_attempts,
+                                result, finished_at, cache, reused_from, concurrency_key,
+                                concurrency_max)
+        SELECT new_id, old.namespace, p.key, p.depends_on, p.dependants, p.pending,
+               p.capability, p.executor, p.priority, p.payload || coalesce(p.caches -> p.key, '{}'), p.max_attempts,
                p.retry_initial_ms, p.retry_max_ms, p.retry_coefficient, p.timeout_ms,
                p.heartbeat_timeout_ms,
                CASE WHEN p.old_id IS NOT NULL THEN 'succeeded'
@@ -304,7 +385,9 @@ BEGIN
                p.old_result, CASE WHEN p.old_id IS NOT NULL THEN now() END, p.old_cache,
                CASE WHEN p.old_id IS NOT NULL THEN jsonb_build_object(
                    'via', 'resume', 'run', p_run_id, 'step', p.old_id, 'key', p.key,
-                   'attempt', p.old_attempt) END
+                   'attempt', p.old_attempt) END,
+               rara_concurrency_key(p.concurrency, old.input, p.key),
+               (p.concurrency ->> 'max')::integer
         FROM planned p
         RETURNING rara_steps.id, rara_steps.key, rara_steps.status
     )
@@ -317,8 +400,8 @@ BEGIN
                                 retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_parent, map_index, result,
                                 finished_at, cache, reused_from)
-        SELECT new_id, old.namespace, c.key, c.depends_on, c.dependants, 0, c.capability, c.executor,
-               c.priority, c.payload, c.max_attempts, c.retry_initial_ms, c.retry_max_ms,
+        SELECT new_id, old.namespace, c.key, c.depends_on, c.dependants, 0, c.capability,
+               c.executor, c.priority, c.payload, c.max_attempts, c.retry_initial_ms, c.retry_max_ms,
                c.retry_coefficient, c.timeout_ms, c.heartbeat_timeout_ms, 'succeeded', n.id,
                c.map_index, c.result, now(), c.cache,
                jsonb_build_object('via', 'resume', 'run', p_run_id, 'step', c.id, 'key', c.key,

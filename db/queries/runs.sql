@@ -58,8 +58,11 @@ SELECT rara_run_cancel(p_run_id => :run_id);
 -- with :steps
 -- steps of one capability inserted set-wise. Keys: :key0, :key1… when :numbered, else :key;
 -- :chained makes each step depend on the one before (only the first ready), otherwise every
--- step is ready. Returns each step's run id. One statement whatever the size, so a
--- new NOT NULL column of rara_steps is added here and in run_start only.
+-- step is ready. :concurrency_keys (null: none): the runs' steps take concurrency keys
+-- k0, k1… in turn, that many distinct, each at most :concurrency_max running (a rule
+-- `concurrency: {key: input.k, max: …}` would give them; migration 0020). Returns each step's
+-- run id. One statement whatever the size, so a new NOT NULL column of rara_steps is added
+-- here and in run_start only.
 WITH version AS (
     SELECT id, namespace FROM rara_definition_versions
     WHERE namespace = :namespace AND name = :name
@@ -73,14 +76,19 @@ WITH version AS (
 )
 INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps, capability,
                         executor, payload, priority, max_attempts, retry_initial_ms, retry_max_ms,
-                        retry_coefficient, status)
+                        retry_coefficient, status, concurrency_key, concurrency_max)
 SELECT r.id, r.namespace, CASE WHEN :numbered THEN :key || i ELSE :key END,
        CASE WHEN :chained AND i > 0 THEN ARRAY[:key || (i - 1)] ELSE '{}'::text[] END,
        CASE WHEN :chained AND i < :steps - 1 THEN ARRAY[:key || (i + 1)] ELSE '{}'::text[] END,
        CASE WHEN :chained AND i > 0 THEN 1 ELSE 0 END,
        :capability, :executor, CAST(:payload AS jsonb), :priority, :max_attempts,
        :retry_initial_ms, :retry_max_ms, 2,
-       CASE WHEN :chained AND i > 0 THEN 'blocked' ELSE 'ready' END::rara_step_status
+       CASE WHEN :chained AND i > 0 THEN 'blocked' ELSE 'ready' END::rara_step_status,
+       CASE WHEN CAST(:concurrency_keys AS integer) IS NOT NULL
+           THEN r.namespace || '/' || :name || '.' || :key || '=k'
+                || mod(r.id, CAST(:concurrency_keys AS integer)) END,
+       CASE WHEN CAST(:concurrency_keys AS integer) IS NOT NULL
+           THEN CAST(:concurrency_max AS integer) END
 FROM runs r, generate_series(0, :steps - 1) AS i
 ORDER BY r.id, i
 RETURNING run_id;

@@ -93,6 +93,27 @@ class MapSpec(_Model):
         return parts[1:] if self.source is None else parts[2:]
 
 
+# concurrency.key: a value of the run's input, by its path (`input.customer`, `input.a.b`).
+CONCURRENCY_KEY_PATTERN = r"^input(\.[A-Za-z0-9_-]+)+$"
+CONCURRENCY_GROUP_PATTERN = r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
+
+
+class ConcurrencySpec(_Model):
+    """At most ``max`` attempts of this step running at once per value of ``key`` in its
+    namespace (docs/limits.md, "Per key"): e.g. two per customer, whose API takes two clients.
+    Steps (of any definition) that name the same ``group`` share the limit per value; the
+    default group is the step's own (``<definition>.<step>``)."""
+
+    key: str = Field(pattern=CONCURRENCY_KEY_PATTERN)
+    max: int = Field(ge=1, le=10_000)
+    group: str | None = Field(default=None, pattern=CONCURRENCY_GROUP_PATTERN)
+
+    @property
+    def path(self) -> list[str]:
+        """The keys inside the run input, in order."""
+        return self.key.split(".")[1:]
+
+
 class CacheSpec(_Model):
     """A step whose output is a function of what went in (docs/step-cache.md): a later step
     with the same cache key reuses its result and artifacts instead of running."""
@@ -131,6 +152,8 @@ class StepSpec(_Model):
     map: MapSpec | None = None
     # Off by default: a step with side effects must not be skipped (docs/step-cache.md).
     cache: CacheSpec | None = None
+    # At most N running at once per value of a run input field (docs/limits.md, "Per key").
+    concurrency: ConcurrencySpec | None = None
 
     @field_serializer("timeout", "heartbeat_timeout")
     def _dump_duration(self, ms: int | None) -> str | None:

@@ -17,7 +17,7 @@ MAX_DOCUMENT_BYTES = 1_000_000
 # so that a document written before them keeps its digest (and its version) when re-applied.
 # Fields added after versions were stored: absent when unset, so that the same document keeps
 # its digest (and its version).
-_CANONICAL_ONLY_WHEN_SET = ("inputSchema", "cache")
+_CANONICAL_ONLY_WHEN_SET = ("inputSchema", "cache", "concurrency")
 
 
 def load_definition(text: str | bytes, source: str = "document") -> WorkflowDefinition:

@@ -178,10 +178,14 @@ def enqueue_many(
     retry_max_ms: int = 60_000,
     numbered: bool | None = None,
     namespace: str = DEFAULT_NAMESPACE,
+    concurrency_keys: int | None = None,
+    concurrency_max: int = 2,
 ) -> list[int]:
     """Runs inserted set-wise for tests and benchmarks (``run_enqueue_many``); the run ids, one
     per run in order. Step keys are ``key`` itself, or ``key0``, ``key1``… when ``numbered``
-    (by default when there are several steps or they are chained)."""
+    (by default when there are several steps or they are chained). ``concurrency_keys``: the
+    runs take that many distinct concurrency keys in turn, each at most ``concurrency_max``
+    running."""
     if numbered is None:
         numbered = steps > 1 or chained
     rows = many(
@@ -204,5 +208,7 @@ def enqueue_many(
         max_attempts=max_attempts,
         retry_initial_ms=retry_initial_ms,
         retry_max_ms=retry_max_ms,
+        concurrency_keys=concurrency_keys,
+        concurrency_max=concurrency_max,
     )
     return list(dict.fromkeys(int(r) for r in rows))

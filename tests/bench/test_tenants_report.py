@@ -31,6 +31,13 @@ def _result() -> dict[str, Any]:
         "lease_cost_ratio": _cost_ratios(one, spread),
         "lease_cost_beside_idle": _cost(1200.0, 700.0),
         "lease_cost_beside_idle_ratio": _cost_ratios(one, _cost(1200.0, 700.0)),
+        "keys": {
+            "keys": 10_000,
+            "behind_backlog": {"p50": 3.0, "p99": 7.0},
+            "behind_vs_idle_p99": 1.75,
+            "split_at_half": {A: 0.5, B: 0.5},
+            "lease_cost_ratio": _cost_ratios(one, _cost(1050.0, 550.0)),
+        },
     }
 
 
@@ -45,6 +52,8 @@ def test_the_line_names_each_goal_s_figure() -> None:
     assert "weighted 1:3: B 70.0% (fair 75%, 6.7% off)" in text
     assert "p50 1000 / 1100 us (1.10x)" in text
     assert "one busy beside 99 idle: 1.20x" in text
+    assert "with 10,000 keys: behind p99 7 ms (1.8x), split A 50%, B 50%" in text
+    assert "lease of 10 1.05x unkeyed" in text
 
 
 def test_the_summary_takes_the_tenants_goals() -> None:
@@ -53,3 +62,4 @@ def test_the_summary_takes_the_tenants_goals() -> None:
     assert out["tenants_weighted_error"] == 0.067
     assert out["tenants_lease_100_vs_1_namespaces"] == 1.1
     assert out["tenants_lease_beside_99_idle_vs_1"] == 1.2
+    assert out["tenants_keyed_lease_vs_unkeyed"] == 1.05

@@ -19,7 +19,7 @@ from rara.worker.lease_cursor import LeaseCursors
 from rara.worker.store import LEASED
 from tests.db.test_map_steps import _end, _won
 from tests.support.definitions import apply
-from tests.support.leasing import lease_now
+from tests.support.leasing import lease_concurrently, lease_now
 
 A, B, C = "team-a", "team-b", "team-c"
 
@@ -134,24 +134,7 @@ def test_concurrent_leasers_never_exceed_a_quota(
     _ready(conn, B, 40)
     limits.set_quota(conn, A, "work@1", 5)
     limits.set_limit(conn, "work@1", 20)  # the fleet's limit shared by both, too
-    start = threading.Barrier(8)
-    errors: list[BaseException] = []
-
-    def lease(n: int) -> None:
-        try:
-            with psycopg.connect(database_url, autocommit=True) as mine:
-                start.wait()
-                for _ in range(5):
-                    lease_now(mine, ["work@1"], worker=f"w{n}", limit=3)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=lease, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert errors == []
+    lease_concurrently(database_url, ["work@1"], leasers=8, rounds=5, limit=3)
     assert _running(conn, A) == 5
     assert _running(conn, A) + _running(conn, B) == 20
 

@@ -9,6 +9,7 @@ Test-only code, so outside the wheel; the benchmarks (bench/) import it from her
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import psycopg
@@ -77,3 +78,30 @@ def lease_now(
         after_ids=None,
         after_namespaces=None,
     )
+
+
+def lease_concurrently(
+    database_url: str, capabilities: list[str], *, leasers: int, rounds: int, limit: int
+) -> None:
+    """``leasers`` workers, each on a connection of its own, released at once by a barrier,
+    each leasing ``rounds`` times up to ``limit`` steps: what a limit must hold against.
+    Raises the first error any of them met."""
+    start = threading.Barrier(leasers)
+    errors: list[BaseException] = []
+
+    def lease(n: int) -> None:
+        try:
+            with psycopg.connect(database_url, autocommit=True) as mine:
+                start.wait()
+                for _ in range(rounds):
+                    lease_now(mine, capabilities, worker=f"w{n}", limit=limit)
+        except BaseException as exc:  # re-raised below, in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=lease, args=(n,)) for n in range(leasers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    if errors:
+        raise errors[0]

@@ -587,18 +587,42 @@ CREATE FUNCTION public.rara_namespace_isolation(p_on boolean) RETURNS boolean
     LANGUAGE plpgsql
     AS $$
 DECLARE
+    tables regclass[];
     tab regclass;
+    patience integer := 600;  -- tries, 50 ms apart at most: about 30 s
+    caller_timeout text := current_setting('lock_timeout');
     was boolean := (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'rara_runs'::regclass);
 BEGIN
     -- Isolation between namespaces on (or off again) for this database: row-level security
-    -- enabled on every table with a read policy of migration 0018, which is also the switch
-    -- rara_caller_namespaces reads. The owner's (`rara access isolate|open`): granted to
-    -- nobody. Returns whether it was on.
-    FOR tab IN SELECT DISTINCT p.polrelid::regclass FROM pg_policy p
-               JOIN pg_class c ON c.oid = p.polrelid
-               WHERE c.relnamespace = current_schema()::regnamespace
-                 AND p.polname = c.relname || '_read'
+    -- enabled on every table with a read policy (migrations 0018, 0019), which is also the
+    -- switch rara_caller_namespaces reads. The owner's (`rara access isolate|open`): granted
+    -- to nobody. Returns whether it was on.
+    SELECT array_agg(DISTINCT p.polrelid::regclass) INTO tables FROM pg_policy p
+    JOIN pg_class c ON c.oid = p.polrelid
+    WHERE c.relnamespace = current_schema()::regnamespace AND p.polname = c.relname || '_read';
+    -- Each ALTER takes its table's ACCESS EXCLUSIVE lock. A running fleet takes those tables in
+    -- other orders (a start: runs, steps, then the trigger's lanes; a lease: steps, lanes, then
+    -- runs), so taking them one by one, each waiting, deadlocks with it. All of them are taken
+    -- first, in one statement, waiting at most 100 ms for each — well under deadlock_timeout,
+    -- so a wait never becomes a deadlock that PostgreSQL settles by failing a worker's
+    -- statement — and, when one is busy, all given back at once (the block's rollback) and
+    -- tried again.
     LOOP
+        BEGIN
+            PERFORM set_config('lock_timeout', '100ms', true);
+            EXECUTE 'LOCK TABLE ' || array_to_string(tables, ', ') || ' IN ACCESS EXCLUSIVE MODE';
+            EXIT;
+        EXCEPTION WHEN lock_not_available THEN
+            patience := patience - 1;
+            IF patience = 0 THEN
+                RAISE EXCEPTION 'the fleet kept rara''s tables busy for 30 s: try again'
+                    USING ERRCODE = 'lock_not_available';
+            END IF;
+            PERFORM pg_sleep(random() * 0.05);
+        END;
+    END LOOP;
+    PERFORM set_config('lock_timeout', caller_timeout, true);
+    FOREACH tab IN ARRAY tables LOOP
         EXECUTE format('ALTER TABLE %s %s ROW LEVEL SECURITY', tab,
                        CASE WHEN p_on THEN 'ENABLE' ELSE 'DISABLE' END);
     END LOOP;

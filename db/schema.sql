@@ -264,15 +264,13 @@ DECLARE
 BEGIN
     FOR added IN
         WITH new AS (
-            INSERT INTO rara_lanes (capability, executor, namespace, keyed)
-            SELECT i.capability, i.executor, i.namespace, bool_or(i.concurrency_key IS NOT NULL)
-            FROM inserted i WHERE i.status IN ('blocked', 'ready')
-            GROUP BY i.capability, i.executor, i.namespace
-            ON CONFLICT (capability, executor, namespace) DO UPDATE SET keyed = true
-            WHERE EXCLUDED.keyed AND NOT rara_lanes.keyed
-            RETURNING capability, executor, (xmax = 0) AS inserted  -- (0: not an update)
+            INSERT INTO rara_lanes (capability, executor, namespace)
+            SELECT DISTINCT i.capability, i.executor, i.namespace FROM inserted i
+            WHERE i.status IN ('blocked', 'ready')
+            ON CONFLICT DO NOTHING
+            RETURNING capability, executor
         )
-        SELECT DISTINCT n.capability, n.executor FROM new n WHERE n.inserted ORDER BY 1, 2
+        SELECT DISTINCT n.capability, n.executor FROM new n ORDER BY 1, 2
     LOOP
         PERFORM rara_lanes_rebalance(added.capability, added.executor);
     END LOOP;
@@ -302,6 +300,19 @@ BEGIN
     WHERE l.capability = p_capability AND l.executor = p_executor
       AND l.namespace = n.namespace AND (l.weight, l.low) IS DISTINCT FROM (n.weight, n.low);
 END $$;
+
+-- FUNCTION: rara_lease_room(text[], integer[], text[], integer[], text, text)
+
+CREATE FUNCTION public.rara_lease_room(p_limited text[], p_slots integer[], p_quota_keys text[], p_quota_free integer[], p_namespace text, p_capability text) RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    -- How many more of p_namespace's p_capability steps a lease may take, by the capability's
+    -- limit and the namespace's quotas (rara_step_lease's arrays; NULL: no bound). SQL, so
+    -- that it is inlined into the lease's probes.
+    SELECT least(p_slots[array_position(p_limited, p_capability)],
+                 p_quota_free[array_position(p_quota_keys, p_namespace || ' ' || p_capability)],
+                 p_quota_free[array_position(p_quota_keys, p_namespace || ' *')])
+$$;
 
 -- FUNCTION: rara_map_children_ended(jsonb)
 
@@ -2089,6 +2100,7 @@ DECLARE
     drawn_nss text[];
     drawn_counts integer[];
     drawn_weights integer[];
+    cand_lanes text[];            -- the first round's candidates' lanes
     spent text[];                 -- lanes ('capability executor namespace') that gave less
     cand_ids bigint[];            -- a round's candidates, in the order they claim slots
     cand_nss text[];
@@ -2234,10 +2246,8 @@ BEGIN
                           > (coalesce(l.rank, -1001), coalesce(l.at, '-infinity'),
                              coalesce(l.id, 0))
                     ORDER BY -s.priority, s.available_at, s.id
-                    LIMIT least(l.drawn, slots[array_position(limited, l.capability)],
-                                quota_free[array_position(
-                                    quota_keys, l.namespace || ' ' || l.capability)],
-                                quota_free[array_position(quota_keys, l.namespace || ' *')])
+                    LIMIT least(l.drawn, rara_lease_room(limited, slots, quota_keys, quota_free,
+                                                         l.namespace, l.capability))
                     FOR UPDATE SKIP LOCKED
                 ) AS c
             ), arrivals AS (
@@ -2255,13 +2265,14 @@ BEGIN
                    array_agg(a.concurrency_key ORDER BY a.arrives),
                    array_agg(a.concurrency_max ORDER BY a.arrives),
                    array_agg(a.capability || ' ' || a.executor || ' ' || a.namespace)
-            INTO cand_ids, cand_nss, cand_caps, cand_keys, cand_maxes, spent FROM arrivals a;
+            INTO cand_ids, cand_nss, cand_caps, cand_keys, cand_maxes, cand_lanes
+            FROM arrivals a;
             -- The lanes that gave less than they drew: the second round passes them by.
             spent := ARRAY(
                 SELECT d.capability || ' ' || d.executor || ' ' || d.namespace
                 FROM unnest(drawn_caps, drawn_execs, drawn_nss, drawn_counts)
                     AS d(capability, executor, namespace, drawn)
-                WHERE d.drawn > (SELECT count(*) FROM unnest(spent) AS g(lane)
+                WHERE d.drawn > (SELECT count(*) FROM unnest(cand_lanes) AS g(lane)
                                  WHERE g.lane = d.capability || ' ' || d.executor || ' '
                                                 || d.namespace));
         ELSE
@@ -2317,10 +2328,8 @@ BEGIN
                              coalesce(after.id, 0))
                     ORDER BY -s.priority, s.available_at, s.id
                     LIMIT least(p_limit - cardinality(taken),
-                                slots[array_position(limited, l.capability)],
-                                quota_free[array_position(
-                                    quota_keys, l.namespace || ' ' || l.capability)],
-                                quota_free[array_position(quota_keys, l.namespace || ' *')])
+                                rara_lease_room(limited, slots, quota_keys, quota_free,
+                                                l.namespace, l.capability))
                     FOR UPDATE SKIP LOCKED
                 ) AS c
                 WHERE l.capability || ' ' || l.executor || ' ' || l.namespace <> ALL (spent)
@@ -2867,8 +2876,7 @@ CREATE TABLE public.rara_lanes (
     executor text NOT NULL,
     namespace text NOT NULL,
     weight integer DEFAULT 1 NOT NULL,
-    low double precision DEFAULT 0 NOT NULL,
-    keyed boolean DEFAULT false NOT NULL
+    low double precision DEFAULT 0 NOT NULL
 );
 
 -- TABLE: rara_map_lists
@@ -3575,6 +3583,10 @@ REVOKE ALL ON FUNCTION public.rara_lanes_add() FROM PUBLIC;
 -- ACL: FUNCTION rara_lanes_rebalance(p_capability text, p_executor text)
 
 REVOKE ALL ON FUNCTION public.rara_lanes_rebalance(p_capability text, p_executor text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_lease_room(p_limited text[], p_slots integer[], p_quota_keys text[], p_quota_free integer[], p_namespace text, p_capability text)
+
+REVOKE ALL ON FUNCTION public.rara_lease_room(p_limited text[], p_slots integer[], p_quota_keys text[], p_quota_free integer[], p_namespace text, p_capability text) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_map_children_ended(p_ends jsonb)
 

@@ -43,6 +43,20 @@ BEGIN
 END $$;
 SELECT rara_grant('rara_lanes_rebalance');  -- only through rara_lanes_add, the weights
 
+CREATE OR REPLACE FUNCTION rara_lease_room(
+    p_limited text[], p_slots integer[], p_quota_keys text[], p_quota_free integer[],
+    p_namespace text, p_capability text)
+RETURNS integer
+LANGUAGE sql IMMUTABLE AS $$
+    -- How many more of p_namespace's p_capability steps a lease may take, by the capability's
+    -- limit and the namespace's quotas (rara_step_lease's arrays; NULL: no bound). SQL, so
+    -- that it is inlined into the lease's probes.
+    SELECT least(p_slots[array_position(p_limited, p_capability)],
+                 p_quota_free[array_position(p_quota_keys, p_namespace || ' ' || p_capability)],
+                 p_quota_free[array_position(p_quota_keys, p_namespace || ' *')])
+$$;
+SELECT rara_grant('rara_lease_room');  -- only through rara_step_lease
+
 CREATE OR REPLACE FUNCTION rara_step_lease(
     p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[],
     p_after_ats timestamptz[], p_after_ids bigint[], p_limit integer,
@@ -64,6 +78,7 @@ DECLARE
     drawn_nss text[];
     drawn_counts integer[];
     drawn_weights integer[];
+    cand_lanes text[];            -- the first round's candidates' lanes
     spent text[];                 -- lanes ('capability executor namespace') that gave less
     cand_ids bigint[];            -- a round's candidates, in the order they claim slots
     cand_nss text[];
@@ -209,10 +224,8 @@ BEGIN
                           > (coalesce(l.rank, -1001), coalesce(l.at, '-infinity'),
                              coalesce(l.id, 0))
                     ORDER BY -s.priority, s.available_at, s.id
-                    LIMIT least(l.drawn, slots[array_position(limited, l.capability)],
-                                quota_free[array_position(
-                                    quota_keys, l.namespace || ' ' || l.capability)],
-                                quota_free[array_position(quota_keys, l.namespace || ' *')])
+                    LIMIT least(l.drawn, rara_lease_room(limited, slots, quota_keys, quota_free,
+                                                         l.namespace, l.capability))
                     FOR UPDATE SKIP LOCKED
                 ) AS c
             ), arrivals AS (
@@ -230,13 +243,14 @@ BEGIN
                    array_agg(a.concurrency_key ORDER BY a.arrives),
                    array_agg(a.concurrency_max ORDER BY a.arrives),
                    array_agg(a.capability || ' ' || a.executor || ' ' || a.namespace)
-            INTO cand_ids, cand_nss, cand_caps, cand_keys, cand_maxes, spent FROM arrivals a;
+            INTO cand_ids, cand_nss, cand_caps, cand_keys, cand_maxes, cand_lanes
+            FROM arrivals a;
             -- The lanes that gave less than they drew: the second round passes them by.
             spent := ARRAY(
                 SELECT d.capability || ' ' || d.executor || ' ' || d.namespace
                 FROM unnest(drawn_caps, drawn_execs, drawn_nss, drawn_counts)
                     AS d(capability, executor, namespace, drawn)
-                WHERE d.drawn > (SELECT count(*) FROM unnest(spent) AS g(lane)
+                WHERE d.drawn > (SELECT count(*) FROM unnest(cand_lanes) AS g(lane)
                                  WHERE g.lane = d.capability || ' ' || d.executor || ' '
                                                 || d.namespace));
         ELSE
@@ -292,10 +306,8 @@ BEGIN
                              coalesce(after.id, 0))
                     ORDER BY -s.priority, s.available_at, s.id
                     LIMIT least(p_limit - cardinality(taken),
-                                slots[array_position(limited, l.capability)],
-                                quota_free[array_position(
-                                    quota_keys, l.namespace || ' ' || l.capability)],
-                                quota_free[array_position(quota_keys, l.namespace || ' *')])
+                                rara_lease_room(limited, slots, quota_keys, quota_free,
+                                                l.namespace, l.capability))
                     FOR UPDATE SKIP LOCKED
                 ) AS c
                 WHERE l.capability || ' ' || l.executor || ' ' || l.namespace <> ALL (spent)

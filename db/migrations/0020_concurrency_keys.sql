@@ -19,28 +19,3 @@ ALTER TABLE rara_steps
 -- implies: migration 0004).
 CREATE INDEX rara_steps_running_by_key ON rara_steps (concurrency_key)
     WHERE lease_expires_at IS NOT NULL AND concurrency_key IS NOT NULL;
-
--- Whether a lane has ever had a keyed step: the lease looks for full keys only then.
-ALTER TABLE rara_lanes ADD COLUMN keyed boolean NOT NULL DEFAULT false;
-
-CREATE OR REPLACE FUNCTION rara_lanes_add() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE
-    added record;
-BEGIN
-    FOR added IN
-        WITH new AS (
-            INSERT INTO rara_lanes (capability, executor, namespace, keyed)
-            SELECT i.capability, i.executor, i.namespace, bool_or(i.concurrency_key IS NOT NULL)
-            FROM inserted i WHERE i.status IN ('blocked', 'ready')
-            GROUP BY i.capability, i.executor, i.namespace
-            ON CONFLICT (capability, executor, namespace) DO UPDATE SET keyed = true
-            WHERE EXCLUDED.keyed AND NOT rara_lanes.keyed
-            RETURNING capability, executor, (xmax = 0) AS inserted  -- (0: not an update)
-        )
-        SELECT DISTINCT n.capability, n.executor FROM new n WHERE n.inserted ORDER BY 1, 2
-    LOOP
-        PERFORM rara_lanes_rebalance(added.capability, added.executor);
-    END LOOP;
-    RETURN NULL;
-END $$;

@@ -59,38 +59,42 @@ def list_(ctx: typer.Context) -> None:
         shares = limits.list_shares(conn)
     if not rows:
         console.print("no limits: every capability runs as many attempts as workers take")
-    else:
-        table = Table("capability", "max running", "running", "set")
-        for row in rows:
-            table.add_row(
-                row.capability,
-                str(row.max_running),
-                str(row.running),
-                f"{row.updated_at:%Y-%m-%d %H:%M:%S}",
-            )
-        console.print(table)
-    if quotas:
-        table = Table("namespace", "capability", "max running", "running", "set")
-        for quota in quotas:
-            table.add_row(
-                quota.namespace,
-                quota.capability,
-                str(quota.max_running),
-                str(quota.running),
-                f"{quota.updated_at:%Y-%m-%d %H:%M:%S}",
-            )
-        console.print(table)
+    _print_table(
+        ("capability", "max running", "running", "set"),
+        [(r.capability, r.max_running, r.running, r.updated_at) for r in rows],
+    )
+    _print_table(
+        ("namespace", "capability", "max running", "running", "set"),
+        [(q.namespace, q.capability, q.max_running, q.running, q.updated_at) for q in quotas],
+    )
+    _print_table(
+        ("namespace", "weight", "running", "set"),
+        [(w.namespace, w.weight, w.running, w.updated_at) for w in shares],
+    )
     if shares:
-        table = Table("namespace", "weight", "running", "set")
-        for share in shares:
-            table.add_row(
-                share.namespace,
-                str(share.weight),
-                str(share.running),
-                f"{share.updated_at:%Y-%m-%d %H:%M:%S}",
-            )
-        console.print(table)
         console.print("every other namespace: weight 1")
+
+
+def _print_table(columns: tuple[str, ...], rows: list[tuple[object, ...]]) -> None:
+    """A table of ``rows`` (nothing when empty), the last cell of each a time."""
+    if not rows:
+        return
+    table = Table(*columns)
+    for *cells, at in rows:
+        table.add_row(*(str(c) for c in cells), f"{at:%Y-%m-%d %H:%M:%S}")
+    console.print(table)
+
+
+def _set(capability: str, namespace: str | None, max_running: int | None) -> str:
+    """A limit of the fleet (no namespace) or a quota of ``namespace``; None removes it.
+    Returns how to name it."""
+    with psycopg.connect(database_url(), autocommit=True) as conn:
+        if namespace is None:
+            limits.set_limit(conn, _capability(capability), max_running)
+            return capability
+        check_namespace(namespace, source="--namespace")
+        limits.set_quota(conn, namespace, _capability(capability, every=True), max_running)
+    return qualified(namespace, capability)
 
 
 @app.command("set")
@@ -102,13 +106,7 @@ def set_(
 ) -> None:
     """At most MAX_RUNNING attempts of CAPABILITY at once, across the fleet, or of one
     namespace with --namespace."""
-    with psycopg.connect(database_url(), autocommit=True) as conn:
-        if namespace is None:
-            limits.set_limit(conn, _capability(capability), max_running)
-        else:
-            check_namespace(namespace, source="--namespace")
-            limits.set_quota(conn, namespace, _capability(capability, every=True), max_running)
-    where = capability if namespace is None else qualified(namespace, capability)
+    where = _set(capability, namespace, max_running)
     console.print(f"{where}: at most {max_running} running", highlight=False)
 
 
@@ -116,14 +114,7 @@ def set_(
 @reports_errors
 def unset(capability: str, namespace: QuotaOption = None) -> None:
     """Remove CAPABILITY's limit, or a namespace's quota with --namespace."""
-    with psycopg.connect(database_url(), autocommit=True) as conn:
-        if namespace is None:
-            limits.set_limit(conn, _capability(capability), None)
-        else:
-            check_namespace(namespace, source="--namespace")
-            limits.set_quota(conn, namespace, _capability(capability, every=True), None)
-    where = capability if namespace is None else qualified(namespace, capability)
-    console.print(f"{where}: no limit", highlight=False)
+    console.print(f"{_set(capability, namespace, None)}: no limit", highlight=False)
 
 
 @app.command()

@@ -65,6 +65,25 @@ window.rara = {
       rel.textContent = ' · ' + (ago <= -1 ? 'in ' + window.rara.relative(-ago) : window.rara.relative(ago) + ' ago');
     }
   },
+  // `task` (returning a promise) run `delay` ms after the first call, calls in that wait joined
+  // to it; a call while it runs starts one more run after it ends, so the last change a
+  // live stream reports is never left out of the page.
+  coalesced(task, delay) {
+    let state = 'idle';  // 'waiting' | 'running' | 'again' (running, one more run asked)
+    const run = () => {
+      state = 'running';
+      Promise.resolve().then(task).catch(() => {}).finally(() => {
+        const again = state === 'again';
+        state = 'idle';
+        if (again) call();
+      });
+    };
+    const call = () => {
+      if (state === 'idle') { state = 'waiting'; setTimeout(run, delay); }
+      else if (state === 'running') state = 'again';
+    };
+    return call;
+  },
   // Replace the elements matching `selectors` with the same ones of a fresh render of this page.
   async refreshFrom(url, selectors) {
     const response = await fetch(url, { headers: { accept: 'text/html' } });

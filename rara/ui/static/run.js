@@ -39,7 +39,6 @@
   if (!root) return;
   const runId = root.dataset.run;
   let status = root.dataset.status;
-  let refreshing = null;
 
   const index = () => {
     const byKey = new Map();
@@ -52,16 +51,12 @@
   };
   let byKey = index();
 
-  const refresh = () => {
-    if (refreshing) return;
-    refreshing = setTimeout(() => {
-      // .facts holds #counts: listing both would move the fresh #counts out of the fresh
-      // .facts first and leave the Steps line blank.
-      rara.refreshFrom(location.pathname + location.search, ['table.steps', '[data-refresh]', '.facts', '.run-head .actions', '#dag-reused'])
-        .then(() => { byKey = index(); if (window.raraCharts) window.raraCharts(); })
-        .finally(() => { refreshing = null; });
-    }, 300);
-  };
+  // .facts holds #counts: listing both would move the fresh #counts out of the fresh .facts
+  // first and leave the Steps line blank.
+  const refresh = rara.coalesced(() => rara.refreshFrom(
+    location.pathname + location.search,
+    ['table.steps', '[data-refresh]', '.facts', '.run-head .actions', '#dag-reused'],
+  ).then(() => { byKey = index(); if (window.raraCharts) window.raraCharts(); }), 300);
 
   const onState = (state) => {
     let changed = false;

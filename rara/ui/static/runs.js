@@ -3,13 +3,7 @@
 (function () {
   const table = document.getElementById('runs-table');
   if (!table || !table.dataset.live) return;
-  let pending = false;
-  window.rara.live(table.dataset.live, null, () => {
-    if (pending) return;
-    pending = true;
-    setTimeout(() => {
-      window.rara.refreshFrom(location.pathname + location.search, ['#runs-table'])
-        .finally(() => { pending = false; });
-    }, 200);
-  }, 5000);
+  const refresh = window.rara.coalesced(
+    () => window.rara.refreshFrom(location.pathname + location.search, ['#runs-table']), 200);
+  window.rara.live(table.dataset.live, null, refresh, 5000);
 })();

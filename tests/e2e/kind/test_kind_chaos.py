@@ -935,11 +935,14 @@ class Ticking:
                 f"  {d.action} at +{d.at - window[0]:.0f} s:"
                 f" the next 30 s's ticks at most {near:.1f} s late"
             )
+        # A restart takes a process start, imports and peering: a second at the very least
+        # (1.5 s measured), against a median lateness of a fraction of one.
         outage = next(d for d in kills if d.action == "operators-sigkill")
         late = max(v for t, v in lag.items() if outage.at <= t <= outage.at + 30)
-        assert late >= 2, (
+        typical = sorted(lag.values())[len(lag) // 2]
+        assert late >= max(1.0, 3 * typical), (
             f"no tick waited for a restarted operator after every replica was killed "
-            f"(latest {late:.1f} s): did the kill stop the firing?"
+            f"(latest {late:.1f} s, median {typical:.1f} s): did the kill stop the firing?"
         )
 
         # the operator mirrored the state, while firing and once suspended

@@ -39,6 +39,135 @@ CREATE TYPE public.rara_step_status AS ENUM (
     'cancelled'
 );
 
+-- FUNCTION: rara_approval_decide(bigint, text, boolean, text, text)
+
+CREATE FUNCTION public.rara_approval_decide(p_run_id bigint, p_step_key text, p_approve boolean, p_reason text, p_identity text DEFAULT NULL::text) RETURNS TABLE(step_id bigint, decision text, decided_by text, decided_at timestamp with time zone, recorded boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    run record;
+    gate record;
+    approval record;
+    who text := coalesce(nullif(p_identity, ''), rara_caller());
+    wanted text := CASE WHEN p_approve THEN 'approved' ELSE 'rejected' END;
+    deltas jsonb;
+BEGIN
+    -- A person's decision on approval step p_step_key of run p_run_id. `who` is the caller's
+    -- login (the role it acts as), or the identity a client vouches for (the UI: the user it
+    -- authenticated; the login is kept beside it). Made once: the same decision again answers
+    -- the first (recorded = false) and writes nothing; the other decision is refused, naming
+    -- who made the first and when. An approval ends the step (its result: the decision);
+    -- a rejection ends the run as the gate says (onReject: fail, or cancel).
+    SELECT r.id, r.namespace INTO run FROM rara_runs r
+    WHERE r.id = p_run_id AND rara_namespace_allowed(r.namespace);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'no_data_found';
+    END IF;
+    IF p_reason IS NOT NULL AND length(p_reason) > 2000 THEN
+        RAISE EXCEPTION 'the reason is longer than 2000 characters'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT s.id, s.key, s.status, s.wait, w.step_id AS waits INTO gate FROM rara_steps s
+    LEFT JOIN rara_waits w ON w.step_id = s.id
+    WHERE s.run_id = p_run_id AND s.key = p_step_key
+    FOR UPDATE OF s;
+    IF gate.id IS NULL OR gate.wait ->> 'kind' IS DISTINCT FROM 'approval' THEN
+        RAISE EXCEPTION 'run %: % is not an approval step', p_run_id, p_step_key
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT a.* INTO approval FROM rara_approvals a WHERE a.step_id = gate.id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'run %: approval % is % and not waiting for a decision', p_run_id,
+            p_step_key, CASE WHEN gate.status = 'blocked' THEN 'blocked on its dependencies'
+                             ELSE gate.status::text END
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF approval.decision IS NOT NULL THEN
+        IF approval.decision <> wanted THEN
+            RAISE EXCEPTION 'run %: approval % was % by % at %', p_run_id, p_step_key,
+                approval.decision, coalesce(approval.decided_by, 'its deadline'), approval.decided_at
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        step_id := gate.id;
+        decision := approval.decision;
+        decided_by := approval.decided_by;
+        decided_at := approval.decided_at;
+        recorded := false;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF cardinality(approval.approvers) > 0 AND NOT EXISTS (
+        SELECT FROM unnest(approval.approvers) AS a(name)
+        WHERE a.name = who
+           OR (EXISTS (SELECT FROM pg_roles r WHERE r.rolname = a.name)
+               AND pg_has_role(rara_caller(), a.name, 'MEMBER'))) THEN
+        RAISE EXCEPTION 'run %: % may not decide approval % (its approvers: %)', p_run_id, who,
+            p_step_key, array_to_string(approval.approvers, ', ')
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF gate.waits IS NULL THEN  -- a run cancel took it (its rara_approvals row stays)
+        RAISE EXCEPTION 'run %: approval % is % and not waiting for a decision', p_run_id,
+            p_step_key, gate.status USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    UPDATE rara_approvals a SET decision = wanted, decided_by = who,
+                                decided_login = rara_caller(), decided_at = now(),
+                                reason = p_reason
+    WHERE a.step_id = gate.id;
+    IF p_approve THEN
+        deltas := rara_wait_end(gate.id, 'succeeded', jsonb_build_object(
+            'decision', wanted, 'decided_by', who, 'reason', p_reason), NULL);
+        PERFORM rara_run_count(deltas);
+    ELSIF gate.wait ->> 'on_reject' = 'cancel' THEN
+        PERFORM rara_wait_cancel_run(gate.id, jsonb_build_object(
+            'code', 'REJECTED', 'message', 'rejected by ' || who || coalesce(': ' || p_reason, '')));
+    ELSE
+        deltas := rara_wait_end(gate.id, 'failed', NULL, jsonb_build_object(
+            'code', 'REJECTED', 'message', 'rejected by ' || who
+                || coalesce(': ' || p_reason, '')));
+        PERFORM rara_run_count(deltas);
+    END IF;
+    step_id := gate.id;
+    decision := wanted;
+    decided_by := who;
+    decided_at := now();
+    recorded := true;
+    RETURN NEXT;
+END $$;
+
+-- FUNCTION: rara_approval_evidence(bigint, jsonb)
+
+CREATE FUNCTION public.rara_approval_evidence(p_run_id bigint, p_show jsonb) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    -- What an approval shows, read when it begins to wait and kept with it: each `show:` entry
+    -- (<step> or <step>.result.<path>) with its value now, and the artifacts of the steps shown
+    -- (name, digest, size: the bytes a decision is about). Its upstream all succeeded, so each
+    -- value is the result of the attempt that counts. (PL/pgSQL: its body names tables, which
+    -- a dump of the schema creates after it.)
+    RETURN jsonb_build_object(
+        'shown', coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+                       'show', e.show, 'step', s.key,
+                       'value', s.result #> (string_to_array(e.show, '.'))[3:])
+                   ORDER BY e.n)
+            FROM jsonb_array_elements_text(p_show) WITH ORDINALITY AS e(show, n)
+            JOIN rara_steps s ON s.run_id = p_run_id AND s.key = split_part(e.show, '.', 1)),
+            '[]'),
+        'artifacts', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('step', s.key, 'name', a.name,
+                                                'digest', a.digest, 'size', a.size)
+                             ORDER BY s.key, a.name)
+            FROM rara_steps s JOIN rara_step_artifacts a ON a.step_id = s.id
+            WHERE s.run_id = p_run_id
+              AND s.key IN (SELECT split_part(e, '.', 1) FROM jsonb_array_elements_text(p_show) e)
+              AND a.attempt = (SELECT max(a2.attempt) FROM rara_step_artifacts a2
+                               WHERE a2.step_id = s.id)),
+            '[]'));
+END $$;
+
 -- FUNCTION: rara_caller()
 
 CREATE FUNCTION public.rara_caller() RETURNS name
@@ -106,7 +235,7 @@ CREATE FUNCTION public.rara_check_step_transition() RETURNS trigger
     AS $$
 BEGIN
     IF NOT (rara_step_transition_allowed(OLD.status, NEW.status)
-            OR (NEW.map_over IS NOT NULL AND OLD.status = 'blocked'
+            OR ((NEW.map_over IS NOT NULL OR NEW.wait IS NOT NULL) AND OLD.status = 'blocked'
                 AND NEW.status IN ('succeeded', 'failed'))) THEN
         RAISE EXCEPTION 'illegal step transition % -> % (step %)', OLD.status, NEW.status, OLD.id
             USING ERRCODE = 'check_violation', CONSTRAINT = 'rara_step_transition';
@@ -762,6 +891,7 @@ BEGIN
         WHERE l.map_id = ANY (ARRAY(SELECT w.id FROM waiting w WHERE w.unborn > 0))
     )
     SELECT count(*) + coalesce(sum(w.unborn), 0) INTO cancelled FROM waiting w;
+    DELETE FROM rara_waits WHERE run_id = p_run_id;  -- its waits, ended with their steps
     WITH running AS (
         UPDATE rara_steps SET cancel_requested = true
         WHERE run_id = p_run_id AND status = 'running'
@@ -906,13 +1036,13 @@ BEGIN
                                 heartbeat_timeout_ms, status, map_over, map_max_parallel,
                                 map_input, map_total, map_next, map_succeeded, map_failed,
                                 result, finished_at, cache, reused_from, concurrency_key,
-                                concurrency_max)
+                                concurrency_max, wait)
         SELECT new_id, old.namespace, p.key, p.depends_on, p.dependants, p.pending,
                p.capability, p.executor, p.priority, p.payload || coalesce(p.caches -> p.key, '{}'), p.max_attempts,
                p.retry_initial_ms, p.retry_max_ms, p.retry_coefficient, p.timeout_ms,
                p.heartbeat_timeout_ms,
                CASE WHEN p.old_id IS NOT NULL THEN 'succeeded'
-                    WHEN p.pending = 0 AND p.map_over IS NULL THEN 'ready'
+                    WHEN p.pending = 0 AND p.map_over IS NULL AND p.wait IS NULL THEN 'ready'
                     ELSE 'blocked' END::rara_step_status,
                p.map_over, p.map_max_parallel,
                p.map_input, p.map_total, p.map_total, coalesce(p.map_succeeded, 0),
@@ -922,7 +1052,9 @@ BEGIN
                    'via', 'resume', 'run', p_run_id, 'step', p.old_id, 'key', p.key,
                    'attempt', p.old_attempt) END,
                rara_concurrency_key(p.concurrency, old.input, p.key),
-               (p.concurrency ->> 'max')::integer
+               (p.concurrency ->> 'max')::integer,
+               CASE WHEN p.wait ? 'until' THEN rara_wait_resolve(p.wait, old.input, p.key)
+                    ELSE p.wait END
         FROM planned p
         RETURNING rara_steps.id, rara_steps.key, rara_steps.status
     )
@@ -978,6 +1110,77 @@ BEGIN
     RETURN NEXT;
 END $$;
 
+-- FUNCTION: rara_run_signal(bigint, text, jsonb, text)
+
+CREATE FUNCTION public.rara_run_signal(p_run_id bigint, p_name text, p_payload jsonb, p_key text) RETURNS TABLE(step_id bigint, step_key text, accepted boolean, sent_at timestamp with time zone)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    run record;
+    waiting record;
+    earlier record;
+    target record;
+    deltas jsonb;
+BEGIN
+    -- Signal p_name to run p_run_id: the step waiting for it succeeds, its result the payload,
+    -- and its dependants become ready. Once per (run, p_key): a repeated key answers the first
+    -- signal's step and time with accepted = false, and writes nothing. A signal no step waits
+    -- for is refused, saying what the step that names it is doing (not yet waiting, ended) or
+    -- that none does.
+    SELECT r.id, r.namespace, r.status INTO run FROM rara_runs r
+    WHERE r.id = p_run_id AND rara_namespace_allowed(r.namespace);
+    IF NOT FOUND THEN  -- or not the caller's: what it cannot read it cannot name
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'no_data_found';
+    END IF;
+    IF p_key IS NULL OR length(p_key) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'signal %: its key must be 1 to 200 characters', p_name
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The step first (then the signal's key), as every end locks its step before anything.
+    SELECT s.id, s.key, s.status, w.step_id AS waits INTO target FROM rara_steps s
+    LEFT JOIN rara_waits w ON w.step_id = s.id
+    WHERE s.run_id = p_run_id AND s.wait ->> 'kind' = 'signal' AND s.wait ->> 'signal' = p_name
+    FOR UPDATE OF s;
+    SELECT g.step_id, g.name, g.sent_at INTO earlier FROM rara_signals g
+    WHERE g.run_id = p_run_id AND g.key = p_key;
+    IF FOUND THEN
+        IF earlier.name <> p_name THEN
+            RAISE EXCEPTION 'run %: key % was signal %, not %', p_run_id, p_key, earlier.name,
+                p_name USING ERRCODE = 'unique_violation';
+        END IF;
+        step_id := earlier.step_id;
+        step_key := target.key;
+        accepted := false;
+        sent_at := earlier.sent_at;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF target.id IS NULL THEN
+        RAISE EXCEPTION 'run %: no step waits for signal % (its definition names none)',
+            p_run_id, p_name USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF target.waits IS NULL THEN
+        RAISE EXCEPTION 'run %: step % is % and not waiting for signal %', p_run_id, target.key,
+            CASE WHEN target.status = 'blocked' THEN 'blocked on its dependencies'
+                 ELSE target.status::text END, p_name
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    PERFORM 1 FROM rara_waits w WHERE w.step_id = target.id FOR UPDATE;
+    INSERT INTO rara_signals (run_id, key, namespace, name, payload, step_id, sent_by)
+    VALUES (p_run_id, p_key, run.namespace, p_name, p_payload, target.id, rara_caller())
+    RETURNING rara_signals.sent_at INTO sent_at;
+    deltas := rara_wait_end(target.id, 'succeeded',
+                            jsonb_build_object('signal', p_name, 'key', p_key,
+                                               'payload', p_payload), NULL);
+    PERFORM rara_run_count(deltas);
+    step_id := target.id;
+    step_key := target.key;
+    accepted := true;
+    RETURN NEXT;
+END $$;
+
 -- FUNCTION: rara_run_start(text, integer, text, jsonb, text, boolean, double precision, text)
 
 CREATE FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision, p_namespace text DEFAULT 'default'::text) RETURNS TABLE(id bigint, digest text, retired_at timestamp with time zone, spec jsonb, missing text[], run_id bigint)
@@ -1023,7 +1226,7 @@ BEGIN
         -- One row always (an aggregate): null when nothing is missing or nothing was checked.
         SELECT array_agg(DISTINCT s.capability ORDER BY s.capability) AS capabilities
         FROM step_rows s
-        WHERE p_check_capabilities AND NOT EXISTS (
+        WHERE p_check_capabilities AND s.wait IS NULL AND NOT EXISTS (
             SELECT FROM rara_workers w
             WHERE s.capability = ANY (w.capabilities) AND w.stopped_at IS NULL
               AND w.heartbeat_at > now() - make_interval(secs => p_alive_seconds))
@@ -1042,17 +1245,21 @@ BEGIN
                                 capability, executor, priority, payload, max_attempts,
                                 retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_over, map_max_parallel,
-                                concurrency_key, concurrency_max)
+                                concurrency_key, concurrency_max, wait)
         SELECT run.id, p_namespace, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
                s.capability, s.executor, s.priority,
                s.payload || coalesce(resolved.caches -> s.key, '{}'), s.max_attempts,
                s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient, s.timeout_ms,
                s.heartbeat_timeout_ms,
-               CASE WHEN cardinality(s.depends_on) = 0 AND s.map_over IS NULL THEN 'ready'
+               CASE WHEN cardinality(s.depends_on) = 0 AND s.map_over IS NULL AND s.wait IS NULL
+                    THEN 'ready'
                     ELSE 'blocked' END::rara_step_status,
                s.map_over, s.map_max_parallel,
                rara_concurrency_key(resolved.concurrency -> s.key, p_input, s.key),
-               (resolved.concurrency -> s.key ->> 'max')::integer
+               (resolved.concurrency -> s.key ->> 'max')::integer,
+               -- (a call only for `until:`: the start of steps that run calls nothing)
+               CASE WHEN s.wait ? 'until' THEN rara_wait_resolve(s.wait, p_input, s.key)
+                    ELSE s.wait END
         FROM run, resolved, step_rows s
         RETURNING rara_steps.id, rara_steps.map_over IS NOT NULL
                   AND cardinality(rara_steps.depends_on) = 0 AS expands
@@ -1385,27 +1592,9 @@ BEGIN
     RETURN (p_value #>> '{}')::integer;
 END $$;
 
--- FUNCTION: rara_spec_step_rows(jsonb)
+-- FUNCTION: rara_spec_run_steps(jsonb)
 
-CREATE FUNCTION public.rara_spec_step_rows(p_steps jsonb) RETURNS TABLE(key text, depends_on text[], dependants text[], capability text, executor text, priority integer, payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer, retry_coefficient double precision, timeout_ms integer, heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
-    LANGUAGE sql STABLE
-    AS $$
-    -- A version's step rows (rara_definition_versions.steps, built by rara_spec_steps at
-    -- registration) as columns: what rara_run_start and rara_run_resume insert. One SELECT,
-    -- no SECURITY DEFINER, no SET and not STRICT, so PostgreSQL inlines it into their
-    -- statements (the start is the hot path: no function call per start). STABLE as
-    -- jsonb_to_recordset is; a volatility it does not have would stop the inlining. It reads
-    -- no table, and no role may call it (rara_grant): only the owner's functions do.
-    SELECT * FROM jsonb_to_recordset(p_steps) AS s(
-        key text, depends_on text[], dependants text[], capability text, executor text,
-        priority integer, payload jsonb, max_attempts integer, retry_initial_ms integer,
-        retry_max_ms integer, retry_coefficient double precision, timeout_ms integer,
-        heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
-$$;
-
--- FUNCTION: rara_spec_steps(jsonb)
-
-CREATE FUNCTION public.rara_spec_steps(p_spec jsonb) RETURNS jsonb
+CREATE FUNCTION public.rara_spec_run_steps(p_spec jsonb) RETURNS jsonb
     LANGUAGE plpgsql IMMUTABLE
     AS $_$
 DECLARE
@@ -1566,6 +1755,209 @@ BEGIN
                                                         what || '.map.maxParallel') END);
     END LOOP;
     RETURN rows;
+END $_$;
+
+-- FUNCTION: rara_spec_step_rows(jsonb)
+
+CREATE FUNCTION public.rara_spec_step_rows(p_steps jsonb) RETURNS TABLE(key text, depends_on text[], dependants text[], capability text, executor text, priority integer, payload jsonb, max_attempts integer, retry_initial_ms integer, retry_max_ms integer, retry_coefficient double precision, timeout_ms integer, heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer, wait jsonb)
+    LANGUAGE sql STABLE
+    AS $$
+    -- A version's step rows (rara_definition_versions.steps, built by rara_spec_steps at
+    -- registration) as columns: what rara_run_start and rara_run_resume insert. One SELECT,
+    -- no SECURITY DEFINER, no SET and not STRICT, so PostgreSQL inlines it into their
+    -- statements (the start is the hot path: no function call per start). STABLE as
+    -- jsonb_to_recordset is; a volatility it does not have would stop the inlining. It reads
+    -- no table, and no role may call it (rara_grant): only the owner's functions do.
+    SELECT * FROM jsonb_to_recordset(p_steps) AS s(
+        key text, depends_on text[], dependants text[], capability text, executor text,
+        priority integer, payload jsonb, max_attempts integer, retry_initial_ms integer,
+        retry_max_ms integer, retry_coefficient double precision, timeout_ms integer,
+        heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer, wait jsonb)
+$$;
+
+-- FUNCTION: rara_spec_steps(jsonb)
+
+CREATE FUNCTION public.rara_spec_steps(p_spec jsonb) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    steps jsonb := p_spec -> 'steps';
+    s jsonb;
+    what text;
+    own text;
+    rules jsonb := '[]';
+    rule jsonb;
+    rows jsonb;
+    signals jsonb := '{}';
+BEGIN
+    -- The step rows of 0012 (rara_spec_run_steps: keys, graph, retries, maps), with each wait
+    -- or approval step checked here first and given its capability, and each row's rule.
+    IF jsonb_typeof(steps) = 'array' THEN
+        FOR i IN 0 .. jsonb_array_length(steps) - 1 LOOP
+            s := steps -> i;
+            IF jsonb_typeof(s) IS DISTINCT FROM 'object' THEN
+                rules := rules || 'null'::jsonb;
+                CONTINUE;
+            END IF;
+            what := format('spec.steps[%s] (step %L)', i, s ->> 'key');
+            rule := rara_spec_wait(s, what);
+            rules := rules || coalesce(rule, 'null');
+            IF rule IS NOT NULL THEN
+                own := CASE rule ->> 'kind' WHEN 'approval' THEN 'rara.approval@1'
+                                            ELSE 'rara.wait@1' END;
+                IF s ? 'capability' AND s -> 'capability' <> to_jsonb(own) THEN
+                    RAISE EXCEPTION '%.capability: a % step runs no capability (remove it)',
+                        what, CASE WHEN s ? 'wait' THEN 'wait' ELSE 'approval' END
+                        USING ERRCODE = 'invalid_parameter_value';
+                END IF;
+                steps := jsonb_set(steps, ARRAY[i::text], s || jsonb_build_object('capability', own));
+                IF rule ? 'signal' THEN
+                    IF signals ? (rule ->> 'signal') THEN
+                        RAISE EXCEPTION '%.wait.signal: step % waits for signal % already',
+                            what, signals ->> (rule ->> 'signal'), rule ->> 'signal'
+                            USING ERRCODE = 'invalid_parameter_value';
+                    END IF;
+                    signals := signals || jsonb_build_object(rule ->> 'signal', s ->> 'key');
+                END IF;
+            END IF;
+        END LOOP;
+    END IF;
+    rows := rara_spec_run_steps(jsonb_set(p_spec, '{steps}', coalesce(steps, 'null')));
+    RETURN (SELECT jsonb_agg(r.row || jsonb_build_object('wait', rules -> (r.n - 1)::integer)
+                             ORDER BY r.n)
+            FROM jsonb_array_elements(rows) WITH ORDINALITY AS r(row, n));
+END $$;
+
+-- FUNCTION: rara_spec_wait(jsonb, text)
+
+CREATE FUNCTION public.rara_spec_wait(p_step jsonb, p_what text) RETURNS jsonb
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+DECLARE
+    -- (a field set to null is absent: a client that writes every default sends them)
+    wait jsonb := jsonb_strip_nulls(nullif(p_step -> 'wait', 'null'));
+    approval jsonb := jsonb_strip_nulls(nullif(p_step -> 'approval', 'null'));
+    extra text;
+    shown text;
+    depends jsonb := coalesce(nullif(p_step -> 'dependsOn', 'null'), '[]');
+    rule jsonb;
+BEGIN
+    -- A step's wait rule (NULL: a step that runs), every field checked and named.
+    IF wait IS NULL AND approval IS NULL THEN
+        IF p_step ->> 'capability' IN ('rara.wait@1', 'rara.approval@1') THEN
+            RAISE EXCEPTION '%.capability: % is the database''s own (wait: or approval:)',
+                p_what, p_step ->> 'capability' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF wait IS NOT NULL AND approval IS NOT NULL THEN
+        RAISE EXCEPTION '%: wait and approval: a step is one or the other', p_what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- (absent, null or empty: what a client that writes every default sends)
+    SELECT string_agg(f.key, ', ') INTO extra FROM jsonb_each(p_step) AS f
+    WHERE (f.key IN ('map', 'cache', 'concurrency', 'timeout', 'heartbeatTimeout', 'secrets',
+                     'inputSchema')
+           AND f.value NOT IN ('null', '{}'))
+       OR (f.key = 'resources' AND jsonb_strip_nulls(f.value) NOT IN ('{}', '{"gpu": 0}'))
+       OR (f.key = 'executor' AND f.value <> '"inprocess"');
+    IF extra IS NOT NULL THEN
+        RAISE EXCEPTION '%: % do nothing for a step that runs nothing (remove them)', p_what,
+            extra USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF wait IS NOT NULL THEN
+        IF jsonb_typeof(wait) <> 'object' THEN
+            RAISE EXCEPTION '%.wait: must be a mapping (for:, until: or signal:)', p_what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT string_agg(k, ', ') INTO extra FROM jsonb_object_keys(wait) AS k
+        WHERE k NOT IN ('for', 'until', 'signal', 'timeout', 'onTimeout');
+        IF extra IS NOT NULL THEN
+            RAISE EXCEPTION '%.wait: unknown field %', p_what, extra
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF (wait ? 'for')::integer + (wait ? 'until')::integer + (wait ? 'signal')::integer <> 1
+        THEN
+            RAISE EXCEPTION '%.wait: needs exactly one of for:, until: and signal:', p_what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF wait ? 'signal' THEN
+            IF jsonb_typeof(wait -> 'signal') <> 'string'
+               OR NOT (wait ->> 'signal') ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$' THEN
+                RAISE EXCEPTION '%.wait.signal: must be a name (letters, digits, . _ -)', p_what
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            IF coalesce(wait ->> 'onTimeout', 'fail') NOT IN ('fail', 'succeed') THEN
+                RAISE EXCEPTION '%.wait.onTimeout: must be fail or succeed', p_what
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            RETURN jsonb_build_object(
+                'kind', 'signal', 'signal', wait ->> 'signal',
+                'timeout_ms', rara_duration_ms(wait -> 'timeout', p_what || '.wait.timeout'),
+                'on_timeout', coalesce(wait ->> 'onTimeout', 'fail'));
+        END IF;
+        IF wait ? 'timeout' OR wait ->> 'onTimeout' = 'succeed' THEN
+            RAISE EXCEPTION '%.wait: timeout and onTimeout are for signal waits', p_what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF wait ? 'for' THEN
+            RETURN jsonb_build_object(
+                'kind', 'timer',
+                'for_ms', rara_duration_ms(wait -> 'for', p_what || '.wait.for'));
+        END IF;
+        IF jsonb_typeof(wait -> 'until') <> 'string'
+           OR NOT (wait ->> 'until') ~ '^input(\.[A-Za-z0-9_-]+)+$' THEN
+            RAISE EXCEPTION '%.wait.until: must be input.<path> (a time in the run input)',
+                p_what USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN jsonb_build_object('kind', 'timer',
+                                  'until', to_jsonb((string_to_array(wait ->> 'until', '.'))[2:]));
+    END IF;
+    IF jsonb_typeof(approval) <> 'object' THEN
+        RAISE EXCEPTION '%.approval: must be a mapping (show:, approvers:, ...)', p_what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT string_agg(k, ', ') INTO extra FROM jsonb_object_keys(approval) AS k
+    WHERE k NOT IN ('show', 'approvers', 'timeout', 'onReject', 'onTimeout');
+    IF extra IS NOT NULL THEN
+        RAISE EXCEPTION '%.approval: unknown field %', p_what, extra
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF coalesce(jsonb_typeof(nullif(approval -> 'show', 'null')), 'array') <> 'array'
+       OR coalesce(jsonb_typeof(nullif(approval -> 'approvers', 'null')), 'array') <> 'array' THEN
+        RAISE EXCEPTION '%.approval: show and approvers must be lists', p_what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR shown IN SELECT jsonb_array_elements(coalesce(nullif(approval -> 'show', 'null'), '[]'))
+                        #>> '{}' LOOP
+        IF shown IS NULL OR NOT shown ~ '^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?(\.result(\.[A-Za-z0-9_-]+)*)?$' THEN
+            RAISE EXCEPTION '%.approval.show: % is not <step> or <step>.result.<path>',
+                p_what, coalesce(shown, 'null') USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NOT depends ? split_part(shown, '.', 1) THEN
+            RAISE EXCEPTION '%.approval.show: shows step %, which is not in its dependsOn',
+                p_what, split_part(shown, '.', 1) USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END LOOP;
+    IF EXISTS (SELECT FROM jsonb_array_elements(coalesce(nullif(approval -> 'approvers', 'null'),
+                                                         '[]')) AS a
+               WHERE jsonb_typeof(a) <> 'string' OR length(a #>> '{}') NOT BETWEEN 1 AND 200) THEN
+        RAISE EXCEPTION '%.approval.approvers: must be logins or roles (text)', p_what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF coalesce(approval ->> 'onReject', 'fail') NOT IN ('fail', 'cancel')
+       OR coalesce(approval ->> 'onTimeout', 'fail') NOT IN ('fail', 'cancel') THEN
+        RAISE EXCEPTION '%.approval: onReject and onTimeout must be fail or cancel', p_what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    rule := jsonb_build_object(
+        'kind', 'approval',
+        'show', coalesce(nullif(approval -> 'show', 'null'), '[]'),
+        'approvers', coalesce(nullif(approval -> 'approvers', 'null'), '[]'),
+        'timeout_ms', rara_duration_ms(approval -> 'timeout', p_what || '.approval.timeout'),
+        'on_reject', coalesce(approval ->> 'onReject', 'fail'),
+        'on_timeout', coalesce(approval ->> 'onTimeout', 'fail'));
+    RETURN rule;
 END $_$;
 
 -- FUNCTION: rara_step_cache_claim(text, bigint, uuid, jsonb)
@@ -1954,7 +2346,8 @@ BEGIN
         -- below.
         UPDATE rara_steps s SET
             pending_deps = s.pending_deps - d.n,
-            status = CASE WHEN s.pending_deps = d.n AND s.map_over IS NULL THEN 'ready'
+            status = CASE WHEN s.pending_deps = d.n AND s.map_over IS NULL AND s.wait IS NULL
+                          THEN 'ready'
                           ELSE 'blocked' END::rara_step_status,
             available_at = now()
         FROM dependants d
@@ -2699,7 +3092,8 @@ BEGIN
     WITH unblocked AS (
         UPDATE rara_steps s SET
             pending_deps = s.pending_deps - 1,
-            status = CASE WHEN s.pending_deps = 1 AND s.map_over IS NULL THEN 'ready'
+            status = CASE WHEN s.pending_deps = 1 AND s.map_over IS NULL AND s.wait IS NULL
+                          THEN 'ready'
                           ELSE 'blocked' END::rara_step_status,
             available_at = now()
         WHERE s.run_id = p_run_id AND s.key = ANY (p_dependants) AND s.status = 'blocked'
@@ -2711,6 +3105,191 @@ BEGIN
         deltas := deltas || rara_map_expand(map);
     END LOOP;
     RETURN deltas;
+END $$;
+
+-- FUNCTION: rara_wait_begin()
+
+CREATE FUNCTION public.rara_wait_begin() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    rule jsonb := NEW.wait;
+    due timestamptz;
+BEGIN
+    due := CASE
+        WHEN rule ? 'at' THEN (rule ->> 'at')::timestamptz
+        WHEN rule ? 'for_ms' THEN now() + make_interval(secs => (rule ->> 'for_ms')::numeric / 1000)
+        WHEN rule ->> 'timeout_ms' IS NOT NULL
+            THEN now() + make_interval(secs => (rule ->> 'timeout_ms')::numeric / 1000)
+    END;
+    INSERT INTO rara_waits (step_id, run_id, namespace, kind, signal, due_at)
+    VALUES (NEW.id, NEW.run_id, NEW.namespace, rule ->> 'kind', rule ->> 'signal', due)
+    ON CONFLICT (step_id) DO NOTHING;
+    IF rule ->> 'kind' = 'approval' THEN
+        INSERT INTO rara_approvals (step_id, run_id, namespace, step_key, evidence, approvers)
+        VALUES (NEW.id, NEW.run_id, NEW.namespace, NEW.key,
+                rara_approval_evidence(NEW.run_id, rule -> 'show'),
+                ARRAY(SELECT jsonb_array_elements_text(rule -> 'approvers')))
+        ON CONFLICT (step_id) DO NOTHING;
+    END IF;
+    IF due IS NOT NULL THEN
+        -- Firing loops sleep until the earliest due time they read: this one may be earlier.
+        PERFORM pg_notify('rara_waits', '');
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- FUNCTION: rara_wait_cancel_run(bigint, jsonb)
+
+CREATE FUNCTION public.rara_wait_cancel_run(p_step_id bigint, p_error jsonb) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    run_id bigint := (SELECT s.run_id FROM rara_steps s WHERE s.id = p_step_id);
+BEGIN
+    -- A gate whose rule cancels its run (onReject or onTimeout: cancel): the run is cancelled
+    -- as `rara runs cancel` does (its waits go with it), the gate's error saying why. A caller
+    -- that may not cancel in the run's namespace (a worker of other namespaces, firing the
+    -- deadline) fails the gate instead, which ends the run too.
+    IF rara_run_cancel(run_id) IS NULL THEN
+        PERFORM rara_run_count(rara_wait_end(p_step_id, 'failed', NULL, p_error));
+    ELSE
+        UPDATE rara_steps SET error = p_error WHERE id = p_step_id;
+    END IF;
+END $$;
+
+-- FUNCTION: rara_wait_end(bigint, text, jsonb, jsonb)
+
+CREATE FUNCTION public.rara_wait_end(p_step_id bigint, p_outcome text, p_result jsonb, p_error jsonb) RETURNS jsonb
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    step record;
+    downstream integer;
+BEGIN
+    -- Ends one waiting step whose rara_waits row the caller holds locked: p_outcome
+    -- 'succeeded' (its dependants unblocked) or 'failed' (its downstream cancelled). Returns
+    -- the run deltas, for rara_run_count, which the caller runs last. NULL: the step no longer
+    -- waits (a run cancel took it first); nothing was written.
+    UPDATE rara_steps SET status = p_outcome::rara_step_status, finished_at = now(),
+                          result = p_result, error = p_error
+    WHERE id = p_step_id AND status = 'blocked'
+    RETURNING id, run_id, key, dependants INTO step;
+    DELETE FROM rara_waits WHERE step_id = p_step_id;
+    IF step.id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- A run that began with a wait has had no lease to mark it running.
+    UPDATE rara_runs SET status = 'running', started_at = now()
+    WHERE id = step.run_id AND status = 'pending';
+    IF p_outcome = 'succeeded' THEN
+        RETURN jsonb_build_array(jsonb_build_object('run_id', step.run_id, 'succeeded', 1))
+            || rara_step_unblock(step.run_id, step.dependants);
+    END IF;
+    downstream := rara_step_cancel_dependants(step.run_id, step.key);
+    RETURN jsonb_build_array(jsonb_build_object('run_id', step.run_id, 'failed', 1,
+                                                'cancelled', downstream));
+END $$;
+
+-- FUNCTION: rara_wait_resolve(jsonb, jsonb, text)
+
+CREATE FUNCTION public.rara_wait_resolve(p_rule jsonb, p_input jsonb, p_step text) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $_$
+DECLARE
+    value jsonb;
+    at timestamptz;
+BEGIN
+    -- A wait step's rule in a run of p_input (migration 0021): `until: input.<path>` becomes
+    -- the time it names, which must be there and be an ISO 8601 time with its offset; every
+    -- other rule is kept as it is. Refused, naming the step and the path, with nothing written.
+    IF p_rule IS NULL OR NOT p_rule ? 'until' THEN
+        RETURN p_rule;
+    END IF;
+    value := p_input #> ARRAY(SELECT jsonb_array_elements_text(p_rule -> 'until'));
+    BEGIN
+        IF jsonb_typeof(value) IS DISTINCT FROM 'string'
+           OR NOT (value #>> '{}') ~ '^\d{4}-\d\d-\d\d[T ][0-9:.]+(Z|[+-]\d\d(:?\d\d)?)$' THEN
+            RAISE invalid_datetime_format;
+        END IF;
+        at := (value #>> '{}')::timestamptz;
+    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
+        RAISE EXCEPTION 'step %: wait.until input.% is %, not a time with its offset '
+            '(2026-12-01T02:00:00Z)', p_step,
+            array_to_string(ARRAY(SELECT jsonb_array_elements_text(p_rule -> 'until')), '.'),
+            coalesce(value::text, 'missing from the run input')
+            USING ERRCODE = 'invalid_parameter_value';
+    END;
+    RETURN jsonb_build_object('kind', 'timer', 'at', at);
+END $_$;
+
+-- FUNCTION: rara_waits_fire(integer)
+
+CREATE FUNCTION public.rara_waits_fire(p_limit integer) RETURNS TABLE(fired integer, next_due timestamp with time zone)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    due record;
+    rule jsonb;
+    deltas jsonb := '[]';
+    ended jsonb;
+    n integer := 0;
+    cancels bigint[] := '{}';   -- gates whose timeout cancels their run
+    gate bigint;
+BEGIN
+    -- Ends the waits whose time came, at most p_limit of them, oldest first: a timer
+    -- succeeds; a signal or approval past its deadline ends as its rule says. Any number of
+    -- processes may call it at once (SKIP LOCKED: a wait or step another is ending is its,
+    -- and is never waited for). Returns how many it ended and the earliest due time left, for
+    -- the caller's sleep. A gate whose timeout cancels the run is cancelled last, after the
+    -- other runs are counted (rara_run_cancel takes its run's steps, then the run).
+    FOR due IN
+        SELECT w.step_id, w.kind, w.due_at, s.wait, s.run_id FROM rara_waits w
+        JOIN rara_steps s ON s.id = w.step_id
+        WHERE w.due_at <= now()
+        ORDER BY w.due_at LIMIT p_limit
+        FOR UPDATE OF w, s SKIP LOCKED
+    LOOP
+        rule := due.wait;
+        IF due.kind = 'timer' THEN
+            ended := rara_wait_end(due.step_id, 'succeeded',
+                                   jsonb_build_object('waited_until', due.due_at,
+                                                      'fired_at', now()), NULL);
+        ELSIF due.kind = 'signal' AND rule ->> 'on_timeout' = 'succeed' THEN
+            ended := rara_wait_end(due.step_id, 'succeeded',
+                                   jsonb_build_object('signal', rule ->> 'signal',
+                                                      'timed_out', true), NULL);
+        ELSIF due.kind = 'approval' THEN
+            UPDATE rara_approvals SET decision = 'timed_out', decided_at = now()
+            WHERE step_id = due.step_id AND decision IS NULL;
+            IF rule ->> 'on_timeout' = 'cancel' THEN
+                cancels := cancels || due.step_id;
+                CONTINUE;
+            ELSE
+                ended := rara_wait_end(due.step_id, 'failed', NULL, jsonb_build_object(
+                    'code', 'APPROVAL_TIMED_OUT',
+                    'message', 'no decision by ' || due.due_at));
+            END IF;
+        ELSE
+            ended := rara_wait_end(due.step_id, 'failed', NULL, jsonb_build_object(
+                'code', 'WAIT_TIMED_OUT',
+                'message', 'no signal ' || (rule ->> 'signal') || ' by ' || due.due_at));
+        END IF;
+        IF ended IS NOT NULL THEN
+            deltas := deltas || ended;
+            n := n + 1;
+        END IF;
+    END LOOP;
+    PERFORM rara_run_count(deltas);
+    FOREACH gate IN ARRAY cancels LOOP
+        PERFORM rara_wait_cancel_run(gate, jsonb_build_object(
+            'code', 'APPROVAL_TIMED_OUT', 'message', 'no decision by its deadline'));
+        n := n + 1;
+    END LOOP;
+    fired := n;
+    next_due := (SELECT min(w.due_at) FROM rara_waits w WHERE w.due_at IS NOT NULL);
+    RETURN NEXT;
 END $$;
 
 -- FUNCTION: rara_worker_check_login(text)
@@ -2767,6 +3346,26 @@ BEGIN
     PERFORM rara_worker_check_login(p_worker);
     UPDATE rara_workers SET stopped_at = now() WHERE id = p_worker;
 END $$;
+
+-- TABLE: rara_approvals
+
+CREATE TABLE public.rara_approvals (
+    step_id bigint NOT NULL,
+    run_id bigint NOT NULL,
+    namespace text NOT NULL,
+    step_key text NOT NULL,
+    evidence jsonb NOT NULL,
+    approvers text[] NOT NULL,
+    requested_at timestamp with time zone DEFAULT now() NOT NULL,
+    decision text,
+    decided_by text,
+    decided_login text,
+    decided_at timestamp with time zone,
+    reason text,
+    CONSTRAINT rara_approvals_check CHECK (((decision IS NULL) = (decided_at IS NULL))),
+    CONSTRAINT rara_approvals_decision_check CHECK ((decision = ANY (ARRAY['approved'::text, 'rejected'::text, 'timed_out'::text]))),
+    CONSTRAINT rara_approvals_reason_check CHECK ((length(reason) <= 2000))
+);
 
 -- TABLE: rara_artifacts
 
@@ -3016,6 +3615,20 @@ CREATE TABLE public.rara_schema_migrations (
     applied_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+-- TABLE: rara_signals
+
+CREATE TABLE public.rara_signals (
+    run_id bigint NOT NULL,
+    key text NOT NULL,
+    namespace text NOT NULL,
+    name text NOT NULL,
+    payload jsonb,
+    step_id bigint NOT NULL,
+    sent_by text NOT NULL,
+    sent_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rara_signals_key_check CHECK (((length(key) >= 1) AND (length(key) <= 200)))
+);
+
 -- TABLE: rara_step_artifacts
 
 CREATE TABLE public.rara_step_artifacts (
@@ -3104,6 +3717,7 @@ CREATE TABLE public.rara_steps (
     namespace text NOT NULL,
     concurrency_key text,
     concurrency_max integer,
+    wait jsonb,
     CONSTRAINT rara_steps_attempt_check CHECK ((attempt >= 0)),
     CONSTRAINT rara_steps_attempts_bounded CHECK (((attempt - releases) <= max_attempts)),
     CONSTRAINT rara_steps_capability_check CHECK ((capability ~ '^[a-z0-9][a-z0-9._-]*@[0-9]+$'::text)),
@@ -3139,6 +3753,19 @@ ALTER TABLE public.rara_steps ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+-- TABLE: rara_waits
+
+CREATE TABLE public.rara_waits (
+    step_id bigint NOT NULL,
+    run_id bigint NOT NULL,
+    namespace text NOT NULL,
+    kind text NOT NULL,
+    signal text,
+    due_at timestamp with time zone,
+    began_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rara_waits_kind_check CHECK ((kind = ANY (ARRAY['timer'::text, 'signal'::text, 'approval'::text])))
+);
+
 -- TABLE: rara_workers
 
 CREATE TABLE public.rara_workers (
@@ -3151,6 +3778,11 @@ CREATE TABLE public.rara_workers (
     executors jsonb DEFAULT '[]'::jsonb NOT NULL,
     CONSTRAINT rara_workers_executors_is_array CHECK ((jsonb_typeof(executors) = 'array'::text))
 );
+
+-- CONSTRAINT: rara_approvals rara_approvals_pkey
+
+ALTER TABLE ONLY public.rara_approvals
+    ADD CONSTRAINT rara_approvals_pkey PRIMARY KEY (step_id);
 
 -- CONSTRAINT: rara_artifacts rara_artifacts_pkey
 
@@ -3252,6 +3884,11 @@ ALTER TABLE ONLY public.rara_schema_functions
 ALTER TABLE ONLY public.rara_schema_migrations
     ADD CONSTRAINT rara_schema_migrations_pkey PRIMARY KEY (version);
 
+-- CONSTRAINT: rara_signals rara_signals_pkey
+
+ALTER TABLE ONLY public.rara_signals
+    ADD CONSTRAINT rara_signals_pkey PRIMARY KEY (run_id, key);
+
 -- CHECK CONSTRAINT: rara_step_artifacts rara_step_artifacts_media_type_check
 
 ALTER TABLE public.rara_step_artifacts
@@ -3282,10 +3919,23 @@ ALTER TABLE ONLY public.rara_steps
 ALTER TABLE ONLY public.rara_steps
     ADD CONSTRAINT rara_steps_run_key_key UNIQUE (run_id, key);
 
+-- CONSTRAINT: rara_waits rara_waits_pkey
+
+ALTER TABLE ONLY public.rara_waits
+    ADD CONSTRAINT rara_waits_pkey PRIMARY KEY (step_id);
+
 -- CONSTRAINT: rara_workers rara_workers_pkey
 
 ALTER TABLE ONLY public.rara_workers
     ADD CONSTRAINT rara_workers_pkey PRIMARY KEY (id);
+
+-- INDEX: rara_approvals_open
+
+CREATE INDEX rara_approvals_open ON public.rara_approvals USING btree (namespace, requested_at) WHERE (decision IS NULL);
+
+-- INDEX: rara_approvals_run
+
+CREATE INDEX rara_approvals_run ON public.rara_approvals USING btree (run_id);
 
 -- INDEX: rara_lanes_draw
 
@@ -3339,6 +3989,14 @@ CREATE INDEX rara_steps_running_cache_key ON public.rara_steps USING btree (((ca
 
 CREATE INDEX rara_steps_running_expiry ON public.rara_steps USING btree (lease_expires_at) WHERE (lease_expires_at IS NOT NULL);
 
+-- INDEX: rara_waits_due
+
+CREATE INDEX rara_waits_due ON public.rara_waits USING btree (due_at) WHERE (due_at IS NOT NULL);
+
+-- INDEX: rara_waits_run
+
+CREATE INDEX rara_waits_run ON public.rara_waits USING btree (run_id);
+
 -- TRIGGER: rara_definition_versions rara_definition_versions_immutable
 
 CREATE TRIGGER rara_definition_versions_immutable BEFORE DELETE OR UPDATE ON public.rara_definition_versions FOR EACH ROW EXECUTE FUNCTION public.rara_refuse_version_change();
@@ -3375,6 +4033,24 @@ CREATE TRIGGER rara_steps_notify_ready_update AFTER UPDATE OF status ON public.r
 
 CREATE TRIGGER rara_steps_transition BEFORE UPDATE OF status ON public.rara_steps FOR EACH ROW WHEN ((old.status IS DISTINCT FROM new.status)) EXECUTE FUNCTION public.rara_check_step_transition();
 
+-- TRIGGER: rara_steps rara_wait_begin_inserted
+
+CREATE TRIGGER rara_wait_begin_inserted AFTER INSERT ON public.rara_steps FOR EACH ROW WHEN (((new.wait IS NOT NULL) AND (new.pending_deps = 0) AND (new.status = 'blocked'::public.rara_step_status))) EXECUTE FUNCTION public.rara_wait_begin();
+
+-- TRIGGER: rara_steps rara_wait_begin_unblocked
+
+CREATE TRIGGER rara_wait_begin_unblocked AFTER UPDATE OF pending_deps ON public.rara_steps FOR EACH ROW WHEN (((new.wait IS NOT NULL) AND (new.pending_deps = 0) AND (old.pending_deps > 0) AND (new.status = 'blocked'::public.rara_step_status))) EXECUTE FUNCTION public.rara_wait_begin();
+
+-- FK CONSTRAINT: rara_approvals rara_approvals_run_id_fkey
+
+ALTER TABLE ONLY public.rara_approvals
+    ADD CONSTRAINT rara_approvals_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.rara_runs(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: rara_approvals rara_approvals_step_id_fkey
+
+ALTER TABLE ONLY public.rara_approvals
+    ADD CONSTRAINT rara_approvals_step_id_fkey FOREIGN KEY (step_id) REFERENCES public.rara_steps(id) ON DELETE CASCADE;
+
 -- FK CONSTRAINT: rara_checkpoints rara_checkpoints_digest_fkey
 
 ALTER TABLE ONLY public.rara_checkpoints
@@ -3400,6 +4076,16 @@ ALTER TABLE ONLY public.rara_events
 ALTER TABLE ONLY public.rara_schedule_ticks
     ADD CONSTRAINT rara_schedule_ticks_schedule_fkey FOREIGN KEY (namespace, schedule) REFERENCES public.rara_schedules(namespace, name) ON DELETE CASCADE;
 
+-- FK CONSTRAINT: rara_signals rara_signals_run_id_fkey
+
+ALTER TABLE ONLY public.rara_signals
+    ADD CONSTRAINT rara_signals_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.rara_runs(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: rara_signals rara_signals_step_id_fkey
+
+ALTER TABLE ONLY public.rara_signals
+    ADD CONSTRAINT rara_signals_step_id_fkey FOREIGN KEY (step_id) REFERENCES public.rara_steps(id) ON DELETE CASCADE;
+
 -- FK CONSTRAINT: rara_step_artifacts rara_step_artifacts_digest_fkey
 
 ALTER TABLE ONLY public.rara_step_artifacts
@@ -3419,6 +4105,20 @@ ALTER TABLE ONLY public.rara_step_reads
 
 ALTER TABLE ONLY public.rara_steps
     ADD CONSTRAINT rara_steps_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.rara_runs(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: rara_waits rara_waits_run_id_fkey
+
+ALTER TABLE ONLY public.rara_waits
+    ADD CONSTRAINT rara_waits_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.rara_runs(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: rara_waits rara_waits_step_id_fkey
+
+ALTER TABLE ONLY public.rara_waits
+    ADD CONSTRAINT rara_waits_step_id_fkey FOREIGN KEY (step_id) REFERENCES public.rara_steps(id) ON DELETE CASCADE;
+
+-- POLICY: rara_approvals rara_approvals_read
+
+CREATE POLICY rara_approvals_read ON public.rara_approvals FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_artifacts rara_artifacts_read
 
@@ -3491,6 +4191,10 @@ CREATE POLICY rara_schedule_ticks_read ON public.rara_schedule_ticks FOR SELECT 
 
 CREATE POLICY rara_schedules_read ON public.rara_schedules FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
+-- POLICY: rara_signals rara_signals_read
+
+CREATE POLICY rara_signals_read ON public.rara_signals FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
 -- POLICY: rara_step_artifacts rara_step_artifacts_read
 
 CREATE POLICY rara_step_artifacts_read ON public.rara_step_artifacts FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
@@ -3515,12 +4219,26 @@ CREATE POLICY rara_step_reads_read ON public.rara_step_reads FOR SELECT USING ((
 
 CREATE POLICY rara_steps_read ON public.rara_steps FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
+-- POLICY: rara_waits rara_waits_read
+
+CREATE POLICY rara_waits_read ON public.rara_waits FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
 -- ACL: SCHEMA public
 
 GRANT USAGE ON SCHEMA public TO rara_worker;
 GRANT USAGE ON SCHEMA public TO rara_operator;
 GRANT USAGE ON SCHEMA public TO rara_client;
 GRANT USAGE ON SCHEMA public TO rara_reader;
+
+-- ACL: FUNCTION rara_approval_decide(p_run_id bigint, p_step_key text, p_approve boolean, p_reason text, p_identity text)
+
+REVOKE ALL ON FUNCTION public.rara_approval_decide(p_run_id bigint, p_step_key text, p_approve boolean, p_reason text, p_identity text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_approval_decide(p_run_id bigint, p_step_key text, p_approve boolean, p_reason text, p_identity text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_approval_decide(p_run_id bigint, p_step_key text, p_approve boolean, p_reason text, p_identity text) TO rara_operator;
+
+-- ACL: FUNCTION rara_approval_evidence(p_run_id bigint, p_show jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_approval_evidence(p_run_id bigint, p_show jsonb) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_caller()
 
@@ -3684,6 +4402,12 @@ REVOKE ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key
 GRANT ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key text) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key text) TO rara_operator;
 
+-- ACL: FUNCTION rara_run_signal(p_run_id bigint, p_name text, p_payload jsonb, p_key text)
+
+REVOKE ALL ON FUNCTION public.rara_run_signal(p_run_id bigint, p_name text, p_payload jsonb, p_key text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_run_signal(p_run_id bigint, p_name text, p_payload jsonb, p_key text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_run_signal(p_run_id bigint, p_name text, p_payload jsonb, p_key text) TO rara_operator;
+
 -- ACL: FUNCTION rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision, p_namespace text)
 
 REVOKE ALL ON FUNCTION public.rara_run_start(p_name text, p_version integer, p_digest text, p_input jsonb, p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision, p_namespace text) FROM PUBLIC;
@@ -3744,6 +4468,10 @@ REVOKE ALL ON FUNCTION public.rara_spec_digest(p_spec jsonb) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION public.rara_spec_int(p_value jsonb, p_default integer, p_low integer, p_high integer, p_what text) FROM PUBLIC;
 
+-- ACL: FUNCTION rara_spec_run_steps(p_spec jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_spec_run_steps(p_spec jsonb) FROM PUBLIC;
+
 -- ACL: FUNCTION rara_spec_step_rows(p_steps jsonb)
 
 REVOKE ALL ON FUNCTION public.rara_spec_step_rows(p_steps jsonb) FROM PUBLIC;
@@ -3751,6 +4479,10 @@ REVOKE ALL ON FUNCTION public.rara_spec_step_rows(p_steps jsonb) FROM PUBLIC;
 -- ACL: FUNCTION rara_spec_steps(p_spec jsonb)
 
 REVOKE ALL ON FUNCTION public.rara_spec_steps(p_spec jsonb) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_spec_wait(p_step jsonb, p_what text)
+
+REVOKE ALL ON FUNCTION public.rara_spec_wait(p_step jsonb, p_what text) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_step_cache_claim(p_worker text, p_step_id bigint, p_token uuid, p_cache jsonb)
 
@@ -3831,6 +4563,28 @@ REVOKE ALL ON FUNCTION public.rara_step_transition_allowed(old public.rara_step_
 
 REVOKE ALL ON FUNCTION public.rara_step_unblock(p_run_id bigint, p_dependants text[]) FROM PUBLIC;
 
+-- ACL: FUNCTION rara_wait_begin()
+
+REVOKE ALL ON FUNCTION public.rara_wait_begin() FROM PUBLIC;
+
+-- ACL: FUNCTION rara_wait_cancel_run(p_step_id bigint, p_error jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_wait_cancel_run(p_step_id bigint, p_error jsonb) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_wait_end(p_step_id bigint, p_outcome text, p_result jsonb, p_error jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_wait_end(p_step_id bigint, p_outcome text, p_result jsonb, p_error jsonb) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_wait_resolve(p_rule jsonb, p_input jsonb, p_step text)
+
+REVOKE ALL ON FUNCTION public.rara_wait_resolve(p_rule jsonb, p_input jsonb, p_step text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_waits_fire(p_limit integer)
+
+REVOKE ALL ON FUNCTION public.rara_waits_fire(p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_waits_fire(p_limit integer) TO rara_worker;
+GRANT ALL ON FUNCTION public.rara_waits_fire(p_limit integer) TO rara_operator;
+
 -- ACL: FUNCTION rara_worker_check_login(p_worker text)
 
 REVOKE ALL ON FUNCTION public.rara_worker_check_login(p_worker text) FROM PUBLIC;
@@ -3844,6 +4598,10 @@ GRANT ALL ON FUNCTION public.rara_worker_register(p_worker text, p_capabilities 
 
 REVOKE ALL ON FUNCTION public.rara_worker_stop(p_worker text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.rara_worker_stop(p_worker text) TO rara_worker;
+
+-- ACL: TABLE rara_approvals
+
+GRANT SELECT ON TABLE public.rara_approvals TO rara_reader;
 
 -- ACL: TABLE rara_artifacts
 
@@ -3944,6 +4702,10 @@ GRANT SELECT ON TABLE public.rara_schema_functions TO rara_reader;
 -- ACL: TABLE rara_schema_migrations
 
 GRANT SELECT ON TABLE public.rara_schema_migrations TO rara_reader;
+
+-- ACL: TABLE rara_signals
+
+GRANT SELECT ON TABLE public.rara_signals TO rara_reader;
 
 -- ACL: TABLE rara_step_artifacts
 
@@ -4124,6 +4886,14 @@ GRANT SELECT(concurrency_key) ON TABLE public.rara_steps TO rara_reader;
 -- ACL: COLUMN rara_steps.concurrency_max
 
 GRANT SELECT(concurrency_max) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.wait
+
+GRANT SELECT(wait) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: TABLE rara_waits
+
+GRANT SELECT ON TABLE public.rara_waits TO rara_reader;
 
 -- ACL: TABLE rara_workers
 

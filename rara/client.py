@@ -18,13 +18,16 @@ from typing import Any
 
 import psycopg
 
+from rara import waits
 from rara.definitions.model import WorkflowDefinition
 from rara.definitions.parse import definition_from_object, load_definition
 from rara.definitions.registry import AppliedVersion, apply_definition
 from rara.errors import NotFound
 from rara.namespaces import document_namespace, namespace_from, qualified
 from rara.pg import artifacts, definitions, events, runs, steps
+from rara.pg import waits as wait_sql
 from rara.pg.connect import database_url
+from rara.pg.waits import Approval, ApprovalRow, Decided, Signalled
 from rara.runs import StartedRun, cancel_run, resume_run, start_run
 from rara.schedules.manage import set_suspended
 from rara.states import RunStatus
@@ -185,6 +188,44 @@ class Client:
     def cancel_run(self, run_id: int) -> bool:
         with self._conn() as conn:
             return cancel_run(conn, run_id)
+
+    # -- waits and approvals (docs/waits.md) ---------------------------------------------------
+    def signal_run(
+        self, run_id: int, name: str, payload: Any = None, key: str | None = None
+    ) -> Signalled:
+        """Signal ``name`` to run ``run_id``; the same ``key`` (default: the name) again is
+        answered with the first signal's step and time, ``accepted`` False."""
+        with self._conn() as conn:
+            return waits.signal(conn, run_id, name, payload, key)
+
+    def list_approvals(
+        self, *, open_only: bool = True, all_namespaces: bool = False, limit: int = 100
+    ) -> list[ApprovalRow]:
+        """The namespace's approvals (every namespace the login reads with
+        ``all_namespaces``), those waiting for a decision first."""
+        with self._conn() as conn:
+            return wait_sql.approvals(
+                conn,
+                open_only=open_only,
+                namespace=None if all_namespaces else self.namespace,
+                limit=limit,
+            )
+
+    def get_approval(self, run_id: int, step_key: str) -> Approval:
+        """One approval with the evidence it shows."""
+        with self._conn() as conn:
+            return waits.approval(conn, run_id, step_key)
+
+    def decide_approval(
+        self, run_id: int, step_key: str, *, approve: bool, reason: str | None = None,
+        identity: str | None = None,
+    ) -> Decided:  # fmt: skip
+        """Approve or reject; ``identity``: the person this client vouches for (None: its
+        database login). The same decision again is answered, ``recorded`` False."""
+        with self._conn() as conn:
+            return waits.decide(
+                conn, run_id, step_key, approve=approve, reason=reason, identity=identity
+            )
 
     def suspend_schedule(self, name: str, suspended: bool) -> bool:
         """Pause (``suspended``) or resume a schedule, as `rara schedules pause|resume` does;

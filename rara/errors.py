@@ -42,6 +42,11 @@ class ErrorCode(StrEnum):
     # its children failed for good.
     MAP_NOT_A_LIST = "MAP_NOT_A_LIST"
     MAP_CHILD_FAILED = "MAP_CHILD_FAILED"
+    # Written by SQL for a wait or approval step (db/functions/waits.sql): no signal or no
+    # decision by its deadline, or a person rejected it.
+    WAIT_TIMED_OUT = "WAIT_TIMED_OUT"
+    APPROVAL_TIMED_OUT = "APPROVAL_TIMED_OUT"
+    REJECTED = "REJECTED"
     # The gRPC executor adapter: no executor, or the call failed (retryable). A gRPC status
     # without a member of its own is EXECUTOR_RPC_FAILED (``details.grpc_status`` names it).
     EXECUTOR_UNAVAILABLE = "EXECUTOR_UNAVAILABLE"
@@ -146,3 +151,8 @@ class NotStarted(RetryableError):
     can place it (this one stops leasing the capability until its executor answers again)."""
 
     code = ErrorCode.EXECUTOR_UNAVAILABLE
+
+
+class WaitRefused(RaraError, ValueError):
+    """A signal or an approval decision the run cannot take now (docs/waits.md): no step waits
+    for it, the step is not waiting yet or any more, or it was decided the other way."""

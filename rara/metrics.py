@@ -19,6 +19,7 @@ COMPLETIONS = Counter(
 )
 RETRIES = Counter("rara_retries_total", "Attempts that failed and will be retried", ["capability"])
 LEASE_EXPIRIES = Counter("rara_lease_expiries_total", "Expired leases recovered by this reaper")
+WAITS_FIRED = Counter("rara_waits_fired_total", "Waits this worker ended at their time")
 LEASES_LOST = Counter("rara_leases_lost_total", "Attempts stopped because their lease was lost")
 # From a millisecond in-process step to a two-hour adaptation.
 DURATION_BUCKETS = (0.001, 0.005, 0.02, 0.1, 0.5, 2, 10, 60, 300, 1800, 7200)

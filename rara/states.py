@@ -5,6 +5,8 @@ checks every (from, to) pair against both.
 Run:  pending → running → succeeded | failed | cancelled;  pending → cancelled
 Step: blocked → ready → running → succeeded | failed | cancelled;  running → ready (retry,
       lease expired, lease released);  blocked | ready → cancelled
+      A step that runs nothing (a map step, a wait or approval step) ends from blocked:
+      blocked → succeeded | failed (UNLEASED_STEP_TRANSITIONS)
 """
 
 from __future__ import annotations
@@ -72,8 +74,10 @@ STEP_TRANSITIONS: frozenset[tuple[StepStatus, StepStatus]] = frozenset(
         (StepStatus.RUNNING, StepStatus.READY),
     }
 )
-# A map step (migration 0008) is never leased: it ends from blocked, when its children did.
-MAP_STEP_TRANSITIONS: frozenset[tuple[StepStatus, StepStatus]] = STEP_TRANSITIONS | {
+# A map step (migration 0008) is never leased: it ends from blocked, when its children did. A
+# wait or approval step (0021) neither: it ends from blocked, when its time, signal or
+# decision came (while it waits, a row of rara_waits says so; its status stays blocked).
+UNLEASED_STEP_TRANSITIONS: frozenset[tuple[StepStatus, StepStatus]] = STEP_TRANSITIONS | {
     (StepStatus.BLOCKED, StepStatus.SUCCEEDED),
     (StepStatus.BLOCKED, StepStatus.FAILED),
 }

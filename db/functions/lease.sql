@@ -691,7 +691,8 @@ BEGIN
         -- below.
         UPDATE rara_steps s SET
             pending_deps = s.pending_deps - d.n,
-            status = CASE WHEN s.pending_deps = d.n AND s.map_over IS NULL THEN 'ready'
+            status = CASE WHEN s.pending_deps = d.n AND s.map_over IS NULL AND s.wait IS NULL
+                          THEN 'ready'
                           ELSE 'blocked' END::rara_step_status,
             available_at = now()
         FROM dependants d

@@ -239,7 +239,8 @@ BEGIN
     WITH unblocked AS (
         UPDATE rara_steps s SET
             pending_deps = s.pending_deps - 1,
-            status = CASE WHEN s.pending_deps = 1 AND s.map_over IS NULL THEN 'ready'
+            status = CASE WHEN s.pending_deps = 1 AND s.map_over IS NULL AND s.wait IS NULL
+                          THEN 'ready'
                           ELSE 'blocked' END::rara_step_status,
             available_at = now()
         WHERE s.run_id = p_run_id AND s.key = ANY (p_dependants) AND s.status = 'blocked'

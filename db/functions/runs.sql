@@ -9,7 +9,8 @@ RETURNS TABLE (key text, depends_on text[], dependants text[], capability text,
                executor text, priority integer, payload jsonb, max_attempts integer,
                retry_initial_ms integer, retry_max_ms integer,
                retry_coefficient double precision, timeout_ms integer,
-               heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
+               heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer,
+               wait jsonb)
 LANGUAGE sql STABLE AS $$
     -- A version's step rows (rara_definition_versions.steps, built by rara_spec_steps at
     -- registration) as columns: what rara_run_start and rara_run_resume insert. One SELECT,
@@ -21,7 +22,7 @@ LANGUAGE sql STABLE AS $$
         key text, depends_on text[], dependants text[], capability text, executor text,
         priority integer, payload jsonb, max_attempts integer, retry_initial_ms integer,
         retry_max_ms integer, retry_coefficient double precision, timeout_ms integer,
-        heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer)
+        heartbeat_timeout_ms integer, map_over text[], map_max_parallel integer, wait jsonb)
 $$;
 SELECT rara_grant('rara_spec_step_rows');  -- only through rara_run_start, rara_run_resume
 
@@ -99,6 +100,37 @@ BEGIN
 END $$;
 SELECT rara_grant('rara_concurrency_key');  -- only through the starts
 
+CREATE OR REPLACE FUNCTION rara_wait_resolve(p_rule jsonb, p_input jsonb, p_step text)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    value jsonb;
+    at timestamptz;
+BEGIN
+    -- A wait step's rule in a run of p_input (migration 0021): `until: input.<path>` becomes
+    -- the time it names, which must be there and be an ISO 8601 time with its offset; every
+    -- other rule is kept as it is. Refused, naming the step and the path, with nothing written.
+    IF p_rule IS NULL OR NOT p_rule ? 'until' THEN
+        RETURN p_rule;
+    END IF;
+    value := p_input #> ARRAY(SELECT jsonb_array_elements_text(p_rule -> 'until'));
+    BEGIN
+        IF jsonb_typeof(value) IS DISTINCT FROM 'string'
+           OR NOT (value #>> '{}') ~ '^\d{4}-\d\d-\d\d[T ][0-9:.]+(Z|[+-]\d\d(:?\d\d)?)$' THEN
+            RAISE invalid_datetime_format;
+        END IF;
+        at := (value #>> '{}')::timestamptz;
+    EXCEPTION WHEN invalid_datetime_format OR datetime_field_overflow THEN
+        RAISE EXCEPTION 'step %: wait.until input.% is %, not a time with its offset '
+            '(2026-12-01T02:00:00Z)', p_step,
+            array_to_string(ARRAY(SELECT jsonb_array_elements_text(p_rule -> 'until')), '.'),
+            coalesce(value::text, 'missing from the run input')
+            USING ERRCODE = 'invalid_parameter_value';
+    END;
+    RETURN jsonb_build_object('kind', 'timer', 'at', at);
+END $$;
+SELECT rara_grant('rara_wait_resolve');  -- only through the starts
+
 CREATE OR REPLACE FUNCTION rara_run_start(
     p_name text, p_version integer, p_digest text, p_input jsonb,
     p_idempotency_key text, p_check_capabilities boolean, p_alive_seconds double precision,
@@ -145,7 +177,7 @@ BEGIN
         -- One row always (an aggregate): null when nothing is missing or nothing was checked.
         SELECT array_agg(DISTINCT s.capability ORDER BY s.capability) AS capabilities
         FROM step_rows s
-        WHERE p_check_capabilities AND NOT EXISTS (
+        WHERE p_check_capabilities AND s.wait IS NULL AND NOT EXISTS (
             SELECT FROM rara_workers w
             WHERE s.capability = ANY (w.capabilities) AND w.stopped_at IS NULL
               AND w.heartbeat_at > now() - make_interval(secs => p_alive_seconds))
@@ -164,17 +196,21 @@ BEGIN
                                 capability, executor, priority, payload, max_attempts,
                                 retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                                 heartbeat_timeout_ms, status, map_over, map_max_parallel,
-                                concurrency_key, concurrency_max)
+                                concurrency_key, concurrency_max, wait)
         SELECT run.id, p_namespace, s.key, s.depends_on, s.dependants, cardinality(s.depends_on),
                s.capability, s.executor, s.priority,
                s.payload || coalesce(resolved.caches -> s.key, '{}'), s.max_attempts,
                s.retry_initial_ms, s.retry_max_ms, s.retry_coefficient, s.timeout_ms,
                s.heartbeat_timeout_ms,
-               CASE WHEN cardinality(s.depends_on) = 0 AND s.map_over IS NULL THEN 'ready'
+               CASE WHEN cardinality(s.depends_on) = 0 AND s.map_over IS NULL AND s.wait IS NULL
+                    THEN 'ready'
                     ELSE 'blocked' END::rara_step_status,
                s.map_over, s.map_max_parallel,
                rara_concurrency_key(resolved.concurrency -> s.key, p_input, s.key),
-               (resolved.concurrency -> s.key ->> 'max')::integer
+               (resolved.concurrency -> s.key ->> 'max')::integer,
+               -- (a call only for `until:`: the start of steps that run calls nothing)
+               CASE WHEN s.wait ? 'until' THEN rara_wait_resolve(s.wait, p_input, s.key)
+                    ELSE s.wait END
         FROM run, resolved, step_rows s
         RETURNING rara_steps.id, rara_steps.map_over IS NOT NULL
                   AND cardinality(rara_steps.depends_on) = 0 AS expands
@@ -241,6 +277,7 @@ BEGIN
         WHERE l.map_id = ANY (ARRAY(SELECT w.id FROM waiting w WHERE w.unborn > 0))
     )
     SELECT count(*) + coalesce(sum(w.unborn), 0) INTO cancelled FROM waiting w;
+    DELETE FROM rara_waits WHERE run_id = p_run_id;  -- its waits, ended with their steps
     WITH running AS (
         UPDATE rara_steps SET cancel_requested = true
         WHERE run_id = p_run_id AND status = 'running'
@@ -371,13 +408,13 @@ BEGIN
                                 heartbeat_timeout_ms, status, map_over, map_max_parallel,
                                 map_input, map_total, map_next, map_succeeded, map_failed,
                                 result, finished_at, cache, reused_from, concurrency_key,
-                                concurrency_max)
+                                concurrency_max, wait)
         SELECT new_id, old.namespace, p.key, p.depends_on, p.dependants, p.pending,
                p.capability, p.executor, p.priority, p.payload || coalesce(p.caches -> p.key, '{}'), p.max_attempts,
                p.retry_initial_ms, p.retry_max_ms, p.retry_coefficient, p.timeout_ms,
                p.heartbeat_timeout_ms,
                CASE WHEN p.old_id IS NOT NULL THEN 'succeeded'
-                    WHEN p.pending = 0 AND p.map_over IS NULL THEN 'ready'
+                    WHEN p.pending = 0 AND p.map_over IS NULL AND p.wait IS NULL THEN 'ready'
                     ELSE 'blocked' END::rara_step_status,
                p.map_over, p.map_max_parallel,
                p.map_input, p.map_total, p.map_total, coalesce(p.map_succeeded, 0),
@@ -387,7 +424,9 @@ BEGIN
                    'via', 'resume', 'run', p_run_id, 'step', p.old_id, 'key', p.key,
                    'attempt', p.old_attempt) END,
                rara_concurrency_key(p.concurrency, old.input, p.key),
-               (p.concurrency ->> 'max')::integer
+               (p.concurrency ->> 'max')::integer,
+               CASE WHEN p.wait ? 'until' THEN rara_wait_resolve(p.wait, old.input, p.key)
+                    ELSE p.wait END
         FROM planned p
         RETURNING rara_steps.id, rara_steps.key, rara_steps.status
     )

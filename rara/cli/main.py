@@ -11,6 +11,7 @@ from typer._click.exceptions import NoArgsIsHelpError, UsageError
 
 from rara.cli import (
     access,
+    approvals,
     artifacts,
     cache,
     db,
@@ -40,6 +41,7 @@ app.add_typer(artifacts.app, name="artifacts")
 app.add_typer(limits.app, name="limits")
 app.add_typer(cache.app, name="cache")
 app.add_typer(schedules.app, name="schedules")
+app.add_typer(approvals.app, name="approvals")
 app.add_typer(access.app, name="access")
 app.command("migrate")(db.migrate_command)
 app.command("status")(status.status)

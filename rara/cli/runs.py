@@ -1,4 +1,4 @@
-"""`rara runs start|list|show|cancel|wait`."""
+"""`rara runs start|list|show|cancel|wait|signal`."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from rara import waits
 from rara.cache import describe_reuse
 from rara.cli.common import (
     AllNamespacesOption,
     NamespaceOption,
     console,
     namespace_client,
+    parse_json_arg,
     parse_json_object_arg,
     print_listing,
     reports_errors,
@@ -308,3 +310,30 @@ def wait(
     print_run(view)
     if view.status is not RunStatus.SUCCEEDED:
         raise typer.Exit(1)
+
+
+@app.command()
+@reports_errors
+def signal(
+    run_id: int,
+    name: str,
+    payload: Annotated[
+        str | None, typer.Option(help="JSON, inline or @file: the waiting step's result")
+    ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(help="accepted once per run (default: the signal's name)"),
+    ] = None,
+) -> None:
+    """Signal NAME to a run: the step waiting for it (wait: {signal: NAME}) ends, and what
+    depends on it becomes ready. The same --key again changes nothing."""
+    value = parse_json_arg(payload, "--payload", waits.MAX_PAYLOAD_BYTES)
+    sent = Client().signal_run(run_id, name, value, key)
+    if sent.accepted:
+        console.print(f"run {run_id}: signal {name} ended step {sent.step_key}", highlight=False)
+    else:
+        console.print(
+            f"run {run_id}: signal {name} (key {key or name}) was taken at "
+            f"{sent.sent_at.isoformat()}; nothing changed",
+            highlight=False,
+        )

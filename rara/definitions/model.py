@@ -7,6 +7,7 @@ these models by a test.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -134,9 +135,76 @@ class CacheSpec(_Model):
         return None if ms is None else format_duration_ms(ms)
 
 
+# A wait step (docs/waits.md) runs nothing; its capability is the database's own.
+WAIT_CAPABILITY = "rara.wait@1"
+APPROVAL_CAPABILITY = "rara.approval@1"
+SIGNAL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+UNTIL_PATTERN = r"^input(\.[A-Za-z0-9_-]+)+$"
+SHOW_PATTERN = r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?(\.result(\.[A-Za-z0-9_-]+)*)?$"
+# Fields that mean nothing for a step that runs nothing (the database refuses them too).
+RUN_ONLY_FIELDS = (
+    "map", "cache", "concurrency", "timeout", "heartbeatTimeout", "secrets", "resources",
+    "inputSchema",
+)  # fmt: skip
+
+
+class WaitSpec(_Model):
+    """A durable wait: for a duration, until a time in the run input, or for a named signal.
+    It holds nothing while it waits (no lease, no worker slot, no pod): the database ends it."""
+
+    for_: DurationMs | None = Field(default=None, alias="for")
+    until: str | None = Field(default=None, pattern=UNTIL_PATTERN)
+    signal: str | None = Field(default=None, pattern=SIGNAL_PATTERN)
+    # A signal wait's deadline, and what then: fail the step (and the run), or go on.
+    timeout: DurationMs | None = None
+    on_timeout: Literal["fail", "succeed"] = Field(default="fail", alias="onTimeout")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> WaitSpec:
+        kinds = [k for k, v in (("for", self.for_), ("until", self.until),
+                                ("signal", self.signal)) if v is not None]  # fmt: skip
+        if len(kinds) != 1:
+            raise ValueError("wait needs exactly one of for:, until: and signal:")
+        if self.signal is None and (self.timeout is not None or self.on_timeout == "succeed"):
+            raise ValueError("wait: timeout and onTimeout are for signal waits")
+        return self
+
+    @field_serializer("for_", "timeout")
+    def _dump_duration(self, ms: int | None) -> str | None:
+        return None if ms is None else format_duration_ms(ms)
+
+
+class ApprovalSpec(_Model):
+    """A gate a person decides: it shows upstream results (the evidence, frozen when it begins
+    to wait), names who may decide (logins or roles; none: any client of the namespace), and
+    what a rejection or the deadline does to the run."""
+
+    show: list[str] = Field(default_factory=list)
+    approvers: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list
+    )
+    timeout: DurationMs | None = None
+    on_reject: Literal["fail", "cancel"] = Field(default="fail", alias="onReject")
+    on_timeout: Literal["fail", "cancel"] = Field(default="fail", alias="onTimeout")
+
+    @field_validator("show")
+    @classmethod
+    def _shown_paths(cls, show: list[str]) -> list[str]:
+        for entry in show:
+            if not re.match(SHOW_PATTERN, entry):
+                raise ValueError(f"show: {entry!r} is not <step> or <step>.result.<path>")
+        return show
+
+    @field_serializer("timeout")
+    def _dump_duration(self, ms: int | None) -> str | None:
+        return None if ms is None else format_duration_ms(ms)
+
+
 class StepSpec(_Model):
     key: StepKey
-    capability: str = Field(pattern=CAPABILITY_PATTERN)
+    # Every step's but a wait's or an approval's, which get the database's own (below); a
+    # default only so the schema (and the CRD) can say so: a step with neither is refused.
+    capability: str = Field(default="", pattern=CAPABILITY_PATTERN)
     executor: Literal["inprocess", "grpc"] = "inprocess"
     depends_on: list[StepKey] = Field(default_factory=list, alias="dependsOn")
     timeout: DurationMs | None = None
@@ -154,6 +222,40 @@ class StepSpec(_Model):
     cache: CacheSpec | None = None
     # At most N running at once per value of a run input field (docs/limits.md, "Per key").
     concurrency: ConcurrencySpec | None = None
+    # A step that runs nothing and waits (docs/waits.md): for time, a signal, or a person.
+    wait: WaitSpec | None = None
+    approval: ApprovalSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _waits_run_nothing(cls, data: Any) -> Any:
+        """A wait or approval step names no capability: it gets the database's own. A step
+        that runs may not take that one."""
+        if not isinstance(data, dict):
+            return data
+        kind = "wait" if data.get("wait") is not None else None
+        if data.get("approval") is not None:
+            if kind:
+                raise ValueError("wait and approval: a step is one or the other")
+            kind = "approval"
+        own = {"wait": WAIT_CAPABILITY, "approval": APPROVAL_CAPABILITY}.get(kind or "")
+        if own is None:
+            if data.get("capability") is None:
+                raise ValueError(
+                    "capability is required (name@major), unless the step is a wait: or an"
+                    " approval:"
+                )
+            if data.get("capability") in (WAIT_CAPABILITY, APPROVAL_CAPABILITY):
+                raise ValueError(f"capability {data['capability']} is the database's own")
+            return data
+        if data.get("capability", own) != own:
+            raise ValueError(f"a {kind} step runs no capability (remove capability)")
+        extra = [f for f in RUN_ONLY_FIELDS if _given(data.get(f))]
+        if data.get("executor", "inprocess") != "inprocess":
+            extra.append("executor")
+        if extra:
+            raise ValueError(f"{', '.join(extra)} do nothing for a {kind} step (remove them)")
+        return {**data, "capability": own}
 
     @field_serializer("timeout", "heartbeat_timeout")
     def _dump_duration(self, ms: int | None) -> str | None:
@@ -166,12 +268,23 @@ class StepSpec(_Model):
             inputs.check_schema(schema)
         return schema
 
+    @property
+    def waits(self) -> bool:
+        """A step the database ends (wait: or approval:), never leased."""
+        return self.wait is not None or self.approval is not None
+
     @model_validator(mode="after")
     def _dependencies_unique(self) -> StepSpec:
         if len(set(self.depends_on)) != len(self.depends_on):
             raise ValueError("dependsOn lists a step twice")
         if self.key in self.depends_on:
             raise ValueError(f"step {self.key!r} depends on itself")
+        for shown in self.approval.show if self.approval else []:
+            if shown.split(".", 1)[0] not in self.depends_on:
+                raise ValueError(
+                    f"step {self.key!r}: approval.show shows step {shown.split('.', 1)[0]!r},"
+                    " which is not in its dependsOn"
+                )
         if self.map is not None:
             source = self.map.source
             if source is not None and source not in self.depends_on:
@@ -205,6 +318,15 @@ class WorkflowSpec(_Model):
         cycle = _find_cycle({s.key: s.depends_on for s in self.steps})
         if cycle:
             raise ValueError("dependency cycle: " + " -> ".join(cycle))
+        signals: dict[str, str] = {}
+        for step in self.steps:
+            if step.wait is not None and step.wait.signal is not None:
+                if step.wait.signal in signals:
+                    raise ValueError(
+                        f"step {step.key!r}: step {signals[step.wait.signal]!r} waits for "
+                        f"signal {step.wait.signal!r} already"
+                    )
+                signals[step.wait.signal] = step.key
         return self
 
 
@@ -229,6 +351,13 @@ class WorkflowDefinition(_Model):
     @property
     def name(self) -> str:
         return self.metadata.name
+
+
+def _given(value: Any) -> bool:
+    """A field set to something (a dumped spec writes every default: null, {}, gpu 0)."""
+    if isinstance(value, dict):
+        return any(_given(v) for v in value.values())
+    return value not in (None, 0, "")
 
 
 def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:

@@ -18,7 +18,7 @@ from rara.definitions.parse import definition_from_object
 from rara.pg import steps as step_sql
 from rara.pg.migrate import available
 from rara.runs import cancel_run, start_run
-from rara.states import MAP_STEP_TRANSITIONS, AttemptOutcome, StepStatus
+from rara.states import UNLEASED_STEP_TRANSITIONS, AttemptOutcome, StepStatus
 from rara.worker.store import end_many, reap
 from rara.worker.vocabulary import Ending, Fence, LeasedStep
 from tests.support.definitions import apply, definition
@@ -421,7 +421,7 @@ def test_only_a_map_step_ends_from_blocked(
     step's move, and no other step's."""
     apply(conn, "fan", [SPLIT, WORK, JOIN])
     run_id = start_run(conn, "fan", queue_anyway=True).run_id
-    assert (StepStatus.BLOCKED, StepStatus.SUCCEEDED) in MAP_STEP_TRANSITIONS
+    assert (StepStatus.BLOCKED, StepStatus.SUCCEEDED) in UNLEASED_STEP_TRANSITIONS
     for key, allowed in (("work", True), ("join", False)):
         for status in ("succeeded", "failed"):
             update = (

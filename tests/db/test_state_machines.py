@@ -167,6 +167,9 @@ def test_error_codes_the_sql_writes_are_the_enum() -> None:
         "CANCELLED",
         "MAP_NOT_A_LIST",
         "MAP_CHILD_FAILED",
+        "WAIT_TIMED_OUT",
+        "APPROVAL_TIMED_OUT",
+        "REJECTED",
     }
     assert written <= {c.value for c in ErrorCode}
 

@@ -1,4 +1,5 @@
-"""LISTEN on a dedicated connection: ``rara_ready`` wakes the lease loop, ``rara_cancel``
+"""LISTEN on a dedicated connection: ``rara_ready`` wakes the lease loop, ``rara_waits`` the
+firing of waits (rara.worker.waits), ``rara_cancel``
 (payload: step id) makes the worker ask the database sooner than its next heartbeat whether
 that attempt's cancel was asked. Any login may NOTIFY any channel, so a payload is only ever
 a reason to read: what the worker does follows from the fenced answer, never the payload.
@@ -20,7 +21,7 @@ from rara.worker.retry import TRANSIENT, Backoff
 
 log = structlog.get_logger("rara.worker")
 
-READY, CANCEL = "rara_ready", "rara_cancel"
+READY, CANCEL, WAITS = "rara_ready", "rara_cancel", "rara_waits"
 
 
 async def listen(
@@ -29,6 +30,7 @@ async def listen(
     on_ready: Callable[[str], None],
     on_cancel: Callable[[int], None],
     on_connect: Callable[[], None],
+    on_waits: Callable[[], None] = lambda: None,
     ping_seconds: float = 15.0,
 ) -> None:
     backoff = Backoff()
@@ -38,12 +40,15 @@ async def listen(
             async with conn:
                 await conn.execute(f"LISTEN {READY}")
                 await conn.execute(f"LISTEN {CANCEL}")
+                await conn.execute(f"LISTEN {WAITS}")
                 backoff.reset()
                 on_connect()
                 while True:
                     async for note in conn.notifies(timeout=ping_seconds):
                         if note.channel == READY:
                             on_ready(note.payload)
+                        elif note.channel == WAITS:
+                            on_waits()
                         elif note.channel == CANCEL and note.payload.isdigit():
                             on_cancel(int(note.payload))
                     await conn.execute("SELECT 1")  # quiet for a while: is anyone there?

@@ -58,6 +58,7 @@ from rara.worker.vocabulary import (
     StopReason,
     Unwritten,
 )
+from rara.worker.waits import fire_loop
 
 log = structlog.get_logger("rara.worker")
 
@@ -71,6 +72,7 @@ class Worker:
         self.stopping = asyncio.Event()
         self.aborting = asyncio.Event()  # second signal: skip the grace period
         self.wake = asyncio.Event()
+        self.waits_due = asyncio.Event()  # NOTIFY rara_waits: a wait with a time began
         # Set for a heartbeat now: what this worker serves changed (an executor came or went;
         # runs start only once the database lists it), or a cancel was announced (the answer
         # says whether it was asked).
@@ -145,6 +147,9 @@ class Worker:
                 self._spawn(self._lease_loop()),
                 self._spawn(self._heartbeat_loop()),
                 self._spawn(self._reaper_loop()),
+                self._spawn(
+                    fire_loop(self.store.fire_waits, self.waits_due, self.stopping, s.waits_batch)
+                ),
                 self._spawn(self._progress_loop()),
             ]
             if s.listen:
@@ -154,7 +159,8 @@ class Worker:
                             self.url,
                             on_ready=self._on_ready,
                             on_cancel=self._on_cancel,
-                            on_connect=self.wake.set,
+                            on_connect=self._on_connect,
+                            on_waits=self.waits_due.set,
                         )
                     )
                 )
@@ -207,6 +213,11 @@ class Worker:
         return asyncio.get_running_loop().create_task(coro)
 
     # -- notifications --------------------------------------------------------------------
+
+    def _on_connect(self) -> None:
+        # Notifications sent while the listener was away are gone: look now.
+        self.wake.set()
+        self.waits_due.set()
 
     def _on_ready(self, capability: str) -> None:
         if capability in self.capabilities:

@@ -72,6 +72,9 @@ class WorkerSettings(ProcessSettings):
     )
     reaper_seconds: float = Field(default=5.0, gt=0, description="Reaper interval")
     reaper_batch: int = Field(default=100, ge=1, description="Leases recovered per reaper pass")
+    waits_batch: int = Field(
+        default=500, ge=1, le=10_000, description="Due waits ended per transaction"
+    )
     progress_per_second: float = Field(
         default=5.0, gt=0, description="Progress writes per attempt per second"
     )

@@ -46,8 +46,10 @@ from psycopg_pool import AsyncConnectionPool
 from rara.artifacts.ref import ArtifactRef
 from rara.context import Checkpoint
 from rara.pg import steps as step_sql
+from rara.pg import waits as wait_sql
 from rara.pg.queries import amany, avalue, sql
 from rara.pg.reconnect import CONNECT_TIMEOUT_SECONDS, async_pool_settings, dead_peer_settings
+from rara.pg.waits import Fired
 from rara.states import AttemptOutcome, StepStatus, check_step_transition
 from rara.worker.vocabulary import Ending, LeasedStep
 
@@ -512,6 +514,11 @@ class WorkerStore:
     async def reap(self, limit: int, jitter: float) -> list[tuple[int, StepStatus]]:
         async with self.pool.connection() as conn:
             return await reap(conn, self.worker, limit=limit, jitter=jitter)
+
+    async def fire_waits(self, limit: int) -> Fired:
+        """End the fleet's due waits (rara.worker.waits), at most ``limit``."""
+        async with self.pool.connection() as conn:
+            return await wait_sql.fire(conn, limit)
 
     # -- the worker's own row -------------------------------------------------------------
 

@@ -1,0 +1,324 @@
+-- Durable waits, signals and approval decisions (migration 0021, docs/waits.md): how a wait
+-- step ends. It begins in the trigger of 0021 (rara_wait_begin); it ends here, by its time
+-- (rara_waits_fire: every worker runs it, SKIP LOCKED), by its signal (rara_run_signal) or by
+-- a decision (rara_approval_decide). An end is a step end like any other: the step's row, then
+-- its dependants' (rara_step_unblock) or its downstream's (rara_step_cancel_dependants), then
+-- the run, last (rara_run_count). Called through db/queries/waits.sql (rara.pg.waits).
+-- Repeatable (rara.pg.migrate): edit in place.
+
+CREATE OR REPLACE FUNCTION rara_approval_evidence(p_run_id bigint, p_show jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    -- What an approval shows, read when it begins to wait and kept with it: each `show:` entry
+    -- (<step> or <step>.result.<path>) with its value now, and the artifacts of the steps shown
+    -- (name, digest, size: the bytes a decision is about). Its upstream all succeeded, so each
+    -- value is the result of the attempt that counts. (PL/pgSQL: its body names tables, which
+    -- a dump of the schema creates after it.)
+    RETURN jsonb_build_object(
+        'shown', coalesce((
+            SELECT jsonb_agg(jsonb_build_object(
+                       'show', e.show, 'step', s.key,
+                       'value', s.result #> (string_to_array(e.show, '.'))[3:])
+                   ORDER BY e.n)
+            FROM jsonb_array_elements_text(p_show) WITH ORDINALITY AS e(show, n)
+            JOIN rara_steps s ON s.run_id = p_run_id AND s.key = split_part(e.show, '.', 1)),
+            '[]'),
+        'artifacts', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('step', s.key, 'name', a.name,
+                                                'digest', a.digest, 'size', a.size)
+                             ORDER BY s.key, a.name)
+            FROM rara_steps s JOIN rara_step_artifacts a ON a.step_id = s.id
+            WHERE s.run_id = p_run_id
+              AND s.key IN (SELECT split_part(e, '.', 1) FROM jsonb_array_elements_text(p_show) e)
+              AND a.attempt = (SELECT max(a2.attempt) FROM rara_step_artifacts a2
+                               WHERE a2.step_id = s.id)),
+            '[]'));
+END $$;
+SELECT rara_grant('rara_approval_evidence');  -- only through rara_wait_begin
+
+CREATE OR REPLACE FUNCTION rara_wait_end(p_step_id bigint, p_outcome text, p_result jsonb,
+                                         p_error jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql AS $$
+DECLARE
+    step record;
+    downstream integer;
+BEGIN
+    -- Ends one waiting step whose rara_waits row the caller holds locked: p_outcome
+    -- 'succeeded' (its dependants unblocked) or 'failed' (its downstream cancelled). Returns
+    -- the run deltas, for rara_run_count, which the caller runs last. NULL: the step no longer
+    -- waits (a run cancel took it first); nothing was written.
+    UPDATE rara_steps SET status = p_outcome::rara_step_status, finished_at = now(),
+                          result = p_result, error = p_error
+    WHERE id = p_step_id AND status = 'blocked'
+    RETURNING id, run_id, key, dependants INTO step;
+    DELETE FROM rara_waits WHERE step_id = p_step_id;
+    IF step.id IS NULL THEN
+        RETURN NULL;
+    END IF;
+    -- A run that began with a wait has had no lease to mark it running.
+    UPDATE rara_runs SET status = 'running', started_at = now()
+    WHERE id = step.run_id AND status = 'pending';
+    IF p_outcome = 'succeeded' THEN
+        RETURN jsonb_build_array(jsonb_build_object('run_id', step.run_id, 'succeeded', 1))
+            || rara_step_unblock(step.run_id, step.dependants);
+    END IF;
+    downstream := rara_step_cancel_dependants(step.run_id, step.key);
+    RETURN jsonb_build_array(jsonb_build_object('run_id', step.run_id, 'failed', 1,
+                                                'cancelled', downstream));
+END $$;
+SELECT rara_grant('rara_wait_end');  -- only through the functions below
+
+CREATE OR REPLACE FUNCTION rara_wait_cancel_run(p_step_id bigint, p_error jsonb)
+RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    run_id bigint := (SELECT s.run_id FROM rara_steps s WHERE s.id = p_step_id);
+BEGIN
+    -- A gate whose rule cancels its run (onReject or onTimeout: cancel): the run is cancelled
+    -- as `rara runs cancel` does (its waits go with it), the gate's error saying why. A caller
+    -- that may not cancel in the run's namespace (a worker of other namespaces, firing the
+    -- deadline) fails the gate instead, which ends the run too.
+    IF rara_run_cancel(run_id) IS NULL THEN
+        PERFORM rara_run_count(rara_wait_end(p_step_id, 'failed', NULL, p_error));
+    ELSE
+        UPDATE rara_steps SET error = p_error WHERE id = p_step_id;
+    END IF;
+END $$;
+SELECT rara_grant('rara_wait_cancel_run');  -- only through the functions below
+
+CREATE OR REPLACE FUNCTION rara_waits_fire(p_limit integer)
+RETURNS TABLE (fired integer, next_due timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    due record;
+    rule jsonb;
+    deltas jsonb := '[]';
+    ended jsonb;
+    n integer := 0;
+    cancels bigint[] := '{}';   -- gates whose timeout cancels their run
+    gate bigint;
+BEGIN
+    -- Ends the waits whose time came, at most p_limit of them, oldest first: a timer
+    -- succeeds; a signal or approval past its deadline ends as its rule says. Any number of
+    -- processes may call it at once (SKIP LOCKED: a wait or step another is ending is its,
+    -- and is never waited for). Returns how many it ended and the earliest due time left, for
+    -- the caller's sleep. A gate whose timeout cancels the run is cancelled last, after the
+    -- other runs are counted (rara_run_cancel takes its run's steps, then the run).
+    FOR due IN
+        SELECT w.step_id, w.kind, w.due_at, s.wait, s.run_id FROM rara_waits w
+        JOIN rara_steps s ON s.id = w.step_id
+        WHERE w.due_at <= now()
+        ORDER BY w.due_at LIMIT p_limit
+        FOR UPDATE OF w, s SKIP LOCKED
+    LOOP
+        rule := due.wait;
+        IF due.kind = 'timer' THEN
+            ended := rara_wait_end(due.step_id, 'succeeded',
+                                   jsonb_build_object('waited_until', due.due_at,
+                                                      'fired_at', now()), NULL);
+        ELSIF due.kind = 'signal' AND rule ->> 'on_timeout' = 'succeed' THEN
+            ended := rara_wait_end(due.step_id, 'succeeded',
+                                   jsonb_build_object('signal', rule ->> 'signal',
+                                                      'timed_out', true), NULL);
+        ELSIF due.kind = 'approval' THEN
+            UPDATE rara_approvals SET decision = 'timed_out', decided_at = now()
+            WHERE step_id = due.step_id AND decision IS NULL;
+            IF rule ->> 'on_timeout' = 'cancel' THEN
+                cancels := cancels || due.step_id;
+                CONTINUE;
+            ELSE
+                ended := rara_wait_end(due.step_id, 'failed', NULL, jsonb_build_object(
+                    'code', 'APPROVAL_TIMED_OUT',
+                    'message', 'no decision by ' || due.due_at));
+            END IF;
+        ELSE
+            ended := rara_wait_end(due.step_id, 'failed', NULL, jsonb_build_object(
+                'code', 'WAIT_TIMED_OUT',
+                'message', 'no signal ' || (rule ->> 'signal') || ' by ' || due.due_at));
+        END IF;
+        IF ended IS NOT NULL THEN
+            deltas := deltas || ended;
+            n := n + 1;
+        END IF;
+    END LOOP;
+    PERFORM rara_run_count(deltas);
+    FOREACH gate IN ARRAY cancels LOOP
+        PERFORM rara_wait_cancel_run(gate, jsonb_build_object(
+            'code', 'APPROVAL_TIMED_OUT', 'message', 'no decision by its deadline'));
+        n := n + 1;
+    END LOOP;
+    fired := n;
+    next_due := (SELECT min(w.due_at) FROM rara_waits w WHERE w.due_at IS NOT NULL);
+    RETURN NEXT;
+END $$;
+SELECT rara_grant('rara_waits_fire', 'rara_worker', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_run_signal(p_run_id bigint, p_name text, p_payload jsonb,
+                                           p_key text)
+RETURNS TABLE (step_id bigint, step_key text, accepted boolean, sent_at timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+DECLARE
+    run record;
+    waiting record;
+    earlier record;
+    target record;
+    deltas jsonb;
+BEGIN
+    -- Signal p_name to run p_run_id: the step waiting for it succeeds, its result the payload,
+    -- and its dependants become ready. Once per (run, p_key): a repeated key answers the first
+    -- signal's step and time with accepted = false, and writes nothing. A signal no step waits
+    -- for is refused, saying what the step that names it is doing (not yet waiting, ended) or
+    -- that none does.
+    SELECT r.id, r.namespace, r.status INTO run FROM rara_runs r
+    WHERE r.id = p_run_id AND rara_namespace_allowed(r.namespace);
+    IF NOT FOUND THEN  -- or not the caller's: what it cannot read it cannot name
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'no_data_found';
+    END IF;
+    IF p_key IS NULL OR length(p_key) NOT BETWEEN 1 AND 200 THEN
+        RAISE EXCEPTION 'signal %: its key must be 1 to 200 characters', p_name
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The step first (then the signal's key), as every end locks its step before anything.
+    SELECT s.id, s.key, s.status, w.step_id AS waits INTO target FROM rara_steps s
+    LEFT JOIN rara_waits w ON w.step_id = s.id
+    WHERE s.run_id = p_run_id AND s.wait ->> 'kind' = 'signal' AND s.wait ->> 'signal' = p_name
+    FOR UPDATE OF s;
+    SELECT g.step_id, g.name, g.sent_at INTO earlier FROM rara_signals g
+    WHERE g.run_id = p_run_id AND g.key = p_key;
+    IF FOUND THEN
+        IF earlier.name <> p_name THEN
+            RAISE EXCEPTION 'run %: key % was signal %, not %', p_run_id, p_key, earlier.name,
+                p_name USING ERRCODE = 'unique_violation';
+        END IF;
+        step_id := earlier.step_id;
+        step_key := target.key;
+        accepted := false;
+        sent_at := earlier.sent_at;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF target.id IS NULL THEN
+        RAISE EXCEPTION 'run %: no step waits for signal % (its definition names none)',
+            p_run_id, p_name USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF target.waits IS NULL THEN
+        RAISE EXCEPTION 'run %: step % is % and not waiting for signal %', p_run_id, target.key,
+            CASE WHEN target.status = 'blocked' THEN 'blocked on its dependencies'
+                 ELSE target.status::text END, p_name
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    PERFORM 1 FROM rara_waits w WHERE w.step_id = target.id FOR UPDATE;
+    INSERT INTO rara_signals (run_id, key, namespace, name, payload, step_id, sent_by)
+    VALUES (p_run_id, p_key, run.namespace, p_name, p_payload, target.id, rara_caller())
+    RETURNING rara_signals.sent_at INTO sent_at;
+    deltas := rara_wait_end(target.id, 'succeeded',
+                            jsonb_build_object('signal', p_name, 'key', p_key,
+                                               'payload', p_payload), NULL);
+    PERFORM rara_run_count(deltas);
+    step_id := target.id;
+    step_key := target.key;
+    accepted := true;
+    RETURN NEXT;
+END $$;
+SELECT rara_grant('rara_run_signal', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_approval_decide(p_run_id bigint, p_step_key text,
+                                                p_approve boolean, p_reason text,
+                                                p_identity text DEFAULT NULL)
+RETURNS TABLE (step_id bigint, decision text, decided_by text, decided_at timestamptz,
+               recorded boolean)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+DECLARE
+    run record;
+    gate record;
+    approval record;
+    who text := coalesce(nullif(p_identity, ''), rara_caller());
+    wanted text := CASE WHEN p_approve THEN 'approved' ELSE 'rejected' END;
+    deltas jsonb;
+BEGIN
+    -- A person's decision on approval step p_step_key of run p_run_id. `who` is the caller's
+    -- login (the role it acts as), or the identity a client vouches for (the UI: the user it
+    -- authenticated; the login is kept beside it). Made once: the same decision again answers
+    -- the first (recorded = false) and writes nothing; the other decision is refused, naming
+    -- who made the first and when. An approval ends the step (its result: the decision);
+    -- a rejection ends the run as the gate says (onReject: fail, or cancel).
+    SELECT r.id, r.namespace INTO run FROM rara_runs r
+    WHERE r.id = p_run_id AND rara_namespace_allowed(r.namespace);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'no_data_found';
+    END IF;
+    IF p_reason IS NOT NULL AND length(p_reason) > 2000 THEN
+        RAISE EXCEPTION 'the reason is longer than 2000 characters'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT s.id, s.key, s.status, s.wait, w.step_id AS waits INTO gate FROM rara_steps s
+    LEFT JOIN rara_waits w ON w.step_id = s.id
+    WHERE s.run_id = p_run_id AND s.key = p_step_key
+    FOR UPDATE OF s;
+    IF gate.id IS NULL OR gate.wait ->> 'kind' IS DISTINCT FROM 'approval' THEN
+        RAISE EXCEPTION 'run %: % is not an approval step', p_run_id, p_step_key
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT a.* INTO approval FROM rara_approvals a WHERE a.step_id = gate.id FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'run %: approval % is % and not waiting for a decision', p_run_id,
+            p_step_key, CASE WHEN gate.status = 'blocked' THEN 'blocked on its dependencies'
+                             ELSE gate.status::text END
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF approval.decision IS NOT NULL THEN
+        IF approval.decision <> wanted THEN
+            RAISE EXCEPTION 'run %: approval % was % by % at %', p_run_id, p_step_key,
+                approval.decision, coalesce(approval.decided_by, 'its deadline'), approval.decided_at
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        step_id := gate.id;
+        decision := approval.decision;
+        decided_by := approval.decided_by;
+        decided_at := approval.decided_at;
+        recorded := false;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF cardinality(approval.approvers) > 0 AND NOT EXISTS (
+        SELECT FROM unnest(approval.approvers) AS a(name)
+        WHERE a.name = who
+           OR (EXISTS (SELECT FROM pg_roles r WHERE r.rolname = a.name)
+               AND pg_has_role(rara_caller(), a.name, 'MEMBER'))) THEN
+        RAISE EXCEPTION 'run %: % may not decide approval % (its approvers: %)', p_run_id, who,
+            p_step_key, array_to_string(approval.approvers, ', ')
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF gate.waits IS NULL THEN  -- a run cancel took it (its rara_approvals row stays)
+        RAISE EXCEPTION 'run %: approval % is % and not waiting for a decision', p_run_id,
+            p_step_key, gate.status USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    UPDATE rara_approvals a SET decision = wanted, decided_by = who,
+                                decided_login = rara_caller(), decided_at = now(),
+                                reason = p_reason
+    WHERE a.step_id = gate.id;
+    IF p_approve THEN
+        deltas := rara_wait_end(gate.id, 'succeeded', jsonb_build_object(
+            'decision', wanted, 'decided_by', who, 'reason', p_reason), NULL);
+        PERFORM rara_run_count(deltas);
+    ELSIF gate.wait ->> 'on_reject' = 'cancel' THEN
+        PERFORM rara_wait_cancel_run(gate.id, jsonb_build_object(
+            'code', 'REJECTED', 'message', 'rejected by ' || who || coalesce(': ' || p_reason, '')));
+    ELSE
+        deltas := rara_wait_end(gate.id, 'failed', NULL, jsonb_build_object(
+            'code', 'REJECTED', 'message', 'rejected by ' || who
+                || coalesce(': ' || p_reason, '')));
+        PERFORM rara_run_count(deltas);
+    END IF;
+    step_id := gate.id;
+    decision := wanted;
+    decided_by := who;
+    decided_at := now();
+    recorded := true;
+    RETURN NEXT;
+END $$;
+SELECT rara_grant('rara_approval_decide', 'rara_client', 'rara_operator');

@@ -1,0 +1,55 @@
+-- Durable waits, signals and approvals (migration 0021): ended through db/functions/waits.sql,
+-- fired by every worker (rara.worker.waits), read by `rara runs show`, `rara approvals` and
+-- the UI. Typed: rara.pg.waits.
+-- Loaded by rara.pg.queries with every other file of this folder (one name space).
+
+-- name: waits_fire^
+-- The waits whose time came ended (at most :limit), and when the next one is due, by the
+-- database's clock (now: to measure the sleep by).
+SELECT f.fired, f.next_due, now() AS db_now FROM rara_waits_fire(p_limit => :limit) AS f;
+
+-- name: run_signal^
+SELECT * FROM rara_run_signal(p_run_id => :run_id, p_name => :name,
+                              p_payload => CAST(:payload AS jsonb), p_key => :key);
+
+-- name: approval_decide^
+SELECT * FROM rara_approval_decide(p_run_id => :run_id, p_step_key => :step_key,
+                                   p_approve => :approve, p_reason => :reason,
+                                   p_identity => :identity);
+
+-- name: approval_list
+-- Approvals of the caller's namespaces (its rows only: row-level security), open ones first,
+-- newest first; :open_only for those still waiting for a decision.
+SELECT a.step_id, a.run_id, a.namespace, a.step_key, v.name AS definition, a.approvers,
+       a.requested_at, w.due_at, a.decision, a.decided_by, a.decided_at, a.reason
+FROM rara_approvals a
+JOIN rara_runs r ON r.id = a.run_id
+JOIN rara_definition_versions v ON v.id = r.definition_version_id
+LEFT JOIN rara_waits w ON w.step_id = a.step_id
+WHERE (NOT :open_only OR a.decision IS NULL)
+  AND (CAST(:namespace AS text) IS NULL OR a.namespace = :namespace)
+ORDER BY a.decision IS NOT NULL, a.requested_at DESC, a.step_id DESC
+LIMIT :limit;
+
+-- name: approval_get^
+-- One approval with its evidence, by run and step key.
+SELECT a.step_id, a.run_id, a.namespace, a.step_key, v.name AS definition, a.approvers,
+       a.requested_at, w.due_at, a.decision, a.decided_by, a.decided_login, a.decided_at,
+       a.reason, a.evidence, s.wait -> 'on_reject' #>> '{}' AS on_reject
+FROM rara_approvals a
+JOIN rara_steps s ON s.id = a.step_id
+JOIN rara_runs r ON r.id = a.run_id
+JOIN rara_definition_versions v ON v.id = r.definition_version_id
+LEFT JOIN rara_waits w ON w.step_id = a.step_id
+WHERE a.run_id = :run_id AND a.step_key = :step_key;
+
+-- name: wait_list_for_run
+-- What the run's steps wait for now (a step without a row here waits for nothing).
+SELECT w.step_id, s.key, w.kind, w.signal, w.due_at, w.began_at
+FROM rara_waits w JOIN rara_steps s ON s.id = w.step_id
+WHERE w.run_id = :run_id
+ORDER BY s.key;
+
+-- name: signal_list_for_run
+SELECT g.key, g.name, g.payload, g.step_id, g.sent_by, g.sent_at
+FROM rara_signals g WHERE g.run_id = :run_id ORDER BY g.sent_at, g.key;

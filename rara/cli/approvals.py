@@ -1,0 +1,141 @@
+"""`rara approvals list|show|approve|reject` (docs/waits.md, "Approvals")."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from rara.cli.common import (
+    AllNamespacesOption,
+    NamespaceOption,
+    console,
+    namespace_client,
+    print_listing,
+    reports_errors,
+)
+from rara.client import Client
+from rara.pg.waits import Approval, ApprovalRow
+
+app = typer.Typer(
+    help="Approval gates: what each shows, and a person's decision.", no_args_is_help=True
+)
+
+ReasonOption = Annotated[
+    str | None, typer.Option("--reason", "-m", help="why: kept with the decision")
+]
+
+
+def _when(value: datetime | None) -> str:
+    return "" if value is None else value.isoformat(timespec="seconds")
+
+
+def _state(decision: str | None) -> str:
+    return decision or "waiting"
+
+
+@app.command("list")
+@reports_errors
+def list_(
+    namespace: NamespaceOption = None,
+    all_namespaces: AllNamespacesOption = False,
+    decided: Annotated[bool, typer.Option("--all", help="decided ones too")] = False,
+) -> None:
+    """Approvals waiting for a decision (with --all, decided ones too)."""
+    rows = namespace_client(namespace).list_approvals(
+        open_only=not decided, all_namespaces=all_namespaces
+    )
+    print_listing(
+        ("run", "step", "definition", "state", "requested", "deadline", "decided by"),
+        ((a.namespace, _row(a)) for a in rows),
+        all_namespaces=all_namespaces,
+    )
+
+
+def _row(a: ApprovalRow) -> tuple[str, ...]:
+    return (
+        str(a.run_id),
+        a.step_key,
+        a.definition,
+        _state(a.decision),
+        _when(a.requested_at),
+        _when(a.due_at),
+        a.decided_by or "",
+    )
+
+
+def print_approval(a: Approval) -> None:
+    console.print(
+        f"run {a.run_id} · {a.namespace}/{a.definition} · approval [bold]{a.step_key}[/bold]: "
+        f"{_state(a.decision)}",
+        highlight=False,
+    )
+    console.print(
+        f"requested {_when(a.requested_at)}"
+        + (f", deadline {_when(a.due_at)}" if a.due_at else "")
+        + f"; approvers: {', '.join(a.approvers) or 'any client of the namespace'}"
+        + f"; a rejection {'cancels' if a.on_reject == 'cancel' else 'fails'} the run",
+        highlight=False,
+    )
+    if a.decision:
+        by = a.decided_by or "its deadline"
+        if a.decided_login and a.decided_login != a.decided_by:
+            by += f" (through login {a.decided_login})"
+        console.print(
+            f"{a.decision} by {by} at {_when(a.decided_at)}"
+            + (f": {a.reason}" if a.reason else ""),
+            highlight=False,
+        )
+    shown = a.evidence.get("shown", [])
+    if shown:
+        console.print("[bold]Evidence[/bold] (as it was when the gate began to wait)")
+        for item in shown:
+            console.print(f"  {item['show']}:", highlight=False)
+            text = json.dumps(item.get("value"), indent=2, sort_keys=True)
+            for line in text.splitlines():
+                console.print("    " + line, highlight=False, markup=False)
+    artifacts = a.evidence.get("artifacts", [])
+    if artifacts:
+        table = Table("step", "artifact", "digest", "size")
+        for art in artifacts:
+            table.add_row(art["step"], art["name"], art["digest"], str(art["size"]))
+        console.print(table)
+
+
+@app.command()
+@reports_errors
+def show(run_id: int, step: str) -> None:
+    """An approval: the evidence it shows, who may decide, and the decision if made."""
+    print_approval(Client().get_approval(run_id, step))
+
+
+def _decide(run_id: int, step: str, approve: bool, reason: str | None) -> None:
+    decided = Client().decide_approval(run_id, step, approve=approve, reason=reason)
+    if decided.recorded:
+        console.print(
+            f"run {run_id}: {step} {decided.decision} by {decided.decided_by}", highlight=False
+        )
+    else:
+        console.print(
+            f"run {run_id}: {step} was already {decided.decision} by {decided.decided_by} at "
+            f"{_when(decided.decided_at)}; nothing changed",
+            highlight=False,
+        )
+
+
+@app.command()
+@reports_errors
+def approve(run_id: int, step: str, reason: ReasonOption = None) -> None:
+    """Approve: the gate ends and what depends on it runs. You are recorded as the one who
+    decided (your database login), with the time and --reason."""
+    _decide(run_id, step, True, reason)
+
+
+@app.command()
+@reports_errors
+def reject(run_id: int, step: str, reason: ReasonOption = None) -> None:
+    """Reject: the run ends as the gate says (onReject: fail, the default, or cancel)."""
+    _decide(run_id, step, False, reason)

@@ -1,0 +1,69 @@
+"""Signals and approval decisions, as a person or a program makes them (docs/waits.md).
+
+The rules are the database's (db/functions/waits.sql): which step a signal ends, that a key
+is accepted once, who may decide an approval and that a decision is made once. Here its
+refusals become rara's errors, each naming the run, the step or the signal, and a repeated
+signal or decision comes back marked as such (``accepted``/``recorded`` False), never as a
+second one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+
+from rara.errors import InputInvalid, NotFound, WaitRefused
+from rara.pg import waits as wait_sql
+from rara.pg.waits import Approval, Decided, Signalled
+
+MAX_PAYLOAD_BYTES = 64 * 1024  # a signal says what happened; bytes go to the artifact store
+
+
+@contextlib.contextmanager
+def _refusals() -> Iterator[None]:
+    try:
+        yield
+    except psycopg.errors.NoDataFound as exc:
+        raise NotFound(exc.diag.message_primary or str(exc)) from None
+    except (
+        psycopg.errors.InvalidParameterValue,
+        psycopg.errors.ObjectNotInPrerequisiteState,
+        psycopg.errors.UniqueViolation,
+    ) as exc:
+        raise WaitRefused(exc.diag.message_primary or str(exc)) from None
+
+
+def signal(
+    conn: psycopg.Connection[Any], run_id: int, name: str, payload: Any = None,
+    key: str | None = None,
+) -> Signalled:  # fmt: skip
+    """Signal ``name`` to run ``run_id``: the step waiting for it succeeds with ``payload``
+    as its result. ``key`` (default: the signal's name, so a run takes each signal once)
+    makes it idempotent: the same key again answers the first signal."""
+    if len(json.dumps(payload)) > MAX_PAYLOAD_BYTES:
+        raise InputInvalid(f"signal {name}: its payload is over {MAX_PAYLOAD_BYTES} bytes")
+    with _refusals():
+        return wait_sql.signal(conn, run_id, name, payload, key or name)
+
+
+def decide(
+    conn: psycopg.Connection[Any], run_id: int, step_key: str, *, approve: bool,
+    reason: str | None = None, identity: str | None = None,
+) -> Decided:  # fmt: skip
+    """Approve or reject approval step ``step_key`` of run ``run_id``. ``identity``: the
+    person a client vouches for (the UI's authenticated user); None: the database login."""
+    with _refusals():
+        return wait_sql.decide(
+            conn, run_id, step_key, approve=approve, reason=reason, identity=identity
+        )
+
+
+def approval(conn: psycopg.Connection[Any], run_id: int, step_key: str) -> Approval:
+    found = wait_sql.approval(conn, run_id, step_key)
+    if found is None:
+        raise NotFound(f"run {run_id} has no approval {step_key} (or it has not begun to wait)")
+    return found

@@ -1,0 +1,359 @@
+"""Durable waits, signals and approval gates (migration 0021, docs/waits.md), on a real
+PostgreSQL with real workers: a wait holds nothing, ends by its time, signal or decision in
+the database, once; every refusal names the run, the step, the signal or the field."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.types.json import Jsonb
+
+from rara import waits
+from rara.definitions.parse import definition_from_object
+from rara.errors import DefinitionInvalid, InputInvalid, NotFound, WaitRefused
+from rara.runs import start_run
+from tests.support.definitions import apply, definition
+from tests.support.runs import steps_of, wait_run
+from tests.support.waiting import wait_until
+from tests.support.workers import ThreadWorker
+
+FIRE = "SELECT fired FROM rara_waits_fire(100)"
+
+
+def _step(conn: psycopg.Connection[Any], run_id: int, key: str) -> dict[str, Any]:
+    return next(s for s in steps_of(conn, run_id) if s["key"] == key)
+
+
+def _waiting(conn: psycopg.Connection[Any], run_id: int) -> list[str]:
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT s.key FROM rara_waits w JOIN rara_steps s ON s.id = w.step_id"
+            " WHERE w.run_id = %s ORDER BY s.key",
+            (run_id,),
+        )
+    ]
+
+
+def test_a_timer_holds_nothing_and_ends_at_its_time(
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    apply(
+        conn,
+        "pause",
+        [
+            {"key": "a", "capability": "test.noop@1"},
+            {"key": "pause", "dependsOn": ["a"], "wait": {"for": "1500ms"}},
+            {"key": "b", "capability": "test.noop@1", "dependsOn": ["pause"]},
+        ],
+    )
+    run_id = start_run(conn, "pause", queue_anyway=True).run_id
+    worker = ThreadWorker(database_url, tmp_path).start(conn)
+    try:
+        wait_until(lambda: _waiting(conn, run_id) == ["pause"], message="pause waits")
+        pause = _step(conn, run_id, "pause")
+        assert pause["status"] == "blocked"
+        assert pause["attempt"] == 0
+        assert pause["leased_by"] is None
+        # The worker serves every capability the run has, and holds nothing for the wait.
+        assert conn.execute(
+            "SELECT count(*) FROM rara_steps WHERE run_id = %s AND status = 'running'", (run_id,)
+        ).fetchone() == (0,)
+        wait_run(conn, run_id, status="succeeded", timeout=30)
+    finally:
+        worker.stop()
+    due, ended, b_started = conn.execute(
+        "SELECT (p.result ->> 'waited_until')::timestamptz, p.finished_at, a.started_at"
+        " FROM rara_steps p JOIN rara_steps b ON b.run_id = p.run_id AND b.key = 'b'"
+        " JOIN rara_attempts a ON a.step_id = b.id"
+        " WHERE p.run_id = %s AND p.key = 'pause'",
+        (run_id,),
+    ).fetchone()
+    assert ended >= due
+    assert b_started >= due
+    assert (ended - due).total_seconds() < 5  # fired by the worker near its time
+    assert conn.execute(
+        "SELECT count(*) FROM rara_attempts a JOIN rara_steps s ON s.id = a.step_id"
+        " WHERE s.run_id = %s AND s.key = 'pause'",
+        (run_id,),
+    ).fetchone() == (0,)  # never leased
+    assert _waiting(conn, run_id) == []
+
+
+def test_until_is_a_time_of_the_run_input_or_the_start_is_refused(
+    conn: psycopg.Connection[Any],
+) -> None:
+    apply(conn, "at", [{"key": "publish", "wait": {"until": "input.publish.at"}}])
+    run_id = start_run(
+        conn, "at", input={"publish": {"at": "2000-01-01T00:00:00Z"}}, queue_anyway=True
+    ).run_id
+    assert _waiting(conn, run_id) == ["publish"]  # no dependency: it waits from the start
+    assert conn.execute(FIRE).fetchone() == (1,)  # its time is long past
+    wait_run(conn, run_id, status="succeeded", timeout=5)
+    runs = conn.execute("SELECT count(*) FROM rara_runs").fetchone()
+    for bad, said in (
+        ({}, "missing from the run input"),
+        ({"publish": {"at": "tomorrow"}}, '"tomorrow"'),
+        ({"publish": {"at": "2026-12-01T02:00:00"}}, "not a time with its offset"),
+        ({"publish": {"at": 1}}, "1"),
+    ):
+        with pytest.raises((psycopg.errors.InvalidParameterValue, InputInvalid)) as refused:
+            start_run(conn, "at", input=bad, queue_anyway=True)
+        assert "step publish: wait.until input.publish.at is" in str(refused.value)
+        assert said in str(refused.value)
+    assert conn.execute("SELECT count(*) FROM rara_runs").fetchone() == runs  # nothing written
+
+
+SIGNALLED = [
+    {"key": "a", "capability": "test.noop@1"},
+    {"key": "ready", "dependsOn": ["a"], "wait": {"signal": "data-ready"}},
+    {"key": "b", "capability": "test.echo@1", "dependsOn": ["ready"]},
+]
+
+
+def test_a_signal_ends_its_wait_once_and_is_refused_when_nothing_waits(
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    apply(conn, "sig", SIGNALLED)
+    run_id = start_run(conn, "sig", queue_anyway=True).run_id
+    # Not waiting yet: its dependency has not run.
+    with pytest.raises(WaitRefused, match="step ready is blocked on its dependencies"):
+        waits.signal(conn, run_id, "data-ready", {"rows": 1})
+    with pytest.raises(WaitRefused, match="no step waits for signal nope"):
+        waits.signal(conn, run_id, "nope")
+    with pytest.raises(NotFound, match="no run 999999"):
+        waits.signal(conn, 999999, "data-ready")
+    worker = ThreadWorker(database_url, tmp_path).start(conn)
+    try:
+        wait_until(lambda: _waiting(conn, run_id) == ["ready"], message="ready waits")
+        # 8 senders of the same signal at once: one is accepted, the others answered with it.
+        with ThreadPoolExecutor(8) as pool:
+            sent = list(
+                pool.map(
+                    lambda i: _signal_own_conn(database_url, run_id, {"rows": 42, "by": i}),
+                    range(8),
+                )
+            )
+        assert sum(s.accepted for s in sent) == 1
+        assert len({s.step_id for s in sent}) == 1
+        assert len({s.sent_at for s in sent}) == 1
+        wait_run(conn, run_id, status="succeeded", timeout=30)
+    finally:
+        worker.stop()
+    ready = _step(conn, run_id, "ready")
+    assert ready["result"]["signal"] == "data-ready"
+    assert ready["result"]["payload"]["rows"] == 42
+    assert conn.execute(
+        "SELECT count(*) FROM rara_signals WHERE run_id = %s", (run_id,)
+    ).fetchone() == (1,)
+    again = waits.signal(conn, run_id, "data-ready", {"rows": 7})  # same key: the name
+    assert not again.accepted
+    assert again.step_key == "ready"
+    with pytest.raises(WaitRefused, match="step ready is succeeded and not waiting"):
+        waits.signal(conn, run_id, "data-ready", key="another")
+
+
+def _signal_own_conn(url: str, run_id: int, payload: Any) -> waits.Signalled:
+    with psycopg.connect(url, autocommit=True) as c:
+        return waits.signal(c, run_id, "data-ready", payload)
+
+
+@pytest.mark.parametrize(("on_timeout", "status"), [("fail", "failed"), ("succeed", "succeeded")])
+def test_a_signal_wait_times_out_as_its_definition_says(
+    conn: psycopg.Connection[Any], on_timeout: str, status: str
+) -> None:
+    apply(
+        conn,
+        "late",
+        [{"key": "ready", "wait": {"signal": "go", "timeout": "1ms", "onTimeout": on_timeout}}],
+    )
+    run_id = start_run(conn, "late", queue_anyway=True).run_id
+    wait_until(lambda: conn.execute(FIRE).fetchone() == (1,), message="the deadline fires")
+    wait_run(conn, run_id, status=status, timeout=5)
+    ready = _step(conn, run_id, "ready")
+    if on_timeout == "fail":
+        assert ready["error"]["code"] == "WAIT_TIMED_OUT"
+        assert "no signal go by" in ready["error"]["message"]
+    else:
+        assert ready["result"] == {"signal": "go", "timed_out": True}
+
+
+GATED = [
+    {"key": "evaluate", "capability": "test.echo@1", "input": {"quality": {"ndcg": 0.71}}},
+    {"key": "collect", "capability": "test.produce@1", "input": {"text": "corpus"}},
+    {
+        "key": "gate",
+        "dependsOn": ["evaluate", "collect"],
+        "approval": {"show": ["evaluate.result.input.quality", "collect"]},
+    },
+    {"key": "publish", "capability": "test.noop@1", "dependsOn": ["gate"]},
+]
+
+
+def test_an_approval_shows_its_evidence_and_counts_one_decision(
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    apply(conn, "gated", GATED)
+    run_id = start_run(conn, "gated", queue_anyway=True).run_id
+    with pytest.raises(WaitRefused, match="approval gate is blocked on its dependencies"):
+        waits.decide(conn, run_id, "gate", approve=True)
+    worker = ThreadWorker(database_url, tmp_path).start(conn)
+    try:
+        wait_until(lambda: _waiting(conn, run_id) == ["gate"], message="the gate waits")
+        shown = waits.approval(conn, run_id, "gate")
+        assert shown.decision is None
+        assert shown.approvers == []
+        values = {e["show"]: e["value"] for e in shown.evidence["shown"]}
+        assert values["evaluate.result.input.quality"] == {"ndcg": 0.71}
+        assert values["collect"]["digest"].startswith("sha256:")
+        [artifact] = shown.evidence["artifacts"]
+        assert artifact["step"] == "collect"
+        assert artifact["name"] == "corpus.txt"
+        assert artifact["digest"] == values["collect"]["digest"]
+        assert _step(conn, run_id, "publish")["status"] == "blocked"
+        with pytest.raises(WaitRefused, match="evaluate is not an approval step"):
+            waits.decide(conn, run_id, "evaluate", approve=True)
+        # 8 people approving at once: one decision recorded, the rest answered with it.
+        with ThreadPoolExecutor(8) as pool:
+            decided = list(pool.map(lambda i: _approve_own_conn(database_url, run_id), range(8)))
+        assert sum(d.recorded for d in decided) == 1
+        wait_run(conn, run_id, status="succeeded", timeout=30)
+    finally:
+        worker.stop()
+    with pytest.raises(WaitRefused, match=r"approval gate was approved by rara at"):
+        waits.decide(conn, run_id, "gate", approve=False, reason="too late")
+    final = waits.approval(conn, run_id, "gate")
+    assert final.decision == "approved"
+    assert final.decided_by == "rara"
+    assert final.reason == "looks good"
+    assert final.decided_login == "rara"
+    assert _step(conn, run_id, "gate")["result"]["decision"] == "approved"
+
+
+def _approve_own_conn(url: str, run_id: int) -> waits.Decided:
+    with psycopg.connect(url, autocommit=True) as c:
+        return waits.decide(c, run_id, "gate", approve=True, reason="looks good")
+
+
+@pytest.mark.parametrize(("on_reject", "status"), [("fail", "failed"), ("cancel", "cancelled")])
+def test_a_rejection_ends_the_run_as_the_gate_says(
+    conn: psycopg.Connection[Any], on_reject: str, status: str
+) -> None:
+    apply(
+        conn,
+        "rejected",
+        [
+            {"key": "gate", "approval": {"onReject": on_reject}},
+            {"key": "publish", "capability": "test.noop@1", "dependsOn": ["gate"]},
+        ],
+    )
+    run_id = start_run(conn, "rejected", queue_anyway=True).run_id
+    decided = waits.decide(
+        conn, run_id, "gate", approve=False, reason="ndcg fell", identity="alice@example.com"
+    )
+    assert decided.recorded
+    assert decided.decided_by == "alice@example.com"
+    wait_run(conn, run_id, status=status, timeout=5)
+    gate, publish = _step(conn, run_id, "gate"), _step(conn, run_id, "publish")
+    assert publish["status"] == "cancelled"
+    assert gate["error"]["code"] == "REJECTED"
+    assert gate["error"]["message"] == "rejected by alice@example.com: ndcg fell"
+    row = waits.approval(conn, run_id, "gate")
+    assert (row.decided_by, row.decided_login) == ("alice@example.com", "rara")
+    assert _waiting(conn, run_id) == []
+
+
+def test_only_the_named_approvers_decide(conn: psycopg.Connection[Any], role_url: Any) -> None:
+    conn.execute("CREATE ROLE release_managers NOLOGIN")
+    apply(
+        conn,
+        "strict",
+        [{"key": "gate", "approval": {"approvers": ["carol", "release_managers"]}}],
+    )
+    run_id = start_run(conn, "strict", queue_anyway=True).run_id
+    client = role_url("rara_client")
+    with psycopg.connect(client, autocommit=True) as c:
+        login = c.info.user
+        with pytest.raises(psycopg.errors.InsufficientPrivilege) as refused:
+            waits.decide(c, run_id, "gate", approve=True)
+        assert f"{login} may not decide approval gate (its approvers: carol," in str(refused.value)
+    conn.execute(f'GRANT release_managers TO "{login}"')
+    with psycopg.connect(client, autocommit=True) as c:
+        assert waits.decide(c, run_id, "gate", approve=True).decided_by == login
+    wait_run(conn, run_id, status="succeeded", timeout=5)
+
+
+def test_a_reader_may_not_signal_or_decide(conn: psycopg.Connection[Any], role_url: Any) -> None:
+    apply(conn, "sig", [{"key": "ready", "wait": {"signal": "go"}}])
+    run_id = start_run(conn, "sig", queue_anyway=True).run_id
+    for role in ("rara_reader", "rara_worker"):
+        with (
+            psycopg.connect(role_url(role), autocommit=True) as c,
+            pytest.raises(psycopg.errors.InsufficientPrivilege),
+        ):
+            waits.signal(c, run_id, "go")
+    assert _waiting(conn, run_id) == ["ready"]
+
+
+def test_a_cancelled_run_leaves_no_wait(conn: psycopg.Connection[Any]) -> None:
+    apply(
+        conn,
+        "many",
+        [
+            {"key": "t", "wait": {"for": "1h"}},
+            {"key": "s", "wait": {"signal": "go"}},
+            {"key": "g", "approval": {}},
+        ],
+    )
+    run_id = start_run(conn, "many", queue_anyway=True).run_id
+    assert _waiting(conn, run_id) == ["g", "s", "t"]
+    assert conn.execute("SELECT rara_run_cancel(%s)", (run_id,)).fetchone() == (True,)
+    wait_run(conn, run_id, status="cancelled", timeout=5)
+    assert _waiting(conn, run_id) == []
+    with pytest.raises(WaitRefused, match="step s is cancelled and not waiting"):
+        waits.signal(conn, run_id, "go")
+
+
+@pytest.mark.parametrize(
+    ("step", "error"),
+    [
+        ({"key": "w", "wait": {"for": "1s", "signal": "x"}}, "exactly one of for:, until:"),
+        ({"key": "w", "wait": {}}, "exactly one of for:, until:"),
+        ({"key": "w", "capability": "x.y@1", "wait": {"for": "1s"}}, "runs no capability"),
+        ({"key": "w", "wait": {"for": "1s"}, "timeout": "1m"}, "timeout do nothing"),
+        ({"key": "w", "wait": {"for": "1s", "timeout": "1m"}}, "for signal waits"),
+        ({"key": "w", "wait": {"until": "publish_at"}}, "until"),
+        ({"key": "w", "wait": {"signal": "bad name"}}, "signal"),
+        ({"key": "w", "wait": {"for": "1s"}, "approval": {}}, "one or the other"),
+        ({"key": "w", "approval": {"show": ["a"]}}, "not in its dependsOn"),
+        ({"key": "w", "approval": {"onReject": "ignore"}}, "onReject"),
+        ({"key": "w", "capability": "rara.wait@1"}, "the database's own"),
+    ],
+)
+def test_a_bad_wait_is_refused_naming_its_field(
+    conn: psycopg.Connection[Any], step: dict[str, Any], error: str
+) -> None:
+    """By the model (a person's YAML), and by the database for a spec that did not pass it
+    (the operator's JSON, a client of another release): the same rule, named."""
+    doc = definition("bad", [step])
+    with pytest.raises(DefinitionInvalid) as refused:
+        definition_from_object(doc)
+    assert error in str(refused.value)
+    with pytest.raises(psycopg.errors.InvalidParameterValue) as refused_db:
+        conn.execute("SELECT rara_definition_register('bad', %s)", (Jsonb(doc["spec"]),))
+    assert "spec.steps[0] (step 'w')" in str(refused_db.value)
+    assert conn.execute("SELECT count(*) FROM rara_definitions").fetchone() == (0,)
+
+
+def test_two_steps_may_not_wait_for_one_signal() -> None:
+    with pytest.raises(DefinitionInvalid, match="waits for signal 'go' already"):
+        definition_from_object(
+            definition(
+                "twice",
+                [{"key": "a", "wait": {"signal": "go"}}, {"key": "b", "wait": {"signal": "go"}}],
+            )
+        )

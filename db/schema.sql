@@ -831,6 +831,17 @@ BEGIN
     RETURN NULL;
 END $$;
 
+-- FUNCTION: rara_refuse_release_change()
+
+CREATE FUNCTION public.rara_refuse_release_change() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    RAISE EXCEPTION '% is append-only (% refused)', TG_TABLE_NAME, TG_OP
+        USING ERRCODE = 'integrity_constraint_violation',
+              HINT = 'a release is never changed: promote a new one, or roll back to one';
+END $$;
+
 -- FUNCTION: rara_refuse_version_change()
 
 CREATE FUNCTION public.rara_refuse_version_change() RETURNS trigger
@@ -840,6 +851,168 @@ BEGIN
     RAISE EXCEPTION 'definition versions are immutable (% refused on %@%)',
         TG_OP, OLD.name, OLD.version
         USING ERRCODE = 'integrity_constraint_violation';
+END $$;
+
+-- FUNCTION: rara_release_lock(text, text)
+
+CREATE FUNCTION public.rara_release_lock(p_namespace text, p_name text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    -- One name's promotes and rollbacks, one at a time (released at commit): each promote
+    -- numbers after the last committed one, so numbers go 1, 2, 3… without gaps or twins
+    -- however many promote at once, and a rollback reads the pointer no one else is moving.
+    SELECT pg_advisory_xact_lock(hashtext('rara_release:' || p_namespace || '/' || p_name))
+$$;
+
+-- FUNCTION: rara_release_move(text, text, text, integer, text)
+
+CREATE FUNCTION public.rara_release_move(p_namespace text, p_name text, p_action text, p_to integer, p_reason text) RETURNS integer
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    was integer;
+BEGIN
+    -- Point p_name at release p_to and record the move; returns the number it pointed at
+    -- (NULL: none). The caller holds the name's lock.
+    SELECT c.number INTO was FROM rara_release_current c
+    WHERE c.namespace = p_namespace AND c.name = p_name;
+    INSERT INTO rara_release_current AS c (namespace, name, number)
+    VALUES (p_namespace, p_name, p_to)
+    ON CONFLICT (namespace, name) DO UPDATE SET number = p_to, updated_at = now();
+    INSERT INTO rara_release_moves (namespace, name, action, from_number, to_number, reason)
+    VALUES (p_namespace, p_name, p_action, was, p_to, p_reason);
+    RETURN was;
+END $$;
+
+-- FUNCTION: rara_release_promote(text, bigint, text[], text[], text, text)
+
+CREATE FUNCTION public.rara_release_promote(p_name text, p_run_id bigint, p_artifacts text[] DEFAULT NULL::text[], p_results text[] DEFAULT NULL::text[], p_note text DEFAULT NULL::text, p_namespace text DEFAULT 'default'::text) RETURNS integer
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $_$
+DECLARE
+    run record;
+    missing text;
+    release_id bigint;
+    next_number integer;
+BEGIN
+    -- Release p_run_id (a succeeded run of p_namespace) as the next number of p_name and make
+    -- it current; returns the number. p_artifacts: `step/name` selectors of the run's
+    -- artifacts (the manifests of its steps' succeeded attempts); p_results: step keys whose
+    -- results it carries. NULL (not an empty array): every artifact, every succeeded step's
+    -- result. Anything the run does not have is refused, named, and nothing is written.
+    PERFORM rara_namespace_check(p_namespace);
+    IF p_name IS NULL OR p_name !~ '^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$' THEN
+        RAISE EXCEPTION 'release name % is not a name: lower-case letters, digits, ''.'' and '
+                        '''-'', starting and ending with a letter or digit', quote_nullable(p_name)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF char_length(p_note) > 4000 THEN
+        RAISE EXCEPTION 'a release note takes at most 4000 characters, not %',
+            char_length(p_note) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- A run of another namespace is no run here, as for a cancel (rara_namespace_check).
+    SELECT r.id, r.status, r.definition_version_id INTO run FROM rara_runs r
+    WHERE r.id = p_run_id AND r.namespace = p_namespace;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no run % in namespace %', p_run_id, p_namespace
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    IF run.status <> 'succeeded' THEN
+        RAISE EXCEPTION 'run % is %: only a succeeded run can be released', p_run_id, run.status
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT string_agg(quote_literal(w.sel), ', ' ORDER BY w.sel) INTO missing
+    FROM unnest(p_artifacts) AS w(sel)
+    WHERE NOT EXISTS (
+        SELECT FROM rara_steps s
+        JOIN rara_step_artifacts a ON a.step_id = s.id AND a.attempt = s.attempt
+        WHERE s.run_id = p_run_id AND s.status = 'succeeded'
+          AND s.key || '/' || a.name = w.sel);
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'run % has no artifact %', p_run_id, missing
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'an artifact is STEP/NAME: rara runs show RUN --artifacts lists them';
+    END IF;
+    SELECT string_agg(quote_literal(w.key), ', ' ORDER BY w.key) INTO missing
+    FROM unnest(p_results) AS w(key)
+    WHERE NOT EXISTS (SELECT FROM rara_steps s
+                      WHERE s.run_id = p_run_id AND s.status = 'succeeded' AND s.key = w.key);
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'run % has no succeeded step %', p_run_id, missing
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    PERFORM rara_release_lock(p_namespace, p_name);
+    SELECT coalesce(max(v.number), 0) + 1 INTO next_number FROM rara_releases v
+    WHERE v.namespace = p_namespace AND v.name = p_name;
+    INSERT INTO rara_releases (namespace, name, number, run_id, definition_version_id, results,
+                               note)
+    SELECT p_namespace, p_name, next_number, p_run_id, run.definition_version_id,
+           coalesce(jsonb_object_agg(s.key, coalesce(s.result, 'null'::jsonb)), '{}'),
+           p_note
+    FROM rara_steps s
+    WHERE s.run_id = p_run_id AND s.status = 'succeeded'
+      AND (p_results IS NULL OR s.key = ANY (p_results))
+    RETURNING id INTO release_id;
+    INSERT INTO rara_release_artifacts (release_id, step_key, name, digest, size, media_type)
+    SELECT release_id, s.key, a.name, a.digest, a.size, a.media_type
+    FROM rara_steps s
+    JOIN rara_step_artifacts a ON a.step_id = s.id AND a.attempt = s.attempt
+    WHERE s.run_id = p_run_id AND s.status = 'succeeded'
+      AND (p_artifacts IS NULL OR s.key || '/' || a.name = ANY (p_artifacts));
+    PERFORM rara_release_move(p_namespace, p_name, 'promote', next_number, NULL);
+    RETURN next_number;
+END $_$;
+
+-- FUNCTION: rara_release_rollback(text, integer, text, text)
+
+CREATE FUNCTION public.rara_release_rollback(p_name text, p_to integer DEFAULT NULL::integer, p_reason text DEFAULT NULL::text, p_namespace text DEFAULT 'default'::text) RETURNS TABLE(from_number integer, to_number integer)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    now_current integer;
+    target integer := p_to;
+BEGIN
+    -- Point p_name back at release p_to, or (NULL) at the release that was current when the
+    -- current one was promoted: rolling back again goes further back, never to and fro.
+    PERFORM rara_namespace_check(p_namespace);
+    IF char_length(p_reason) > 4000 THEN
+        RAISE EXCEPTION 'a rollback reason takes at most 4000 characters, not %',
+            char_length(p_reason) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    PERFORM rara_release_lock(p_namespace, p_name);
+    SELECT c.number INTO now_current FROM rara_release_current c
+    WHERE c.namespace = p_namespace AND c.name = p_name;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no release % in namespace %', p_name, p_namespace
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    IF target IS NULL THEN
+        SELECT m.from_number INTO target FROM rara_release_moves m
+        WHERE m.namespace = p_namespace AND m.name = p_name AND m.action = 'promote'
+          AND m.to_number = now_current;
+        IF target IS NULL THEN
+            RAISE EXCEPTION '%@% was the first release of %: there is none before it to roll '
+                            'back to', p_name, now_current, p_name
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    ELSIF NOT EXISTS (SELECT FROM rara_releases v
+                      WHERE v.namespace = p_namespace AND v.name = p_name
+                        AND v.number = target) THEN
+        RAISE EXCEPTION 'no release %@% in namespace % (the newest is %@%)', p_name, target,
+            p_namespace, p_name,
+            (SELECT max(v.number) FROM rara_releases v
+             WHERE v.namespace = p_namespace AND v.name = p_name)
+            USING ERRCODE = 'no_data_found';
+    ELSIF target = now_current THEN
+        RAISE EXCEPTION '%@% is current already', p_name, target
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    from_number := rara_release_move(p_namespace, p_name, 'rollback', target, p_reason);
+    to_number := target;
+    RETURN NEXT;
 END $$;
 
 -- FUNCTION: rara_retry_delay(integer, integer, double precision, integer, double precision)
@@ -3519,6 +3692,85 @@ CREATE TABLE public.rara_namespace_shares (
     CONSTRAINT rara_namespace_shares_weight_check CHECK (((weight >= 1) AND (weight <= 10000)))
 );
 
+-- TABLE: rara_release_artifacts
+
+CREATE TABLE public.rara_release_artifacts (
+    release_id bigint NOT NULL,
+    step_key text NOT NULL,
+    name text NOT NULL,
+    digest text NOT NULL,
+    size bigint NOT NULL,
+    media_type text NOT NULL,
+    CONSTRAINT rara_release_artifacts_size_check CHECK ((size >= 0))
+);
+
+-- TABLE: rara_release_current
+
+CREATE TABLE public.rara_release_current (
+    namespace text NOT NULL,
+    name text NOT NULL,
+    number integer NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL
+);
+
+-- TABLE: rara_release_moves
+
+CREATE TABLE public.rara_release_moves (
+    id bigint NOT NULL,
+    namespace text NOT NULL,
+    name text NOT NULL,
+    action text NOT NULL,
+    from_number integer,
+    to_number integer NOT NULL,
+    moved_by name DEFAULT SESSION_USER NOT NULL,
+    moved_at timestamp with time zone DEFAULT now() NOT NULL,
+    reason text,
+    CONSTRAINT rara_release_moves_action_check CHECK ((action = ANY (ARRAY['promote'::text, 'rollback'::text]))),
+    CONSTRAINT rara_release_moves_reason_check CHECK ((char_length(reason) <= 4000))
+);
+
+-- SEQUENCE: rara_release_moves_id_seq
+
+ALTER TABLE public.rara_release_moves ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.rara_release_moves_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
+-- TABLE: rara_releases
+
+CREATE TABLE public.rara_releases (
+    id bigint NOT NULL,
+    namespace text NOT NULL,
+    name text NOT NULL,
+    number integer NOT NULL,
+    run_id bigint NOT NULL,
+    definition_version_id bigint NOT NULL,
+    results jsonb NOT NULL,
+    promoted_by name DEFAULT SESSION_USER NOT NULL,
+    promoted_at timestamp with time zone DEFAULT now() NOT NULL,
+    note text,
+    CONSTRAINT rara_releases_name_check CHECK ((name ~ '^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$'::text)),
+    CONSTRAINT rara_releases_namespace_check CHECK ((namespace ~ '^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$'::text)),
+    CONSTRAINT rara_releases_note_check CHECK ((char_length(note) <= 4000)),
+    CONSTRAINT rara_releases_number_check CHECK ((number >= 1)),
+    CONSTRAINT rara_releases_results_check CHECK ((jsonb_typeof(results) = 'object'::text))
+);
+
+-- SEQUENCE: rara_releases_id_seq
+
+ALTER TABLE public.rara_releases ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.rara_releases_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 -- TABLE: rara_runs
 
 CREATE TABLE public.rara_runs (
@@ -3854,6 +4106,31 @@ ALTER TABLE ONLY public.rara_namespace_quotas
 ALTER TABLE ONLY public.rara_namespace_shares
     ADD CONSTRAINT rara_namespace_shares_pkey PRIMARY KEY (namespace);
 
+-- CONSTRAINT: rara_release_artifacts rara_release_artifacts_pkey
+
+ALTER TABLE ONLY public.rara_release_artifacts
+    ADD CONSTRAINT rara_release_artifacts_pkey PRIMARY KEY (release_id, step_key, name);
+
+-- CONSTRAINT: rara_release_current rara_release_current_pkey
+
+ALTER TABLE ONLY public.rara_release_current
+    ADD CONSTRAINT rara_release_current_pkey PRIMARY KEY (namespace, name);
+
+-- CONSTRAINT: rara_release_moves rara_release_moves_pkey
+
+ALTER TABLE ONLY public.rara_release_moves
+    ADD CONSTRAINT rara_release_moves_pkey PRIMARY KEY (id);
+
+-- CONSTRAINT: rara_releases rara_releases_name_number_key
+
+ALTER TABLE ONLY public.rara_releases
+    ADD CONSTRAINT rara_releases_name_number_key UNIQUE (namespace, name, number);
+
+-- CONSTRAINT: rara_releases rara_releases_pkey
+
+ALTER TABLE ONLY public.rara_releases
+    ADD CONSTRAINT rara_releases_pkey PRIMARY KEY (id);
+
 -- CONSTRAINT: rara_runs rara_runs_idempotency_key_key
 
 ALTER TABLE ONLY public.rara_runs
@@ -3941,6 +4218,14 @@ CREATE INDEX rara_approvals_run ON public.rara_approvals USING btree (run_id);
 
 CREATE INDEX rara_lanes_draw ON public.rara_lanes USING btree (capability, executor, low);
 
+-- INDEX: rara_release_artifacts_digest
+
+CREATE INDEX rara_release_artifacts_digest ON public.rara_release_artifacts USING btree (digest);
+
+-- INDEX: rara_release_moves_by_name
+
+CREATE INDEX rara_release_moves_by_name ON public.rara_release_moves USING btree (namespace, name, id);
+
 -- INDEX: rara_runs_by_namespace
 
 CREATE INDEX rara_runs_by_namespace ON public.rara_runs USING btree (namespace, id);
@@ -4004,6 +4289,30 @@ CREATE TRIGGER rara_definition_versions_immutable BEFORE DELETE OR UPDATE ON pub
 -- TRIGGER: rara_definition_versions rara_definition_versions_no_truncate
 
 CREATE TRIGGER rara_definition_versions_no_truncate BEFORE TRUNCATE ON public.rara_definition_versions FOR EACH STATEMENT EXECUTE FUNCTION public.rara_refuse_version_change();
+
+-- TRIGGER: rara_release_artifacts rara_release_artifacts_immutable
+
+CREATE TRIGGER rara_release_artifacts_immutable BEFORE DELETE OR UPDATE ON public.rara_release_artifacts FOR EACH ROW EXECUTE FUNCTION public.rara_refuse_release_change();
+
+-- TRIGGER: rara_release_artifacts rara_release_artifacts_no_truncate
+
+CREATE TRIGGER rara_release_artifacts_no_truncate BEFORE TRUNCATE ON public.rara_release_artifacts FOR EACH STATEMENT EXECUTE FUNCTION public.rara_refuse_release_change();
+
+-- TRIGGER: rara_release_moves rara_release_moves_immutable
+
+CREATE TRIGGER rara_release_moves_immutable BEFORE DELETE OR UPDATE ON public.rara_release_moves FOR EACH ROW EXECUTE FUNCTION public.rara_refuse_release_change();
+
+-- TRIGGER: rara_release_moves rara_release_moves_no_truncate
+
+CREATE TRIGGER rara_release_moves_no_truncate BEFORE TRUNCATE ON public.rara_release_moves FOR EACH STATEMENT EXECUTE FUNCTION public.rara_refuse_release_change();
+
+-- TRIGGER: rara_releases rara_releases_immutable
+
+CREATE TRIGGER rara_releases_immutable BEFORE DELETE OR UPDATE ON public.rara_releases FOR EACH ROW EXECUTE FUNCTION public.rara_refuse_release_change();
+
+-- TRIGGER: rara_releases rara_releases_no_truncate
+
+CREATE TRIGGER rara_releases_no_truncate BEFORE TRUNCATE ON public.rara_releases FOR EACH STATEMENT EXECUTE FUNCTION public.rara_refuse_release_change();
 
 -- TRIGGER: rara_runs rara_runs_notify
 
@@ -4071,6 +4380,31 @@ ALTER TABLE ONLY public.rara_definition_versions
 ALTER TABLE ONLY public.rara_events
     ADD CONSTRAINT rara_events_step_id_fkey FOREIGN KEY (step_id) REFERENCES public.rara_steps(id) ON DELETE CASCADE;
 
+-- FK CONSTRAINT: rara_release_artifacts rara_release_artifacts_digest_fkey
+
+ALTER TABLE ONLY public.rara_release_artifacts
+    ADD CONSTRAINT rara_release_artifacts_digest_fkey FOREIGN KEY (digest) REFERENCES public.rara_artifacts(digest);
+
+-- FK CONSTRAINT: rara_release_artifacts rara_release_artifacts_release_id_fkey
+
+ALTER TABLE ONLY public.rara_release_artifacts
+    ADD CONSTRAINT rara_release_artifacts_release_id_fkey FOREIGN KEY (release_id) REFERENCES public.rara_releases(id);
+
+-- FK CONSTRAINT: rara_release_current rara_release_current_namespace_name_number_fkey
+
+ALTER TABLE ONLY public.rara_release_current
+    ADD CONSTRAINT rara_release_current_namespace_name_number_fkey FOREIGN KEY (namespace, name, number) REFERENCES public.rara_releases(namespace, name, number);
+
+-- FK CONSTRAINT: rara_release_moves rara_release_moves_namespace_name_to_number_fkey
+
+ALTER TABLE ONLY public.rara_release_moves
+    ADD CONSTRAINT rara_release_moves_namespace_name_to_number_fkey FOREIGN KEY (namespace, name, to_number) REFERENCES public.rara_releases(namespace, name, number);
+
+-- FK CONSTRAINT: rara_releases rara_releases_definition_version_id_fkey
+
+ALTER TABLE ONLY public.rara_releases
+    ADD CONSTRAINT rara_releases_definition_version_id_fkey FOREIGN KEY (definition_version_id) REFERENCES public.rara_definition_versions(id);
+
 -- FK CONSTRAINT: rara_schedule_ticks rara_schedule_ticks_schedule_fkey
 
 ALTER TABLE ONLY public.rara_schedule_ticks
@@ -4126,7 +4460,9 @@ CREATE POLICY rara_artifacts_read ON public.rara_artifacts FOR SELECT USING ((((
    FROM public.rara_step_artifacts m
   WHERE (m.digest = rara_artifacts.digest))) OR (EXISTS ( SELECT
    FROM public.rara_step_reads d
-  WHERE (d.digest = rara_artifacts.digest)))));
+  WHERE (d.digest = rara_artifacts.digest))) OR (EXISTS ( SELECT
+   FROM public.rara_release_artifacts a
+  WHERE (a.digest = rara_artifacts.digest)))));
 
 -- POLICY: rara_attempts rara_attempts_read
 
@@ -4178,6 +4514,24 @@ CREATE POLICY rara_namespace_quotas_read ON public.rara_namespace_quotas FOR SEL
 -- POLICY: rara_namespace_shares rara_namespace_shares_read
 
 CREATE POLICY rara_namespace_shares_read ON public.rara_namespace_shares FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- POLICY: rara_release_artifacts rara_release_artifacts_read
+
+CREATE POLICY rara_release_artifacts_read ON public.rara_release_artifacts FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
+   FROM public.rara_releases r
+  WHERE (r.id = rara_release_artifacts.release_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- POLICY: rara_release_current rara_release_current_read
+
+CREATE POLICY rara_release_current_read ON public.rara_release_current FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- POLICY: rara_release_moves rara_release_moves_read
+
+CREATE POLICY rara_release_moves_read ON public.rara_release_moves FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- POLICY: rara_releases rara_releases_read
+
+CREATE POLICY rara_releases_read ON public.rara_releases FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- POLICY: rara_runs rara_runs_read
 
@@ -4374,9 +4728,31 @@ REVOKE ALL ON FUNCTION public.rara_notify_ready() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION public.rara_notify_run() FROM PUBLIC;
 
+-- ACL: FUNCTION rara_refuse_release_change()
+
+REVOKE ALL ON FUNCTION public.rara_refuse_release_change() FROM PUBLIC;
+
 -- ACL: FUNCTION rara_refuse_version_change()
 
 REVOKE ALL ON FUNCTION public.rara_refuse_version_change() FROM PUBLIC;
+
+-- ACL: FUNCTION rara_release_lock(p_namespace text, p_name text)
+
+REVOKE ALL ON FUNCTION public.rara_release_lock(p_namespace text, p_name text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_release_move(p_namespace text, p_name text, p_action text, p_to integer, p_reason text)
+
+REVOKE ALL ON FUNCTION public.rara_release_move(p_namespace text, p_name text, p_action text, p_to integer, p_reason text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_release_promote(p_name text, p_run_id bigint, p_artifacts text[], p_results text[], p_note text, p_namespace text)
+
+REVOKE ALL ON FUNCTION public.rara_release_promote(p_name text, p_run_id bigint, p_artifacts text[], p_results text[], p_note text, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_release_promote(p_name text, p_run_id bigint, p_artifacts text[], p_results text[], p_note text, p_namespace text) TO rara_client;
+
+-- ACL: FUNCTION rara_release_rollback(p_name text, p_to integer, p_reason text, p_namespace text)
+
+REVOKE ALL ON FUNCTION public.rara_release_rollback(p_name text, p_to integer, p_reason text, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_release_rollback(p_name text, p_to integer, p_reason text, p_namespace text) TO rara_client;
 
 -- ACL: FUNCTION rara_retry_delay(initial_ms integer, max_ms integer, coefficient double precision, attempt integer, jitter double precision)
 
@@ -4682,6 +5058,22 @@ GRANT SELECT ON TABLE public.rara_namespace_quotas TO rara_reader;
 -- ACL: TABLE rara_namespace_shares
 
 GRANT SELECT ON TABLE public.rara_namespace_shares TO rara_reader;
+
+-- ACL: TABLE rara_release_artifacts
+
+GRANT SELECT ON TABLE public.rara_release_artifacts TO rara_reader;
+
+-- ACL: TABLE rara_release_current
+
+GRANT SELECT ON TABLE public.rara_release_current TO rara_reader;
+
+-- ACL: TABLE rara_release_moves
+
+GRANT SELECT ON TABLE public.rara_release_moves TO rara_reader;
+
+-- ACL: TABLE rara_releases
+
+GRANT SELECT ON TABLE public.rara_releases TO rara_reader;
 
 -- ACL: TABLE rara_runs
 

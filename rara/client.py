@@ -28,6 +28,17 @@ from rara.pg import artifacts, definitions, events, runs, steps
 from rara.pg import waits as wait_sql
 from rara.pg.connect import database_url
 from rara.pg.waits import Approval, ApprovalRow, Decided, Signalled
+from rara.releases import (
+    MoveRow,
+    Release,
+    ReleaseSummary,
+    RolledBack,
+    get_release,
+    list_releases,
+    promote,
+    release_history,
+    rollback,
+)
 from rara.runs import StartedRun, cancel_run, resume_run, start_run
 from rara.schedules.manage import set_suspended
 from rara.states import RunStatus
@@ -226,6 +237,53 @@ class Client:
             return waits.decide(
                 conn, run_id, step_key, approve=approve, reason=reason, identity=identity
             )
+    # -- releases (docs/releases.md) ---------------------------------------------------------
+    def promote_release(
+        self,
+        name: str,
+        run_id: int,
+        *,
+        artifacts: list[str] | None = None,
+        results: list[str] | None = None,
+        note: str | None = None,
+    ) -> Release:
+        """Release succeeded run ``run_id`` as the next number of ``name`` and make it current;
+        ``artifacts`` (``STEP/NAME``) and ``results`` (step keys) choose what it carries
+        (None: everything the run produced)."""
+        with self._conn() as conn:
+            return promote(
+                conn,
+                name,
+                run_id,
+                artifacts=artifacts,
+                results=results,
+                note=note,
+                namespace=self.namespace,
+            )
+
+    def get_release(self, name: str, number: int | None = None) -> Release:
+        """Release ``number`` of ``name``, or the current one (None)."""
+        with self._conn() as conn:
+            return get_release(conn, name, number, namespace=self.namespace)
+
+    def rollback_release(
+        self, name: str, to_number: int | None = None, *, reason: str | None = None
+    ) -> RolledBack:
+        """Make release ``to_number`` of ``name`` current again (None: the one that was current
+        when the current one was promoted)."""
+        with self._conn() as conn:
+            return rollback(conn, name, to_number, reason=reason, namespace=self.namespace)
+
+    def list_releases(
+        self, name: str | None = None, *, all_namespaces: bool = False
+    ) -> list[ReleaseSummary]:
+        with self._conn() as conn:
+            return list_releases(conn, name, namespace=None if all_namespaces else self.namespace)
+
+    def release_history(self, name: str) -> list[MoveRow]:
+        """Every promote and rollback of ``name``, oldest first."""
+        with self._conn() as conn:
+            return release_history(conn, name, namespace=self.namespace)
 
     def suspend_schedule(self, name: str, suspended: bool) -> bool:
         """Pause (``suspended``) or resume a schedule, as `rara schedules pause|resume` does;

@@ -15,9 +15,11 @@ WHERE s.run_id = :run_id AND s.status = 'succeeded'
 ORDER BY s.id, a.name;
 
 -- name: artifact_list_referenced
--- Every digest a manifest, a checkpoint or a live cache entry (migration 0013) still points
--- at: GC keeps these blobs.
+-- Every digest a manifest, a checkpoint, a live cache entry (migration 0013) or a release
+-- (0022: it outlives its run) still points at: GC keeps these blobs.
 SELECT digest FROM rara_step_artifacts
+UNION
+SELECT digest FROM rara_release_artifacts
 UNION
 SELECT digest FROM rara_checkpoints WHERE digest IS NOT NULL
 UNION
@@ -31,6 +33,7 @@ DELETE FROM rara_artifacts a
 WHERE a.digest = ANY (CAST(:digests AS text[]))
   AND NOT EXISTS (SELECT 1 FROM rara_step_artifacts m WHERE m.digest = a.digest)
   AND NOT EXISTS (SELECT 1 FROM rara_checkpoints c WHERE c.digest = a.digest)
+  AND NOT EXISTS (SELECT 1 FROM rara_release_artifacts r WHERE r.digest = a.digest)
   AND NOT EXISTS (SELECT 1 FROM rara_step_cache e
                   WHERE e.manifest @> jsonb_build_array(jsonb_build_object('digest', a.digest)));
 

@@ -43,7 +43,9 @@ ORDER BY c.id;
 -- The runs :run_ids deleted with everything under them — steps, attempts, events, checkpoints
 -- and manifests — if they are finished (a run that is not is left alone, whoever asks). Blobs
 -- (rara_artifacts) stay: `rara artifacts gc` removes the ones no manifest or checkpoint
--- references any more, after its grace, so a blob that a kept run references stays.
+-- references any more, after its grace, so a blob that a kept run references stays. A released
+-- run goes too: its release keeps its own copy of the manifest rows (rara_release_artifacts,
+-- migration 0022), which GC keeps the blobs of.
 -- The children are deleted here rather than by the cascades so that they are counted (the
 -- cascades and the steps' delete trigger then find nothing).
 WITH runs AS MATERIALIZED (

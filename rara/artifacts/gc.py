@@ -1,4 +1,5 @@
-"""Garbage collection of blobs no manifest or checkpoint references, in any artifact store.
+"""Garbage collection of blobs no manifest, checkpoint, cache entry or release references, in
+any artifact store.
 
 Safe against writers: a blob younger than the grace period is kept (a step may have stored it
 and not yet committed its manifest — storing the same bytes again refreshes the blob's mtime,

@@ -84,7 +84,7 @@ def gc(
     ] = 86400,
     dry_run: Annotated[bool, typer.Option("--dry-run")] = False,
 ) -> None:
-    """Remove blobs no manifest or checkpoint references (after a grace period)."""
+    """Remove blobs no manifest, checkpoint or release references (after a grace period)."""
     with psycopg.connect(database_url(), autocommit=True) as conn:
         report = collect_garbage(conn, open_store(root), grace_seconds=grace, dry_run=dry_run)
     verb = "would delete" if dry_run else "deleted"

@@ -34,7 +34,8 @@ def find_by_prefix(conn: Conn, prefix: str, limit: int) -> list[str]:
 
 
 def referenced(conn: Conn) -> set[str]:
-    """Every digest a manifest or a checkpoint still points at."""
+    """Every digest a manifest, a checkpoint, a live cache entry or a release still points
+    at."""
     return {str(d) for d in many(conn, "artifact_list_referenced", scalar_row)}
 
 

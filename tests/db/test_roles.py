@@ -82,6 +82,12 @@ TABLE_WRITES = (
     "INSERT INTO rara_namespace_quotas (namespace, capability, max_running)"
     " VALUES ('default', '*', 0)",
     "DELETE FROM rara_lanes",
+    # Releases (0022): only rara_release_promote and rara_release_rollback write them.
+    "INSERT INTO rara_releases (namespace, name, number, run_id, definition_version_id, results)"
+    " SELECT namespace, 'forged', 1, id, definition_version_id, '{}' FROM rara_runs",
+    "INSERT INTO rara_release_current (namespace, name, number) VALUES ('default', 'x', 1)",
+    "UPDATE rara_release_current SET number = 1",
+    "DELETE FROM rara_release_moves",
     "INSERT INTO rara_definitions (name) VALUES ('evil')",
     "DELETE FROM rara_attempts",
     "DELETE FROM rara_events",

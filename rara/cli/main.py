@@ -19,6 +19,7 @@ from rara.cli import (
     executor,
     limits,
     operator,
+    releases,
     retention,
     runs,
     schedules,
@@ -42,6 +43,7 @@ app.add_typer(limits.app, name="limits")
 app.add_typer(cache.app, name="cache")
 app.add_typer(schedules.app, name="schedules")
 app.add_typer(approvals.app, name="approvals")
+app.add_typer(releases.app, name="releases")
 app.add_typer(access.app, name="access")
 app.command("migrate")(db.migrate_command)
 app.command("status")(status.status)

@@ -1,0 +1,164 @@
+"""`rara releases promote|get|rollback|list|history` (docs/releases.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from rara.artifacts import open_store
+from rara.artifacts.errors import ArtifactError
+from rara.cli.artifacts import RootOption
+from rara.cli.common import (
+    AllNamespacesOption,
+    NamespaceOption,
+    console,
+    err_console,
+    fail,
+    namespace_client,
+    print_listing,
+    reports_errors,
+)
+from rara.namespaces import qualified
+from rara.releases import fetch, parse_ref
+
+app = typer.Typer(
+    help="Releases: numbered, immutable snapshots of a run's artifacts and results.",
+    no_args_is_help=True,
+)
+
+
+@app.command()
+@reports_errors
+def promote(
+    name: str,
+    from_run: Annotated[int, typer.Option("--from-run", metavar="RUN", help="a succeeded run")],
+    artifact: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--artifact",
+            metavar="STEP/NAME",
+            help="an artifact to release (repeatable; default: every one of the run)",
+        ),
+    ] = None,
+    result: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--result",
+            metavar="STEP",
+            help="a step whose result to release (repeatable; default: every step's)",
+        ),
+    ] = None,
+    note: Annotated[str | None, typer.Option(help="why, for whoever reads the history")] = None,
+    namespace: NamespaceOption = None,
+) -> None:
+    """Release run RUN as the next number of NAME and make it current."""
+    client = namespace_client(namespace)
+    release = client.promote_release(
+        name, from_run, artifacts=artifact or None, results=result or None, note=note
+    )
+    console.print(
+        f"{release.ref} promoted from run {release.run_id} "
+        f"({len(release.artifacts)} artifacts, {len(release.results)} results); current",
+        highlight=False,
+    )
+
+
+@app.command()
+@reports_errors
+def get(
+    ref: Annotated[str, typer.Argument(metavar="NAME[@N|@current]")],
+    fetch_to: Annotated[
+        Path | None,
+        typer.Option(
+            "--fetch", metavar="DIR", help="download every artifact into DIR/STEP/NAME, verified"
+        ),
+    ] = None,
+    root: RootOption = None,
+    namespace: NamespaceOption = None,
+) -> None:
+    """A release (the current one unless @N) as JSON: its artifacts' digests, its results."""
+    name, number = parse_ref(ref)
+    release = namespace_client(namespace).get_release(name, number)
+    # Plain JSON on stdout (a script reads it); what --fetch did goes to stderr.
+    typer.echo(json.dumps(release.as_json(), indent=2))
+    if fetch_to is not None:
+        try:
+            written = fetch(release, open_store(root), fetch_to)
+        except (ArtifactError, ValueError, OSError) as exc:
+            raise fail(str(exc)) from None
+        for path, artifact in zip(written, release.artifacts, strict=True):
+            err_console.print(f"{path}: {artifact.digest} verified", highlight=False)
+
+
+@app.command()
+@reports_errors
+def rollback(
+    name: str,
+    to: Annotated[
+        int | None,
+        typer.Option(
+            "--to", metavar="N", help="default: the release current before the current one"
+        ),
+    ] = None,
+    reason: Annotated[str | None, typer.Option(help="why, for whoever reads the history")] = None,
+    namespace: NamespaceOption = None,
+) -> None:
+    """Make an earlier release of NAME current again (the history records it)."""
+    client = namespace_client(namespace)
+    moved = client.rollback_release(name, to, reason=reason)
+    console.print(
+        f"{qualified(client.namespace, name)}: current {moved.from_number} -> {moved.to_number}",
+        highlight=False,
+    )
+
+
+@app.command("list")
+@reports_errors
+def list_(
+    name: Annotated[str | None, typer.Argument(help="one name's releases")] = None,
+    namespace: NamespaceOption = None,
+    all_namespaces: AllNamespacesOption = False,
+) -> None:
+    """The namespace's releases, newest first per name; `*` marks the current one."""
+    rows = namespace_client(namespace).list_releases(name, all_namespaces=all_namespaces)
+    print_listing(
+        ("release", "current", "run", "artifacts", "promoted by", "promoted", "note"),
+        (
+            (
+                r.namespace,
+                (
+                    f"{r.name}@{r.number}",
+                    "*" if r.current else "",
+                    str(r.run_id),
+                    str(r.artifacts),
+                    r.promoted_by,
+                    f"{r.promoted_at:%Y-%m-%d %H:%M:%S}",
+                    r.note or "",
+                ),
+            )
+            for r in rows
+        ),
+        all_namespaces=all_namespaces,
+    )
+
+
+@app.command()
+@reports_errors
+def history(name: str, namespace: NamespaceOption = None) -> None:
+    """Every promote and rollback of NAME, oldest first."""
+    moves = namespace_client(namespace).release_history(name)
+    table = Table("when", "action", "from", "to", "by", "reason")
+    for m in moves:
+        table.add_row(
+            f"{m.moved_at:%Y-%m-%d %H:%M:%S}",
+            m.action,
+            "" if m.from_number is None else str(m.from_number),
+            str(m.to_number),
+            m.moved_by,
+            m.reason or "",
+        )
+    console.print(table)

@@ -1,0 +1,106 @@
+"""`rara releases` end to end (docs/releases.md): promote a real run, read it as JSON by
+number and as current, fetch its blobs verified against their digests, roll back, list, the
+history; bad input exits 2 with one line naming it and writes nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from typer.testing import CliRunner
+
+from rara.cli.main import app
+from tests.support.runs import define, start, wait_run
+
+
+def test_promote_get_fetch_rollback_list_and_history(
+    conn: psycopg.Connection[Any],
+    thread_worker: Any,
+    database_url: str,
+    tmp_path: Path,
+    wide_console: None,
+) -> None:
+    thread_worker()
+    define(
+        conn,
+        "p",
+        [
+            {"key": "make", "capability": "test.produce@1", "input": {"text": "index bytes"}},
+            {"key": "tune", "capability": "test.produce@1", "input": {"text": "adapter"}},
+        ],
+    )
+    runs = [start(conn, "p") for _ in range(2)]
+    for run_id in runs:
+        wait_run(conn, run_id, status="succeeded")
+    cli = CliRunner(env={"DATABASE_URL": database_url, "RARA_NAMESPACE": "default"})
+    store = ["--store", str(tmp_path / "artifacts")]  # the thread worker's
+
+    def ok(*args: str) -> Any:
+        result = cli.invoke(app, ["releases", *args])
+        assert result.exit_code == 0, result.output + result.stderr
+        return result
+
+    out = ok("promote", "rag-index", "--from-run", str(runs[0]), "--note", "first").output
+    assert "rag-index@1 promoted from run 1 (2 artifacts, 2 results); current" in out
+    ok("promote", "rag-index", "--from-run", str(runs[1]), "--artifact", "make/corpus.txt",
+       "--result", "make")  # fmt: skip
+
+    current = json.loads(ok("get", "rag-index").stdout)
+    assert (current["number"], current["current"], current["run_id"]) == (2, True, runs[1])
+    assert [a["name"] for a in current["artifacts"]] == ["corpus.txt"]
+    assert json.loads(ok("get", "rag-index@current").stdout) == current
+
+    fetched = tmp_path / "served"
+    first = ok("get", "rag-index@1", "--fetch", str(fetched), *store)
+    release = json.loads(first.stdout)
+    assert release["note"] == "first"
+    assert not release["current"]
+    assert len(release["artifacts"]) == 2
+    for artifact in release["artifacts"]:
+        data = (fetched / artifact["step_key"] / artifact["name"]).read_bytes()
+        assert "sha256:" + hashlib.sha256(data).hexdigest() == artifact["digest"]
+        assert f"{artifact['digest']} verified" in first.stderr
+    assert (fetched / "make" / "corpus.txt").read_bytes() == b"index bytes"
+
+    assert "rag-index: current 2 -> 1" in ok("rollback", "rag-index", "--reason", "bad").output
+    assert json.loads(ok("get", "rag-index").stdout)["number"] == 1
+    listed = ok("list").output
+    assert "rag-index@2" in listed
+    assert "rag-index@1" in listed
+    history = ok("history", "rag-index").output
+    assert history.count("promote") == 2
+    assert "rollback" in history
+    assert "bad" in history
+
+    before = conn.execute(
+        "SELECT (SELECT count(*) FROM rara_releases), (SELECT count(*) FROM rara_release_moves)"
+    ).fetchone()
+    refused = {
+        ("promote", "rag-index", "--from-run", "99"): "no run 99 in namespace default",
+        ("promote", "rag-index", "--from-run", "1", "--artifact", "make/x"): "no artifact 'make/x'",
+        ("promote", "rag-index", "--from-run", "1", "--result", "nope"): "no succeeded step 'nope'",
+        ("promote", "Bad", "--from-run", "1"): "release name 'Bad' is not a name",
+        ("rollback", "rag-index", "--to", "7"): "no release rag-index@7 in namespace default",
+        ("rollback", "rag-index", "--to", "0"): "release numbers start at 1",
+        ("get", "rag-index@x"): "'x' is no release number",
+        ("get", "rag-index@9"): "no release rag-index@9",
+        ("history", "other"): "no release other",
+        ("promote", "rag-index", "--from-run", "1", "-n", "Not_A_Namespace"): "--namespace",
+    }
+    for args, message in refused.items():
+        result = cli.invoke(app, ["releases", *args])
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.stderr, (args, result.stderr)
+    assert (
+        conn.execute(
+            "SELECT (SELECT count(*) FROM rara_releases), (SELECT count(*) FROM rara_release_moves)"
+        ).fetchone()
+        == before
+    )
+    # Another namespace has none of these.
+    other = cli.invoke(app, ["releases", "get", "rag-index", "-n", "team-b"])
+    assert other.exit_code == 2
+    assert "no release team-b/rag-index" in other.stderr

@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from typer.testing import CliRunner
 
+from rara.artifacts.store import LocalArtifactStore
 from rara.cli.main import app
+from rara.errors import InputInvalid
+from rara.releases import Release, ReleaseArtifactRow, fetch
 from tests.support.runs import define, start, wait_run
 
 
@@ -104,3 +110,20 @@ def test_promote_get_fetch_rollback_list_and_history(
     other = cli.invoke(app, ["releases", "get", "rag-index", "-n", "team-b"])
     assert other.exit_code == 2
     assert "no release team-b/rag-index" in other.stderr
+
+
+def test_fetch_refuses_an_artifact_name_that_would_leave_the_folder(tmp_path: Path) -> None:
+    """Manifest names may hold `/` and `..` (the name pattern allows both): --fetch writes
+    DIR/STEP/NAME only where that stays under DIR, and checks every one before writing any."""
+    store = LocalArtifactStore(tmp_path / "store")
+    ref = store.put_bytes(b"x")
+    good = ReleaseArtifactRow("s", "dir/ok.bin", ref.digest, 1, "text/plain")
+    bad = ReleaseArtifactRow("s", "../../escape", ref.digest, 1, "text/plain")
+    release = Release(
+        "default", "r", 1, True, 1, "p", 1, {}, [good, bad], "me", datetime.now(UTC), None
+    )
+    with pytest.raises(InputInvalid, match=r"s/\.\./\.\./escape: its name would leave the folder"):
+        fetch(release, store, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert fetch(replace(release, artifacts=[good]), store, tmp_path / "out")
+    assert (tmp_path / "out" / "s" / "dir" / "ok.bin").read_bytes() == b"x"

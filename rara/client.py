@@ -237,6 +237,7 @@ class Client:
             return waits.decide(
                 conn, run_id, step_key, approve=approve, reason=reason, identity=identity
             )
+
     # -- releases (docs/releases.md) ---------------------------------------------------------
     def promote_release(
         self,

@@ -218,6 +218,7 @@ def test_the_database_builds_what_the_model_means(conn: psycopg.Connection[Any])
         "heartbeat_timeout_ms": 45_000,
         "map_over": None,
         "map_max_parallel": None,
+        "wait": None,  # a step that runs (0021: a wait's rule)
     }
     assert (steps[1]["map_over"], steps[1]["map_max_parallel"], steps[1]["executor"]) == (
         ["collect", "parts", "0"],

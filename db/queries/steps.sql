@@ -8,14 +8,17 @@
 -- name: step_list
 -- The run's steps as its definition lists them: a map step is one row, whose `children` sums
 -- up its children (step_map_summary), never one row per child. reused_from: where a step
--- reused from the step cache took its result (migration 0013).
+-- reused from the step cache took its result (migration 0013). wait_*: what a waiting step
+-- (migration 0021: blocked, with a rara_waits row) waits for; null for every other step.
 SELECT s.id, s.key, s.depends_on, s.capability, s.executor, s.status, s.attempt,
        s.max_attempts, s.available_at, s.started_at, s.finished_at, s.result, s.error,
-       s.leased_by, m.summary AS children, s.reused_from
+       s.leased_by, m.summary AS children, s.reused_from, w.kind AS wait_kind,
+       w.signal AS wait_signal, w.due_at AS wait_due_at
 FROM rara_steps s
 LEFT JOIN LATERAL (SELECT rara_map_summary(s.map_total, s.map_succeeded, s.map_failed,
                                             s.id) AS summary
                    WHERE s.map_over IS NOT NULL) m ON true
+LEFT JOIN rara_waits w ON w.step_id = s.id
 WHERE s.run_id = :run_id AND s.map_parent IS NULL ORDER BY s.id;
 
 -- name: step_list_progress

@@ -23,6 +23,7 @@ from rara.cli.common import (
 from rara.client import Client, RunView
 from rara.errors import CapabilityUnavailable
 from rara.namespaces import qualified
+from rara.pg.steps import describe_wait
 from rara.runs import MAX_INPUT_BYTES
 from rara.states import RunStatus
 
@@ -117,6 +118,11 @@ def list_(
     )
 
 
+def _status(step: dict[str, Any]) -> str:
+    """A step's status; a waiting one (blocked, with a rara_waits row) says so."""
+    return "waiting" if step.get("wait_kind") else str(step["status"])
+
+
 def print_run(view: RunView) -> None:
     definition = qualified(view.namespace, view.definition)
     console.print(f"run {view.id}  {definition}@{view.version}  [bold]{view.status}[/bold]")
@@ -133,13 +139,17 @@ def print_run(view: RunView) -> None:
             s["key"],
             s["capability"],
             s["executor"],
-            s["status"],
+            _status(s),
             s.get("children") or f"{s['attempt']}/{s['max_attempts']}",
             f"{s['started_at']:%H:%M:%S}" if s["started_at"] else "",
             took,
             describe_reuse(s.get("reused_from")),
         )
     console.print(table)
+    for s in view.steps:
+        waiting = describe_wait(s.get("wait_kind"), s.get("wait_signal"), s.get("wait_due_at"))
+        if waiting:
+            console.print(f"{s['key']} waits for {waiting}", highlight=False)
 
 
 @app.command()

@@ -35,9 +35,26 @@ class StepRow:
     children: str | None = None
     # Where a step reused from the step cache took its result (rara.cache.describe_reuse).
     reused_from: dict[str, Any] | None = None
+    # A waiting step (docs/waits.md): timer | signal | approval, the signal's name, and when
+    # its time or deadline comes; None for every other step.
+    wait_kind: str | None = None
+    wait_signal: str | None = None
+    wait_due_at: datetime | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", StepStatus(self.status))
+
+
+def describe_wait(kind: str | None, signal: str | None, due_at: datetime | None) -> str | None:
+    """What a waiting step waits for, in words ("signal go (deadline …)", "time until …");
+    None: it does not wait."""
+    if kind is None:
+        return None
+    what = {"timer": "time", "signal": f"signal {signal}", "approval": "approval"}[kind]
+    if due_at is None:
+        return what
+    when = f"{due_at:%Y-%m-%d %H:%M:%S %Z}".strip()
+    return f"time until {when}" if kind == "timer" else f"{what} (deadline {when})"
 
 
 @dataclass(frozen=True, slots=True)

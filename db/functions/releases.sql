@@ -28,8 +28,11 @@ BEGIN
     INSERT INTO rara_release_current AS c (namespace, name, number)
     VALUES (p_namespace, p_name, p_to)
     ON CONFLICT (namespace, name) DO UPDATE SET number = p_to, updated_at = now();
-    INSERT INTO rara_release_moves (namespace, name, action, from_number, to_number, reason)
-    VALUES (p_namespace, p_name, p_action, was, p_to, p_reason);
+    -- rara_caller(): the role acted as (a user's, under the UI's --user-roles), not only the
+    -- login (session_user, the columns' default).
+    INSERT INTO rara_release_moves (namespace, name, action, from_number, to_number, reason,
+                                    moved_by)
+    VALUES (p_namespace, p_name, p_action, was, p_to, p_reason, rara_caller());
     RETURN was;
 END $$;
 SELECT rara_grant('rara_release_move');  -- only through the functions below
@@ -97,10 +100,10 @@ BEGIN
     SELECT coalesce(max(v.number), 0) + 1 INTO next_number FROM rara_releases v
     WHERE v.namespace = p_namespace AND v.name = p_name;
     INSERT INTO rara_releases (namespace, name, number, run_id, definition_version_id, results,
-                               note)
+                               note, promoted_by)
     SELECT p_namespace, p_name, next_number, p_run_id, run.definition_version_id,
            coalesce(jsonb_object_agg(s.key, coalesce(s.result, 'null'::jsonb)), '{}'),
-           p_note
+           p_note, rara_caller()
     FROM rara_steps s
     WHERE s.run_id = p_run_id AND s.status = 'succeeded'
       AND (p_results IS NULL OR s.key = ANY (p_results))

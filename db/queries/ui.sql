@@ -43,8 +43,11 @@ WHERE r.id = :run_id;
 -- name: ui_step_list
 -- A run's steps with their latest progress report (of the current attempt): the last event
 -- by the events' primary key, one backward index probe per step; the worker holding the lease,
--- else the one of the last attempt (a probe of the attempts' key).
-SELECT s.id, s.key, s.depends_on, s.capability, s.executor, s.status::text AS status,
+-- else the one of the last attempt (a probe of the attempts' key). A step with a row in
+-- rara_waits is `waiting` (its status stays blocked: migration 0021), with what it waits for.
+SELECT s.id, s.key, s.depends_on, s.capability, s.executor,
+       CASE WHEN w.step_id IS NULL THEN s.status::text ELSE 'waiting' END AS status,
+       w.kind AS wait_kind, w.signal AS wait_signal, w.due_at AS wait_due,
        s.attempt, s.max_attempts, s.releases, s.leased_by, s.lease_expires_at, s.heartbeat_at,
        s.available_at, s.cancel_requested, s.result, s.error, s.started_at, s.finished_at,
        s.map_over IS NOT NULL AS is_map, s.map_total,
@@ -68,9 +71,22 @@ LEFT JOIN LATERAL (
     WHERE e.step_id = s.id AND e.attempt = s.attempt AND e.kind = 'progress'
     ORDER BY e.seq DESC LIMIT 1
 ) p ON true
+LEFT JOIN rara_waits w ON w.step_id = s.id
 -- A map step is one node, its progress its children's (not a node per child).
 WHERE s.run_id = :run_id AND s.map_parent IS NULL
 ORDER BY s.id;
+
+-- name: ui_run_approval_list
+-- A run's approval gates that have begun to wait, each with the evidence it froze then, its
+-- deadline while it waits, and its decision once made (db/functions/waits.sql).
+SELECT a.step_key, a.approvers, a.requested_at, w.due_at, a.decision, a.decided_by,
+       a.decided_login, a.decided_at, a.reason, a.evidence,
+       s.wait -> 'on_reject' #>> '{}' AS on_reject
+FROM rara_approvals a
+JOIN rara_steps s ON s.id = a.step_id
+LEFT JOIN rara_waits w ON w.step_id = a.step_id
+WHERE a.run_id = :run_id
+ORDER BY a.step_id;
 
 -- name: ui_map_child_list
 -- The children of a run's map steps (those inserted so far), each with its latest worker and
@@ -264,8 +280,12 @@ FROM rara_runs
 WHERE id = ANY (CAST(:run_ids AS bigint[]));
 
 -- name: ui_live_step_list
--- Steps of the watched runs; the progress of running steps only (one probe each).
-SELECT s.run_id, s.key, s.status::text AS status, s.attempt,
+-- Steps of the watched runs; the progress of running steps only (one probe each). A waiting
+-- step is `waiting`, with what it waits for, as on the page (ui_step_list): a primary-key
+-- probe of rara_waits each.
+SELECT s.run_id, s.key,
+       CASE WHEN w.step_id IS NULL THEN s.status::text ELSE 'waiting' END AS status,
+       w.kind AS wait_kind, w.signal AS wait_signal, w.due_at AS wait_due, s.attempt,
        CASE WHEN s.status = 'running' THEN (
            SELECT e.fraction FROM rara_events e
            WHERE e.step_id = s.id AND e.attempt = s.attempt AND e.kind = 'progress'
@@ -274,6 +294,7 @@ SELECT s.run_id, s.key, s.status::text AS status, s.attempt,
                s.map_succeeded::double precision / nullif(s.map_total, 0)
        END AS fraction
 FROM rara_steps s
+LEFT JOIN rara_waits w ON w.step_id = s.id
 WHERE s.run_id = ANY (CAST(:run_ids AS bigint[])) AND s.map_parent IS NULL
 ORDER BY s.run_id, s.id;
 

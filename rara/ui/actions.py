@@ -1,5 +1,5 @@
 """The dashboard's writes: cancel a run, retry a failed one or resume it from its failure,
-pause or resume a schedule, log in and out.
+decide an approval, pause or resume a schedule, log in and out.
 
 Each needs a server that is not read-only, an identity and a CSRF token bound to it
 (``rara.ui.auth``). The work itself is rara's own: ``rara.client.Client`` (the same code as
@@ -175,6 +175,47 @@ async def resume(request: Request) -> Response:
         f"/runs/{resumed.run_id}",
         f"resume of run {run_id}, {reused}" + ("" if resumed.created else " (already started)"),
     )
+
+
+def person(request: Request) -> str | None:
+    """Who a decision is recorded as: the user the proxy's header names (``--auth-header``),
+    whom the UI vouches for; None for the token's holder, who is nobody in particular, so the
+    decision records the database login that made it (the UI's, or the user's role)."""
+    identity = _auth(request).identity(request)
+    return identity[5:] if identity and identity.startswith("user:") else None
+
+
+async def decide(request: Request) -> Response:
+    """Approve or reject an approval gate (``Client.decide_approval``, what `rara approvals
+    approve|reject` do), as the person the UI authenticated; under ``--user-roles`` as the
+    user's role, so a gate's approvers by role are the database's to check. The database's
+    refusals (decided the other way already, not an approver, not waiting) go back to the
+    run's page as its note, in the database's words."""
+    await _authorised(request)
+    run_id = int(request.path_params["run_id"])
+    step_key = str(request.path_params["step_key"])
+    fields = await form(request)
+    choice = fields.get("decision")
+    if choice not in ("approve", "reject"):
+        raise HTTPException(400, "decision: approve or reject")
+    reason = fields.get("reason", "").strip() or None
+    client = _client(request)
+    who = person(request)
+    back = f"/runs/{run_id}"
+    try:
+        decided = await to_thread.run_sync(
+            lambda: client.decide_approval(
+                run_id, step_key, approve=choice == "approve", reason=reason, identity=who
+            )
+        )
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except RaraError as exc:  # WaitRefused: decided the other way, or not waiting
+        return _back(back, f"{choice} refused: {exc}")
+    except psycopg.errors.InsufficientPrivilege as exc:  # not one of the gate's approvers
+        return _back(back, f"{choice} refused: {exc.diag.message_primary or exc}")
+    note = f"{step_key} {decided.decision} by {decided.decided_by}"
+    return _back(back, note if decided.recorded else f"{note} already")
 
 
 async def _suspend(request: Request, suspended: bool) -> Response:

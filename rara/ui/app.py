@@ -116,6 +116,10 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/runs/{run_id:int}/cancel", actions.cancel, methods=["POST"]),
         Route("/runs/{run_id:int}/retry", actions.retry, methods=["POST"]),
         Route("/runs/{run_id:int}/resume", actions.resume, methods=["POST"]),
+        Route(
+            "/runs/{run_id:int}/approvals/{step_key:str}/decide", actions.decide, methods=["POST"]
+        ),
+        Route("/approvals", pages.approvals_list),
         Route("/live/runs", pages.live_runs),
         Route("/live/runs/{run_id:int}", pages.live_run),
         Route("/definitions", pages.definitions_list),

@@ -14,6 +14,7 @@ from psycopg.rows import class_row, scalar_row
 from rara.pg.events import EventRow
 from rara.pg.queries import AsyncConn, amany, aone, avalue
 from rara.pg.schedules import ScheduleRow, ScheduleSummary, TickRow
+from rara.pg.waits import ApprovalRow
 from rara.ui.reuse import Reuse, reuse_of
 
 PAGE = 50
@@ -86,7 +87,10 @@ class StepLine:
     depends_on: list[str]
     capability: str
     executor: str
-    status: str
+    status: str  # "waiting" for a step with a rara_waits row (its stored status: blocked)
+    wait_kind: str | None  # timer | signal | approval while it waits; None otherwise
+    wait_signal: str | None
+    wait_due: datetime | None  # a timer's time, or a signal's or approval's deadline
     attempt: int
     max_attempts: int
     releases: int
@@ -110,6 +114,33 @@ class StepLine:
     @property
     def reuse(self) -> Reuse | None:
         return reuse_of(self.reused_from, self.reused_run_kept)
+
+
+@dataclass(frozen=True, slots=True)
+class RunApproval:
+    """An approval gate of a run: the evidence it froze when it began to wait (``shown``:
+    each ``show:`` entry's value; ``artifacts``: the shown steps' name, digest, size) beside
+    its decision."""
+
+    step_key: str
+    approvers: list[str]
+    requested_at: datetime
+    due_at: datetime | None  # its deadline, while it waits
+    decision: str | None  # approved | rejected | timed_out; None: waiting
+    decided_by: str | None
+    decided_login: str | None
+    decided_at: datetime | None
+    reason: str | None
+    evidence: dict[str, Any]
+    on_reject: str
+
+    @property
+    def shown(self) -> list[dict[str, Any]]:
+        return list(self.evidence.get("shown") or [])
+
+    @property
+    def artifacts(self) -> list[dict[str, Any]]:
+        return list(self.evidence.get("artifacts") or [])
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +313,9 @@ class LiveStep:
     run_id: int
     key: str
     status: str
+    wait_kind: str | None
+    wait_signal: str | None
+    wait_due: datetime | None
     attempt: int
     fraction: float | None
 
@@ -342,6 +376,25 @@ async def run_get(conn: AsyncConn, run_id: int) -> RunDetail | None:
 
 async def step_list(conn: AsyncConn, run_id: int) -> list[StepLine]:
     return await amany(conn, "ui_step_list", class_row(StepLine), run_id=run_id)
+
+
+async def run_approval_list(conn: AsyncConn, run_id: int) -> list[RunApproval]:
+    return await amany(conn, "ui_run_approval_list", class_row(RunApproval), run_id=run_id)
+
+
+async def approval_list(
+    conn: AsyncConn, *, open_only: bool, namespace: str | None, limit: int = PAGE
+) -> list[ApprovalRow]:
+    """Approvals the connection's role reads (row-level security: a user's namespaces under
+    ``--user-roles``), waiting ones first: the statement of `rara approvals list`."""
+    return await amany(
+        conn,
+        "approval_list",
+        class_row(ApprovalRow),
+        open_only=open_only,
+        namespace=namespace,
+        limit=limit,
+    )
 
 
 async def map_child_list(conn: AsyncConn, run_id: int, limit: int = 10_000) -> list[MapChild]:

@@ -43,7 +43,7 @@ from rara.ui.fleet import FLEET, fleet_state
 from rara.ui.groups import MapGroup, map_groups
 from rara.ui.links import namespace_arg, page_namespace
 from rara.ui.live import RUNS, LiveHub
-from rara.ui.render import page
+from rara.ui.render import page, waits_for
 from rara.ui.reuse import summarise
 from rara.ui.timeline import Reused, timeline
 from rara.ui.user_roles import connection, user_of, visible_namespaces
@@ -184,6 +184,7 @@ async def run_page(request: Request) -> Response:
         metrics = await data.metric_list(conn, run_id)
         artifacts = await data.run_artifact_list(conn, run_id)
         children = await data.map_child_list(conn, run_id) if any(s.is_map for s in steps) else []
+        approvals = await data.run_approval_list(conn, run_id)
         now = await data.now(conn)
     groups = map_groups(steps, children)
     dag = layout([_node(s, groups.get(s.key), now) for s in steps])
@@ -212,21 +213,43 @@ async def run_page(request: Request) -> Response:
         attempt_errors=[a for a in attempts if a.error is not None][:ROWS],
         step_errors=[s for s in steps if s.error is not None and s.key not in raised][:ROWS],
         groups=groups,
+        approvals=approvals,
     )
 
 
 def _node(step: data.StepLine, group: MapGroup | None, now: datetime) -> StepNode:
     reuse = step.reuse
+    waiting = waits_for(step.wait_kind, step.wait_signal, step.wait_due)
     return StepNode(
         step.key,
         step.depends_on,
         step.status,
         group=group is not None,
         children=group.total if group else None,
-        details=group.lines(now) if group else (),
+        details=group.lines(now) if group else ((waiting,) if waiting else ()),
         badge=reuse.badge if reuse else "",
         badge_title=reuse.title if reuse else "",
         badge_href=(reuse.href or "") if reuse else "",
+    )
+
+
+async def approvals_list(request: Request) -> Response:
+    """Approvals waiting for a decision (``?all=1``: decided ones too, after them), of the
+    viewer's namespaces: read as the user under ``--user-roles``, so row-level security
+    narrows them as it narrows the runs list."""
+    namespace = namespace_arg(request)
+    decided = request.query_params.get("all") == "1"
+    async with connection(request) as conn:
+        rows = await data.approval_list(conn, open_only=not decided, namespace=namespace)
+        namespaces = await data.namespace_list(conn)
+    return page(
+        request,
+        "approvals.html",
+        approvals=rows,
+        decided=decided,
+        namespace=namespace,
+        namespaces=_offered(namespaces, namespace),
+        limit=data.PAGE,
     )
 
 
@@ -269,7 +292,13 @@ async def run_state(request: Request) -> Response:
                 "counts": run.counts,
             },
             "steps": [
-                {"key": s.key, "status": s.status, "attempt": s.attempt, "fraction": s.fraction}
+                {
+                    "key": s.key,
+                    "status": s.status,
+                    "waits": waits_for(s.wait_kind, s.wait_signal, s.wait_due),
+                    "attempt": s.attempt,
+                    "fraction": s.fraction,
+                }
                 for s in steps
             ],
             "charts": charts.metric_charts(running_metrics),

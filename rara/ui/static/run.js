@@ -53,10 +53,18 @@
 
   // .facts holds #counts: listing both would move the fresh #counts out of the fresh .facts
   // first and leave the Steps line blank.
+  // The approvals are left as they are while a reason is being written in one of them.
+  const writing = () => Array.from(document.querySelectorAll('#approvals textarea'))
+    .some((t) => t.value || t === document.activeElement);
   const refresh = rara.coalesced(() => rara.refreshFrom(
     location.pathname + location.search,
-    ['table.steps', '[data-refresh]', '.facts', '.run-head .actions', '#dag-reused'],
-  ).then(() => { byKey = index(); if (window.raraCharts) window.raraCharts(); }), 300);
+    ['table.steps', '[data-refresh]', '.facts', '.run-head .actions', '#dag-reused']
+      .concat(writing() ? [] : ['#approvals']),
+  ).then(() => {
+    byKey = index();
+    rara.highlightOpen();  // the evidence re-rendered open
+    if (window.raraCharts) window.raraCharts();
+  }), 300);
 
   const onState = (state) => {
     let changed = false;
@@ -70,7 +78,11 @@
           if (box && bar) bar.setAttribute('width', String(Math.round(box.getAttribute('width') * done)));
           const title = el.querySelector('title');
           // The first line only: a map step's lines per child stay (the table has them live).
-          if (title) title.textContent = s.key + ': ' + s.status + title.textContent.replace(/^[^\n]*/, '');
+          // What it waits for is the second line while it waits (the state says it).
+          if (title) {
+            const rest = title.textContent.replace(/^[^\n]*/, '').replace(/^\nwaits [^\n]*/, '');
+            title.textContent = s.key + ': ' + s.status + (s.waits ? '\n' + s.waits : '') + rest;
+          }
         } else {
           const cell = el.querySelector('[data-field=status]');
           if (cell && cell.textContent !== s.status) {

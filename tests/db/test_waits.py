@@ -17,7 +17,7 @@ from rara.definitions.parse import definition_from_object
 from rara.errors import DefinitionInvalid, InputInvalid, NotFound, WaitRefused
 from rara.runs import start_run
 from tests.support.definitions import apply, definition
-from tests.support.runs import steps_of, wait_run
+from tests.support.runs import steps_of, wait_run, waiting_of
 from tests.support.waiting import wait_until
 from tests.support.workers import ThreadWorker
 
@@ -26,17 +26,6 @@ FIRE = "SELECT fired FROM rara_waits_fire(100)"
 
 def _step(conn: psycopg.Connection[Any], run_id: int, key: str) -> dict[str, Any]:
     return next(s for s in steps_of(conn, run_id) if s["key"] == key)
-
-
-def _waiting(conn: psycopg.Connection[Any], run_id: int) -> list[str]:
-    return [
-        r[0]
-        for r in conn.execute(
-            "SELECT s.key FROM rara_waits w JOIN rara_steps s ON s.id = w.step_id"
-            " WHERE w.run_id = %s ORDER BY s.key",
-            (run_id,),
-        )
-    ]
 
 
 def test_a_timer_holds_nothing_and_ends_at_its_time(
@@ -54,7 +43,7 @@ def test_a_timer_holds_nothing_and_ends_at_its_time(
     run_id = start_run(conn, "pause", queue_anyway=True).run_id
     worker = ThreadWorker(database_url, tmp_path).start(conn)
     try:
-        wait_until(lambda: _waiting(conn, run_id) == ["pause"], message="pause waits")
+        wait_until(lambda: waiting_of(conn, run_id) == ["pause"], message="pause waits")
         pause = _step(conn, run_id, "pause")
         assert pause["status"] == "blocked"
         assert pause["attempt"] == 0
@@ -81,7 +70,7 @@ def test_a_timer_holds_nothing_and_ends_at_its_time(
         " WHERE s.run_id = %s AND s.key = 'pause'",
         (run_id,),
     ).fetchone() == (0,)  # never leased
-    assert _waiting(conn, run_id) == []
+    assert waiting_of(conn, run_id) == []
 
 
 def test_until_is_a_time_of_the_run_input_or_the_start_is_refused(
@@ -91,7 +80,7 @@ def test_until_is_a_time_of_the_run_input_or_the_start_is_refused(
     run_id = start_run(
         conn, "at", input={"publish": {"at": "2000-01-01T00:00:00Z"}}, queue_anyway=True
     ).run_id
-    assert _waiting(conn, run_id) == ["publish"]  # no dependency: it waits from the start
+    assert waiting_of(conn, run_id) == ["publish"]  # no dependency: it waits from the start
     assert conn.execute(FIRE).fetchone() == (1,)  # its time is long past
     wait_run(conn, run_id, status="succeeded", timeout=5)
     runs = conn.execute("SELECT count(*) FROM rara_runs").fetchone()
@@ -129,7 +118,7 @@ def test_a_signal_ends_its_wait_once_and_is_refused_when_nothing_waits(
         waits.signal(conn, 999999, "data-ready")
     worker = ThreadWorker(database_url, tmp_path).start(conn)
     try:
-        wait_until(lambda: _waiting(conn, run_id) == ["ready"], message="ready waits")
+        wait_until(lambda: waiting_of(conn, run_id) == ["ready"], message="ready waits")
         # 8 senders of the same signal at once: one is accepted, the others answered with it.
         with ThreadPoolExecutor(8) as pool:
             sent = list(
@@ -203,7 +192,7 @@ def test_an_approval_shows_its_evidence_and_counts_one_decision(
         waits.decide(conn, run_id, "gate", approve=True)
     worker = ThreadWorker(database_url, tmp_path).start(conn)
     try:
-        wait_until(lambda: _waiting(conn, run_id) == ["gate"], message="the gate waits")
+        wait_until(lambda: waiting_of(conn, run_id) == ["gate"], message="the gate waits")
         shown = waits.approval(conn, run_id, "gate")
         assert shown.decision is None
         assert shown.approvers == []
@@ -264,7 +253,7 @@ def test_a_rejection_ends_the_run_as_the_gate_says(
     assert gate["error"]["message"] == "rejected by alice@example.com: ndcg fell"
     row = waits.approval(conn, run_id, "gate")
     assert (row.decided_by, row.decided_login) == ("alice@example.com", "rara")
-    assert _waiting(conn, run_id) == []
+    assert waiting_of(conn, run_id) == []
 
 
 def test_only_the_named_approvers_decide(conn: psycopg.Connection[Any], role_url: Any) -> None:
@@ -296,7 +285,7 @@ def test_a_reader_may_not_signal_or_decide(conn: psycopg.Connection[Any], role_u
             pytest.raises(psycopg.errors.InsufficientPrivilege),
         ):
             waits.signal(c, run_id, "go")
-    assert _waiting(conn, run_id) == ["ready"]
+    assert waiting_of(conn, run_id) == ["ready"]
 
 
 def test_a_cancelled_run_leaves_no_wait(conn: psycopg.Connection[Any]) -> None:
@@ -310,10 +299,10 @@ def test_a_cancelled_run_leaves_no_wait(conn: psycopg.Connection[Any]) -> None:
         ],
     )
     run_id = start_run(conn, "many", queue_anyway=True).run_id
-    assert _waiting(conn, run_id) == ["g", "s", "t"]
+    assert waiting_of(conn, run_id) == ["g", "s", "t"]
     assert conn.execute("SELECT rara_run_cancel(%s)", (run_id,)).fetchone() == (True,)
     wait_run(conn, run_id, status="cancelled", timeout=5)
-    assert _waiting(conn, run_id) == []
+    assert waiting_of(conn, run_id) == []
     with pytest.raises(WaitRefused, match="step s is cancelled and not waiting"):
         waits.signal(conn, run_id, "go")
 

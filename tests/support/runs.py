@@ -59,3 +59,13 @@ def attempts_of(conn: psycopg.Connection[Any], run_id: int) -> list[dict[str, An
     )
     names = [d.name for d in cur.description or []]
     return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
+
+
+def waiting_of(conn: psycopg.Connection[Any], run_id: int) -> list[str]:
+    """The keys of the run's steps that wait now (a row in rara_waits: migration 0021)."""
+    rows = conn.execute(
+        "SELECT s.key FROM rara_waits w JOIN rara_steps s ON s.id = w.step_id"
+        " WHERE w.run_id = %s ORDER BY s.key",
+        (run_id,),
+    )
+    return [r[0] for r in rows]

@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import psycopg
+from psycopg import sql
 
 from rara import waits
 from rara.runs import start_run
@@ -255,3 +259,99 @@ def test_an_approval_is_decided_beside_its_evidence_once(
         expect(decided.locator("[data-field=state]")).to_have_text("approved")
         expect(decided).to_contain_text(f"{ANA}")
         ana.context.close()
+
+
+def test_under_user_roles_approvals_are_the_users_and_approvers_may_be_roles(
+    ui_server: Any, database_url: str, conn: psycopg.Connection[Any], role_url: Any
+) -> None:
+    """`--user-roles`: /approvals lists the user's namespaces' gates only, and a decision runs
+    as the user's role, so a gate whose approvers name a role is decided by its members."""
+    suffix = uuid.uuid4().hex[:8]
+    managers, ua, ub = (f"{n}_{suffix}" for n in ("managers", "ua", "ub"))
+    login_url = role_url("rara_reader")
+    login = urlsplit(login_url).username or ""
+    runs: dict[str, int] = {}
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        admin.execute("SELECT rara_namespace_isolation(true)")
+        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(managers)))
+        for user, namespace, groups in ((ua, "team-a", [managers]), (ub, "team-b", [])):
+            admin.execute(
+                sql.SQL("CREATE ROLE {} NOLOGIN IN ROLE {}").format(
+                    sql.Identifier(user),
+                    sql.SQL(", ").join(map(sql.Identifier, ["rara_client", *groups])),
+                )
+            )
+            admin.execute(
+                "INSERT INTO rara_namespace_access (role, namespace) VALUES (%s, %s)",
+                (user, namespace),
+            )
+            admin.execute(sql.SQL("GRANT {} TO {}").format(*map(sql.Identifier, (user, login))))
+            gate = {"key": "gate", "approval": {"approvers": [managers]}}
+            apply(conn, "gated", [gate], namespace=namespace)
+            runs[namespace] = start_run(
+                conn, "gated", queue_anyway=True, namespace=namespace
+            ).run_id
+    try:
+        ui: UiServer = ui_server(
+            "--no-read-only", "--auth-header", HEADER, "--user-roles", url=login_url
+        )
+        a, b = runs["team-a"], runs["team-b"]
+        status, listed = _call(ui, "/approvals", ua)
+        assert status == 200
+        assert f'data-approval="{a}/gate"' in listed
+        assert f'data-approval="{b}/gate"' not in listed
+        status, listed = _call(ui, "/approvals", ub)
+        assert f'data-approval="{b}/gate"' in listed
+        assert f'data-approval="{a}/gate"' not in listed
+
+        # ub, not one of managers, in its own namespace: the database refuses, naming them.
+        status, answer = _decide(ui, b, ub)
+        assert status == 303
+        assert f"{ub} may not decide approval gate (its approvers: {managers})" in answer
+        # Another namespace's gate: as if it did not exist.
+        assert _decide(ui, a, ub, csrf_from=b)[0] == 404
+        # ua, a member of managers: decided as ua, through ua's role.
+        status, answer = _decide(ui, a, ua)
+        assert (status, answer) == (303, f"gate approved by {ua}")
+        row = conn.execute(
+            "SELECT decided_by, decided_login FROM rara_approvals WHERE run_id = %s", (a,)
+        ).fetchone()
+        assert tuple(row or ()) == (ua, ua)
+        wait_run(conn, a, status="succeeded")
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as admin:
+            for role in (ua, ub, managers):
+                admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
+def _decide(ui: UiServer, run_id: int, user: str, csrf_from: int | None = None) -> tuple[int, str]:
+    """Approve as ``user`` with the form of ``csrf_from``'s page (default: the run's): the
+    answer's status and, for a redirect, its note."""
+    status, html = _call(ui, f"/runs/{csrf_from or run_id}", user)
+    assert status == 200
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert match is not None, "no decision form"
+    body = f"csrf={match.group(1)}&decision=approve&reason=ok".encode()
+    status, location = _call(ui, f"/runs/{run_id}/approvals/gate/decide", user, body)
+    note = parse_qs(urlsplit(location).query).get("note", [""])[0] if status == 303 else ""
+    return status, note
+
+
+def _call(ui: UiServer, path: str, user: str, body: bytes | None = None) -> tuple[int, str]:
+    """GET (POST with ``body``) as ``user``, not following a redirect: the status, and the
+    page, or where a redirect goes."""
+    headers = {HEADER: user}
+    if body is not None:
+        headers["content-type"] = "application/x-www-form-urlencoded"
+    request = urllib.request.Request(ui.url + path, data=body, headers=headers)
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(request, timeout=10) as answer:
+            return int(answer.status), answer.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers.get("location") or exc.read().decode()
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None

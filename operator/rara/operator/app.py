@@ -14,7 +14,17 @@ from typing import Any
 import kopf
 
 from rara import logs, metrics
-from rara.operator import definitions, events, login, peering, pools, runs, runsync, schedules
+from rara.operator import (
+    decisions,
+    definitions,
+    events,
+    login,
+    peering,
+    pools,
+    runs,
+    runsync,
+    schedules,
+)
 from rara.operator.models import GROUP, VERSION
 from rara.operator.peering import Peering
 from rara.operator.runtime import OperatorConfig, open_runtime
@@ -85,6 +95,13 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     kopf.daemon(*wfr, when=runsync.unfinished, registry=registry)(runsync.track_workflow_run)
     # Not optional: kopf's finalizer makes the API server wait for the cancel.
     kopf.on.delete(*wfr, registry=registry)(runs.cancel_workflow_run)
+    # Signals and decisions added with kubectl (rara.operator.decisions), after the start.
+    for field, handler in (
+        ("signals", decisions.apply_signals),
+        ("approvals", decisions.apply_approvals),
+    ):
+        for register in (kopf.on.create, kopf.on.update, kopf.on.resume):
+            register(*wfr, field=field, registry=registry)(handler)
 
     wfs = (GROUP, VERSION, "workflowschedules")
     for register in (kopf.on.create, kopf.on.update, kopf.on.resume):

@@ -17,6 +17,7 @@ from rara.definitions.parse import definition_from_object
 from rara.errors import DefinitionInvalid, InputInvalid, NotFound, WaitRefused
 from rara.runs import start_run
 from tests.support.definitions import apply, definition
+from tests.support.history import check_history
 from tests.support.runs import steps_of, wait_run, waiting_of
 from tests.support.waiting import wait_until
 from tests.support.workers import ThreadWorker
@@ -346,3 +347,78 @@ def test_two_steps_may_not_wait_for_one_signal() -> None:
                 [{"key": "a", "wait": {"signal": "go"}}, {"key": "b", "wait": {"signal": "go"}}],
             )
         )
+
+
+def _caught(conn: psycopg.Connection[Any], match: str, forgery: str, params: Any) -> None:
+    """``forgery``, a state no statement of rara's makes, written with the triggers off: the
+    history checker fails naming ``match``. Rolled back."""
+    with conn.transaction(force_rollback=True):
+        conn.execute("SET LOCAL session_replication_role = replica")
+        conn.execute(forgery, params)
+        with pytest.raises(AssertionError, match=match):
+            check_history(conn)
+
+
+def test_the_history_checker_knows_a_wait_runs_nothing_and_ends_once(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """The chaos tests' checker (tests/support/history.py, invariant 8) fails each way a wait
+    could go wrong: leased, waiting for nothing, ended twice or by two signals, a gate ended
+    without its decision; and a step that runs, succeeded without an attempt."""
+    apply(conn, "sig", [{"key": "w", "wait": {"signal": "go"}},
+                        {"key": "b", "capability": "test.noop@1", "dependsOn": ["w"]}])  # fmt: skip
+    apply(conn, "gate", [{"key": "w", "approval": {}}])
+    signalled = start_run(conn, "sig", queue_anyway=True).run_id
+    gated = start_run(conn, "gate", queue_anyway=True).run_id
+    check_history(conn)  # both waiting
+    w, b = (_step_id(conn, signalled, key) for key in ("w", "b"))
+    gate = _step_id(conn, gated, "w")
+    _caught(
+        conn,
+        f"signal step {w} .*: ran",
+        "INSERT INTO rara_attempts (step_id, attempt, run_id, worker, lease_token)"
+        " VALUES (%s, 1, %s, 'w0', gen_random_uuid())",
+        (w, signalled),
+    )
+    _caught(
+        conn,
+        f"step {gate} .*: does not wait",
+        "DELETE FROM rara_waits WHERE step_id = %s",
+        (gate,),
+    )
+    waits.signal(conn, signalled, "go")
+    waits.decide(conn, gated, "w", approve=True)
+    check_history(conn)  # both ended, once
+    _caught(
+        conn,
+        f"step {w} .*: ended by 2 signals",
+        "INSERT INTO rara_signals (run_id, key, namespace, name, step_id, sent_by)"
+        " VALUES (%s, 'again', 'default', 'go', %s, 'rara')",
+        (signalled, w),
+    )
+    _caught(
+        conn,
+        f"step {gate} .*: ended without",
+        "UPDATE rara_approvals SET decision = NULL, decided_at = NULL WHERE step_id = %s",
+        (gate,),
+    )
+    _caught(  # what a second end of w would write: its run counts it twice
+        conn,
+        f"run {signalled}: counts",
+        "UPDATE rara_runs SET steps_succeeded = steps_succeeded + 1 WHERE id = %s",
+        (signalled,),
+    )
+    _caught(
+        conn,
+        f"step {b}: succeeded without",
+        "UPDATE rara_steps SET status = 'succeeded', finished_at = now() WHERE id = %s",
+        (b,),
+    )
+
+
+def _step_id(conn: psycopg.Connection[Any], run_id: int, key: str) -> int:
+    row = conn.execute(
+        "SELECT id FROM rara_steps WHERE run_id = %s AND key = %s", (run_id, key)
+    ).fetchone()
+    assert row is not None
+    return int(row[0])

@@ -8,7 +8,14 @@
      a step that did not succeed has none;
   4. attempt numbers of a step are 1..n without gaps, and only a running step has an open one;
   7. every run's step counts are its steps' statuses, and it has ended exactly when the one
-     rule (rara_run_end_status) says so (``run_count_violations``).
+     rule (rara_run_end_status) says so (``run_count_violations``); a step ended twice would
+     be counted twice, so this is also what proves a wait or map step ended once;
+  8. a step that runs and succeeded ran: it has its succeeded attempt (only a wait or map step,
+     or one a resume reused, succeeds in no attempt); a wait or approval step never ran: no
+     attempt, never leased; it waits (a ``rara_waits`` row) exactly while it is blocked with
+     its dependencies met, so that something can end it; it ended by one signal at most, and
+     an approval gate that ended has its decision: approved if it succeeded
+     (``wait_violations``).
 
 ``check_writes(conn)`` (also run by ``check_history(conn, writes=True)``) proves that the
 fenced writes of an attempt stayed inside its ownership:
@@ -68,6 +75,15 @@ def check_history(
     }
     problems: list[str] = []
     succeeded = 0
+    problems += [
+        f"step {step_id}: succeeded without an attempt (it is not a wait, map or reused step)"
+        for (step_id,) in conn.execute("""
+            SELECT s.id FROM rara_steps s
+            WHERE s.status = 'succeeded' AND s.wait IS NULL AND s.map_over IS NULL
+              AND s.reused_from IS NULL
+              AND NOT EXISTS (SELECT FROM rara_attempts a WHERE a.step_id = s.id)
+            ORDER BY s.id""").fetchall()
+    ]
     for step_id, attempts in by_step.items():
         numbers = [a.attempt for a in attempts]
         if numbers != list(range(1, len(numbers) + 1)):
@@ -101,6 +117,7 @@ def check_history(
         if open_ and status != "running":
             problems.append(f"step {step_id}: {status} with open attempts {open_}")
     problems += run_count_violations(conn)
+    problems += wait_violations(conn)
     assert not problems, f"{len(problems)} history violations:\n  " + "\n  ".join(problems[:limit])
     if writes:
         check_writes(conn, limit=limit)
@@ -148,6 +165,42 @@ def run_count_violations(conn: psycopg.Connection[Any]) -> list[str]:
             ending is not None and not ended
         ):
             problems.append(f"run {run_id}: {status}, but by its steps {ending or 'not ended'}")
+    return problems
+
+
+def wait_violations(conn: psycopg.Connection[Any]) -> list[str]:
+    """Invariant 8 for the wait and approval steps (migration 0021): each message names the
+    step and what is wrong. One snapshot, so it holds while workers and senders run too."""
+    rows = conn.execute("""
+        SELECT s.id, s.status::text, s.wait ->> 'kind', s.attempt, s.leased_by, s.pending_deps,
+               r.status::text, w.step_id IS NOT NULL,
+               (SELECT count(*) FROM rara_attempts a WHERE a.step_id = s.id),
+               (SELECT count(*) FROM rara_signals g WHERE g.step_id = s.id),
+               p.step_id IS NOT NULL, p.decision
+        FROM rara_steps s JOIN rara_runs r ON r.id = s.run_id
+        LEFT JOIN rara_waits w ON w.step_id = s.id
+        LEFT JOIN rara_approvals p ON p.step_id = s.id
+        WHERE s.wait IS NOT NULL
+        ORDER BY s.id""").fetchall()
+    problems = []
+    for row in rows:
+        step_id, status, kind, attempt, leased_by, pending, run, waiting, attempts = row[:9]
+        signals, gate, decision = row[9:]
+        what = f"{kind} step {step_id} ({status})"
+        if attempts or attempt or leased_by is not None:
+            problems.append(f"{what}: ran ({attempts} attempts, attempt {attempt}, {leased_by})")
+        if waiting != (status == "blocked" and pending == 0):
+            problems.append(
+                f"{what}: {'waits' if waiting else 'does not wait'} with {pending} "
+                f"dependencies pending, its run {run}"
+            )
+        if signals > (1 if kind == "signal" and status == "succeeded" else 0):
+            problems.append(f"{what}: ended by {signals} signals")
+        if kind == "approval" and status in ("succeeded", "failed"):
+            if decision is None or not gate:
+                problems.append(f"{what}: ended without a decision")
+            elif (decision == "approved") != (status == "succeeded"):
+                problems.append(f"{what}: decision {decision}")
     return problems
 
 

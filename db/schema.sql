@@ -50,6 +50,7 @@ DECLARE
     run record;
     gate record;
     approval record;
+    waiting boolean;
     who text := coalesce(nullif(p_identity, ''), rara_caller());
     wanted text := CASE WHEN p_approve THEN 'approved' ELSE 'rejected' END;
     deltas jsonb;
@@ -69,10 +70,13 @@ BEGIN
         RAISE EXCEPTION 'the reason is longer than 2000 characters'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT s.id, s.key, s.status, s.wait, w.step_id AS waits INTO gate FROM rara_steps s
-    LEFT JOIN rara_waits w ON w.step_id = s.id
+    SELECT s.id, s.key, s.status, s.wait INTO gate FROM rara_steps s
     WHERE s.run_id = p_run_id AND s.key = p_step_key
-    FOR UPDATE OF s;
+    FOR UPDATE;
+    -- Whether it waits, read once the step is locked (as in rara_run_signal: a run cancel that
+    -- committed while this waited for the step would go unseen by a join in the locking read).
+    PERFORM 1 FROM rara_waits w WHERE w.step_id = gate.id FOR UPDATE;
+    waiting := FOUND;
     IF gate.id IS NULL OR gate.wait ->> 'kind' IS DISTINCT FROM 'approval' THEN
         RAISE EXCEPTION 'run %: % is not an approval step', p_run_id, p_step_key
             USING ERRCODE = 'invalid_parameter_value';
@@ -107,7 +111,7 @@ BEGIN
             p_step_key, array_to_string(approval.approvers, ', ')
             USING ERRCODE = 'insufficient_privilege';
     END IF;
-    IF gate.waits IS NULL THEN  -- a run cancel took it (its rara_approvals row stays)
+    IF NOT waiting THEN  -- a run cancel took it (its rara_approvals row stays)
         RAISE EXCEPTION 'run %: approval % is % and not waiting for a decision', p_run_id,
             p_step_key, gate.status USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
@@ -1295,9 +1299,9 @@ CREATE FUNCTION public.rara_run_signal(p_run_id bigint, p_name text, p_payload j
 #variable_conflict use_column
 DECLARE
     run record;
-    waiting record;
     earlier record;
     target record;
+    waiting boolean;
     deltas jsonb;
 BEGIN
     -- Signal p_name to run p_run_id: the step waiting for it succeeds, its result the payload,
@@ -1315,10 +1319,15 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- The step first (then the signal's key), as every end locks its step before anything.
-    SELECT s.id, s.key, s.status, w.step_id AS waits INTO target FROM rara_steps s
-    LEFT JOIN rara_waits w ON w.step_id = s.id
+    SELECT s.id, s.key, s.status INTO target FROM rara_steps s
     WHERE s.run_id = p_run_id AND s.wait ->> 'kind' = 'signal' AND s.wait ->> 'signal' = p_name
-    FOR UPDATE OF s;
+    FOR UPDATE;
+    -- Whether it waits: read once the step is locked, by a statement of its own. (Joined in
+    -- the locking read, the wait's row would be the one that read's snapshot saw, from before
+    -- an end that committed while it waited for the step: a signal of another key, or the
+    -- deadline. This one then wrote its signal too, and answered accepted.)
+    PERFORM 1 FROM rara_waits w WHERE w.step_id = target.id FOR UPDATE;
+    waiting := FOUND;
     SELECT g.step_id, g.name, g.sent_at INTO earlier FROM rara_signals g
     WHERE g.run_id = p_run_id AND g.key = p_key;
     IF FOUND THEN
@@ -1337,13 +1346,12 @@ BEGIN
         RAISE EXCEPTION 'run %: no step waits for signal % (its definition names none)',
             p_run_id, p_name USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF target.waits IS NULL THEN
+    IF NOT waiting THEN
         RAISE EXCEPTION 'run %: step % is % and not waiting for signal %', p_run_id, target.key,
             CASE WHEN target.status = 'blocked' THEN 'blocked on its dependencies'
                  ELSE target.status::text END, p_name
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    PERFORM 1 FROM rara_waits w WHERE w.step_id = target.id FOR UPDATE;
     INSERT INTO rara_signals (run_id, key, namespace, name, payload, step_id, sent_by)
     VALUES (p_run_id, p_key, run.namespace, p_name, p_payload, target.id, rara_caller())
     RETURNING rara_signals.sent_at INTO sent_at;

@@ -4,6 +4,8 @@ the database, once; every refusal names the run, the step, the signal or the fie
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -422,3 +424,91 @@ def _step_id(conn: psycopg.Connection[Any], run_id: int, key: str) -> int:
     ).fetchone()
     assert row is not None
     return int(row[0])
+
+
+def _behind(
+    conn: psycopg.Connection[Any], url: str, first: str, params: Any, second: Callable[[Any], Any]
+) -> Any:
+    """``first`` in a transaction left open (it holds the wait step's row), then ``second`` on a
+    connection of its own, which waits for that row; once it waits, ``first`` commits. What
+    ``second`` answered, or raised."""
+    answer: dict[str, Any] = {}
+    with psycopg.connect(url) as holder, psycopg.connect(url, autocommit=True) as other:
+        holder.execute(first, params)
+
+        def run() -> None:
+            try:
+                answer["value"] = second(other)
+            except Exception as exc:  # the answer, examined by the test
+                answer["value"] = exc
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        wait_until(
+            lambda: (
+                conn.execute(
+                    "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s",
+                    (other.info.backend_pid,),
+                ).fetchone()
+                == (True,)
+            ),
+            message="the second to wait for the step's row",
+        )
+        holder.commit()
+        thread.join(10)
+    assert not thread.is_alive()
+    return answer["value"]
+
+
+def test_a_signal_racing_another_end_of_its_wait_is_refused(
+    conn: psycopg.Connection[Any], database_url: str
+) -> None:
+    """The wait ends by the first signal (another key) or by its deadline while the second
+    waits for the step's row: the second is refused, not accepted for a step that no longer
+    waits. (It was: the locking read joined the wait's row as it was before the wait ended, so
+    the second wrote a signal row too and answered accepted.)"""
+    apply(conn, "sig", [{"key": "w", "wait": {"signal": "go"}}])
+    apply(conn, "late", [{"key": "w", "wait": {"signal": "go", "timeout": "1ms"}}])
+    first, late = (start_run(conn, name, queue_anyway=True).run_id for name in ("sig", "late"))
+    raced = _behind(
+        conn,
+        database_url,
+        "SELECT * FROM rara_run_signal(%s, 'go', '{}', 'one')",
+        (first,),
+        lambda c: waits.signal(c, first, "go", key="another"),
+    )
+    assert isinstance(raced, WaitRefused), raced
+    assert "step w is succeeded and not waiting" in str(raced)
+    raced = _behind(
+        conn,
+        database_url,
+        "SELECT * FROM rara_waits_fire(10) WHERE fired = 1",
+        None,
+        lambda c: waits.signal(c, late, "go"),
+    )
+    assert isinstance(raced, WaitRefused), raced
+    assert "step w is failed and not waiting" in str(raced)
+    assert conn.execute("SELECT run_id, key FROM rara_signals ORDER BY run_id").fetchall() == [
+        (first, "one")
+    ]
+    check_history(conn)
+
+
+def test_a_decision_racing_a_run_cancel_is_refused(
+    conn: psycopg.Connection[Any], database_url: str
+) -> None:
+    apply(conn, "gate", [{"key": "w", "approval": {}}])
+    run_id = start_run(conn, "gate", queue_anyway=True).run_id
+    raced = _behind(
+        conn,
+        database_url,
+        "SELECT rara_run_cancel(%s)",
+        (run_id,),
+        lambda c: waits.decide(c, run_id, "w", approve=True),
+    )
+    assert isinstance(raced, WaitRefused), raced
+    assert "approval w is cancelled and not waiting" in str(raced)
+    assert conn.execute(
+        "SELECT decision FROM rara_approvals WHERE step_id = %s", (_step_id(conn, run_id, "w"),)
+    ).fetchone() == (None,)
+    check_history(conn)

@@ -27,6 +27,7 @@ import psycopg
 import pytest
 
 from rara import waits
+from rara.errors import WaitRefused
 from rara.pg.embedded import EmbeddedPostgres, temporary_server
 from rara.pg.migrate import migrate
 from rara.runs import start_run
@@ -75,11 +76,15 @@ def _waiting(conn: Conn, kind: str) -> list[int]:
     ]
 
 
-def _send(conn: Conn, run_id: int, kind: str) -> Any:
-    """The signal (``go``, its default key: the run takes it once) or the approval."""
-    if kind == "signal":
-        return waits.signal(conn, run_id, "go", {"run": run_id})
-    return waits.decide(conn, run_id, "w", approve=True, reason="looks right")
+def _send(conn: Conn, run_id: int, kind: str, key: str | None = None) -> Any:
+    """The signal ``go`` (``key``: by default its name, so the run takes it once) or the
+    approval; a refusal (the wait has ended) is an answer too."""
+    try:
+        if kind == "signal":
+            return waits.signal(conn, run_id, "go", {"run": run_id}, key=key)
+        return waits.decide(conn, run_id, "w", approve=True, reason="looks right")
+    except WaitRefused as refused:
+        return refused
 
 
 class Senders:
@@ -93,24 +98,28 @@ class Senders:
         self.threads: list[threading.Thread] = []
         self._lock = threading.Lock()
 
-    def send_twice(self, run_id: int, kind: str, *, delay: float = 0.0) -> None:
+    def send_twice(
+        self, run_id: int, kind: str, *, delay: float = 0.0, other_key: bool = False
+    ) -> None:
+        """``other_key``: the second signal under a key of its own (the wait ends once: one
+        is accepted, the other refused)."""
         self.answers.setdefault(run_id, [])
         both = threading.Barrier(2)
 
-        def one() -> None:
+        def one(key: str | None) -> None:
             try:
                 with psycopg.connect(self.url, autocommit=True) as conn:
                     time.sleep(delay)  # the chaos's cadence: a moment among the kills
                     both.wait(10)
-                    answer = _send(conn, run_id, kind)
+                    answer = _send(conn, run_id, kind, key)
                 with self._lock:
                     self.answers[run_id].append(answer)
             except BaseException as exc:  # surfaced by join()
                 with self._lock:
                     self.errors.append(exc)
 
-        for _ in range(2):
-            thread = threading.Thread(target=one, daemon=True)
+        for key in (None, "again" if other_key else None):
+            thread = threading.Thread(target=one, args=(key,), daemon=True)
             thread.start()
             self.threads.append(thread)
 
@@ -214,6 +223,9 @@ def _assert_each_wait_ended_once(
     assert decided == {r: "approved" for r, k in kinds.items() if k == "approval"}
     for run_id, said in answers.items():
         assert len(said) == sends, (run_id, said)
+        refused = [a for a in said if isinstance(a, WaitRefused)]
+        assert all("succeeded and not waiting" in str(a) for a in refused), refused
+        said = [a for a in said if a not in refused]
         firsts = [a for a in said if getattr(a, "accepted", getattr(a, "recorded", None))]
         assert len(firsts) == 1, f"run {run_id}: {said}"
         assert len({a.step_id for a in said}) == 1
@@ -246,7 +258,12 @@ def test_waits_end_once_while_workers_are_killed(
         del plan[:10]
         for kind in ("signal", "approval"):
             for run_id in set(_waiting(conn, kind)) - sent:
-                senders.send_twice(run_id, kind, delay=rng.uniform(0.0, 1.5))
+                senders.send_twice(
+                    run_id,
+                    kind,
+                    delay=rng.uniform(0.0, 1.5),
+                    other_key=kind == "signal" and run_id % 2 == 0,
+                )
                 sent.add(run_id)
         time.sleep(rng.uniform(0.3, 1.3))  # the chaos's cadence, not a wait for a state
         fleet.kill(rng.randrange(3))

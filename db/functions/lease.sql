@@ -418,8 +418,13 @@ BEGIN
                   s.map_parent, s.namespace
     ), history AS (
         -- Ownership history, read by the checker that proves no two owners overlapped.
-        INSERT INTO rara_attempts (step_id, attempt, run_id, worker, lease_token)
-        SELECT l.id, l.attempt, l.run_id, p_worker, l.lease_token FROM leased l
+        -- clock_timestamp(), not now(): the lease's rounds are statements of their own, each
+        -- with a fresh snapshot, so a step may have become ready (its previous attempt ended
+        -- and committed) after this function began; now() would date the new attempt before
+        -- the end of the one it follows (tests/db/test_attempt_times.py).
+        INSERT INTO rara_attempts (step_id, attempt, run_id, worker, lease_token, started_at)
+        SELECT l.id, l.attempt, l.run_id, p_worker, l.lease_token, clock_timestamp()
+        FROM leased l
     ), started_runs AS (
         UPDATE rara_runs SET status = 'running', started_at = now()
         WHERE id = ANY (ARRAY(SELECT l.run_id FROM leased l)) AND status = 'pending'

@@ -70,3 +70,31 @@ def test_an_end_that_waited_is_stamped_after_the_progress_written_meanwhile(
         (second.id,),
     ).fetchone()
     assert row == (True,), "the end is stamped before progress its attempt wrote while owning"
+
+
+def test_a_lease_is_stamped_after_the_end_it_follows(
+    conn: psycopg.Connection[Any], database_url: str
+) -> None:
+    """The lease's rounds are statements of their own: one may take a step whose previous
+    attempt ended (and committed) after the lease's transaction began. The new attempt starts
+    when the lease took the step, so never before the end it follows (the history checker's
+    "no two owners overlap" reads these times; now() broke it by a millisecond under chaos)."""
+    apply(conn, "t", [{"key": "a", "capability": "x@1"}])
+    start_run(conn, "t", queue_anyway=True)
+    [first] = lease_now(conn, ["x@1"], worker="w", limit=1)
+    with psycopg.connect(database_url) as ender, psycopg.connect(database_url) as leaser:
+        ender.execute("SELECT now()")  # the release's transaction begins: its available_at
+        leaser.execute("SELECT now()")  # then the lease's, whose now() is earlier than the end
+        ender.execute(
+            "SELECT rara_step_release_many('w', %s, %s)", ([first.id], [first.lease_token])
+        )
+        ender.commit()
+        [second] = lease_now(leaser, ["x@1"], worker="w2", limit=1)
+        leaser.commit()
+    assert second.id == first.id
+    ended, started = conn.execute(
+        "SELECT max(ended_at) FILTER (WHERE attempt = 1), max(started_at) FILTER"
+        " (WHERE attempt = 2) FROM rara_attempts WHERE step_id = %s",
+        (first.id,),
+    ).fetchone()
+    assert started >= ended

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 _TICK = os.sysconf("SC_CLK_TCK")
+TICK_SECONDS = 1 / _TICK  # the resolution of every figure read here
 
 
 def _stat(pid: int | str) -> list[str]:

@@ -39,6 +39,11 @@ schedules    10,000 idle schedules and two `rara schedules run` firers: their an
              CPU over 30 s while asleep (``--quick``: 10 s); then a 1 s schedule beside
              them: tick -> run started p50/p99 ms over 60 ticks (``--quick``: 20)
              (``bench.schedules``)
+waits        durable waits, 2 workers: server and worker CPU/s with 10,000 runs waiting (half
+             on timers 6 h away, half on signals) vs none, over 10 s (``--quick``: 2,000, 5 s);
+             timer lateness (finished_at - due) of 2,000 timers over 20 s (``--quick``: 500
+             over 10 s); signal -> dependant ready / leased p50/p99 of 500 (``--quick``: 100)
+             (``bench.waits``)
 peers        PgQueuer (asyncpg, psycopg), Procrastinate, DBOS (1- and 3-step workflows) and
              River (a Go driver) on the same server (``bench.peers.run_all``; a peer that
              cannot be installed here is reported skipped, with why), and the pgbench
@@ -363,7 +368,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--skip",
         default="",
         help="comma-separated: throughput,latency,grpc,size,depth,horizon,history,outage,"
-        "schedules,peers",
+        "schedules,waits,peers",
     )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -515,6 +520,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results["schedules"] = measure_schedules(
                 server, logs, quick=quick, say=lambda m: log("  " + m)
             )
+        if "waits" not in skip:
+            from bench.waits import measure as measure_waits
+
+            log("== waits (two workers): idle cost, timer lateness, signal -> dependant")
+            results["waits"] = measure_waits(
+                server,
+                logs,
+                idle_runs=2_000 if quick else 10_000,
+                window=5.0 if quick else 10.0,
+                timers=500 if quick else 2_000,
+                spread=10.0 if quick else 20.0,
+                signals=100 if quick else 500,
+                say=lambda m: log("  " + m),
+            )
         if "peers" not in skip:
             log("== peers (same server)")
             jobs = (
@@ -633,6 +652,10 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
         out["tenants_lease_100_vs_1_namespaces"] = t["lease_cost_ratio"]["10 client_us"]
         out["tenants_lease_beside_99_idle_vs_1"] = t["lease_cost_beside_idle_ratio"]["10 client_us"]
         out["tenants_keyed_lease_vs_unkeyed"] = t["keys"]["lease_cost_ratio"]["10 client_us"]
+    if "waits" in r:
+        from bench.waits import summary as waits_summary
+
+        out.update(waits_summary(r["waits"]))
     if "history" in r:
         out["history_lease_p50_ratio"] = r["history"]["lease_p50_ratio"]
         out["history_drain_ratio"] = r["history"]["drain_ratio"]
@@ -795,6 +818,11 @@ def print_table(r: dict[str, Any]) -> None:
                 f"p50 {lag['p50']:.1f} ms  p99 {lag['p99']:.1f} ms",
             )
         )
+    if "waits" in r:
+        from bench.waits import rows as waits_rows
+
+        for figure, measured, goal, met in waits_rows(r["waits"]):
+            rows.append((figure, measured + (f"  (goal {goal}: {met})" if goal else "")))
     for row in r.get("peers", []):
         if "skipped" in row:
             rows.append((f"peer {row['peer']}", f"skipped: {row['skipped'].splitlines()[0]}"))

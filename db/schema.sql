@@ -83,16 +83,14 @@ BEGIN
     END IF;
     SELECT a.* INTO approval FROM rara_approvals a WHERE a.step_id = gate.id FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'run %: approval % is % and not waiting for a decision', p_run_id,
-            p_step_key, CASE WHEN gate.status = 'blocked' THEN 'blocked on its dependencies'
-                             ELSE gate.status::text END
-            USING ERRCODE = 'object_not_in_prerequisite_state';
+        PERFORM rara_wait_refuse(p_run_id, format('approval %s', p_step_key), gate.status,
+                                 'a decision');
     END IF;
     IF approval.decision IS NOT NULL THEN
         IF approval.decision <> wanted THEN
             RAISE EXCEPTION 'run %: approval % was % by % at %', p_run_id, p_step_key,
                 approval.decision, coalesce(approval.decided_by, 'its deadline'), approval.decided_at
-                USING ERRCODE = 'object_not_in_prerequisite_state';
+                USING ERRCODE = 'unique_violation';
         END IF;
         step_id := gate.id;
         decision := approval.decision;
@@ -112,8 +110,8 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     IF NOT waiting THEN  -- a run cancel took it (its rara_approvals row stays)
-        RAISE EXCEPTION 'run %: approval % is % and not waiting for a decision', p_run_id,
-            p_step_key, gate.status USING ERRCODE = 'object_not_in_prerequisite_state';
+        PERFORM rara_wait_refuse(p_run_id, format('approval %s', p_step_key), gate.status,
+                                 'a decision');
     END IF;
     UPDATE rara_approvals a SET decision = wanted, decided_by = who,
                                 decided_login = rara_caller(), decided_at = now(),
@@ -1347,10 +1345,8 @@ BEGIN
             p_run_id, p_name USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF NOT waiting THEN
-        RAISE EXCEPTION 'run %: step % is % and not waiting for signal %', p_run_id, target.key,
-            CASE WHEN target.status = 'blocked' THEN 'blocked on its dependencies'
-                 ELSE target.status::text END, p_name
-            USING ERRCODE = 'object_not_in_prerequisite_state';
+        PERFORM rara_wait_refuse(p_run_id, format('step %s', target.key), target.status,
+                                 format('signal %s', p_name));
     END IF;
     INSERT INTO rara_signals (run_id, key, namespace, name, payload, step_id, sent_by)
     VALUES (p_run_id, p_key, run.namespace, p_name, p_payload, target.id, rara_caller())
@@ -2024,7 +2020,6 @@ DECLARE
     extra text;
     shown text;
     depends jsonb := coalesce(nullif(p_step -> 'dependsOn', 'null'), '[]');
-    rule jsonb;
 BEGIN
     -- A step's wait rule (NULL: a step that runs), every field checked and named.
     IF wait IS NULL AND approval IS NULL THEN
@@ -2134,14 +2129,13 @@ BEGIN
         RAISE EXCEPTION '%.approval: onReject and onTimeout must be fail or cancel', p_what
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    rule := jsonb_build_object(
+    RETURN jsonb_build_object(
         'kind', 'approval',
         'show', coalesce(nullif(approval -> 'show', 'null'), '[]'),
         'approvers', coalesce(nullif(approval -> 'approvers', 'null'), '[]'),
         'timeout_ms', rara_duration_ms(approval -> 'timeout', p_what || '.approval.timeout'),
         'on_reject', coalesce(approval ->> 'onReject', 'fail'),
         'on_timeout', coalesce(approval ->> 'onTimeout', 'fail'));
-    RETURN rule;
 END $_$;
 
 -- FUNCTION: rara_step_cache_claim(text, bigint, uuid, jsonb)
@@ -3378,6 +3372,23 @@ BEGIN
     downstream := rara_step_cancel_dependants(step.run_id, step.key);
     RETURN jsonb_build_array(jsonb_build_object('run_id', step.run_id, 'failed', 1,
                                                 'cancelled', downstream));
+END $$;
+
+-- FUNCTION: rara_wait_refuse(bigint, text, public.rara_step_status, text)
+
+CREATE FUNCTION public.rara_wait_refuse(p_run_id bigint, p_what text, p_status public.rara_step_status, p_for text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- A signal or decision for a step that does not wait, refused by the two reasons a caller
+    -- must tell apart: not yet (its dependencies still run: 55000, object not in prerequisite
+    -- state, which the operator retries) and no longer (it ended: 22023, which it does not).
+    IF p_status = 'blocked' THEN
+        RAISE EXCEPTION 'run %: % is blocked on its dependencies and not waiting for %',
+            p_run_id, p_what, p_for USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    RAISE EXCEPTION 'run %: % is % and not waiting for %', p_run_id, p_what, p_status, p_for
+        USING ERRCODE = 'invalid_parameter_value';
 END $$;
 
 -- FUNCTION: rara_wait_resolve(jsonb, jsonb, text)
@@ -4966,6 +4977,10 @@ REVOKE ALL ON FUNCTION public.rara_wait_cancel_run(p_step_id bigint, p_error jso
 -- ACL: FUNCTION rara_wait_end(p_step_id bigint, p_outcome text, p_result jsonb, p_error jsonb)
 
 REVOKE ALL ON FUNCTION public.rara_wait_end(p_step_id bigint, p_outcome text, p_result jsonb, p_error jsonb) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_wait_refuse(p_run_id bigint, p_what text, p_status public.rara_step_status, p_for text)
+
+REVOKE ALL ON FUNCTION public.rara_wait_refuse(p_run_id bigint, p_what text, p_status public.rara_step_status, p_for text) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_wait_resolve(p_rule jsonb, p_input jsonb, p_step text)
 

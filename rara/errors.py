@@ -155,4 +155,9 @@ class NotStarted(RetryableError):
 
 class WaitRefused(RaraError, ValueError):
     """A signal or an approval decision the run cannot take now (docs/waits.md): no step waits
-    for it, the step is not waiting yet or any more, or it was decided the other way."""
+    for it, the step is not waiting any more, or it was decided the other way."""
+
+
+class WaitNotYet(WaitRefused):
+    """The step it is for does not wait yet: its dependencies still run (a caller that keeps
+    the signal or decision, as the operator does, tries again later)."""

@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
-from rara.errors import InputInvalid, NotFound, WaitRefused
+from rara.errors import InputInvalid, NotFound, WaitNotYet, WaitRefused
 from rara.pg import waits as wait_sql
 from rara.pg.waits import Approval, Decided, Signalled
 
@@ -29,11 +30,9 @@ def _refusals() -> Iterator[None]:
         yield
     except psycopg.errors.NoDataFound as exc:
         raise NotFound(exc.diag.message_primary or str(exc)) from None
-    except (
-        psycopg.errors.InvalidParameterValue,
-        psycopg.errors.ObjectNotInPrerequisiteState,
-        psycopg.errors.UniqueViolation,
-    ) as exc:
+    except psycopg.errors.ObjectNotInPrerequisiteState as exc:  # rara_wait_refuse: not yet
+        raise WaitNotYet(exc.diag.message_primary or str(exc)) from None
+    except (psycopg.errors.InvalidParameterValue, psycopg.errors.UniqueViolation) as exc:
         raise WaitRefused(exc.diag.message_primary or str(exc)) from None
 
 
@@ -67,3 +66,16 @@ def approval(conn: psycopg.Connection[Any], run_id: int, step_key: str) -> Appro
     if found is None:
         raise NotFound(f"run {run_id} has no approval {step_key} (or it has not begun to wait)")
     return found
+
+
+def waiting_for(kind: str | None, signal: str | None, due: datetime | None) -> str:
+    """What a waiting step waits for (its rara_waits row), as the CLI and the dashboard say
+    it: "waits until 2026-12-03 02:00:00 UTC", "waits for signal go (deadline …)", "waits for
+    an approval"; "" for a step that waits for nothing."""
+    at = f"{due.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if due else ""
+    if kind == "timer":
+        return f"waits until {at}"
+    if kind not in ("signal", "approval"):
+        return ""
+    what = f"waits for signal {signal}" if kind == "signal" else "waits for an approval"
+    return f"{what} (deadline {at})" if at else what

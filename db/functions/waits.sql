@@ -155,6 +155,23 @@ BEGIN
 END $$;
 SELECT rara_grant('rara_waits_fire', 'rara_worker', 'rara_operator');
 
+CREATE OR REPLACE FUNCTION rara_wait_refuse(p_run_id bigint, p_what text,
+                                            p_status rara_step_status, p_for text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- A signal or decision for a step that does not wait, refused by the two reasons a caller
+    -- must tell apart: not yet (its dependencies still run: 55000, object not in prerequisite
+    -- state, which the operator retries) and no longer (it ended: 22023, which it does not).
+    IF p_status = 'blocked' THEN
+        RAISE EXCEPTION 'run %: % is blocked on its dependencies and not waiting for %',
+            p_run_id, p_what, p_for USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    RAISE EXCEPTION 'run %: % is % and not waiting for %', p_run_id, p_what, p_status, p_for
+        USING ERRCODE = 'invalid_parameter_value';
+END $$;
+SELECT rara_grant('rara_wait_refuse');  -- only through the functions below
+
 CREATE OR REPLACE FUNCTION rara_run_signal(p_run_id bigint, p_name text, p_payload jsonb,
                                            p_key text)
 RETURNS TABLE (step_id bigint, step_key text, accepted boolean, sent_at timestamptz)
@@ -210,10 +227,8 @@ BEGIN
             p_run_id, p_name USING ERRCODE = 'invalid_parameter_value';
     END IF;
     IF NOT waiting THEN
-        RAISE EXCEPTION 'run %: step % is % and not waiting for signal %', p_run_id, target.key,
-            CASE WHEN target.status = 'blocked' THEN 'blocked on its dependencies'
-                 ELSE target.status::text END, p_name
-            USING ERRCODE = 'object_not_in_prerequisite_state';
+        PERFORM rara_wait_refuse(p_run_id, format('step %s', target.key), target.status,
+                                 format('signal %s', p_name));
     END IF;
     INSERT INTO rara_signals (run_id, key, namespace, name, payload, step_id, sent_by)
     VALUES (p_run_id, p_key, run.namespace, p_name, p_payload, target.id, rara_caller())
@@ -273,16 +288,14 @@ BEGIN
     END IF;
     SELECT a.* INTO approval FROM rara_approvals a WHERE a.step_id = gate.id FOR UPDATE;
     IF NOT FOUND THEN
-        RAISE EXCEPTION 'run %: approval % is % and not waiting for a decision', p_run_id,
-            p_step_key, CASE WHEN gate.status = 'blocked' THEN 'blocked on its dependencies'
-                             ELSE gate.status::text END
-            USING ERRCODE = 'object_not_in_prerequisite_state';
+        PERFORM rara_wait_refuse(p_run_id, format('approval %s', p_step_key), gate.status,
+                                 'a decision');
     END IF;
     IF approval.decision IS NOT NULL THEN
         IF approval.decision <> wanted THEN
             RAISE EXCEPTION 'run %: approval % was % by % at %', p_run_id, p_step_key,
                 approval.decision, coalesce(approval.decided_by, 'its deadline'), approval.decided_at
-                USING ERRCODE = 'object_not_in_prerequisite_state';
+                USING ERRCODE = 'unique_violation';
         END IF;
         step_id := gate.id;
         decision := approval.decision;
@@ -302,8 +315,8 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege';
     END IF;
     IF NOT waiting THEN  -- a run cancel took it (its rara_approvals row stays)
-        RAISE EXCEPTION 'run %: approval % is % and not waiting for a decision', p_run_id,
-            p_step_key, gate.status USING ERRCODE = 'object_not_in_prerequisite_state';
+        PERFORM rara_wait_refuse(p_run_id, format('approval %s', p_step_key), gate.status,
+                                 'a decision');
     END IF;
     UPDATE rara_approvals a SET decision = wanted, decided_by = who,
                                 decided_login = rara_caller(), decided_at = now(),

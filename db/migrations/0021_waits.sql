@@ -110,7 +110,6 @@ DECLARE
     extra text;
     shown text;
     depends jsonb := coalesce(nullif(p_step -> 'dependsOn', 'null'), '[]');
-    rule jsonb;
 BEGIN
     -- A step's wait rule (NULL: a step that runs), every field checked and named.
     IF wait IS NULL AND approval IS NULL THEN
@@ -220,14 +219,13 @@ BEGIN
         RAISE EXCEPTION '%.approval: onReject and onTimeout must be fail or cancel', p_what
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    rule := jsonb_build_object(
+    RETURN jsonb_build_object(
         'kind', 'approval',
         'show', coalesce(nullif(approval -> 'show', 'null'), '[]'),
         'approvers', coalesce(nullif(approval -> 'approvers', 'null'), '[]'),
         'timeout_ms', rara_duration_ms(approval -> 'timeout', p_what || '.approval.timeout'),
         'on_reject', coalesce(approval ->> 'onReject', 'fail'),
         'on_timeout', coalesce(approval ->> 'onTimeout', 'fail'));
-    RETURN rule;
 END $$;
 
 CREATE FUNCTION rara_spec_steps(p_spec jsonb) RETURNS jsonb

@@ -42,14 +42,3 @@ JOIN rara_runs r ON r.id = a.run_id
 JOIN rara_definition_versions v ON v.id = r.definition_version_id
 LEFT JOIN rara_waits w ON w.step_id = a.step_id
 WHERE a.run_id = :run_id AND a.step_key = :step_key;
-
--- name: wait_list_for_run
--- What the run's steps wait for now (a step without a row here waits for nothing).
-SELECT w.step_id, s.key, w.kind, w.signal, w.due_at, w.began_at
-FROM rara_waits w JOIN rara_steps s ON s.id = w.step_id
-WHERE w.run_id = :run_id
-ORDER BY s.key;
-
--- name: signal_list_for_run
-SELECT g.key, g.name, g.payload, g.step_id, g.sent_by, g.sent_at
-FROM rara_signals g WHERE g.run_id = :run_id ORDER BY g.sent_at, g.key;

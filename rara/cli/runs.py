@@ -23,7 +23,6 @@ from rara.cli.common import (
 from rara.client import Client, RunView
 from rara.errors import CapabilityUnavailable
 from rara.namespaces import qualified
-from rara.pg.steps import describe_wait
 from rara.runs import MAX_INPUT_BYTES
 from rara.states import RunStatus
 
@@ -147,9 +146,9 @@ def print_run(view: RunView) -> None:
         )
     console.print(table)
     for s in view.steps:
-        waiting = describe_wait(s.get("wait_kind"), s.get("wait_signal"), s.get("wait_due_at"))
+        waiting = waits.waiting_for(s.get("wait_kind"), s.get("wait_signal"), s.get("wait_due_at"))
         if waiting:
-            console.print(f"{s['key']} waits for {waiting}", highlight=False)
+            console.print(f"{s['key']} {waiting}", highlight=False)
 
 
 @app.command()

@@ -45,18 +45,6 @@ class StepRow:
         object.__setattr__(self, "status", StepStatus(self.status))
 
 
-def describe_wait(kind: str | None, signal: str | None, due_at: datetime | None) -> str | None:
-    """What a waiting step waits for, in words ("signal go (deadline …)", "time until …");
-    None: it does not wait."""
-    if kind is None:
-        return None
-    what = {"timer": "time", "signal": f"signal {signal}", "approval": "approval"}[kind]
-    if due_at is None:
-        return what
-    when = f"{due_at:%Y-%m-%d %H:%M:%S %Z}".strip()
-    return f"time until {when}" if kind == "timer" else f"{what} (deadline {when})"
-
-
 @dataclass(frozen=True, slots=True)
 class StepProgressRow:
     """A step of a run with the latest progress of its current attempt (``runs watch``)."""

@@ -62,26 +62,6 @@ class Approval(ApprovalRow):
     on_reject: str
 
 
-@dataclass(frozen=True, slots=True)
-class Waiting:
-    step_id: int
-    key: str
-    kind: str  # timer | signal | approval
-    signal: str | None
-    due_at: datetime | None
-    began_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Signal:
-    key: str
-    name: str
-    payload: Any
-    step_id: int
-    sent_by: str
-    sent_at: datetime
-
-
 async def fire(conn: AsyncConn, limit: int) -> Fired:
     found = await aone(conn, "waits_fire", class_row(Fired), limit=limit)
     assert found is not None  # one row always
@@ -135,11 +115,3 @@ def approvals(
 
 def approval(conn: Conn, run_id: int, step_key: str) -> Approval | None:
     return one(conn, "approval_get", class_row(Approval), run_id=run_id, step_key=step_key)
-
-
-def waiting(conn: Conn, run_id: int) -> list[Waiting]:
-    return many(conn, "wait_list_for_run", class_row(Waiting), run_id=run_id)
-
-
-def signals(conn: Conn, run_id: int) -> list[Signal]:
-    return many(conn, "signal_list_for_run", class_row(Signal), run_id=run_id)

@@ -33,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 from rara.pg import reconnect
 from rara.ui import charts, data
 from rara.ui.fleet import FLEET, fleet_state
-from rara.ui.render import waits_for
+from rara.waits import waiting_for
 
 log = structlog.get_logger("rara.ui.live")
 
@@ -168,7 +168,7 @@ class LiveHub:
                         {
                             "key": s.key,
                             "status": s.status,
-                            "waits": waits_for(s.wait_kind, s.wait_signal, s.wait_due),
+                            "waits": waiting_for(s.wait_kind, s.wait_signal, s.wait_due),
                             "attempt": s.attempt,
                             "fraction": s.fraction,
                         }

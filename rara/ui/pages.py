@@ -43,10 +43,11 @@ from rara.ui.fleet import FLEET, fleet_state
 from rara.ui.groups import MapGroup, map_groups
 from rara.ui.links import namespace_arg, page_namespace
 from rara.ui.live import RUNS, LiveHub
-from rara.ui.render import page, waits_for
+from rara.ui.render import page
 from rara.ui.reuse import summarise
 from rara.ui.timeline import Reused, timeline
 from rara.ui.user_roles import connection, user_of, visible_namespaces
+from rara.waits import waiting_for
 
 FAVICON = Path(__file__).parent / "static" / "favicon.svg"
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
@@ -219,7 +220,7 @@ async def run_page(request: Request) -> Response:
 
 def _node(step: data.StepLine, group: MapGroup | None, now: datetime) -> StepNode:
     reuse = step.reuse
-    waiting = waits_for(step.wait_kind, step.wait_signal, step.wait_due)
+    waiting = waiting_for(step.wait_kind, step.wait_signal, step.wait_due)
     return StepNode(
         step.key,
         step.depends_on,
@@ -295,7 +296,7 @@ async def run_state(request: Request) -> Response:
                 {
                     "key": s.key,
                     "status": s.status,
-                    "waits": waits_for(s.wait_kind, s.wait_signal, s.wait_due),
+                    "waits": waiting_for(s.wait_kind, s.wait_signal, s.wait_due),
                     "attempt": s.attempt,
                     "fraction": s.fraction,
                 }

@@ -39,20 +39,6 @@ def took(start: datetime | None, end: datetime | None, now: datetime | None = No
     return f"{minutes // 60}h{minutes % 60:02d}m"
 
 
-def waits_for(kind: str | None, signal: str | None, due: datetime | None) -> str:
-    """What a waiting step waits for (its rara_waits row), as the DAG's tooltip and the live
-    state say it; "" for a step that waits for nothing. (The steps table says it with a
-    relative time and a link to the approval: run.html.)"""
-    by = f"{when(due)} UTC" if due else ""
-    if kind == "timer":
-        return f"waits until {by}"
-    if kind == "signal":
-        return f"waits for signal {signal}" + (f" by {by}" if by else "")
-    if kind == "approval":
-        return "waits for an approval" + (f" by {by}" if by else "")
-    return ""
-
-
 def iso(value: datetime | None) -> str:
     """The instant for the page's scripts (UTC, ISO 8601): what they count from."""
     return "" if value is None else value.astimezone(UTC).isoformat()

@@ -16,6 +16,7 @@ no such step) is mirrored with the refusal and an Event, and not retried.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -23,13 +24,10 @@ import psycopg
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rara import waits
-from rara.errors import NotFound, WaitRefused
+from rara.errors import NotFound, WaitNotYet, WaitRefused
 from rara.operator.runtime import connection
-from rara.pg.waits import Decided, Signalled
 
 RETRY_SECONDS = 5.0
-# What the database says of a step whose dependencies still run: not an error, not yet.
-NOT_YET = "blocked on its dependencies"
 
 
 class _Entry(BaseModel):
@@ -56,13 +54,9 @@ def _run_id(status: kopf.Status) -> int:
     return int(run_id)
 
 
-def _refused(body: kopf.Body, what: str, exc: Exception) -> dict[str, Any]:
-    message = str(exc)
-    kopf.warn(body, reason="Refused", message=f"{what}: {message}")
-    return {"accepted": False, "message": message}
-
-
-def _signalled(entry: SignalEntry, sent: Signalled) -> dict[str, Any]:
+def _signal(conn: psycopg.Connection[Any], run_id: int, raw: dict[str, Any]) -> dict[str, Any]:
+    entry = SignalEntry.model_validate(raw)
+    sent = waits.signal(conn, run_id, entry.name, entry.payload, entry.key)
     return {
         "name": entry.name,
         "accepted": sent.accepted,  # False: its key was taken before (nothing changed)
@@ -71,7 +65,16 @@ def _signalled(entry: SignalEntry, sent: Signalled) -> dict[str, Any]:
     }
 
 
-def _decided(entry: ApprovalEntry, decided: Decided) -> dict[str, Any]:
+def _decide(conn: psycopg.Connection[Any], run_id: int, raw: dict[str, Any]) -> dict[str, Any]:
+    entry = ApprovalEntry.model_validate(raw)
+    decided = waits.decide(
+        conn,
+        run_id,
+        entry.step,
+        approve=entry.decision == "approve",
+        reason=entry.reason,
+        identity=entry.by,
+    )
     return {
         "step": entry.step,
         "accepted": True,
@@ -82,65 +85,49 @@ def _decided(entry: ApprovalEntry, decided: Decided) -> dict[str, Any]:
     }
 
 
+Apply = Callable[[psycopg.Connection[Any], int, dict[str, Any]], dict[str, Any]]
+
+
+def _apply_entries(
+    field: str, named: str, apply: Apply, body: kopf.Body, status: kopf.Status,
+    patch: kopf.Patch, memo: kopf.Memo,
+) -> None:  # fmt: skip
+    """Hand each entry of ``body[field]`` not yet in ``status[field]`` to ``apply``, in order,
+    and mirror what each did. An entry for a step that does not wait yet stops the pass (the
+    later ones wait too) and is tried again in RETRY_SECONDS; one refused for good is
+    mirrored with the refusal (``named``: the entry's field that names it) and a Warning."""
+    entries = list(body.get(field) or [])
+    done = list(status.get(field) or [])
+    if len(done) >= len(entries):
+        return
+    run_id = _run_id(status)
+    not_yet = False
+    with connection(memo) as conn:
+        for raw in entries[len(done) :]:
+            try:
+                done.append(apply(conn, run_id, dict(raw)))
+            except WaitNotYet:
+                not_yet = True
+                break
+            except (
+                ValidationError, NotFound, WaitRefused, psycopg.errors.InsufficientPrivilege
+            ) as exc:  # fmt: skip
+                kopf.warn(body, reason="Refused", message=f"{field}: {exc}")
+                done.append({named: dict(raw).get(named), "accepted": False, "message": str(exc)})
+    patch.status[field] = done
+    if not_yet:
+        raise kopf.TemporaryError(f"{field}: a step is not waiting yet", delay=RETRY_SECONDS)
+
+
 def apply_signals(
     body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
 ) -> None:
     """Send each signal of ``signals`` once, in order (its key: its own, else its name)."""
-    entries = list(body.get("signals") or [])
-    done = list(status.get("signals") or [])
-    if len(done) >= len(entries):
-        return
-    run_id = _run_id(status)
-    waiting = False
-    with connection(memo) as conn:
-        for raw in entries[len(done) :]:
-            try:
-                entry = SignalEntry.model_validate(dict(raw))
-                sent = waits.signal(conn, run_id, entry.name, entry.payload, entry.key)
-                done.append(_signalled(entry, sent))
-            except WaitRefused as exc:
-                if NOT_YET in str(exc):
-                    waiting = True  # in order: the later ones wait too
-                    break
-                done.append({"name": dict(raw).get("name"), **_refused(body, "signal", exc)})
-            except (ValidationError, NotFound) as exc:
-                done.append({"name": dict(raw).get("name"), **_refused(body, "signal", exc)})
-    patch.status["signals"] = done
-    if waiting:
-        raise kopf.TemporaryError("a signalled step is not waiting yet", delay=RETRY_SECONDS)
+    _apply_entries("signals", "name", _signal, body, status, patch, memo)
 
 
 def apply_approvals(
     body: kopf.Body, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
 ) -> None:
     """Record each decision of ``approvals`` once, in order, as its ``by``."""
-    entries = list(body.get("approvals") or [])
-    done = list(status.get("approvals") or [])
-    if len(done) >= len(entries):
-        return
-    run_id = _run_id(status)
-    waiting = False
-    with connection(memo) as conn:
-        for raw in entries[len(done) :]:
-            step = dict(raw).get("step")
-            try:
-                entry = ApprovalEntry.model_validate(dict(raw))
-                decided = waits.decide(
-                    conn,
-                    run_id,
-                    entry.step,
-                    approve=entry.decision == "approve",
-                    reason=entry.reason,
-                    identity=entry.by,
-                )
-                done.append(_decided(entry, decided))
-            except WaitRefused as exc:
-                if NOT_YET in str(exc):
-                    waiting = True
-                    break
-                done.append({"step": step, **_refused(body, "approval", exc)})
-            except (ValidationError, NotFound, psycopg.errors.InsufficientPrivilege) as exc:
-                done.append({"step": step, **_refused(body, "approval", exc)})
-    patch.status["approvals"] = done
-    if waiting:
-        raise kopf.TemporaryError("the approval step is not waiting yet", delay=RETRY_SECONDS)
+    _apply_entries("approvals", "step", _decide, body, status, patch, memo)

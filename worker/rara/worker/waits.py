@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 
 import structlog
 
@@ -33,11 +32,7 @@ def sleep_for(fired: Fired, batch: int) -> float:
         return 0.0
     if fired.next_due is None:
         return MAX_SLEEP_SECONDS
-    return min(MAX_SLEEP_SECONDS, max(0.0, _seconds(fired.next_due, fired.db_now)))
-
-
-def _seconds(later: datetime, earlier: datetime) -> float:
-    return (later - earlier).total_seconds()
+    return min(MAX_SLEEP_SECONDS, max(0.0, (fired.next_due - fired.db_now).total_seconds()))
 
 
 async def fire_loop(

@@ -3319,6 +3319,11 @@ BEGIN
         -- Firing loops sleep until the earliest due time they read: this one may be earlier.
         PERFORM pg_notify('rara_waits', '');
     END IF;
+    IF rule ->> 'kind' IN ('signal', 'approval') THEN
+        -- Watchers of the run: it may now wait for a person (one notification per wait that
+        -- begins, at commit; identical ones in a transaction are folded into one).
+        PERFORM pg_notify('rara_run', NEW.run_id::text || ':waiting');
+    END IF;
     RETURN NULL;
 END $$;
 

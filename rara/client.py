@@ -27,7 +27,7 @@ from rara.namespaces import document_namespace, namespace_from, qualified
 from rara.pg import artifacts, definitions, events, runs, steps
 from rara.pg import waits as wait_sql
 from rara.pg.connect import database_url
-from rara.pg.waits import Approval, ApprovalRow, Decided, Signalled
+from rara.pg.waits import Approval, ApprovalRow, Decided, PersonWait, Signalled
 from rara.releases import (
     MoveRow,
     Release,
@@ -292,14 +292,25 @@ class Client:
         with self._conn() as conn:
             return set_suspended(conn, name, suspended, namespace=self.namespace)
 
-    def wait(self, run_id: int, timeout: float | None = None, poll: float = 1.0) -> RunView:
-        """Block until the run is terminal: woken by NOTIFY on rara_run, polling as fallback."""
+    def awaiting_person(self, run_id: int) -> list[PersonWait]:
+        """The signals and approvals run ``run_id`` waits for when nothing but a person can
+        move it on (empty while a step is ready or running, or a timer will fire)."""
+        with self._conn() as conn:
+            return wait_sql.for_person(conn, run_id)
+
+    def wait(
+        self, run_id: int, timeout: float | None = None, poll: float = 1.0, *,
+        until_person: bool = False,
+    ) -> RunView:  # fmt: skip
+        """Block until the run is terminal, or (``until_person``) until only a signal or a
+        decision can move it on (``awaiting_person`` says which): woken by NOTIFY on
+        rara_run (a run ended, or began to wait for a person), polling as fallback."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with psycopg.connect(self.url, autocommit=True) as listener:
             listener.execute("LISTEN rara_run")
             while True:
                 view = self.get_run(run_id)
-                if view.status.terminal:
+                if view.status.terminal or (until_person and self.awaiting_person(run_id)):
                     return view
                 remaining = poll if deadline is None else min(poll, deadline - time.monotonic())
                 if remaining <= 0:

@@ -19,7 +19,7 @@ import psycopg
 
 from rara.errors import InputInvalid, NotFound, WaitNotYet, WaitRefused
 from rara.pg import waits as wait_sql
-from rara.pg.waits import Approval, Decided, Signalled
+from rara.pg.waits import Approval, Decided, PersonWait, Signalled
 
 MAX_PAYLOAD_BYTES = 64 * 1024  # a signal says what happened; bytes go to the artifact store
 
@@ -79,3 +79,18 @@ def waiting_for(kind: str | None, signal: str | None, due: datetime | None) -> s
         return ""
     what = f"waits for signal {signal}" if kind == "signal" else "waits for an approval"
     return f"{what} (deadline {at})" if at else what
+
+
+def next_moves(run_id: int, waits: list[PersonWait]) -> list[str]:
+    """What a person can do for each wait of a run that only a person can move on, as
+    `rara runs watch` and the demo say it: "release waits for an approval: rara approvals
+    show 42 release"."""
+    lines = []
+    for w in waits:
+        what = waiting_for(w.kind, w.signal, w.due_at)
+        if w.kind == "approval":
+            how = f"rara approvals show {run_id} {w.step_key}, then approve or reject"
+        else:
+            how = f"rara runs signal {run_id} {w.signal} --payload JSON"
+        lines.append(f"{w.step_key} {what}: {how}")
+    return lines

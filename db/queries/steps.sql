@@ -23,7 +23,8 @@ WHERE s.run_id = :run_id AND s.map_parent IS NULL ORDER BY s.id;
 
 -- name: step_list_progress
 -- Each step of a run with its latest progress event (of its current attempt); a map step's
--- progress is its children's: the fraction done and a summary (done/running/failed of N).
+-- progress is its children's: the fraction done and a summary (done/running/failed of N);
+-- wait_kind: what a waiting step waits for (timer | signal | approval; null: it does not).
 SELECT s.id, s.key, s.capability, s.executor, s.status::text AS status, s.attempt,
        s.max_attempts, s.started_at, s.finished_at, s.result, s.error,
        CASE WHEN s.map_over IS NULL THEN e.fraction
@@ -31,13 +32,14 @@ SELECT s.id, s.key, s.capability, s.executor, s.status::text AS status, s.attemp
        CASE WHEN s.map_over IS NULL THEN e.message
             ELSE rara_map_summary(s.map_total, s.map_succeeded, s.map_failed, s.id)
        END AS message,
-       e.metrics, s.map_over IS NOT NULL AS is_map, s.reused_from
+       e.metrics, s.map_over IS NOT NULL AS is_map, s.reused_from, w.kind AS wait_kind
 FROM rara_steps s
 LEFT JOIN LATERAL (
     SELECT fraction, message, metrics FROM rara_events
     WHERE step_id = s.id AND attempt = s.attempt
     ORDER BY seq DESC LIMIT 1
 ) e ON true
+LEFT JOIN rara_waits w ON w.step_id = s.id
 WHERE s.run_id = :run_id AND s.map_parent IS NULL ORDER BY s.id;
 
 -- name: step_next_available$

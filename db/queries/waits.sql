@@ -42,3 +42,18 @@ JOIN rara_runs r ON r.id = a.run_id
 JOIN rara_definition_versions v ON v.id = r.definition_version_id
 LEFT JOIN rara_waits w ON w.step_id = a.step_id
 WHERE a.run_id = :run_id AND a.step_key = :step_key;
+
+-- name: wait_list_for_person
+-- The waits of run :run_id that only a person can end (a signal, a decision), when nothing
+-- else can move the run on: no step (a map's children included) ready or running, and no
+-- timer. Empty while anything else can: `rara runs watch` stops on a row, and says what each
+-- waits for. A deadline (due_at) ends such a wait too, as the definition says, but only when
+-- nobody acted by then.
+SELECT s.key AS step_key, w.kind, w.signal, w.due_at
+FROM rara_waits w
+JOIN rara_steps s ON s.id = w.step_id
+WHERE w.run_id = :run_id AND w.kind IN ('signal', 'approval')
+  AND NOT EXISTS (SELECT 1 FROM rara_steps o
+                  WHERE o.run_id = :run_id AND o.status IN ('ready', 'running'))
+  AND NOT EXISTS (SELECT 1 FROM rara_waits t WHERE t.run_id = :run_id AND t.kind = 'timer')
+ORDER BY s.id;

@@ -21,6 +21,7 @@ from rara.cli.common import (
     reports_errors,
 )
 from rara.client import Client, RunView
+from rara.definitions.model import RUNS_NOTHING
 from rara.errors import CapabilityUnavailable
 from rara.namespaces import qualified
 from rara.runs import MAX_INPUT_BYTES
@@ -28,6 +29,9 @@ from rara.states import RunStatus
 
 app = typer.Typer(help="Runs of workflow definitions.", no_args_is_help=True)
 
+# `runs watch` stopped where only a person can move the run on: not a success (a script that
+# goes on after `watch` must not go on past a gate), not a failure either.
+WAITS_FOR_PERSON = 3
 WORKER_POLL_SECONDS = 0.2  # --wait-for-workers: how often to ask again (a CLI, not a hot path)
 
 
@@ -139,7 +143,8 @@ def print_run(view: RunView) -> None:
             s["capability"],
             s["executor"],
             _status(s),
-            s.get("children") or f"{s['attempt']}/{s['max_attempts']}",
+            s.get("children")
+            or ("" if s["capability"] in RUNS_NOTHING else f"{s['attempt']}/{s['max_attempts']}"),
             f"{s['started_at']:%H:%M:%S}" if s["started_at"] else "",
             took,
             describe_reuse(s.get("reused_from")),
@@ -247,16 +252,31 @@ def print_events(events: list[dict[str, Any]]) -> None:
 @app.command()
 @reports_errors
 def watch(
-    run_id: int, timeout: Annotated[float | None, typer.Option(help="seconds")] = None
+    run_id: int,
+    timeout: Annotated[float | None, typer.Option(help="seconds")] = None,
+    through_waits: Annotated[
+        bool,
+        typer.Option(
+            "--through-waits",
+            help="keep watching while the run waits for a signal or an approval, to its end",
+        ),
+    ] = False,
 ) -> None:
-    """Live per-step progress until the run ends, then a summary; exit 1 unless it succeeded."""
+    """Live per-step progress until the run ends, then a summary. Exit 0: it succeeded; 1: it
+    failed or was cancelled; 3: it stopped where only a person can move it on (a signal or an
+    approval it waits for, said with the command that gives it; --through-waits: go on)."""
     from rara.cli.watch import summary
     from rara.cli.watch import watch as watch_run
 
     client = Client()
     client.get_run(run_id)  # a clear error for an unknown run before the live view starts
-    status = watch_run(client.url, run_id, console, timeout)
+    status = watch_run(client.url, run_id, console, timeout, through_waits=through_waits)
     console.print(summary(client.url, run_id))
+    if not status.terminal:
+        console.print(f"run {run_id} waits for a person:", highlight=False)
+        for line in waits.next_moves(run_id, client.awaiting_person(run_id)):
+            console.print(f"  {line}", highlight=False, markup=False)
+        raise typer.Exit(WAITS_FOR_PERSON)
     if status is not RunStatus.SUCCEEDED:
         raise typer.Exit(1)
 

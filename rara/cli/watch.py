@@ -15,10 +15,13 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
 from rara.cache import describe_reuse
+from rara.definitions.model import RUNS_NOTHING
 from rara.errors import NotFound
 from rara.pg import artifacts, runs
 from rara.pg import steps as step_sql
+from rara.pg import waits as wait_sql
 from rara.pg.queries import value
+from rara.pg.steps import StepProgressRow
 from rara.states import RunStatus
 
 _DONE_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
@@ -30,11 +33,19 @@ def fetch(
     run = runs.get(conn, run_id)
     if run is None:
         raise NotFound(f"no run {run_id}")
-    return asdict(run), [asdict(s) for s in step_sql.list_progress(conn, run_id)]
+    # A waiting step reads "waiting", as on the dashboard (it is blocked, with a wait row).
+    steps = step_sql.list_progress(conn, run_id)
+    return asdict(run), [{**asdict(s), "status": s.shown_status} for s in steps]
 
 
-def watch(url: str, run_id: int, console: Console, timeout: float | None = None) -> RunStatus:
-    """Show live progress until the run ends; returns its final status.
+def watch(
+    url: str, run_id: int, console: Console, timeout: float | None = None, *,
+    through_waits: bool = False,
+) -> RunStatus:  # fmt: skip
+    """Show live progress until the run ends; returns its final status. Or, unless
+    ``through_waits``, until only a person can move it on (a signal, an approval: nothing
+    ready or running, no timer); returns its status then, not terminal
+    (``Client.awaiting_person`` says what it waits for).
 
     On a terminal: a bar per step, redrawn in place. In a pipe or a log file (no terminal to
     redraw): one plain line per change of a step's status or attempt, which reads well in CI
@@ -60,7 +71,8 @@ def watch(url: str, run_id: int, console: Console, timeout: float | None = None)
         if live
         else nullcontext(),
     ):
-        listener.execute("LISTEN rara_run")  # run ends; progress is polled
+        # A run's end, or a wait for a person begun (migration 0023); progress is polled.
+        listener.execute("LISTEN rara_run")
         while True:
             run, steps = fetch(conn, run_id)
             now = _database_now(conn)
@@ -70,7 +82,8 @@ def watch(url: str, run_id: int, console: Console, timeout: float | None = None)
                 else:
                     _log_change(console, seen, step, now)
             status = RunStatus(run["status"])
-            if status.terminal:
+            person = [] if status.terminal or through_waits else wait_sql.for_person(conn, run_id)
+            if status.terminal or person:
                 if live:
                     console.print()  # what follows starts on a line of its own
                 return status
@@ -163,14 +176,21 @@ def summary(url: str, run_id: int) -> Table:
             took = f"{(s.finished_at - s.started_at).total_seconds():.1f}s"
         table.add_row(
             s.key,
-            f"{s.status} (reused)" if s.reused_from else s.status,
-            # a map step is never leased itself: its children's tally (map: 4/4 done)
-            (s.message or "") if s.is_map else f"{s.attempt}/{s.max_attempts}",
+            f"{s.status} (reused)" if s.reused_from else s.shown_status,
+            _attempts(s),
             took,
             _brief(s.result if s.status == "succeeded" else s.error),
             "\n".join(made.get(s.key, [])),
         )
     return table
+
+
+def _attempts(step: StepProgressRow) -> str:
+    if step.is_map:  # never leased itself: its children's tally (map: 4/4 done)
+        return step.message or ""
+    if step.capability in RUNS_NOTHING:  # a wait or a gate: never leased
+        return ""
+    return f"{step.attempt}/{step.max_attempts}"
 
 
 def _brief(value: Any, limit: int = 70) -> str:

@@ -138,6 +138,8 @@ class CacheSpec(_Model):
 # A wait step (docs/waits.md) runs nothing; its capability is the database's own.
 WAIT_CAPABILITY = "rara.wait@1"
 APPROVAL_CAPABILITY = "rara.approval@1"
+# The database's own capabilities: steps of theirs are never leased, so have no attempts.
+RUNS_NOTHING = frozenset({WAIT_CAPABILITY, APPROVAL_CAPABILITY})
 SIGNAL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 UNTIL_PATTERN = r"^input(\.[A-Za-z0-9_-]+)+$"
 SHOW_PATTERN = r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?(\.result(\.[A-Za-z0-9_-]+)*)?$"

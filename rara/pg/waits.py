@@ -62,6 +62,17 @@ class Approval(ApprovalRow):
     on_reject: str
 
 
+@dataclass(frozen=True, slots=True)
+class PersonWait:
+    """A wait only a person can end, in a run nothing else can move on (wait_list_for_person):
+    a signal's or an approval's, with its deadline if it has one."""
+
+    step_key: str
+    kind: str  # signal | approval
+    signal: str | None
+    due_at: datetime | None
+
+
 async def fire(conn: AsyncConn, limit: int) -> Fired:
     found = await aone(conn, "waits_fire", class_row(Fired), limit=limit)
     assert found is not None  # one row always
@@ -115,3 +126,7 @@ def approvals(
 
 def approval(conn: Conn, run_id: int, step_key: str) -> Approval | None:
     return one(conn, "approval_get", class_row(Approval), run_id=run_id, step_key=step_key)
+
+
+def for_person(conn: Conn, run_id: int) -> list[PersonWait]:
+    return many(conn, "wait_list_for_person", class_row(PersonWait), run_id=run_id)

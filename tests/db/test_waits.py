@@ -512,3 +512,51 @@ def test_a_decision_racing_a_run_cancel_is_refused(
         "SELECT decision FROM rara_approvals WHERE step_id = %s", (_step_id(conn, run_id, "w"),)
     ).fetchone() == (None,)
     check_history(conn)
+
+
+def test_a_run_waits_for_a_person_only_when_nothing_else_can_move_it(
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    """wait_list_for_person: empty while a step is ready or running or a timer will fire; the
+    gate's row once only a decision can move the run on, announced on rara_run (0023) so
+    `runs watch` and Client.wait(until_person=True) stop then, not at their next poll."""
+    from rara.client import Client
+    from rara.pg.waits import for_person
+
+    client = Client(database_url)
+    apply(conn, "gated", GATED)
+    run_id = start_run(conn, "gated", queue_anyway=True).run_id
+    assert for_person(conn, run_id) == []  # evaluate and collect are ready
+    with psycopg.connect(database_url, autocommit=True) as listener:
+        listener.execute("LISTEN rara_run")
+        worker = ThreadWorker(database_url, tmp_path).start(conn)
+        try:
+            view = client.wait(run_id, timeout=30, until_person=True)
+            heard = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+        finally:
+            worker.stop()
+    assert not view.status.terminal
+    assert heard == [f"{run_id}:waiting"]
+    [gate] = for_person(conn, run_id)
+    assert (gate.step_key, gate.kind, gate.signal, gate.due_at) == ("gate", "approval", None, None)
+    assert waits.next_moves(run_id, [gate]) == [
+        f"gate waits for an approval: rara approvals show {run_id} gate, then approve or reject"
+    ]
+
+    # A timer in the same run will move it on by itself: nobody is waited for yet.
+    apply(
+        conn,
+        "napping",
+        [{"key": "nap", "wait": {"for": "1h"}}, {"key": "go", "wait": {"signal": "go"}}],
+    )
+    napping = start_run(conn, "napping", queue_anyway=True).run_id
+    assert waiting_of(conn, napping) == ["go", "nap"]
+    assert for_person(conn, napping) == []
+    conn.execute(
+        "UPDATE rara_waits SET due_at = now() WHERE run_id = %s AND kind = 'timer'", (napping,)
+    )
+    conn.execute(FIRE)
+    [go] = for_person(conn, napping)
+    assert waits.next_moves(napping, [go]) == [
+        f"go waits for signal go: rara runs signal {napping} go --payload JSON"
+    ]

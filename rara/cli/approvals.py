@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Annotated
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from rara.cli.common import (
@@ -18,6 +19,7 @@ from rara.cli.common import (
     reports_errors,
 )
 from rara.client import Client
+from rara.evidence import MetricTable, metric_table
 from rara.pg.waits import Approval, ApprovalRow
 
 app = typer.Typer(
@@ -67,13 +69,14 @@ def _row(a: ApprovalRow) -> tuple[str, ...]:
     )
 
 
-def print_approval(a: Approval) -> None:
-    console.print(
+def print_approval(a: Approval, out: Console = console) -> None:
+    """The approval as `rara approvals show` prints it (the demo prints it so too)."""
+    out.print(
         f"run {a.run_id} · {a.namespace}/{a.definition} · approval [bold]{a.step_key}[/bold]: "
         f"{_state(a.decision)}",
         highlight=False,
     )
-    console.print(
+    out.print(
         f"requested {_when(a.requested_at)}"
         + (f", deadline {_when(a.due_at)}" if a.due_at else "")
         + f"; approvers: {', '.join(a.approvers) or 'any client of the namespace'}"
@@ -84,25 +87,36 @@ def print_approval(a: Approval) -> None:
         by = a.decided_by or "its deadline"
         if a.decided_login and a.decided_login != a.decided_by:
             by += f" (through login {a.decided_login})"
-        console.print(
+        out.print(
             f"{a.decision} by {by} at {_when(a.decided_at)}"
             + (f": {a.reason}" if a.reason else ""),
             highlight=False,
         )
     shown = a.evidence.get("shown", [])
     if shown:
-        console.print("[bold]Evidence[/bold] (as it was when the gate began to wait)")
+        out.print("[bold]Evidence[/bold] (as it was when the gate began to wait)")
         for item in shown:
-            console.print(f"  {item['show']}:", highlight=False)
+            table = metric_table(item.get("value"), item["show"])
+            if table is not None:
+                out.print(evidence_table(item["show"], table))
+                continue
+            out.print(f"  {item['show']}:", highlight=False)
             text = json.dumps(item.get("value"), indent=2, sort_keys=True)
             for line in text.splitlines():
-                console.print("    " + line, highlight=False, markup=False)
+                out.print("    " + line, highlight=False, markup=False)
     artifacts = a.evidence.get("artifacts", [])
     if artifacts:
-        table = Table("step", "artifact", "digest", "size")
+        digests = Table("step", "artifact", "digest", "size")
         for art in artifacts:
-            table.add_row(art["step"], art["name"], art["digest"], str(art["size"]))
-        console.print(table)
+            digests.add_row(art["step"], art["name"], art["digest"], str(art["size"]))
+        out.print(digests)
+
+
+def evidence_table(shown: str, table: MetricTable) -> Table:
+    drawn = Table("", *table.columns, title=shown, title_justify="left")
+    for name, cells in table.text_rows():
+        drawn.add_row(name, *cells)
+    return drawn
 
 
 @app.command()

@@ -11,6 +11,7 @@ from typing import Any
 
 from psycopg.rows import class_row, scalar_row
 
+from rara.evidence import metric_table
 from rara.pg.events import EventRow
 from rara.pg.queries import AsyncConn, amany, aone, avalue
 from rara.pg.schedules import ScheduleRow, ScheduleSummary, TickRow
@@ -136,7 +137,12 @@ class RunApproval:
 
     @property
     def shown(self) -> list[dict[str, Any]]:
-        return list(self.evidence.get("shown") or [])
+        """Each shown value, with ``table``: it drawn as a table of metrics (rara.evidence),
+        or None (shown as JSON)."""
+        return [
+            {**e, "table": metric_table(e.get("value"), e.get("show", ""))}
+            for e in self.evidence.get("shown") or []
+        ]
 
     @property
     def artifacts(self) -> list[dict[str, Any]]:

@@ -188,11 +188,16 @@ def test_an_approval_is_decided_beside_its_evidence_once(
         expect(status.locator("[data-field=waits-for] a")).to_have_attribute(
             "href", "#approval-gate"
         )
-        # The evidence as it was frozen: each shown value, highlighted; the artifact's digest.
-        quality = gate.locator('details.shown[data-show="evaluate.result.input.quality"] pre')
-        expect(quality.locator("span.j-key")).to_have_text('"ndcg"')
-        expect(quality.locator("span.j-num")).to_have_text("0.71")
-        expect(gate.locator('details.shown[data-show="collect"] pre')).to_contain_text(digest)
+        # The evidence as it was frozen: an object of metrics as a table (rara.evidence), any
+        # other value as highlighted JSON; the artifact's digest.
+        quality = gate.locator(
+            'details.shown[data-show="evaluate.result.input.quality"] table.metric-table'
+        )
+        expect(quality.locator("thead th.mono")).to_have_text(["ndcg"])
+        expect(quality.locator('tr[data-row="quality"] td.num')).to_have_text(["0.710"])
+        collected = gate.locator('details.shown[data-show="collect"] pre')
+        expect(collected).to_contain_text(digest)
+        expect(collected.locator("span.j-key", has_text='"digest"')).to_have_count(1)
         artifact = gate.locator(f'table.evidence-artifacts tr[data-digest="{digest}"]')
         expect(artifact).to_contain_text("corpus.txt")
         expect(artifact.locator("td.digest a")).to_have_text(digest)

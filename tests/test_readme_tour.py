@@ -85,6 +85,24 @@ def test_readme_tour_runs_as_written(tmp_path: Path) -> None:
     assert "(unchanged)" in output
     for step in ("collect", "clean", "index", "evaluate", "adapt"):
         assert re.search(rf"^{step} succeeded", output, re.MULTILINE), f"{step}:\n{output}"
+    # `runs watch` stopped at the gate (exit 3), saying what moves it on; the gate showed the
+    # quality table; the approval let the run succeed.
+    assert re.search(r"^release waiting$", output, re.MULTILINE), output
+    assert re.search(
+        r"release waits for an approval \(deadline [^)]+\): rara approvals show \d+ release", output
+    ), output
+    assert "adapt.result.quality" in output
+    assert re.search(r"│ diff\s+│ [+-]0\.\d{3} \[", output), output
+    assert re.search(r"^run \d+: release approved by ", output, re.MULTILINE), output
+    # The release: promoted, read back as JSON, fetched and verified file by file.
+    assert re.search(r"rag-refresh@1\b", output), output
+    assert '"number": 1' in output
+    fetched = work / "served"
+    assert sorted(str(p.relative_to(fetched)) for p in fetched.rglob("*") if p.is_file()) == [
+        "adapt/adapter.tar.gz",
+        "index/index.bm25",
+    ]
+    assert re.search(r"served/index/index\.bm25: sha256:[0-9a-f]{64} verified", output), output
     # `runs show --artifacts` in a pipe: one line per artifact, its digest whole.
     assert re.search(r"^adapt/\S+ sha256:[0-9a-f]{64} \d+B ", output, re.MULTILINE), output
     assert "(existing run for this key)" in output

@@ -19,7 +19,7 @@ import pytest
 from rara.client import Client
 from rara.states import RunStatus
 from tests.artifacts.s3_server import S3Server
-from tests.demo.support import SMALL, running_fleet, step_of
+from tests.demo.support import SMALL, running_fleet, step_of, through_the_gate
 
 pytest.importorskip("torch", reason="the demo's adaptation step needs rara-rag's ML stack")
 pytest.importorskip("minio", reason="the s3 extra is not installed (pip install '.[s3]')")
@@ -89,6 +89,12 @@ def test_demo_keeps_every_artifact_in_the_bucket(
     assert f"run {run['id']} and 2 refreshes: succeeded" in said
     assert f"run {unchanged['id']}, documents unchanged: 8 of 9 steps reused" in said
     assert f"run {changed['id']}, one document changed" in said
+    # Each stopped at its gate, was approved as the demo's client login, and the first made
+    # the release its index and adapter are served as; the same bytes again made none.
+    assert f"release rag-refresh@1 promoted by rara_demo_client from run {run['id']}" in said
+    assert "release rag-refresh@1 already serves these bytes: nothing to promote" in said
+    released = {a.digest for a in client.get_release("rag-refresh", 1).artifacts}
+    assert released <= set(_blobs(s3_env, bucket, "arts/"))
     # Under the processes' own logins (docs/least-privilege.md): the attempts were the worker
     # login's, which may only lease, report and end, and the client's started the run.
     assert "database logins: worker rara_demo_worker (rara_worker)" in said
@@ -134,7 +140,7 @@ def test_adaptation_killed_mid_training_resumes_from_the_bucket(
         _first_checkpoint(database_url, run.run_id, timeout=240)
         fleet.executor.kill()  # SIGKILL mid-training: the stream breaks, the attempt fails
         fleet.executor.start()
-        final = fleet.client.wait(run.run_id, timeout=300)
+        final = through_the_gate(fleet.client, run.run_id, 300)
     assert final.status is RunStatus.SUCCEEDED, final.steps
 
     adapt = step_of(fleet.client, run.run_id, "adapt")

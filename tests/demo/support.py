@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rara.client import Client
+from rara.client import Client, RunView
 from rara_rag.demo.__main__ import DEFINITION, services, wait_until_served
 from rara_rag.demo.processes import Child
+from rara_rag.demo.release import GATE
 
 #: The smallest input that exercises every step: 12 documents, 32 train pairs, one epoch.
 SMALL = {"limit": 12, "train": 32, "epochs": 1}
@@ -49,3 +50,15 @@ def running_fleet(
 
 def step_of(client: Client, run_id: int, key: str) -> dict[str, Any]:
     return next(s for s in client.get_run(run_id).steps if s["key"] == key)
+
+
+def through_the_gate(client: Client, run_id: int, timeout: float) -> RunView:
+    """Run ``run_id`` to its end, approving its gate (examples/rag-refresh.yaml) on the way,
+    as a person would once it waits there; a run that ends before it (a failure) is returned
+    as it ended."""
+    view = client.wait(run_id, timeout=timeout, until_person=True)
+    if view.status.terminal:
+        return view
+    assert [w.step_key for w in client.awaiting_person(run_id)] == [GATE], view.steps
+    client.decide_approval(run_id, GATE, approve=True, reason="tests approve it")
+    return client.wait(run_id, timeout=60)

@@ -4,22 +4,28 @@ the real capabilities, then bad input that must fail terminally with a clear err
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from rich.console import Console
 
 from rara.artifacts.store import LocalArtifactStore
+from rara.client import Client
 from rara.errors import InputInvalid
+from rara.evidence import metric_table
 from rara.executor.client import ExecutorClient, make_job
+from rara.releases import fetch
 from rara.states import RunStatus
 from rara_rag import corpus
-from rara_rag.demo import refresh
+from rara_rag.demo import refresh, release
 from rara_rag.demo.__main__ import clean_shards
 from rara_rag.demo.chaos import deterministic_digests
-from tests.demo.support import SMALL, Fleet, running_fleet, step_of
+from tests.demo.support import SMALL, Fleet, running_fleet, step_of, through_the_gate
 
 pytest.importorskip("torch", reason="the demo's adaptation step needs rara-rag's ML stack")
 
@@ -34,8 +40,13 @@ def fleet(database_url: str, tmp_path: Path) -> Iterator[Fleet]:
 def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None:
     client, artifacts = fleet.client, fleet.artifacts
     run = client.start_run("rag-refresh", input=SMALL)
-    final = client.wait(run.run_id, timeout=420)
+    waiting = client.wait(run.run_id, timeout=420, until_person=True)
+    assert waiting.status is RunStatus.RUNNING, waiting.steps  # at its gate, for a person
+    _the_gate_shows_the_quality_table_and_the_digests(client, run.run_id)
+    client.decide_approval(run.run_id, release.GATE, approve=True, reason="recall is up")
+    final = client.wait(run.run_id, timeout=60)
     assert final.status is RunStatus.SUCCEEDED, final.steps
+    _a_release_resolves_to_the_exact_bytes(client, run.run_id, artifacts, tmp_path)
     # The index-shard map expanded into one child per shard clean listed (4, the definition's
     # number), whose tokens the index step merged: byte for byte the unsharded index.
     assert {s["key"] for s in final.steps} == {
@@ -45,6 +56,7 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
         "index",
         "evaluate",
         "adapt",
+        "release",
     }  # a map is one step to people; its children are rows of their own
     assert step_of(client, run.run_id, "index-shard")["result"] == {"children": 4}
     shards = step_of(client, run.run_id, "clean")["result"]["shards"]
@@ -126,6 +138,43 @@ def test_pipeline_end_to_end_and_bad_input(fleet: Fleet, tmp_path: Path) -> None
         client.start_run("rag-refresh", input={"corpus": "wikipedia"})
 
 
+def _the_gate_shows_the_quality_table_and_the_digests(client: Client, run_id: int) -> None:
+    gate = client.get_approval(run_id, release.GATE)
+    shown = {e["show"]: e["value"] for e in gate.evidence["shown"]}
+    quality = metric_table(shown["adapt.result.quality"], "adapt.result.quality")
+    assert quality is not None
+    assert [name for name, _ in quality.rows] == ["after", "before", "hybrid", "diff"]
+    assert {"recall@1", "recall@5", "recall@10", "mrr@10"} <= set(quality.columns)
+    assert all(cell.lo is not None for _, cells in quality.rows for cell in cells.values())
+    bm25 = metric_table(shown["evaluate.result.bm25"], "evaluate.result.bm25")
+    assert bm25 is not None
+    assert [name for name, _ in bm25.rows] == ["bm25"]
+    # The digests of what a release of this run serves, frozen with the evidence.
+    frozen = {f"{a['step']}/{a['name']}": a["digest"] for a in gate.evidence["artifacts"]}
+    assert {ref: frozen[ref] for ref in release.SERVED} == release.served_digests(client, run_id)
+
+
+def _a_release_resolves_to_the_exact_bytes(
+    client: Client, run_id: int, artifacts: str, tmp_path: Path
+) -> None:
+    """The demo's promote: the index and the adapter, read back by name and fetched, each
+    file the bytes of its digest; the same bytes again promote nothing."""
+    out = io.StringIO()
+    console = Console(file=out)
+    promoted = release.promote(client, run_id, console)
+    assert promoted is not None
+    assert promoted.number == 1
+    assert [f"{a.step_key}/{a.name}" for a in promoted.artifacts] == sorted(release.SERVED)
+    read = client.get_release(release.NAME)
+    assert read == promoted
+    written = fetch(read, LocalArtifactStore(Path(artifacts)), tmp_path / "served")
+    for path, artifact in zip(written, read.artifacts, strict=True):
+        assert "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest() == artifact.digest
+    assert {str(p.relative_to(tmp_path / "served")) for p in written} == set(release.SERVED)
+    assert release.promote(client, run_id, console) is None
+    assert "already serves these bytes" in out.getvalue()
+
+
 @pytest.mark.parametrize(
     ("capability", "payload", "message"),
     [
@@ -180,7 +229,7 @@ def test_a_refresh_recomputes_only_what_a_changed_document_reaches(
 
     def run() -> refresh.Reuse:
         started = client.start_run("rag-refresh", input=run_input)
-        assert client.wait(started.run_id, timeout=420).status is RunStatus.SUCCEEDED
+        assert through_the_gate(client, started.run_id, 420).status is RunStatus.SUCCEEDED
         return refresh.reuse_of(database_url, started.run_id)
 
     first = run()

@@ -2,14 +2,18 @@
 
 Applies ``examples/rag-refresh.yaml``, starts an executor (index-shard, a map with a child per
 shard of passages; index, evaluate, adapt) and a worker (collect, clean + the gRPC adapter),
-starts a run, shows live progress, then a summary with recall@k and MRR before and after
-adaptation. ``--chaos`` SIGKILLs and restarts the worker and the executor at random while the
+starts a run, shows live progress until the run stops at its approval gate, shows the gate's
+evidence (the quality table, the digests), approves it as the demo's client login (a person's
+decision in production; ``--no-approve`` leaves it to you), promotes the index and the
+adapter as the release ``rag-refresh`` and reads it back by name, then a summary with
+recall@k and MRR before and after adaptation. ``--chaos`` SIGKILLs and restarts the worker
+and the executor at random while the
 run goes on; the run must still succeed, with the deterministic steps' artifacts (the shards'
 included) identical to a clean computation and adaptation resumed from its last checkpoint.
 Artifacts (checkpoints included) go where ``RARA_ARTIFACTS`` says, a directory or
 ``s3://bucket/prefix?endpoint=…`` with the credentials in the environment, else to
-``.rara/artifacts``. Exit status: 0 when the run succeeded (and, with --chaos, the checks held);
-2 when the artifact store cannot be used.
+``.rara/artifacts``. Exit status: 0 when the run succeeded (and, with --chaos, the checks held)
+or, with --no-approve, waits at its gate; 2 when the artifact store cannot be used.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from rara.pg.connect import database_url
 from rara.pg.logins import ensure_login
 from rara.pg.migrate import migrate
 from rara.states import RunStatus
-from rara_rag.demo import refresh, store
+from rara_rag.demo import refresh, release, store
 from rara_rag.demo.chaos import ChaosMonkey, deterministic_digests
 from rara_rag.demo.processes import Child
 
@@ -230,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-refresh", action="store_true", help="stop after the first run (no refreshes)"
     )
     parser.add_argument(
+        "--no-approve",
+        action="store_true",
+        help="leave the first run waiting at its gate for your decision (no refreshes)",
+    )
+    parser.add_argument(
         "--report", type=Path, default=None, help="write each run's figures here (JSON)"
     )
     args = parser.parse_args(argv)
@@ -283,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                 [worker, executor], url=url, run_id=run.run_id, seed=args.seed, console=console
             )
             monkey.start()
-        status = watch(url, run.run_id, console, timeout=args.timeout)
+        status = _through_the_gate(client, url, run.run_id, console, args)
         first = refresh.Measured(
             run.run_id,
             "first run",
@@ -291,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             refresh.cpu_seconds([worker, executor]) - cpu_before,
             refresh.reuse_of(url, run.run_id),
         )
+        if status is RunStatus.SUCCEEDED:
+            release.promote(client, run.run_id, console)
         if status is RunStatus.SUCCEEDED and not args.chaos and not args.no_refresh:
             refreshes = _refreshes(
                 client, url, applied.name, run_input, [worker, executor], console, args
@@ -312,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(measured.describe(first), markup=False, highlight=False)
     if args.report is not None:
         args.report.write_text(json.dumps([m.as_json() for m in (first, *refreshes)], indent=1))
-    ok = status is RunStatus.SUCCEEDED
+    ok = status is RunStatus.SUCCEEDED or (args.no_approve and not status.terminal)
     if args.chaos and monkey is not None:
         console.print(monkey.report())
         ok = ok and _chaos_checks(client, run.run_id, run_input, console)
@@ -340,14 +351,31 @@ def _refreshes(
         cpu_before = refresh.cpu_seconds(services)
         begun = time.monotonic()
         run = client.start_run(name, input=run_input)
-        status = watch(url, run.run_id, console, timeout=args.timeout)
+        status = _through_the_gate(client, url, run.run_id, console, args, evidence=False)
         wall, cpu = time.monotonic() - begun, refresh.cpu_seconds(services) - cpu_before
         if status is not RunStatus.SUCCEEDED:
             raise refresh.RefreshFailed(f"refresh run {run.run_id} ({label}) {status}")
         measured.append(
             refresh.Measured(run.run_id, label, wall, cpu, refresh.reuse_of(url, run.run_id))
         )
+        release.promote(client, run.run_id, console)
     return measured
+
+
+def _through_the_gate(
+    client: Client, url: str, run_id: int, console: Console, args: argparse.Namespace,
+    evidence: bool = True,
+) -> RunStatus:  # fmt: skip
+    """Watch run ``run_id`` to its gate and decide there (rara_rag.demo.release), showing
+    its ``evidence``; the run ends then (the gate is its last step). Its status: terminal, or
+    not when it is left waiting (--no-approve)."""
+    status = watch(url, run_id, console, timeout=args.timeout)
+    approve = not args.no_approve
+    if status.terminal or not release.decide(
+        client, run_id, console, approve=approve, evidence=evidence
+    ):
+        return status
+    return client.wait(run_id, timeout=args.timeout).status
 
 
 def _chaos_checks(client: Client, run_id: int, run_input: dict[str, Any], console: Console) -> bool:

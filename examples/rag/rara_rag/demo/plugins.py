@@ -140,6 +140,9 @@ def qs_seed(ctx: StepContext) -> int:
     return _int(ctx, "seed", 0)
 
 
+QUALITY_ROWS = ("before", "after", "hybrid", "diff")
+
+
 def adapt_lora(ctx: StepContext) -> StepOutcome:
     """LoRA (QLoRA on CUDA with bitsandbytes) of all-MiniLM-L6-v2's query tower on the train
     split, with hard negatives mined by the ``index`` step's BM25 index; checkpoints through
@@ -193,6 +196,11 @@ def adapt_lora(ctx: StepContext) -> StepOutcome:
             "quantized": result.quantized,
             "final_loss": result.losses[-1] if result.losses else None,
             "metrics": result.metrics,
+            # The quality table alone, as the gate shows it (rara.evidence): each retriever's
+            # metrics with their intervals, and the paired after - before difference.
+            "quality": {
+                k: v for k, v in result.metrics.items() if k.split("/", 1)[0] in QUALITY_ROWS
+            },
         },
         artifacts=[OutputArtifact("adapter.tar.gz", ref, "application/gzip")],
     )

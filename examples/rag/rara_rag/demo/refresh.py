@@ -80,10 +80,11 @@ class Reuse:
 
 
 def reuse_of(url: str, run_id: int) -> Reuse:
-    """The run's steps as the cache left them: a map counted by its children."""
+    """The run's steps as the cache left them: a map counted by its children, the gate not at
+    all (it computes nothing: each run's gate waits for its own decision)."""
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT key, reused_from FROM rara_steps s WHERE run_id = %s"
+            "SELECT key, reused_from FROM rara_steps s WHERE run_id = %s AND s.wait IS NULL"
             " AND NOT EXISTS (SELECT 1 FROM rara_steps c WHERE c.map_parent = s.id)"
             " ORDER BY id",
             (run_id,),

@@ -316,6 +316,13 @@ SELECT id, status::text AS status FROM rara_runs
 WHERE CAST(:namespaces AS text[]) IS NULL OR namespace = ANY (CAST(:namespaces AS text[]))
 ORDER BY id DESC LIMIT :limit;
 
+-- name: ui_live_approval_list
+-- The approvals page's live view: the newest gates and their decisions (a gate begins to wait,
+-- is decided, times out); :namespaces (null: every namespace) narrows to a viewer's.
+SELECT run_id, step_key, coalesce(decision, '') AS decision FROM rara_approvals
+WHERE CAST(:namespaces AS text[]) IS NULL OR namespace = ANY (CAST(:namespaces AS text[]))
+ORDER BY requested_at DESC, step_id DESC LIMIT :limit;
+
 -- name: ui_schedule_page
 -- Schedules by (namespace, name) after the keyset cursor (:after_namespace, :after)
 -- (rara_schedules, migrations 0014 and 0017), each with its last run's status: the columns

@@ -121,6 +121,7 @@ def create_app(config: UiConfig) -> Starlette:
         ),
         Route("/approvals", pages.approvals_list),
         Route("/live/runs", pages.live_runs),
+        Route("/live/approvals", pages.live_approvals),
         Route("/live/runs/{run_id:int}", pages.live_run),
         Route("/definitions", pages.definitions_list),
         Route("/definitions/{name:path}", pages.definition_page),

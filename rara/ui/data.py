@@ -558,6 +558,26 @@ async def live_recent_list(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class LiveApproval:
+    run_id: int
+    step_key: str
+    decision: str  # "" while it waits
+
+
+async def live_approval_list(
+    conn: AsyncConn, namespaces: frozenset[str] | None = None, limit: int = PAGE
+) -> list[LiveApproval]:
+    """The newest approvals, of ``namespaces`` only when given (None: every namespace)."""
+    return await amany(
+        conn,
+        "ui_live_approval_list",
+        class_row(LiveApproval),
+        namespaces=None if namespaces is None else sorted(namespaces),
+        limit=limit,
+    )
+
+
 async def schedule_page(
     conn: AsyncConn, *, after: Cursor | None, namespace: str | None = None, limit: int = PAGE
 ) -> list[ScheduleSummary]:

@@ -1,11 +1,13 @@
 """Live updates for every viewer of one server process from ONE listening connection.
 
 ``LiveHub`` holds a dedicated connection that LISTENs on ``rara_ready`` (a step became ready:
-its dependencies just finished) and ``rara_run`` (a run ended); a notification only wakes the
+its dependencies just finished) and ``rara_run`` (a run ended, or began to wait for a person:
+migration 0023); a notification only wakes the
 hub (NOTIFY is a hint). Awake, or every ``interval`` seconds as the polling fallback (a step
 that starts running notifies nobody), the hub reads the state of every topic some viewer
 watches: one statement each for all watched runs together (their steps, their running steps'
-metrics, the runs themselves), one for the runs list, three for the Fleet page; nothing at all
+metrics, the runs themselves), one for the runs list, one for the approvals page, three for the
+Fleet page; nothing at all
 when nobody watches. A topic's state goes to its viewers only when it changed, as a complete
 JSON snapshot, into a one-slot mailbox per viewer (a slow viewer skips stale states, never
 queues them). So an idle viewer costs the database nothing, and a thousand viewers of one run
@@ -38,8 +40,9 @@ from rara.waits import waiting_for
 log = structlog.get_logger("rara.ui.live")
 
 RUNS = "runs"  # the runs list's topic; a run's is "run:<id>"; the Fleet page's is FLEET
+APPROVALS = "approvals"  # the approvals page's
 CHANNELS = ("rara_ready", "rara_run")
-SCOPED = frozenset({RUNS})  # lists of runs: narrowed to each viewer's namespaces
+SCOPED = frozenset({RUNS, APPROVALS})  # lists: narrowed to each viewer's namespaces
 
 # What a viewer watches: a topic, and for a SCOPED one its namespaces (None: every one).
 View = tuple[str, frozenset[str] | None]
@@ -193,6 +196,11 @@ class LiveHub:
                 if topic == RUNS:
                     recent = await data.live_recent_list(conn, namespaces)
                     states[(RUNS, namespaces)] = {"runs": [[r.id, r.status] for r in recent]}
+                elif topic == APPROVALS:
+                    gates = await data.live_approval_list(conn, namespaces)
+                    states[(APPROVALS, namespaces)] = {
+                        "approvals": [[a.run_id, a.step_key, a.decision] for a in gates]
+                    }
             if FLEET in topics:
                 states[(FLEET, None)] = await fleet_state(conn)
         for view, state in states.items():

@@ -42,7 +42,7 @@ from rara.ui.dag import StepNode, layout
 from rara.ui.fleet import FLEET, fleet_state
 from rara.ui.groups import MapGroup, map_groups
 from rara.ui.links import namespace_arg, page_namespace
-from rara.ui.live import RUNS, LiveHub
+from rara.ui.live import APPROVALS, RUNS, LiveHub
 from rara.ui.render import page
 from rara.ui.reuse import summarise
 from rara.ui.timeline import Reused, timeline
@@ -339,6 +339,10 @@ async def live_run(request: Request) -> Response:
 
 async def live_runs(request: Request) -> Response:
     return await _stream(request, RUNS)
+
+
+async def live_approvals(request: Request) -> Response:
+    return await _stream(request, APPROVALS)
 
 
 async def definitions_list(request: Request) -> Response:

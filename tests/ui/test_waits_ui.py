@@ -360,3 +360,41 @@ def _call(ui: UiServer, path: str, user: str, body: bytes | None = None) -> tupl
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
         return None
+
+
+def test_the_approvals_page_follows_gates_and_a_deadline_live(
+    page: Any, ui_server: Any, database_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """/approvals (every decision) is live: a gate that begins to wait appears, and its
+    deadline passing (fired by a worker) shows as timed out, without a reload; the run page
+    then says the deadline decided, and the run ended as the gate says."""
+    from playwright.sync_api import expect
+
+    apply(
+        conn,
+        "deadline",
+        [
+            {"key": "gate", "approval": {"show": [], "timeout": "2s", "onTimeout": "cancel"}},
+            {"key": "publish", "capability": "test.noop@1", "dependsOn": ["gate"]},
+        ],
+    )
+    ui: UiServer = ui_server()
+    page.goto(f"{ui.url}/approvals?all=1")
+    expect(page.locator("#approvals-table")).to_have_attribute("data-live", "/live/approvals")
+    expect(page.locator("body")).to_have_attribute("data-live", "open")
+    page.evaluate("window.__sameDocument = true")
+    run_id = start_run(conn, "deadline", queue_anyway=True).run_id
+    row = page.locator(f'tr[data-approval="{run_id}/gate"]')
+    expect(row.locator("[data-field=state]")).to_have_text("waiting")  # appeared, live
+    with _worker(database_url, tmp_path, conn):  # its firing loop ends the wait at its time
+        expect(row.locator("[data-field=state]")).to_have_text("timed_out", timeout=30_000)
+        wait_run(conn, run_id, status="cancelled")
+    expect(row.locator("[data-field=state] .decision-timed_out")).to_be_visible()
+    assert page.evaluate("window.__sameDocument") is True  # never reloaded
+
+    page.goto(f"{ui.url}/runs/{run_id}#approval-gate")
+    gate = page.locator("#approval-gate")
+    expect(gate.locator("[data-field=decision]")).to_have_text("timed_out")
+    expect(gate.locator("[data-field=decided-by]")).to_have_text("its deadline")
+    expect(gate.locator("form.decide")).to_have_count(0)
+    expect(page.locator("#run-status")).to_have_text("cancelled")

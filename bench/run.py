@@ -44,6 +44,10 @@ waits        durable waits, 2 workers: server and worker CPU/s with 10,000 runs 
              timer lateness (finished_at - due) of 2,000 timers over 20 s (``--quick``: 500
              over 10 s); signal -> dependant ready / leased p50/p99 of 500 (``--quick``: 100)
              (``bench.waits``)
+fleet        how many real workers (many per host process, default cadence, 2 leases held
+             each) one PostgreSQL carries before a probe's lease p99 doubles: fleets of 0,
+             25, 50, 100, 150 and 200 (``--quick``: 0, 25, 50), the server's CPU per worker,
+             connections, and the capacity projected for a 16-core database (``bench.fleet``)
 peers        PgQueuer (asyncpg, psycopg), Procrastinate, DBOS (1- and 3-step workflows) and
              River (a Go driver) on the same server (``bench.peers.run_all``; a peer that
              cannot be installed here is reported skipped, with why), and the pgbench
@@ -368,7 +372,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--skip",
         default="",
         help="comma-separated: throughput,latency,grpc,size,depth,horizon,history,outage,"
-        "schedules,waits,peers",
+        "schedules,waits,fleet,peers",
     )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -534,6 +538,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 signals=100 if quick else 500,
                 say=lambda m: log("  " + m),
             )
+        if "fleet" not in skip:
+            from bench.fleet import measure as measure_fleet
+
+            log("== fleet: real workers at their cadence, a probe's lease p99")
+            results["fleet"] = measure_fleet(
+                [0, 25, 50] if quick else [0, 25, 50, 100, 150, 200],
+                window=5.0 if quick else 20.0,
+                logs=logs,
+                say=lambda m: log("  " + m),
+            )
         if "peers" not in skip:
             log("== peers (same server)")
             jobs = (
@@ -656,6 +670,10 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
         from bench.waits import summary as waits_summary
 
         out.update(waits_summary(r["waits"]))
+    if "fleet" in r:
+        from bench.fleet import summary as fleet_summary
+
+        out.update(fleet_summary(r["fleet"]))
     if "history" in r:
         out["history_lease_p50_ratio"] = r["history"]["lease_p50_ratio"]
         out["history_drain_ratio"] = r["history"]["drain_ratio"]
@@ -823,6 +841,10 @@ def print_table(r: dict[str, Any]) -> None:
 
         for figure, measured, goal, met in waits_rows(r["waits"]):
             rows.append((figure, measured + (f"  (goal {goal}: {met})" if goal else "")))
+    if "fleet" in r:
+        from bench.fleet import rows as fleet_rows
+
+        rows.extend(fleet_rows(r["fleet"]))
     for row in r.get("peers", []):
         if "skipped" in row:
             rows.append((f"peer {row['peer']}", f"skipped: {row['skipped'].splitlines()[0]}"))

@@ -95,6 +95,8 @@ class EmbeddedPostgres:
 
     base: Path
     fast: bool = False
+    # Server settings over the defaults above (a benchmark's fleet needs more connections).
+    settings: tuple[tuple[str, str], ...] = ()
 
     @property
     def _state_file(self) -> Path:
@@ -196,6 +198,7 @@ class EmbeddedPostgres:
         )
         if self.fast:
             settings.update(_FAST_SETTINGS)
+        settings.update(self.settings)
         options = " ".join(f"-c {key}={value}" for key, value in settings.items())
         log = data.parent / "server.log"
         self._run(
@@ -341,5 +344,7 @@ def project_server() -> EmbeddedPostgres:
     return EmbeddedPostgres(Path(os.environ.get("RARA_HOME", ".rara")).resolve() / "pg")
 
 
-def temporary_server(fast: bool = True) -> EmbeddedPostgres:
-    return EmbeddedPostgres(Path(tempfile.mkdtemp(prefix="rara-pg-")), fast=fast)
+def temporary_server(fast: bool = True, **settings: str) -> EmbeddedPostgres:
+    return EmbeddedPostgres(
+        Path(tempfile.mkdtemp(prefix="rara-pg-")), fast=fast, settings=tuple(settings.items())
+    )

@@ -4,7 +4,8 @@ isort:skip_file
 The contract between a rara worker and an out-of-process executor.
 
 A worker leases a step from PostgreSQL and hands it to an executor as a Job over
-Execute; the executor streams events back and never touches the database. The worker
+Execute, or as one of many jobs on a Session; the executor streams events back and never
+touches the database. The worker
 writes what it hears (progress, checkpoints, result, artifact manifest) under its lease.
 
 Compatibility rules: field numbers are never reused, removed fields become `reserved`,
@@ -552,6 +553,7 @@ class GetCapabilitiesResponse(_message.Message):
     MAX_CONCURRENCY_FIELD_NUMBER: _builtins.int
     ACTIVE_JOBS_FIELD_NUMBER: _builtins.int
     EXECUTOR_VERSION_FIELD_NUMBER: _builtins.int
+    PROTOCOLS_FIELD_NUMBER: _builtins.int
     max_concurrency: _builtins.int
     """Jobs this executor runs at once; Execute beyond it fails with RESOURCE_EXHAUSTED."""
     active_jobs: _builtins.int
@@ -560,6 +562,12 @@ class GetCapabilitiesResponse(_message.Message):
     """Free text identifying the implementation, e.g. "rara-executor/0.1.0"."""
     @_builtins.property
     def capabilities(self) -> _containers.RepeatedCompositeFieldContainer[Global___Capability]: ...
+    @_builtins.property
+    def protocols(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Optional RPCs this executor serves beyond Execute and Cancel: "session" (Session).
+        Empty from executors older than Session; a worker then uses Execute.
+        """
+
     def __init__(
         self,
         *,
@@ -567,10 +575,11 @@ class GetCapabilitiesResponse(_message.Message):
         max_concurrency: _builtins.int = ...,
         active_jobs: _builtins.int = ...,
         executor_version: _builtins.str = ...,
+        protocols: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_jobs", b"active_jobs", "capabilities", b"capabilities", "executor_version", b"executor_version", "max_concurrency", b"max_concurrency"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["active_jobs", b"active_jobs", "capabilities", b"capabilities", "executor_version", b"executor_version", "max_concurrency", b"max_concurrency", "protocols", b"protocols"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -697,3 +706,134 @@ class CancelResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CancelResponse: _TypeAlias = CancelResponse  # noqa: Y015
+
+@_typing.final
+class SessionRequest(_message.Message):
+    """SessionRequest is what a worker sends on a Session: jobs to start and cancels, in order.
+    Several may travel in one message (a batch); an empty message is ignored.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOBS_FIELD_NUMBER: _builtins.int
+    CANCELS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def jobs(self) -> _containers.RepeatedCompositeFieldContainer[Global___Job]:
+        """Each is admitted as an ExecuteRequest's job would be; its events come back tagged with
+        its idempotency_key and attempt, which must not be running here already.
+        """
+
+    @_builtins.property
+    def cancels(self) -> _containers.RepeatedCompositeFieldContainer[Global___CancelRequest]:
+        """Each stops the job of this session it names, as Cancel would; naming one that is not
+        running on this session does nothing.
+        """
+
+    def __init__(
+        self,
+        *,
+        jobs: _abc.Iterable[Global___Job] | None = ...,
+        cancels: _abc.Iterable[Global___CancelRequest] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancels", b"cancels", "jobs", b"jobs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionRequest: _TypeAlias = SessionRequest  # noqa: Y015
+
+@_typing.final
+class SessionResponse(_message.Message):
+    """SessionResponse is what an executor sends on a Session: events of any of its jobs, in
+    order per job (events of different jobs may interleave and share a message).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___SessionEvent]: ...
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___SessionEvent] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SessionResponse: _TypeAlias = SessionResponse  # noqa: Y015
+
+@_typing.final
+class SessionEvent(_message.Message):
+    """SessionEvent is one event of one job of a Session, tagged with the job."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
+    STEP_ID_FIELD_NUMBER: _builtins.int
+    EVENT_FIELD_NUMBER: _builtins.int
+    REFUSED_FIELD_NUMBER: _builtins.int
+    idempotency_key: _builtins.str
+    """The job's identity, as in its Job."""
+    attempt: _builtins.int
+    step_id: _builtins.int
+    """The job's step_id, echoed for logs and tracing."""
+    @_builtins.property
+    def event(self) -> Global___ExecuteResponse:
+        """One event of the job's stream, exactly as Execute would send it (seq per job)."""
+
+    @_builtins.property
+    def refused(self) -> Global___JobRefused:
+        """The job was not admitted; nothing else comes for it."""
+
+    def __init__(
+        self,
+        *,
+        idempotency_key: _builtins.str = ...,
+        attempt: _builtins.int = ...,
+        step_id: _builtins.int = ...,
+        event: Global___ExecuteResponse | None = ...,
+        refused: Global___JobRefused | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "event", b"event", "refused", b"refused"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "body", b"body", "event", b"event", "idempotency_key", b"idempotency_key", "refused", b"refused", "step_id", b"step_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["event", "refused"]  # noqa: Y015
+    _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
+
+Global___SessionEvent: _TypeAlias = SessionEvent  # noqa: Y015
+
+@_typing.final
+class JobRefused(_message.Message):
+    """JobRefused: a Session job the executor did not admit, for the reason Execute would have
+    failed its call: RESOURCE_EXHAUSTED (full), ALREADY_EXISTS (the same attempt is running
+    here), UNAVAILABLE (shutting down).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_CODE_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    status_code: _builtins.int
+    """A gRPC status code (google.rpc.Code number), e.g. 8 for RESOURCE_EXHAUSTED."""
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        status_code: _builtins.int = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["message", b"message", "status_code", b"status_code"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobRefused: _TypeAlias = JobRefused  # noqa: Y015

@@ -50,6 +50,11 @@ class ExecutorServiceStub:
                 request_serializer=rara_dot_v1_dot_executor__pb2.CancelRequest.SerializeToString,
                 response_deserializer=rara_dot_v1_dot_executor__pb2.CancelResponse.FromString,
                 _registered_method=True)
+        self.Session = channel.stream_stream(
+                '/rara.v1.ExecutorService/Session',
+                request_serializer=rara_dot_v1_dot_executor__pb2.SessionRequest.SerializeToString,
+                response_deserializer=rara_dot_v1_dot_executor__pb2.SessionResponse.FromString,
+                _registered_method=True)
 
 
 class ExecutorServiceServicer:
@@ -83,6 +88,24 @@ class ExecutorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Session(self, request_iterator, context):
+        """Session carries many jobs on one long-lived stream, each with Execute's semantics, to
+        spare a call per job. Served only where GetCapabilities lists "session" in `protocols`;
+        a worker falls back to Execute elsewhere. The worker sends jobs and cancels
+        (SessionRequest); the executor sends each job's events tagged with the job
+        (SessionEvent): accepted, running, any progress/checkpoint, exactly one terminal event,
+        with `seq` counted per job as on Execute. Where Execute would fail the call with a status
+        (full: RESOURCE_EXHAUSTED; same attempt running: ALREADY_EXISTS; draining: UNAVAILABLE)
+        the job alone gets `refused` with that status and the session goes on. A job the
+        executor cannot run gets its single non-retryable failed event, as on Execute. A cancel
+        stops only the job it names. The session ending or breaking (either side gone) stops
+        every job still on it, as a client disconnect stops an Execute job; a worker fails each
+        such job as it fails a broken Execute call. Auth is the same as for every other call.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -100,6 +123,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.Cancel,
                     request_deserializer=rara_dot_v1_dot_executor__pb2.CancelRequest.FromString,
                     response_serializer=rara_dot_v1_dot_executor__pb2.CancelResponse.SerializeToString,
+            ),
+            'Session': grpc.stream_stream_rpc_method_handler(
+                    servicer.Session,
+                    request_deserializer=rara_dot_v1_dot_executor__pb2.SessionRequest.FromString,
+                    response_serializer=rara_dot_v1_dot_executor__pb2.SessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -184,6 +212,33 @@ class ExecutorService:
             '/rara.v1.ExecutorService/Cancel',
             rara_dot_v1_dot_executor__pb2.CancelRequest.SerializeToString,
             rara_dot_v1_dot_executor__pb2.CancelResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Session(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/rara.v1.ExecutorService/Session',
+            rara_dot_v1_dot_executor__pb2.SessionRequest.SerializeToString,
+            rara_dot_v1_dot_executor__pb2.SessionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -4,7 +4,8 @@ isort:skip_file
 The contract between a rara worker and an out-of-process executor.
 
 A worker leases a step from PostgreSQL and hands it to an executor as a Job over
-Execute; the executor streams events back and never touches the database. The worker
+Execute, or as one of many jobs on a Session; the executor streams events back and never
+touches the database. The worker
 writes what it hears (progress, checkpoints, result, artifact manifest) under its lease.
 
 Compatibility rules: field numbers are never reused, removed fields become `reserved`,
@@ -55,6 +56,20 @@ class ExecutorServiceStub:
     """
     Cancel: _grpc.UnaryUnaryMultiCallable[_executor_pb2.CancelRequest, _executor_pb2.CancelResponse]
     """Cancel asks a running job attempt to stop; its Execute stream ends with `cancelled`."""
+    Session: _grpc.StreamStreamMultiCallable[_executor_pb2.SessionRequest, _executor_pb2.SessionResponse]
+    """Session carries many jobs on one long-lived stream, each with Execute's semantics, to
+    spare a call per job. Served only where GetCapabilities lists "session" in `protocols`;
+    a worker falls back to Execute elsewhere. The worker sends jobs and cancels
+    (SessionRequest); the executor sends each job's events tagged with the job
+    (SessionEvent): accepted, running, any progress/checkpoint, exactly one terminal event,
+    with `seq` counted per job as on Execute. Where Execute would fail the call with a status
+    (full: RESOURCE_EXHAUSTED; same attempt running: ALREADY_EXISTS; draining: UNAVAILABLE)
+    the job alone gets `refused` with that status and the session goes on. A job the
+    executor cannot run gets its single non-retryable failed event, as on Execute. A cancel
+    stops only the job it names. The session ending or breaking (either side gone) stops
+    every job still on it, as a client disconnect stops an Execute job; a worker fails each
+    such job as it fails a broken Execute call. Auth is the same as for every other call.
+    """
 
 @_typing.type_check_only
 class ExecutorServiceAsyncStub(ExecutorServiceStub):
@@ -75,6 +90,20 @@ class ExecutorServiceAsyncStub(ExecutorServiceStub):
     """
     Cancel: _aio.UnaryUnaryMultiCallable[_executor_pb2.CancelRequest, _executor_pb2.CancelResponse]  # type: ignore[assignment]
     """Cancel asks a running job attempt to stop; its Execute stream ends with `cancelled`."""
+    Session: _aio.StreamStreamMultiCallable[_executor_pb2.SessionRequest, _executor_pb2.SessionResponse]  # type: ignore[assignment]
+    """Session carries many jobs on one long-lived stream, each with Execute's semantics, to
+    spare a call per job. Served only where GetCapabilities lists "session" in `protocols`;
+    a worker falls back to Execute elsewhere. The worker sends jobs and cancels
+    (SessionRequest); the executor sends each job's events tagged with the job
+    (SessionEvent): accepted, running, any progress/checkpoint, exactly one terminal event,
+    with `seq` counted per job as on Execute. Where Execute would fail the call with a status
+    (full: RESOURCE_EXHAUSTED; same attempt running: ALREADY_EXISTS; draining: UNAVAILABLE)
+    the job alone gets `refused` with that status and the session goes on. A job the
+    executor cannot run gets its single non-retryable failed event, as on Execute. A cancel
+    stops only the job it names. The session ending or breaking (either side gone) stops
+    every job still on it, as a client disconnect stops an Execute job; a worker fails each
+    such job as it fails a broken Execute call. Auth is the same as for every other call.
+    """
 
 class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
     """ExecutorService runs capability plugins on behalf of workers."""
@@ -110,5 +139,25 @@ class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_executor_pb2.CancelResponse, _abc.Awaitable[_executor_pb2.CancelResponse]]:
         """Cancel asks a running job attempt to stop; its Execute stream ends with `cancelled`."""
+
+    @_abc_1.abstractmethod
+    def Session(
+        self,
+        request_iterator: _MaybeAsyncIterator[_executor_pb2.SessionRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_executor_pb2.SessionResponse], _abc.AsyncIterator[_executor_pb2.SessionResponse]]:
+        """Session carries many jobs on one long-lived stream, each with Execute's semantics, to
+        spare a call per job. Served only where GetCapabilities lists "session" in `protocols`;
+        a worker falls back to Execute elsewhere. The worker sends jobs and cancels
+        (SessionRequest); the executor sends each job's events tagged with the job
+        (SessionEvent): accepted, running, any progress/checkpoint, exactly one terminal event,
+        with `seq` counted per job as on Execute. Where Execute would fail the call with a status
+        (full: RESOURCE_EXHAUSTED; same attempt running: ALREADY_EXISTS; draining: UNAVAILABLE)
+        the job alone gets `refused` with that status and the session goes on. A job the
+        executor cannot run gets its single non-retryable failed event, as on Execute. A cancel
+        stops only the job it names. The session ending or breaking (either side gone) stops
+        every job still on it, as a client disconnect stops an Execute job; a worker fails each
+        such job as it fails a broken Execute call. Auth is the same as for every other call.
+        """
 
 def add_ExecutorServiceServicer_to_server(servicer: ExecutorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,7 +1,8 @@
 // The contract between a rara worker and an out-of-process executor.
 //
 // A worker leases a step from PostgreSQL and hands it to an executor as a Job over
-// Execute; the executor streams events back and never touches the database. The worker
+// Execute, or as one of many jobs on a Session; the executor streams events back and never
+// touches the database. The worker
 // writes what it hears (progress, checkpoints, result, artifact manifest) under its lease.
 //
 // Compatibility rules: field numbers are never reused, removed fields become `reserved`,
@@ -1002,8 +1003,11 @@ type GetCapabilitiesResponse struct {
 	ActiveJobs uint32 `protobuf:"varint,3,opt,name=active_jobs,json=activeJobs,proto3" json:"active_jobs,omitempty"`
 	// Free text identifying the implementation, e.g. "rara-executor/0.1.0".
 	ExecutorVersion string `protobuf:"bytes,4,opt,name=executor_version,json=executorVersion,proto3" json:"executor_version,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// Optional RPCs this executor serves beyond Execute and Cancel: "session" (Session).
+	// Empty from executors older than Session; a worker then uses Execute.
+	Protocols     []string `protobuf:"bytes,5,rep,name=protocols,proto3" json:"protocols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetCapabilitiesResponse) Reset() {
@@ -1062,6 +1066,13 @@ func (x *GetCapabilitiesResponse) GetExecutorVersion() string {
 		return x.ExecutorVersion
 	}
 	return ""
+}
+
+func (x *GetCapabilitiesResponse) GetProtocols() []string {
+	if x != nil {
+		return x.Protocols
+	}
+	return nil
 }
 
 // ExecuteRequest carries the job to run.
@@ -1387,6 +1398,277 @@ func (x *CancelResponse) GetFound() bool {
 	return false
 }
 
+// SessionRequest is what a worker sends on a Session: jobs to start and cancels, in order.
+// Several may travel in one message (a batch); an empty message is ignored.
+type SessionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Each is admitted as an ExecuteRequest's job would be; its events come back tagged with
+	// its idempotency_key and attempt, which must not be running here already.
+	Jobs []*Job `protobuf:"bytes,1,rep,name=jobs,proto3" json:"jobs,omitempty"`
+	// Each stops the job of this session it names, as Cancel would; naming one that is not
+	// running on this session does nothing.
+	Cancels       []*CancelRequest `protobuf:"bytes,2,rep,name=cancels,proto3" json:"cancels,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRequest) Reset() {
+	*x = SessionRequest{}
+	mi := &file_rara_v1_executor_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRequest) ProtoMessage() {}
+
+func (x *SessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_rara_v1_executor_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
+func (*SessionRequest) Descriptor() ([]byte, []int) {
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SessionRequest) GetJobs() []*Job {
+	if x != nil {
+		return x.Jobs
+	}
+	return nil
+}
+
+func (x *SessionRequest) GetCancels() []*CancelRequest {
+	if x != nil {
+		return x.Cancels
+	}
+	return nil
+}
+
+// SessionResponse is what an executor sends on a Session: events of any of its jobs, in
+// order per job (events of different jobs may interleave and share a message).
+type SessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*SessionEvent        `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionResponse) Reset() {
+	*x = SessionResponse{}
+	mi := &file_rara_v1_executor_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionResponse) ProtoMessage() {}
+
+func (x *SessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_rara_v1_executor_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
+func (*SessionResponse) Descriptor() ([]byte, []int) {
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *SessionResponse) GetEvents() []*SessionEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+// SessionEvent is one event of one job of a Session, tagged with the job.
+type SessionEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The job's identity, as in its Job.
+	IdempotencyKey string `protobuf:"bytes,1,opt,name=idempotency_key,json=idempotencyKey,proto3" json:"idempotency_key,omitempty"`
+	Attempt        uint32 `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// The job's step_id, echoed for logs and tracing.
+	StepId int64 `protobuf:"varint,3,opt,name=step_id,json=stepId,proto3" json:"step_id,omitempty"`
+	// Types that are valid to be assigned to Body:
+	//
+	//	*SessionEvent_Event
+	//	*SessionEvent_Refused
+	Body          isSessionEvent_Body `protobuf_oneof:"body"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionEvent) Reset() {
+	*x = SessionEvent{}
+	mi := &file_rara_v1_executor_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionEvent) ProtoMessage() {}
+
+func (x *SessionEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_rara_v1_executor_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
+func (*SessionEvent) Descriptor() ([]byte, []int) {
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SessionEvent) GetIdempotencyKey() string {
+	if x != nil {
+		return x.IdempotencyKey
+	}
+	return ""
+}
+
+func (x *SessionEvent) GetAttempt() uint32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *SessionEvent) GetStepId() int64 {
+	if x != nil {
+		return x.StepId
+	}
+	return 0
+}
+
+func (x *SessionEvent) GetBody() isSessionEvent_Body {
+	if x != nil {
+		return x.Body
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetEvent() *ExecuteResponse {
+	if x != nil {
+		if x, ok := x.Body.(*SessionEvent_Event); ok {
+			return x.Event
+		}
+	}
+	return nil
+}
+
+func (x *SessionEvent) GetRefused() *JobRefused {
+	if x != nil {
+		if x, ok := x.Body.(*SessionEvent_Refused); ok {
+			return x.Refused
+		}
+	}
+	return nil
+}
+
+type isSessionEvent_Body interface {
+	isSessionEvent_Body()
+}
+
+type SessionEvent_Event struct {
+	// One event of the job's stream, exactly as Execute would send it (seq per job).
+	Event *ExecuteResponse `protobuf:"bytes,4,opt,name=event,proto3,oneof"`
+}
+
+type SessionEvent_Refused struct {
+	// The job was not admitted; nothing else comes for it.
+	Refused *JobRefused `protobuf:"bytes,5,opt,name=refused,proto3,oneof"`
+}
+
+func (*SessionEvent_Event) isSessionEvent_Body() {}
+
+func (*SessionEvent_Refused) isSessionEvent_Body() {}
+
+// JobRefused: a Session job the executor did not admit, for the reason Execute would have
+// failed its call: RESOURCE_EXHAUSTED (full), ALREADY_EXISTS (the same attempt is running
+// here), UNAVAILABLE (shutting down).
+type JobRefused struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// A gRPC status code (google.rpc.Code number), e.g. 8 for RESOURCE_EXHAUSTED.
+	StatusCode    uint32 `protobuf:"varint,1,opt,name=status_code,json=statusCode,proto3" json:"status_code,omitempty"`
+	Message       string `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobRefused) Reset() {
+	*x = JobRefused{}
+	mi := &file_rara_v1_executor_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobRefused) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobRefused) ProtoMessage() {}
+
+func (x *JobRefused) ProtoReflect() protoreflect.Message {
+	mi := &file_rara_v1_executor_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobRefused.ProtoReflect.Descriptor instead.
+func (*JobRefused) Descriptor() ([]byte, []int) {
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *JobRefused) GetStatusCode() uint32 {
+	if x != nil {
+		return x.StatusCode
+	}
+	return 0
+}
+
+func (x *JobRefused) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
 var File_rara_v1_executor_proto protoreflect.FileDescriptor
 
 const file_rara_v1_executor_proto_rawDesc = "" +
@@ -1461,13 +1743,14 @@ const file_rara_v1_executor_proto_rawDesc = "" +
 	"\x05error\x18\x01 \x01(\v2\x0e.rara.v1.ErrorR\x05error\"&\n" +
 	"\fJobCancelled\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\"\x18\n" +
-	"\x16GetCapabilitiesRequest\"\xc7\x01\n" +
+	"\x16GetCapabilitiesRequest\"\xe5\x01\n" +
 	"\x17GetCapabilitiesResponse\x127\n" +
 	"\fcapabilities\x18\x01 \x03(\v2\x13.rara.v1.CapabilityR\fcapabilities\x12'\n" +
 	"\x0fmax_concurrency\x18\x02 \x01(\rR\x0emaxConcurrency\x12\x1f\n" +
 	"\vactive_jobs\x18\x03 \x01(\rR\n" +
 	"activeJobs\x12)\n" +
-	"\x10executor_version\x18\x04 \x01(\tR\x0fexecutorVersion\"0\n" +
+	"\x10executor_version\x18\x04 \x01(\tR\x0fexecutorVersion\x12\x1c\n" +
+	"\tprotocols\x18\x05 \x03(\tR\tprotocols\"0\n" +
 	"\x0eExecuteRequest\x12\x1e\n" +
 	"\x03job\x18\x01 \x01(\v2\f.rara.v1.JobR\x03job\"\x9b\x03\n" +
 	"\x0fExecuteResponse\x12\x10\n" +
@@ -1488,7 +1771,24 @@ const file_rara_v1_executor_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\"&\n" +
 	"\x0eCancelResponse\x12\x14\n" +
-	"\x05found\x18\x01 \x01(\bR\x05found*\xc2\x02\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\"d\n" +
+	"\x0eSessionRequest\x12 \n" +
+	"\x04jobs\x18\x01 \x03(\v2\f.rara.v1.JobR\x04jobs\x120\n" +
+	"\acancels\x18\x02 \x03(\v2\x16.rara.v1.CancelRequestR\acancels\"@\n" +
+	"\x0fSessionResponse\x12-\n" +
+	"\x06events\x18\x01 \x03(\v2\x15.rara.v1.SessionEventR\x06events\"\xd5\x01\n" +
+	"\fSessionEvent\x12'\n" +
+	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\rR\aattempt\x12\x17\n" +
+	"\astep_id\x18\x03 \x01(\x03R\x06stepId\x120\n" +
+	"\x05event\x18\x04 \x01(\v2\x18.rara.v1.ExecuteResponseH\x00R\x05event\x12/\n" +
+	"\arefused\x18\x05 \x01(\v2\x13.rara.v1.JobRefusedH\x00R\arefusedB\x06\n" +
+	"\x04body\"G\n" +
+	"\n" +
+	"JobRefused\x12\x1f\n" +
+	"\vstatus_code\x18\x01 \x01(\rR\n" +
+	"statusCode\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage*\xc2\x02\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x1f\n" +
@@ -1499,11 +1799,12 @@ const file_rara_v1_executor_proto_rawDesc = "" +
 	"\x14ERROR_CODE_CANCELLED\x10\x06\x12!\n" +
 	"\x1dERROR_CODE_RESOURCE_EXHAUSTED\x10\a\x12\x1c\n" +
 	"\x18ERROR_CODE_HANDLER_ERROR\x10\b\x12\x1a\n" +
-	"\x16ERROR_CODE_UNAVAILABLE\x10\t2\xe2\x01\n" +
+	"\x16ERROR_CODE_UNAVAILABLE\x10\t2\xa4\x02\n" +
 	"\x0fExecutorService\x12T\n" +
 	"\x0fGetCapabilities\x12\x1f.rara.v1.GetCapabilitiesRequest\x1a .rara.v1.GetCapabilitiesResponse\x12>\n" +
 	"\aExecute\x12\x17.rara.v1.ExecuteRequest\x1a\x18.rara.v1.ExecuteResponse0\x01\x129\n" +
-	"\x06Cancel\x12\x16.rara.v1.CancelRequest\x1a\x17.rara.v1.CancelResponseb\x06proto3"
+	"\x06Cancel\x12\x16.rara.v1.CancelRequest\x1a\x17.rara.v1.CancelResponse\x12@\n" +
+	"\aSession\x12\x17.rara.v1.SessionRequest\x1a\x18.rara.v1.SessionResponse(\x010\x01b\x06proto3"
 
 var (
 	file_rara_v1_executor_proto_rawDescOnce sync.Once
@@ -1518,7 +1819,7 @@ func file_rara_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_rara_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rara_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_rara_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_rara_v1_executor_proto_goTypes = []any{
 	(ErrorCode)(0),                  // 0: rara.v1.ErrorCode
 	(*Resources)(nil),               // 1: rara.v1.Resources
@@ -1541,19 +1842,23 @@ var file_rara_v1_executor_proto_goTypes = []any{
 	(*ExecuteResponse)(nil),         // 18: rara.v1.ExecuteResponse
 	(*CancelRequest)(nil),           // 19: rara.v1.CancelRequest
 	(*CancelResponse)(nil),          // 20: rara.v1.CancelResponse
-	nil,                             // 21: rara.v1.Error.DetailsEntry
-	nil,                             // 22: rara.v1.JobProgress.MetricsEntry
-	(*timestamppb.Timestamp)(nil),   // 23: google.protobuf.Timestamp
+	(*SessionRequest)(nil),          // 21: rara.v1.SessionRequest
+	(*SessionResponse)(nil),         // 22: rara.v1.SessionResponse
+	(*SessionEvent)(nil),            // 23: rara.v1.SessionEvent
+	(*JobRefused)(nil),              // 24: rara.v1.JobRefused
+	nil,                             // 25: rara.v1.Error.DetailsEntry
+	nil,                             // 26: rara.v1.JobProgress.MetricsEntry
+	(*timestamppb.Timestamp)(nil),   // 27: google.protobuf.Timestamp
 }
 var file_rara_v1_executor_proto_depIdxs = []int32{
 	1,  // 0: rara.v1.Capability.resources:type_name -> rara.v1.Resources
 	3,  // 1: rara.v1.Checkpoint.artifact:type_name -> rara.v1.ArtifactRef
 	3,  // 2: rara.v1.Job.inputs:type_name -> rara.v1.ArtifactRef
-	23, // 3: rara.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	27, // 3: rara.v1.Job.deadline:type_name -> google.protobuf.Timestamp
 	4,  // 4: rara.v1.Job.last_checkpoint:type_name -> rara.v1.Checkpoint
 	0,  // 5: rara.v1.Error.code:type_name -> rara.v1.ErrorCode
-	21, // 6: rara.v1.Error.details:type_name -> rara.v1.Error.DetailsEntry
-	22, // 7: rara.v1.JobProgress.metrics:type_name -> rara.v1.JobProgress.MetricsEntry
+	25, // 6: rara.v1.Error.details:type_name -> rara.v1.Error.DetailsEntry
+	26, // 7: rara.v1.JobProgress.metrics:type_name -> rara.v1.JobProgress.MetricsEntry
 	3,  // 8: rara.v1.JobCheckpoint.artifact:type_name -> rara.v1.ArtifactRef
 	3,  // 9: rara.v1.JobSucceeded.artifacts:type_name -> rara.v1.ArtifactRef
 	12, // 10: rara.v1.JobSucceeded.reads:type_name -> rara.v1.ArtifactReads
@@ -1567,17 +1872,24 @@ var file_rara_v1_executor_proto_depIdxs = []int32{
 	11, // 18: rara.v1.ExecuteResponse.succeeded:type_name -> rara.v1.JobSucceeded
 	13, // 19: rara.v1.ExecuteResponse.failed:type_name -> rara.v1.JobFailed
 	14, // 20: rara.v1.ExecuteResponse.cancelled:type_name -> rara.v1.JobCancelled
-	15, // 21: rara.v1.ExecutorService.GetCapabilities:input_type -> rara.v1.GetCapabilitiesRequest
-	17, // 22: rara.v1.ExecutorService.Execute:input_type -> rara.v1.ExecuteRequest
-	19, // 23: rara.v1.ExecutorService.Cancel:input_type -> rara.v1.CancelRequest
-	16, // 24: rara.v1.ExecutorService.GetCapabilities:output_type -> rara.v1.GetCapabilitiesResponse
-	18, // 25: rara.v1.ExecutorService.Execute:output_type -> rara.v1.ExecuteResponse
-	20, // 26: rara.v1.ExecutorService.Cancel:output_type -> rara.v1.CancelResponse
-	24, // [24:27] is the sub-list for method output_type
-	21, // [21:24] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	5,  // 21: rara.v1.SessionRequest.jobs:type_name -> rara.v1.Job
+	19, // 22: rara.v1.SessionRequest.cancels:type_name -> rara.v1.CancelRequest
+	23, // 23: rara.v1.SessionResponse.events:type_name -> rara.v1.SessionEvent
+	18, // 24: rara.v1.SessionEvent.event:type_name -> rara.v1.ExecuteResponse
+	24, // 25: rara.v1.SessionEvent.refused:type_name -> rara.v1.JobRefused
+	15, // 26: rara.v1.ExecutorService.GetCapabilities:input_type -> rara.v1.GetCapabilitiesRequest
+	17, // 27: rara.v1.ExecutorService.Execute:input_type -> rara.v1.ExecuteRequest
+	19, // 28: rara.v1.ExecutorService.Cancel:input_type -> rara.v1.CancelRequest
+	21, // 29: rara.v1.ExecutorService.Session:input_type -> rara.v1.SessionRequest
+	16, // 30: rara.v1.ExecutorService.GetCapabilities:output_type -> rara.v1.GetCapabilitiesResponse
+	18, // 31: rara.v1.ExecutorService.Execute:output_type -> rara.v1.ExecuteResponse
+	20, // 32: rara.v1.ExecutorService.Cancel:output_type -> rara.v1.CancelResponse
+	22, // 33: rara.v1.ExecutorService.Session:output_type -> rara.v1.SessionResponse
+	30, // [30:34] is the sub-list for method output_type
+	26, // [26:30] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_rara_v1_executor_proto_init() }
@@ -1595,13 +1907,17 @@ func file_rara_v1_executor_proto_init() {
 		(*ExecuteResponse_Failed)(nil),
 		(*ExecuteResponse_Cancelled)(nil),
 	}
+	file_rara_v1_executor_proto_msgTypes[22].OneofWrappers = []any{
+		(*SessionEvent_Event)(nil),
+		(*SessionEvent_Refused)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rara_v1_executor_proto_rawDesc), len(file_rara_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

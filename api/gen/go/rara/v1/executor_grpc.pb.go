@@ -1,7 +1,8 @@
 // The contract between a rara worker and an out-of-process executor.
 //
 // A worker leases a step from PostgreSQL and hands it to an executor as a Job over
-// Execute; the executor streams events back and never touches the database. The worker
+// Execute, or as one of many jobs on a Session; the executor streams events back and never
+// touches the database. The worker
 // writes what it hears (progress, checkpoints, result, artifact manifest) under its lease.
 //
 // Compatibility rules: field numbers are never reused, removed fields become `reserved`,
@@ -31,6 +32,7 @@ const (
 	ExecutorService_GetCapabilities_FullMethodName = "/rara.v1.ExecutorService/GetCapabilities"
 	ExecutorService_Execute_FullMethodName         = "/rara.v1.ExecutorService/Execute"
 	ExecutorService_Cancel_FullMethodName          = "/rara.v1.ExecutorService/Cancel"
+	ExecutorService_Session_FullMethodName         = "/rara.v1.ExecutorService/Session"
 )
 
 // ExecutorServiceClient is the client API for ExecutorService service.
@@ -51,6 +53,19 @@ type ExecutorServiceClient interface {
 	Execute(ctx context.Context, in *ExecuteRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecuteResponse], error)
 	// Cancel asks a running job attempt to stop; its Execute stream ends with `cancelled`.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
+	// Session carries many jobs on one long-lived stream, each with Execute's semantics, to
+	// spare a call per job. Served only where GetCapabilities lists "session" in `protocols`;
+	// a worker falls back to Execute elsewhere. The worker sends jobs and cancels
+	// (SessionRequest); the executor sends each job's events tagged with the job
+	// (SessionEvent): accepted, running, any progress/checkpoint, exactly one terminal event,
+	// with `seq` counted per job as on Execute. Where Execute would fail the call with a status
+	// (full: RESOURCE_EXHAUSTED; same attempt running: ALREADY_EXISTS; draining: UNAVAILABLE)
+	// the job alone gets `refused` with that status and the session goes on. A job the
+	// executor cannot run gets its single non-retryable failed event, as on Execute. A cancel
+	// stops only the job it names. The session ending or breaking (either side gone) stops
+	// every job still on it, as a client disconnect stops an Execute job; a worker fails each
+	// such job as it fails a broken Execute call. Auth is the same as for every other call.
+	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
 }
 
 type executorServiceClient struct {
@@ -100,6 +115,19 @@ func (c *executorServiceClient) Cancel(ctx context.Context, in *CancelRequest, o
 	return out, nil
 }
 
+func (c *executorServiceClient) Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ExecutorService_ServiceDesc.Streams[1], ExecutorService_Session_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SessionRequest, SessionResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_SessionClient = grpc.BidiStreamingClient[SessionRequest, SessionResponse]
+
 // ExecutorServiceServer is the server API for ExecutorService service.
 // All implementations must embed UnimplementedExecutorServiceServer
 // for forward compatibility.
@@ -118,6 +146,19 @@ type ExecutorServiceServer interface {
 	Execute(*ExecuteRequest, grpc.ServerStreamingServer[ExecuteResponse]) error
 	// Cancel asks a running job attempt to stop; its Execute stream ends with `cancelled`.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
+	// Session carries many jobs on one long-lived stream, each with Execute's semantics, to
+	// spare a call per job. Served only where GetCapabilities lists "session" in `protocols`;
+	// a worker falls back to Execute elsewhere. The worker sends jobs and cancels
+	// (SessionRequest); the executor sends each job's events tagged with the job
+	// (SessionEvent): accepted, running, any progress/checkpoint, exactly one terminal event,
+	// with `seq` counted per job as on Execute. Where Execute would fail the call with a status
+	// (full: RESOURCE_EXHAUSTED; same attempt running: ALREADY_EXISTS; draining: UNAVAILABLE)
+	// the job alone gets `refused` with that status and the session goes on. A job the
+	// executor cannot run gets its single non-retryable failed event, as on Execute. A cancel
+	// stops only the job it names. The session ending or breaking (either side gone) stops
+	// every job still on it, as a client disconnect stops an Execute job; a worker fails each
+	// such job as it fails a broken Execute call. Auth is the same as for every other call.
+	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
 	mustEmbedUnimplementedExecutorServiceServer()
 }
 
@@ -136,6 +177,9 @@ func (UnimplementedExecutorServiceServer) Execute(*ExecuteRequest, grpc.ServerSt
 }
 func (UnimplementedExecutorServiceServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
+}
+func (UnimplementedExecutorServiceServer) Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error {
+	return status.Error(codes.Unimplemented, "method Session not implemented")
 }
 func (UnimplementedExecutorServiceServer) mustEmbedUnimplementedExecutorServiceServer() {}
 func (UnimplementedExecutorServiceServer) testEmbeddedByValue()                         {}
@@ -205,6 +249,13 @@ func _ExecutorService_Cancel_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ExecutorService_Session_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ExecutorServiceServer).Session(&grpc.GenericServerStream[SessionRequest, SessionResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ExecutorService_SessionServer = grpc.BidiStreamingServer[SessionRequest, SessionResponse]
+
 // ExecutorService_ServiceDesc is the grpc.ServiceDesc for ExecutorService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -226,6 +277,12 @@ var ExecutorService_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Execute",
 			Handler:       _ExecutorService_Execute_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Session",
+			Handler:       _ExecutorService_Session_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "rara/v1/executor.proto",

@@ -21,6 +21,14 @@ async def test_conformance_with_token(start_executor: StartExecutor) -> None:
     assert "15 passed, 0 failed, 0 skipped" in report.summary()
 
 
+async def test_conformance_over_a_session(start_executor: StartExecutor) -> None:
+    """Every check again, each job on one Session stream instead of an Execute call."""
+    ex = await start_executor(cancel_grace=0.3)
+    report = await run_conformance_async(ex.address, TOKEN, check_timeout=20, protocol="session")
+    assert [r.name for r in report.results] == [name for name, _ in CHECKS]
+    assert all(r.outcome == "passed" for r in report.results), report.summary()
+
+
 async def test_conformance_without_auth_skips_the_auth_check(
     start_executor: StartExecutor,
 ) -> None:

@@ -6,14 +6,23 @@ The current trace context (``rara.tracing``) travels the same way, when OpenTele
 
 A job over the wire limit (``limits.MAX_MESSAGE_BYTES``) is refused here, before it is sent,
 with ``JobTooLarge``: a TerminalError, because the same job would be refused on every retry.
+
+``execute(job)`` is one Execute call per job, or, once ``protocol = "session"`` (for an
+executor whose GetCapabilities lists "session"), one job on the client's Session: a single
+long-lived stream that carries every job of this client, opened on first use and reopened
+after it broke. Either way the caller sees the same thing: the job's events, and
+``grpc.aio.AioRpcError`` with the status Execute would have failed with (a per-job refusal
+becomes its status; a broken session, the session's).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import grpc
 
@@ -24,7 +33,10 @@ from rara.executor.wire import make_job
 from rara.v1 import executor_pb2 as pb
 from rara.v1 import executor_pb2_grpc as pb_grpc
 
-__all__ = ["ExecutorClient", "JobTooLarge", "make_job"]
+__all__ = ["ExecutorClient", "ExecutorSession", "JobTooLarge", "make_job"]
+
+Protocol = Literal["execute", "session"]
+_TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 # Parameters are named ``rpc_timeout`` (not ``timeout``): they become the gRPC deadline,
 # which the server sees too, unlike a local ``asyncio.timeout``.
@@ -67,6 +79,9 @@ class ExecutorClient:
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {token}"),) if token is not None else ()
         )
+        # "execute": a call per job; "session": jobs share self._session (see the docstring).
+        self.protocol: Protocol = "execute"
+        self._session: ExecutorSession | None = None
 
     async def get_capabilities(self, *, rpc_timeout: float = 10.0) -> pb.GetCapabilitiesResponse:
         response: pb.GetCapabilitiesResponse = await self._stub.GetCapabilities(
@@ -81,6 +96,11 @@ class ExecutorClient:
         request = pb.ExecuteRequest(job=job)
         if (size := request.ByteSize()) > limits.MAX_MESSAGE_BYTES:
             raise JobTooLarge(f"job {job.idempotency_key!r}: " + limits.describe(size))
+        if self.protocol == "session":
+            async with contextlib.aclosing(self.session().run(job)) as events:
+                async for event in events:
+                    yield event
+            return
         if rpc_timeout is None:
             rpc_timeout = _rpc_timeout(job)
         metadata = self._metadata + tracing.outgoing_metadata()
@@ -90,6 +110,13 @@ class ExecutorClient:
                 yield event
         finally:
             call.cancel()  # no-op after the stream ended; a disconnect before that
+
+    def session(self) -> ExecutorSession:
+        """The client's Session, opened now if none is open (or the last one broke)."""
+        if self._session is None or self._session.broken is not None:
+            # Only the token: a session outlives the trace of the job that happened to open it.
+            self._session = ExecutorSession(self._stub.Session(metadata=self._metadata))
+        return self._session
 
     async def cancel(
         self, idempotency_key: str, attempt: int, reason: str = "", *, rpc_timeout: float = 10.0
@@ -102,6 +129,8 @@ class ExecutorClient:
         return response.found
 
     async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
         await self._channel.close()
 
     async def __aenter__(self) -> Self:
@@ -114,3 +143,139 @@ class ExecutorClient:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+_Key = tuple[str, int]  # (idempotency_key, attempt): a job's identity on an executor
+
+
+class ExecutorSession:
+    """One Session call: jobs and cancels go out through one writer task (whatever waits is
+    sent together, in one message), events come in through one reader task that hands each
+    to its job's queue. The reader never waits on a job, so a job whose consumer is slow
+    (writing a checkpoint, say) holds back no other job's events. When the call breaks,
+    every job on it gets the call's error, and the client opens a new session for the next.
+    """
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+        self._jobs: dict[_Key, asyncio.Queue[pb.ExecuteResponse | grpc.aio.AioRpcError]] = {}
+        self._outgoing: list[pb.Job | pb.CancelRequest] = []
+        self._wake = asyncio.Event()
+        self.broken: grpc.aio.AioRpcError | None = None
+        self._writer = asyncio.create_task(self._write(), name="session-writer")
+        self._reader = asyncio.create_task(self._read(), name="session-reader")
+
+    @property
+    def jobs(self) -> int:
+        """Jobs on this session now (sent, no terminal event read yet)."""
+        return len(self._jobs)
+
+    async def run(self, job: pb.Job) -> AsyncGenerator[pb.ExecuteResponse, None]:
+        """One job's events, as Execute would stream them. Closing early cancels the job."""
+        key = (job.idempotency_key, job.attempt)
+        if self.broken is not None:
+            raise self.broken
+        if key in self._jobs:
+            raise grpc.aio.AioRpcError(
+                grpc.StatusCode.ALREADY_EXISTS,
+                details=f"attempt {job.attempt} of {job.idempotency_key!r} is already on "
+                "this session",
+            )
+        queue: asyncio.Queue[pb.ExecuteResponse | grpc.aio.AioRpcError] = asyncio.Queue()
+        self._jobs[key] = queue
+        self._send(job)
+        ended = False
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, grpc.aio.AioRpcError):
+                    ended = True
+                    raise item
+                if item.WhichOneof("event") in _TERMINAL:
+                    ended = True
+                    yield item
+                    return
+                yield item
+        finally:
+            if self._jobs.get(key) is queue:
+                del self._jobs[key]
+            if not ended and self.broken is None:
+                self._send(
+                    pb.CancelRequest(
+                        idempotency_key=key[0], attempt=key[1], reason="client gave up"
+                    )
+                )
+
+    def _send(self, message: pb.Job | pb.CancelRequest) -> None:
+        self._outgoing.append(message)
+        self._wake.set()
+
+    async def _write(self) -> None:
+        try:
+            while True:
+                await self._wake.wait()
+                self._wake.clear()
+                pending, self._outgoing = self._outgoing, []
+                request = pb.SessionRequest()
+                size = 0
+                for message in pending:
+                    if isinstance(message, pb.Job):
+                        n = message.ByteSize()
+                        if size and size + n > limits.MAX_MESSAGE_BYTES // 2:
+                            await self._call.write(request)
+                            request, size = pb.SessionRequest(), 0
+                        request.jobs.append(message)
+                        size += n
+                    else:
+                        request.cancels.append(message)
+                await self._call.write(request)
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
+            return  # the call ended: the reader reports why, to every job
+
+    async def _read(self) -> None:
+        error: grpc.aio.AioRpcError | None = None
+        try:
+            while True:
+                response = await self._call.read()
+                if response is grpc.aio.EOF:
+                    break
+                for tagged in response.events:
+                    queue = self._jobs.get((tagged.idempotency_key, tagged.attempt))
+                    if queue is None:
+                        continue  # a job its caller gave up on: its late events have no taker
+                    if tagged.HasField("refused"):
+                        refused = tagged.refused
+                        queue.put_nowait(
+                            grpc.aio.AioRpcError(
+                                _STATUS.get(refused.status_code, grpc.StatusCode.UNKNOWN),
+                                details=refused.message,
+                            )
+                        )
+                    else:
+                        queue.put_nowait(tagged.event)
+        except grpc.aio.AioRpcError as exc:
+            error = exc
+        except asyncio.CancelledError:
+            error = grpc.aio.AioRpcError(grpc.StatusCode.CANCELLED, details="session closed")
+            raise
+        finally:
+            if error is None:
+                code = await self._call.code()
+                error = grpc.aio.AioRpcError(
+                    grpc.StatusCode.UNAVAILABLE if code == grpc.StatusCode.OK else code,
+                    details=f"executor ended the session ({code.name})",
+                )
+            self.broken = error
+            for queue in self._jobs.values():
+                queue.put_nowait(error)
+            self._writer.cancel()
+
+    async def close(self) -> None:
+        """End the session: the executor stops whatever still runs on it."""
+        self._call.cancel()
+        for task in (self._reader, self._writer):
+            task.cancel()
+        await asyncio.gather(self._reader, self._writer, return_exceptions=True)
+
+
+_STATUS = {code.value[0]: code for code in grpc.StatusCode}

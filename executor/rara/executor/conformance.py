@@ -6,6 +6,11 @@ against a live endpoint and returns a report; ``rara executor-conformance ADDRES
 ``rara.executor.conformance_plugins`` under the same names and behaviour, and nothing else
 should use it meanwhile: some checks count the executor's active jobs.
 
+``protocol="session"`` runs the same checks with every job on one Session stream (the
+client's, ``ExecutorClient.protocol``) instead of an Execute call each: the per-job
+semantics are the same, so the same checks hold; it needs the endpoint to list "session" in
+GetCapabilities' ``protocols``.
+
 Checks are pytest-style — plain ``assert`` with a message — so a failure reads the same in
 the report as in a test run.
 """
@@ -19,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rara.executor.client import ExecutorClient
+from rara.executor.client import ExecutorClient, Protocol
 from rara.executor.conformance_checks import CHECKS
 from rara.executor.conformance_probe import Probe, Skip
 
@@ -76,12 +81,18 @@ async def _run_one(
 
 
 async def run_conformance_async(
-    address: str, token: str | None, *, check_timeout: float = 60.0, **client_kwargs: Any
+    address: str,
+    token: str | None,
+    *,
+    check_timeout: float = 60.0,
+    protocol: Protocol = "execute",
+    **client_kwargs: Any,
 ) -> ConformanceReport:
     """Run every check in order (they share the endpoint, so one at a time)."""
     report = ConformanceReport(address)
     async with ExecutorClient(address, token=token, **client_kwargs) as client:
-        probe = Probe(address, token, client, client_kwargs)
+        client.protocol = protocol
+        probe = Probe(address, token, client, client_kwargs, protocol)
         for name, check in CHECKS:
             report.results.append(await _run_one(name, check, probe, check_timeout))
     return report

@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from rara.executor.client import ExecutorClient
+from rara.executor.client import ExecutorClient, Protocol
 from rara.v1 import executor_pb2 as pb
 
 TERMINAL = ("succeeded", "failed", "cancelled")
@@ -32,13 +32,16 @@ class Probe:
     token: str | None
     client: ExecutorClient
     client_kwargs: dict[str, Any]
+    protocol: Protocol = "execute"  # how jobs travel: an Execute call each, or a Session
     run_tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
 
     def key(self, name: str) -> str:
         return f"conformance-{self.run_tag}-{name}"
 
     def other_client(self, token: str | None) -> ExecutorClient:
-        return ExecutorClient(self.address, token=token, **self.client_kwargs)
+        client = ExecutorClient(self.address, token=token, **self.client_kwargs)
+        client.protocol = self.protocol
+        return client
 
     async def collect(self, job: pb.Job) -> list[pb.ExecuteResponse]:
         events = [e async for e in self.client.execute(job)]

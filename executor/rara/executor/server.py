@@ -17,9 +17,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import structlog
@@ -55,6 +56,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         self._cancel_grace = cancel_grace
         self._jobs: dict[tuple[str, int], RunningJob] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._sessions: set[_Session] = set()
         self.draining = asyncio.Event()  # set once shutdown began; new jobs are refused
 
     async def GetCapabilities(
@@ -65,6 +67,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             max_concurrency=self._max,
             active_jobs=len(self._tasks),
             executor_version=f"rara-executor/{version('rara')}",
+            protocols=["session"],
         )
 
     def _label(self, capability: str) -> str:
@@ -90,40 +93,14 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
     async def _execute(
         self, request: pb.ExecuteRequest, context: Any
     ) -> AsyncGenerator[pb.ExecuteResponse, None]:
-        if self.draining.is_set():
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "executor is shutting down")
-        try:
-            # Shape first (required fields, JSON, secrets), then whether it is served here.
-            spec = decode_job(request.job)
-            plugin = self._registry.resolve(spec.capability)
-        except IncompatibleJob as exc:
-            log.info("job refused", capability=request.job.capability, error=exc.message)
-            m.EXECUTOR_JOBS.labels(self._label(request.job.capability), "refused").inc()
-            yield pb.ExecuteResponse(seq=1, failed=pb.JobFailed(error=exc.to_proto()))
+        verdict = self._admission(request.job, context.invocation_metadata())
+        if isinstance(verdict, _Refusal):
+            await context.abort(verdict.code, verdict.message)
+        if isinstance(verdict, pb.ExecuteResponse):
+            verdict.seq = 1
+            yield verdict
             return
-        if spec.deadline is not None and spec.deadline <= datetime.now(UTC):
-            # Retryable, unlike the refusals above: the next attempt gets a fresh deadline.
-            m.EXECUTOR_JOBS.labels(plugin.capability, "failed").inc()
-            yield failed(
-                pb.ERROR_CODE_DEADLINE_EXCEEDED,
-                f"deadline {spec.deadline} passed before the job started",
-                retryable=True,
-                seq=1,
-            )
-            return
-        if spec.key in self._jobs:
-            await context.abort(
-                grpc.StatusCode.ALREADY_EXISTS,
-                f"attempt {spec.attempt} of {spec.idempotency_key!r} is already running here",
-            )
-        if len(self._tasks) >= self._max:
-            await context.abort(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"executor is full: {len(self._tasks)} of {self._max} job slots busy; "
-                "retry later or on another executor",
-            )
-        job = RunningJob(spec, plugin, self._store, grace=self._cancel_grace)
-        self._admit(job, context.invocation_metadata())
+        job = cast(RunningJob, verdict)
         try:
             async for event in job.outbox.stream():
                 yield event
@@ -131,6 +108,62 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             # Client disconnect (this generator cancelled or closed early) cancels the job.
             if not job.outbox.terminal_sent:
                 job.request_stop(StopReason.DISCONNECT, "client disconnected")
+
+    def _admission(
+        self, job_pb: pb.Job, metadata: Any
+    ) -> RunningJob | pb.ExecuteResponse | _Refusal:
+        """Execute's admission order (the module's docstring), shared with Session: the
+        admitted job, the single event of a job that cannot run, or a refusal (a status)."""
+        if self.draining.is_set():
+            return _Refusal(grpc.StatusCode.UNAVAILABLE, "executor is shutting down")
+        try:
+            # Shape first (required fields, JSON, secrets), then whether it is served here.
+            spec = decode_job(job_pb)
+            plugin = self._registry.resolve(spec.capability)
+        except IncompatibleJob as exc:
+            log.info("job refused", capability=job_pb.capability, error=exc.message)
+            m.EXECUTOR_JOBS.labels(self._label(job_pb.capability), "refused").inc()
+            return pb.ExecuteResponse(failed=pb.JobFailed(error=exc.to_proto()))
+        if spec.deadline is not None and spec.deadline <= datetime.now(UTC):
+            # Retryable, unlike the refusals above: the next attempt gets a fresh deadline.
+            m.EXECUTOR_JOBS.labels(plugin.capability, "failed").inc()
+            return failed(
+                pb.ERROR_CODE_DEADLINE_EXCEEDED,
+                f"deadline {spec.deadline} passed before the job started",
+                retryable=True,
+            )
+        if spec.key in self._jobs:
+            return _Refusal(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"attempt {spec.attempt} of {spec.idempotency_key!r} is already running here",
+            )
+        if len(self._tasks) >= self._max:
+            return _Refusal(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"executor is full: {len(self._tasks)} of {self._max} job slots busy; "
+                "retry later or on another executor",
+            )
+        job = RunningJob(spec, plugin, self._store, grace=self._cancel_grace)
+        self._admit(job, metadata)
+        return job
+
+    async def Session(
+        self, request_iterator: AsyncIterator[pb.SessionRequest], context: Any
+    ) -> AsyncIterator[pb.SessionResponse]:
+        m.EXECUTOR_STREAMS.inc()
+        session = _Session(self, context.invocation_metadata())
+        if self.draining.is_set():
+            session.drain()
+        self._sessions.add(session)
+        reader = asyncio.create_task(session.read(request_iterator), name="session-reader")
+        try:
+            async for response in session.responses(reader):
+                yield response
+        finally:
+            m.EXECUTOR_STREAMS.dec()
+            self._sessions.discard(session)
+            reader.cancel()
+            session.stop_all()
 
     def _admit(self, job: RunningJob, metadata: Any = None) -> None:
         spec = job.spec
@@ -171,8 +204,11 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
             await asyncio.wait(set(self._tasks))
 
     async def drain(self, grace: float) -> None:
-        """Refuse new jobs, let running ones finish for ``grace``, then stop the rest."""
+        """Refuse new jobs, let running ones finish for ``grace``, then stop the rest. A
+        Session ends (OK) once no job is left on it, so an idle one holds nothing up."""
         self.draining.set()
+        for session in self._sessions:
+            session.drain()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=grace)
         for job in list(self._jobs.values()):
@@ -180,6 +216,121 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         if self._tasks:
             # Each job hard-stops its plugin after cancel_grace; the margin is for the loop.
             await asyncio.wait(set(self._tasks), timeout=self._cancel_grace + 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Refusal:
+    """A job not admitted: Execute fails its call with this status, Session refuses it."""
+
+    code: grpc.StatusCode
+    message: str
+
+
+# A Session's batch: events that wait together go in one message, up to this many bytes
+# (well under the wire limit; a single larger event, such as a big result, goes alone).
+SESSION_BATCH_BYTES = 1024 * 1024
+_WAKE = object()  # queued by a pump that ended: not an event
+_DRAIN = object()  # queued when the executor drains: end once no job is left
+
+
+class _Session:
+    """One Session stream: its jobs by (idempotency_key, attempt), a reader of the worker's
+    requests, and one queue of tagged events that the handler writes in batches. Each job's
+    outbox is pumped into that queue by its own task, so a job whose events are slow (a
+    plugin blocked, progress spaced out) never holds back another's."""
+
+    def __init__(self, servicer: ExecutorServicer, metadata: Any) -> None:
+        self._servicer = servicer
+        self._metadata = metadata
+        self._jobs: dict[tuple[str, int], RunningJob] = {}
+        self._pumps: set[asyncio.Task[None]] = set()
+        self._events: asyncio.Queue[pb.SessionEvent | object | None] = asyncio.Queue()
+
+    async def read(self, requests: AsyncIterator[pb.SessionRequest]) -> None:
+        """Admit each job, stop each cancelled one; the stream's end (or break) is put as
+        None, after which the writer stops once the jobs it holds have ended."""
+        try:
+            async for request in requests:
+                for job_pb in request.jobs:
+                    self._start(job_pb)
+                for cancel in request.cancels:
+                    job = self._jobs.get((cancel.idempotency_key, cancel.attempt))
+                    if job is not None:
+                        job.request_stop(StopReason.CANCEL, cancel.reason or "cancel requested")
+        finally:
+            self._events.put_nowait(None)
+
+    def _start(self, job_pb: pb.Job) -> None:
+        key, attempt, step_id = job_pb.idempotency_key, job_pb.attempt, job_pb.step_id
+        verdict = self._servicer._admission(job_pb, self._metadata)
+        if isinstance(verdict, _Refusal):
+            refused = pb.JobRefused(status_code=verdict.code.value[0], message=verdict.message)
+            self._events.put_nowait(
+                pb.SessionEvent(
+                    idempotency_key=key, attempt=attempt, step_id=step_id, refused=refused
+                )
+            )
+            return
+        if isinstance(verdict, pb.ExecuteResponse):
+            verdict.seq = 1
+            self._events.put_nowait(
+                pb.SessionEvent(
+                    idempotency_key=key, attempt=attempt, step_id=step_id, event=verdict
+                )
+            )
+            return
+        job = verdict
+        self._jobs[(key, attempt)] = job
+        pump = asyncio.create_task(self._pump(job, key, attempt, step_id))
+        self._pumps.add(pump)
+
+    async def _pump(self, job: RunningJob, key: str, attempt: int, step_id: int) -> None:
+        put = self._events.put_nowait
+        try:
+            async for event in job.outbox.stream():
+                put(
+                    pb.SessionEvent(
+                        idempotency_key=key, attempt=attempt, step_id=step_id, event=event
+                    )
+                )
+        finally:
+            if self._jobs.get((key, attempt)) is job:
+                del self._jobs[(key, attempt)]
+            self._pumps.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
+            put(_WAKE)  # the writer re-checks whether anything is left to report
+
+    async def responses(self, reader: asyncio.Task[None]) -> AsyncIterator[pb.SessionResponse]:
+        """Batches of events until the worker's side ended and no job is left to report."""
+        reading = True
+        while reading or self._pumps or not self._events.empty():
+            item = await self._events.get()
+            batch: list[pb.SessionEvent] = []
+            size = 0
+            while True:
+                if item is None:
+                    reading = False
+                    self.stop_all("worker ended the session")
+                elif item is _DRAIN:
+                    reading = False  # new jobs are refused meanwhile; running ones finish
+                elif isinstance(item, pb.SessionEvent):
+                    batch.append(item)
+                    size += item.ByteSize()
+                if size >= SESSION_BATCH_BYTES or self._events.empty():
+                    break
+                item = self._events.get_nowait()
+            if batch:
+                yield pb.SessionResponse(events=batch)
+        if reader.done() and not reader.cancelled() and (exc := reader.exception()) is not None:
+            raise exc
+
+    def drain(self) -> None:
+        self._events.put_nowait(_DRAIN)
+
+    def stop_all(self, text: str = "session ended") -> None:
+        """The stream ended or broke: every job still on it stops, as on a disconnect."""
+        for job in list(self._jobs.values()):
+            if not job.outbox.terminal_sent:
+                job.request_stop(StopReason.DISCONNECT, text)
 
 
 class ExecutorServer:

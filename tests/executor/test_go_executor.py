@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -123,6 +123,64 @@ async def test_conformance_with_token(go_executor: Path, tmp_path: Path) -> None
         report = await run_conformance_async(address, TOKEN, check_timeout=20)
     assert [r.name for r in report.results] == [name for name, _ in CHECKS]
     assert all(r.outcome == "passed" for r in report.results), report.summary()
+
+
+async def test_conformance_over_a_session(go_executor: Path, tmp_path: Path) -> None:
+    """Every check again, each job on one Session stream (the Go executor serves it too)."""
+    with running(go_executor, tmp_path) as (address, _):
+        caps = await _capabilities(address)
+        assert list(caps.protocols) == ["session"]
+        report = await run_conformance_async(address, TOKEN, check_timeout=20, protocol="session")
+    assert [r.name for r in report.results] == [name for name, _ in CHECKS]
+    assert all(r.outcome == "passed" for r in report.results), report.summary()
+
+
+async def test_sigkill_mid_session_fails_every_job(go_executor: Path, tmp_path: Path) -> None:
+    """Jobs on one session to the Go executor, which dies: each ends UNAVAILABLE, as a broken
+    Execute call does; a session to the next executor there works."""
+    with running(go_executor, tmp_path, expect_exit=-signal.SIGKILL) as (address, proc):
+        async with ExecutorClient(address, token=TOKEN) as client:
+            client.protocol = "session"
+            jobs = [
+                client.execute(make_job(capability="test.hang@1", idempotency_key=f"h{i}"))
+                for i in range(3)
+            ]
+            async with asyncio.timeout(10):
+                for job in jobs:
+                    async for event in job:
+                        if event.HasField("running"):
+                            break
+            proc.send_signal(signal.SIGKILL)
+            for job in jobs:
+                with pytest.raises(grpc.aio.AioRpcError) as broken:
+                    await asyncio.wait_for(_to_the_end(job), 10)
+                assert broken.value.code() == grpc.StatusCode.UNAVAILABLE
+    with running(go_executor, tmp_path) as (address, _):
+        async with ExecutorClient(address, token=TOKEN) as client:
+            client.protocol = "session"
+            events = await collect(client, make_job(capability="test.echo@1", idempotency_key="n"))
+    assert kinds(events) == ["accepted", "running", "succeeded"]
+
+
+async def test_an_idle_session_does_not_hold_up_shutdown(go_executor: Path, tmp_path: Path) -> None:
+    with running(go_executor, tmp_path) as (address, proc):
+        async with ExecutorClient(address, token=TOKEN) as client:
+            client.protocol = "session"
+            await collect(client, make_job(capability="test.echo@1", idempotency_key="x"))
+            started = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(proc.wait, 10)
+    assert time.monotonic() - started < 5
+
+
+async def _to_the_end(events: AsyncIterator[pb.ExecuteResponse]) -> None:
+    async for _ in events:
+        pass
+
+
+async def _capabilities(address: str) -> pb.GetCapabilitiesResponse:
+    async with ExecutorClient(address, token=TOKEN) as client:
+        return await client.get_capabilities()
 
 
 def test_the_conformance_command_passes(go_executor: Path, tmp_path: Path) -> None:

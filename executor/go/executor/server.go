@@ -40,10 +40,11 @@ type Service struct {
 	log         *slog.Logger
 	draining    atomic.Bool
 
-	mu     sync.Mutex
-	jobs   map[jobKey]*runningJob
-	active int           // jobs holding a slot (including ones still stopping)
-	idle   chan struct{} // closed and replaced whenever active drops to 0
+	mu       sync.Mutex
+	jobs     map[jobKey]*runningJob
+	sessions map[*session]struct{}
+	active   int           // jobs holding a slot (including ones still stopping)
+	idle     chan struct{} // closed and replaced whenever active drops to 0
 }
 
 // NewService builds the service; maxConcurrency >= 1.
@@ -54,7 +55,8 @@ func NewService(registry *Registry, store *artifacts.Store, maxConcurrency int,
 	}
 	return &Service{registry: registry, store: store, max: maxConcurrency,
 		cancelGrace: cancelGrace, log: log, jobs: map[jobKey]*runningJob{},
-		idle: make(chan struct{})}, nil
+		sessions: map[*session]struct{}{},
+		idle:     make(chan struct{})}, nil
 }
 
 // GetCapabilities lists the operations served and the load.
@@ -69,7 +71,8 @@ func (s *Service) GetCapabilities(context.Context, *pb.GetCapabilitiesRequest) (
 	active := s.active
 	s.mu.Unlock()
 	return &pb.GetCapabilitiesResponse{Capabilities: caps, MaxConcurrency: uint32(s.max),
-		ActiveJobs: uint32(active), ExecutorVersion: Version}, nil
+		ActiveJobs: uint32(active), ExecutorVersion: Version,
+		Protocols: []string{"session"}}, nil
 }
 
 func single(stream grpc.ServerStreamingServer[pb.ExecuteResponse], ev *pb.ExecuteResponse) error {
@@ -80,29 +83,12 @@ func single(stream grpc.ServerStreamingServer[pb.ExecuteResponse], ev *pb.Execut
 // Execute admits a job and streams its events.
 func (s *Service) Execute(req *pb.ExecuteRequest,
 	stream grpc.ServerStreamingServer[pb.ExecuteResponse]) error {
-	if s.draining.Load() {
-		return status.Error(codes.Unavailable, "executor is shutting down")
-	}
-	// Shape first (required fields, JSON), then whether it is served here.
-	spec, jerr := DecodeJob(req.GetJob())
-	var op Operation
-	if jerr == nil {
-		op, jerr = s.registry.Resolve(spec.Capability)
-	}
-	if jerr != nil {
-		s.log.Info("job refused", "capability", req.GetJob().GetCapability(), "error", jerr.Message)
-		return single(stream, &pb.ExecuteResponse{Event: &pb.ExecuteResponse_Failed{
-			Failed: &pb.JobFailed{Error: jerr.toProto()}}})
-	}
-	if !spec.Deadline.IsZero() && !spec.Deadline.After(time.Now()) {
-		// Retryable, unlike the refusals above: the next attempt gets a fresh deadline.
-		return single(stream, failedEvent(pb.ErrorCode_ERROR_CODE_DEADLINE_EXCEEDED,
-			fmt.Sprintf("deadline %s passed before the job started",
-				spec.Deadline.Format(time.RFC3339Nano)), true))
-	}
-	job, err := s.admit(spec, op)
+	job, ev, err := s.admission(req.GetJob())
 	if err != nil {
 		return err
+	}
+	if ev != nil {
+		return single(stream, ev)
 	}
 	sent, err := job.out.stream(stream.Context(), stream.Send)
 	if !sent {
@@ -111,6 +97,33 @@ func (s *Service) Execute(req *pb.ExecuteRequest,
 		return err
 	}
 	return nil
+}
+
+// admission is Execute's admission order (the package comment), shared with Session: the
+// admitted job, or the single event of a job that cannot run, or a refusal (a status error).
+func (s *Service) admission(j *pb.Job) (*runningJob, *pb.ExecuteResponse, error) {
+	if s.draining.Load() {
+		return nil, nil, status.Error(codes.Unavailable, "executor is shutting down")
+	}
+	// Shape first (required fields, JSON), then whether it is served here.
+	spec, jerr := DecodeJob(j)
+	var op Operation
+	if jerr == nil {
+		op, jerr = s.registry.Resolve(spec.Capability)
+	}
+	if jerr != nil {
+		s.log.Info("job refused", "capability", j.GetCapability(), "error", jerr.Message)
+		return nil, &pb.ExecuteResponse{Event: &pb.ExecuteResponse_Failed{
+			Failed: &pb.JobFailed{Error: jerr.toProto()}}}, nil
+	}
+	if !spec.Deadline.IsZero() && !spec.Deadline.After(time.Now()) {
+		// Retryable, unlike the refusals above: the next attempt gets a fresh deadline.
+		return nil, failedEvent(pb.ErrorCode_ERROR_CODE_DEADLINE_EXCEEDED,
+			fmt.Sprintf("deadline %s passed before the job started",
+				spec.Deadline.Format(time.RFC3339Nano)), true), nil
+	}
+	job, err := s.admit(spec, op)
+	return job, nil, err
 }
 
 func (s *Service) admit(spec *Spec, op Operation) (*runningJob, error) {
@@ -185,6 +198,11 @@ func (s *Service) waitIdle(d time.Duration) bool {
 // end with a retryable UNAVAILABLE, so a worker runs them elsewhere).
 func (s *Service) Drain(grace time.Duration) {
 	s.draining.Store(true)
+	s.mu.Lock()
+	for ss := range s.sessions {
+		ss.drain() // an idle session ends now, a busy one once its jobs have ended
+	}
+	s.mu.Unlock()
 	if s.waitIdle(grace) {
 		return
 	}

@@ -14,7 +14,11 @@ the same Python client (``rara.executor.client``, what the worker's adapter buil
 The executors run one after the other, never together, and the order alternates with
 ``--rounds`` so drift on a shared machine hits both. Prints a table; ``--json`` the numbers.
 
-Usage: ``.venv/bin/python bench/grpc_go_vs_python.py [--jobs 2000] [--inflight 32] [--rounds 2]``
+``--protocol session`` sends the jobs on one Session stream per executor instead of an Execute
+call each (both executors serve it).
+
+Usage: ``.venv/bin/python bench/grpc_go_vs_python.py [--jobs 2000] [--inflight 32] [--rounds 2]
+[--protocol execute|session]``
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # bench.* from the
 
 from bench.grpc_overhead import TOKEN, one_job, pct
 from bench.proc_cpu import process_cpu
-from rara.executor.client import ExecutorClient
+from rara.executor.client import ExecutorClient, Protocol
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,11 +81,12 @@ def _argv(kind: str, tmp: Path, inflight: int, go_binary: Path) -> list[str]:
 
 
 async def measure(
-    kind: str, tmp: Path, jobs: int, inflight: int, go_binary: Path
+    kind: str, tmp: Path, jobs: int, inflight: int, go_binary: Path, protocol: Protocol
 ) -> dict[str, Any]:
     proc, address = await _start(_argv(kind, tmp, inflight, go_binary))
     try:
         async with ExecutorClient(address, token=TOKEN) as client:
+            client.protocol = protocol
             for i in range(100):  # warm up channel, caches, the Go runtime's and Python's
                 await one_job(client, "test.echo@1", f"warm-{kind}-{i}", {})
             cpu0 = process_cpu(proc.pid)
@@ -123,7 +128,9 @@ def build_go() -> Path:
     return Path(done.stdout.strip())
 
 
-async def main(jobs: int, inflight: int, rounds: int) -> dict[str, Any]:
+async def main(
+    jobs: int, inflight: int, rounds: int, protocol: Protocol = "execute"
+) -> dict[str, Any]:
     built = time.perf_counter()
     go_binary = await asyncio.to_thread(build_go)
     build_s = time.perf_counter() - built
@@ -133,7 +140,7 @@ async def main(jobs: int, inflight: int, rounds: int) -> dict[str, Any]:
         (tmp / "token").write_text(TOKEN)
         for r in range(rounds):
             for kind in ("python", "go") if r % 2 == 0 else ("go", "python"):
-                runs[kind].append(await measure(kind, tmp, jobs, inflight, go_binary))
+                runs[kind].append(await measure(kind, tmp, jobs, inflight, go_binary, protocol))
     result: dict[str, Any] = {
         kind: {key: round(statistics.median([m[key] for m in ms]), 3) for key in ms[0]}
         for kind, ms in runs.items()
@@ -142,6 +149,7 @@ async def main(jobs: int, inflight: int, rounds: int) -> dict[str, Any]:
         "jobs": jobs,
         "inflight": inflight,
         "rounds": rounds,
+        "protocol": protocol,
         "go_build_s": round(build_s, 2),
         "load_avg": os.getloadavg(),
         "cpus": os.cpu_count(),
@@ -153,7 +161,8 @@ def print_table(r: dict[str, Any]) -> None:
     s = r["setup"]
     print(
         f"no-op job over gRPC (test.echo@1, loopback, token auth), {s['jobs']} jobs per "
-        f"phase, median of {s['rounds']} rounds, {s['cpus']} CPUs, load {s['load_avg'][0]:.1f}"
+        f"phase, {s['protocol']}, median of {s['rounds']} rounds, {s['cpus']} CPUs, "
+        f"load {s['load_avg'][0]:.1f}"
     )
     print(
         f"{'executor':10} {'p50 ms':>8} {'p99 ms':>8} {'seq steps/s':>12} "
@@ -174,8 +183,14 @@ if __name__ == "__main__":
     parser.add_argument("--inflight", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--json", action="store_true", help="print the numbers as JSON too")
+    parser.add_argument(
+        "--protocol",
+        choices=["execute", "session"],
+        default="execute",
+        help="a call per job (Execute) or every job on one Session stream",
+    )
     args = parser.parse_args()
-    numbers = asyncio.run(main(args.jobs, args.inflight, args.rounds))
+    numbers = asyncio.run(main(args.jobs, args.inflight, args.rounds, args.protocol))
     print_table(numbers)
     if args.json:
         print(json.dumps(numbers, indent=2))

@@ -9,7 +9,10 @@ worker and the executor do not share an interpreter), with token auth on, then m
    succeed — the concurrency the server was seen to carry;
 3. no-op jobs with ``--streams`` in flight: throughput in jobs/s.
 
-Usage: ``.venv/bin/python bench/grpc_overhead.py [--jobs 1000] [--streams 200]``
+``--protocol session`` sends every job on one Session stream instead of an Execute call each.
+
+Usage: ``.venv/bin/python bench/grpc_overhead.py [--jobs 1000] [--streams 200]
+[--protocol execute|session]``
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rara.executor.client import ExecutorClient, make_job
+from rara.executor.client import ExecutorClient, Protocol, make_job
 
 TOKEN = "bench-token"
 
@@ -72,11 +75,12 @@ def pct(values: list[float], p: float) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[int(p) - 1]
 
 
-async def main(jobs: int, streams: int) -> None:
+async def main(jobs: int, streams: int, protocol: Protocol = "execute") -> None:
     with tempfile.TemporaryDirectory() as tmp:
         proc, address = await start_executor(Path(tmp), streams)
         try:
             async with ExecutorClient(address, token=TOKEN) as client:
+                client.protocol = protocol
                 for i in range(50):  # warm up channel, interpreter caches, thread pools
                     await one_job(client, "test.echo@1", f"warm-{i}", {})
                 latencies = []
@@ -127,5 +131,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--streams", type=int, default=200)
+    parser.add_argument(
+        "--protocol",
+        choices=["execute", "session"],
+        default="execute",
+        help="a call per job (Execute) or every job on one Session stream",
+    )
     args = parser.parse_args()
-    asyncio.run(main(args.jobs, args.streams))
+    asyncio.run(main(args.jobs, args.streams, args.protocol))

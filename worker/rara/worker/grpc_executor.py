@@ -8,6 +8,12 @@ and lost leases reach the executor by cancelling the call (a client disconnect c
 and an explicit ``Cancel``. Transport failures: UNAVAILABLE before the job was accepted → the
 next endpoint; a stream broken mid-job (executor killed) → a retryable failure, so the attempt
 is retried and resumes from its last checkpoint.
+
+Where an executor lists "session" in its capabilities' ``protocols`` (and ``sessions`` is on),
+its jobs share one Session stream per endpoint instead of a call each
+(``ExecutorClient.protocol``): the client routes each job's events to it and turns a per-job
+refusal or a broken session into the status error an Execute call would have raised, so
+everything below reads the same either way; leaving a job sends a cancel on the session.
 """
 
 from __future__ import annotations
@@ -52,12 +58,18 @@ class GrpcExecutor:
     kind = "grpc"
 
     def __init__(
-        self, endpoints: list[str], *, token: str | None, refresh_seconds: float = 10.0
+        self,
+        endpoints: list[str],
+        *,
+        token: str | None,
+        refresh_seconds: float = 10.0,
+        sessions: bool = True,
     ) -> None:
         if not endpoints:
             raise ValueError("GrpcExecutor needs at least one endpoint")
         self._endpoints = [_Endpoint(a, ExecutorClient(a, token=token)) for a in endpoints]
         self._refresh_seconds = refresh_seconds
+        self._sessions = sessions
         self._turn = itertools.count()
         self._changed = asyncio.Event()
         # Called when what the endpoints serve changes (describe()): the worker then tells the
@@ -67,10 +79,14 @@ class GrpcExecutor:
 
     @classmethod
     def from_token_file(
-        cls, endpoints: list[str], token_file: Path | None, refresh_seconds: float = 10.0
+        cls,
+        endpoints: list[str],
+        token_file: Path | None,
+        refresh_seconds: float = 10.0,
+        sessions: bool = True,
     ) -> GrpcExecutor:
         token = token_file.read_text().strip() if token_file is not None else None
-        return cls(endpoints, token=token, refresh_seconds=refresh_seconds)
+        return cls(endpoints, token=token, refresh_seconds=refresh_seconds, sessions=sessions)
 
     def capabilities(self) -> set[str]:
         """What live endpoints serve now (the worker leases only these)."""
@@ -118,6 +134,9 @@ class GrpcExecutor:
                 )
             endpoint.capabilities, endpoint.alive = served, True
             endpoint.version = response.executor_version
+            # An executor older than Session lists no protocols: Execute, a call per job.
+            session = self._sessions and "session" in response.protocols
+            endpoint.client.protocol = "session" if session else "execute"
 
     async def watch(self, stop: asyncio.Event) -> None:
         """Refresh periodically until ``stop``: at once after a failed call, every

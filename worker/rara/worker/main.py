@@ -32,6 +32,7 @@ def build_executors(settings: WorkerSettings) -> list[Executor]:
                 settings.executor_endpoints,
                 settings.executor_token_file,
                 refresh_seconds=settings.executor_refresh_seconds,
+                sessions=settings.executor_sessions,
             )
         )
     return executors

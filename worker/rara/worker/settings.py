@@ -103,6 +103,11 @@ class WorkerSettings(ProcessSettings):
     executor_refresh_seconds: float = Field(
         default=10.0, gt=0, description="How often to ask executors what they serve"
     )
+    executor_sessions: bool = Field(
+        default=True,
+        description="Send jobs on one Session stream per executor that serves it "
+        "(off: an Execute call per job)",
+    )
     metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="Serve /metrics, /healthz, /readyz here"
     )

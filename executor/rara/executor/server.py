@@ -304,6 +304,10 @@ class _Session:
         reading = True
         while reading or self._pumps or not self._events.empty():
             item = await self._events.get()
+            if self._events.empty():
+                # One turn of the loop lets running jobs put what they have (a no-op job's
+                # three events come in quick succession): one message for all of it.
+                await asyncio.sleep(0)
             batch: list[pb.SessionEvent] = []
             size = 0
             while True:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Literal, Self
@@ -115,7 +115,9 @@ class ExecutorClient:
         """The client's Session, opened now if none is open (or the last one broke)."""
         if self._session is None or self._session.broken is not None:
             # Only the token: a session outlives the trace of the job that happened to open it.
-            self._session = ExecutorSession(self._stub.Session(metadata=self._metadata))
+            self._session = ExecutorSession(
+                self._stub.Session(metadata=self._metadata), probe=self.get_capabilities
+            )
         return self._session
 
     async def cancel(
@@ -156,8 +158,9 @@ class ExecutorSession:
     every job on it gets the call's error, and the client opens a new session for the next.
     """
 
-    def __init__(self, call: Any) -> None:
+    def __init__(self, call: Any, *, probe: Callable[[], Awaitable[Any]]) -> None:
         self._call = call
+        self._probe = probe
         self._jobs: dict[_Key, asyncio.Queue[pb.ExecuteResponse | grpc.aio.AioRpcError]] = {}
         self._outgoing: list[pb.Job | pb.CancelRequest] = []
         self._wake = asyncio.Event()
@@ -254,7 +257,7 @@ class ExecutorSession:
                     else:
                         queue.put_nowait(tagged.event)
         except grpc.aio.AioRpcError as exc:
-            error = exc
+            error = await self._unmasked(exc)
         except asyncio.CancelledError:
             error = grpc.aio.AioRpcError(grpc.StatusCode.CANCELLED, details="session closed")
             raise
@@ -269,6 +272,20 @@ class ExecutorSession:
             for queue in self._jobs.values():
                 queue.put_nowait(error)
             self._writer.cancel()
+
+    async def _unmasked(self, exc: grpc.aio.AioRpcError) -> grpc.aio.AioRpcError:
+        """The executor's answer where gRPC hid it: a write that fails in gRPC core (the
+        executor refused the call, say for its token, while a job was on the way) turns the
+        call's status into INTERNAL "Internal error from Core". A unary call gets the answer
+        itself (UNAUTHENTICATED, UNAVAILABLE); if that one succeeds, INTERNAL stands (a real
+        INTERNAL from the executor costs this one call more)."""
+        if exc.code() != grpc.StatusCode.INTERNAL:
+            return exc
+        try:
+            await self._probe()
+        except grpc.aio.AioRpcError as answer:
+            return answer
+        return exc
 
     async def close(self) -> None:
         """End the session: the executor stops whatever still runs on it."""

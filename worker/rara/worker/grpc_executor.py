@@ -193,26 +193,31 @@ class GrpcExecutor:
     async def _stream(self, endpoint: _Endpoint, job: pb.Job, ctx: StepContext) -> StepOutcome:
         accepted = False
         try:
-            async for event in endpoint.client.execute(job):
-                kind = event.WhichOneof("event")
-                if kind == "accepted":
-                    accepted = True
-                elif kind == "progress":
-                    p = event.progress
-                    ctx.progress(
-                        p.fraction if p.HasField("fraction") else None, p.message, dict(p.metrics)
-                    )
-                elif kind == "checkpoint":
-                    await _save_checkpoint(ctx, event.checkpoint)
-                elif kind == "succeeded":
-                    return _outcome(event.succeeded, ctx.step_key)
-                elif kind == "failed":
-                    raise _error(event.failed.error)
-                elif kind == "cancelled":
-                    raise RetryableError(
-                        f"executor cancelled the job: {event.cancelled.reason}",
-                        code=ErrorCode.EXECUTOR_CANCELLED,
-                    )
+            # aclosing: leaving the job (any way) ends its call, or cancels it on the session,
+            # now rather than when the generator is collected.
+            async with contextlib.aclosing(endpoint.client.execute(job)) as events:
+                async for event in events:
+                    kind = event.WhichOneof("event")
+                    if kind == "accepted":
+                        accepted = True
+                    elif kind == "progress":
+                        p = event.progress
+                        ctx.progress(
+                            p.fraction if p.HasField("fraction") else None,
+                            p.message,
+                            dict(p.metrics),
+                        )
+                    elif kind == "checkpoint":
+                        await _save_checkpoint(ctx, event.checkpoint)
+                    elif kind == "succeeded":
+                        return _outcome(event.succeeded, ctx.step_key)
+                    elif kind == "failed":
+                        raise _error(event.failed.error)
+                    elif kind == "cancelled":
+                        raise RetryableError(
+                            f"executor cancelled the job: {event.cancelled.reason}",
+                            code=ErrorCode.EXECUTOR_CANCELLED,
+                        )
         except asyncio.CancelledError:
             # Cancel, timeout or a lost lease: leaving the stream disconnects (which cancels
             # the job); the explicit Cancel makes it prompt even if the disconnect is slow.

@@ -219,3 +219,23 @@ async def test_a_session_without_the_token_is_refused(start_executor: StartExecu
                 await collect(client, make_job(capability="test.echo@1", idempotency_key="u"))
             assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
     assert (await ex.client.get_capabilities()).active_jobs == 0
+
+
+async def test_big_events_go_in_messages_of_their_own(start_executor: StartExecutor) -> None:
+    """Two 9 MB results at once: together they would pass the 16 MB wire limit, so each goes
+    in its own message (and so does each job on the way in)."""
+    ex = await start_executor()
+    ex.client.protocol = "session"
+    blobs = ["a" * (9 << 20), "b" * (9 << 20)]
+    results = await asyncio.gather(
+        *(
+            collect(
+                ex.client,
+                make_job(capability="test.echo@1", idempotency_key=f"big{i}", payload={"b": b}),
+            )
+            for i, b in enumerate(blobs)
+        )
+    )
+    for blob, events in zip(blobs, results, strict=True):
+        assert kinds(events) == ["accepted", "running", "succeeded"]
+        assert json.loads(events[-1].succeeded.result_json)["input"] == {"b": blob}

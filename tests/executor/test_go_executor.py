@@ -158,6 +158,30 @@ async def test_sigkill_mid_session_fails_every_job(go_executor: Path, tmp_path: 
     assert kinds(events) == ["accepted", "running", "succeeded"]
 
 
+async def test_big_session_events_go_in_messages_of_their_own(
+    go_executor: Path, tmp_path: Path
+) -> None:
+    """Two 9 MB results at once would pass the 16 MB wire limit together: one message each."""
+    blobs = ["a" * (9 << 20), "b" * (9 << 20)]
+    with running(go_executor, tmp_path) as (address, _):
+        async with ExecutorClient(address, token=TOKEN) as client:
+            client.protocol = "session"
+            results = await asyncio.gather(
+                *(
+                    collect(
+                        client,
+                        make_job(
+                            capability="test.echo@1", idempotency_key=f"big{i}", payload={"b": b}
+                        ),
+                    )
+                    for i, b in enumerate(blobs)
+                )
+            )
+    for blob, events in zip(blobs, results, strict=True):
+        assert kinds(events) == ["accepted", "running", "succeeded"]
+        assert json.loads(events[-1].succeeded.result_json)["input"] == {"b": blob}
+
+
 async def test_an_idle_session_does_not_hold_up_shutdown(go_executor: Path, tmp_path: Path) -> None:
     with running(go_executor, tmp_path) as (address, proc):
         async with ExecutorClient(address, token=TOKEN) as client:

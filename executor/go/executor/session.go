@@ -100,8 +100,12 @@ func (s *Service) Session(stream grpc.BidiStreamingServer[pb.SessionRequest, pb.
 		}
 		for len(batch) > 0 {
 			n, size := 0, 0
-			for n < len(batch) && (n == 0 || size < sessionBatchBytes) {
-				size += proto.Size(batch[n])
+			for n < len(batch) {
+				next := proto.Size(batch[n])
+				if n > 0 && size+next > sessionBatchBytes {
+					break // a big event goes in a message of its own
+				}
+				size += next
 				n++
 			}
 			if err := stream.Send(&pb.SessionResponse{Events: batch[:n]}); err != nil {

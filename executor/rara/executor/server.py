@@ -302,8 +302,10 @@ class _Session:
     async def responses(self, reader: asyncio.Task[None]) -> AsyncIterator[pb.SessionResponse]:
         """Batches of events until the worker's side ended and no job is left to report."""
         reading = True
-        while reading or self._pumps or not self._events.empty():
-            item = await self._events.get()
+        held: pb.SessionEvent | None = None  # the event that did not fit the last batch
+        while reading or self._pumps or held is not None or not self._events.empty():
+            item = held if held is not None else await self._events.get()
+            held = None
             if self._events.empty():
                 # One turn of the loop lets running jobs put what they have (a no-op job's
                 # three events come in quick succession): one message for all of it.
@@ -317,9 +319,13 @@ class _Session:
                 elif item is _DRAIN:
                     reading = False  # new jobs are refused meanwhile; running ones finish
                 elif isinstance(item, pb.SessionEvent):
+                    n = item.ByteSize()
+                    if batch and size + n > SESSION_BATCH_BYTES:
+                        held = item  # a big event goes in a message of its own
+                        break
                     batch.append(item)
-                    size += item.ByteSize()
-                if size >= SESSION_BATCH_BYTES or self._events.empty():
+                    size += n
+                if self._events.empty():
                     break
                 item = self._events.get_nowait()
             if batch:

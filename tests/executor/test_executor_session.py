@@ -239,3 +239,22 @@ async def test_big_events_go_in_messages_of_their_own(start_executor: StartExecu
     for blob, events in zip(blobs, results, strict=True):
         assert kinds(events) == ["accepted", "running", "succeeded"]
         assert json.loads(events[-1].succeeded.result_json)["input"] == {"b": blob}
+
+
+async def test_a_verdict_frees_the_slot_before_the_worker_hears_it(tmp_path: Path) -> None:
+    """As many chains as the executor (a process, 16 slots) has slots, each sending its next
+    job the moment it read the last one's verdict: a slot still held then (freed only once the
+    job's task was collected) refused the job as full."""
+    address = free_address()
+    async with ExecutorClient(address) as client:
+        client.protocol = "session"
+        with executor_process(address, tmp_path):
+            await _wait_serving(client)
+            assert (await client.get_capabilities()).max_concurrency == 16
+
+            async def chain(c: int) -> None:
+                for i in range(60):
+                    job = make_job(capability="test.echo@1", idempotency_key=f"c{c}-{i}")
+                    assert kinds(await collect(client, job))[-1] == "succeeded"
+
+            await asyncio.gather(*(chain(c) for c in range(16)))

@@ -182,6 +182,22 @@ async def test_big_session_events_go_in_messages_of_their_own(
         assert json.loads(events[-1].succeeded.result_json)["input"] == {"b": blob}
 
 
+async def test_a_verdict_frees_the_slot_before_the_worker_hears_it(
+    go_executor: Path, tmp_path: Path
+) -> None:
+    """4 slots, 4 chains of jobs each sent the moment the last verdict is read: none full."""
+    with running(go_executor, tmp_path) as (address, _):
+        async with ExecutorClient(address, token=TOKEN) as client:
+            client.protocol = "session"
+
+            async def chain(c: int) -> None:
+                for i in range(150):
+                    job = make_job(capability="test.echo@1", idempotency_key=f"c{c}-{i}")
+                    assert kinds(await collect(client, job))[-1] == "succeeded"
+
+            await asyncio.gather(*(chain(c) for c in range(4)))
+
+
 async def test_an_idle_session_does_not_hold_up_shutdown(go_executor: Path, tmp_path: Path) -> None:
     with running(go_executor, tmp_path) as (address, proc):
         async with ExecutorClient(address, token=TOKEN) as client:

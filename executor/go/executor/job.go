@@ -149,6 +149,7 @@ type runningJob struct {
 	stop    chan struct{}   // closed on the first stop request
 	outcome string          // the terminal event's kind, once put
 	reads   artifacts.Reads // what the operation read through Job.Store (JobSucceeded.reads)
+	onEnd   func()          // frees the job's slot; called just before the terminal event
 }
 
 func newRunningJob(spec *Spec, op Operation, store *artifacts.Store, grace time.Duration,
@@ -181,6 +182,9 @@ func (r *runningJob) finish(ev *pb.ExecuteResponse) {
 		r.outcome = "cancelled"
 	default:
 		r.outcome = "failed"
+	}
+	if r.onEnd != nil {
+		r.onEnd()
 	}
 	r.out.put(ev, nil)
 }

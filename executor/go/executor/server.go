@@ -140,21 +140,29 @@ func (s *Service) admit(spec *Spec, op Operation) (*runningJob, error) {
 	job := newRunningJob(spec, op, s.store, s.cancelGrace, s.log)
 	s.jobs[spec.key()] = job
 	s.active++
+	var release sync.Once
+	// The slot is free before the terminal event is put, so before anyone can hear it: a
+	// worker that sends the next job as soon as it heard the verdict (a Session) finds it free.
+	job.onEnd = func() {
+		release.Do(func() {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.jobs[spec.key()] == job {
+				delete(s.jobs, spec.key())
+			}
+			s.active--
+			if s.active == 0 {
+				close(s.idle)
+				s.idle = make(chan struct{})
+			}
+		})
+	}
 	go func() {
 		started := time.Now()
 		job.run()
+		job.onEnd() // a no-op after finish; frees the slot if run ended without a verdict
 		job.log.Debug("job ended", "outcome", job.outcome,
 			"seconds", time.Since(started).Seconds())
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.jobs[spec.key()] == job {
-			delete(s.jobs, spec.key())
-		}
-		s.active--
-		if s.active == 0 {
-			close(s.idle)
-			s.idle = make(chan struct{})
-		}
 	}()
 	return job, nil
 }

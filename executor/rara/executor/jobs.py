@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import enum
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -59,6 +59,7 @@ class RunningJob:
         self._reason_text = ""
         self.ctx = ExecutorStepContext(spec, store, self.outbox, self._stop_asked)
         self.outcome: str | None = None  # the terminal event's kind, once it was put
+        self.on_end: Callable[[], None] | None = None  # called just before the terminal event
         self.log = log.bind(
             idempotency_key=spec.idempotency_key, attempt=spec.attempt, capability=spec.capability
         )
@@ -69,6 +70,8 @@ class RunningJob:
 
     def _finish(self, event: pb.ExecuteResponse) -> None:
         self.outcome = event.WhichOneof("event")
+        if self.on_end is not None:
+            self.on_end()  # the slot is free before anyone can hear the verdict
         self.outbox.put(event)
 
     def _stop_asked(self) -> bool:  # read from plugin threads: a plain attribute read

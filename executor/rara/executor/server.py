@@ -7,8 +7,10 @@ credential-looking payload, unknown capability or major) -> a single non-retryab
 event naming the field; same attempt already running -> ALREADY_EXISTS; no free slot ->
 RESOURCE_EXHAUSTED. Messages over ``limits.MAX_MESSAGE_BYTES`` from a caller with the token
 never reach the handler: gRPC refuses them with RESOURCE_EXHAUSTED, naming both sizes.
-A slot is held by the job task, not the RPC, so a job still stopping after its client went
-away keeps counting against the limit until it really ended.
+A slot is held by the job, not the RPC, so a job still stopping after its client went
+away keeps counting against the limit until it really ended: until its terminal event is put,
+which frees the slot before the event can reach the worker (a worker that sends the next job
+as soon as it heard the verdict, as on a Session, finds the slot free).
 """
 
 from __future__ import annotations
@@ -56,6 +58,10 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         self._cancel_grace = cancel_grace
         self._jobs: dict[tuple[str, int], RunningJob] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Jobs holding a slot: from admission until their terminal event is put (not until
+        # their task is collected), so that a worker that saw the verdict and sends the next
+        # job at once finds the slot free.
+        self._busy: set[RunningJob] = set()
         self._sessions: set[_Session] = set()
         self.draining = asyncio.Event()  # set once shutdown began; new jobs are refused
 
@@ -65,7 +71,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         return pb.GetCapabilitiesResponse(
             capabilities=[p.to_proto() for p in self._registry.plugins()],
             max_concurrency=self._max,
-            active_jobs=len(self._tasks),
+            active_jobs=len(self._busy),
             executor_version=f"rara-executor/{version('rara')}",
             protocols=["session"],
         )
@@ -137,10 +143,10 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
                 grpc.StatusCode.ALREADY_EXISTS,
                 f"attempt {spec.attempt} of {spec.idempotency_key!r} is already running here",
             )
-        if len(self._tasks) >= self._max:
+        if len(self._busy) >= self._max:
             return _Refusal(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"executor is full: {len(self._tasks)} of {self._max} job slots busy; "
+                f"executor is full: {len(self._busy)} of {self._max} job slots busy; "
                 "retry later or on another executor",
             )
         job = RunningJob(spec, plugin, self._store, grace=self._cancel_grace)
@@ -177,11 +183,14 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         task = asyncio.create_task(traced, name=f"job-{spec.idempotency_key}")
         self._jobs[job.spec.key] = job
         self._tasks.add(task)
+        self._busy.add(job)
+        job.on_end = lambda: self._busy.discard(job)
         m.EXECUTOR_JOBS_RUNNING.set(len(self._tasks))
         started = time.monotonic()
 
         def forget(_: asyncio.Task[None]) -> None:
             self._tasks.discard(task)
+            self._busy.discard(job)  # a task that ended without a verdict (a bug) frees it too
             if self._jobs.get(job.spec.key) is job:
                 del self._jobs[job.spec.key]
             capability = job.plugin_capability

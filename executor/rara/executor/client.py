@@ -222,6 +222,8 @@ class ExecutorSession:
                 await asyncio.sleep(0)
                 self._wake.clear()
                 pending, self._outgoing = self._outgoing, []
+                if not pending:
+                    continue  # taken by the last turn, woken by a send just after it
                 request = pb.SessionRequest()
                 size = 0
                 for message in pending:
@@ -237,6 +239,11 @@ class ExecutorSession:
                 await self._call.write(request)
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
             return  # the call ended: the reader reports why, to every job
+        except Exception:
+            # A bug here must not leave jobs waiting for events that will never come: end
+            # the call, and the reader fails every job on it (CANCELLED).
+            self._call.cancel()
+            raise
 
     async def _read(self) -> None:
         error: grpc.aio.AioRpcError | None = None

@@ -5,8 +5,8 @@ The contract between a rara worker and an out-of-process executor.
 
 A worker leases a step from PostgreSQL and hands it to an executor as a Job over
 Execute, or as one of many jobs on a Session; the executor streams events back and never
-touches the database. The worker
-writes what it hears (progress, checkpoints, result, artifact manifest) under its lease.
+touches the database. The worker writes what it hears (progress, checkpoints, result,
+artifact manifest) under its lease.
 
 Compatibility rules: field numbers are never reused, removed fields become `reserved`,
 and `api/buf.sh breaking` checks every change against the previous commit.

@@ -17,6 +17,7 @@ from rara.pg.clone import clone_database
 from rara.pg.embedded import temporary_server
 from rara.pg.migrate import migrate
 from rara.pg.runs import enqueue_many
+from rara.states import RunStatus
 from tests.support.workers import worker_processes
 
 Conn = psycopg.Connection[Any]
@@ -177,15 +178,20 @@ def workers(
         yield [p.pid for p in procs]
 
 
+_RUN_ENDS = frozenset(s.value for s in RunStatus if s.terminal)
+
+
 def wait_run_succeeded(listener: Conn, run_id: int, timeout: float = 30.0) -> None:
     """Until run ``run_id`` succeeded, by the notifications of a connection that LISTENs on
-    rara_run; RuntimeError when it ended otherwise."""
-    wanted = f"{run_id}:succeeded"
+    rara_run; RuntimeError when it ended otherwise. The channel also says when a run begins to
+    wait for a person (``N:waiting``): only a terminal status ends the wait here."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for note in listener.notifies(timeout=max(0.01, deadline - time.monotonic())):
-            if note.payload == wanted:
+            run, _, what = note.payload.partition(":")
+            if run != str(run_id) or what not in _RUN_ENDS:
+                continue
+            if what == RunStatus.SUCCEEDED:
                 return
-            if note.payload.startswith(f"{run_id}:") and not note.payload.endswith("running"):
-                raise RuntimeError(f"run {run_id} ended {note.payload}")
+            raise RuntimeError(f"run {run_id} ended {what}")
     raise TimeoutError(f"run {run_id} did not finish")

@@ -1,10 +1,11 @@
-"""Trace context across worker and executor: W3C ``traceparent`` in gRPC metadata.
+"""Trace context across worker and executor: W3C ``traceparent`` in gRPC metadata or the job.
 
 Optional by design: rara does not depend on OpenTelemetry. When ``opentelemetry-api`` is
 installed (and the process configured a tracer provider, e.g. with ``opentelemetry-sdk``),
-``ExecutorClient`` sends the caller's current trace context with every Execute call and the
-executor runs the job inside a span that continues it. Without it, every function here is a
-no-op costing one ``is None`` check.
+``ExecutorClient`` sends the caller's current trace context with every job (in an Execute
+call's metadata; in the job itself, ``Job.trace_context``, on a Session, whose metadata is the
+stream's) and the executor runs the job inside a span that continues it. Without it, every
+function here is a no-op costing one ``is None`` check.
 
 The module is imported dynamically so type checking and imports work whether or not
 OpenTelemetry is installed.

@@ -210,6 +210,26 @@ class Job(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class TraceContextEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     RUN_ID_FIELD_NUMBER: _builtins.int
     STEP_ID_FIELD_NUMBER: _builtins.int
     STEP_KEY_FIELD_NUMBER: _builtins.int
@@ -220,6 +240,7 @@ class Job(_message.Message):
     INPUTS_FIELD_NUMBER: _builtins.int
     DEADLINE_FIELD_NUMBER: _builtins.int
     LAST_CHECKPOINT_FIELD_NUMBER: _builtins.int
+    TRACE_CONTEXT_FIELD_NUMBER: _builtins.int
     run_id: _builtins.int
     step_id: _builtins.int
     step_key: _builtins.str
@@ -238,6 +259,13 @@ class Job(_message.Message):
 
     @_builtins.property
     def last_checkpoint(self) -> Global___Checkpoint: ...
+    @_builtins.property
+    def trace_context(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """The W3C trace context (`traceparent`, `tracestate`) of the attempt that sent the job, for
+        the executor's job span. On a Session, whose call metadata is the stream's, this is the
+        only per-job place for it; on Execute the call's metadata carries it and this is empty.
+        """
+
     def __init__(
         self,
         *,
@@ -251,10 +279,11 @@ class Job(_message.Message):
         inputs: _abc.Iterable[Global___ArtifactRef] | None = ...,
         deadline: _timestamp_pb2.Timestamp | None = ...,
         last_checkpoint: Global___Checkpoint | None = ...,
+        trace_context: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["deadline", b"deadline", "last_checkpoint", b"last_checkpoint"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "capability", b"capability", "deadline", b"deadline", "idempotency_key", b"idempotency_key", "inputs", b"inputs", "last_checkpoint", b"last_checkpoint", "payload_json", b"payload_json", "run_id", b"run_id", "step_id", b"step_id", "step_key", b"step_key"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "capability", b"capability", "deadline", b"deadline", "idempotency_key", b"idempotency_key", "inputs", b"inputs", "last_checkpoint", b"last_checkpoint", "payload_json", b"payload_json", "run_id", b"run_id", "step_id", b"step_id", "step_key", b"step_key", "trace_context", b"trace_context"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -49,3 +49,35 @@ async def test_the_job_span_continues_the_callers_trace(executor: Executor) -> N
     assert job.parent is not None
     assert job.parent.span_id == parent.get_span_context().span_id
     assert job.attributes["rara.run_id"] == 7
+
+
+async def test_a_session_job_carries_its_own_trace_context(
+    executor: Executor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Session's metadata is the stream's: each job's span must continue the trace of the
+    attempt that sent it, so the context travels in the job. Two jobs sent from two traces
+    on one session each reach the executor's span with their own."""
+    current = {"traceparent": ""}
+    monkeypatch.setattr(
+        tracing, "outgoing_metadata", lambda: (("traceparent", current["traceparent"]),)
+    )
+    continued: dict[str, dict[str, str]] = {}
+
+    async def traced(awaitable: Any, name: str, metadata: Any, attributes: Any = None) -> Any:
+        carrier = {k: v for k, v in metadata or () if isinstance(v, str)}
+        continued[attributes["rara.step_key"]] = carrier
+        return await awaitable
+
+    monkeypatch.setattr(tracing, "traced", traced)
+    executor.client.protocol = "session"
+    parents = {
+        "a": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+        "b": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    }
+    for key, parent in parents.items():
+        current["traceparent"] = parent
+        job = make_job(capability="test.echo@1", idempotency_key=key, step_key=key)
+        assert kinds(await collect(executor.client, job))[-1] == "succeeded"
+    assert executor.client.session().jobs == 0  # both went over the one session
+    assert {key: carrier["traceparent"] for key, carrier in continued.items()} == parents
+    assert all("authorization" not in carrier for carrier in continued.values())

@@ -97,6 +97,10 @@ class ExecutorClient:
         if (size := request.ByteSize()) > limits.MAX_MESSAGE_BYTES:
             raise JobTooLarge(f"job {job.idempotency_key!r}: " + limits.describe(size))
         if self.protocol == "session":
+            # A Session's call metadata is the stream's, not this job's: the job carries the
+            # caller's trace context itself.
+            if carrier := tracing.outgoing_metadata():
+                job.trace_context.update(dict(carrier))
             async with contextlib.aclosing(self.session().run(job)) as events:
                 async for event in events:
                     yield event

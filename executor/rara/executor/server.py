@@ -271,7 +271,10 @@ class _Session:
 
     def _start(self, job_pb: pb.Job) -> None:
         key, attempt, step_id = job_pb.idempotency_key, job_pb.attempt, job_pb.step_id
-        verdict = self._servicer._admission(job_pb, self._metadata)
+        # The job's own trace context (Job.trace_context); the stream's metadata from a
+        # client that sends none.
+        trace = tuple(job_pb.trace_context.items()) or self._metadata
+        verdict = self._servicer._admission(job_pb, trace)
         if isinstance(verdict, _Refusal):
             refused = pb.JobRefused(status_code=verdict.code.value[0], message=verdict.message)
             self._events.put_nowait(

@@ -391,8 +391,12 @@ type Job struct {
 	// Unset means no deadline. Past the deadline the job fails with DEADLINE_EXCEEDED.
 	Deadline       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=deadline,proto3" json:"deadline,omitempty"`
 	LastCheckpoint *Checkpoint            `protobuf:"bytes,10,opt,name=last_checkpoint,json=lastCheckpoint,proto3" json:"last_checkpoint,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The W3C trace context (`traceparent`, `tracestate`) of the attempt that sent the job, for
+	// the executor's job span. On a Session, whose call metadata is the stream's, this is the
+	// only per-job place for it; on Execute the call's metadata carries it and this is empty.
+	TraceContext  map[string]string `protobuf:"bytes,11,rep,name=trace_context,json=traceContext,proto3" json:"trace_context,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
@@ -491,6 +495,13 @@ func (x *Job) GetDeadline() *timestamppb.Timestamp {
 func (x *Job) GetLastCheckpoint() *Checkpoint {
 	if x != nil {
 		return x.LastCheckpoint
+	}
+	return nil
+}
+
+func (x *Job) GetTraceContext() map[string]string {
+	if x != nil {
+		return x.TraceContext
 	}
 	return nil
 }
@@ -1694,7 +1705,7 @@ const file_rara_v1_executor_proto_rawDesc = "" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x1d\n" +
 	"\n" +
 	"state_json\x18\x03 \x01(\fR\tstateJson\x120\n" +
-	"\bartifact\x18\x04 \x01(\v2\x14.rara.v1.ArtifactRefR\bartifact\"\xfa\x02\n" +
+	"\bartifact\x18\x04 \x01(\v2\x14.rara.v1.ArtifactRefR\bartifact\"\x80\x04\n" +
 	"\x03Job\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\x03R\x05runId\x12\x17\n" +
 	"\astep_id\x18\x02 \x01(\x03R\x06stepId\x12\x19\n" +
@@ -1708,7 +1719,11 @@ const file_rara_v1_executor_proto_rawDesc = "" +
 	"\x06inputs\x18\b \x03(\v2\x14.rara.v1.ArtifactRefR\x06inputs\x126\n" +
 	"\bdeadline\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\bdeadline\x12<\n" +
 	"\x0flast_checkpoint\x18\n" +
-	" \x01(\v2\x13.rara.v1.CheckpointR\x0elastCheckpoint\"\xda\x01\n" +
+	" \x01(\v2\x13.rara.v1.CheckpointR\x0elastCheckpoint\x12C\n" +
+	"\rtrace_context\x18\v \x03(\v2\x1e.rara.v1.Job.TraceContextEntryR\ftraceContext\x1a?\n" +
+	"\x11TraceContextEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x01\n" +
 	"\x05Error\x12&\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x12.rara.v1.ErrorCodeR\x04code\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x1c\n" +
@@ -1819,7 +1834,7 @@ func file_rara_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_rara_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rara_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_rara_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_rara_v1_executor_proto_goTypes = []any{
 	(ErrorCode)(0),                  // 0: rara.v1.ErrorCode
 	(*Resources)(nil),               // 1: rara.v1.Resources
@@ -1846,50 +1861,52 @@ var file_rara_v1_executor_proto_goTypes = []any{
 	(*SessionResponse)(nil),         // 22: rara.v1.SessionResponse
 	(*SessionEvent)(nil),            // 23: rara.v1.SessionEvent
 	(*JobRefused)(nil),              // 24: rara.v1.JobRefused
-	nil,                             // 25: rara.v1.Error.DetailsEntry
-	nil,                             // 26: rara.v1.JobProgress.MetricsEntry
-	(*timestamppb.Timestamp)(nil),   // 27: google.protobuf.Timestamp
+	nil,                             // 25: rara.v1.Job.TraceContextEntry
+	nil,                             // 26: rara.v1.Error.DetailsEntry
+	nil,                             // 27: rara.v1.JobProgress.MetricsEntry
+	(*timestamppb.Timestamp)(nil),   // 28: google.protobuf.Timestamp
 }
 var file_rara_v1_executor_proto_depIdxs = []int32{
 	1,  // 0: rara.v1.Capability.resources:type_name -> rara.v1.Resources
 	3,  // 1: rara.v1.Checkpoint.artifact:type_name -> rara.v1.ArtifactRef
 	3,  // 2: rara.v1.Job.inputs:type_name -> rara.v1.ArtifactRef
-	27, // 3: rara.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	28, // 3: rara.v1.Job.deadline:type_name -> google.protobuf.Timestamp
 	4,  // 4: rara.v1.Job.last_checkpoint:type_name -> rara.v1.Checkpoint
-	0,  // 5: rara.v1.Error.code:type_name -> rara.v1.ErrorCode
-	25, // 6: rara.v1.Error.details:type_name -> rara.v1.Error.DetailsEntry
-	26, // 7: rara.v1.JobProgress.metrics:type_name -> rara.v1.JobProgress.MetricsEntry
-	3,  // 8: rara.v1.JobCheckpoint.artifact:type_name -> rara.v1.ArtifactRef
-	3,  // 9: rara.v1.JobSucceeded.artifacts:type_name -> rara.v1.ArtifactRef
-	12, // 10: rara.v1.JobSucceeded.reads:type_name -> rara.v1.ArtifactReads
-	6,  // 11: rara.v1.JobFailed.error:type_name -> rara.v1.Error
-	2,  // 12: rara.v1.GetCapabilitiesResponse.capabilities:type_name -> rara.v1.Capability
-	5,  // 13: rara.v1.ExecuteRequest.job:type_name -> rara.v1.Job
-	7,  // 14: rara.v1.ExecuteResponse.accepted:type_name -> rara.v1.JobAccepted
-	8,  // 15: rara.v1.ExecuteResponse.running:type_name -> rara.v1.JobRunning
-	9,  // 16: rara.v1.ExecuteResponse.progress:type_name -> rara.v1.JobProgress
-	10, // 17: rara.v1.ExecuteResponse.checkpoint:type_name -> rara.v1.JobCheckpoint
-	11, // 18: rara.v1.ExecuteResponse.succeeded:type_name -> rara.v1.JobSucceeded
-	13, // 19: rara.v1.ExecuteResponse.failed:type_name -> rara.v1.JobFailed
-	14, // 20: rara.v1.ExecuteResponse.cancelled:type_name -> rara.v1.JobCancelled
-	5,  // 21: rara.v1.SessionRequest.jobs:type_name -> rara.v1.Job
-	19, // 22: rara.v1.SessionRequest.cancels:type_name -> rara.v1.CancelRequest
-	23, // 23: rara.v1.SessionResponse.events:type_name -> rara.v1.SessionEvent
-	18, // 24: rara.v1.SessionEvent.event:type_name -> rara.v1.ExecuteResponse
-	24, // 25: rara.v1.SessionEvent.refused:type_name -> rara.v1.JobRefused
-	15, // 26: rara.v1.ExecutorService.GetCapabilities:input_type -> rara.v1.GetCapabilitiesRequest
-	17, // 27: rara.v1.ExecutorService.Execute:input_type -> rara.v1.ExecuteRequest
-	19, // 28: rara.v1.ExecutorService.Cancel:input_type -> rara.v1.CancelRequest
-	21, // 29: rara.v1.ExecutorService.Session:input_type -> rara.v1.SessionRequest
-	16, // 30: rara.v1.ExecutorService.GetCapabilities:output_type -> rara.v1.GetCapabilitiesResponse
-	18, // 31: rara.v1.ExecutorService.Execute:output_type -> rara.v1.ExecuteResponse
-	20, // 32: rara.v1.ExecutorService.Cancel:output_type -> rara.v1.CancelResponse
-	22, // 33: rara.v1.ExecutorService.Session:output_type -> rara.v1.SessionResponse
-	30, // [30:34] is the sub-list for method output_type
-	26, // [26:30] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	25, // 5: rara.v1.Job.trace_context:type_name -> rara.v1.Job.TraceContextEntry
+	0,  // 6: rara.v1.Error.code:type_name -> rara.v1.ErrorCode
+	26, // 7: rara.v1.Error.details:type_name -> rara.v1.Error.DetailsEntry
+	27, // 8: rara.v1.JobProgress.metrics:type_name -> rara.v1.JobProgress.MetricsEntry
+	3,  // 9: rara.v1.JobCheckpoint.artifact:type_name -> rara.v1.ArtifactRef
+	3,  // 10: rara.v1.JobSucceeded.artifacts:type_name -> rara.v1.ArtifactRef
+	12, // 11: rara.v1.JobSucceeded.reads:type_name -> rara.v1.ArtifactReads
+	6,  // 12: rara.v1.JobFailed.error:type_name -> rara.v1.Error
+	2,  // 13: rara.v1.GetCapabilitiesResponse.capabilities:type_name -> rara.v1.Capability
+	5,  // 14: rara.v1.ExecuteRequest.job:type_name -> rara.v1.Job
+	7,  // 15: rara.v1.ExecuteResponse.accepted:type_name -> rara.v1.JobAccepted
+	8,  // 16: rara.v1.ExecuteResponse.running:type_name -> rara.v1.JobRunning
+	9,  // 17: rara.v1.ExecuteResponse.progress:type_name -> rara.v1.JobProgress
+	10, // 18: rara.v1.ExecuteResponse.checkpoint:type_name -> rara.v1.JobCheckpoint
+	11, // 19: rara.v1.ExecuteResponse.succeeded:type_name -> rara.v1.JobSucceeded
+	13, // 20: rara.v1.ExecuteResponse.failed:type_name -> rara.v1.JobFailed
+	14, // 21: rara.v1.ExecuteResponse.cancelled:type_name -> rara.v1.JobCancelled
+	5,  // 22: rara.v1.SessionRequest.jobs:type_name -> rara.v1.Job
+	19, // 23: rara.v1.SessionRequest.cancels:type_name -> rara.v1.CancelRequest
+	23, // 24: rara.v1.SessionResponse.events:type_name -> rara.v1.SessionEvent
+	18, // 25: rara.v1.SessionEvent.event:type_name -> rara.v1.ExecuteResponse
+	24, // 26: rara.v1.SessionEvent.refused:type_name -> rara.v1.JobRefused
+	15, // 27: rara.v1.ExecutorService.GetCapabilities:input_type -> rara.v1.GetCapabilitiesRequest
+	17, // 28: rara.v1.ExecutorService.Execute:input_type -> rara.v1.ExecuteRequest
+	19, // 29: rara.v1.ExecutorService.Cancel:input_type -> rara.v1.CancelRequest
+	21, // 30: rara.v1.ExecutorService.Session:input_type -> rara.v1.SessionRequest
+	16, // 31: rara.v1.ExecutorService.GetCapabilities:output_type -> rara.v1.GetCapabilitiesResponse
+	18, // 32: rara.v1.ExecutorService.Execute:output_type -> rara.v1.ExecuteResponse
+	20, // 33: rara.v1.ExecutorService.Cancel:output_type -> rara.v1.CancelResponse
+	22, // 34: rara.v1.ExecutorService.Session:output_type -> rara.v1.SessionResponse
+	31, // [31:35] is the sub-list for method output_type
+	27, // [27:31] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_rara_v1_executor_proto_init() }
@@ -1917,7 +1934,7 @@ func file_rara_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rara_v1_executor_proto_rawDesc), len(file_rara_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -3299,6 +3299,8 @@ DECLARE
     rule jsonb := NEW.wait;
     due timestamptz;
 BEGIN
+    -- A wait step's dependencies all succeeded (0021's triggers: inserted so, or its last
+    -- dependency just ended): it begins to wait.
     due := CASE
         WHEN rule ? 'at' THEN (rule ->> 'at')::timestamptz
         WHEN rule ? 'for_ms' THEN now() + make_interval(secs => (rule ->> 'for_ms')::numeric / 1000)
@@ -3320,8 +3322,10 @@ BEGIN
         PERFORM pg_notify('rara_waits', '');
     END IF;
     IF rule ->> 'kind' IN ('signal', 'approval') THEN
-        -- Watchers of the run: it may now wait for a person (one notification per wait that
-        -- begins, at commit; identical ones in a transaction are folded into one).
+        -- Watchers of the run (`rara runs watch`, Client.wait(until_person=True)): it may now
+        -- wait for a person. It begins in the transaction of the step it depended on, which
+        -- notifies nobody else; identical notifications of a transaction fold into one. Timer
+        -- waits stay silent here: time moves them on, and nobody stops for them.
         PERFORM pg_notify('rara_run', NEW.run_id::text || ':waiting');
     END IF;
     RETURN NULL;

@@ -1,5 +1,5 @@
 -- Durable waits, signals and approval decisions (migration 0021, docs/waits.md): how a wait
--- step ends. It begins in the trigger of 0021 (rara_wait_begin); it ends here, by its time
+-- step begins (rara_wait_begin, the function of 0021's triggers) and ends: by its time
 -- (rara_waits_fire: every worker runs it, SKIP LOCKED), by its signal (rara_run_signal) or by
 -- a decision (rara_approval_decide). An end is a step end like any other: the step's row, then
 -- its dependants' (rara_step_unblock) or its downstream's (rara_step_cancel_dependants), then
@@ -36,6 +36,45 @@ BEGIN
             '[]'));
 END $$;
 SELECT rara_grant('rara_approval_evidence');  -- only through rara_wait_begin
+
+CREATE OR REPLACE FUNCTION rara_wait_begin() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    rule jsonb := NEW.wait;
+    due timestamptz;
+BEGIN
+    -- A wait step's dependencies all succeeded (0021's triggers: inserted so, or its last
+    -- dependency just ended): it begins to wait.
+    due := CASE
+        WHEN rule ? 'at' THEN (rule ->> 'at')::timestamptz
+        WHEN rule ? 'for_ms' THEN now() + make_interval(secs => (rule ->> 'for_ms')::numeric / 1000)
+        WHEN rule ->> 'timeout_ms' IS NOT NULL
+            THEN now() + make_interval(secs => (rule ->> 'timeout_ms')::numeric / 1000)
+    END;
+    INSERT INTO rara_waits (step_id, run_id, namespace, kind, signal, due_at)
+    VALUES (NEW.id, NEW.run_id, NEW.namespace, rule ->> 'kind', rule ->> 'signal', due)
+    ON CONFLICT (step_id) DO NOTHING;
+    IF rule ->> 'kind' = 'approval' THEN
+        INSERT INTO rara_approvals (step_id, run_id, namespace, step_key, evidence, approvers)
+        VALUES (NEW.id, NEW.run_id, NEW.namespace, NEW.key,
+                rara_approval_evidence(NEW.run_id, rule -> 'show'),
+                ARRAY(SELECT jsonb_array_elements_text(rule -> 'approvers')))
+        ON CONFLICT (step_id) DO NOTHING;
+    END IF;
+    IF due IS NOT NULL THEN
+        -- Firing loops sleep until the earliest due time they read: this one may be earlier.
+        PERFORM pg_notify('rara_waits', '');
+    END IF;
+    IF rule ->> 'kind' IN ('signal', 'approval') THEN
+        -- Watchers of the run (`rara runs watch`, Client.wait(until_person=True)): it may now
+        -- wait for a person. It begins in the transaction of the step it depended on, which
+        -- notifies nobody else; identical notifications of a transaction fold into one. Timer
+        -- waits stay silent here: time moves them on, and nobody stops for them.
+        PERFORM pg_notify('rara_run', NEW.run_id::text || ':waiting');
+    END IF;
+    RETURN NULL;
+END $$;
+SELECT rara_grant('rara_wait_begin');  -- a trigger's: no role calls it
 
 CREATE OR REPLACE FUNCTION rara_wait_end(p_step_id bigint, p_outcome text, p_result jsonb,
                                          p_error jsonb)

@@ -2,17 +2,16 @@
 
 ``LiveHub`` holds a dedicated connection that LISTENs on ``rara_ready`` (a step became ready:
 its dependencies just finished) and ``rara_run`` (a run ended, or began to wait for a person:
-migration 0023); a notification only wakes the
-hub (NOTIFY is a hint). Awake, or every ``interval`` seconds as the polling fallback (a step
-that starts running notifies nobody), the hub reads the state of every topic some viewer
-watches: one statement each for all watched runs together (their steps, their running steps'
-metrics, the runs themselves), one for the runs list, one for the approvals page, three for the
-Fleet page; nothing at all
-when nobody watches. A topic's state goes to its viewers only when it changed, as a complete
-JSON snapshot, into a one-slot mailbox per viewer (a slow viewer skips stale states, never
-queues them). So an idle viewer costs the database nothing, and a thousand viewers of one run
-cost what one does. A lost listening connection is re-opened with backoff (capped at 2 s:
-rara.pg.reconnect); meanwhile the interval keeps the views moving.
+rara_wait_begin); a notification only wakes the hub (NOTIFY is a hint). Awake, or every
+``interval`` seconds as the polling fallback (a step that starts running notifies nobody), the
+hub reads the state of every topic some viewer watches: one statement each for all watched runs
+together (their steps, their running steps' metrics, the runs themselves), one for the runs
+list, one for the approvals page, three for the Fleet page; nothing at all when nobody watches.
+A topic's state goes to its viewers only when it changed, as a complete JSON snapshot, into a
+one-slot mailbox per viewer (a slow viewer skips stale states, never queues them). So an idle
+viewer costs the database nothing, and a thousand viewers of one run cost what one does. A lost
+listening connection is re-opened with backoff (capped at 2 s: rara.pg.reconnect); meanwhile
+the interval keeps the views moving.
 
 Under ``rara ui --user-roles`` (rara.ui.user_roles) the hub still reads as the UI's login,
 which sees every user's namespaces; no viewer gets another namespace's run: a run's topic is

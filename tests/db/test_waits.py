@@ -518,7 +518,7 @@ def test_a_run_waits_for_a_person_only_when_nothing_else_can_move_it(
     conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
 ) -> None:
     """wait_list_for_person: empty while a step is ready or running or a timer will fire; the
-    gate's row once only a decision can move the run on, announced on rara_run (0023) so
+    gate's row once only a decision can move the run on, announced on rara_run (rara_wait_begin) so
     `runs watch` and Client.wait(until_person=True) stop then, not at their next poll."""
     from rara.client import Client
     from rara.pg.waits import for_person

@@ -68,6 +68,12 @@ def approval(conn: psycopg.Connection[Any], run_id: int, step_key: str) -> Appro
     return found
 
 
+def shown_status(status: str, wait_kind: str | None) -> str:
+    """A step's status as people read it: one that waits (blocked, with the rara_waits row
+    that the wait's end deletes) is "waiting", as the dashboard's statements say it."""
+    return "waiting" if wait_kind else str(status)
+
+
 def waiting_for(kind: str | None, signal: str | None, due: datetime | None) -> str:
     """What a waiting step waits for (its rara_waits row), as the CLI and the dashboard say
     it: "waits until 2026-12-03 02:00:00 UTC", "waits for signal go (deadline …)", "waits for

@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rara.client import Client
+from rara.definitions.model import RUNS_NOTHING
 from rara.errors import DefinitionInvalid, InputInvalid, RaraError
 from rara.namespaces import ENV, check_namespace
 from rara.secrets import redact
@@ -30,6 +31,11 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def attempts(capability: str, attempt: int, max_attempts: int) -> str:
+    """A step's "attempt/max"; "" for a wait or a gate, which is never leased (no attempts)."""
+    return "" if capability in RUNS_NOTHING else f"{attempt}/{max_attempts}"
 
 
 def one_line(text: str) -> str:

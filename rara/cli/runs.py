@@ -13,6 +13,7 @@ from rara.cache import describe_reuse
 from rara.cli.common import (
     AllNamespacesOption,
     NamespaceOption,
+    attempts,
     console,
     namespace_client,
     parse_json_arg,
@@ -21,7 +22,6 @@ from rara.cli.common import (
     reports_errors,
 )
 from rara.client import Client, RunView
-from rara.definitions.model import RUNS_NOTHING
 from rara.errors import CapabilityUnavailable
 from rara.namespaces import qualified
 from rara.runs import MAX_INPUT_BYTES
@@ -121,11 +121,6 @@ def list_(
     )
 
 
-def _status(step: dict[str, Any]) -> str:
-    """A step's status; a waiting one (blocked, with a rara_waits row) says so."""
-    return "waiting" if step.get("wait_kind") else str(step["status"])
-
-
 def print_run(view: RunView) -> None:
     definition = qualified(view.namespace, view.definition)
     console.print(f"run {view.id}  {definition}@{view.version}  [bold]{view.status}[/bold]")
@@ -142,9 +137,8 @@ def print_run(view: RunView) -> None:
             s["key"],
             s["capability"],
             s["executor"],
-            _status(s),
-            s.get("children")
-            or ("" if s["capability"] in RUNS_NOTHING else f"{s['attempt']}/{s['max_attempts']}"),
+            waits.shown_status(s["status"], s.get("wait_kind")),
+            s.get("children") or attempts(s["capability"], s["attempt"], s["max_attempts"]),
             f"{s['started_at']:%H:%M:%S}" if s["started_at"] else "",
             took,
             describe_reuse(s.get("reused_from")),

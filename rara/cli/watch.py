@@ -15,7 +15,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
 from rara.cache import describe_reuse
-from rara.definitions.model import RUNS_NOTHING
+from rara.cli.common import attempts
 from rara.errors import NotFound
 from rara.pg import artifacts, runs
 from rara.pg import steps as step_sql
@@ -23,6 +23,7 @@ from rara.pg import waits as wait_sql
 from rara.pg.queries import value
 from rara.pg.steps import StepProgressRow
 from rara.states import RunStatus
+from rara.waits import shown_status
 
 _DONE_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
 
@@ -33,9 +34,10 @@ def fetch(
     run = runs.get(conn, run_id)
     if run is None:
         raise NotFound(f"no run {run_id}")
-    # A waiting step reads "waiting", as on the dashboard (it is blocked, with a wait row).
     steps = step_sql.list_progress(conn, run_id)
-    return asdict(run), [{**asdict(s), "status": s.shown_status} for s in steps]
+    return asdict(run), [
+        {**asdict(s), "status": shown_status(s.status, s.wait_kind)} for s in steps
+    ]
 
 
 def watch(
@@ -71,7 +73,7 @@ def watch(
         if live
         else nullcontext(),
     ):
-        # A run's end, or a wait for a person begun (migration 0023); progress is polled.
+        # A run's end, or a wait for a person begun (rara_wait_begin); progress is polled.
         listener.execute("LISTEN rara_run")
         while True:
             run, steps = fetch(conn, run_id)
@@ -176,7 +178,7 @@ def summary(url: str, run_id: int) -> Table:
             took = f"{(s.finished_at - s.started_at).total_seconds():.1f}s"
         table.add_row(
             s.key,
-            f"{s.status} (reused)" if s.reused_from else s.shown_status,
+            f"{s.status} (reused)" if s.reused_from else shown_status(s.status, s.wait_kind),
             _attempts(s),
             took,
             _brief(s.result if s.status == "succeeded" else s.error),
@@ -188,9 +190,7 @@ def summary(url: str, run_id: int) -> Table:
 def _attempts(step: StepProgressRow) -> str:
     if step.is_map:  # never leased itself: its children's tally (map: 4/4 done)
         return step.message or ""
-    if step.capability in RUNS_NOTHING:  # a wait or a gate: never leased
-        return ""
-    return f"{step.attempt}/{step.max_attempts}"
+    return attempts(step.capability, step.attempt, step.max_attempts)
 
 
 def _brief(value: Any, limit: int = 70) -> str:

@@ -67,11 +67,6 @@ class StepProgressRow:
     reused_from: dict[str, Any] | None = None  # (rara.cache.describe_reuse)
     wait_kind: str | None = None  # timer | signal | approval: it waits (docs/waits.md)
 
-    @property
-    def shown_status(self) -> str:
-        """Its status as people read it: a blocked step that waits is "waiting"."""
-        return "waiting" if self.wait_kind and self.status == "blocked" else str(self.status)
-
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", StepStatus(self.status))
 

@@ -7,9 +7,9 @@ evidence (the quality table, the digests), approves it as the demo's client logi
 decision in production; ``--no-approve`` leaves it to you), promotes the index and the
 adapter as the release ``rag-refresh`` and reads it back by name, then a summary with
 recall@k and MRR before and after adaptation. ``--chaos`` SIGKILLs and restarts the worker
-and the executor at random while the
-run goes on; the run must still succeed, with the deterministic steps' artifacts (the shards'
-included) identical to a clean computation and adaptation resumed from its last checkpoint.
+and the executor at random while the run goes on; the run must still succeed, with the
+deterministic steps' artifacts (the shards' included) identical to a clean computation and
+adaptation resumed from its last checkpoint.
 Artifacts (checkpoints included) go where ``RARA_ARTIFACTS`` says, a directory or
 ``s3://bucket/prefix?endpoint=…`` with the credentials in the environment, else to
 ``.rara/artifacts``. Exit status: 0 when the run succeeded (and, with --chaos, the checks held)

@@ -29,6 +29,7 @@ import grpc
 from rara import tracing
 from rara.errors import TerminalError
 from rara.executor import limits
+from rara.executor.outbox import TERMINAL_EVENTS
 from rara.executor.wire import make_job
 from rara.v1 import executor_pb2 as pb
 from rara.v1 import executor_pb2_grpc as pb_grpc
@@ -36,7 +37,6 @@ from rara.v1 import executor_pb2_grpc as pb_grpc
 __all__ = ["ExecutorClient", "ExecutorSession", "JobTooLarge", "make_job"]
 
 Protocol = Literal["execute", "session"]
-_TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
 
 # Parameters are named ``rpc_timeout`` (not ``timeout``): they become the gRPC deadline,
 # which the server sees too, unlike a local ``asyncio.timeout``.
@@ -98,9 +98,12 @@ class ExecutorClient:
             raise JobTooLarge(f"job {job.idempotency_key!r}: " + limits.describe(size))
         if self.protocol == "session":
             # A Session's call metadata is the stream's, not this job's: the job carries the
-            # caller's trace context itself.
+            # caller's trace context itself (in a copy: the caller may send it elsewhere).
             if carrier := tracing.outgoing_metadata():
-                job.trace_context.update(dict(carrier))
+                traced = pb.Job()
+                traced.CopyFrom(job)
+                traced.trace_context.update(dict(carrier))
+                job = traced
             async with contextlib.aclosing(self.session().run(job)) as events:
                 async for event in events:
                     yield event
@@ -117,7 +120,7 @@ class ExecutorClient:
 
     def session(self) -> ExecutorSession:
         """The client's Session, opened now if none is open (or the last one broke)."""
-        if self._session is None or self._session.broken is not None:
+        if self._session is None or self._session.ending:
             # Only the token: a session outlives the trace of the job that happened to open it.
             self._session = ExecutorSession(
                 self._stub.Session(metadata=self._metadata), probe=self.get_capabilities
@@ -169,6 +172,9 @@ class ExecutorSession:
         self._outgoing: list[pb.Job | pb.CancelRequest] = []
         self._wake = asyncio.Event()
         self.broken: grpc.aio.AioRpcError | None = None
+        # The call ended and the reader is finding out why (``broken`` comes after awaits):
+        # no job may join it meanwhile, since it would only get this call's error.
+        self.ending = False
         self._writer = asyncio.create_task(self._write(), name="session-writer")
         self._reader = asyncio.create_task(self._read(), name="session-reader")
 
@@ -198,7 +204,7 @@ class ExecutorSession:
                 if isinstance(item, grpc.aio.AioRpcError):
                     ended = True
                     raise item
-                if item.WhichOneof("event") in _TERMINAL:
+                if item.WhichOneof("event") in TERMINAL_EVENTS:
                     ended = True
                     yield item
                     return
@@ -271,11 +277,13 @@ class ExecutorSession:
                     else:
                         queue.put_nowait(tagged.event)
         except grpc.aio.AioRpcError as exc:
+            self.ending = True
             error = await self._unmasked(exc)
         except asyncio.CancelledError:
             error = grpc.aio.AioRpcError(grpc.StatusCode.CANCELLED, details="session closed")
             raise
         finally:
+            self.ending = True
             if error is None:
                 code = await self._call.code()
                 error = grpc.aio.AioRpcError(

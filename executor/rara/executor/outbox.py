@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from rara.v1 import executor_pb2 as pb
 
-_TERMINAL = frozenset({"succeeded", "failed", "cancelled"})
+TERMINAL_EVENTS = frozenset({"succeeded", "failed", "cancelled"})
 
 
 @dataclass(slots=True)
@@ -58,7 +58,7 @@ class Outbox:
                 if written is not None:
                     written.set()  # nobody will send it; do not leave a plugin blocked
                 return
-            if event.WhichOneof("event") in _TERMINAL:
+            if event.WhichOneof("event") in TERMINAL_EVENTS:
                 self._closed = True
             if written is not None:
                 self._waiters.add(written)
@@ -104,7 +104,7 @@ class Outbox:
             while True:
                 item = await self._queue.get()
                 event = item.event
-                terminal = event is not None and event.WhichOneof("event") in _TERMINAL
+                terminal = event is not None and event.WhichOneof("event") in TERMINAL_EVENTS
                 if event is None or terminal:
                     if event is None and self._loop.time() < next_progress_at:
                         # Too soon: look again later; updates meanwhile replace this one.

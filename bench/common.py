@@ -29,9 +29,10 @@ LEASE_BATCH = 100
 
 
 @contextmanager
-def bench_database() -> Iterator[str]:
-    """A fresh embedded server (fsync off, like the peers are run) with rara's schema."""
-    server = temporary_server(fast=True)
+def bench_database(**settings: str) -> Iterator[str]:
+    """A fresh embedded server (fsync off, like the peers are run) with rara's schema;
+    ``settings``: server settings over those (``max_connections``, say)."""
+    server = temporary_server(fast=True, **settings)
     url = server.up()
     try:
         migrate(url)

@@ -8,9 +8,11 @@ every ``poll_seconds``, 1 s: the fallback under LISTEN), heartbeats its leases a
 (``step_heartbeat`` every lease/3, 10 s), reaps expired leases (every 5 s) and fires waits
 (at most every 60 s). This bench runs **real workers** (``rara.worker.Worker``, default
 settings, the real statements at their real cadence) — ``--per-host`` of them on one event
-loop per host process, since a process each would not fit this machine — each holding
-``--held`` leased steps (a ``bench.sleep@1`` of an hour, so every heartbeat extends real
-leases) with two slots free (so it polls as a worker with room does). For each fleet size it
+loop per host process, since a process each would not fit this machine — each holding exactly
+``--held`` leased steps with two slots free (so it polls as a worker with room does). Each
+worker serves a capability of its own (``hold_capability``; a pool's worker serves one), and
+``--held`` hour-long steps of it are started before it starts: so no worker can take
+another's, and every heartbeat extends real leases. For each fleet size it
 measures, over ``--window`` seconds:
 
 - **the lease**: a probe, not part of the fleet, starts a run of one step ``--probe-hz``
@@ -42,17 +44,13 @@ from typing import Any
 
 import psycopg
 
-from bench.common import CpuMeter, percentiles, scalar, wait_until
-from rara.pg.embedded import temporary_server
-from rara.pg.migrate import migrate
+from bench.common import ROOT, CpuMeter, bench_database, percentiles, scalar, wait_until
 from rara.runs import start_run
 from rara.states import AttemptOutcome
 from tests.support.definitions import apply
 
-HANDLERS = "tests.support.bench_handlers"
-# The fleet serves HOLD (and the rest of HANDLERS); the probe's steps are of a capability no
-# worker serves, so that only the probe leases them.
-HOLD, PROBE = "bench.sleep@1", "bench.probe@1"
+# The probe's steps are of a capability no worker serves, so that only the probe leases them.
+PROBE = "bench.probe@1"
 HOLD_SECONDS = 3600
 CONNECTIONS_PER_WORKER = 8  # room for max_connections: lease, end, beat, listener, a pool
 SETTLE_S = 10.0  # after the fleet grew: its workers past their start (first leases, reaps)
@@ -61,18 +59,23 @@ SETTLE_S = 10.0  # after the fleet grew: its workers past their start (first lea
 # -- a host process: `--per-host` real workers on one event loop -------------------------------
 
 
+def hold_capability(prefix: str, i: int) -> str:
+    """The capability only worker ``i`` of host ``prefix`` serves: its held steps'."""
+    return f"fleet.{prefix}.{i}@1"
+
+
 async def _host(url: str, prefix: str, count: int, held: int) -> None:
     from rara.worker.dispatch import InProcessExecutor
-    from rara.worker.registry import load_registry
+    from rara.worker.registry import Registry
     from rara.worker.runner import Worker
     from rara.worker.settings import WorkerSettings
+    from tests.support.bench_handlers import sleep
 
     workers = []
     for i in range(count):
-        settings = WorkerSettings(
-            database_url=url, id=f"{prefix}-{i}", handlers=[HANDLERS], concurrency=held + 2
-        )
-        registry = load_registry(settings.handlers)
+        settings = WorkerSettings(database_url=url, id=f"{prefix}-{i}", concurrency=held + 2)
+        registry = Registry()
+        registry.register(hold_capability(prefix, i), sleep)
         workers.append(Worker(settings, [InProcessExecutor(registry)], url))
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -89,15 +92,24 @@ class Fleet:
         self.size = 0
 
     def grow(self, size: int) -> None:
-        while self.size < size:
-            count = min(self.per_host, size - self.size)
-            prefix = f"fleet{len(self.hosts)}"
-            argv = [sys.executable, "-m", "bench.fleet", "--host", self.url, prefix, str(count)]
-            argv.append(str(self.held))
-            with open(self.logs / f"{prefix}.log", "wb") as log:  # the child keeps its copy
-                self.hosts.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
-            self.size += count
         with psycopg.connect(self.url, autocommit=True) as conn:
+            while self.size < size:
+                count = min(self.per_host, size - self.size)
+                prefix = f"fleet{len(self.hosts)}"
+                with conn.transaction():  # each worker's held steps, before it starts
+                    for i in range(count):
+                        name = f"hold-{prefix}-{i}"
+                        apply(conn, name, [{"key": "s", "capability": hold_capability(prefix, i)}])
+                        hold = {"seconds": HOLD_SECONDS}
+                        for _ in range(self.held):
+                            start_run(conn, name, input=hold, queue_anyway=True)
+                argv = [sys.executable, "-m", "bench.fleet", "--host", self.url, prefix]
+                argv += [str(count), str(self.held)]
+                with open(self.logs / f"{prefix}.log", "wb") as log:  # the child keeps its copy
+                    self.hosts.append(
+                        subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+                    )
+                self.size += count
             wait_until(
                 lambda: scalar(conn, "SELECT count(*) FROM rara_workers") >= self.size,
                 120,
@@ -124,6 +136,7 @@ class Fleet:
                 host.wait(60)
             except subprocess.TimeoutExpired:
                 host.kill()
+                host.wait()
 
 
 # -- the probe ------------------------------------------------------------------------------
@@ -186,23 +199,13 @@ def measure(
     logs: Path,
     say: Any = print,
 ) -> dict[str, Any]:
-    server = temporary_server(
-        fast=True, max_connections=str(CONNECTIONS_PER_WORKER * max(sizes) + 100)
-    )
-    url = server.up()
-    try:
-        migrate(url)
+    with bench_database(max_connections=str(CONNECTIONS_PER_WORKER * max(sizes) + 100)) as url:
         with psycopg.connect(url, autocommit=True) as conn:
-            apply(conn, "hold", [{"key": "s", "capability": HOLD}])
             apply(conn, "probe", [{"key": "s", "capability": PROBE}])
-            for _ in range(max(sizes) * held):
-                start_run(conn, "hold", input={"seconds": HOLD_SECONDS}, queue_anyway=True)
             conn.execute("VACUUM ANALYZE")
         rows = asyncio.run(
             _windows(url, sorted({0, *sizes}), per_host, held, window, probe_hz, settle, logs, say)
         )
-    finally:
-        server.destroy()
     return {"rows": rows, **_capacity(rows, project_cores)}
 
 

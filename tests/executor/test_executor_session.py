@@ -91,6 +91,25 @@ async def test_cancelling_one_job_stops_only_it(start_executor: StartExecutor) -
     assert rest[-1].cancelled.reason == "test over"
 
 
+@pytest.mark.parametrize("protocol", ["execute", "session"])
+async def test_rpc_timeout_cancels_the_job_on_either_protocol(
+    start_executor: StartExecutor, protocol: str
+) -> None:
+    """A caller's deadline holds per job on a Session too, whose stream has none: the job
+    fails with DEADLINE_EXCEEDED, the executor stops it, and the session goes on."""
+    ex = await start_executor()
+    ex.client.protocol = protocol  # type: ignore[assignment]
+    job = make_job(capability="test.hang@1", idempotency_key="late")
+    with pytest.raises(grpc.aio.AioRpcError) as late:
+        async with asyncio.timeout(WAIT_S):
+            async for _ in ex.client.execute(job, rpc_timeout=0.3):
+                pass
+    assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    await _active(ex.client, 0)
+    echo = await collect(ex.client, make_job(capability="test.echo@1", idempotency_key="next"))
+    assert kinds(echo) == ["accepted", "running", "succeeded"]
+
+
 async def test_a_full_executor_refuses_one_job_not_the_session(
     start_executor: StartExecutor,
 ) -> None:

@@ -22,7 +22,7 @@ import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeAlias
 
 import grpc
 
@@ -92,10 +92,14 @@ class ExecutorClient:
     async def execute(
         self, job: pb.Job, *, rpc_timeout: float | None = None
     ) -> AsyncGenerator[pb.ExecuteResponse, None]:
-        """The job's events. Stop iterating (or close the iterator) to cancel the job."""
+        """The job's events. Stop iterating (or close the iterator) to cancel the job. Past
+        ``rpc_timeout`` (by default the job's deadline and DEADLINE_SLACK_S) the job is
+        cancelled and the iteration raises DEADLINE_EXCEEDED, on either protocol."""
         request = pb.ExecuteRequest(job=job)
         if (size := request.ByteSize()) > limits.MAX_MESSAGE_BYTES:
             raise JobTooLarge(f"job {job.idempotency_key!r}: " + limits.describe(size))
+        if rpc_timeout is None:
+            rpc_timeout = _rpc_timeout(job)
         if self.protocol == "session":
             # A Session's call metadata is the stream's, not this job's: the job carries the
             # caller's trace context itself (in a copy: the caller may send it elsewhere).
@@ -104,12 +108,10 @@ class ExecutorClient:
                 traced.CopyFrom(job)
                 traced.trace_context.update(dict(carrier))
                 job = traced
-            async with contextlib.aclosing(self.session().run(job)) as events:
+            async with contextlib.aclosing(self.session().run(job, rpc_timeout)) as events:
                 async for event in events:
                     yield event
             return
-        if rpc_timeout is None:
-            rpc_timeout = _rpc_timeout(job)
         metadata = self._metadata + tracing.outgoing_metadata()
         call: Any = self._stub.Execute(request, metadata=metadata, timeout=rpc_timeout)
         try:
@@ -157,6 +159,13 @@ class ExecutorClient:
 _Key = tuple[str, int]  # (idempotency_key, attempt): a job's identity on an executor
 
 
+class _Expired:
+    """Put in a job's queue when its rpc_timeout ran out."""
+
+
+_Item: TypeAlias = pb.ExecuteResponse | grpc.aio.AioRpcError | _Expired  # a job queue's items
+
+
 class ExecutorSession:
     """One Session call: jobs and cancels go out through one writer task (whatever waits is
     sent together, in one message), events come in through one reader task that hands each
@@ -168,7 +177,7 @@ class ExecutorSession:
     def __init__(self, call: Any, *, probe: Callable[[], Awaitable[Any]]) -> None:
         self._call = call
         self._probe = probe
-        self._jobs: dict[_Key, asyncio.Queue[pb.ExecuteResponse | grpc.aio.AioRpcError]] = {}
+        self._jobs: dict[_Key, asyncio.Queue[_Item]] = {}
         self._outgoing: list[pb.Job | pb.CancelRequest] = []
         self._wake = asyncio.Event()
         self.broken: grpc.aio.AioRpcError | None = None
@@ -183,8 +192,12 @@ class ExecutorSession:
         """Jobs on this session now (sent, no terminal event read yet)."""
         return len(self._jobs)
 
-    async def run(self, job: pb.Job) -> AsyncGenerator[pb.ExecuteResponse, None]:
-        """One job's events, as Execute would stream them. Closing early cancels the job."""
+    async def run(
+        self, job: pb.Job, rpc_timeout: float | None = None
+    ) -> AsyncGenerator[pb.ExecuteResponse, None]:
+        """One job's events, as Execute would stream them. Closing early cancels the job, and
+        so does ``rpc_timeout`` running out (then DEADLINE_EXCEEDED is raised, as Execute's
+        deadline would): the stream's deadline is the session's, not the job's."""
         key = (job.idempotency_key, job.attempt)
         if self.broken is not None:
             raise self.broken
@@ -194,13 +207,24 @@ class ExecutorSession:
                 details=f"attempt {job.attempt} of {job.idempotency_key!r} is already on "
                 "this session",
             )
-        queue: asyncio.Queue[pb.ExecuteResponse | grpc.aio.AioRpcError] = asyncio.Queue()
+        queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._jobs[key] = queue
         self._send(job)
         ended = False
+        # A timer, not a timeout around the waits: those would also run out while the caller
+        # (not this generator) holds an event.
+        expiry = (
+            None
+            if rpc_timeout is None
+            else asyncio.get_running_loop().call_later(rpc_timeout, queue.put_nowait, _Expired())
+        )
         try:
             while True:
                 item = await queue.get()
+                if isinstance(item, _Expired):
+                    raise grpc.aio.AioRpcError(
+                        grpc.StatusCode.DEADLINE_EXCEEDED, details="Deadline Exceeded"
+                    )
                 if isinstance(item, grpc.aio.AioRpcError):
                     ended = True
                     raise item
@@ -210,6 +234,8 @@ class ExecutorSession:
                     return
                 yield item
         finally:
+            if expiry is not None:
+                expiry.cancel()
             if self._jobs.get(key) is queue:
                 del self._jobs[key]
             if not ended and self.broken is None:

@@ -103,7 +103,6 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         if isinstance(verdict, _Refusal):
             await context.abort(verdict.code, verdict.message)
         if isinstance(verdict, pb.ExecuteResponse):
-            verdict.seq = 1
             yield verdict
             return
         job = cast(RunningJob, verdict)
@@ -119,7 +118,8 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         self, job_pb: pb.Job, metadata: Any
     ) -> RunningJob | pb.ExecuteResponse | _Refusal:
         """Execute's admission order (the module's docstring), shared with Session: the
-        admitted job, the single event of a job that cannot run, or a refusal (a status)."""
+        admitted job, the single event (seq 1) of a job that cannot run, or a refusal (a
+        status)."""
         if self.draining.is_set():
             return _Refusal(grpc.StatusCode.UNAVAILABLE, "executor is shutting down")
         try:
@@ -129,7 +129,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         except IncompatibleJob as exc:
             log.info("job refused", capability=job_pb.capability, error=exc.message)
             m.EXECUTOR_JOBS.labels(self._label(job_pb.capability), "refused").inc()
-            return pb.ExecuteResponse(failed=pb.JobFailed(error=exc.to_proto()))
+            return pb.ExecuteResponse(seq=1, failed=pb.JobFailed(error=exc.to_proto()))
         if spec.deadline is not None and spec.deadline <= datetime.now(UTC):
             # Retryable, unlike the refusals above: the next attempt gets a fresh deadline.
             m.EXECUTOR_JOBS.labels(plugin.capability, "failed").inc()
@@ -137,6 +137,7 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
                 pb.ERROR_CODE_DEADLINE_EXCEEDED,
                 f"deadline {spec.deadline} passed before the job started",
                 retryable=True,
+                seq=1,
             )
         if spec.key in self._jobs:
             return _Refusal(
@@ -242,6 +243,27 @@ _WAKE = object()  # queued by a pump that ended: not an event
 _DRAIN = object()  # queued when the executor drains: end once no job is left
 
 
+@dataclass(frozen=True, slots=True)
+class _Tag:
+    """Which job a Session event is about: the job's identity, and its step for the log."""
+
+    idempotency_key: str
+    attempt: int
+    step_id: int
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.idempotency_key, self.attempt)
+
+    def event(self, **body: Any) -> pb.SessionEvent:
+        return pb.SessionEvent(
+            idempotency_key=self.idempotency_key,
+            attempt=self.attempt,
+            step_id=self.step_id,
+            **body,
+        )
+
+
 class _Session:
     """One Session stream: its jobs by (idempotency_key, attempt), a reader of the worker's
     requests, and one queue of tagged events that the handler writes in batches. Each job's
@@ -270,44 +292,33 @@ class _Session:
             self._events.put_nowait(None)
 
     def _start(self, job_pb: pb.Job) -> None:
-        key, attempt, step_id = job_pb.idempotency_key, job_pb.attempt, job_pb.step_id
+        tag = _Tag(job_pb.idempotency_key, job_pb.attempt, job_pb.step_id)
         # The job's own trace context (Job.trace_context); the stream's metadata from a
         # client that sends none.
         trace = tuple(job_pb.trace_context.items()) or self._metadata
         verdict = self._servicer._admission(job_pb, trace)
         if isinstance(verdict, _Refusal):
-            refused = pb.JobRefused(status_code=verdict.code.value[0], message=verdict.message)
+            code = verdict.code.value[0]
             self._events.put_nowait(
-                pb.SessionEvent(
-                    idempotency_key=key, attempt=attempt, step_id=step_id, refused=refused
-                )
+                tag.event(refused=pb.JobRefused(status_code=code, message=verdict.message))
             )
             return
         if isinstance(verdict, pb.ExecuteResponse):
-            verdict.seq = 1
-            self._events.put_nowait(
-                pb.SessionEvent(
-                    idempotency_key=key, attempt=attempt, step_id=step_id, event=verdict
-                )
-            )
+            self._events.put_nowait(tag.event(event=verdict))
             return
         job = verdict
-        self._jobs[(key, attempt)] = job
-        pump = asyncio.create_task(self._pump(job, key, attempt, step_id))
+        self._jobs[tag.key] = job
+        pump = asyncio.create_task(self._pump(job, tag))
         self._pumps.add(pump)
 
-    async def _pump(self, job: RunningJob, key: str, attempt: int, step_id: int) -> None:
+    async def _pump(self, job: RunningJob, tag: _Tag) -> None:
         put = self._events.put_nowait
         try:
             async for event in job.outbox.stream():
-                put(
-                    pb.SessionEvent(
-                        idempotency_key=key, attempt=attempt, step_id=step_id, event=event
-                    )
-                )
+                put(tag.event(event=event))
         finally:
-            if self._jobs.get((key, attempt)) is job:
-                del self._jobs[(key, attempt)]
+            if self._jobs.get(tag.key) is job:
+                del self._jobs[tag.key]
             self._pumps.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
             put(_WAKE)  # the writer re-checks whether anything is left to report
 

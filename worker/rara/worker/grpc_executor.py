@@ -219,11 +219,15 @@ class GrpcExecutor:
                             code=ErrorCode.EXECUTOR_CANCELLED,
                         )
         except asyncio.CancelledError:
-            # Cancel, timeout or a lost lease: leaving the stream disconnects (which cancels
-            # the job); the explicit Cancel makes it prompt even if the disconnect is slow.
-            with contextlib.suppress(grpc.aio.AioRpcError, TimeoutError):
-                async with asyncio.timeout(2.0):
-                    await endpoint.client.cancel(job.idempotency_key, job.attempt, "worker stopped")
+            # Cancel, timeout or a lost lease: leaving the job cancels it. On a Session that
+            # is a cancel sent on the stream at once; an Execute call's disconnect may be
+            # slow to reach the executor, so the explicit Cancel makes it prompt.
+            if endpoint.client.protocol != "session":
+                with contextlib.suppress(grpc.aio.AioRpcError, TimeoutError):
+                    async with asyncio.timeout(2.0):
+                        await endpoint.client.cancel(
+                            job.idempotency_key, job.attempt, "worker stopped"
+                        )
             raise
         except grpc.aio.AioRpcError as exc:
             code = exc.code()

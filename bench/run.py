@@ -26,6 +26,9 @@ tenants      namespaces on one fleet, shared by weight: B's start to first lease
              behind A's 100k-step backlog (``--quick``: 10k); the split of two busy
              namespaces' throughput at half done, equal weights and 1:3; the lease's cost
              among 1 vs 100 busy namespaces (``bench.tenants``)
+statements   where a step's server time goes: each hot statement's (step_lease,
+             step_end_many) fixed cost per call and cost per step, and by plan node at 500
+             per call: own time and WAL per step (``bench.statements``; the same in ``--quick``)
 depth        lease cost (batch of 10) with 1k / 100k / 1M ready steps (``--quick``: to 100k)
 horizon      throughput while another connection holds the xmin horizon (an open REPEATABLE
              READ transaction that did a SELECT) for 60 s (``--quick``: 15 s) vs without
@@ -471,6 +474,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
             results["tenants"] = measure_tenants(server, logs, backlog=backlog, n_workers=2)
             log("  " + tenants_line(results["tenants"]))
+        if "statements" not in skip:
+            from bench.statements import measure as measure_statements
+            from bench.statements import table as statements_table
+
+            log("== statements: where a step's server time goes")
+            results["statements"] = measure_statements(server, batch=500, batches=8, steps=1)
+            log("  " + statements_table(results["statements"]).replace("\n", "\n  "))
         if "depth" not in skip:
             log("== lease cost vs queue depth")
             depths = [1_000, 100_000] if quick else [1_000, 100_000, 1_000_000]
@@ -670,6 +680,10 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
         from bench.waits import summary as waits_summary
 
         out.update(waits_summary(r["waits"]))
+    if "statements" in r:
+        for statement, c in r["statements"]["per_call"].items():
+            out[f"{statement}_fixed_us_per_call"] = c["fixed_us_per_call"]
+            out[f"{statement}_us_per_step"] = c["us_per_step"]
     if "fleet" in r:
         from bench.fleet import summary as fleet_summary
 
@@ -841,6 +855,14 @@ def print_table(r: dict[str, Any]) -> None:
 
         for figure, measured, goal, met in waits_rows(r["waits"]):
             rows.append((figure, measured + (f"  (goal {goal}: {met})" if goal else "")))
+    if "statements" in r:
+        for statement, c in r["statements"]["per_call"].items():
+            rows.append(
+                (
+                    f"{statement}, server",
+                    f"{c['fixed_us_per_call']:.0f} us per call + {c['us_per_step']:.1f} us a step",
+                )
+            )
     if "fleet" in r:
         from bench.fleet import rows as fleet_rows
 

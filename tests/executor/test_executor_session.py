@@ -101,9 +101,7 @@ async def test_rpc_timeout_cancels_the_job_on_either_protocol(
     ex.client.protocol = protocol  # type: ignore[assignment]
     job = make_job(capability="test.hang@1", idempotency_key="late")
     with pytest.raises(grpc.aio.AioRpcError) as late:
-        async with asyncio.timeout(WAIT_S):
-            async for _ in ex.client.execute(job, rpc_timeout=0.3):
-                pass
+        await _to_the_end(ex.client.execute(job, rpc_timeout=0.3))
     assert late.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
     await _active(ex.client, 0)
     echo = await collect(ex.client, make_job(capability="test.echo@1", idempotency_key="next"))

@@ -57,6 +57,59 @@ LANGUAGE sql IMMUTABLE AS $$
 $$;
 SELECT rara_grant('rara_lease_room');  -- only through rara_step_lease
 
+CREATE OR REPLACE FUNCTION rara_lease_map_input(p_map_parent bigint)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    -- A map child's run input: the run's, without the map's list when the list came from it.
+    RETURN (SELECT coalesce(p.map_input, r.input) FROM rara_steps p
+            JOIN rara_runs r ON r.id = p.run_id WHERE p.id = p_map_parent);
+END $$;
+SELECT rara_grant('rara_lease_map_input');  -- only through rara_step_lease
+
+CREATE OR REPLACE FUNCTION rara_lease_checkpoint(p_step_id bigint, p_attempt integer)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    -- The latest checkpoint of an attempt before p_attempt: what a retry resumes from.
+    RETURN (SELECT jsonb_build_object('attempt', c.attempt, 'seq', c.seq, 'state', c.state,
+                                      'digest', c.digest, 'size', a.size)
+            FROM rara_checkpoints c LEFT JOIN rara_artifacts a USING (digest)
+            WHERE c.step_id = p_step_id AND c.attempt < p_attempt
+            ORDER BY c.attempt DESC, c.seq DESC LIMIT 1);
+END $$;
+SELECT rara_grant('rara_lease_checkpoint');  -- only through rara_step_lease
+
+CREATE OR REPLACE FUNCTION rara_lease_inputs(p_run_id bigint, p_depends_on text[])
+RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    -- Upstream artifacts: the manifests of the succeeded dependencies. STABLE, so it reads
+    -- with the lease's snapshot, which sees them: a step is ready only once the transaction
+    -- that finished its last dependency (and wrote its manifest) committed. A map step's are
+    -- its children's, in index order (under their own keys).
+    RETURN (
+        SELECT jsonb_agg(jsonb_build_object('key', a.key, 'name', a.name, 'digest', a.digest,
+                                            'size', a.size, 'media_type', a.media_type)
+                         ORDER BY u.key, a.map_index, a.name)
+        FROM unnest(p_depends_on) AS dep(key)
+        CROSS JOIN LATERAL (
+            SELECT u.* FROM rara_steps u
+            WHERE u.run_id = p_run_id AND u.key = dep.key AND u.status = 'succeeded'
+            OFFSET 0) AS u
+        CROSS JOIN LATERAL (
+            SELECT u.map_index, u.key, m.name, m.digest, m.size, m.media_type
+            FROM rara_step_artifacts m
+            WHERE m.step_id = u.id AND m.attempt = u.attempt
+            UNION ALL
+            SELECT c.map_index, c.key, m.name, m.digest, m.size, m.media_type
+            FROM rara_steps c
+            JOIN rara_step_artifacts m ON m.step_id = c.id AND m.attempt = c.attempt
+            WHERE u.map_over IS NOT NULL AND c.map_parent = u.id
+              AND c.status = 'succeeded') AS a);
+END $$;
+SELECT rara_grant('rara_lease_inputs');  -- only through rara_step_lease
+
 CREATE OR REPLACE FUNCTION rara_step_lease(
     p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[],
     p_after_ats timestamptz[], p_after_ids bigint[], p_limit integer,
@@ -158,35 +211,50 @@ BEGIN
     -- (dead ones that a held xmin horizon keeps in the index). What it skips — a higher
     -- priority or an earlier available_at that arrived behind the cursor — the worker's
     -- periodic scan from the start finds (rara.worker.lease_cursor).
-    WITH pair AS (
-        SELECT p.capability, p.executor,
-               sum(t.total) OVER (ORDER BY p.capability, p.executor) - t.total AS low,
-               sum(t.total) OVER () AS total
-        FROM (SELECT DISTINCT p.capability, p.executor
-              FROM unnest(p_capabilities, p_executors) AS p(capability, executor)) AS p
-        CROSS JOIN LATERAL (
-            SELECT l.low + l.weight AS total FROM rara_lanes l
-            WHERE l.capability = p.capability AND l.executor = p.executor
-            ORDER BY l.low DESC LIMIT 1) AS t
-    ), draw AS MATERIALIZED (
-        SELECT random() * (SELECT max(p.total) FROM pair p) AS r
-        FROM generate_series(1, p_limit)
-    )
+    -- One lane in all (a single namespace queued what this worker serves, as in every
+    -- fleet without namespaces): every slot is that lane's, and the draw is skipped (a third
+    -- of the cost of a lease of one step, bench.statements).
     SELECT array_agg(l.capability), array_agg(l.executor), array_agg(l.namespace),
-           array_agg(l.n), array_agg(l.weight)
+           array_agg(p_limit), array_agg(l.weight)
     INTO drawn_caps, drawn_execs, drawn_nss, drawn_counts, drawn_weights
-    FROM (
-        SELECT l.capability, l.executor, l.namespace, l.weight, count(*)::integer AS n
-        FROM draw d
-        CROSS JOIN LATERAL (SELECT p.* FROM pair p WHERE p.low <= d.r
-                            ORDER BY p.low DESC LIMIT 1) AS p
-        CROSS JOIN LATERAL (
-            SELECT l.capability, l.executor, l.namespace, l.weight FROM rara_lanes l
-            WHERE l.capability = p.capability AND l.executor = p.executor
-              AND l.low <= d.r - p.low
-            ORDER BY l.low DESC LIMIT 1) AS l
-        GROUP BY l.capability, l.executor, l.namespace, l.weight
-    ) AS l;
+    FROM (SELECT l.* FROM (SELECT DISTINCT p.capability, p.executor
+                           FROM unnest(p_capabilities, p_executors) AS p(capability, executor))
+                          AS p
+          CROSS JOIN LATERAL (
+              SELECT l.capability, l.executor, l.namespace, l.weight FROM rara_lanes l
+              WHERE l.capability = p.capability AND l.executor = p.executor LIMIT 2) AS l
+          LIMIT 2) AS l;
+    IF cardinality(drawn_caps) > 1 THEN
+        WITH pair AS (
+            SELECT p.capability, p.executor,
+                   sum(t.total) OVER (ORDER BY p.capability, p.executor) - t.total AS low,
+                   sum(t.total) OVER () AS total
+            FROM (SELECT DISTINCT p.capability, p.executor
+                  FROM unnest(p_capabilities, p_executors) AS p(capability, executor)) AS p
+            CROSS JOIN LATERAL (
+                SELECT l.low + l.weight AS total FROM rara_lanes l
+                WHERE l.capability = p.capability AND l.executor = p.executor
+                ORDER BY l.low DESC LIMIT 1) AS t
+        ), draw AS MATERIALIZED (
+            SELECT random() * (SELECT max(p.total) FROM pair p) AS r
+            FROM generate_series(1, p_limit)
+        )
+        SELECT array_agg(l.capability), array_agg(l.executor), array_agg(l.namespace),
+               array_agg(l.n), array_agg(l.weight)
+        INTO drawn_caps, drawn_execs, drawn_nss, drawn_counts, drawn_weights
+        FROM (
+            SELECT l.capability, l.executor, l.namespace, l.weight, count(*)::integer AS n
+            FROM draw d
+            CROSS JOIN LATERAL (SELECT p.* FROM pair p WHERE p.low <= d.r
+                                ORDER BY p.low DESC LIMIT 1) AS p
+            CROSS JOIN LATERAL (
+                SELECT l.capability, l.executor, l.namespace, l.weight FROM rara_lanes l
+                WHERE l.capability = p.capability AND l.executor = p.executor
+                  AND l.low <= d.r - p.low
+                ORDER BY l.low DESC LIMIT 1) AS l
+            GROUP BY l.capability, l.executor, l.namespace, l.weight
+        ) AS l;
+    END IF;
     IF drawn_caps IS NULL THEN
         RETURN;  -- nothing was ever queued for what this worker serves
     END IF;
@@ -434,47 +502,18 @@ BEGIN
            l.heartbeat_timeout_ms, l.depends_on,
            CASE WHEN l.map_parent IS NULL
                THEN (SELECT r.input FROM rara_runs r WHERE r.id = l.run_id)
-               -- a map's child: the input without the map's list, when the list came from it
-               ELSE (SELECT coalesce(p.map_input, r.input) FROM rara_steps p
-                     JOIN rara_runs r ON r.id = p.run_id WHERE p.id = l.map_parent)
+               ELSE rara_lease_map_input(l.map_parent)
            END AS run_input,
            now() AS leased_at,
-           -- What the attempt starts from, folded in so it starts without another round trip.
-           -- Each is a subquery evaluated only when it can find something (a first attempt has
-           -- no checkpoint, a step without dependencies no inputs), so the common case costs
-           -- nothing.
-           CASE WHEN l.attempt > 1 THEN (
-               -- The latest checkpoint of an earlier attempt: what a retry resumes from.
-               SELECT jsonb_build_object('attempt', c.attempt, 'seq', c.seq, 'state', c.state,
-                                         'digest', c.digest, 'size', a.size)
-               FROM rara_checkpoints c LEFT JOIN rara_artifacts a USING (digest)
-               WHERE c.step_id = l.id AND c.attempt < l.attempt
-               ORDER BY c.attempt DESC, c.seq DESC LIMIT 1) END AS checkpoint,
-           CASE WHEN cardinality(l.depends_on) > 0 THEN (
-               -- Upstream artifacts: the manifests of the succeeded dependencies. The snapshot
-               -- sees them: a step is ready only once the transaction that finished its last
-               -- dependency (and wrote its manifest) committed.
-               -- A map step's are its children's, in index order (under their own keys).
-               SELECT jsonb_agg(jsonb_build_object('key', a.key, 'name', a.name,
-                                                   'digest', a.digest, 'size', a.size,
-                                                   'media_type', a.media_type)
-                                ORDER BY u.key, a.map_index, a.name)
-               FROM unnest(l.depends_on) AS dep(key)
-               CROSS JOIN LATERAL (
-                   SELECT u.* FROM rara_steps u
-                   WHERE u.run_id = l.run_id AND u.key = dep.key AND u.status = 'succeeded'
-                   OFFSET 0) AS u
-               CROSS JOIN LATERAL (
-                   SELECT u.map_index, u.key, m.name, m.digest, m.size, m.media_type
-                   FROM rara_step_artifacts m
-                   WHERE m.step_id = u.id AND m.attempt = u.attempt
-                   UNION ALL
-                   SELECT c.map_index, c.key, m.name, m.digest, m.size, m.media_type
-                   FROM rara_steps c
-                   JOIN rara_step_artifacts m ON m.step_id = c.id AND m.attempt = c.attempt
-                   WHERE u.map_over IS NOT NULL AND c.map_parent = u.id
-                     AND c.status = 'succeeded') AS a)
-           END AS inputs,
+           -- What the attempt starts from, folded in so it starts without another round trip:
+           -- a retry's checkpoint, a dependant's upstream artifacts. Functions, called only
+           -- when they can find something, rather than subqueries: a subquery's plan is set up
+           -- at every execution of the statement, called or not, and theirs were a third of
+           -- the cost of leasing one step (bench.statements; docs/performance.md).
+           CASE WHEN l.attempt > 1 THEN rara_lease_checkpoint(l.id, l.attempt) END
+               AS checkpoint,
+           CASE WHEN cardinality(l.depends_on) > 0
+               THEN rara_lease_inputs(l.run_id, l.depends_on) END AS inputs,
            l.rank, l.available_at,  -- the worker's next cursor
            l.namespace
     FROM leased l;

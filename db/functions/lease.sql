@@ -212,8 +212,8 @@ BEGIN
     -- priority or an earlier available_at that arrived behind the cursor — the worker's
     -- periodic scan from the start finds (rara.worker.lease_cursor).
     -- One lane in all (a single namespace queued what this worker serves, as in every
-    -- fleet without namespaces): every slot is that lane's, and the draw is skipped (a third
-    -- of the cost of a lease of one step, bench.statements).
+    -- fleet without namespaces): every slot is that lane's, and the draw is skipped (~6% of
+    -- the cost of a lease of one step; docs/performance.md, "Fixed cost per call").
     SELECT array_agg(l.capability), array_agg(l.executor), array_agg(l.namespace),
            array_agg(p_limit), array_agg(l.weight)
     INTO drawn_caps, drawn_execs, drawn_nss, drawn_counts, drawn_weights
@@ -508,8 +508,8 @@ BEGIN
            -- What the attempt starts from, folded in so it starts without another round trip:
            -- a retry's checkpoint, a dependant's upstream artifacts. Functions, called only
            -- when they can find something, rather than subqueries: a subquery's plan is set up
-           -- at every execution of the statement, called or not, and theirs were a third of
-           -- the cost of leasing one step (bench.statements; docs/performance.md).
+           -- at every execution of the statement, called or not, and theirs were ~10% of the
+           -- cost of leasing one step (docs/performance.md, "Fixed cost per call").
            CASE WHEN l.attempt > 1 THEN rara_lease_checkpoint(l.id, l.attempt) END
                AS checkpoint,
            CASE WHEN cardinality(l.depends_on) > 0

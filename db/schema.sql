@@ -1139,32 +1139,37 @@ BEGIN
     RETURN true;
 END $$;
 
--- FUNCTION: rara_run_count(jsonb)
+-- FUNCTION: rara_run_count(jsonb, bigint[])
 
-CREATE FUNCTION public.rara_run_count(p_deltas jsonb) RETURNS void
+CREATE FUNCTION public.rara_run_count(p_deltas jsonb, p_succeeded_runs bigint[] DEFAULT '{}'::bigint[]) RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
     -- The parent aggregation, by counters (migration 0006): the runs' step counts move by
     -- p_deltas, a JSON array of {run_id, succeeded, failed, cancelled} — the steps the calling
-    -- transaction made terminal — and a run whose steps are then all terminal ends by the one
-    -- rule (rara_run_end_status). O(1) per run, whatever its size. Only the functions that
-    -- end steps call it (no role may: the deltas would be the caller's word), as their last
-    -- statement: run rows are the last locks a transaction takes, in id order, so no two
-    -- transactions (nor a run cancel, which takes the run's steps first) wait on each other in
-    -- a cycle; and a row is held only until the commit. Under READ COMMITTED the UPDATE
-    -- applies the deltas to the newest version of the row (a concurrent end's commit that it
-    -- waited for included): two siblings ending in concurrent transactions are both counted,
-    -- and the second ends the run.
+    -- transaction made terminal — and by one success per entry of p_succeeded_runs (a run once
+    -- per step of it that succeeded: rara_step_end_many's batch), and a run whose steps are
+    -- then all terminal ends by the one rule (rara_run_end_status). O(1) per run, whatever
+    -- its size. Only the functions that end steps call it (no role may: the deltas would be
+    -- the caller's word), as their last statement: run rows are the last locks a transaction
+    -- takes, in id order, so no two transactions (nor a run cancel, which takes the run's
+    -- steps first) wait on each other in a cycle; and a row is held only until the commit.
+    -- Under READ COMMITTED the UPDATE applies the deltas to the newest version of the row (a
+    -- concurrent end's commit that it waited for included): two siblings ending in concurrent
+    -- transactions are both counted, and the second ends the run.
     WITH d AS MATERIALIZED (
         -- (a missing count is 0; `total`: steps added to the run, a map step's children)
         SELECT d.run_id, coalesce(sum(d.succeeded), 0)::integer AS succeeded,
                coalesce(sum(d.failed), 0)::integer AS failed,
                coalesce(sum(d.cancelled), 0)::integer AS cancelled,
                coalesce(sum(d.total), 0)::integer AS total
-        FROM jsonb_to_recordset(p_deltas)
-            AS d(run_id bigint, succeeded integer, failed integer, cancelled integer,
-                 total integer)
+        FROM (SELECT * FROM jsonb_to_recordset(p_deltas)
+                  AS d(run_id bigint, succeeded integer, failed integer, cancelled integer,
+                       total integer)
+              UNION ALL
+              -- one success each: the batch of successes' runs, without a JSON object apiece
+              SELECT r.run_id, 1, NULL, NULL, NULL FROM unnest(p_succeeded_runs) AS r(run_id))
+            AS d
         GROUP BY d.run_id
     ), locked AS (
         SELECT r.id FROM rara_runs r WHERE r.id = ANY (ARRAY(SELECT d.run_id FROM d))
@@ -2457,17 +2462,21 @@ CREATE FUNCTION public.rara_step_end_many(p_worker text, p_successes jsonb, p_ot
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     SET enable_seqscan TO 'off'
-    AS $$
+    AS $_$
 #variable_conflict use_column
 DECLARE
     other record;
     ended record;
     deltas jsonb := '[]';
-    succeeded bigint[];
-    deltas_of_successes jsonb;
+    succeeded bigint[];           -- the successes whose fence matched, with their
+    succeeded_attempts integer[]; -- attempt, run, key and capability
+    succeeded_runs bigint[];
+    succeeded_keys text[];
+    succeeded_capabilities text[];
     map_ends jsonb := '[]';     -- children ended, per map step (rara_map_children_ended)
     map_ends_of_successes jsonb;
-    maps_due bigint[];          -- map steps whose upstream all succeeded: to expand
+    maps_due bigint[] := '{}';  -- map steps whose upstream all succeeded: to expand
+    with_dependants bigint[];   -- the successes that have dependants
     map bigint;
     failing bigint[];           -- the steps of p_others
 BEGIN
@@ -2534,27 +2543,6 @@ BEGIN
         WHERE s.id = ANY (ARRAY(SELECT g2.id FROM given g2)) AND s.id = g.id
           AND s.leased_by = p_worker AND s.lease_token = g.token AND s.status = 'running'
         RETURNING s.id, s.run_id, s.attempt, s.dependants, s.map_parent, s.key, s.capability
-    ), cached AS (
-        -- A cache-enabled step that ran (not one that reused an entry): its entry, under the
-        -- key its worker computed from its base and what it read (rara.cache;
-        -- docs/step-cache.md). A key already there was written by a step that ran at the same
-        -- time (no single flight) or replaces an entry whose blobs a worker found missing:
-        -- the same inputs, so the newest simply wins.
-        INSERT INTO rara_step_cache AS c (key, base, reads, capability, step_key, parts, result,
-                                          manifest, source_run, source_step, source_attempt,
-                                          expires_at)
-        SELECT g.cache ->> 'entry', g.cache ->> 'base', g.cache -> 'reads', done.capability,
-               done.key, g.cache -> 'entry_parts', g.result,
-               coalesce(g.manifest, '[]'), done.run_id, done.id, done.attempt,
-               now() + make_interval(secs => (g.cache ->> 'ttl_ms')::double precision / 1000)
-        FROM (SELECT g.id, g.cache, g.result, g.manifest FROM given g
-              WHERE g.cache IS NOT NULL AND g.reused_from IS NULL) AS g
-        JOIN done ON done.id = g.id
-        ON CONFLICT (key) DO UPDATE SET
-            base = EXCLUDED.base, reads = EXCLUDED.reads, parts = EXCLUDED.parts, result = EXCLUDED.result, manifest = EXCLUDED.manifest,
-            source_run = EXCLUDED.source_run, source_step = EXCLUDED.source_step,
-            source_attempt = EXCLUDED.source_attempt, created_at = EXCLUDED.created_at,
-            expires_at = EXCLUDED.expires_at
     ), closed AS (
         -- clock_timestamp(), here and in every end: the time the end took the step's row, not
         -- when its transaction began. An end that waited for another step's lock is then never
@@ -2563,68 +2551,118 @@ BEGIN
         UPDATE rara_attempts a
         SET outcome = 'succeeded', ended_at = clock_timestamp(), ended_by = p_worker
         FROM done WHERE a.step_id = done.id AND a.attempt = done.attempt
-    ), dependants AS (
-        -- A dependant several of whose dependencies finish in this batch is updated once, by
-        -- their count (an UPDATE applies one joined row per target row). Found by (run_id, key)
-        -- probes of the finished steps' dependants, not by a walk over their runs.
-        SELECT b.id, count(*)::integer AS n
-        FROM done CROSS JOIN LATERAL unnest(done.dependants) AS dependant(key)
-        CROSS JOIN LATERAL (
-            SELECT b.id FROM rara_steps b
-            WHERE b.run_id = done.run_id AND b.key = dependant.key AND b.status = 'blocked'
-            OFFSET 0) AS b
-        GROUP BY b.id
-    ), unblocked AS (
-        -- A concurrent change of the dependant is waited for and re-read (pending_deps of the
-        -- newest version). A map step whose upstream all succeeded stays blocked: it expands
-        -- below.
-        UPDATE rara_steps s SET
-            pending_deps = s.pending_deps - d.n,
-            status = CASE WHEN s.pending_deps = d.n AND s.map_over IS NULL AND s.wait IS NULL
-                          THEN 'ready'
-                          ELSE 'blocked' END::rara_step_status,
-            available_at = now()
-        FROM dependants d
-        -- (= ANY: primary key probes of the dependants, never a walk of rara_steps joined to
-        -- them, which a plan made on a small table would do)
-        WHERE s.id = ANY (ARRAY(SELECT d2.id FROM dependants d2)) AND s.id = d.id
-          AND s.status = 'blocked'
-        RETURNING s.id, s.pending_deps = 0 AND s.map_over IS NOT NULL AS expands
-    ), reads AS (
-        -- What the attempt read (migration 0015), only for successes that say: lineage.
-        INSERT INTO rara_step_reads (step_id, digest)
-        SELECT done.id, r.digest
-        FROM (SELECT g.id, g.reads FROM given g WHERE g.reads IS NOT NULL) AS g
-        JOIN done ON done.id = g.id
-        CROSS JOIN LATERAL jsonb_array_elements_text(g.reads) AS r(digest)
-        ON CONFLICT DO NOTHING
-    ), manifest AS (
-        -- Only the successes that name artifacts (most name none): nothing joined for the
-        -- rest.
-        SELECT done.id, done.attempt, m.name, m.digest, m.size, m.media_type
-        FROM (SELECT g.id, g.manifest FROM given g WHERE g.manifest IS NOT NULL) AS g
-        JOIN done ON done.id = g.id
-        CROSS JOIN LATERAL jsonb_to_recordset(g.manifest)
-            AS m(name text, digest text, size bigint, media_type text)
-    ), blobs AS (
-        -- Blobs are known once; the manifest rows below reference them in the same statement.
-        INSERT INTO rara_artifacts (digest, size)
-        SELECT DISTINCT m.digest, m.size FROM manifest m
-        ON CONFLICT (digest) DO NOTHING
-    ), recorded AS (
-        INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, media_type)
-        SELECT m.id, m.attempt, m.name, m.digest, m.size, m.media_type FROM manifest m
-        ON CONFLICT (step_id, attempt, name) DO NOTHING
     )
-    SELECT coalesce(array_agg(done.id), '{}'),
-           coalesce(jsonb_agg(jsonb_build_object('run_id', done.run_id, 'succeeded', 1)),
-                    '[]'),
+    SELECT coalesce(array_agg(done.id), '{}'), coalesce(array_agg(done.attempt), '{}'),
+           coalesce(array_agg(done.run_id), '{}'), coalesce(array_agg(done.key), '{}'),
+           coalesce(array_agg(done.capability), '{}'),
            coalesce(jsonb_agg(jsonb_build_object('map', done.map_parent, 'succeeded', 1,
                                                  'failed', 0))
                     FILTER (WHERE done.map_parent IS NOT NULL), '[]'),
-           (SELECT coalesce(array_agg(u.id ORDER BY u.id) FILTER (WHERE u.expands), '{}')
-            FROM unblocked u)
-    INTO succeeded, deltas_of_successes, map_ends_of_successes, maps_due FROM done;
+           coalesce(array_agg(done.id) FILTER (WHERE cardinality(done.dependants) > 0), '{}')
+    INTO succeeded, succeeded_attempts, succeeded_runs, succeeded_keys, succeeded_capabilities,
+         map_ends_of_successes, with_dependants
+    FROM done;
+    -- What only some successes carry — a cache entry, the digests read, an artifact manifest —
+    -- and what only some steps have — dependants — are statements of their own, run only for
+    -- a batch that has them (setting up their plans cost a fifth of ending one step;
+    -- docs/performance.md, "Fixed cost per call"). For the successes whose fence matched
+    -- above; the manifests before the dependants, whose wait may begin and show them
+    -- (rara_wait_begin); all before the runs' locks.
+    IF cardinality(succeeded) > 0 AND jsonb_path_exists(
+            p_successes, '$[*] ? (exists(@.cache) || exists(@.reads) || exists(@.manifest))')
+    THEN
+        WITH given AS MATERIALIZED (
+            SELECT * FROM jsonb_to_recordset(p_successes)
+                AS g(id bigint, result jsonb, manifest jsonb, reads jsonb, cache jsonb,
+                     reused_from jsonb)
+        ), done AS (
+            SELECT * FROM unnest(succeeded, succeeded_attempts, succeeded_runs,
+                                 succeeded_keys, succeeded_capabilities)
+                AS d(id, attempt, run_id, key, capability)
+        ), cached AS (
+            -- A cache-enabled step that ran (not one that reused an entry): its entry, under
+            -- the key its worker computed from its base and what it read (rara.cache;
+            -- docs/step-cache.md). A key already there was written by a step that ran at the
+            -- same time (no single flight) or replaces an entry whose blobs a worker found
+            -- missing: the same inputs, so the newest simply wins.
+            INSERT INTO rara_step_cache AS c (key, base, reads, capability, step_key, parts,
+                                              result, manifest, source_run, source_step,
+                                              source_attempt, expires_at)
+            SELECT g.cache ->> 'entry', g.cache ->> 'base', g.cache -> 'reads', done.capability,
+                   done.key, g.cache -> 'entry_parts', g.result,
+                   coalesce(g.manifest, '[]'), done.run_id, done.id, done.attempt,
+                   now() + make_interval(secs => (g.cache ->> 'ttl_ms')::double precision / 1000)
+            FROM (SELECT g.id, g.cache, g.result, g.manifest FROM given g
+                  WHERE g.cache IS NOT NULL AND g.reused_from IS NULL) AS g
+            JOIN done ON done.id = g.id
+            ON CONFLICT (key) DO UPDATE SET
+                base = EXCLUDED.base, reads = EXCLUDED.reads, parts = EXCLUDED.parts,
+                result = EXCLUDED.result, manifest = EXCLUDED.manifest,
+                source_run = EXCLUDED.source_run, source_step = EXCLUDED.source_step,
+                source_attempt = EXCLUDED.source_attempt, created_at = EXCLUDED.created_at,
+                expires_at = EXCLUDED.expires_at
+        ), reads AS (
+            -- What the attempt read (migration 0015), only for successes that say: lineage.
+            INSERT INTO rara_step_reads (step_id, digest)
+            SELECT done.id, r.digest
+            FROM (SELECT g.id, g.reads FROM given g WHERE g.reads IS NOT NULL) AS g
+            JOIN done ON done.id = g.id
+            CROSS JOIN LATERAL jsonb_array_elements_text(g.reads) AS r(digest)
+            ON CONFLICT DO NOTHING
+        ), manifest AS (
+            -- Only the successes that name artifacts (most name none): nothing joined for the
+            -- rest.
+            SELECT done.id, done.attempt, m.name, m.digest, m.size, m.media_type
+            FROM (SELECT g.id, g.manifest FROM given g WHERE g.manifest IS NOT NULL) AS g
+            JOIN done ON done.id = g.id
+            CROSS JOIN LATERAL jsonb_to_recordset(g.manifest)
+                AS m(name text, digest text, size bigint, media_type text)
+        ), blobs AS (
+            -- Blobs are known once; the manifest rows below reference them in the same
+            -- statement.
+            INSERT INTO rara_artifacts (digest, size)
+            SELECT DISTINCT m.digest, m.size FROM manifest m
+            ON CONFLICT (digest) DO NOTHING
+        )
+        INSERT INTO rara_step_artifacts (step_id, attempt, name, digest, size, media_type)
+        SELECT m.id, m.attempt, m.name, m.digest, m.size, m.media_type FROM manifest m
+        ON CONFLICT (step_id, attempt, name) DO NOTHING;
+    END IF;
+    IF cardinality(with_dependants) > 0 THEN
+        WITH done AS (
+            SELECT s.id, s.run_id, s.dependants FROM rara_steps s
+            WHERE s.id = ANY (with_dependants)
+        ), dependants AS (
+            -- A dependant several of whose dependencies finish in this batch is updated once, by
+            -- their count (an UPDATE applies one joined row per target row). Found by (run_id, key)
+            -- probes of the finished steps' dependants, not by a walk over their runs.
+            SELECT b.id, count(*)::integer AS n
+            FROM done CROSS JOIN LATERAL unnest(done.dependants) AS dependant(key)
+            CROSS JOIN LATERAL (
+                SELECT b.id FROM rara_steps b
+                WHERE b.run_id = done.run_id AND b.key = dependant.key AND b.status = 'blocked'
+                OFFSET 0) AS b
+            GROUP BY b.id
+        ), unblocked AS (
+            -- A concurrent change of the dependant is waited for and re-read (pending_deps of the
+            -- newest version). A map step whose upstream all succeeded stays blocked: it expands
+            -- below.
+            UPDATE rara_steps s SET
+                pending_deps = s.pending_deps - d.n,
+                status = CASE WHEN s.pending_deps = d.n AND s.map_over IS NULL AND s.wait IS NULL
+                              THEN 'ready'
+                              ELSE 'blocked' END::rara_step_status,
+                available_at = now()
+            FROM dependants d
+            -- (= ANY: primary key probes of the dependants, never a walk of rara_steps joined to
+            -- them, which a plan made on a small table would do)
+            WHERE s.id = ANY (ARRAY(SELECT d2.id FROM dependants d2)) AND s.id = d.id
+              AND s.status = 'blocked'
+            RETURNING s.id, s.pending_deps = 0 AND s.map_over IS NOT NULL AS expands
+        )
+        SELECT coalesce(array_agg(u.id ORDER BY u.id) FILTER (WHERE u.expands), '{}')
+        INTO maps_due FROM unblocked u;
+    END IF;
     -- Map steps: their children's ends counted (rara_map_children_ended), those now due
     -- expanded; then the runs, last, in id order, after every step row (rara_run_count).
     IF map_ends <> '[]' OR map_ends_of_successes <> '[]' THEN
@@ -2633,12 +2671,12 @@ BEGIN
     FOREACH map IN ARRAY maps_due LOOP
         deltas := deltas || rara_map_expand(map);
     END LOOP;
-    PERFORM rara_run_count(deltas_of_successes || deltas);
+    PERFORM rara_run_count(deltas, succeeded_runs);
     status := 'succeeded';  -- (RETURN NEXT per row: no query executed for the answer)
     FOREACH id IN ARRAY succeeded LOOP
         RETURN NEXT;
     END LOOP;
-END $$;
+END $_$;
 
 -- FUNCTION: rara_step_fail(text, bigint, uuid, jsonb, boolean, double precision, public.rara_attempt_outcome)
 
@@ -4854,9 +4892,9 @@ REVOKE ALL ON FUNCTION public.rara_run_cancel(p_run_id bigint) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.rara_run_cancel(p_run_id bigint) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_run_cancel(p_run_id bigint) TO rara_operator;
 
--- ACL: FUNCTION rara_run_count(p_deltas jsonb)
+-- ACL: FUNCTION rara_run_count(p_deltas jsonb, p_succeeded_runs bigint[])
 
-REVOKE ALL ON FUNCTION public.rara_run_count(p_deltas jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION public.rara_run_count(p_deltas jsonb, p_succeeded_runs bigint[]) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_run_end_status(cancel_requested boolean, total integer, succeeded integer, failed integer, cancelled integer)
 

@@ -19,6 +19,14 @@ connection with the worker's session settings. Twice:
    in 1: read them as shares), WAL records and bytes per step. The rest of the statement's
    time (PL/pgSQL, expressions, sorts, joins, triggers' own code) is one line.
 
+``--against REF`` (a git commit) compares instead: a database with this tree's schema and
+functions beside one built from REF's migrations and function files, the same calls
+interleaved between the two in rounds (batches of 1, then of ``--batch``), medians of each side
+per step. Absolute figures drift by 10-20% between runs on a shared machine; the two sides of
+one comparison do not.
+
+    .venv/bin/python -m bench.statements --against 24a468f
+
 The bench server runs with fsync off (bench.common.bench_database): the WAL is written, not
 flushed, as the peers are measured.
 """
@@ -28,6 +36,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
+import subprocess
 import sys
 from collections import defaultdict
 from collections.abc import Iterator
@@ -314,6 +324,82 @@ def per_call(server: Server, *, batch: int, steps: int) -> dict[str, dict[str, f
     return out
 
 
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(ROOT), *args], check=True, capture_output=True, text=True
+    ).stdout
+
+
+def _database_at(server: Server, ref: str, name: str) -> str:
+    """A database of REF's schema: its migrations, then its function files, in name order."""
+    server.drop(name)
+    with psycopg.connect(server.admin, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    url = server.url.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(url, autocommit=True) as conn:
+        for folder in ("db/migrations", "db/functions"):
+            for file in sorted(_git("ls-tree", "--name-only", f"{ref}:{folder}").split()):
+                if file.endswith(".sql"):
+                    text = _git("show", f"{ref}:{folder}/{file}")
+                    conn.cursor().execute(text, prepare=False)
+    return url
+
+
+def against(server: Server, ref: str, *, batch: int, steps: int) -> dict[str, Any]:
+    """This tree's statements against REF's, interleaved in one server: µs per step of each,
+    medians, at batches of 1 (30 rounds of 40 calls) and of ``batch`` (10 rounds of 2)."""
+    sides = {"this": server.fresh("bench_statements_this"), ref: ""}
+    sides[ref] = _database_at(server, ref, "bench_statements_ref")
+    out: dict[str, Any] = {"ref": ref}
+    try:
+        for size, rounds, per in ((1, 30, 40), (batch, 10, 2)):
+            queues = {}
+            for side, url in sides.items():
+                conn = psycopg.connect(url, autocommit=True, **HOT_PATH_SESSION)
+                _fill(conn, size * (rounds * per + WARM_BATCHES) * steps, steps)
+                queues[side] = _Batches(conn, size)
+            times: dict[str, dict[str, list[float]]] = {
+                side: {s: [] for s in STATEMENTS} for side in sides
+            }
+            try:
+                for round_ in range(rounds):
+                    for side, queue in queues.items():
+                        for _ in range(per * steps):
+                            lease_ms = _server_ms(queue.conn, "step_lease", _lease_params(size))
+                            leased, _ = queue.lease()
+                            end_ms = _server_ms(queue.conn, "step_end_many", _end_params(leased))
+                            queue.end(leased)
+                            if round_ > 0:  # the first warms plans and pages
+                                times[side]["step_lease"].append(lease_ms * 1000 / size)
+                                times[side]["step_end_many"].append(end_ms * 1000 / size)
+            finally:
+                for queue in queues.values():
+                    queue.conn.close()
+            out[str(size)] = {
+                side: {s: round(statistics.median(v), 1) for s, v in t.items()}
+                for side, t in times.items()
+            }
+    finally:
+        server.drop("bench_statements_this")
+        server.drop("bench_statements_ref")
+    return out
+
+
+def against_table(r: dict[str, Any]) -> str:
+    ref = r["ref"]
+    lines = [f"server us per step, this tree vs {ref} (medians, interleaved in one server):"]
+    for size, sides in r.items():
+        if size == "ref":
+            continue
+        for statement in STATEMENTS:
+            old, new = sides[ref][statement], sides["this"][statement]
+            lines.append(
+                f"  {statement:14s} at {size:>3} a call: {old:7.1f} -> {new:7.1f} "
+                f"({new / old:.2f}x)"
+            )
+    return "\n".join(lines)
+
+
 def measure(server: Server, *, batch: int, batches: int, steps: int) -> dict[str, Any]:
     return {
         "batch": batch,
@@ -360,10 +446,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--steps", type=int, default=1, help="chained steps per run")
     parser.add_argument("--top", type=int, default=8, help="nodes shown per statement")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    parser.add_argument("--against", metavar="REF", help="compare with a git commit's SQL")
     args = parser.parse_args(argv)
     with bench_database() as url:
-        out = measure(Server(url), batch=args.batch, batches=args.batches, steps=args.steps)
-    print(table(out, args.top))
+        if args.against:
+            out = against(Server(url), args.against, batch=args.batch, steps=args.steps)
+            print(against_table(out))
+        else:
+            out = measure(Server(url), batch=args.batch, batches=args.batches, steps=args.steps)
+            print(table(out, args.top))
     if args.json:
         print(json.dumps(out))
     return out

@@ -627,6 +627,8 @@ DECLARE
     map_ends_of_successes jsonb;
     maps_due bigint[] := '{}';  -- map steps whose upstream all succeeded: to expand
     with_dependants bigint[];   -- the successes that have dependants
+    unblocking bigint[];        -- their dependants still blocked, by id
+    unblocking_by integer[];    -- and how many of each one's dependencies ended here
     map bigint;
     failing bigint[];           -- the steps of p_others
 BEGIN
@@ -779,35 +781,36 @@ BEGIN
         ON CONFLICT (step_id, attempt, name) DO NOTHING;
     END IF;
     IF cardinality(with_dependants) > 0 THEN
-        WITH done AS (
-            SELECT s.id, s.run_id, s.dependants FROM rara_steps s
-            WHERE s.id = ANY (with_dependants)
-        ), dependants AS (
-            -- A dependant several of whose dependencies finish in this batch is updated once, by
-            -- their count (an UPDATE applies one joined row per target row). Found by (run_id, key)
-            -- probes of the finished steps' dependants, not by a walk over their runs.
-            SELECT b.id, count(*)::integer AS n
-            FROM done CROSS JOIN LATERAL unnest(done.dependants) AS dependant(key)
-            CROSS JOIN LATERAL (
-                SELECT b.id FROM rara_steps b
-                WHERE b.run_id = done.run_id AND b.key = dependant.key AND b.status = 'blocked'
-                OFFSET 0) AS b
-            GROUP BY b.id
-        ), unblocked AS (
-            -- A concurrent change of the dependant is waited for and re-read (pending_deps of the
-            -- newest version). A map step whose upstream all succeeded stays blocked: it expands
-            -- below.
+        -- A dependant several of whose dependencies finish in this batch is updated once, by
+        -- their count (an UPDATE applies one joined row per target row). Found by (run_id,
+        -- key) probes of the finished steps' dependants, not by a walk over their runs.
+        SELECT coalesce(array_agg(b.id ORDER BY b.id), '{}'),
+               coalesce(array_agg(b.n ORDER BY b.id), '{}')
+        INTO unblocking, unblocking_by
+        FROM (SELECT b.id, count(*)::integer AS n
+              FROM rara_steps done
+              CROSS JOIN LATERAL unnest(done.dependants) AS dependant(key)
+              CROSS JOIN LATERAL (
+                  SELECT b.id FROM rara_steps b
+                  WHERE b.run_id = done.run_id AND b.key = dependant.key
+                    AND b.status = 'blocked'
+                  OFFSET 0) AS b
+              WHERE done.id = ANY (with_dependants)
+              GROUP BY b.id) AS b;
+        -- A concurrent change of the dependant is waited for and re-read (pending_deps of the
+        -- newest version). A map step whose upstream all succeeded stays blocked: it expands
+        -- below. (One index scan of the dependants' ids, each row's count found in the
+        -- arrays: no join, whose plan could probe every id once per dependant.)
+        WITH unblocked AS (
             UPDATE rara_steps s SET
-                pending_deps = s.pending_deps - d.n,
-                status = CASE WHEN s.pending_deps = d.n AND s.map_over IS NULL AND s.wait IS NULL
+                pending_deps = s.pending_deps - unblocking_by[array_position(unblocking, s.id)],
+                status = CASE WHEN s.pending_deps
+                                   = unblocking_by[array_position(unblocking, s.id)]
+                                   AND s.map_over IS NULL AND s.wait IS NULL
                               THEN 'ready'
                               ELSE 'blocked' END::rara_step_status,
                 available_at = now()
-            FROM dependants d
-            -- (= ANY: primary key probes of the dependants, never a walk of rara_steps joined to
-            -- them, which a plan made on a small table would do)
-            WHERE s.id = ANY (ARRAY(SELECT d2.id FROM dependants d2)) AND s.id = d.id
-              AND s.status = 'blocked'
+            WHERE s.id = ANY (unblocking) AND s.status = 'blocked'
             RETURNING s.id, s.pending_deps = 0 AND s.map_over IS NOT NULL AS expands
         )
         SELECT coalesce(array_agg(u.id ORDER BY u.id) FILTER (WHERE u.expands), '{}')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterator
@@ -135,6 +136,19 @@ def wait_until(
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
         time.sleep(every)
+
+
+EXECUTION_TIME = re.compile(r"Execution Time: ([\d.]+) ms")
+
+
+def server_ms(conn: Conn, statement: str, params: dict[str, Any]) -> float:
+    """A statement's execution in the server alone (no round trip, no parse, no rows sent),
+    rolled back: EXPLAIN ANALYZE with TIMING OFF, so the plan's nodes are not timed."""
+    with conn.transaction(force_rollback=True):
+        plan = conn.execute("EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + statement, params)
+        found = EXECUTION_TIME.search("\n".join(line for (line,) in plan.fetchall()))
+    assert found is not None
+    return float(found.group(1))
 
 
 def scalar(conn: Conn, query: str, params: Any = None) -> Any:

@@ -40,8 +40,6 @@ import statistics
 import subprocess
 import sys
 from collections import defaultdict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -50,58 +48,45 @@ sys.path.insert(1, str(ROOT))  # bench.* from the repository root
 
 import psycopg  # noqa: E402
 
-from bench.common import Server, bench_database  # noqa: E402
-from rara.pg.queries import many, sql  # noqa: E402
+from bench.common import Server, bench_database, server_ms  # noqa: E402
+from rara.pg.queries import sql  # noqa: E402
 from rara.pg.runs import enqueue_many  # noqa: E402
-from rara.worker.store import HOT_PATH_SESSION, LEASED  # noqa: E402
+from rara.worker.store import HOT_PATH_SESSION  # noqa: E402
+from rara.worker.vocabulary import LeasedStep  # noqa: E402
 from tests.support.definitions import noop_definition  # noqa: E402
+from tests.support.leasing import lease_now, lease_params  # noqa: E402
+from tests.support.plans import nested_plans  # noqa: E402
 
 CAPABILITY = "bench.noop@1"
 WORKER = "bench-statements"
 STATEMENTS = ("step_lease", "step_end_many")
-EXECUTION = re.compile(r"Execution Time: ([\d.]+) ms")
 WARM_BATCHES = 2  # not counted: plans cached, pages read
 
 
 def _lease_params(limit: int) -> dict[str, Any]:
-    return {
-        "worker": WORKER,
-        "capabilities": [CAPABILITY],
-        "executors": ["inprocess"],
-        "limit": limit,
-        "lease_seconds": 300,
-        "after_ranks": None,
-        "after_ats": None,
-        "after_ids": None,
-        "after_namespaces": None,
-    }
+    return lease_params([CAPABILITY], worker=WORKER, limit=limit, lease_seconds=300)
 
 
-def _end_params(leased: list[Any]) -> dict[str, Any]:
+def _end_params(leased: list[LeasedStep]) -> dict[str, Any]:
     successes = [{"id": s.id, "token": str(s.lease_token), "result": None} for s in leased]
     return {"worker": WORKER, "successes": json.dumps(successes), "others": "[]"}
 
 
-class _Batches:
-    """One database's queue: each batch leases ``batch`` steps and ends them."""
+def _lease(conn: psycopg.Connection[Any], batch: int) -> list[LeasedStep]:
+    leased = lease_now(conn, [CAPABILITY], worker=WORKER, limit=batch, lease_seconds=300)
+    if len(leased) != batch:
+        raise RuntimeError(f"leased {len(leased)} of {batch}: the queue ran dry")
+    return leased
 
-    def __init__(self, conn: psycopg.Connection[Any], batch: int) -> None:
-        self.conn = conn
-        self.batch = batch
 
-    def lease(self) -> tuple[list[Any], dict[str, Any]]:
-        params = _lease_params(self.batch)
-        with self.conn.transaction():
-            leased = many(self.conn, "step_lease", LEASED, **params)
-        if len(leased) != self.batch:
-            raise RuntimeError(f"leased {len(leased)} of {self.batch}: the queue ran dry")
-        return leased, params
-
-    def end(self, leased: list[Any]) -> dict[str, Any]:
-        params = _end_params(leased)
-        with self.conn.transaction():
-            self.conn.execute(sql("step_end_many"), params)
-        return params
+def _timed_batch(conn: psycopg.Connection[Any], batch: int) -> tuple[float, float]:
+    """One batch leased and ended, each call first measured on the queue as it is (rolled
+    back, bench.common.server_ms) and then made: the server ms of the lease and of the end."""
+    lease_ms = server_ms(conn, sql("step_lease"), _lease_params(batch))
+    leased = _lease(conn, batch)
+    end_ms = server_ms(conn, sql("step_end_many"), _end_params(leased))
+    conn.execute(sql("step_end_many"), _end_params(leased))
+    return lease_ms, end_ms
 
 
 def _fill(conn: psycopg.Connection[Any], runs: int, steps: int) -> None:
@@ -119,20 +104,8 @@ def _fill(conn: psycopg.Connection[Any], runs: int, steps: int) -> None:
     conn.execute("VACUUM ANALYZE")
 
 
-def _server_ms(conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> float:
-    """The statement's execution in the server, rolled back: EXPLAIN ANALYZE, TIMING OFF."""
-    with conn.transaction(force_rollback=True):
-        plan = conn.execute(
-            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + sql(name), params
-        ).fetchall()
-    found = EXECUTION.search("\n".join(line for (line,) in plan))
-    assert found is not None
-    return float(found.group(1))
-
-
 def plain(server: Server, *, batch: int, batches: int, steps: int) -> dict[str, float]:
-    """µs of server time per step of each statement, uninstrumented nodes (TIMING OFF). Each
-    batch is measured on the queue as it is (rolled back), then done for real."""
+    """µs of server time per step of each statement, uninstrumented nodes (TIMING OFF)."""
     name = "bench_statements_plain"
     url = server.fresh(name)
     totals = dict.fromkeys(STATEMENTS, 0.0)
@@ -140,12 +113,8 @@ def plain(server: Server, *, batch: int, batches: int, steps: int) -> dict[str, 
     try:
         with psycopg.connect(url, autocommit=True, **HOT_PATH_SESSION) as conn:
             _fill(conn, batch * (batches + WARM_BATCHES), steps)
-            queue = _Batches(conn, batch)
             for i in range((batches + WARM_BATCHES) * steps):
-                lease_ms = _server_ms(conn, "step_lease", _lease_params(batch))
-                leased, _ = queue.lease()
-                end_ms = _server_ms(conn, "step_end_many", _end_params(leased))
-                queue.end(leased)
+                lease_ms, end_ms = _timed_batch(conn, batch)
                 if i >= WARM_BATCHES * steps:
                     totals["step_lease"] += lease_ms
                     totals["step_end_many"] += end_ms
@@ -153,35 +122,6 @@ def plain(server: Server, *, batch: int, batches: int, steps: int) -> dict[str, 
     finally:
         server.drop(name)
     return {k: round(v * 1000 / counted, 1) for k, v in totals.items()}
-
-
-@contextmanager
-def _auto_explain(conn: psycopg.Connection[Any]) -> Iterator[list[str]]:
-    """The plans of every statement the connection runs, nested ones included, as JSON."""
-    notices: list[str] = []
-    for setting, value in (
-        ("log_min_duration", "0"),
-        ("log_nested_statements", "on"),
-        ("log_analyze", "on"),
-        ("log_buffers", "on"),
-        ("log_wal", "on"),
-        ("log_timing", "on"),
-        ("log_triggers", "on"),
-        ("log_format", "json"),
-        ("log_level", "notice"),
-    ):
-        conn.execute(f"SET auto_explain.{setting} = {value}")
-
-    def keep(diagnostic: psycopg.errors.Diagnostic) -> None:
-        if diagnostic.message_primary:
-            notices.append(diagnostic.message_primary)
-
-    conn.add_notice_handler(keep)
-    try:
-        yield notices
-    finally:
-        conn.remove_notice_handler(keep)
-        conn.execute("SET auto_explain.log_min_duration = -1")
 
 
 # The nodes that do a statement's work: writes, reads of tables and indexes, row locks. Their
@@ -240,12 +180,6 @@ def _blank() -> dict[str, float]:
     return dict.fromkeys(_FIGURES, 0.0)
 
 
-def _plans(notices: list[str]) -> list[dict[str, Any]]:
-    return [
-        json.loads(text.split("plan:", 1)[1]) for text in notices if text.startswith("duration:")
-    ]
-
-
 def by_node(server: Server, *, batch: int, batches: int, steps: int) -> dict[str, Any]:
     """Per statement: its nodes' own figures per step, and the rest (not in any node)."""
     name = "bench_statements_nodes"
@@ -257,17 +191,17 @@ def by_node(server: Server, *, batch: int, batches: int, steps: int) -> dict[str
     try:
         with psycopg.connect(url, autocommit=True, **HOT_PATH_SESSION) as conn:
             _fill(conn, batch * (batches + WARM_BATCHES), steps)
-            conn.execute("LOAD 'auto_explain'")
-            queue = _Batches(conn, batch)
             for i in range((batches + WARM_BATCHES) * steps):
-                counting = i >= WARM_BATCHES * steps
-                with _auto_explain(conn) as notices:
-                    leased, _ = queue.lease()
-                lease_plans = _plans(notices)
-                with _auto_explain(conn) as notices:
-                    queue.end(leased)
-                end_plans = _plans(notices)
-                if not counting:
+                # Each call's plans on the queue as it is (rolled back), then the call made.
+                lease_plans = nested_plans(
+                    conn, sql("step_lease"), _lease_params(batch), analyze=True
+                )
+                leased = _lease(conn, batch)
+                end_plans = nested_plans(
+                    conn, sql("step_end_many"), _end_params(leased), analyze=True
+                )
+                conn.execute(sql("step_end_many"), _end_params(leased))
+                if i < WARM_BATCHES * steps:
                     continue
                 counted += batch
                 for statement, plans in zip(STATEMENTS, (lease_plans, end_plans), strict=True):
@@ -347,34 +281,35 @@ def _database_at(server: Server, ref: str, name: str) -> str:
 
 def against(server: Server, ref: str, *, batch: int, steps: int) -> dict[str, Any]:
     """This tree's statements against REF's, interleaved in one server: µs per step of each,
-    medians, at batches of 1 (30 rounds of 40 calls) and of ``batch`` (10 rounds of 2)."""
+    medians, at batches of 1 (30 rounds of 40 calls) and of ``batch`` (24 rounds of 1), the
+    side that goes first alternating."""
     sides = {"this": server.fresh("bench_statements_this"), ref: ""}
     sides[ref] = _database_at(server, ref, "bench_statements_ref")
     out: dict[str, Any] = {"ref": ref}
     try:
-        for size, rounds, per in ((1, 30, 40), (batch, 10, 2)):
-            queues = {}
+        for size, rounds, per in ((1, 30, 40), (batch, 24, 1)):
+            conns = {}
             for side, url in sides.items():
                 conn = psycopg.connect(url, autocommit=True, **HOT_PATH_SESSION)
                 _fill(conn, size * (rounds * per + WARM_BATCHES) * steps, steps)
-                queues[side] = _Batches(conn, size)
+                conns[side] = conn
             times: dict[str, dict[str, list[float]]] = {
                 side: {s: [] for s in STATEMENTS} for side in sides
             }
             try:
                 for round_ in range(rounds):
-                    for side, queue in queues.items():
+                    # each side first in every other round: neither always runs on the
+                    # other's leftovers (its dirty pages, its WAL to flush)
+                    order = list(conns.items())
+                    for side, conn in order if round_ % 2 else reversed(order):
                         for _ in range(per * steps):
-                            lease_ms = _server_ms(queue.conn, "step_lease", _lease_params(size))
-                            leased, _ = queue.lease()
-                            end_ms = _server_ms(queue.conn, "step_end_many", _end_params(leased))
-                            queue.end(leased)
+                            lease_ms, end_ms = _timed_batch(conn, size)
                             if round_ > 0:  # the first warms plans and pages
                                 times[side]["step_lease"].append(lease_ms * 1000 / size)
                                 times[side]["step_end_many"].append(end_ms * 1000 / size)
             finally:
-                for queue in queues.values():
-                    queue.conn.close()
+                for conn in conns.values():
+                    conn.close()
             out[str(size)] = {
                 side: {s: round(statistics.median(v), 1) for s, v in t.items()}
                 for side, t in times.items()

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import tempfile
 import time
@@ -50,6 +49,7 @@ from bench.common import (  # noqa: E402
     bench_database,
     percentiles,
     scalar,
+    server_ms,
     wait_until,
     workers,
 )
@@ -60,6 +60,7 @@ from rara.pg.runs import cancel, enqueue_many  # noqa: E402
 from rara.runs import start_run  # noqa: E402
 from rara.worker.store import HOT_PATH_SESSION, LEASED  # noqa: E402
 from tests.support.definitions import noop_definition  # noqa: E402
+from tests.support.leasing import lease_params  # noqa: E402
 
 A, B = "team-a", "team-b"
 CAPABILITY = "bench.noop@1"  # tests.support.bench_handlers: returns at once
@@ -166,18 +167,7 @@ def _fill(
 
 
 def _lease_params(limit: int) -> dict[str, Any]:
-    # The worker's lease statement, every lane from its start (tests.support.leasing.lease_now).
-    return {
-        "worker": "bench",
-        "capabilities": [CAPABILITY],
-        "executors": ["inprocess"],
-        "limit": limit,
-        "lease_seconds": 30,
-        "after_ranks": None,
-        "after_ats": None,
-        "after_ids": None,
-        "after_namespaces": None,
-    }
+    return lease_params([CAPABILITY], worker="bench", limit=limit)
 
 
 def _lease_us(conn: psycopg.Connection[Any], limit: int) -> float:
@@ -189,18 +179,9 @@ def _lease_us(conn: psycopg.Connection[Any], limit: int) -> float:
     return elapsed
 
 
-EXECUTION = re.compile(r"Execution Time: ([\d.]+) ms")
-
-
 def _server_us(conn: psycopg.Connection[Any], limit: int) -> float:
     """The lease's execution in the server alone: no round trip, no parse, no rows sent."""
-    with conn.transaction(force_rollback=True):
-        plan = conn.execute(
-            "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) " + sql("step_lease"), _lease_params(limit)
-        ).fetchall()
-    found = EXECUTION.search("\n".join(line for (line,) in plan))
-    assert found is not None
-    return float(found.group(1)) * 1000
+    return server_ms(conn, sql("step_lease"), _lease_params(limit)) * 1000
 
 
 def _timed(

@@ -18,7 +18,7 @@ from rara.pg.runs import enqueue_many
 from rara.worker.store import HOT_PATH_SESSION
 from rara.worker.vocabulary import LeasedStep
 from tests.support.definitions import noop_definition
-from tests.support.leasing import lease_now
+from tests.support.leasing import lease_now, lease_params
 from tests.support.plans import nested_plans
 
 Conn = psycopg.Connection[Any]
@@ -66,17 +66,7 @@ def test_ending_a_batch_of_chains_probes_each_dependant_once(conn: Conn, databas
             worker.execute(
                 sql("step_end_many"), _ends(lease_now(worker, [CAPABILITY], worker="w", limit=1))
             )
-        lease = {
-            "worker": "w",
-            "capabilities": [CAPABILITY],
-            "executors": ["inprocess"],
-            "after_ranks": None,
-            "after_ats": None,
-            "after_ids": None,
-            "after_namespaces": None,
-            "limit": CHAINS,
-            "lease_seconds": 30,
-        }
+        lease = lease_params([CAPABILITY], worker="w", limit=CHAINS)
         leasing = nested_plans(worker, sql("step_lease"), lease, analyze=True)
         leased = lease_now(worker, [CAPABILITY], worker="w", limit=CHAINS)
         assert len(leased) == CHAINS

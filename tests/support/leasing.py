@@ -53,6 +53,29 @@ def enqueue_single_step_runs(
     )
 
 
+def lease_params(
+    capabilities: list[str],
+    *,
+    worker: str,
+    limit: int,
+    lease_seconds: float = 30,
+    executor: str = "inprocess",
+) -> dict[str, Any]:
+    """``step_lease``'s parameters as a worker sends them, every range scanned from the start
+    (no lease cursor)."""
+    return {
+        "capabilities": capabilities,
+        "executors": [executor] * len(capabilities),
+        "limit": limit,
+        "worker": worker,
+        "lease_seconds": lease_seconds,
+        "after_ranks": None,
+        "after_ats": None,
+        "after_ids": None,
+        "after_namespaces": None,
+    }
+
+
 def lease_now(
     conn: psycopg.Connection[Any],
     capabilities: list[str],
@@ -64,20 +87,10 @@ def lease_now(
 ) -> list[LeasedStep]:
     """Lease as a worker does (``step_lease``), scanning every range from the start: the
     steps leased, for tests and benchmarks that take steps by hand."""
-    return many(
-        conn,
-        "step_lease",
-        LEASED,
-        capabilities=capabilities,
-        executors=[executor] * len(capabilities),
-        limit=limit,
-        worker=worker,
-        lease_seconds=lease_seconds,
-        after_ranks=None,
-        after_ats=None,
-        after_ids=None,
-        after_namespaces=None,
+    params = lease_params(
+        capabilities, worker=worker, limit=limit, lease_seconds=lease_seconds, executor=executor
     )
+    return many(conn, "step_lease", LEASED, **params)
 
 
 def lease_concurrently(

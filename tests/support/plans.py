@@ -23,10 +23,10 @@ def buffers(conn: psycopg.Connection[Any], statement: str, params: dict[str, Any
 def nested_plans(
     conn: psycopg.Connection[Any], statement: str, params: dict[str, Any], *, analyze: bool = False
 ) -> list[dict[str, Any]]:
-    """The plans (JSON; with ``analyze``, run and with buffers) of every statement run inside
-    the functions ``statement`` calls, by auto_explain at NOTICE level; the statement is rolled
-    back. Every state change is a function (db/functions/), whose statements a plain EXPLAIN of
-    the call does not show."""
+    """The plans (JSON; with ``analyze``, run, with buffers, WAL and triggers) of every
+    statement run inside the functions ``statement`` calls, by auto_explain at NOTICE level;
+    the statement is rolled back. Every state change is a function (db/functions/), whose
+    statements a plain EXPLAIN of the call does not show."""
     plans: list[dict[str, Any]] = []
 
     def collect(diagnostic: psycopg.errors.Diagnostic) -> None:
@@ -45,6 +45,8 @@ def nested_plans(
                 ("log_level", "notice"),
                 ("log_analyze", "on" if analyze else "off"),
                 ("log_buffers", "on" if analyze else "off"),
+                ("log_wal", "on" if analyze else "off"),
+                ("log_triggers", "on" if analyze else "off"),
             ):
                 conn.execute(f"SET LOCAL auto_explain.{setting} = {value}")
             conn.execute(statement, params)

@@ -60,6 +60,17 @@ def _rpc_timeout(job: pb.Job) -> float | None:
     return max(0.0, (deadline - datetime.now(UTC)).total_seconds()) + DEADLINE_SLACK_S
 
 
+def _checked_size(job: pb.Job) -> int:
+    """The job's size; JobTooLarge when the request carrying it would pass the wire limit
+    (the job as field 1 of an ExecuteRequest: a tag byte and its length as a varint more,
+    counted here rather than by building the request, which copies the job)."""
+    size = job.ByteSize()
+    framed = size + 1 + max(1, (size.bit_length() + 6) // 7)
+    if framed > limits.MAX_MESSAGE_BYTES:
+        raise JobTooLarge(f"job {job.idempotency_key!r}: " + limits.describe(framed))
+    return size
+
+
 class ExecutorClient:
     def __init__(
         self,
@@ -95,9 +106,6 @@ class ExecutorClient:
         """The job's events. Stop iterating (or close the iterator) to cancel the job. Past
         ``rpc_timeout`` (by default the job's deadline and DEADLINE_SLACK_S) the job is
         cancelled and the iteration raises DEADLINE_EXCEEDED, on either protocol."""
-        request = pb.ExecuteRequest(job=job)
-        if (size := request.ByteSize()) > limits.MAX_MESSAGE_BYTES:
-            raise JobTooLarge(f"job {job.idempotency_key!r}: " + limits.describe(size))
         if rpc_timeout is None:
             rpc_timeout = _rpc_timeout(job)
         if self.protocol == "session":
@@ -108,11 +116,14 @@ class ExecutorClient:
                 traced.CopyFrom(job)
                 traced.trace_context.update(dict(carrier))
                 job = traced
-            async with contextlib.aclosing(self.session().run(job, rpc_timeout)) as events:
+            size = _checked_size(job)  # once: the session's writer batches by it too
+            async with contextlib.aclosing(self.session().run(job, rpc_timeout, size)) as events:
                 async for event in events:
                     yield event
             return
+        _checked_size(job)
         metadata = self._metadata + tracing.outgoing_metadata()
+        request = pb.ExecuteRequest(job=job)
         call: Any = self._stub.Execute(request, metadata=metadata, timeout=rpc_timeout)
         try:
             async for event in call:
@@ -178,7 +189,7 @@ class ExecutorSession:
         self._call = call
         self._probe = probe
         self._jobs: dict[_Key, asyncio.Queue[_Item]] = {}
-        self._outgoing: list[pb.Job | pb.CancelRequest] = []
+        self._outgoing: list[tuple[pb.Job | pb.CancelRequest, int]] = []  # and a job's size
         self._wake = asyncio.Event()
         self.broken: grpc.aio.AioRpcError | None = None
         # The call ended and the reader is finding out why (``broken`` comes after awaits):
@@ -193,11 +204,12 @@ class ExecutorSession:
         return len(self._jobs)
 
     async def run(
-        self, job: pb.Job, rpc_timeout: float | None = None
+        self, job: pb.Job, rpc_timeout: float | None = None, size: int | None = None
     ) -> AsyncGenerator[pb.ExecuteResponse, None]:
         """One job's events, as Execute would stream them. Closing early cancels the job, and
         so does ``rpc_timeout`` running out (then DEADLINE_EXCEEDED is raised, as Execute's
-        deadline would): the stream's deadline is the session's, not the job's."""
+        deadline would): the stream's deadline is the session's, not the job's. ``size``: the
+        job's ByteSize when the caller has it."""
         key = (job.idempotency_key, job.attempt)
         if self.broken is not None:
             raise self.broken
@@ -209,7 +221,7 @@ class ExecutorSession:
             )
         queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._jobs[key] = queue
-        self._send(job)
+        self._send(job, job.ByteSize() if size is None else size)
         ended = False
         # A timer, not a timeout around the waits: those would also run out while the caller
         # (not this generator) holds an event.
@@ -245,8 +257,8 @@ class ExecutorSession:
                     )
                 )
 
-    def _send(self, message: pb.Job | pb.CancelRequest) -> None:
-        self._outgoing.append(message)
+    def _send(self, message: pb.Job | pb.CancelRequest, size: int = 0) -> None:
+        self._outgoing.append((message, size))
         self._wake.set()
 
     async def _write(self) -> None:
@@ -262,9 +274,8 @@ class ExecutorSession:
                     continue  # taken by the last turn, woken by a send just after it
                 request = pb.SessionRequest()
                 size = 0
-                for message in pending:
+                for message, n in pending:
                     if isinstance(message, pb.Job):
-                        n = message.ByteSize()
                         if size and size + n > limits.MAX_MESSAGE_BYTES // 2:
                             await self._call.write(request)
                             request, size = pb.SessionRequest(), 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 import time
@@ -63,10 +64,12 @@ def bulk_ready_steps(
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
+    """Nearest-rank percentiles: the p99 of 100 samples is the 99th smallest, not the largest
+    (so a p99 means more than the max only from 100 samples on)."""
     ordered = sorted(samples)
 
     def pick(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
     return {"p50": pick(0.50), "p99": pick(0.99), "mean": statistics.fmean(ordered)}
 

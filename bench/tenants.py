@@ -3,7 +3,7 @@ run of namespace B gets its first lease while namespace A holds a backlog, how t
 namespaces split the workers' throughput by weight, and what the lease costs with many busy
 namespaces.
 
-    .venv/bin/python -m bench.tenants [--backlog 100000] [--samples 20] [--workers 2]
+    .venv/bin/python -m bench.tenants [--backlog 100000] [--samples 100] [--workers 2]
         [--b-weight 1] [--busy 10000] [--ready 20000] [--namespaces 100] [--leases 200]
 
 The lease shares its slots between namespaces by weight (migration 0019, rara_step_lease in
@@ -12,20 +12,22 @@ longer everyone's wait. The goals: B's p99 behind A's backlog within 2x an idle 
 busy namespaces' split within 10% (relative) of their weights' shares; a lease among 100 busy
 namespaces within 1.2x the cost of one among 1.
 
-1. ``--samples`` one-step runs of B, one every 0.1 s, into idle workers: start to first lease.
+1. ``--samples`` one-step runs of B, one every IDLE_EVERY s, into idle workers: start to
+   first lease.
 2. A's ``--backlog`` one-step runs inserted at once (``run_enqueue_many``), then B's runs, one
-   every 0.25 s while the workers drain A: start (the run row's creation) to first lease. B's
-   weight is ``--b-weight`` here (a control: far above A's, B comes first in nearly every
-   lease, and what is left of its wait is the machine's, not the lease order's).
+   every BEHIND_EVERY s while the workers drain A: start (the run row's creation) to first
+   lease. B's weight is ``--b-weight`` here (a control: far above A's, B comes first in nearly
+   every lease, and what is left of its wait is the machine's, not the lease order's).
 3. Both busy: ``--busy`` runs of A and as many of B, inserted in one transaction; when half of
    all steps are done, each namespace's share of them. Once with equal weights (50% each is
    fair), once with A's weight 1 and B's 3 (25% / 75%). A's head start (its steps leased before
    B's were in) is reported too: it would skew both towards A.
-4. No workers: ``--ready`` ready one-step runs in 1 namespace, then (another database) spread
-   evenly over ``--namespaces``, then (a third) in 1 namespace beside ``--namespaces`` - 1 idle
-   ones (lanes with nothing ready); ``--leases`` leases of 10 and of 1 each, rolled back so
-   that every one sees the same queue: the client's time per lease and the server's (its
-   execution time, from EXPLAIN ANALYZE).
+4. No workers: four databases of ``--ready`` ready one-step runs each — in 1 namespace,
+   spread evenly over ``--namespaces``, in 1 namespace beside ``--namespaces`` - 1 idle ones
+   (lanes with nothing ready), and in 1 namespace with ``--keys`` keys; ``--leases`` leases
+   of 10 and of 1 on each, in turns between the databases, rolled back so that every one sees
+   the same queue: the client's time per lease and the server's (its execution time, from
+   EXPLAIN ANALYZE).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import json
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +68,10 @@ A, B = "team-a", "team-b"
 CAPABILITY = "bench.noop@1"  # tests.support.bench_handlers: returns at once
 WEIGHTS = {A: 1, B: 3}  # the weighted split's
 KEY_MAX = 2  # with keys: at most 2 running per key (issue 34, item 4: "2 per input.customer")
+# B's runs: one every IDLE_EVERY s into idle workers, one every BEHIND_EVERY s behind A's
+# backlog — often enough that the default 100 (a p99 that is not just the max) start while the
+# backlog lasts, which ``backlog_left`` shows.
+IDLE_EVERY, BEHIND_EVERY = 0.1, 0.05
 LEASE_SIZES = (10, 1)  # a worker's batch, and a lone step (where the draw costs most)
 
 
@@ -184,18 +190,6 @@ def _server_us(conn: psycopg.Connection[Any], limit: int) -> float:
     return server_ms(conn, sql("step_lease"), _lease_params(limit)) * 1000
 
 
-def _timed(
-    sample: Callable[[psycopg.Connection[Any], int], float],
-    conn: psycopg.Connection[Any],
-    limit: int,
-    count: int,
-) -> dict[str, float]:
-    for _ in range(min(20, count)):
-        sample(conn, limit)  # warm caches and the prepared statement
-    times = percentiles([sample(conn, limit) for _ in range(count)])
-    return {k: round(v, 1) for k, v in times.items()}
-
-
 def _idle_lanes(conn: psycopg.Connection[Any], count: int) -> None:
     """``count`` namespaces whose only run was cancelled: lanes with nothing ready, as teams
     that have gone quiet leave them (a lane is never removed)."""
@@ -206,32 +200,63 @@ def _idle_lanes(conn: psycopg.Connection[Any], count: int) -> None:
         cancel(conn, run_id)
 
 
-def lease_cost(
-    server: Server,
-    namespaces: int,
-    ready: int,
-    leases: int,
-    idle: int = 0,
-    keys: int | None = None,
-) -> dict[str, Any]:
-    """On a database without workers, ``ready`` ready steps spread over ``namespaces`` (and
-    ``idle`` namespaces with nothing ready): µs per lease of each of LEASE_SIZES, at the client
-    and in the server."""
-    name = f"bench_tenants_lanes_{namespaces}_{idle}_{keys or 0}"
-    url = server.fresh(name)
+@dataclass(frozen=True)
+class Queue:
+    """A database without workers for ``lease_costs``: ``ready`` ready steps spread over
+    ``namespaces`` busy ones, beside ``idle`` namespaces with nothing ready; with ``keys``,
+    the steps keyed."""
+
+    namespaces: int
+    idle: int = 0
+    keys: int | None = None
+
+
+SAMPLERS = {"client_us": _lease_us, "server_us": _server_us}
+
+
+def lease_costs(
+    server: Server, queues: dict[str, Queue], ready: int, leases: int
+) -> dict[str, dict[str, Any]]:
+    """µs per lease of each of LEASE_SIZES on each queue, at the client and in the server.
+    The queues are measured in turns — one lease of each size and side on every queue, then
+    the next, the order rotating — so that a ratio between two queues compares leases made
+    side by side: the machine's drift over the run (10-20% on this shared host) falls on both
+    alike instead of on whichever was measured later."""
+    names = {label: f"bench_tenants_lanes_{label}" for label in queues}
+    conns: dict[str, psycopg.Connection[Any]] = {}
     try:
-        with psycopg.connect(url, autocommit=True, **HOT_PATH_SESSION) as conn:
-            _idle_lanes(conn, idle)
-            _fill(conn, _namespaces(namespaces), ready, keys)
-            return {
-                str(limit): {
-                    "client_us": _timed(_lease_us, conn, limit, leases),
-                    "server_us": _timed(_server_us, conn, limit, leases),
-                }
-                for limit in LEASE_SIZES
-            }
+        for label, queue in queues.items():
+            conn = psycopg.connect(server.fresh(names[label]), autocommit=True, **HOT_PATH_SESSION)
+            conns[label] = conn
+            _idle_lanes(conn, queue.idle)
+            _fill(conn, _namespaces(queue.namespaces), ready, queue.keys)
+        samples: dict[str, dict[int, dict[str, list[float]]]] = {
+            label: {limit: {side: [] for side in SAMPLERS} for limit in LEASE_SIZES}
+            for label in queues
+        }
+        labels = list(queues)
+        for turn in range(min(20, leases) + leases):  # the first 20: warm caches and plans
+            for label in labels[turn % len(labels) :] + labels[: turn % len(labels)]:
+                for limit in LEASE_SIZES:
+                    for side, sample in SAMPLERS.items():
+                        elapsed = sample(conns[label], limit)
+                        if turn >= min(20, leases):
+                            samples[label][limit][side].append(elapsed)
     finally:
-        server.drop(name)
+        for conn in conns.values():
+            conn.close()
+        for name in names.values():
+            server.drop(name)
+    return {
+        label: {
+            str(limit): {
+                side: {k: round(v, 1) for k, v in percentiles(times).items()}
+                for side, times in by_side.items()
+            }
+            for limit, by_side in by_limit.items()
+        }
+        for label, by_limit in samples.items()
+    }
 
 
 def _cost_ratios(one: dict[str, Any], many_: dict[str, Any]) -> dict[str, float]:
@@ -248,7 +273,7 @@ def measure(
     logs: Path,
     *,
     backlog: int,
-    samples: int = 20,
+    samples: int = 100,
     n_workers: int = 2,
     busy: int = 10_000,
     ready: int = 20_000,
@@ -266,14 +291,14 @@ def measure(
             noop_definition(conn, "small", namespace=B)
             names = [f"{name}-{i}" for i in range(n_workers)]
             with workers(url, names, logs):
-                idle = _starts(conn, samples, 0.1)
+                idle = _starts(conn, samples, IDLE_EVERY)
                 wait_until(lambda: _ended(conn, idle), 60, "B's runs on idle workers")
                 # (a control: with B's weight far above A's, B's step comes first in nearly
                 # every lease, so what is left of B's wait is not the lease's order)
                 set_share(conn, B, None if b_weight == 1 else b_weight)
                 _backlog(conn, A, backlog)
                 left_before = _left(conn)
-                behind = _starts(conn, samples, 0.25)
+                behind = _starts(conn, samples, BEHIND_EVERY)
                 left_after = _left(conn)
                 set_share(conn, B, None)
                 wait_until(lambda: _ended(conn, behind), 900, "B's runs behind A's backlog")
@@ -286,7 +311,7 @@ def measure(
                     set_share(conn, namespace, None)
                 # The same with A's steps keyed: ``keys`` distinct keys, KEY_MAX of each at most.
                 _backlog(conn, A, backlog, keys)
-                behind_keyed = _starts(conn, samples, 0.25)
+                behind_keyed = _starts(conn, samples, BEHIND_EVERY)
                 wait_until(lambda: _ended(conn, behind_keyed), 900, "B's runs behind A's keys")
                 wait_until(lambda: _left(conn) == 0, 900, "A's keyed backlog drained")
                 keyed_split, _ = split_at_half(conn, busy, keys)
@@ -295,10 +320,20 @@ def measure(
             behind_keyed_ms = _pcts(_first_lease_ms(conn, behind_keyed))
     finally:
         server.drop(name)
-    one = lease_cost(server, 1, ready, leases)
-    spread = lease_cost(server, namespaces, ready, leases)
-    beside_idle = lease_cost(server, 1, ready, leases, idle=namespaces - 1)
-    keyed = lease_cost(server, 1, ready, leases, keys=keys)
+    costs = lease_costs(
+        server,
+        {
+            "one": Queue(1),
+            "spread": Queue(namespaces),
+            "beside_idle": Queue(1, idle=namespaces - 1),
+            "keyed": Queue(1, keys=keys),
+        },
+        ready,
+        leases,
+    )
+    one, spread, beside_idle, keyed = (
+        costs[label] for label in ("one", "spread", "beside_idle", "keyed")
+    )
     return {
         "backlog": backlog,
         "workers": n_workers,
@@ -357,7 +392,7 @@ def line(r: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--backlog", type=int, default=100_000)
-    parser.add_argument("--samples", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=100)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--busy", type=int, default=10_000, help="runs per busy namespace")
     parser.add_argument("--ready", type=int, default=20_000, help="ready steps, lease cost")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from bench.common import percentiles
 from bench.run import summary
 from bench.tenants import WEIGHTS, A, B, _cost_ratios, _weight_error, line
 
@@ -63,3 +64,12 @@ def test_the_summary_takes_the_tenants_goals() -> None:
     assert out["tenants_lease_100_vs_1_namespaces"] == 1.1
     assert out["tenants_lease_beside_99_idle_vs_1"] == 1.2
     assert out["tenants_keyed_lease_vs_unkeyed"] == 1.05
+
+
+def test_a_p99_is_the_nearest_rank_not_the_largest_sample() -> None:
+    # With 20 samples a p99 can only be the max; from 100 on it leaves the largest out, which
+    # is why the bench's B-behind-a-backlog figure takes 100 samples by default.
+    assert percentiles([float(v) for v in range(1, 21)])["p99"] == 20.0
+    hundred = percentiles([float(v) for v in range(1, 101)])
+    assert (hundred["p50"], hundred["p99"]) == (50.0, 99.0)
+    assert percentiles([7.0])["p99"] == 7.0

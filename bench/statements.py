@@ -283,8 +283,10 @@ def against(server: Server, ref: str, *, batch: int, steps: int) -> dict[str, An
     """This tree's statements against REF's, interleaved in one server: µs per step of each,
     medians, at batches of 1 (30 rounds of 40 calls) and of ``batch`` (24 rounds of 1), the
     side that goes first alternating."""
-    sides = {"this": server.fresh("bench_statements_this"), ref: ""}
-    sides[ref] = _database_at(server, ref, "bench_statements_ref")
+    sides = {
+        "this": server.fresh("bench_statements_this"),
+        ref: _database_at(server, ref, "bench_statements_ref"),
+    }
     out: dict[str, Any] = {"ref": ref}
     try:
         for size, rounds, per in ((1, 30, 40), (batch, 24, 1)):

@@ -235,12 +235,13 @@ def lease_costs(
             for label in queues
         }
         labels = list(queues)
-        for turn in range(min(20, leases) + leases):  # the first 20: warm caches and plans
+        warm = min(20, leases)  # turns not counted: caches and plans warmed
+        for turn in range(warm + leases):
             for label in labels[turn % len(labels) :] + labels[: turn % len(labels)]:
                 for limit in LEASE_SIZES:
                     for side, sample in SAMPLERS.items():
                         elapsed = sample(conns[label], limit)
-                        if turn >= min(20, leases):
+                        if turn >= warm:
                             samples[label][limit][side].append(elapsed)
     finally:
         for conn in conns.values():

@@ -15,6 +15,7 @@ from rara import logs, metrics
 from rara import settings as rara_settings
 from rara.pg.connect import database_url
 from rara.secrets import redact
+from rara.worker import heap
 from rara.worker.dispatch import Executor, InProcessExecutor
 from rara.worker.grpc_executor import GrpcExecutor
 from rara.worker.registry import RegistryError, load_registry
@@ -40,8 +41,9 @@ def build_executors(settings: WorkerSettings) -> list[Executor]:
 
 async def serve(settings: WorkerSettings) -> None:
     url = database_url(settings.database_url)
-    executors = build_executors(settings)
+    executors = build_executors(settings)  # (the handlers' modules imported)
     worker = Worker(settings, executors, url)
+    heap.settle()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, worker.stop)

@@ -31,6 +31,7 @@ PARAMS = {
     "after_ats": None,
     "after_ids": None,
     "after_namespaces": None,
+    "except_namespaces": None,
 }  # from the start
 
 

@@ -869,6 +869,17 @@ BEGIN
     WHERE l.namespace = p_namespace ORDER BY l.capability, l.executor;
 END $$;
 
+-- FUNCTION: rara_notify_queued()
+
+CREATE FUNCTION public.rara_notify_queued() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('rara_queued', q.capability)
+    FROM (SELECT DISTINCT i.capability FROM inserted i WHERE i.status = 'ready') AS q;
+    RETURN NULL;
+END $$;
+
 -- FUNCTION: rara_notify_ready()
 
 CREATE FUNCTION public.rara_notify_ready() RETURNS trigger
@@ -2750,9 +2761,9 @@ BEGIN
     RETURNING s.id, s.cancel_requested;
 END $$;
 
--- FUNCTION: rara_step_lease(text, text[], text[], integer[], timestamp with time zone[], bigint[], integer, double precision, text[])
+-- FUNCTION: rara_step_lease(text, text[], text[], integer[], timestamp with time zone[], bigint[], integer, double precision, text[], text[])
 
-CREATE FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision, p_after_namespaces text[] DEFAULT NULL::text[]) RETURNS TABLE(id bigint, run_id bigint, key text, capability text, executor text, payload jsonb, attempt integer, max_attempts integer, lease_token uuid, lease_expires_at timestamp with time zone, timeout_ms integer, heartbeat_timeout_ms integer, depends_on text[], run_input jsonb, leased_at timestamp with time zone, checkpoint jsonb, inputs jsonb, rank integer, available_at timestamp with time zone, namespace text)
+CREATE FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision, p_after_namespaces text[] DEFAULT NULL::text[], p_except_namespaces text[] DEFAULT NULL::text[]) RETURNS TABLE(id bigint, run_id bigint, key text, capability text, executor text, payload jsonb, attempt integer, max_attempts integer, lease_token uuid, lease_expires_at timestamp with time zone, timeout_ms integer, heartbeat_timeout_ms integer, depends_on text[], run_input jsonb, leased_at timestamp with time zone, checkpoint jsonb, inputs jsonb, rank integer, available_at timestamp with time zone, namespace text)
     LANGUAGE plpgsql SECURITY DEFINER
     SET search_path TO 'public', 'pg_temp'
     SET enable_seqscan TO 'off'
@@ -2769,7 +2780,7 @@ DECLARE
     drawn_counts integer[];
     drawn_weights integer[];
     cand_lanes text[];            -- the first round's candidates' lanes
-    spent text[];                 -- lanes ('capability executor namespace') that gave less
+    spent text[] := '{}';         -- lanes ('capability executor namespace') that gave less
     cand_ids bigint[];            -- a round's candidates, in the order they claim slots
     cand_nss text[];
     cand_caps text[];
@@ -2780,6 +2791,7 @@ DECLARE
     full_keys text[];             -- keys running at their max when the lease began
     locked_keys text[];           -- keys whose lock this lease holds
     rejected bigint[] := '{}';    -- candidates a key's max turned away
+    passed text[] := coalesce(p_except_namespaces, '{}');  -- namespaces this lease passes by
 BEGIN
     PERFORM rara_worker_check_login(p_worker);
     IF p_limit < 1 THEN
@@ -2848,54 +2860,60 @@ BEGIN
     -- (dead ones that a held xmin horizon keeps in the index). What it skips — a higher
     -- priority or an earlier available_at that arrived behind the cursor — the worker's
     -- periodic scan from the start finds (rara.worker.lease_cursor).
+    -- p_except_namespaces: a lease into a worker's held-back slots, for the namespaces with
+    -- nothing running on it (docs/namespaces.md, "Held-back slots"): these namespaces' lanes
+    -- give nothing, and the lease is the second round alone — no draw per slot for the one
+    -- or two slots it fills, and a start drawn by weight on lanes that are mostly passed by.
     -- One lane in all (a single namespace queued what this worker serves, as in every
     -- fleet without namespaces): every slot is that lane's, and the draw is skipped (~6% of
     -- the cost of a lease of one step; docs/performance.md, "Fixed cost per call").
-    SELECT array_agg(l.capability), array_agg(l.executor), array_agg(l.namespace),
-           array_agg(p_limit), array_agg(l.weight)
-    INTO drawn_caps, drawn_execs, drawn_nss, drawn_counts, drawn_weights
-    FROM (SELECT l.* FROM (SELECT DISTINCT p.capability, p.executor
-                           FROM unnest(p_capabilities, p_executors) AS p(capability, executor))
-                          AS p
-          CROSS JOIN LATERAL (
-              SELECT l.capability, l.executor, l.namespace, l.weight FROM rara_lanes l
-              WHERE l.capability = p.capability AND l.executor = p.executor LIMIT 2) AS l
-          LIMIT 2) AS l;
-    IF cardinality(drawn_caps) > 1 THEN
-        WITH pair AS (
-            SELECT p.capability, p.executor,
-                   sum(t.total) OVER (ORDER BY p.capability, p.executor) - t.total AS low,
-                   sum(t.total) OVER () AS total
-            FROM (SELECT DISTINCT p.capability, p.executor
-                  FROM unnest(p_capabilities, p_executors) AS p(capability, executor)) AS p
-            CROSS JOIN LATERAL (
-                SELECT l.low + l.weight AS total FROM rara_lanes l
-                WHERE l.capability = p.capability AND l.executor = p.executor
-                ORDER BY l.low DESC LIMIT 1) AS t
-        ), draw AS MATERIALIZED (
-            SELECT random() * (SELECT max(p.total) FROM pair p) AS r
-            FROM generate_series(1, p_limit)
-        )
+    IF cardinality(passed) = 0 THEN
         SELECT array_agg(l.capability), array_agg(l.executor), array_agg(l.namespace),
-               array_agg(l.n), array_agg(l.weight)
+               array_agg(p_limit), array_agg(l.weight)
         INTO drawn_caps, drawn_execs, drawn_nss, drawn_counts, drawn_weights
-        FROM (
-            SELECT l.capability, l.executor, l.namespace, l.weight, count(*)::integer AS n
-            FROM draw d
-            CROSS JOIN LATERAL (SELECT p.* FROM pair p WHERE p.low <= d.r
-                                ORDER BY p.low DESC LIMIT 1) AS p
-            CROSS JOIN LATERAL (
-                SELECT l.capability, l.executor, l.namespace, l.weight FROM rara_lanes l
-                WHERE l.capability = p.capability AND l.executor = p.executor
-                  AND l.low <= d.r - p.low
-                ORDER BY l.low DESC LIMIT 1) AS l
-            GROUP BY l.capability, l.executor, l.namespace, l.weight
-        ) AS l;
+        FROM (SELECT l.* FROM (SELECT DISTINCT p.capability, p.executor
+                               FROM unnest(p_capabilities, p_executors) AS p(capability, executor))
+                              AS p
+              CROSS JOIN LATERAL (
+                  SELECT l.capability, l.executor, l.namespace, l.weight FROM rara_lanes l
+                  WHERE l.capability = p.capability AND l.executor = p.executor LIMIT 2) AS l
+              LIMIT 2) AS l;
+        IF cardinality(drawn_caps) > 1 THEN
+            WITH pair AS (
+                SELECT p.capability, p.executor,
+                       sum(t.total) OVER (ORDER BY p.capability, p.executor) - t.total AS low,
+                       sum(t.total) OVER () AS total
+                FROM (SELECT DISTINCT p.capability, p.executor
+                      FROM unnest(p_capabilities, p_executors) AS p(capability, executor)) AS p
+                CROSS JOIN LATERAL (
+                    SELECT l.low + l.weight AS total FROM rara_lanes l
+                    WHERE l.capability = p.capability AND l.executor = p.executor
+                    ORDER BY l.low DESC LIMIT 1) AS t
+            ), draw AS MATERIALIZED (
+                SELECT random() * (SELECT max(p.total) FROM pair p) AS r
+                FROM generate_series(1, p_limit)
+            )
+            SELECT array_agg(l.capability), array_agg(l.executor), array_agg(l.namespace),
+                   array_agg(l.n), array_agg(l.weight)
+            INTO drawn_caps, drawn_execs, drawn_nss, drawn_counts, drawn_weights
+            FROM (
+                SELECT l.capability, l.executor, l.namespace, l.weight, count(*)::integer AS n
+                FROM draw d
+                CROSS JOIN LATERAL (SELECT p.* FROM pair p WHERE p.low <= d.r
+                                    ORDER BY p.low DESC LIMIT 1) AS p
+                CROSS JOIN LATERAL (
+                    SELECT l.capability, l.executor, l.namespace, l.weight FROM rara_lanes l
+                    WHERE l.capability = p.capability AND l.executor = p.executor
+                      AND l.low <= d.r - p.low
+                    ORDER BY l.low DESC LIMIT 1) AS l
+                GROUP BY l.capability, l.executor, l.namespace, l.weight
+            ) AS l;
+        END IF;
+        IF drawn_caps IS NULL THEN
+            RETURN;  -- nothing was ever queued for what this worker serves
+        END IF;
     END IF;
-    IF drawn_caps IS NULL THEN
-        RETURN;  -- nothing was ever queued for what this worker serves
-    END IF;
-    FOR round IN 1..2 LOOP
+    FOR round IN CASE WHEN cardinality(passed) = 0 THEN 1 ELSE 2 END..2 LOOP
         IF round = 1 THEN
             WITH found AS (
                 -- (nth: a lane's k-th step, in lease order; no lane gives more than it drew)
@@ -2981,12 +2999,12 @@ BEGIN
                 CROSS JOIN LATERAL (
                     (SELECT l.capability, l.executor, l.namespace FROM rara_lanes l
                      WHERE l.capability = p.capability AND l.executor = p.executor
-                       AND l.low + l.weight > p.start
+                       AND l.low + l.weight > p.start AND l.namespace <> ALL (passed)
                      ORDER BY l.low)
                     UNION ALL
                     (SELECT l.capability, l.executor, l.namespace FROM rara_lanes l
                      WHERE l.capability = p.capability AND l.executor = p.executor
-                       AND l.low + l.weight <= p.start
+                       AND l.low + l.weight <= p.start AND l.namespace <> ALL (passed)
                      ORDER BY l.low)
                 ) AS l
                 LEFT JOIN LATERAL (
@@ -4449,6 +4467,10 @@ CREATE TRIGGER rara_steps_delete_attempts AFTER DELETE ON public.rara_steps REFE
 
 CREATE TRIGGER rara_steps_lanes AFTER INSERT ON public.rara_steps REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION public.rara_lanes_add();
 
+-- TRIGGER: rara_steps rara_steps_notify_queued
+
+CREATE TRIGGER rara_steps_notify_queued AFTER INSERT ON public.rara_steps REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION public.rara_notify_queued();
+
 -- TRIGGER: rara_steps rara_steps_notify_ready_insert
 
 CREATE TRIGGER rara_steps_notify_ready_insert AFTER INSERT ON public.rara_steps FOR EACH ROW WHEN ((new.status = 'ready'::public.rara_step_status)) EXECUTE FUNCTION public.rara_notify_ready();
@@ -4851,6 +4873,10 @@ REVOKE ALL ON FUNCTION public.rara_namespace_share_set(p_namespace text, p_weigh
 GRANT ALL ON FUNCTION public.rara_namespace_share_set(p_namespace text, p_weight integer) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_namespace_share_set(p_namespace text, p_weight integer) TO rara_operator;
 
+-- ACL: FUNCTION rara_notify_queued()
+
+REVOKE ALL ON FUNCTION public.rara_notify_queued() FROM PUBLIC;
+
 -- ACL: FUNCTION rara_notify_ready()
 
 REVOKE ALL ON FUNCTION public.rara_notify_ready() FROM PUBLIC;
@@ -5037,10 +5063,10 @@ REVOKE ALL ON FUNCTION public.rara_step_fail(p_worker text, p_step_id bigint, p_
 REVOKE ALL ON FUNCTION public.rara_step_heartbeat(p_worker text, p_capabilities text[], p_lease_seconds double precision, p_step_ids bigint[], p_tokens uuid[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.rara_step_heartbeat(p_worker text, p_capabilities text[], p_lease_seconds double precision, p_step_ids bigint[], p_tokens uuid[]) TO rara_worker;
 
--- ACL: FUNCTION rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision, p_after_namespaces text[])
+-- ACL: FUNCTION rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision, p_after_namespaces text[], p_except_namespaces text[])
 
-REVOKE ALL ON FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision, p_after_namespaces text[]) FROM PUBLIC;
-GRANT ALL ON FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision, p_after_namespaces text[]) TO rara_worker;
+REVOKE ALL ON FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision, p_after_namespaces text[], p_except_namespaces text[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision, p_after_namespaces text[], p_except_namespaces text[]) TO rara_worker;
 
 -- ACL: FUNCTION rara_step_progress_many(p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[], p_fractions double precision[], p_messages text[], p_metrics jsonb[])
 

@@ -113,7 +113,8 @@ SELECT rara_grant('rara_lease_inputs');  -- only through rara_step_lease
 CREATE OR REPLACE FUNCTION rara_step_lease(
     p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[],
     p_after_ats timestamptz[], p_after_ids bigint[], p_limit integer,
-    p_lease_seconds double precision, p_after_namespaces text[] DEFAULT NULL)
+    p_lease_seconds double precision, p_after_namespaces text[] DEFAULT NULL,
+    p_except_namespaces text[] DEFAULT NULL)
 RETURNS TABLE (id bigint, run_id bigint, key text, capability text, executor text,
                payload jsonb, attempt integer, max_attempts integer, lease_token uuid,
                lease_expires_at timestamptz, timeout_ms integer, heartbeat_timeout_ms integer,
@@ -132,7 +133,7 @@ DECLARE
     drawn_counts integer[];
     drawn_weights integer[];
     cand_lanes text[];            -- the first round's candidates' lanes
-    spent text[];                 -- lanes ('capability executor namespace') that gave less
+    spent text[] := '{}';         -- lanes ('capability executor namespace') that gave less
     cand_ids bigint[];            -- a round's candidates, in the order they claim slots
     cand_nss text[];
     cand_caps text[];
@@ -143,6 +144,7 @@ DECLARE
     full_keys text[];             -- keys running at their max when the lease began
     locked_keys text[];           -- keys whose lock this lease holds
     rejected bigint[] := '{}';    -- candidates a key's max turned away
+    passed text[] := coalesce(p_except_namespaces, '{}');  -- namespaces this lease passes by
 BEGIN
     PERFORM rara_worker_check_login(p_worker);
     IF p_limit < 1 THEN
@@ -211,54 +213,60 @@ BEGIN
     -- (dead ones that a held xmin horizon keeps in the index). What it skips — a higher
     -- priority or an earlier available_at that arrived behind the cursor — the worker's
     -- periodic scan from the start finds (rara.worker.lease_cursor).
+    -- p_except_namespaces: a lease into a worker's held-back slots, for the namespaces with
+    -- nothing running on it (docs/namespaces.md, "Held-back slots"): these namespaces' lanes
+    -- give nothing, and the lease is the second round alone — no draw per slot for the one
+    -- or two slots it fills, and a start drawn by weight on lanes that are mostly passed by.
     -- One lane in all (a single namespace queued what this worker serves, as in every
     -- fleet without namespaces): every slot is that lane's, and the draw is skipped (~6% of
     -- the cost of a lease of one step; docs/performance.md, "Fixed cost per call").
-    SELECT array_agg(l.capability), array_agg(l.executor), array_agg(l.namespace),
-           array_agg(p_limit), array_agg(l.weight)
-    INTO drawn_caps, drawn_execs, drawn_nss, drawn_counts, drawn_weights
-    FROM (SELECT l.* FROM (SELECT DISTINCT p.capability, p.executor
-                           FROM unnest(p_capabilities, p_executors) AS p(capability, executor))
-                          AS p
-          CROSS JOIN LATERAL (
-              SELECT l.capability, l.executor, l.namespace, l.weight FROM rara_lanes l
-              WHERE l.capability = p.capability AND l.executor = p.executor LIMIT 2) AS l
-          LIMIT 2) AS l;
-    IF cardinality(drawn_caps) > 1 THEN
-        WITH pair AS (
-            SELECT p.capability, p.executor,
-                   sum(t.total) OVER (ORDER BY p.capability, p.executor) - t.total AS low,
-                   sum(t.total) OVER () AS total
-            FROM (SELECT DISTINCT p.capability, p.executor
-                  FROM unnest(p_capabilities, p_executors) AS p(capability, executor)) AS p
-            CROSS JOIN LATERAL (
-                SELECT l.low + l.weight AS total FROM rara_lanes l
-                WHERE l.capability = p.capability AND l.executor = p.executor
-                ORDER BY l.low DESC LIMIT 1) AS t
-        ), draw AS MATERIALIZED (
-            SELECT random() * (SELECT max(p.total) FROM pair p) AS r
-            FROM generate_series(1, p_limit)
-        )
+    IF cardinality(passed) = 0 THEN
         SELECT array_agg(l.capability), array_agg(l.executor), array_agg(l.namespace),
-               array_agg(l.n), array_agg(l.weight)
+               array_agg(p_limit), array_agg(l.weight)
         INTO drawn_caps, drawn_execs, drawn_nss, drawn_counts, drawn_weights
-        FROM (
-            SELECT l.capability, l.executor, l.namespace, l.weight, count(*)::integer AS n
-            FROM draw d
-            CROSS JOIN LATERAL (SELECT p.* FROM pair p WHERE p.low <= d.r
-                                ORDER BY p.low DESC LIMIT 1) AS p
-            CROSS JOIN LATERAL (
-                SELECT l.capability, l.executor, l.namespace, l.weight FROM rara_lanes l
-                WHERE l.capability = p.capability AND l.executor = p.executor
-                  AND l.low <= d.r - p.low
-                ORDER BY l.low DESC LIMIT 1) AS l
-            GROUP BY l.capability, l.executor, l.namespace, l.weight
-        ) AS l;
+        FROM (SELECT l.* FROM (SELECT DISTINCT p.capability, p.executor
+                               FROM unnest(p_capabilities, p_executors) AS p(capability, executor))
+                              AS p
+              CROSS JOIN LATERAL (
+                  SELECT l.capability, l.executor, l.namespace, l.weight FROM rara_lanes l
+                  WHERE l.capability = p.capability AND l.executor = p.executor LIMIT 2) AS l
+              LIMIT 2) AS l;
+        IF cardinality(drawn_caps) > 1 THEN
+            WITH pair AS (
+                SELECT p.capability, p.executor,
+                       sum(t.total) OVER (ORDER BY p.capability, p.executor) - t.total AS low,
+                       sum(t.total) OVER () AS total
+                FROM (SELECT DISTINCT p.capability, p.executor
+                      FROM unnest(p_capabilities, p_executors) AS p(capability, executor)) AS p
+                CROSS JOIN LATERAL (
+                    SELECT l.low + l.weight AS total FROM rara_lanes l
+                    WHERE l.capability = p.capability AND l.executor = p.executor
+                    ORDER BY l.low DESC LIMIT 1) AS t
+            ), draw AS MATERIALIZED (
+                SELECT random() * (SELECT max(p.total) FROM pair p) AS r
+                FROM generate_series(1, p_limit)
+            )
+            SELECT array_agg(l.capability), array_agg(l.executor), array_agg(l.namespace),
+                   array_agg(l.n), array_agg(l.weight)
+            INTO drawn_caps, drawn_execs, drawn_nss, drawn_counts, drawn_weights
+            FROM (
+                SELECT l.capability, l.executor, l.namespace, l.weight, count(*)::integer AS n
+                FROM draw d
+                CROSS JOIN LATERAL (SELECT p.* FROM pair p WHERE p.low <= d.r
+                                    ORDER BY p.low DESC LIMIT 1) AS p
+                CROSS JOIN LATERAL (
+                    SELECT l.capability, l.executor, l.namespace, l.weight FROM rara_lanes l
+                    WHERE l.capability = p.capability AND l.executor = p.executor
+                      AND l.low <= d.r - p.low
+                    ORDER BY l.low DESC LIMIT 1) AS l
+                GROUP BY l.capability, l.executor, l.namespace, l.weight
+            ) AS l;
+        END IF;
+        IF drawn_caps IS NULL THEN
+            RETURN;  -- nothing was ever queued for what this worker serves
+        END IF;
     END IF;
-    IF drawn_caps IS NULL THEN
-        RETURN;  -- nothing was ever queued for what this worker serves
-    END IF;
-    FOR round IN 1..2 LOOP
+    FOR round IN CASE WHEN cardinality(passed) = 0 THEN 1 ELSE 2 END..2 LOOP
         IF round = 1 THEN
             WITH found AS (
                 -- (nth: a lane's k-th step, in lease order; no lane gives more than it drew)
@@ -344,12 +352,12 @@ BEGIN
                 CROSS JOIN LATERAL (
                     (SELECT l.capability, l.executor, l.namespace FROM rara_lanes l
                      WHERE l.capability = p.capability AND l.executor = p.executor
-                       AND l.low + l.weight > p.start
+                       AND l.low + l.weight > p.start AND l.namespace <> ALL (passed)
                      ORDER BY l.low)
                     UNION ALL
                     (SELECT l.capability, l.executor, l.namespace FROM rara_lanes l
                      WHERE l.capability = p.capability AND l.executor = p.executor
-                       AND l.low + l.weight <= p.start
+                       AND l.low + l.weight <= p.start AND l.namespace <> ALL (passed)
                      ORDER BY l.low)
                 ) AS l
                 LEFT JOIN LATERAL (

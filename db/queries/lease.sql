@@ -11,13 +11,15 @@
 -- name: step_lease
 -- Up to :limit ready steps of the served (capability, executor) pairs, shared between
 -- namespaces by weight, each lane (a pair's namespace) from its cursor: a pair appears once per
--- lane cursor (:after_namespaces names the lane), or once with NULLs.
+-- lane cursor (:after_namespaces names the lane), or once with NULLs; :except_namespaces'
+-- lanes give nothing (NULL: none).
 SELECT * FROM rara_step_lease(
     p_worker => :worker, p_capabilities => CAST(:capabilities AS text[]),
     p_executors => CAST(:executors AS text[]), p_after_ranks => CAST(:after_ranks AS integer[]),
     p_after_ats => CAST(:after_ats AS timestamptz[]), p_after_ids => CAST(:after_ids AS bigint[]),
     p_limit => :limit, p_lease_seconds => :lease_seconds,
-    p_after_namespaces => CAST(:after_namespaces AS text[]));
+    p_after_namespaces => CAST(:after_namespaces AS text[]),
+    p_except_namespaces => CAST(:except_namespaces AS text[]));
 
 -- name: step_heartbeat
 -- The worker's row and every lease it still holds; the answer carries the cancel requests.

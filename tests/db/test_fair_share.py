@@ -101,6 +101,40 @@ def test_priority_orders_steps_within_a_namespace(conn: psycopg.Connection[Any])
     assert (first.run_id, first.namespace) == (urgent, A)
 
 
+def test_a_lease_passes_by_the_namespaces_it_is_told_to(conn: psycopg.Connection[Any]) -> None:
+    # A held-back slot's lease (rara.worker.runner, WorkerSettings.held_back_slots): whatever
+    # the draw picks, the passed namespaces' lanes give nothing, and the others fill the lease.
+    _ready(conn, A, 200)
+    _ready(conn, B, 3)
+    _ready(conn, C, 3)
+    leased = lease_now(conn, ["work@1"], worker="w", limit=10, passing=[A])
+    assert Counter(s.namespace for s in leased) == {B: 3, C: 3}
+    assert lease_now(conn, ["work@1"], worker="w", limit=10, passing=[A, B, C]) == []
+    # With one lane in all (the draw skipped), passed by
+    _ready(conn, A, 1, "solo@1")
+    assert lease_now(conn, ["solo@1"], worker="w", limit=1, passing=[A]) == []
+    [solo] = lease_now(conn, ["solo@1"], worker="w", limit=1, passing=[B])
+    assert solo.namespace == A
+
+
+def test_a_lease_passing_namespaces_by_serves_the_others_by_weight(
+    conn: psycopg.Connection[Any],
+) -> None:
+    _ready(conn, A, 100)
+    _ready(conn, B, 300)
+    _ready(conn, C, 300)
+    limits.set_share(conn, C, 3)
+    leased = Counter(
+        s.namespace
+        for _ in range(200)
+        for s in lease_now(conn, ["work@1"], worker="w", limit=1, passing=[A])
+    )
+    assert leased[A] == 0
+    # The walk starts in a lane drawn by weight and goes on in namespace order: B's odds are
+    # its own 1/5 and passed A's 1/5 before it — 0.4; one standard deviation is 3.5 points.
+    assert leased[B] / 200 == pytest.approx(0.4, abs=0.12)
+
+
 def test_quotas_cap_a_namespace_per_capability_and_in_all(
     conn: psycopg.Connection[Any], database_url: str
 ) -> None:
@@ -161,7 +195,16 @@ def test_the_worker_resumes_each_lane_after_its_cursor(conn: psycopg.Connection[
     seen: list[int] = []
     for _ in range(6):
         after = cursors.after([("work@1", "inprocess")], from_start=False)
-        leased = many(conn, "step_lease", LEASED, limit=2, worker="w", lease_seconds=30, **after)
+        leased = many(
+            conn,
+            "step_lease",
+            LEASED,
+            limit=2,
+            worker="w",
+            lease_seconds=30,
+            except_namespaces=None,
+            **after,
+        )
         cursors.advance(leased)
         seen += [s.id for s in leased]
     assert len(seen) == len(set(seen)) == 12

@@ -118,6 +118,7 @@ def test_a_lease_in_a_big_run_reads_its_inputs_by_key_next_to_history(conn: Conn
                 "after_ats": None,
                 "after_ids": None,
                 "after_namespaces": None,
+                "except_namespaces": None,
                 "limit": 1,
                 "lease_seconds": 30,
             },

@@ -74,6 +74,7 @@ def test_its_slots_are_shared_by_executor_kinds_and_by_concurrent_workers(
         after_ats=None,
         after_ids=None,
         after_namespaces=None,
+        except_namespaces=None,
     )
     assert len(both) == 3
     limits.set_limit(conn, "gpu@1", 6)

@@ -64,6 +64,7 @@ def _costs(worker: Conn) -> dict[str, int]:
         "after_ats": None,
         "after_ids": None,
         "after_namespaces": None,
+        "except_namespaces": None,
         "limit": 100,
         "lease_seconds": 30,
     }

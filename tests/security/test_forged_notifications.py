@@ -27,7 +27,7 @@ def test_a_forged_cancel_stops_nothing(
     wait_until(lambda: f"{run_id}:s" in SEEN, message="handler started")
     [(step_id,)] = conn.execute("SELECT id FROM rara_steps WHERE run_id = %s", (run_id,))
     stranger = login(None)
-    for channel in ("rara_cancel", "rara_ready", "rara_run"):
+    for channel in ("rara_cancel", "rara_ready", "rara_queued", "rara_run"):
         stranger.execute(f"NOTIFY {channel}, '{step_id}'")
     stranger.execute(f"NOTIFY rara_run, '{run_id}:succeeded'")
     wait_run(conn, run_id, status="succeeded", timeout=15)

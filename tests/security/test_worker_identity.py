@@ -33,6 +33,7 @@ def test_another_logins_worker_id_is_refused(conn: psycopg.Connection[Any], logi
         "after_ats": [None],
         "after_ids": [None],
         "after_namespaces": [None],
+        "except_namespaces": None,
         "limit": 5,
         "lease_seconds": 60,
     }

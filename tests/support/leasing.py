@@ -73,6 +73,7 @@ def lease_params(
         "after_ats": None,
         "after_ids": None,
         "after_namespaces": None,
+        "except_namespaces": None,
     }
 
 
@@ -84,13 +85,15 @@ def lease_now(
     limit: int,
     lease_seconds: float = 30,
     executor: str = "inprocess",
+    passing: list[str] | None = None,
 ) -> list[LeasedStep]:
     """Lease as a worker does (``step_lease``), scanning every range from the start: the
-    steps leased, for tests and benchmarks that take steps by hand."""
+    steps leased, for tests and benchmarks that take steps by hand. ``passing``: namespaces
+    the lease passes by, as a worker's held-back slots do."""
     params = lease_params(
         capabilities, worker=worker, limit=limit, lease_seconds=lease_seconds, executor=executor
     )
-    return many(conn, "step_lease", LEASED, **params)
+    return many(conn, "step_lease", LEASED, **params | {"except_namespaces": passing})
 
 
 def lease_concurrently(

@@ -28,6 +28,9 @@ def test_settings_defaults_env_file_and_flags(
     assert s.jitter == 0.1  # flags beat everything
     with pytest.raises(ValueError, match="heartbeat_seconds"):
         WorkerSettings(lease_seconds=1, heartbeat_seconds=2)
+    # a GPU executor's one slot cannot be held back from every namespace
+    with pytest.raises(ValueError, match=r"held_back_slots \(1\) must be fewer than concurrency"):
+        WorkerSettings(concurrency=1, held_back_slots=1)
 
 
 def test_registry_rules() -> None:

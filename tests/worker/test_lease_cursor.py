@@ -49,6 +49,7 @@ def _lease_scan_buffers(conn: psycopg.Connection[Any], after: dict[str, Any]) ->
             "limit": 1,
             "worker": "cursor",
             "lease_seconds": 30,
+            "except_namespaces": None,
             **after,
         },
         analyze=True,

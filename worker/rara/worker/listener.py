@@ -1,5 +1,6 @@
-"""LISTEN on a dedicated connection: ``rara_ready`` wakes the lease loop, ``rara_waits`` the
-firing of waits (rara.worker.waits), ``rara_cancel``
+"""LISTEN on a dedicated connection: ``rara_ready`` wakes the lease loop, ``rara_queued`` (steps
+inserted ready: a run started) also its held-back slots, ``rara_waits`` the firing of waits
+(rara.worker.waits), ``rara_cancel``
 (payload: step id) makes the worker ask the database sooner than its next heartbeat whether
 that attempt's cancel was asked. Any login may NOTIFY any channel, so a payload is only ever
 a reason to read: what the worker does follows from the fenced answer, never the payload.
@@ -21,7 +22,7 @@ from rara.worker.retry import TRANSIENT, Backoff
 
 log = structlog.get_logger("rara.worker")
 
-READY, CANCEL, WAITS = "rara_ready", "rara_cancel", "rara_waits"
+READY, QUEUED, CANCEL, WAITS = "rara_ready", "rara_queued", "rara_cancel", "rara_waits"
 
 
 async def listen(
@@ -31,6 +32,7 @@ async def listen(
     on_cancel: Callable[[int], None],
     on_connect: Callable[[], None],
     on_waits: Callable[[], None] = lambda: None,
+    on_queued: Callable[[str], None] = lambda capability: None,
     ping_seconds: float = 15.0,
 ) -> None:
     backoff = Backoff()
@@ -39,6 +41,7 @@ async def listen(
             conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
             async with conn:
                 await conn.execute(f"LISTEN {READY}")
+                await conn.execute(f"LISTEN {QUEUED}")
                 await conn.execute(f"LISTEN {CANCEL}")
                 await conn.execute(f"LISTEN {WAITS}")
                 backoff.reset()
@@ -47,6 +50,8 @@ async def listen(
                     async for note in conn.notifies(timeout=ping_seconds):
                         if note.channel == READY:
                             on_ready(note.payload)
+                        elif note.channel == QUEUED:
+                            on_queued(note.payload)
                         elif note.channel == WAITS:
                             on_waits()
                         elif note.channel == CANCEL and note.payload.isdigit():

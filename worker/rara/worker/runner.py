@@ -73,6 +73,15 @@ class Worker:
         self.aborting = asyncio.Event()  # second signal: skip the grace period
         self.wake = asyncio.Event()
         self.waits_due = asyncio.Event()  # NOTIFY rara_waits: a wait with a time began
+        # Held-back slots (``held_back_slots``): ``queued`` since a run started (NOTIFY
+        # rara_queued) that no lease into them has looked for yet; ``held_back_due`` wakes
+        # their loop, on that or on a slot's change; how many run in them; and a lease into
+        # them is never in flight while unheld leases are given back (``_release_unheld``).
+        self.queued = False
+        self.held_back_due = asyncio.Event()
+        self.held_back_running = 0
+        self.held_back_leasing = asyncio.Lock()
+        self.unanswered = False  # a lease failed: it may have committed with its answer lost
         # Set for a heartbeat now: what this worker serves changed (an executor came or went;
         # runs start only once the database lists it), or a cancel was announced (the answer
         # says whether it was asked).
@@ -129,6 +138,7 @@ class Worker:
             self.aborting.set()
         self.stopping.set()
         self.wake.set()
+        self.held_back_due.set()
 
     async def run(self) -> None:
         s = self.settings
@@ -143,8 +153,11 @@ class Worker:
                 concurrency=s.concurrency,
                 lease_seconds=s.lease_seconds,
             )
+            leasing = [self._spawn(self._lease_loop())]
+            if s.held_back_slots:
+                leasing.append(self._spawn(self._held_back_loop()))
             side = [
-                self._spawn(self._lease_loop()),
+                *leasing,
                 self._spawn(self._heartbeat_loop()),
                 self._spawn(self._reaper_loop()),
                 self._spawn(
@@ -161,6 +174,7 @@ class Worker:
                             on_cancel=self._on_cancel,
                             on_connect=self._on_connect,
                             on_waits=self.waits_due.set,
+                            on_queued=self._on_queued,
                         )
                     )
                 )
@@ -172,7 +186,7 @@ class Worker:
             if not self.stopping.is_set():  # a loop died: stop as if signalled (once)
                 self.stop()
             self.wake.set()
-            await asyncio.wait([side[0]], timeout=15.0)  # the lease loop: no new attempts
+            await asyncio.wait(leasing, timeout=15.0)  # no new attempts
             await self._drain()
             for task in side:
                 task.cancel()
@@ -218,11 +232,20 @@ class Worker:
         # Notifications sent while the listener was away are gone: look now.
         self.wake.set()
         self.waits_due.set()
+        self._on_queued(None)
 
     def _on_ready(self, capability: str) -> None:
         if capability in self.capabilities:
             self.cursors.announced()  # it may sort behind the cursors: look from the start
             self.wake.set()
+
+    def _on_queued(self, capability: str | None) -> None:
+        """A run started (None: maybe one did) with a step of ``capability``."""
+        if not self.settings.held_back_slots:
+            return
+        if capability is None or capability in self.capabilities:
+            self.queued = True
+            self.held_back_due.set()
 
     def _on_cancel(self, step_id: int) -> None:
         # A hint, never an order: any login may NOTIFY. Ask the database now, in the fenced
@@ -243,12 +266,11 @@ class Worker:
     async def _lease_loop(self) -> None:
         s = self.settings
         backoff = Backoff()
-        unanswered = False  # a lease failed: it may have committed with its answer lost
         while not self.stopping.is_set():
-            if unanswered:
+            if self.unanswered:
                 try:
                     await self._release_unheld()
-                    unanswered = False
+                    self.unanswered = False
                 except TRANSIENT as exc:
                     delay = backoff.next_delay()
                     self.log.warning(
@@ -258,7 +280,7 @@ class Worker:
                     )
                     await asyncio.sleep(delay)
                     continue
-            free = s.concurrency - len(self.attempts)
+            free = s.concurrency - s.held_back_slots - self._running_for_everyone()
             pairs = self.pairs
             if free <= 0 or not pairs:
                 await self._sleep(s.poll_seconds)
@@ -273,13 +295,15 @@ class Worker:
                 leased = await self._lease(pairs, limit)
                 backoff.reset()
             except TRANSIENT as exc:
-                unanswered = True
+                self.unanswered = True
                 delay = backoff.next_delay()
                 self.log.warning("lease failed, retrying", error=str(exc), retry_in=round(delay, 3))
                 await asyncio.sleep(delay)
                 continue
             for step in leased:  # start them before asking anything else of the database
                 self._start(step, sent)
+            if self.queued:  # the held-back slots' turn, if these filled the others
+                self.held_back_due.set()
             if leased:
                 self.metrics.leased(leased, len(self.attempts))
             if len(leased) < limit:  # the queue is empty for us: wait for a wake-up or the poll
@@ -301,11 +325,63 @@ class Worker:
         """A lease that failed may have committed with its answer lost (the connection dropped
         between the commit and the reply): its steps run nowhere and would wait out a whole
         lease for the reaper, at the cost of an attempt. Give back whatever is leased in this
-        worker's name that it does not run. Only this loop leases, so while it is here every
-        lease the worker holds is in ``self.attempts``."""
-        released = await self.store.release_unheld(list(self.attempts))
+        worker's name that it does not run. Called by the lease loop, between its leases, with
+        no lease into the held-back slots in flight: every lease the worker holds is in
+        ``self.attempts``."""
+        async with self.held_back_leasing:
+            released = await self.store.release_unheld(list(self.attempts))
         if released:
             self.log.warning("gave back leases whose answer was lost", steps=released)
+
+    def _running_for_everyone(self) -> int:
+        """Attempts running here in the slots every namespace may have."""
+        return len(self.attempts) - self.held_back_running
+
+    async def _held_back_loop(self) -> None:
+        """Leases into the held-back slots (``held_back_slots``): when a run started and every
+        other slot is full, the steps of the namespaces with nothing running here — a team
+        whose first step would otherwise wait for a slot behind another team's backlog. Beside
+        the lease loop, on a connection of its own, so that it never waits for a batch being
+        leased; each range from its start (no cursors: the lanes it serves are new here)."""
+        s = self.settings
+        backoff = Backoff()
+        while not self.stopping.is_set():
+            try:
+                async with asyncio.timeout(s.poll_seconds):
+                    await self.held_back_due.wait()
+            except TimeoutError:
+                self.queued = True  # the poll: rara_queued's fallback, as for rara_ready
+            self.held_back_due.clear()
+            spare = s.held_back_slots - self.held_back_running
+            full = self._running_for_everyone() >= s.concurrency - s.held_back_slots
+            pairs = self.pairs
+            # Until the other slots are full, the lease loop's fair share serves a newcomer
+            # too; ``queued`` stays set, and the loop looks again when one fills or frees.
+            if not (self.queued and full and spare > 0 and pairs) or self.stopping.is_set():
+                continue
+            self.queued = False  # before the query, as the wake-up: one arriving is not lost
+            passing = sorted({st.step.namespace for st in self.attempts.values()})
+            sent = time.monotonic()
+            try:
+                async with self.held_back_leasing:
+                    leased = await self.store.lease_held_back(
+                        pairs, spare, s.lease_seconds, None, passing
+                    )
+                    for step in leased:
+                        self._start(step, sent, held_back=True)
+                backoff.reset()
+            except TRANSIENT as exc:
+                self.queued = True  # still to look for
+                self.unanswered = True  # given back by the lease loop
+                self.wake.set()
+                delay = backoff.next_delay()
+                self.log.warning(
+                    "held-back lease failed, retrying", error=str(exc), retry_in=round(delay, 3)
+                )
+                await asyncio.sleep(delay)
+                continue
+            if leased:
+                self.metrics.leased(leased, len(self.attempts))
 
     async def _lease(self, pairs: list[tuple[str, str]], limit: int) -> list[LeasedStep]:
         """Lease after the cursors, or from the start of the ranges when that is due
@@ -322,7 +398,7 @@ class Worker:
         cursors.advance(leased)
         return leased
 
-    def _start(self, step: LeasedStep, sent: float) -> None:
+    def _start(self, step: LeasedStep, sent: float, *, held_back: bool = False) -> None:
         fence = Fence(step.id, self.settings.id, step.lease_token)
         state = AttemptState(
             step=step,
@@ -335,6 +411,7 @@ class Worker:
         if self.stopping.is_set():  # leased as the stop began: give it straight back
             state.stop_reason = StopReason.SHUTDOWN
         self.attempts[step.id] = state
+        self.held_back_running += held_back
         task = self._spawn(self._run_attempt(state))
         self._supervisors.add(task)
 
@@ -344,7 +421,10 @@ class Worker:
             # a newer attempt of the same step that this worker leased meanwhile.
             if self.attempts.get(step.id) is state:
                 del self.attempts[step.id]
+            self.held_back_running -= held_back
             self.wake.set()  # a slot is free
+            if self.queued:
+                self.held_back_due.set()
             if not t.cancelled() and t.exception() is not None:
                 self.log.error("attempt supervisor failed", step_id=step.id, exc_info=t.exception())
             else:

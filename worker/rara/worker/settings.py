@@ -50,6 +50,15 @@ class WorkerSettings(ProcessSettings):
         default=None, description="Serve only these (repeatable; default: all registered)"
     )
     concurrency: int = Field(default=10, ge=1, le=1000, description="Attempts run at once")
+    # Held back from the other namespaces' steps: a team's first step leases at once, at its
+    # start, however full the worker's other slots are with another team's backlog
+    # (docs/namespaces.md, "Held-back slots"). Out of `concurrency`, never on top of it.
+    held_back_slots: int = Field(
+        default=0,
+        ge=0,
+        le=999,
+        description="Of concurrency, slots only for namespaces with nothing running here",
+    )
     lease_batch: int = Field(
         default=100, ge=1, le=1000, description="Most steps leased by one statement"
     )
@@ -111,6 +120,15 @@ class WorkerSettings(ProcessSettings):
     metrics_port: int | None = Field(
         default=None, ge=0, le=65535, description="Serve /metrics, /healthz, /readyz here"
     )
+
+    @model_validator(mode="after")
+    def _slots_left_for_everyone(self) -> WorkerSettings:
+        if self.held_back_slots >= self.concurrency:
+            raise ValueError(
+                f"held_back_slots ({self.held_back_slots}) must be fewer than concurrency "
+                f"({self.concurrency}): at least one slot serves every namespace"
+            )
+        return self
 
     @model_validator(mode="after")
     def _heartbeat_inside_lease(self) -> WorkerSettings:

@@ -237,9 +237,11 @@ async def lease(
     limit: int,
     lease_seconds: float,
     after: Cursors | None = None,
+    passing: Sequence[str] = (),
 ) -> list[LeasedStep]:
     """Lease up to ``limit`` steps of ``pairs`` (step_lease); ``after``: the pairs with their
-    lane cursors (``LeaseCursors.after``), None to scan every range from the start."""
+    lane cursors (``LeaseCursors.after``), None to scan every range from the start;
+    ``passing``: namespaces whose steps this lease passes by."""
     if after is None:  # NULL arrays: unnest pads them with NULLs
         after = {
             "capabilities": [c for c, _ in pairs],
@@ -256,6 +258,7 @@ async def lease(
                 "limit": limit,
                 "worker": worker,
                 "lease_seconds": lease_seconds,
+                "except_namespaces": list(passing) or None,
                 **after,
             },
         )
@@ -358,11 +361,12 @@ class WorkerStore:
         self.pool = pool
         self.worker = worker
         self._lease_conn = _OwnConnection(own_url) if own_url else None
+        self._held_back_conn = _OwnConnection(own_url) if own_url else None
         self._end_conn = _OwnConnection(own_url) if own_url else None
         self._beat_conn = _OwnConnection(own_url) if own_url else None
 
     async def close(self) -> None:
-        for own in (self._lease_conn, self._end_conn, self._beat_conn):
+        for own in (self._lease_conn, self._held_back_conn, self._end_conn, self._beat_conn):
             if own is not None:
                 await own.close()
 
@@ -370,15 +374,41 @@ class WorkerStore:
         self, pairs: Pairs, limit: int, lease_seconds: float, after: Cursors | None = None
     ) -> list[LeasedStep]:
         """``lease`` on the lease loop's own connection (the pool's without one)."""
-        if self._lease_conn is None:
+        return await self._lease_on(self._lease_conn, pairs, limit, lease_seconds, after)
+
+    async def lease_held_back(
+        self,
+        pairs: Pairs,
+        limit: int,
+        lease_seconds: float,
+        after: Cursors | None,
+        passing: Sequence[str],
+    ) -> list[LeasedStep]:
+        """``lease`` into held-back slots, passing by ``passing``'s namespaces, on a
+        connection of its own (opened at the first such lease): it runs beside the lease
+        loop's."""
+        return await self._lease_on(
+            self._held_back_conn, pairs, limit, lease_seconds, after, passing
+        )
+
+    async def _lease_on(
+        self,
+        own: _OwnConnection | None,
+        pairs: Pairs,
+        limit: int,
+        lease_seconds: float,
+        after: Cursors | None,
+        passing: Sequence[str] = (),
+    ) -> list[LeasedStep]:
+        if own is None:
             async with self.pool.connection() as conn:
-                return await lease(conn, self.worker, pairs, limit, lease_seconds, after)
+                return await lease(conn, self.worker, pairs, limit, lease_seconds, after, passing)
         try:
             return await lease(
-                await self._lease_conn.get(), self.worker, pairs, limit, lease_seconds, after
+                await own.get(), self.worker, pairs, limit, lease_seconds, after, passing
             )
         except psycopg.OperationalError:
-            await self._lease_conn.close()  # a new connection next time
+            await own.close()  # a new connection next time
             raise
 
     async def next_available(self, pairs: Pairs) -> float | None:

@@ -169,13 +169,16 @@ def workers(
     concurrency: int = CONCURRENCY,
     tmp: Path | None = None,
     handlers: str | None = None,
+    held_back_slots: int = 0,
 ) -> Iterator[list[int]]:
     """Worker processes as configured for the drains (``worker_processes``), registered;
     yields their pids. ``handlers``: a handler module served beside
-    ``tests.support.bench_handlers``."""
+    ``tests.support.bench_handlers``; ``held_back_slots``: the worker setting."""
     flags: dict[str, Any] = {"concurrency": concurrency}
     if handlers is not None:
         flags["handlers"] = handlers
+    if held_back_slots:
+        flags["held_back_slots"] = held_back_slots
     if endpoint is not None:
         assert tmp is not None
         flags.update(executor_endpoint=endpoint, executor_token_file=tmp / "token")

@@ -5,6 +5,7 @@ namespaces.
 
     .venv/bin/python -m bench.tenants [--backlog 100000] [--samples 100] [--workers 2]
         [--b-weight 1] [--busy 10000] [--ready 20000] [--namespaces 100] [--leases 200]
+        [--keys 10000] [--held-back-slots 1]
 
 The lease shares its slots between namespaces by weight (migration 0019, rara_step_lease in
 db/functions/lease.sql; weights: ``rara.pg.limits.set_share``), so a namespace's backlog is no
@@ -17,7 +18,11 @@ namespaces within 1.2x the cost of one among 1.
 2. A's ``--backlog`` one-step runs inserted at once (``run_enqueue_many``), then B's runs, one
    every BEHIND_EVERY s while the workers drain A: start (the run row's creation) to first
    lease. B's weight is ``--b-weight`` here (a control: far above A's, B comes first in nearly
-   every lease, and what is left of its wait is the machine's, not the lease order's).
+   every lease, and what is left of its wait is the machine's, not the lease order's). Before
+   each start, a ``SELECT 1``'s round trip from the same client: the machine's load alone.
+   After 3., the same with A's steps under ``--keys`` concurrency keys (KEY_MAX running of
+   each). Both again on a fresh database and workers with ``--held-back-slots`` held-back
+   slots (docs/namespaces.md, "Held-back slots").
 3. Both busy: ``--busy`` runs of A and as many of B, inserted in one transaction; when half of
    all steps are done, each namespace's share of them. Once with equal weights (50% each is
    fair), once with A's weight 1 and B's 3 (25% / 75%). A's head start (its steps leased before
@@ -70,8 +75,10 @@ WEIGHTS = {A: 1, B: 3}  # the weighted split's
 KEY_MAX = 2  # with keys: at most 2 running per key (issue 34, item 4: "2 per input.customer")
 # B's runs: one every IDLE_EVERY s into idle workers, one every BEHIND_EVERY s behind A's
 # backlog — often enough that the default 100 (a p99 that is not just the max) start while the
-# backlog lasts, which ``backlog_left`` shows.
-IDLE_EVERY, BEHIND_EVERY = 0.1, 0.05
+# backlog lasts, which ``backlog_left`` shows: the workers drain 100,000 steps in ~6 s since
+# their garbage collector was settled (rara.worker.heap), and B's last runs at one every 50 ms
+# started as the backlog ran out.
+IDLE_EVERY, BEHIND_EVERY = 0.1, 0.025
 LEASE_SIZES = (10, 1)  # a worker's batch, and a lone step (where the draw costs most)
 
 
@@ -83,12 +90,19 @@ def _ended(conn: psycopg.Connection[Any], ids: list[int]) -> bool:
     )
 
 
-def _starts(conn: psycopg.Connection[Any], count: int, every: float) -> list[int]:
-    ids = []
+def _starts(
+    conn: psycopg.Connection[Any], count: int, every: float
+) -> tuple[list[int], list[float]]:
+    """``count`` runs of B, one every ``every`` s; and before each, a ``SELECT 1``'s round
+    trip (ms): what the machine's load alone adds to any round trip (a control)."""
+    ids, probes = [], []
     for _ in range(count):
         time.sleep(every)
+        t0 = time.perf_counter()
+        conn.execute("SELECT 1").fetchone()
+        probes.append((time.perf_counter() - t0) * 1000)
         ids.append(start_run(conn, "small", queue_anyway=True, namespace=B).run_id)
-    return ids
+    return ids, probes
 
 
 def _done(conn: psycopg.Connection[Any]) -> dict[str, int]:
@@ -121,6 +135,66 @@ def _backlog(
         concurrency_keys=keys,
         concurrency_max=KEY_MAX,
     )
+
+
+def _define(conn: psycopg.Connection[Any]) -> None:
+    """A's and B's one-step definitions (``noop``), and B's ``small`` that B's runs start."""
+    for namespace in (A, B):
+        noop_definition(conn, "noop", namespace=namespace)
+    noop_definition(conn, "small", namespace=B)
+
+
+@dataclass
+class Behind:
+    runs: list[int]  # B's
+    left: list[int]  # steps not yet done when B's first and last run started
+    probe_ms: dict[str, float]  # a SELECT 1's round trip meanwhile
+
+
+def _behind(
+    conn: psycopg.Connection[Any], backlog: int, samples: int, keys: int | None = None
+) -> Behind:
+    """A's ``backlog`` one-step runs at once (with ``keys``: keyed), then ``samples`` runs of
+    B, one every BEHIND_EVERY s, while the workers drain A; waits until all are done. A's
+    backlog was draining throughout when the steps left at B's last start are well above 0."""
+    _backlog(conn, A, backlog, keys)
+    left_before = _left(conn)
+    runs, probes = _starts(conn, samples, BEHIND_EVERY)
+    left_after = _left(conn)
+    wait_until(lambda: _ended(conn, runs), 900, "B's runs behind A's backlog")
+    wait_until(lambda: _left(conn) == 0, 900, "A's backlog drained")
+    return Behind(runs, [left_before, left_after], _pcts(probes))
+
+
+def _held_back(
+    server: Server,
+    logs: Path,
+    backlog: int,
+    samples: int,
+    n_workers: int,
+    keys: int,
+    slots: int,
+) -> tuple[Behind, dict[str, float], dict[str, float]]:
+    """B behind A's backlog, unkeyed then keyed, on workers with ``slots`` held-back slots: the
+    unkeyed phase and both phases' start → first lease percentiles. On a database of its own,
+    as fresh as the plain workers' was: one that already holds the other phases' 250,000 steps
+    is slower to lease from, and the comparison would be off."""
+    name = f"bench_tenants_held_back_{backlog}"
+    url = server.fresh(name)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            _define(conn)
+            names = [f"{name}-{i}" for i in range(n_workers)]
+            with workers(url, names, logs, held_back_slots=slots):
+                held = _behind(conn, backlog, samples)
+                keyed = _behind(conn, backlog, samples, keys)
+            return (
+                held,
+                _pcts(_first_lease_ms(conn, held.runs)),
+                _pcts(_first_lease_ms(conn, keyed.runs)),
+            )
+    finally:
+        server.drop(name)
 
 
 def split_at_half(
@@ -282,28 +356,22 @@ def measure(
     leases: int = 200,
     b_weight: int = 1,
     keys: int = 10_000,
+    held_back_slots: int = 1,
 ) -> dict[str, Any]:
     name = f"bench_tenants_{backlog}"
     url = server.fresh(name)
     try:
         with psycopg.connect(url, autocommit=True) as conn:
-            for namespace in (A, B):
-                noop_definition(conn, "noop", namespace=namespace)
-            noop_definition(conn, "small", namespace=B)
+            _define(conn)
             names = [f"{name}-{i}" for i in range(n_workers)]
             with workers(url, names, logs):
-                idle = _starts(conn, samples, IDLE_EVERY)
+                idle, idle_probes = _starts(conn, samples, IDLE_EVERY)
                 wait_until(lambda: _ended(conn, idle), 60, "B's runs on idle workers")
                 # (a control: with B's weight far above A's, B's step comes first in nearly
                 # every lease, so what is left of B's wait is not the lease's order)
                 set_share(conn, B, None if b_weight == 1 else b_weight)
-                _backlog(conn, A, backlog)
-                left_before = _left(conn)
-                behind = _starts(conn, samples, BEHIND_EVERY)
-                left_after = _left(conn)
+                behind = _behind(conn, backlog, samples)
                 set_share(conn, B, None)
-                wait_until(lambda: _ended(conn, behind), 900, "B's runs behind A's backlog")
-                wait_until(lambda: _left(conn) == 0, 900, "A's backlog drained")
                 equal, equal_head = split_at_half(conn, busy)
                 for namespace, weight in WEIGHTS.items():
                     set_share(conn, namespace, weight)
@@ -311,16 +379,16 @@ def measure(
                 for namespace in WEIGHTS:
                     set_share(conn, namespace, None)
                 # The same with A's steps keyed: ``keys`` distinct keys, KEY_MAX of each at most.
-                _backlog(conn, A, backlog, keys)
-                behind_keyed = _starts(conn, samples, BEHIND_EVERY)
-                wait_until(lambda: _ended(conn, behind_keyed), 900, "B's runs behind A's keys")
-                wait_until(lambda: _left(conn) == 0, 900, "A's keyed backlog drained")
+                behind_keyed = _behind(conn, backlog, samples, keys)
                 keyed_split, _ = split_at_half(conn, busy, keys)
             idle_ms = _pcts(_first_lease_ms(conn, idle))
-            behind_ms = _pcts(_first_lease_ms(conn, behind))
-            behind_keyed_ms = _pcts(_first_lease_ms(conn, behind_keyed))
+            behind_ms = _pcts(_first_lease_ms(conn, behind.runs))
+            behind_keyed_ms = _pcts(_first_lease_ms(conn, behind_keyed.runs))
     finally:
         server.drop(name)
+    held, held_ms, held_keyed_ms = _held_back(
+        server, logs, backlog, samples, n_workers, keys, held_back_slots
+    )
     costs = lease_costs(
         server,
         {
@@ -341,10 +409,22 @@ def measure(
         "b_weight_behind_backlog": b_weight,
         "idle": idle_ms,
         "behind_backlog": behind_ms,
-        "behind_vs_idle_p99": round(behind_ms["p99"] / max(idle_ms["p99"], 0.001), 2),
+        "behind_vs_idle_p99": _ratio(behind_ms, idle_ms),
         # steps not yet done when B's first and last run started: A's backlog was draining
         # throughout when the second is well above 0
-        "backlog_left": [left_before, left_after],
+        "backlog_left": behind.left,
+        # a SELECT 1's round trip from the same client, idle and behind: the machine's load
+        "probe_ms": {"idle": _pcts(idle_probes), "behind_backlog": behind.probe_ms},
+        # the same on workers with held-back slots (WorkerSettings.held_back_slots)
+        "held_back": {
+            "slots": held_back_slots,
+            "behind_backlog": held_ms,
+            "behind_vs_idle_p99": _ratio(held_ms, idle_ms),
+            "backlog_left": held.left,
+            "probe_ms": held.probe_ms,
+            "keyed_behind_backlog": held_keyed_ms,
+            "keyed_behind_vs_idle_p99": _ratio(held_keyed_ms, idle_ms),
+        },
         "busy": busy,
         "split_at_half": equal,
         "weights": WEIGHTS,
@@ -361,7 +441,7 @@ def measure(
             "keys": keys,
             "max": KEY_MAX,
             "behind_backlog": behind_keyed_ms,
-            "behind_vs_idle_p99": round(behind_keyed_ms["p99"] / max(idle_ms["p99"], 0.001), 2),
+            "behind_vs_idle_p99": _ratio(behind_keyed_ms, idle_ms),
             "split_at_half": keyed_split,
             "lease_cost": keyed,
             "lease_cost_ratio": _cost_ratios(one, keyed),
@@ -369,8 +449,12 @@ def measure(
     }
 
 
+def _ratio(behind: dict[str, float], idle: dict[str, float]) -> float:
+    return round(behind["p99"] / max(idle["p99"], 0.001), 2)
+
+
 def line(r: dict[str, Any]) -> str:
-    idle, behind, k = r["idle"], r["behind_backlog"], r["keys"]
+    idle, behind, k, held = r["idle"], r["behind_backlog"], r["keys"], r["held_back"]
     split, weighted = r["split_at_half"], r["weighted_split_at_half"]
     fair = r["weights"][B] / sum(r["weights"].values())
     cost, n = r["lease_cost"], r["lease_cost"]["namespaces"]
@@ -378,13 +462,18 @@ def line(r: dict[str, Any]) -> str:
     return (
         f"B's start -> first lease: idle p50 {idle['p50']:.1f} ms p99 {idle['p99']:.1f} ms; "
         f"behind A's {r['backlog']:,} p50 {behind['p50']:.0f} ms p99 {behind['p99']:.0f} ms "
-        f"({r['behind_vs_idle_p99']:.1f}x); two busy namespaces, at half done: "
+        f"({r['behind_vs_idle_p99']:.1f}x), with {held['slots']} held-back slot: p50 "
+        f"{held['behind_backlog']['p50']:.0f} ms p99 {held['behind_backlog']['p99']:.0f} ms "
+        f"({held['behind_vs_idle_p99']:.1f}x); a SELECT 1 meanwhile: p99 "
+        f"{r['probe_ms']['behind_backlog']['p99']:.1f} ms (idle "
+        f"{r['probe_ms']['idle']['p99']:.1f} ms); two busy namespaces, at half done: "
         f"A {split[A]:.0%}, B {split[B]:.0%}; weighted 1:3: B {weighted[B]:.1%} "
         f"(fair {fair:.0%}, {r['weighted_error']:.1%} off); lease of 10 among 1 / {n} "
         f"namespaces: p50 {lease10['1']:.0f} / {lease10[str(n)]:.0f} us "
         f"({r['lease_cost_ratio']['10 client_us']:.2f}x); one busy beside {n - 1} idle: "
         f"{r['lease_cost_beside_idle_ratio']['10 client_us']:.2f}x; with {k['keys']:,} keys: "
-        f"behind p99 {k['behind_backlog']['p99']:.0f} ms ({k['behind_vs_idle_p99']:.1f}x), "
+        f"behind p99 {k['behind_backlog']['p99']:.0f} ms ({k['behind_vs_idle_p99']:.1f}x; "
+        f"held back {held['keyed_behind_vs_idle_p99']:.1f}x), "
         f"split A {k['split_at_half'][A]:.0%}, B {k['split_at_half'][B]:.0%}, lease of 10 "
         f"{k['lease_cost_ratio']['10 client_us']:.2f}x unkeyed"
     )
@@ -403,6 +492,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--b-weight", type=int, default=1, help="B's weight behind A's backlog (a control)"
     )
     parser.add_argument("--keys", type=int, default=10_000, help="distinct concurrency keys")
+    parser.add_argument(
+        "--held-back-slots", type=int, default=1, help="of the second workers' (B behind A's)"
+    )
     args = parser.parse_args(argv)
     logs = Path(tempfile.mkdtemp(prefix="rara-bench-logs-"))
     with bench_database() as url:
@@ -418,6 +510,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             leases=args.leases,
             b_weight=args.b_weight,
             keys=args.keys,
+            held_back_slots=args.held_back_slots,
         )
     print(line(out))
     print(json.dumps(out))

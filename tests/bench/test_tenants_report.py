@@ -24,6 +24,13 @@ def _result() -> dict[str, Any]:
         "idle": {"p50": 2.0, "p99": 4.0},
         "behind_backlog": {"p50": 3.0, "p99": 6.0},
         "behind_vs_idle_p99": 1.5,
+        "probe_ms": {"idle": {"p50": 0.1, "p99": 0.3}, "behind_backlog": {"p50": 0.5, "p99": 2.5}},
+        "held_back": {
+            "slots": 1,
+            "behind_backlog": {"p50": 2.5, "p99": 5.0},
+            "behind_vs_idle_p99": 1.25,
+            "keyed_behind_vs_idle_p99": 1.5,
+        },
         "split_at_half": {A: 0.52, B: 0.48},
         "weights": WEIGHTS,
         "weighted_split_at_half": weighted,
@@ -48,18 +55,20 @@ def test_the_weighted_error_is_relative_to_b_s_fair_share() -> None:
 
 def test_the_line_names_each_goal_s_figure() -> None:
     text = line(_result())
-    assert "p99 6 ms (1.5x)" in text
+    assert "p99 6 ms (1.5x), with 1 held-back slot: p50 2 ms p99 5 ms (1.2x)" in text
+    assert "a SELECT 1 meanwhile: p99 2.5 ms (idle 0.3 ms)" in text
     assert "A 52%, B 48%" in text
     assert "weighted 1:3: B 70.0% (fair 75%, 6.7% off)" in text
     assert "p50 1000 / 1100 us (1.10x)" in text
     assert "one busy beside 99 idle: 1.20x" in text
-    assert "with 10,000 keys: behind p99 7 ms (1.8x), split A 50%, B 50%" in text
+    assert "with 10,000 keys: behind p99 7 ms (1.8x; held back 1.5x), split A 50%, B 50%" in text
     assert "lease of 10 1.05x unkeyed" in text
 
 
 def test_the_summary_takes_the_tenants_goals() -> None:
     out = summary({"tenants": _result()})
     assert out["tenants_behind_backlog_p99_vs_idle"] == 1.5
+    assert out["tenants_held_back_behind_backlog_p99_vs_idle"] == 1.25
     assert out["tenants_weighted_error"] == 0.067
     assert out["tenants_lease_100_vs_1_namespaces"] == 1.1
     assert out["tenants_lease_beside_99_idle_vs_1"] == 1.2

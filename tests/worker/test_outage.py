@@ -208,3 +208,28 @@ async def test_leases_whose_answer_was_lost_are_given_back(
         assert rows[lost.id] == ("ready", 1, None, "released")
         assert rows[held.id] == ("running", 0, "w-unheld", "running"), "a held lease given back"
         assert rows[others.id] == ("running", 0, "w-other", "running"), "another's lease given back"
+
+
+async def test_unheld_leases_are_given_back_only_between_held_back_leases(
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    """A lease into a held-back slot runs beside the lease loop (rara.worker.runner). Giving
+    back unheld leases waits until no such lease is in flight: one whose answer is in hand but
+    whose attempt is not yet started must not be given back as unheld."""
+    define(conn, "beside", [{"key": "s", "capability": "test.echo@1"}])
+    start(conn, "beside")
+    async with _registered_worker(database_url, tmp_path, "w-beside") as worker:
+        async with worker.held_back_leasing:
+            releasing = asyncio.create_task(worker._release_unheld())
+            [step] = await worker.store.lease_held_back(PAIRS, 1, 30, None, ["team-z"])
+            assert not releasing.done()  # (the lease's round trips gave it every chance)
+            worker.attempts[step.id] = AttemptState(
+                step=step,
+                fence=Fence(step.id, "w-beside", step.lease_token),
+                loop=asyncio.get_running_loop(),
+            )
+        await releasing
+        [(status, leased_by)] = conn.execute(
+            "SELECT status::text, leased_by FROM rara_steps WHERE id = %s", (step.id,)
+        ).fetchall()
+        assert (status, leased_by) == ("running", "w-beside")

@@ -2862,8 +2862,8 @@ BEGIN
     -- periodic scan from the start finds (rara.worker.lease_cursor).
     -- p_except_namespaces: a lease into a worker's held-back slots, for the namespaces with
     -- nothing running on it (docs/namespaces.md, "Held-back slots"): these namespaces' lanes
-    -- give nothing, and the lease is the second round alone — no draw per slot for the one
-    -- or two slots it fills, and a start drawn by weight on lanes that are mostly passed by.
+    -- give nothing, and the lease is the second round alone: a walk of the other lanes from a
+    -- point drawn by weight, with no draw per slot for the one or two slots it fills.
     -- One lane in all (a single namespace queued what this worker serves, as in every
     -- fleet without namespaces): every slot is that lane's, and the draw is skipped (~6% of
     -- the cost of a lease of one step; docs/performance.md, "Fixed cost per call").

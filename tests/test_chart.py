@@ -377,6 +377,50 @@ def test_rendered_env_loads_as_settings(helm: Path, monkeypatch: pytest.MonkeyPa
     assert worker.metrics_port == 9100
 
 
+def test_a_pool_sets_its_workers_settings(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rara.worker.settings import WorkerSettings
+
+    docs = render(
+        helm,
+        "--set-json",
+        'pools=[{"name":"shared","capabilities":["a.b@1"],'
+        '"settings":{"concurrency":16,"held_back_slots":1,"capabilities":["a.b@1"]}}]',
+    )
+    [container] = named(docs, "Deployment", "rara-worker-shared")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    with monkeypatch.context() as env:
+        for entry in container["env"]:
+            if "value" in entry:
+                env.setenv(entry["name"], entry["value"])
+        worker = WorkerSettings.load()
+    assert (worker.concurrency, worker.held_back_slots) == (16, 1)
+    assert worker.capabilities == ["a.b@1"]
+    assert worker.handlers == ["rara_rag.demo.handlers"]  # the chart's own settings stay
+
+
+def test_a_pool_setting_must_be_a_setting_name(helm: Path) -> None:
+    done = subprocess.run(
+        [
+            str(helm),
+            "template",
+            "rara",
+            str(CHART),
+            *BASE,
+            "--kube-version",
+            KUBE_VERSION,
+            "--set-json",
+            'pools=[{"name":"cpu","capabilities":["a.b@1"],"settings":{"Held-Back":1}}]',
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "Held-Back" in done.stderr
+
+
 def test_operator_command(helm: Path) -> None:
     docs = render(helm)
     dep = named(docs, "Deployment", "rara-operator")

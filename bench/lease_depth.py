@@ -18,21 +18,11 @@ from bench.common import bench_database, bulk_ready_steps, percentiles
 from rara.pg.queries import many, sql
 from rara.worker.store import HOT_PATH_SESSION, LEASED
 from tests.support.definitions import noop_definition
+from tests.support.leasing import lease_params
 
 # The worker's lease statement (routed by capability and executor kind, with the checkpoint and
 # inputs folded in).
-PARAMS = {
-    "capabilities": ["bench.noop@1"],
-    "executors": ["inprocess"],
-    "limit": 10,
-    "worker": "bench",
-    "lease_seconds": 30,
-    "after_ranks": None,
-    "after_ats": None,
-    "after_ids": None,
-    "after_namespaces": None,
-    "except_namespaces": None,
-}  # from the start
+PARAMS = lease_params(["bench.noop@1"], worker="bench", limit=10)  # from the start
 
 
 def measure(conn: psycopg.Connection[Any], samples: int) -> dict[str, float]:

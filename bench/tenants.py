@@ -42,6 +42,8 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -137,11 +139,27 @@ def _backlog(
     )
 
 
-def _define(conn: psycopg.Connection[Any]) -> None:
-    """A's and B's one-step definitions (``noop``), and B's ``small`` that B's runs start."""
-    for namespace in (A, B):
-        noop_definition(conn, "noop", namespace=namespace)
-    noop_definition(conn, "small", namespace=B)
+@contextmanager
+def _database(server: Server, name: str) -> Iterator[tuple[str, psycopg.Connection[Any]]]:
+    """A fresh database with A's and B's one-step definitions (``noop``) and B's ``small``
+    that B's runs start; its URL and a connection. Dropped at the end."""
+    url = server.fresh(name)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            for namespace in (A, B):
+                noop_definition(conn, "noop", namespace=namespace)
+            noop_definition(conn, "small", namespace=B)
+            yield url, conn
+    finally:
+        server.drop(name)
+
+
+def _workers(
+    url: str, name: str, logs: Path, n_workers: int, held_back_slots: int = 0
+) -> AbstractContextManager[list[int]]:
+    """``n_workers`` worker processes, ``name``-0, -1, …, on the database at ``url``."""
+    names = [f"{name}-{i}" for i in range(n_workers)]
+    return workers(url, names, logs, held_back_slots=held_back_slots)
 
 
 @dataclass
@@ -180,21 +198,15 @@ def _held_back(
     as fresh as the plain workers' was: one that already holds the other phases' 250,000 steps
     is slower to lease from, and the comparison would be off."""
     name = f"bench_tenants_held_back_{backlog}"
-    url = server.fresh(name)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            _define(conn)
-            names = [f"{name}-{i}" for i in range(n_workers)]
-            with workers(url, names, logs, held_back_slots=slots):
-                held = _behind(conn, backlog, samples)
-                keyed = _behind(conn, backlog, samples, keys)
-            return (
-                held,
-                _pcts(_first_lease_ms(conn, held.runs)),
-                _pcts(_first_lease_ms(conn, keyed.runs)),
-            )
-    finally:
-        server.drop(name)
+    with _database(server, name) as (url, conn):
+        with _workers(url, name, logs, n_workers, held_back_slots=slots):
+            held = _behind(conn, backlog, samples)
+            keyed = _behind(conn, backlog, samples, keys)
+        return (
+            held,
+            _pcts(_first_lease_ms(conn, held.runs)),
+            _pcts(_first_lease_ms(conn, keyed.runs)),
+        )
 
 
 def split_at_half(
@@ -359,33 +371,27 @@ def measure(
     held_back_slots: int = 1,
 ) -> dict[str, Any]:
     name = f"bench_tenants_{backlog}"
-    url = server.fresh(name)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            _define(conn)
-            names = [f"{name}-{i}" for i in range(n_workers)]
-            with workers(url, names, logs):
-                idle, idle_probes = _starts(conn, samples, IDLE_EVERY)
-                wait_until(lambda: _ended(conn, idle), 60, "B's runs on idle workers")
-                # (a control: with B's weight far above A's, B's step comes first in nearly
-                # every lease, so what is left of B's wait is not the lease's order)
-                set_share(conn, B, None if b_weight == 1 else b_weight)
-                behind = _behind(conn, backlog, samples)
-                set_share(conn, B, None)
-                equal, equal_head = split_at_half(conn, busy)
-                for namespace, weight in WEIGHTS.items():
-                    set_share(conn, namespace, weight)
-                weighted, weighted_head = split_at_half(conn, busy)
-                for namespace in WEIGHTS:
-                    set_share(conn, namespace, None)
-                # The same with A's steps keyed: ``keys`` distinct keys, KEY_MAX of each at most.
-                behind_keyed = _behind(conn, backlog, samples, keys)
-                keyed_split, _ = split_at_half(conn, busy, keys)
-            idle_ms = _pcts(_first_lease_ms(conn, idle))
-            behind_ms = _pcts(_first_lease_ms(conn, behind.runs))
-            behind_keyed_ms = _pcts(_first_lease_ms(conn, behind_keyed.runs))
-    finally:
-        server.drop(name)
+    with _database(server, name) as (url, conn):
+        with _workers(url, name, logs, n_workers):
+            idle, idle_probes = _starts(conn, samples, IDLE_EVERY)
+            wait_until(lambda: _ended(conn, idle), 60, "B's runs on idle workers")
+            # (a control: with B's weight far above A's, B's step comes first in nearly
+            # every lease, so what is left of B's wait is not the lease's order)
+            set_share(conn, B, None if b_weight == 1 else b_weight)
+            behind = _behind(conn, backlog, samples)
+            set_share(conn, B, None)
+            equal, equal_head = split_at_half(conn, busy)
+            for namespace, weight in WEIGHTS.items():
+                set_share(conn, namespace, weight)
+            weighted, weighted_head = split_at_half(conn, busy)
+            for namespace in WEIGHTS:
+                set_share(conn, namespace, None)
+            # The same with A's steps keyed: ``keys`` distinct keys, KEY_MAX of each at most.
+            behind_keyed = _behind(conn, backlog, samples, keys)
+            keyed_split, _ = split_at_half(conn, busy, keys)
+        idle_ms = _pcts(_first_lease_ms(conn, idle))
+        behind_ms = _pcts(_first_lease_ms(conn, behind.runs))
+        behind_keyed_ms = _pcts(_first_lease_ms(conn, behind_keyed.runs))
     held, held_ms, held_keyed_ms = _held_back(
         server, logs, backlog, samples, n_workers, keys, held_back_slots
     )

@@ -71,6 +71,28 @@ def render(helm: Path, *args: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
+def refused(helm: Path, *args: str, base: tuple[str, ...] = tuple(BASE)) -> str:
+    """``helm template`` with ``args`` fails; its stderr."""
+    done = subprocess.run(
+        [str(helm), "template", "rara", str(CHART), "--kube-version", KUBE_VERSION, *base, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0, args
+    return done.stderr
+
+
+def settings_of(monkeypatch: pytest.MonkeyPatch, container: dict[str, Any], cls: Any) -> Any:
+    """What ``cls`` (a settings class) loads from the container's literal env."""
+    with monkeypatch.context() as env:
+        for entry in container["env"]:
+            if "value" in entry:
+                env.setenv(entry["name"], entry["value"])
+        return cls.load()
+
+
 def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [d for d in docs if d["kind"] == kind]
 
@@ -117,37 +139,11 @@ def test_lint(helm: Path) -> None:
 
 
 def test_values_schema_refuses_typos(helm: Path) -> None:
-    done = subprocess.run(
-        [
-            str(helm),
-            "template",
-            "rara",
-            str(CHART),
-            *BASE,
-            "--kube-version",
-            KUBE_VERSION,
-            "--set",
-            "pools[0].maxReplica=3",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode != 0
-    assert "maxReplica" in done.stderr
+    assert "maxReplica" in refused(helm, "--set", "pools[0].maxReplica=3")
 
 
 def test_database_is_required(helm: Path) -> None:
-    done = subprocess.run(
-        [str(helm), "template", "rara", str(CHART), "--kube-version", KUBE_VERSION],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode != 0
-    assert "database.existingSecret" in done.stderr
+    assert "database.existingSecret" in refused(helm, base=())
 
 
 def test_manifests_match_kubernetes_schemas(rendered: list[dict[str, Any]]) -> None:
@@ -350,16 +346,13 @@ def test_rendered_env_loads_as_settings(helm: Path, monkeypatch: pytest.MonkeyPa
 
     docs = render(helm)
     classes = {"worker": WorkerSettings, "executor": ExecutorSettings, "operator": OperatorSettings}
-    loaded = {}
-    for dep in by_kind(docs, "Deployment"):
-        for container in dep["spec"]["template"]["spec"]["containers"]:
-            with monkeypatch.context() as env:
-                for entry in container["env"]:
-                    if "value" in entry:
-                        env.setenv(entry["name"], entry["value"])
-                loaded[dep["metadata"]["name"], container["name"]] = classes[
-                    container["name"]
-                ].load()
+    loaded = {
+        (dep["metadata"]["name"], container["name"]): settings_of(
+            monkeypatch, container, classes[container["name"]]
+        )
+        for dep in by_kind(docs, "Deployment")
+        for container in dep["spec"]["template"]["spec"]["containers"]
+    }
     operator = loaded["rara-operator", "operator"]
     assert isinstance(operator, OperatorSettings)
     assert operator.served_namespaces() == ("ml",)
@@ -389,36 +382,15 @@ def test_a_pool_sets_its_workers_settings(helm: Path, monkeypatch: pytest.Monkey
     [container] = named(docs, "Deployment", "rara-worker-shared")["spec"]["template"]["spec"][
         "containers"
     ]
-    with monkeypatch.context() as env:
-        for entry in container["env"]:
-            if "value" in entry:
-                env.setenv(entry["name"], entry["value"])
-        worker = WorkerSettings.load()
+    worker = settings_of(monkeypatch, container, WorkerSettings)
     assert (worker.concurrency, worker.held_back_slots) == (16, 1)
     assert worker.capabilities == ["a.b@1"]
     assert worker.handlers == ["rara_rag.demo.handlers"]  # the chart's own settings stay
 
 
 def test_a_pool_setting_must_be_a_setting_name(helm: Path) -> None:
-    done = subprocess.run(
-        [
-            str(helm),
-            "template",
-            "rara",
-            str(CHART),
-            *BASE,
-            "--kube-version",
-            KUBE_VERSION,
-            "--set-json",
-            'pools=[{"name":"cpu","capabilities":["a.b@1"],"settings":{"Held-Back":1}}]',
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode != 0
-    assert "Held-Back" in done.stderr
+    pools = '[{"name":"cpu","capabilities":["a.b@1"],"settings":{"Held-Back":1}}]'
+    assert "Held-Back" in refused(helm, "--set-json", f"pools={pools}")
 
 
 def test_operator_command(helm: Path) -> None:
@@ -484,24 +456,7 @@ def test_operator_replicas_are_peered(helm: Path) -> None:
     (container,) = dep["spec"]["template"]["spec"]["containers"]
     assert env_of(container)["RARA_OPERATOR_PEERING_LIFETIME"]["value"] == "5"
     for bad in ("operator.replicas=0", "operator.peeringLifetime=2"):
-        done = subprocess.run(
-            [
-                str(helm),
-                "template",
-                "rara",
-                str(CHART),
-                *BASE,
-                "--kube-version",
-                KUBE_VERSION,
-                "--set",
-                bad,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode != 0, bad
+        refused(helm, "--set", bad)
 
 
 def test_artifacts_in_s3_by_url_and_credentials_by_reference(
@@ -558,22 +513,7 @@ def test_artifacts_in_s3_by_url_and_credentials_by_reference(
                         menv.setenv(entry["name"], entry["value"])
                 cls = ExecutorSettings if container["name"] == "executor" else WorkerSettings
                 assert "artifact_root" not in cls.load().model_fields_set
-    bad = subprocess.run(
-        [
-            str(helm),
-            "template",
-            "rara",
-            str(CHART),
-            *BASE,
-            "--set",
-            "artifacts.s3.endpoint=http://key:secret@host",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert bad.returncode != 0  # the schema refuses credentials in the endpoint
+    refused(helm, "--set", "artifacts.s3.endpoint=http://key:secret@host")  # credentials in it
 
 
 def test_each_process_reads_its_own_login(helm: Path) -> None:

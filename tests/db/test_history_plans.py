@@ -18,7 +18,7 @@ from rara.pg.runs import enqueue_many
 from rara.worker.vocabulary import LeasedStep
 from tests.support.definitions import noop_definition
 from tests.support.history_fill import fill
-from tests.support.leasing import lease_now
+from tests.support.leasing import lease_now, lease_params
 from tests.support.plans import buffers
 
 Conn = psycopg.Connection[Any]
@@ -110,18 +110,7 @@ def test_a_lease_in_a_big_run_reads_its_inputs_by_key_next_to_history(conn: Conn
         return buffers(
             conn,
             sql("step_lease"),
-            {
-                "worker": "w",
-                "capabilities": [capability],
-                "executors": ["inprocess"],
-                "after_ranks": None,
-                "after_ats": None,
-                "after_ids": None,
-                "after_namespaces": None,
-                "except_namespaces": None,
-                "limit": 1,
-                "lease_seconds": 30,
-            },
+            lease_params([capability], worker="w", limit=1),
         )
 
     in_small, in_big = lease_buffers("x@1"), lease_buffers("y@1")

@@ -21,7 +21,7 @@ from rara.runs import start_run
 from rara.worker.store import HOT_PATH_SESSION
 from rara.worker.vocabulary import LeasedStep
 from tests.support.definitions import apply
-from tests.support.leasing import lease_now
+from tests.support.leasing import lease_now, lease_params
 from tests.support.plans import buffers
 
 Conn = psycopg.Connection[Any]
@@ -56,18 +56,7 @@ def _ends(steps: list[LeasedStep], result: Any = None) -> dict[str, Any]:
 def _costs(worker: Conn) -> dict[str, int]:
     """Buffers to lease 100 children, heartbeat them and end them (each measured rolled back,
     then done)."""
-    lease = {
-        "worker": "w",
-        "capabilities": ["work@1"],
-        "executors": ["inprocess"],
-        "after_ranks": None,
-        "after_ats": None,
-        "after_ids": None,
-        "after_namespaces": None,
-        "except_namespaces": None,
-        "limit": 100,
-        "lease_seconds": 30,
-    }
+    lease = lease_params(["work@1"], worker="w", limit=100)
     costs = {"lease": buffers(worker, sql("step_lease"), lease)}
     leased = lease_now(worker, ["work@1"], worker="w", limit=100)
     assert len(leased) == 100

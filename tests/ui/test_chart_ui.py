@@ -4,13 +4,12 @@ settings as RARA_UI_* variables (each one an option of `rara ui`), valid Kuberne
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.test_chart import BASE, CHART, KUBE_VERSION, by_kind, env_of, helm, render
+from tests.test_chart import KUBE_VERSION, by_kind, env_of, helm, refused, render
 
 __all__ = ["helm"]  # the fixture, used by name below
 
@@ -21,19 +20,6 @@ def _ui(docs: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any]]:
     ]
     (service,) = [d for d in by_kind(docs, "Service") if d["metadata"]["name"].endswith("-ui")]
     return deployment, service
-
-
-def _refused(helm: Path, *args: str) -> str:
-    """What helm says refusing to render with ``args``; fails the test if it renders."""
-    done = subprocess.run(
-        [str(helm), "template", "rara", str(CHART), "--kube-version", KUBE_VERSION, *BASE, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode != 0, f"rendered with {args}"
-    return done.stderr
 
 
 def test_off_by_default(helm: Path) -> None:
@@ -106,7 +92,7 @@ def test_one_replica_with_actions_and_the_session_lifetime(helm: Path) -> None:
         "--set",
         "ui.auth.existingSecret=ui-token",
     ]
-    refusal = _refused(helm, *actions, "--set", "ui.replicas=2")
+    refusal = refused(helm, *actions, "--set", "ui.replicas=2")
     assert "ui.replicas must be 0 or 1 while ui.readOnly is false" in refusal
     deployment, _ = _ui(render(helm, *actions, "--set", "ui.sessionSeconds=3600"))
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
@@ -120,7 +106,7 @@ def test_user_roles_need_the_proxy_header(helm: Path) -> None:
     """ui.userRoles: each request as the role the proxy's header names; without the header
     there is no user, so the chart refuses it, naming both values."""
     on = ["--set", "ui.enabled=true", "--set", "ui.userRoles=true"]
-    assert "ui.userRoles needs ui.auth.header" in _refused(helm, *on)
+    assert "ui.userRoles needs ui.auth.header" in refused(helm, *on)
     deployment, _ = _ui(render(helm, *on, "--set", "ui.auth.header=X-Forwarded-User"))
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     env = env_of(container)

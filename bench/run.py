@@ -675,6 +675,7 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
         out["tenants_held_back_behind_backlog_p99_vs_idle"] = t["held_back"]["behind_vs_idle_p99"]
         out["tenants_weighted_error"] = t["weighted_error"]
         out["tenants_lease_100_vs_1_namespaces"] = t["lease_cost_ratio"]["10 client_us"]
+        out["tenants_lease_1000_vs_100_namespaces"] = t["lease_cost_wider_ratio"]["10 client_us"]
         out["tenants_lease_beside_99_idle_vs_1"] = t["lease_cost_beside_idle_ratio"]["10 client_us"]
         out["tenants_keyed_lease_vs_unkeyed"] = t["keys"]["lease_cost_ratio"]["10 client_us"]
     if "waits" in r:

@@ -19,7 +19,9 @@ namespaces within 1.2x the cost of one among 1.
    every BEHIND_EVERY s while the workers drain A: start (the run row's creation) to first
    lease. B's weight is ``--b-weight`` here (a control: far above A's, B comes first in nearly
    every lease, and what is left of its wait is the machine's, not the lease order's). Before
-   each start, a ``SELECT 1``'s round trip from the same client: the machine's load alone.
+   each start, a ``SELECT 1``'s round trip from the same client: the machine's load alone; and
+   the wait split at the start's answer: the start's own statement, in which no worker takes
+   part, and the rest.
    After 3., the same with A's steps under ``--keys`` concurrency keys (KEY_MAX running of
    each). Both again on a fresh database and workers with ``--held-back-slots`` held-back
    slots (docs/namespaces.md, "Held-back slots").
@@ -27,8 +29,9 @@ namespaces within 1.2x the cost of one among 1.
    all steps are done, each namespace's share of them. Once with equal weights (50% each is
    fair), once with A's weight 1 and B's 3 (25% / 75%). A's head start (its steps leased before
    B's were in) is reported too: it would skew both towards A.
-4. No workers: four databases of ``--ready`` ready one-step runs each — in 1 namespace,
-   spread evenly over ``--namespaces``, in 1 namespace beside ``--namespaces`` - 1 idle ones
+4. No workers: five databases of ``--ready`` ready one-step runs each — in 1 namespace,
+   spread evenly over ``--namespaces`` and over ten times as many, in 1 namespace beside
+   ``--namespaces`` - 1 idle ones
    (lanes with nothing ready), and in 1 namespace with ``--keys`` keys; ``--leases`` leases
    of 10 and of 1 on each, in turns between the databases, rolled back so that every one sees
    the same queue: the client's time per lease and the server's (its execution time, from
@@ -92,19 +95,47 @@ def _ended(conn: psycopg.Connection[Any], ids: list[int]) -> bool:
     )
 
 
-def _starts(
-    conn: psycopg.Connection[Any], count: int, every: float
-) -> tuple[list[int], list[float]]:
-    """``count`` runs of B, one every ``every`` s; and before each, a ``SELECT 1``'s round
-    trip (ms): what the machine's load alone adds to any round trip (a control)."""
-    ids, probes = [], []
+@dataclass
+class Starts:
+    """B's runs started one by one, and two controls: before each start a ``SELECT 1``'s round
+    trip (ms), what the machine's load alone adds to any round trip; and when each start's
+    answer reached the client (epoch), which splits start -> first lease into the start's own
+    statement and what follows it (``_start_split_ms``)."""
+
+    runs: list[int]
+    probe_ms: list[float]
+    answered: list[float]
+
+
+def _starts(conn: psycopg.Connection[Any], count: int, every: float) -> Starts:
+    """``count`` runs of B, one every ``every`` s."""
+    starts = Starts([], [], [])
     for _ in range(count):
         time.sleep(every)
         t0 = time.perf_counter()
         conn.execute("SELECT 1").fetchone()
-        probes.append((time.perf_counter() - t0) * 1000)
-        ids.append(start_run(conn, "small", queue_anyway=True, namespace=B).run_id)
-    return ids, probes
+        starts.probe_ms.append((time.perf_counter() - t0) * 1000)
+        starts.runs.append(start_run(conn, "small", queue_anyway=True, namespace=B).run_id)
+        starts.answered.append(time.time())  # the server's clock is this machine's
+    return starts
+
+
+def _start_split_ms(conn: psycopg.Connection[Any], starts: Starts) -> dict[str, dict[str, float]]:
+    """Start -> first lease in two: ``statement``, the start's own (its transaction's start in
+    the server to its answer at the client: no worker takes part) and ``after``, from that
+    answer to the first lease."""
+    answered = dict(zip(starts.runs, starts.answered, strict=True))
+    rows = conn.execute(
+        "SELECT r.id, extract(epoch FROM r.created_at)::float8,"
+        " extract(epoch FROM min(a.started_at))::float8"
+        " FROM rara_runs r JOIN rara_attempts a ON a.run_id = r.id"
+        " WHERE r.id = ANY(%s) GROUP BY r.id",
+        (starts.runs,),
+    ).fetchall()
+    return {
+        "statement": _pcts([(answered[i] - created) * 1000 for i, created, _ in rows]),
+        "after": _pcts([(leased - answered[i]) * 1000 for i, _, leased in rows]),
+    }
 
 
 def _done(conn: psycopg.Connection[Any]) -> dict[str, int]:
@@ -164,9 +195,12 @@ def _workers(
 
 @dataclass
 class Behind:
-    runs: list[int]  # B's
+    starts: Starts  # B's
     left: list[int]  # steps not yet done when B's first and last run started
-    probe_ms: dict[str, float]  # a SELECT 1's round trip meanwhile
+
+    @property
+    def runs(self) -> list[int]:
+        return self.starts.runs
 
 
 def _behind(
@@ -177,11 +211,11 @@ def _behind(
     backlog was draining throughout when the steps left at B's last start are well above 0."""
     _backlog(conn, A, backlog, keys)
     left_before = _left(conn)
-    runs, probes = _starts(conn, samples, BEHIND_EVERY)
+    starts = _starts(conn, samples, BEHIND_EVERY)
     left_after = _left(conn)
-    wait_until(lambda: _ended(conn, runs), 900, "B's runs behind A's backlog")
+    wait_until(lambda: _ended(conn, starts.runs), 900, "B's runs behind A's backlog")
     wait_until(lambda: _left(conn) == 0, 900, "A's backlog drained")
-    return Behind(runs, [left_before, left_after], _pcts(probes))
+    return Behind(starts, [left_before, left_after])
 
 
 def _held_back(
@@ -192,11 +226,11 @@ def _held_back(
     n_workers: int,
     keys: int,
     slots: int,
-) -> tuple[Behind, dict[str, float], dict[str, float]]:
+) -> tuple[Behind, dict[str, float], dict[str, float], dict[str, dict[str, float]]]:
     """B behind A's backlog, unkeyed then keyed, on workers with ``slots`` held-back slots: the
-    unkeyed phase and both phases' start → first lease percentiles. On a database of its own,
-    as fresh as the plain workers' was: one that already holds the other phases' 250,000 steps
-    is slower to lease from, and the comparison would be off."""
+    unkeyed phase, both phases' start → first lease percentiles and the unkeyed one's split.
+    On a database of its own, as fresh as the plain workers' was: one that already holds the
+    other phases' 250,000 steps is slower to lease from, and the comparison would be off."""
     name = f"bench_tenants_held_back_{backlog}"
     with _database(server, name) as (url, conn):
         with _workers(url, name, logs, n_workers, held_back_slots=slots):
@@ -206,6 +240,7 @@ def _held_back(
             held,
             _pcts(_first_lease_ms(conn, held.runs)),
             _pcts(_first_lease_ms(conn, keyed.runs)),
+            _start_split_ms(conn, held.starts),
         )
 
 
@@ -373,8 +408,8 @@ def measure(
     name = f"bench_tenants_{backlog}"
     with _database(server, name) as (url, conn):
         with _workers(url, name, logs, n_workers):
-            idle, idle_probes = _starts(conn, samples, IDLE_EVERY)
-            wait_until(lambda: _ended(conn, idle), 60, "B's runs on idle workers")
+            idle = _starts(conn, samples, IDLE_EVERY)
+            wait_until(lambda: _ended(conn, idle.runs), 60, "B's runs on idle workers")
             # (a control: with B's weight far above A's, B's step comes first in nearly
             # every lease, so what is left of B's wait is not the lease's order)
             set_share(conn, B, None if b_weight == 1 else b_weight)
@@ -389,10 +424,14 @@ def measure(
             # The same with A's steps keyed: ``keys`` distinct keys, KEY_MAX of each at most.
             behind_keyed = _behind(conn, backlog, samples, keys)
             keyed_split, _ = split_at_half(conn, busy, keys)
-        idle_ms = _pcts(_first_lease_ms(conn, idle))
+        idle_ms = _pcts(_first_lease_ms(conn, idle.runs))
         behind_ms = _pcts(_first_lease_ms(conn, behind.runs))
         behind_keyed_ms = _pcts(_first_lease_ms(conn, behind_keyed.runs))
-    held, held_ms, held_keyed_ms = _held_back(
+        start_split = {
+            "idle": _start_split_ms(conn, idle),
+            "behind_backlog": _start_split_ms(conn, behind.starts),
+        }
+    held, held_ms, held_keyed_ms, held_split = _held_back(
         server, logs, backlog, samples, n_workers, keys, held_back_slots
     )
     costs = lease_costs(
@@ -400,14 +439,15 @@ def measure(
         {
             "one": Queue(1),
             "spread": Queue(namespaces),
+            "wider": Queue(namespaces * 10),
             "beside_idle": Queue(1, idle=namespaces - 1),
             "keyed": Queue(1, keys=keys),
         },
         ready,
         leases,
     )
-    one, spread, beside_idle, keyed = (
-        costs[label] for label in ("one", "spread", "beside_idle", "keyed")
+    one, spread, wider, beside_idle, keyed = (
+        costs[label] for label in ("one", "spread", "wider", "beside_idle", "keyed")
     )
     return {
         "backlog": backlog,
@@ -420,14 +460,21 @@ def measure(
         # throughout when the second is well above 0
         "backlog_left": behind.left,
         # a SELECT 1's round trip from the same client, idle and behind: the machine's load
-        "probe_ms": {"idle": _pcts(idle_probes), "behind_backlog": behind.probe_ms},
+        "probe_ms": {
+            "idle": _pcts(idle.probe_ms),
+            "behind_backlog": _pcts(behind.starts.probe_ms),
+        },
+        # start -> first lease in two: the start's own statement (no worker takes part), and
+        # from its answer to the lease
+        "start_split_ms": start_split,
         # the same on workers with held-back slots (WorkerSettings.held_back_slots)
         "held_back": {
             "slots": held_back_slots,
             "behind_backlog": held_ms,
             "behind_vs_idle_p99": _ratio(held_ms, idle_ms),
             "backlog_left": held.left,
-            "probe_ms": held.probe_ms,
+            "probe_ms": _pcts(held.starts.probe_ms),
+            "start_split_ms": held_split,
             "keyed_behind_backlog": held_keyed_ms,
             "keyed_behind_vs_idle_p99": _ratio(held_keyed_ms, idle_ms),
         },
@@ -439,6 +486,9 @@ def measure(
         "a_head_start": {"equal": equal_head, "weighted": weighted_head},
         "lease_cost": {"ready": ready, "namespaces": namespaces, "1": one, str(namespaces): spread},
         "lease_cost_ratio": _cost_ratios(one, spread),
+        # ten times as many busy namespaces, against ``namespaces``: what more of them costs
+        "lease_cost_wider": wider,
+        "lease_cost_wider_ratio": _cost_ratios(spread, wider),
         # one busy namespace beside namespaces - 1 idle ones (lanes with nothing ready)
         "lease_cost_beside_idle": beside_idle,
         "lease_cost_beside_idle_ratio": _cost_ratios(one, beside_idle),
@@ -472,11 +522,17 @@ def line(r: dict[str, Any]) -> str:
         f"{held['behind_backlog']['p50']:.0f} ms p99 {held['behind_backlog']['p99']:.0f} ms "
         f"({held['behind_vs_idle_p99']:.1f}x); a SELECT 1 meanwhile: p99 "
         f"{r['probe_ms']['behind_backlog']['p99']:.1f} ms (idle "
-        f"{r['probe_ms']['idle']['p99']:.1f} ms); two busy namespaces, at half done: "
+        f"{r['probe_ms']['idle']['p99']:.1f} ms); B's start statement alone: p99 "
+        f"{held['start_split_ms']['statement']['p99']:.1f} ms held back, "
+        f"{r['start_split_ms']['behind_backlog']['statement']['p99']:.1f} ms plain (idle "
+        f"{r['start_split_ms']['idle']['statement']['p99']:.1f} ms); two busy namespaces, at "
+        "half done: "
         f"A {split[A]:.0%}, B {split[B]:.0%}; weighted 1:3: B {weighted[B]:.1%} "
         f"(fair {fair:.0%}, {r['weighted_error']:.1%} off); lease of 10 among 1 / {n} "
         f"namespaces: p50 {lease10['1']:.0f} / {lease10[str(n)]:.0f} us "
-        f"({r['lease_cost_ratio']['10 client_us']:.2f}x); one busy beside {n - 1} idle: "
+        f"({r['lease_cost_ratio']['10 client_us']:.2f}x), among {n * 10:,}: "
+        f"{r['lease_cost_wider_ratio']['10 client_us']:.2f}x the {n}'s; one busy beside "
+        f"{n - 1} idle: "
         f"{r['lease_cost_beside_idle_ratio']['10 client_us']:.2f}x; with {k['keys']:,} keys: "
         f"behind p99 {k['behind_backlog']['p99']:.0f} ms ({k['behind_vs_idle_p99']:.1f}x; "
         f"held back {held['keyed_behind_vs_idle_p99']:.1f}x), "

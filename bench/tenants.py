@@ -65,7 +65,7 @@ from bench.common import (  # noqa: E402
     wait_until,
     workers,
 )
-from bench.run_size import _first_lease_ms, _pcts  # noqa: E402
+from bench.run_size import _pcts  # noqa: E402
 from rara.pg.limits import set_share  # noqa: E402
 from rara.pg.queries import many, sql  # noqa: E402
 from rara.pg.runs import cancel, enqueue_many  # noqa: E402
@@ -100,7 +100,7 @@ class Starts:
     """B's runs started one by one, and two controls: before each start a ``SELECT 1``'s round
     trip (ms), what the machine's load alone adds to any round trip; and when each start's
     answer reached the client (epoch), which splits start -> first lease into the start's own
-    statement and what follows it (``_start_split_ms``)."""
+    statement and what follows it (``_waits``)."""
 
     runs: list[int]
     probe_ms: list[float]
@@ -120,10 +120,13 @@ def _starts(conn: psycopg.Connection[Any], count: int, every: float) -> Starts:
     return starts
 
 
-def _start_split_ms(conn: psycopg.Connection[Any], starts: Starts) -> dict[str, dict[str, float]]:
-    """Start -> first lease in two: ``statement``, the start's own (its transaction's start in
-    the server to its answer at the client: no worker takes part) and ``after``, from that
-    answer to the first lease."""
+def _waits(
+    conn: psycopg.Connection[Any], starts: Starts
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Each run's start (its row's creation, in the start's transaction) to its first
+    attempt's lease, and the same split in two (``start_split_ms``): ``statement``, the start's
+    own (to its answer at the client: no worker takes part) and ``after``, from that answer to
+    the first lease."""
     answered = dict(zip(starts.runs, starts.answered, strict=True))
     rows = conn.execute(
         "SELECT r.id, extract(epoch FROM r.created_at)::float8,"
@@ -132,10 +135,11 @@ def _start_split_ms(conn: psycopg.Connection[Any], starts: Starts) -> dict[str, 
         " WHERE r.id = ANY(%s) GROUP BY r.id",
         (starts.runs,),
     ).fetchall()
-    return {
+    split = {
         "statement": _pcts([(answered[i] - created) * 1000 for i, created, _ in rows]),
         "after": _pcts([(leased - answered[i]) * 1000 for i, _, leased in rows]),
     }
+    return _pcts([(leased - created) * 1000 for _, created, leased in rows]), split
 
 
 def _done(conn: psycopg.Connection[Any]) -> dict[str, int]:
@@ -198,10 +202,6 @@ class Behind:
     starts: Starts  # B's
     left: list[int]  # steps not yet done when B's first and last run started
 
-    @property
-    def runs(self) -> list[int]:
-        return self.starts.runs
-
 
 def _behind(
     conn: psycopg.Connection[Any], backlog: int, samples: int, keys: int | None = None
@@ -236,12 +236,8 @@ def _held_back(
         with _workers(url, name, logs, n_workers, held_back_slots=slots):
             held = _behind(conn, backlog, samples)
             keyed = _behind(conn, backlog, samples, keys)
-        return (
-            held,
-            _pcts(_first_lease_ms(conn, held.runs)),
-            _pcts(_first_lease_ms(conn, keyed.runs)),
-            _start_split_ms(conn, held.starts),
-        )
+        held_ms, held_split = _waits(conn, held.starts)
+        return held, held_ms, _waits(conn, keyed.starts)[0], held_split
 
 
 def split_at_half(
@@ -424,13 +420,9 @@ def measure(
             # The same with A's steps keyed: ``keys`` distinct keys, KEY_MAX of each at most.
             behind_keyed = _behind(conn, backlog, samples, keys)
             keyed_split, _ = split_at_half(conn, busy, keys)
-        idle_ms = _pcts(_first_lease_ms(conn, idle.runs))
-        behind_ms = _pcts(_first_lease_ms(conn, behind.runs))
-        behind_keyed_ms = _pcts(_first_lease_ms(conn, behind_keyed.runs))
-        start_split = {
-            "idle": _start_split_ms(conn, idle),
-            "behind_backlog": _start_split_ms(conn, behind.starts),
-        }
+        idle_ms, idle_split = _waits(conn, idle)
+        behind_ms, behind_split = _waits(conn, behind.starts)
+        behind_keyed_ms, _ = _waits(conn, behind_keyed.starts)
     held, held_ms, held_keyed_ms, held_split = _held_back(
         server, logs, backlog, samples, n_workers, keys, held_back_slots
     )
@@ -466,7 +458,7 @@ def measure(
         },
         # start -> first lease in two: the start's own statement (no worker takes part), and
         # from its answer to the lease
-        "start_split_ms": start_split,
+        "start_split_ms": {"idle": idle_split, "behind_backlog": behind_split},
         # the same on workers with held-back slots (WorkerSettings.held_back_slots)
         "held_back": {
             "slots": held_back_slots,

@@ -415,17 +415,17 @@ def _kill_every_operator(cluster: Cluster) -> Disruption:
         return Disruption(at, "operators-sigkill-missed", ",".join(sorted(killed)))
     old = {c["status"]["id"] for found in killed.values() for c in found}
 
-    def every_one_back() -> list[float]:
-        starts = [
-            [_epoch(c["status"]["startedAt"])
-             for c in _containers(cluster, pod) if c["status"]["id"] not in old]
-            for pod in killed
-        ]  # fmt: skip
-        return [min(s) for s in starts] if all(starts) else []
+    def first_back_once_all_are() -> float | None:
+        new = [[c for c in _containers(cluster, pod) if c["status"]["id"] not in old]
+               for pod in killed]  # fmt: skip
+        starts = [_epoch(c["status"]["startedAt"]) for found in new for c in found]
+        return min(starts) if all(new) else None
 
-    back = wait_for("every killed operator replica running again", every_one_back, 120, 0.5)
-    assert isinstance(back, list)
-    return Disruption(at, "operators-sigkill", ",".join(sorted(killed)), min(back))
+    back_at = wait_for(
+        "every killed operator replica running again", first_back_once_all_are, 120, 0.5
+    )
+    assert isinstance(back_at, float)
+    return Disruption(at, "operators-sigkill", ",".join(sorted(killed)), back_at)
 
 
 def _evict(cluster: Cluster, pod: str) -> str:

@@ -218,7 +218,7 @@ async def test_an_idle_session_does_not_hold_up_shutdown(tmp_path: Path) -> None
     address = free_address()
     async with ExecutorClient(address) as client:
         client.protocol = "session"
-        with executor_process(address, tmp_path) as proc:
+        with executor_process(address, tmp_path, grace=30) as proc:
             await _wait_serving(client)
             await collect(client, make_job(capability="test.echo@1", idempotency_key="x"))
             started = time.monotonic()

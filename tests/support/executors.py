@@ -19,10 +19,18 @@ def free_address() -> str:
 
 
 CONFORMANCE_PLUGINS = "rara.executor.conformance_plugins"
+# The jobs a test's executor still runs when the test stops it (a ``test.hang@1`` step the
+# worker leased meanwhile) get this long after SIGTERM, not the default 30 s: the callers wait
+# 30 s for the exit, and the default grace raced that wait (the process exited at 30 s and
+# change, and the wait timed out).
+STOP_GRACE_S = 2
 
 
 def start_executor(
-    address: str, artifact_root: Path, plugins: str = CONFORMANCE_PLUGINS
+    address: str,
+    artifact_root: Path,
+    plugins: str = CONFORMANCE_PLUGINS,
+    grace: float = STOP_GRACE_S,
 ) -> subprocess.Popen[bytes]:
     """The executor, listening on ``address`` (it answers once it has started)."""
     return subprocess.Popen(
@@ -37,6 +45,8 @@ def start_executor(
             plugins,
             "--artifact-root",
             str(artifact_root),
+            "--grace",
+            str(grace),
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -45,10 +55,13 @@ def start_executor(
 
 @contextmanager
 def executor_process(
-    address: str, artifact_root: Path, plugins: str = CONFORMANCE_PLUGINS
+    address: str,
+    artifact_root: Path,
+    plugins: str = CONFORMANCE_PLUGINS,
+    grace: float = STOP_GRACE_S,
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """``start_executor``; SIGTERM at the end (it exits within 30 s)."""
-    proc = start_executor(address, artifact_root, plugins)
+    """``start_executor``; SIGTERM at the end (it exits within ``grace`` and its shutdown)."""
+    proc = start_executor(address, artifact_root, plugins, grace)
     try:
         yield proc
     finally:

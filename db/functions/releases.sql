@@ -48,12 +48,16 @@ DECLARE
     missing text;
     release_id bigint;
     next_number integer;
+    bound text;
 BEGIN
     -- Release p_run_id (a succeeded run of p_namespace) as the next number of p_name and make
     -- it current; returns the number. p_artifacts: `step/name` selectors of the run's
     -- artifacts (the manifests of its steps' succeeded attempts); p_results: step keys whose
     -- results it carries. NULL (not an empty array): every artifact, every succeeded step's
     -- result. Anything the run does not have is refused, named, and nothing is written.
+    -- A name is bound to one definition, by its first promote: later promotes take only runs
+    -- of that definition. Once any version of the definition has an approval gate, only a run
+    -- whose every gate was approved is released (a version without the gate is no way round).
     PERFORM rara_namespace_check(p_namespace);
     IF p_name IS NULL OR p_name !~ '^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$' THEN
         RAISE EXCEPTION 'release name % is not a name: lower-case letters, digits, ''.'' and '
@@ -65,7 +69,9 @@ BEGIN
             char_length(p_note) USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- A run of another namespace is no run here, as for a cancel (rara_namespace_check).
-    SELECT r.id, r.status, r.definition_version_id INTO run FROM rara_runs r
+    SELECT r.id, r.status, r.definition_version_id, dv.name AS definition, dv.version
+    INTO run FROM rara_runs r
+    JOIN rara_definition_versions dv ON dv.id = r.definition_version_id
     WHERE r.id = p_run_id AND r.namespace = p_namespace;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run % in namespace %', p_run_id, p_namespace
@@ -96,7 +102,39 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
+    -- Under the name's lock: two first promotes of one name bind it once.
     PERFORM rara_release_lock(p_namespace, p_name);
+    SELECT dv.name INTO bound FROM rara_releases v
+    JOIN rara_definition_versions dv ON dv.id = v.definition_version_id
+    WHERE v.namespace = p_namespace AND v.name = p_name AND v.number = 1;
+    IF bound IS NOT NULL AND bound <> run.definition THEN
+        RAISE EXCEPTION 'release % is of definition %: run % is of definition %', p_name, bound,
+            p_run_id, run.definition
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'a release name is bound to the definition of its first release: '
+                         'promote this run under another name';
+    END IF;
+    IF EXISTS (SELECT FROM rara_definition_versions dv
+               WHERE dv.namespace = p_namespace AND dv.name = run.definition
+                 AND jsonb_path_exists(dv.steps, '$[*] ? (@.wait.kind == "approval")')) THEN
+        SELECT string_agg(format('%s (%s)', s.key, coalesce(a.decision, 'undecided')), ', '
+                          ORDER BY s.key) INTO missing
+        FROM rara_steps s LEFT JOIN rara_approvals a ON a.step_id = s.id
+        WHERE s.run_id = p_run_id AND s.wait ->> 'kind' = 'approval'
+          AND a.decision IS DISTINCT FROM 'approved';
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'run % was not approved at gate %: only a run whose approval gate '
+                            'was approved can be released', p_run_id, missing
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NOT EXISTS (SELECT FROM rara_steps s
+                       WHERE s.run_id = p_run_id AND s.wait ->> 'kind' = 'approval') THEN
+            RAISE EXCEPTION 'definition % has an approval gate and run % (version %) has none: '
+                            'only a run whose approval gate was approved can be released',
+                run.definition, p_run_id, run.version
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
     SELECT coalesce(max(v.number), 0) + 1 INTO next_number FROM rara_releases v
     WHERE v.namespace = p_namespace AND v.name = p_name;
     INSERT INTO rara_releases (namespace, name, number, run_id, definition_version_id, results,

@@ -81,10 +81,16 @@ def test_promote_get_fetch_rollback_list_and_history(
     assert "rollback" in history
     assert "bad" in history
 
+    define(conn, "q", [{"key": "make", "capability": "test.noop@1"}])
+    other_run = start(conn, "q")
+    wait_run(conn, other_run, status="succeeded")
     before = conn.execute(
         "SELECT (SELECT count(*) FROM rara_releases), (SELECT count(*) FROM rara_release_moves)"
     ).fetchone()
     refused = {
+        ("promote", "rag-index", "--from-run", str(other_run)): (
+            f"release rag-index is of definition p: run {other_run} is of definition q"
+        ),
         ("promote", "rag-index", "--from-run", "99"): "no run 99 in namespace default",
         ("promote", "rag-index", "--from-run", "1", "--artifact", "make/x"): "no artifact 'make/x'",
         ("promote", "rag-index", "--from-run", "1", "--result", "nope"): "no succeeded step 'nope'",

@@ -1,8 +1,10 @@
 """Releases (migration 0022, db/functions/releases.sql, docs/releases.md): a succeeded run's
 artifacts and results promoted as NAME@1, @2…, never changed; the current pointer moved by
 promotes and rollbacks, every move recorded; numbers without gaps under concurrent promotes;
-refusals that name what is wrong and write nothing; namespaces kept apart by PostgreSQL; and
-GC keeps a released blob after its run is pruned. Real runs on real workers throughout."""
+refusals that name what is wrong and write nothing; a name bound to its first release's
+definition, and a gated definition's runs released only past an approved gate; namespaces
+kept apart by PostgreSQL; and GC keeps a released blob after its run is pruned. Real runs on
+real workers throughout."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from rara import waits
 from rara.artifacts.gc import collect_garbage
 from rara.artifacts.store import LocalArtifactStore
 from rara.errors import InputInvalid, NotFound
@@ -23,7 +26,8 @@ from rara.pg import retention
 from rara.releases import get_release, list_releases, promote, release_history, rollback
 from rara.runs import start_run
 from tests.support.definitions import apply
-from tests.support.runs import wait_run
+from tests.support.runs import wait_run, waiting_of
+from tests.support.waiting import wait_until
 
 Conn = psycopg.Connection[Any]
 RELEASE_TABLES = (
@@ -262,6 +266,70 @@ def test_every_bad_promote_is_refused_naming_what_is_wrong_and_writes_nothing(
         get_release(conn, "index", namespace="default")
     with pytest.raises(NotFound, match="no release index"):
         release_history(conn, "index", namespace="default")
+
+
+GATED: list[dict[str, Any]] = [
+    *PIPELINE,
+    {"key": "release", "dependsOn": ["index"], "approval": {}},
+]
+
+
+def _gated_run(conn: Conn, *, approve: bool = True) -> int:
+    """A run of `gated` (PIPELINE, then the approval gate `release`), decided as asked."""
+    run_id = start_run(conn, "gated", queue_anyway=True).run_id
+    wait_until(lambda: waiting_of(conn, run_id) == ["release"], message="the gate waits")
+    waits.decide(conn, run_id, "release", approve=approve, reason="checked")
+    wait_run(conn, run_id, status="succeeded" if approve else "failed")
+    return run_id
+
+
+def test_a_release_name_takes_runs_of_its_first_releases_definition_only(
+    conn: Conn, runs: list[int]
+) -> None:
+    apply(conn, "other", [{"key": "collect", "capability": "test.noop@1"}])
+    other = _succeeded_run(conn, "other")
+    promote(conn, "index", runs[0], namespace="default")
+    before = _counts(conn)
+    with pytest.raises(
+        InputInvalid,
+        match=rf"release index is of definition refresh: run {other} is of definition other "
+        r"\(a release name is bound",
+    ):
+        promote(conn, "index", other, namespace="default")
+    assert _counts(conn) == before
+    # A new version of the same definition is the same definition; another name binds anew.
+    apply(conn, "refresh", [*PIPELINE, {"key": "extra", "capability": "test.noop@1"}])
+    assert promote(conn, "index", _succeeded_run(conn), namespace="default").number == 2
+    assert promote(conn, "other-index", other, namespace="default").number == 1
+
+
+def test_a_gated_definitions_run_is_released_only_past_an_approved_gate(
+    conn: Conn, thread_worker: Callable[..., Any]
+) -> None:
+    thread_worker()
+    apply(conn, "gated", GATED)
+    approved = _gated_run(conn)
+    assert promote(conn, "index", approved, namespace="default").number == 1
+    # A version without the gate is no way round it, neither for the bound name nor a new one.
+    apply(conn, "gated", PIPELINE)
+    ungated = _succeeded_run(conn, "gated")
+    before = _counts(conn)
+    for name in ("index", "fresh"):
+        with pytest.raises(
+            InputInvalid,
+            match=rf"definition gated has an approval gate and run {ungated} \(version 2\) has "
+            "none: only a run whose approval gate was approved can be released",
+        ):
+            promote(conn, name, ungated, namespace="default")
+    assert _counts(conn) == before
+    # A run whose gate was never approved (its decision forged in the table by the owner: no
+    # function lets a gated run succeed otherwise) is refused, naming the gate.
+    conn.execute("UPDATE rara_approvals SET decision = 'rejected' WHERE run_id = %s", (approved,))
+    with pytest.raises(
+        InputInvalid, match=rf"run {approved} was not approved at gate release \(rejected\): "
+    ):
+        promote(conn, "index", approved, namespace="default")
+    assert _counts(conn) == before
 
 
 def test_a_teams_login_reads_and_promotes_only_its_own_namespaces_releases(

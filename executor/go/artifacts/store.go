@@ -11,7 +11,15 @@
 // the wrong digest; a valid blob already there is kept (stored once), a corrupt one replaced.
 // The temp names match the Python store's, so its garbage collector spares in-flight writes.
 //
-// Read: every read re-hashes what it read and fails with ErrCorrupted on a mismatch.
+// Read: every read re-hashes what it read and fails with ErrCorrupted on a mismatch, naming
+// the expected digest and the blob's path only (never what the bytes hash to).
+//
+// Nothing below Root is followed through a link: every shard, blob and temp file is opened
+// relative to a directory descriptor walked down from Root with O_NOFOLLOW, so a symbolic link
+// planted in the store (a blob, a shard directory, tmp/) is refused with ErrUnsafe naming the
+// path inside the store, never read, hashed, written through or removed through. (Root itself
+// is configuration and may be a link.) A link where a blob belongs is replaced by the real blob
+// when that content is written again: a rename never follows its target's link.
 package artifacts
 
 import (
@@ -28,8 +36,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // DefaultMediaType is what a ref without one means.
@@ -39,6 +51,10 @@ const (
 	chunkSize = 1 << 20
 	tmpPrefix = "rara-tmp."
 	blobMode  = 0o444
+
+	dirFlags  = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	readFlags = unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+	newFlags  = unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC
 )
 
 var (
@@ -48,7 +64,27 @@ var (
 	ErrNotFound = errors.New("artifact not found")
 	// ErrCorrupted: the blob's bytes do not hash to its name (or the ref's size is wrong).
 	ErrCorrupted = errors.New("artifact corrupted")
+	// ErrUnsafe: a symbolic link, or a file of the wrong kind, where the store keeps its own
+	// files (an *UnsafeError says where).
+	ErrUnsafe = errors.New("artifact store unsafe")
 )
+
+// UnsafeError is ErrUnsafe at Where, the path inside the store ("sha256/ab/…", "tmp"):
+// never where a link points, nor anything read there.
+type UnsafeError struct {
+	Where  string
+	Detail string
+}
+
+func (e *UnsafeError) Error() string { return fmt.Sprintf("%s (%s)", e.Detail, e.Where) }
+
+// Unwrap makes errors.Is(err, ErrUnsafe) hold.
+func (e *UnsafeError) Unwrap() error { return ErrUnsafe }
+
+func unsafeAt(where string) error {
+	return &UnsafeError{Where: where, Detail: "a symbolic link or a file of the wrong kind " +
+		"where the artifact store keeps its own; refused, not followed"}
+}
 
 // Ref points at a blob: "sha256:<64 hex>", its size and media type.
 type Ref struct {
@@ -110,19 +146,22 @@ func (s *Store) NotingReads(reads *Reads) *Store {
 	return &view
 }
 
-// Open creates the layout under root if needed.
+// Open creates the layout under root if needed; a link (or a file) where sha256/ or tmp/
+// belongs is refused.
 func Open(root string, durable bool) (*Store, error) {
 	s := &Store{Root: root, Durable: durable}
-	for _, dir := range []string{s.blobDir(), s.tmpDir()} {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, err
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, err
+	}
+	for _, dir := range []string{"sha256", "tmp"} {
+		fd, _, err := s.walk(true, dir)
+		if err != nil {
+			return nil, fmt.Errorf("artifact store %s: %w", root, err)
 		}
+		closeFd(fd)
 	}
 	return s, nil
 }
-
-func (s *Store) blobDir() string { return filepath.Join(s.Root, "sha256") }
-func (s *Store) tmpDir() string  { return filepath.Join(s.Root, "tmp") }
 
 // PathOf is where the blob of digest lives (whether or not it is there).
 func (s *Store) PathOf(digest string) (string, error) {
@@ -130,17 +169,126 @@ func (s *Store) PathOf(digest string) (string, error) {
 		return "", err
 	}
 	hexd := digest[len("sha256:"):]
-	return filepath.Join(s.blobDir(), hexd[:2], hexd[2:]), nil
+	return filepath.Join(s.Root, "sha256", hexd[:2], hexd[2:]), nil
 }
 
-// Exists says whether a blob is stored under the ref's digest.
+// ---- walking below the root, links refused ---------------------------------------------
+
+func retry[T any](call func() (T, error)) (T, error) {
+	for {
+		v, err := call()
+		if !errors.Is(err, unix.EINTR) {
+			return v, err
+		}
+	}
+}
+
+func closeFd(fd int) { _ = unix.Close(fd) }
+
+// openDir opens the directory name (relative to dirfd) without following a link at name;
+// where is its path inside the store, for the error.
+func openDir(dirfd int, name, where string) (int, error) {
+	fd, err := retry(func() (int, error) { return unix.Openat(dirfd, name, dirFlags, 0) })
+	switch {
+	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR):
+		return -1, unsafeAt(where)
+	case err != nil:
+		return -1, &fs.PathError{Op: "open", Path: where, Err: err}
+	}
+	return fd, nil
+}
+
+// walk opens root/<parts...> as a directory descriptor (the caller closes it), and says
+// whether a part was made. The first part is opened by its path (Root's own components are
+// configuration, followed), each next one relative to the one above, all with O_NOFOLLOW, so
+// a link swapped in meanwhile is refused too. create: make missing parts. An error matching
+// fs.ErrNotExist if one is missing; an *UnsafeError if one is a link or not a directory.
+func (s *Store) walk(create bool, parts ...string) (int, bool, error) {
+	made := false
+	fd := -1
+	for i, part := range parts {
+		where := strings.Join(parts[:i+1], "/")
+		dirfd, name := fd, part
+		if fd < 0 {
+			dirfd, name = unix.AT_FDCWD, filepath.Join(s.Root, part)
+		}
+		child, err := openDir(dirfd, name, where)
+		if errors.Is(err, fs.ErrNotExist) && create {
+			merr := unix.Mkdirat(dirfd, name, 0o755)
+			if merr == nil {
+				made = true
+			} else if !errors.Is(merr, unix.EEXIST) {
+				err = &fs.PathError{Op: "mkdir", Path: where, Err: merr}
+			}
+			if merr == nil || errors.Is(merr, unix.EEXIST) {
+				child, err = openDir(dirfd, name, where)
+			}
+		}
+		if fd >= 0 {
+			closeFd(fd)
+		}
+		if err != nil {
+			return -1, false, err
+		}
+		fd = child
+	}
+	return fd, made, nil
+}
+
+func blobWhere(hexd string) string { return "sha256/" + hexd[:2] + "/" + hexd[2:] }
+
+// openBlob opens the blob read-only, never through a link: ErrNotFound if it is not there,
+// an *UnsafeError (naming the path inside the store) if it or a directory above it is a link
+// or not what the store puts there.
+func (s *Store) openBlob(digest string) (*os.File, error) {
+	hexd := digest[len("sha256:"):]
+	where := blobWhere(hexd)
+	notFound := fmt.Errorf("%w: %s in %s", ErrNotFound, digest, s.Root)
+	shard, _, err := s.walk(false, "sha256", hexd[:2])
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, notFound
+	} else if err != nil {
+		return nil, err
+	}
+	defer closeFd(shard)
+	fd, err := retry(func() (int, error) { return unix.Openat(shard, hexd[2:], readFlags, 0) })
+	switch {
+	case errors.Is(err, unix.ENOENT):
+		return nil, notFound
+	case errors.Is(err, unix.ELOOP):
+		return nil, unsafeAt(where)
+	case err != nil:
+		return nil, &fs.PathError{Op: "open", Path: where, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		closeFd(fd)
+		return nil, &fs.PathError{Op: "stat", Path: where, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		closeFd(fd)
+		return nil, unsafeAt(where)
+	}
+	// A regular file: reads never block, so it need not stay non-blocking.
+	_ = unix.SetNonblock(fd, false)
+	return os.NewFile(uintptr(fd), filepath.Join(s.Root, where)), nil
+}
+
+// Exists says whether a blob is stored under the ref's digest, as the store's own regular
+// file (a link is not).
 func (s *Store) Exists(ref Ref) bool {
-	path, err := s.PathOf(ref.Digest)
+	if ParseDigest(ref.Digest) != nil {
+		return false
+	}
+	hexd := ref.Digest[len("sha256:"):]
+	shard, _, err := s.walk(false, "sha256", hexd[:2])
 	if err != nil {
 		return false
 	}
-	st, err := os.Stat(path)
-	return err == nil && st.Mode().IsRegular()
+	defer closeFd(shard)
+	var st unix.Stat_t
+	err = unix.Fstatat(shard, hexd[2:], &st, unix.AT_SYMLINK_NOFOLLOW)
+	return err == nil && st.Mode&unix.S_IFMT == unix.S_IFREG
 }
 
 func tmpName() string {
@@ -157,33 +305,42 @@ func tmpName() string {
 	return fmt.Sprintf("%s%s.%d.%s", tmpPrefix, host, os.Getpid(), hex.EncodeToString(random[:]))
 }
 
-// Writer streams a blob in; Commit names it by its hash.
+// ---- writing ---------------------------------------------------------------------------
+
+// Writer streams a blob in; Commit names it by its hash. tmp/ stays open for the writer's
+// life: the temp file is created, renamed and removed relative to it, whatever becomes of
+// the path meanwhile.
 type Writer struct {
 	store     *Store
 	mediaType string
 	file      *os.File
-	tmp       string
+	tmpDir    int    // a descriptor of tmp/
+	name      string // the temp file's name in it
+	tmp       string // its path, for logs and tests
 	hash      hash.Hash
 	size      uint64
 	done      bool
 }
 
-// NewWriter opens a temp file for a new blob.
+// NewWriter opens a temp file for a new blob (tmp/ is made again if it was removed).
 func (s *Store) NewWriter(mediaType string) (*Writer, error) {
-	path := filepath.Join(s.tmpDir(), tmpName())
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
-	if errors.Is(err, fs.ErrNotExist) { // tmp/ removed from under us: recreate once
-		if err = os.MkdirAll(s.tmpDir(), 0o755); err == nil {
-			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o666)
-		}
-	}
+	dir, _, err := s.walk(true, "tmp")
 	if err != nil {
 		return nil, err
+	}
+	name := tmpName()
+	// O_EXCL: never clobber, nor open through a link; 0o666 & ~umask like any new file.
+	fd, err := retry(func() (int, error) { return unix.Openat(dir, name, newFlags, 0o666) })
+	if err != nil {
+		closeFd(dir)
+		return nil, &fs.PathError{Op: "create", Path: "tmp/" + name, Err: err}
 	}
 	if mediaType == "" {
 		mediaType = DefaultMediaType
 	}
-	return &Writer{store: s, mediaType: mediaType, file: f, tmp: path, hash: sha256.New()}, nil
+	path := filepath.Join(s.Root, "tmp", name)
+	return &Writer{store: s, mediaType: mediaType, file: os.NewFile(uintptr(fd), path),
+		tmpDir: dir, name: name, tmp: path, hash: sha256.New()}, nil
 }
 
 func (w *Writer) Write(p []byte) (int, error) {
@@ -202,22 +359,44 @@ func (w *Writer) Commit() (Ref, error) {
 		return Ref{}, errors.New("artifact writer already closed")
 	}
 	w.done = true
+	defer closeFd(w.tmpDir)
 	hexd := hex.EncodeToString(w.hash.Sum(nil))
 	err := w.file.Chmod(blobMode)
 	if err == nil && w.store.Durable {
 		err = w.file.Sync()
 	}
+	if err == nil {
+		err = w.stillOurs()
+	}
 	if cerr := w.file.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = w.store.install(w.tmp, hexd, w.size)
+		err = w.store.install(w.tmpDir, w.name, hexd, w.size)
 	}
 	if err != nil {
-		_ = os.Remove(w.tmp)
+		_ = unix.Unlinkat(w.tmpDir, w.name, 0) // a link is removed, not followed
 		return Ref{}, err
 	}
 	return Ref{Digest: "sha256:" + hexd, Size: w.size, MediaType: w.mediaType}, nil
+}
+
+// stillOurs: the name about to be renamed onto the blob is still the file written (not a
+// link or another file swapped in under it).
+func (w *Writer) stillOurs() error {
+	info, err := w.file.Stat()
+	if err != nil {
+		return err
+	}
+	mine, _ := info.Sys().(*syscall.Stat_t)
+	var there unix.Stat_t
+	err = unix.Fstatat(w.tmpDir, w.name, &there, unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil || mine == nil || uint64(there.Dev) != uint64(mine.Dev) ||
+		uint64(there.Ino) != uint64(mine.Ino) {
+		return &UnsafeError{Where: "tmp/" + w.name,
+			Detail: "the temp file was replaced while being written; refused"}
+	}
+	return nil
 }
 
 // Abort discards what was written; a no-op after Commit.
@@ -227,61 +406,85 @@ func (w *Writer) Abort() {
 	}
 	w.done = true
 	_ = w.file.Close()
-	_ = os.Remove(w.tmp)
+	_ = unix.Unlinkat(w.tmpDir, w.name, 0)
+	closeFd(w.tmpDir)
 }
 
-func (s *Store) install(tmp, hexd string, size uint64) error {
-	target := filepath.Join(s.blobDir(), hexd[:2], hexd[2:])
-	if s.existingIsValid(target, hexd, size) {
-		return os.Remove(tmp)
-	}
-	parent := filepath.Dir(target)
-	_, statErr := os.Stat(parent)
-	newDir := errors.Is(statErr, fs.ErrNotExist)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+// install moves a finished, read-only temp file (name in tmpDir) onto its content address.
+func (s *Store) install(tmpDir int, name, hexd string, size uint64) error {
+	shard, newDir, err := s.walk(true, "sha256", hexd[:2])
+	if err != nil {
 		return err
 	}
+	defer closeFd(shard)
+	if s.validIn(shard, hexd, size) {
+		_ = unix.Unlinkat(tmpDir, name, 0)
+		return nil
+	}
+	// Missing, corrupt or a link: (re)place it (a rename replaces a link, never follows it).
 	// Racing writers of the same content each rename a complete copy of the same bytes.
-	if err := os.Rename(tmp, target); err != nil {
-		return err
+	if err := unix.Renameat(tmpDir, name, shard, hexd[2:]); err != nil {
+		return &fs.PathError{Op: "rename", Path: blobWhere(hexd), Err: err}
 	}
 	if s.Durable {
-		if err := syncDir(parent); err != nil {
+		if err := unix.Fsync(shard); err != nil {
 			return err
 		}
 		if newDir {
-			return syncDir(s.blobDir())
+			blobs, _, err := s.walk(false, "sha256")
+			if err != nil {
+				return err
+			}
+			defer closeFd(blobs)
+			return unix.Fsync(blobs)
 		}
 	}
 	return nil
 }
 
-func syncDir(path string) error {
-	d, err := os.Open(path)
-	if err != nil {
-		return err
+// existingIsValid: the blob is stored, exactly; bumps its mtime (GC grace) if so. An error
+// only when the shard directory is unsafe.
+func (s *Store) existingIsValid(hexd string, size uint64) (bool, error) {
+	shard, _, err := s.walk(false, "sha256", hexd[:2])
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	} else if err != nil {
+		return false, err
 	}
-	defer d.Close()
-	return d.Sync()
+	defer closeFd(shard)
+	return s.validIn(shard, hexd, size), nil
 }
 
-// existingIsValid: target holds exactly the blob; bumps its mtime (GC grace) if so.
-func (s *Store) existingIsValid(target, hexd string, size uint64) bool {
-	st, err := os.Stat(target)
-	if err != nil || !st.Mode().IsRegular() || uint64(st.Size()) != size {
-		return false
-	}
-	f, err := os.Open(target)
+// validIn: the shard directory holds exactly the blob hexd as a regular file (a link there
+// is not valid: it is replaced, never read); bumps its mtime (GC grace) if so.
+func (s *Store) validIn(shard int, hexd string, size uint64) bool {
+	fd, err := retry(func() (int, error) { return unix.Openat(shard, hexd[2:], readFlags, 0) })
 	if err != nil {
+		return false // not there, a link, or unreadable: written afresh
+	}
+	defer closeFd(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG ||
+		uint64(st.Size) != size {
 		return false
 	}
-	defer f.Close()
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil || hex.EncodeToString(h.Sum(nil)) != hexd {
+	buf := make([]byte, min(chunkSize, max(size, 1)))
+	for {
+		n, err := retry(func() (int, error) { return unix.Read(fd, buf) })
+		if err != nil {
+			return false
+		}
+		if n == 0 {
+			break
+		}
+		h.Write(buf[:n])
+	}
+	if hex.EncodeToString(h.Sum(nil)) != hexd {
 		return false
 	}
-	now := time.Now()
-	_ = os.Chtimes(target, now, now) // best effort: a shared volume may not allow it
+	now := unix.NsecToTimeval(time.Now().UnixNano())
+	_ = unix.Futimes(fd, []unix.Timeval{now, now}) // best effort: a shared volume may refuse
 	return true
 }
 
@@ -292,8 +495,11 @@ func (s *Store) PutBytes(data []byte, mediaType string) (Ref, error) {
 	if mediaType == "" {
 		mediaType = DefaultMediaType
 	}
-	path := filepath.Join(s.blobDir(), hexd[:2], hexd[2:])
-	if s.existingIsValid(path, hexd, uint64(len(data))) {
+	valid, err := s.existingIsValid(hexd, uint64(len(data)))
+	if err != nil {
+		return Ref{}, err
+	}
+	if valid {
 		return Ref{Digest: "sha256:" + hexd, Size: uint64(len(data)), MediaType: mediaType}, nil
 	}
 	w, err := s.NewWriter(mediaType)
@@ -307,18 +513,17 @@ func (s *Store) PutBytes(data []byte, mediaType string) (Ref, error) {
 	return w.Commit()
 }
 
+// ---- reading ---------------------------------------------------------------------------
+
 // ReadChunks streams the blob in pieces of at most size bytes to fn, then verifies the whole
 // blob against its digest (and the ref's size): fn may see bytes of a corrupt blob, but the
 // call then fails with ErrCorrupted, so a caller commits nothing before it returned nil.
 func (s *Store) ReadChunks(ref Ref, size int, fn func([]byte) error) error {
-	path, err := s.PathOf(ref.Digest)
-	if err != nil {
+	if err := ParseDigest(ref.Digest); err != nil {
 		return err
 	}
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w: %s in %s", ErrNotFound, ref.Digest, s.Root)
-	} else if err != nil {
+	f, err := s.openBlob(ref.Digest)
+	if err != nil {
 		return err
 	}
 	defer f.Close()
@@ -344,13 +549,15 @@ func (s *Store) ReadChunks(ref Ref, size int, fn func([]byte) error) error {
 			return err
 		}
 	}
-	actual := "sha256:" + hex.EncodeToString(h.Sum(nil))
-	if actual != ref.Digest {
-		return fmt.Errorf("%w: %s holds %s (%s)", ErrCorrupted, ref.Digest, actual, path)
+	// The expected digest and the path only: what the bytes hash to would tell a caller the
+	// digest of whatever sits there.
+	if "sha256:"+hex.EncodeToString(h.Sum(nil)) != ref.Digest {
+		return fmt.Errorf("%w: %s: the blob's bytes do not hash to its digest (%s)",
+			ErrCorrupted, ref.Digest, f.Name())
 	}
 	if ref.Size != 0 && ref.Size != total {
-		return fmt.Errorf("%w: %s: ref says %d bytes, blob has %d", ErrCorrupted, ref.Digest,
-			ref.Size, total)
+		return fmt.Errorf("%w: %s: ref says %d bytes, blob has %d (%s)", ErrCorrupted,
+			ref.Digest, ref.Size, total, f.Name())
 	}
 	if s.reads != nil {
 		s.reads.note(ref.Digest)

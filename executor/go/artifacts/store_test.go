@@ -156,3 +156,154 @@ func TestNotingReads(t *testing.T) {
 		t.Fatalf("reads %v, want only %s", got, a.Digest)
 	}
 }
+
+// ---- links planted in the store (the same attacks as tests/security/test_artifact_attacks.py)
+
+var secret = []byte("the contents of a file outside the store\n")
+
+// linkedStore is a store and, beside it, a folder outside it holding a secret file.
+func linkedStore(t *testing.T) (*Store, string) {
+	t.Helper()
+	tmp := t.TempDir()
+	s, err := Open(filepath.Join(tmp, "store"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(tmp, "outside")
+	if err := os.Mkdir(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "secret"), secret, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return s, outside
+}
+
+// refusedNamingOnlyTheInside: err is ErrUnsafe naming inside, and neither where the link
+// points nor the digest of what is there.
+func refusedNamingOnlyTheInside(t *testing.T, err error, inside, outside string) {
+	t.Helper()
+	if !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("want ErrUnsafe, got %v", err)
+	}
+	text := err.Error()
+	if !strings.Contains(text, inside) || strings.Contains(text, outside) ||
+		strings.Contains(text, digestOf(secret)[7:]) {
+		t.Fatalf("the error must name %q only: %s", inside, text)
+	}
+}
+
+func listing(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	return names
+}
+
+func TestABlobLinkedToAnOutsideFileIsNeverRead(t *testing.T) {
+	s, outside := linkedStore(t)
+	// Under its own digest (it would "verify") and under another one (a corruption error
+	// would print the outside file's hash).
+	for _, digest := range []string{digestOf(secret), digestOf([]byte("something else"))} {
+		path, _ := s.PathOf(digest)
+		_ = os.MkdirAll(filepath.Dir(path), 0o755)
+		if err := os.Symlink(filepath.Join(outside, "secret"), path); err != nil {
+			t.Fatal(err)
+		}
+		ref := Ref{Digest: digest}
+		if s.Exists(ref) {
+			t.Fatal("a link counts as a stored blob")
+		}
+		_, err := s.GetBytes(ref)
+		refusedNamingOnlyTheInside(t, err, "sha256/"+digest[7:9]+"/"+digest[9:], outside)
+	}
+	// Writing the content again replaces the link with the store's own blob.
+	ref, err := s.PutBytes(secret, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, _ := s.PathOf(ref.Digest)
+	if st, err := os.Lstat(path); err != nil || !st.Mode().IsRegular() {
+		t.Fatalf("the link is still there: %v %v", st, err)
+	}
+	if got, err := s.GetBytes(ref); err != nil || string(got) != string(secret) {
+		t.Fatalf("got %q, %v", got, err)
+	}
+	if names := listing(t, outside); len(names) != 1 || names[0] != "secret" {
+		t.Fatalf("outside: %v", names)
+	}
+}
+
+func TestAShardLinkedOutsideIsNeverWrittenThrough(t *testing.T) {
+	s, outside := linkedStore(t)
+	data := []byte("a blob for a linked shard")
+	hexd := digestOf(data)[7:]
+	if err := os.Symlink(outside, filepath.Join(s.Root, "sha256", hexd[:2])); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.PutBytes(data, "")
+	refusedNamingOnlyTheInside(t, err, "sha256/"+hexd[:2], outside)
+	w, err := s.NewWriter("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = w.Write(data)
+	_, err = w.Commit()
+	refusedNamingOnlyTheInside(t, err, "sha256/"+hexd[:2], outside)
+	if names := listing(t, outside); len(names) != 1 || names[0] != "secret" {
+		t.Fatalf("written through the link: %v", names)
+	}
+	if names := listing(t, filepath.Join(s.Root, "tmp")); len(names) != 0 {
+		t.Fatalf("temp files left: %v", names)
+	}
+	// A read through it is refused too, even of a blob that would verify.
+	if err := os.WriteFile(filepath.Join(outside, hexd[2:]), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.GetBytes(Ref{Digest: "sha256:" + hexd})
+	refusedNamingOnlyTheInside(t, err, "sha256/"+hexd[:2], outside)
+	if s.Exists(Ref{Digest: "sha256:" + hexd}) {
+		t.Fatal("a blob through a linked shard counts as stored")
+	}
+}
+
+func TestALinkedTempFolderIsNeverWrittenThrough(t *testing.T) {
+	s, outside := linkedStore(t)
+	tmp := filepath.Join(s.Root, "tmp")
+	if err := os.Remove(tmp); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, tmp); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.PutBytes([]byte("through a linked tmp/"), "")
+	refusedNamingOnlyTheInside(t, err, "tmp", outside)
+	if names := listing(t, outside); len(names) != 1 || names[0] != "secret" {
+		t.Fatalf("written through the link: %v", names)
+	}
+	// Opening a store whose sha256/ or tmp/ is a link is refused as well.
+	if _, err := Open(s.Root, false); !errors.Is(err, ErrUnsafe) {
+		t.Fatalf("want ErrUnsafe, got %v", err)
+	}
+}
+
+func TestACorruptBlobsErrorNamesOnlyTheExpectedDigest(t *testing.T) {
+	s, _ := Open(t.TempDir(), false)
+	ref, _ := s.PutBytes([]byte("original"), "")
+	path, _ := s.PathOf(ref.Digest)
+	_ = os.Chmod(path, 0o644)
+	if err := os.WriteFile(path, secret, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.GetBytes(ref)
+	if !errors.Is(err, ErrCorrupted) || !strings.Contains(err.Error(), ref.Digest) ||
+		!strings.Contains(err.Error(), path) || strings.Contains(err.Error(), digestOf(secret)[7:]) {
+		t.Fatalf("want ErrCorrupted naming %s and %s only, got %v", ref.Digest, path, err)
+	}
+}

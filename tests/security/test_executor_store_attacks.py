@@ -24,10 +24,11 @@ from rara.v1 import executor_pb2 as pb
 from tests.executor.support import TOKEN, collect, kinds
 from tests.executor.test_go_executor import build_go_executor, running
 from tests.executor.test_go_executor import pytestmark as go_marks
-from tests.security.test_artifact_attacks import SECRET, SECRET_HEX
 
 pytestmark = go_marks
 
+SECRET = b"the contents of a file outside the store\n"
+SECRET_HEX = hashlib.sha256(SECRET).hexdigest()
 OTHER_HEX = hashlib.sha256(b"something else").hexdigest()
 
 

@@ -213,7 +213,9 @@ BEGIN
         RETURNING id
     )
     SELECT coalesce(array_agg(id), '{}') INTO flagged FROM running;
-    PERFORM pg_notify('rara_cancel', step_id::text) FROM unnest(flagged) AS step_id;
+    IF cardinality(flagged) > 0 THEN
+        PERFORM pg_notify('rara_cancel', '');  -- a wake-up without a word, as a run cancel's
+    END IF;
     downstream := rara_step_cancel_dependants(p_map.run_id, p_map.key);
     RETURN jsonb_build_array(jsonb_build_object(
         'run_id', p_map.run_id, 'failed', 1,

@@ -284,7 +284,11 @@ BEGIN
         RETURNING id
     )
     SELECT coalesce(array_agg(id), '{}') INTO flagged FROM running;
-    PERFORM pg_notify('rara_cancel', step_id::text) FROM unnest(flagged) AS step_id;
+    IF cardinality(flagged) > 0 THEN
+        -- A wake-up without a word: any login may LISTEN (docs/least-privilege.md). A worker
+        -- holding attempts heartbeats now; the fenced answer says which were asked to stop.
+        PERFORM pg_notify('rara_cancel', '');
+    END IF;
     -- Counted in the run (ending it when no step runs).
     PERFORM rara_run_count(jsonb_build_array(jsonb_build_object(
         'run_id', p_run_id, 'succeeded', 0, 'failed', 0, 'cancelled', cancelled)));

@@ -12,9 +12,11 @@ LANGUAGE plpgsql AS $$
 BEGIN
     -- The tail of every change to a schedule (apply, pause, resume, delete): p_changed, after
     -- waking the firing loops when it is true (they sleep to the earliest next tick, which
-    -- the change may have moved). No role calls it: a NOTIFY alone changes nothing.
+    -- the change may have moved). No role calls it: a NOTIFY alone changes nothing. No
+    -- payload: any login may LISTEN, and another namespace's schedule names are not its to
+    -- read; a loop woken reads the next due tick again (docs/least-privilege.md).
     IF p_changed THEN
-        PERFORM pg_notify('rara_schedules', p_name);
+        PERFORM pg_notify('rara_schedules', '');
     END IF;
     RETURN p_changed;
 END $$;

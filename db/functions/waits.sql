@@ -69,8 +69,10 @@ BEGIN
         -- Watchers of the run (`rara runs watch`, Client.wait(until_person=True)): it may now
         -- wait for a person. It begins in the transaction of the step it depended on, which
         -- notifies nobody else; identical notifications of a transaction fold into one. Timer
-        -- waits stay silent here: time moves them on, and nobody stops for them.
-        PERFORM pg_notify('rara_run', NEW.run_id::text || ':waiting');
+        -- waits stay silent here: time moves them on, and nobody stops for them. No payload:
+        -- any login may LISTEN, and the run is not its to know of (docs/least-privilege.md);
+        -- a watcher reads its own run again.
+        PERFORM pg_notify('rara_run', '');
     END IF;
     RETURN NULL;
 END $$;

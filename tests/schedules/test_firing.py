@@ -164,8 +164,9 @@ def test_trigger_pause_and_resume(
 def test_a_change_wakes_the_firing_loops_and_a_no_op_does_not(
     client: Any, make_schedule: MakeSchedule, role_url: Any
 ) -> None:
-    """Apply, pause, resume and delete NOTIFY the schedule's name exactly when they changed it
-    (rara_schedule_changed): a loop sleeping to the old next tick must wake, an idle one not."""
+    """Apply, pause, resume and delete NOTIFY exactly when they changed a schedule
+    (rara_schedule_changed): a loop sleeping to the old next tick must wake, an idle one not.
+    The payload is empty: any login may LISTEN, and the name is not every login's to read."""
     name = make_schedule(schedule="0 3 * * *")
     with psycopg.connect(role_url("rara_client"), autocommit=True) as listener:
         listener.execute(f"LISTEN {firing.CHANNEL}")
@@ -192,10 +193,10 @@ def test_a_change_wakes_the_firing_loops_and_a_no_op_does_not(
             }
         )
         assert woken_by(lambda: manage.apply_schedule(client, again)) == []
-        assert woken_by(lambda: manage.set_suspended(client, name, True)) == [name]
+        assert woken_by(lambda: manage.set_suspended(client, name, True)) == [""]
         assert woken_by(lambda: manage.set_suspended(client, name, True)) == []
-        assert woken_by(lambda: manage.set_suspended(client, name, False)) == [name]
-        assert woken_by(lambda: manage.delete_schedule(client, name)) == [name]
+        assert woken_by(lambda: manage.set_suspended(client, name, False)) == [""]
+        assert woken_by(lambda: manage.delete_schedule(client, name)) == [""]
         with pytest.raises(NotFound):
             manage.delete_schedule(client, name)
 

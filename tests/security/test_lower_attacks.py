@@ -4,6 +4,10 @@
   under any release name, from any definition and past no gate. Now a name is bound to the
   definition of its first release, and a gated definition's run is released only past an
   approved gate.
+- Notifications (docs/least-privilege.md, "NOTIFY is a wake-up, never an authority"): any
+  login may LISTEN, and rara_run said which run ended how ("run_id:status"), rara_cancel which
+  step was asked to stop, rara_schedules which schedule changed, of every namespace. Now those
+  payloads are empty; rara_ready and rara_queued name a capability only.
 """
 
 from __future__ import annotations
@@ -14,9 +18,15 @@ from typing import Any
 import psycopg
 import pytest
 
+from rara import waits
 from rara.errors import InputInvalid
 from rara.releases import get_release, promote
-from tests.support.runs import define, start, wait_run
+from rara.runs import cancel_run
+from rara.schedules.manage import apply_schedule
+from rara.schedules.model import schedule_from_object
+from tests.support.runs import define, start, wait_run, waiting_of
+from tests.support.waiting import wait_until
+from tests.worker.handlers import SEEN
 
 Login = Callable[[str | None], psycopg.Connection[Any]]
 Conn = psycopg.Connection[Any]
@@ -54,3 +64,62 @@ def test_a_client_cannot_release_a_gated_definitions_run_from_a_version_without_
     with pytest.raises(InputInvalid, match="definition refresh has an approval gate"):
         promote(client, "rag-index", ungated, namespace="default")
     assert conn.execute("SELECT count(*) FROM rara_releases").fetchone() == (0,)
+
+
+CHANNELS = ("rara_run", "rara_cancel", "rara_schedules", "rara_waits", "rara_ready", "rara_queued")
+
+
+def test_a_login_with_no_rara_role_hears_no_run_step_or_schedule_of_any_namespace(
+    conn: Conn, thread_worker: Any, login: Login
+) -> None:
+    stranger = login(None)
+    for channel in CHANNELS:
+        stranger.execute(f"LISTEN {channel}")
+    thread_worker()
+    define(
+        conn,
+        "secret-pipeline",
+        [
+            {"key": "s", "capability": "test.sleep@1"},
+            {"key": "gate", "dependsOn": ["s"], "approval": {}},
+        ],
+    )
+    # A run that waits for a person at its gate, then ends approved.
+    gated = start(conn, "secret-pipeline", {"seconds": 0})
+    wait_until(lambda: waiting_of(conn, gated) == ["gate"], message="the gate waits")
+    waits.decide(conn, gated, "gate", approve=True)
+    wait_run(conn, gated, status="succeeded")
+    # A run cancelled while its step runs (the worker is asked to stop it).
+    cancelled = start(conn, "secret-pipeline", {"seconds": 30})
+    wait_until(lambda: f"{cancelled}:s" in SEEN, message="the step runs")
+    assert cancel_run(conn, cancelled)
+    wait_run(conn, cancelled, status="cancelled")
+    # A schedule applied.
+    apply_schedule(
+        conn,
+        schedule_from_object(
+            {
+                "apiVersion": "rara.dev/v1alpha1",
+                "kind": "WorkflowSchedule",
+                "metadata": {"name": "secret-nightly"},
+                "spec": {"definition": "secret-pipeline", "schedule": "0 3 * * *"},
+            }
+        ),
+    )
+    conn.execute("NOTIFY rara_run, 'marker'")  # delivered after all of the above
+
+    heard: list[tuple[str, str]] = []
+    for note in stranger.notifies(timeout=10):
+        if note.payload == "marker":
+            break
+        heard.append((note.channel, note.payload))
+    else:
+        raise AssertionError(f"no marker within 10 s (heard {heard})")
+    # Each wake-up came (the run's wait, its end, the cancel, the schedule) ...
+    assert {c for c, _ in heard} >= {"rara_run", "rara_cancel", "rara_schedules"}, heard
+    # ... and said nothing of what it was about: no run, no step, no name.
+    for channel, payload in heard:
+        if channel in ("rara_ready", "rara_queued"):
+            assert payload == "test.sleep@1", (channel, payload)
+        else:
+            assert payload == "", (channel, payload)

@@ -5,8 +5,8 @@ wheel; the benchmarks import it from here.
 A server of its own (``temporary_server``), one worker process (concurrency 8, lease 60 s, its
 heartbeat every 20 s) and a stream of short runs (``bench.sleep@1``, 2 s each, 2 runs/s,
 started through the outages: the client retries). Per outage: two long runs that span it
-start, the worker is asked for a heartbeat (a ``rara_cancel`` NOTIFY naming one of them makes
-it ask the database at once: rara.worker.listener) and, ``after`` seconds after it landed, the
+start, the worker is asked for a heartbeat (a ``rara_cancel`` NOTIFY makes a worker holding
+attempts ask the database at once: rara.worker.listener) and, ``after`` seconds after it landed, the
 server is stopped at once (``pg_ctl stop -m immediate``: every connection dropped, as a crash
 or a failover does), left down for the outage, and started again on the same port.
 
@@ -152,7 +152,7 @@ def _ride(
             ).run_id
             for i in range(LONG_RUNS)
         ]
-        step = _until(
+        _until(
             lambda: conn.execute(
                 "SELECT min(id) FROM rara_steps WHERE run_id = ANY(%s) AND status = 'running' "
                 "HAVING count(*) = %s",
@@ -160,9 +160,9 @@ def _ride(
             ).fetchone(),
             60,
             "the long runs",
-        )[0]
+        )
         beat = _scalar(conn, "SELECT max(heartbeat_at) FROM rara_workers")
-        conn.execute(f"NOTIFY rara_cancel, '{int(step)}'")  # a heartbeat now (cancels nothing)
+        conn.execute("NOTIFY rara_cancel")  # a heartbeat now (cancels nothing)
         _until(
             lambda: _scalar(conn, "SELECT max(heartbeat_at) FROM rara_workers") != beat,
             30,

@@ -1,9 +1,10 @@
 """LISTEN on a dedicated connection: ``rara_ready`` wakes the lease loop, ``rara_queued`` (steps
 inserted ready: a run started) also its held-back slots, ``rara_waits`` the firing of waits
-(rara.worker.waits), ``rara_cancel``
-(payload: step id) makes the worker ask the database sooner than its next heartbeat whether
-that attempt's cancel was asked. Any login may NOTIFY any channel, so a payload is only ever
-a reason to read: what the worker does follows from the fenced answer, never the payload.
+(rara.worker.waits), ``rara_cancel`` (a cancel was asked of running steps somewhere) makes
+the worker ask the database sooner than its next heartbeat whether one of its attempts is
+among them. Any login may NOTIFY any channel, so a notification is only ever a reason to read:
+what the worker does follows from the fenced answer, never a payload. And any login may
+LISTEN: the database sends rara_cancel empty, naming no step (docs/least-privilege.md).
 
 NOTIFY is a hint, never the only path: a dropped connection is re-opened with backoff, and on
 every (re)connect the lease loop is woken because notifications sent meanwhile are gone. A
@@ -29,7 +30,7 @@ async def listen(
     url: str,
     *,
     on_ready: Callable[[str], None],
-    on_cancel: Callable[[int], None],
+    on_cancel: Callable[[], None],
     on_connect: Callable[[], None],
     on_waits: Callable[[], None] = lambda: None,
     on_queued: Callable[[str], None] = lambda capability: None,
@@ -54,8 +55,8 @@ async def listen(
                             on_queued(note.payload)
                         elif note.channel == WAITS:
                             on_waits()
-                        elif note.channel == CANCEL and note.payload.isdigit():
-                            on_cancel(int(note.payload))
+                        elif note.channel == CANCEL:
+                            on_cancel()
                     await conn.execute("SELECT 1")  # quiet for a while: is anyone there?
         except TRANSIENT as exc:
             delay = backoff.next_delay()

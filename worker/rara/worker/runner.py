@@ -247,11 +247,11 @@ class Worker:
             self.queued = True
             self.held_back_due.set()
 
-    def _on_cancel(self, step_id: int) -> None:
+    def _on_cancel(self) -> None:
         # A hint, never an order: any login may NOTIFY. Ask the database now, in the fenced
-        # heartbeat, whose answer says whether cancel was asked of this attempt; a forged
-        # notification costs one heartbeat.
-        if step_id in self.attempts:
+        # heartbeat, whose answer says which of this worker's attempts were asked to stop (the
+        # notification names no step: any login may LISTEN); a forged one costs one heartbeat.
+        if self.attempts:
             self.heartbeat_due.set()
 
     # -- leasing --------------------------------------------------------------------------

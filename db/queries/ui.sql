@@ -336,3 +336,39 @@ WHERE (CAST(:after AS text) IS NULL OR (s.namespace, s.name) > (:after_namespace
   AND (CAST(:namespace AS text) IS NULL OR s.namespace = :namespace)
 ORDER BY s.namespace, s.name
 LIMIT :limit;
+
+-- name: ui_user_become$
+-- `rara ui --user-roles`: the rest of this transaction (:local) or session runs as the role
+-- :user, the name the proxy's header gave, when it is one the dashboard may become
+-- (docs/ui.md, "One dashboard, many teams"); returns that role, or no row when it is not,
+-- and then nothing changed. A dashboard user is a role granted to the UI's login directly
+-- (`GRANT alice TO rara_ui`: that grant is what marks it), that is a member of a rara group
+-- role and no group of other roles itself (its members are logins), and holds nothing more
+-- than a team's user may: not a rara group role, not a predefined role, not a superuser or a
+-- role with CREATEROLE, CREATEDB, REPLICATION or BYPASSRLS, not the login itself, not the
+-- owner of rara's tables or of the database, nor a member of either. The name must exist as
+-- written (compared as text, so PostgreSQL never shortens it to another role's), which rules
+-- out `none` — `SET ROLE "none"`, quoted or not, is PostgreSQL's reset to the login, which
+-- sees every user's namespaces together — and the other names SQL reads as keywords are
+-- refused in any case. The role is set only on the row that passed every test
+-- (set_config('role', …) is what SET ROLE does, with its own membership check).
+SELECT set_config('role', r.rolname, CAST(:local AS boolean))
+FROM pg_roles r
+WHERE r.rolname::text = CAST(:user AS text)
+  AND lower(r.rolname) NOT IN ('none', 'public', 'default', 'all', 'current_user',
+                               'session_user', 'current_role', 'user')
+  AND r.oid >= 16384 AND left(r.rolname, 3) <> 'pg_'
+  AND r.rolname NOT IN ('rara_reader', 'rara_worker', 'rara_client', 'rara_operator',
+                        'rara_vouch')
+  AND r.rolname <> session_user
+  AND NOT (r.rolsuper OR r.rolcreaterole OR r.rolcreatedb OR r.rolreplication
+           OR r.rolbypassrls)
+  AND EXISTS (SELECT FROM pg_auth_members m JOIN pg_roles l ON l.oid = m.member
+              WHERE m.roleid = r.oid AND l.rolname = session_user)
+  AND NOT EXISTS (SELECT FROM pg_auth_members m JOIN pg_roles g ON g.oid = m.member
+                  WHERE m.roleid = r.oid AND NOT g.rolcanlogin)
+  AND pg_has_role(r.oid, 'rara_reader', 'MEMBER')
+  AND NOT pg_has_role(r.oid, (SELECT c.relowner FROM pg_class c
+                              WHERE c.oid = 'rara_runs'::regclass), 'MEMBER')
+  AND NOT pg_has_role(r.oid, (SELECT d.datdba FROM pg_database d
+                              WHERE d.datname = current_database()), 'MEMBER');

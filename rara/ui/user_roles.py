@@ -7,8 +7,11 @@ there on it is the database that decides: row-level security shows the user's na
 only (``rara_namespace_access``), and the write functions act as, and refuse, that user. The
 role ends with the transaction, so a pooled connection goes back as the login's.
 
-A user the login may not become (no such role, or one the login is not a member of) is a
-403 naming the user; a request without the header a 401."""
+Which users the login may become is the database's answer (``ui_user_become``): a role
+granted to the login directly, a member of a rara group role, and nothing more privileged. Not
+``none`` (``SET ROLE "none"`` is PostgreSQL's reset: the request would run as the login, which
+sees every user's namespaces), not a group role (``rara_client``, a team's), not the login or
+the owner: each a 403 naming the user; a request without the header a 401."""
 
 from __future__ import annotations
 
@@ -17,12 +20,11 @@ from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg_pool import AsyncConnectionPool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from rara.pg.queries import AsyncConn
+from rara.pg.queries import AsyncConn, avalue, value
 from rara.ui import data
 from rara.ui.auth import AuthConfig
 
@@ -47,16 +49,20 @@ def user_of(request: Request) -> str | None:
 
 
 def no_role(user: str) -> HTTPException:
-    return HTTPException(403, f"no database role {user!r} the UI's login may use")
+    return HTTPException(
+        403,
+        f"{user!r} is not a dashboard user: the UI's login acts only as a role granted to it"
+        " directly that is a member of a rara group role (not a group role, a predefined or"
+        " privileged role, the login itself or the owner)",
+    )
 
 
-def set_role(user: str, login: str, *, local: bool = True) -> sql.Composed:
-    """``SET LOCAL ROLE "<user>"`` (``SET ROLE`` for a connection of the caller's alone);
-    refused (403) for a name PostgreSQL would shorten, and for the login itself, which sees
-    every user's namespaces together."""
+def _checked(user: str, login: str) -> str:
+    """``user`` as the statement takes it; refused (403) for a name PostgreSQL would shorten
+    and for the login itself, which sees every user's namespaces together."""
     if len(user.encode()) > MAX_ROLE_BYTES or user == login:
         raise no_role(user)
-    return sql.SQL("SET LOCAL ROLE {}" if local else "SET ROLE {}").format(sql.Identifier(user))
+    return user
 
 
 @contextmanager
@@ -79,18 +85,24 @@ async def connection(request: Request) -> AsyncIterator[AsyncConn]:
             yield conn
             return
         async with conn.transaction():
-            statement = set_role(user, conn.info.user)
             with refused_as_403(user):
-                await conn.execute(statement)
+                became = await avalue(
+                    conn, "ui_user_become", str, user=_checked(user, conn.info.user), local=True
+                )
+            if became is None:
+                raise no_role(user)
             yield conn
 
 
 def become(conn: psycopg.Connection[Any], user: str) -> None:
     """The actions' side: ``conn``, a connection of the action's own that is closed after it,
     acts as ``user`` for the rest of its life."""
-    statement = set_role(user, conn.info.user, local=False)
     with refused_as_403(user):
-        conn.execute(statement)
+        became = value(
+            conn, "ui_user_become", str, user=_checked(user, conn.info.user), local=False
+        )
+    if became is None:
+        raise no_role(user)
 
 
 async def visible_namespaces(conn: AsyncConn) -> frozenset[str] | None:

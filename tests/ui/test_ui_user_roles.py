@@ -9,6 +9,8 @@ cancel and resume too; no header is a 401, a role the login may not use a 403.""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import re
 import urllib.error
@@ -216,8 +218,7 @@ def test_no_header_is_401_and_a_role_the_login_may_not_use_is_403(
         for path in ("/runs", f"/runs/{tenancy.a.run_id}", "/live/runs", "/fleet"):
             status, body = _call(ui, path, user)
             assert status == 403, (user, path, status, body[-300:])
-            assert "no database role" in body
-            assert "the UI&#39;s login may use" in body
+            assert "is not a dashboard user" in body
     assert ui.proc.poll() is None
     assert "Traceback" not in ui.output()
 
@@ -320,3 +321,96 @@ def test_the_browser_offers_the_users_namespaces_only(
         expect(page.locator('tbody tr[data-namespace="team-b"]')).to_have_count(1)
     finally:
         context.close()
+
+
+TOKEN = "user-roles-attack-token"
+
+
+def _csrf_of(user: str) -> str:
+    """The form token the UI expects of ``user`` (rara.ui.auth: keyed by the UI's token), so an
+    action can be tried as a user whose pages are refused."""
+    key = hashlib.sha256(b"rara-ui-key\0" + TOKEN.encode()).digest()
+    return hmac.new(key, f"csrf:user:{user}".encode(), hashlib.sha256).hexdigest()
+
+
+def test_the_user_none_is_not_the_dashboard_s_own_login(
+    ui_server: Callable[..., UiServer], tenancy: Tenancy, conn: psycopg.Connection[Any]
+) -> None:
+    """Attack: the proxy names the user `none`. `SET ROLE "none"`, quoted or not, is
+    PostgreSQL's reset: the request ran as the UI's login, a member of every user's role, so
+    it read team-b's runs and cancelled one. Now a 403, and nothing read or written."""
+    ui = ui_server(
+        "--auth-header", HEADER, "--user-roles", "--no-read-only",
+        url=tenancy.login_url, env={"RARA_UI_TOKEN": TOKEN},
+    )  # fmt: skip
+    b = tenancy.b
+    for user in ("none", "NONE", "None", " none "):
+        for path in ("/runs", f"/runs?namespace={b.namespace}", f"/runs/{b.run_id}", "/live/runs"):
+            status, body = _call(ui, path, user)
+            assert status == 403, (user, path, status, body[-300:])
+            assert "is not a dashboard user" in body
+            assert f"/runs/{b.run_id}" not in body
+        form = f"csrf={_csrf_of(user.strip())}".encode()
+        status, body = _call(ui, f"/runs/{b.run_id}/cancel", user, form)
+        assert status == 403, (user, status, body[-300:])
+    assert conn.execute(
+        "SELECT cancel_requested OR status = 'cancelled' FROM rara_runs WHERE id = %s",
+        (b.run_id,),
+    ).fetchone() == (False,)
+    assert "Traceback" not in ui.output()
+
+
+def test_group_and_privileged_roles_are_not_dashboard_users(
+    ui_server: Callable[..., UiServer],
+    tenancy: Tenancy,
+    database_url: str,
+    conn: psycopg.Connection[Any],
+) -> None:
+    """Attack: the proxy names a role the login reaches only through a user — a team's group
+    role (team-b's users are its members), rara_client, rara_reader — or one granted to the
+    login that is more than a user (a role with BYPASSRLS, a member of the owner). Each was a
+    role the login could `SET ROLE` to, and so a user the dashboard acted as: the team's role
+    read team-b's runs. Now each is a 403; a user granted to the login directly still works."""
+    suffix = uuid.uuid4().hex[:8]
+    team, member = f"team_b_{suffix}", f"bob_{suffix}"
+    bypass, owners = f"bypass_{suffix}", f"owner_member_{suffix}"
+    owner = conn.execute(
+        "SELECT relowner::regrole::text FROM pg_class WHERE oid = 'rara_runs'::regclass"
+    ).fetchone()
+    assert owner is not None
+    made = [member, team, bypass, owners]
+    with psycopg.connect(database_url, autocommit=True) as admin:
+        ident = sql.Identifier
+        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN IN ROLE rara_client").format(ident(team)))
+        admin.execute(
+            sql.SQL("CREATE ROLE {} NOLOGIN IN ROLE {}").format(ident(member), ident(team))
+        )
+        admin.execute(
+            sql.SQL("CREATE ROLE {} NOLOGIN BYPASSRLS IN ROLE rara_reader").format(ident(bypass))
+        )
+        admin.execute(
+            sql.SQL("CREATE ROLE {} NOLOGIN IN ROLE rara_reader, {}").format(
+                ident(owners), sql.SQL(owner[0])
+            )
+        )
+        admin.execute(
+            "INSERT INTO rara_namespace_access (role, namespace) VALUES (%s, %s)",
+            (team, tenancy.b.namespace),
+        )
+        for role in (member, bypass, owners):
+            admin.execute(sql.SQL("GRANT {} TO {}").format(ident(role), ident(tenancy.login)))
+        try:
+            ui = _server(ui_server, tenancy)
+            b = f"/runs/{tenancy.b.run_id}"
+            for user in (team, "rara_client", "rara_reader", "rara_worker", bypass, owners,
+                         "pg_read_all_data", "public", "current_user"):  # fmt: skip
+                for path in ("/runs", b):
+                    status, body = _call(ui, path, user)
+                    assert status == 403, (user, path, status, body[-300:])
+                    assert "is not a dashboard user" in body
+            status, body = _call(ui, b, member)  # the team's member, granted to the login
+            assert status == 200, (status, body[-300:])
+        finally:
+            for role in made:
+                admin.execute(sql.SQL("DROP OWNED BY {}").format(ident(role)))
+                admin.execute(sql.SQL("DROP ROLE {}").format(ident(role)))

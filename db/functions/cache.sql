@@ -1,6 +1,7 @@
--- The step cache (migration 0013, docs/step-cache.md): the entries' settings given to a run's
--- steps, and their removal. Entries are written by a step's success (rara_step_end_many,
--- lease.sql) and reused by a worker that verified their blobs; nothing else writes them.
+-- The step cache (migrations 0013, 0026; docs/step-cache.md): the entries' settings given to a
+-- run's steps, and their removal. Entries are written by the success of a step with `cache:`
+-- (rara_step_end_many, lease.sql), in its namespace and capability, and reused by a worker that
+-- verified their blobs; nothing else writes them.
 -- Called through db/queries/cache.sql (rara.pg.cache). Repeatable (rara.pg.migrate): edit in
 -- place.
 
@@ -34,7 +35,7 @@ CREATE OR REPLACE FUNCTION rara_step_cache_claim(p_worker text, p_step_id bigint
 RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT SET enable_seqscan = off AS $$
 DECLARE
-    claimed bigint;
+    claimed record;
 BEGIN
     -- Single flight for a step that missed (docs/step-cache.md, "Concurrent misses"), fenced by
     -- its lease: true, compute it — the step row now says it computes p_cache's key; false,
@@ -44,17 +45,22 @@ BEGIN
     -- computes; null, the lease is lost. Claims of one key are serialized by a transaction
     -- advisory lock on it, so of two steps that miss at once the second sees the first's
     -- claim. A claim is the step's status: it ends when the step stops running, however.
+    -- Only a step with `cache:` claims, and it defers only to a step of its own namespace and
+    -- capability (the entry it waits for is found by them: cache_find): a worker cannot hold
+    -- back another namespace's steps by claiming their key.
     PERFORM pg_advisory_xact_lock(hashtextextended(p_cache ->> 'key', 33));
     UPDATE rara_steps s SET cache = p_cache - 'ttl_ms'
     WHERE s.id = p_step_id AND s.leased_by = p_worker AND s.lease_token = p_token
-      AND s.status = 'running'
-    RETURNING s.id INTO claimed;
-    IF claimed IS NULL THEN
+      AND s.status = 'running' AND jsonb_typeof(s.payload -> 'cache') = 'object'
+    RETURNING s.id, s.namespace, s.capability INTO claimed;
+    IF claimed.id IS NULL THEN
         RETURN NULL;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM rara_steps o
                    WHERE (o.cache ->> 'key') = p_cache ->> 'key' AND o.status = 'running'
-                     AND o.cache IS NOT NULL AND o.id <> p_step_id) THEN
+                     AND o.cache IS NOT NULL AND o.id <> p_step_id
+                     AND o.namespace = claimed.namespace
+                     AND o.capability = claimed.capability) THEN
         RETURN true;
     END IF;
     WITH released AS (
@@ -80,12 +86,14 @@ BEGIN
     -- Entries removed: by `rara cache drop`, and by a worker that found one of an entry's
     -- blobs missing or corrupt (the step then runs, and its success writes a new entry).
     -- The blobs stay until `rara artifacts gc` finds nothing else names them. A team drops
-    -- only the entries its own runs made; an entry whose run was pruned, only a role with
-    -- every namespace.
-    RETURN QUERY DELETE FROM rara_step_cache c
-    WHERE c.key = ANY (p_keys)
-      AND rara_namespace_allowed(coalesce((SELECT r.namespace FROM rara_runs r
-                                           WHERE r.id = c.source_run), '*'))
-    RETURNING c.key;
+    -- only the entries its own steps wrote (the entry's namespace, migration 0026), also
+    -- after their run was pruned. A key is one per namespace and capability: each of the
+    -- caller's is dropped.
+    RETURN QUERY WITH dropped AS (
+        DELETE FROM rara_step_cache c
+        WHERE c.key = ANY (p_keys) AND rara_namespace_allowed(c.namespace)
+        RETURNING c.key
+    )
+    SELECT DISTINCT d.key FROM dropped d;
 END $$;
 SELECT rara_grant('rara_step_cache_drop', 'rara_worker', 'rara_client');

@@ -742,20 +742,27 @@ BEGIN
         ), cached AS (
             -- A cache-enabled step that ran (not one that reused an entry): its entry, under
             -- the key its worker computed from its base and what it read (rara.cache;
-            -- docs/step-cache.md). A key already there was written by a step that ran at the
-            -- same time (no single flight) or replaces an entry whose blobs a worker found
-            -- missing: the same inputs, so the newest simply wins.
-            INSERT INTO rara_step_cache AS c (key, base, reads, capability, step_key, parts,
-                                              result, manifest, source_run, source_step,
+            -- docs/step-cache.md). Only for a step whose definition has `cache:` (its
+            -- payload's, rara_spec_caches), and with the step row's namespace, capability, key
+            -- and ttl, never the worker's word: an entry is found only by steps of the same
+            -- namespace and capability (cache_find), so a worker that lies about its own step
+            -- cannot answer another's. A key already there (of that namespace and capability)
+            -- was written by a step that ran at the same time (no single flight) or replaces
+            -- an entry whose blobs a worker found missing: the same inputs, so the newest
+            -- simply wins.
+            INSERT INTO rara_step_cache AS c (key, namespace, capability, base, reads, step_key,
+                                              parts, result, manifest, source_run, source_step,
                                               source_attempt, expires_at)
-            SELECT g.cache ->> 'entry', g.cache ->> 'base', g.cache -> 'reads', done.capability,
-                   done.key, g.cache -> 'entry_parts', g.result,
+            SELECT g.cache ->> 'entry', s.namespace, s.capability, g.cache ->> 'base',
+                   g.cache -> 'reads', s.key, g.cache -> 'entry_parts', g.result,
                    coalesce(g.manifest, '[]'), done.run_id, done.id, done.attempt,
-                   now() + make_interval(secs => (g.cache ->> 'ttl_ms')::double precision / 1000)
+                   now() + make_interval(
+                       secs => (s.payload -> 'cache' ->> 'ttl_ms')::double precision / 1000)
             FROM (SELECT g.id, g.cache, g.result, g.manifest FROM given g
                   WHERE g.cache IS NOT NULL AND g.reused_from IS NULL) AS g
             JOIN done ON done.id = g.id
-            ON CONFLICT (key) DO UPDATE SET
+            JOIN rara_steps s ON s.id = g.id AND jsonb_typeof(s.payload -> 'cache') = 'object'
+            ON CONFLICT (key, namespace, capability) DO UPDATE SET
                 base = EXCLUDED.base, reads = EXCLUDED.reads, parts = EXCLUDED.parts,
                 result = EXCLUDED.result, manifest = EXCLUDED.manifest,
                 source_run = EXCLUDED.source_run, source_step = EXCLUDED.source_step,

@@ -1,4 +1,4 @@
--- The step cache (migrations 0013, 0016; docs/step-cache.md): an entry found by its base, listed,
+-- The step cache (migrations 0013, 0016, 0026; docs/step-cache.md): an entry found by its base, listed,
 -- explained and dropped. Entries are written by step_end_many (lease.sql) and dropped through
 -- rara_step_cache_drop (db/functions/cache.sql). Typed: rara.pg.cache.
 -- Loaded by rara.pg.queries with every other file of this folder: one name space, each name
@@ -7,18 +7,20 @@
 -- signs: statements go to psycopg's %-style placeholders.
 
 -- name: cache_find^
--- The newest live entry of :base whose step read nothing that :upstream ({"<step>/<name>":
--- digest}, what a step is given) does not give with the same digest, or none.
-SELECT key, base, reads, capability, step_key, parts, result, manifest, source_run,
+-- The newest live entry of :base, written by a step of :namespace and :capability (migration
+-- 0026), whose step read nothing that :upstream ({"<step>/<name>": digest}, what a step is
+-- given) does not give with the same digest, or none.
+SELECT key, namespace, base, reads, capability, step_key, parts, result, manifest, source_run,
        source_step, source_attempt, created_at, expires_at
 FROM rara_step_cache
-WHERE base = :base AND reads <@ CAST(:upstream AS jsonb)
+WHERE base = :base AND namespace = :namespace AND capability = :capability
+  AND reads <@ CAST(:upstream AS jsonb)
   AND (expires_at IS NULL OR expires_at > now())
 ORDER BY created_at DESC LIMIT 1;
 
 -- name: cache_list
 -- Entries, newest first, at most :limit; :capability narrows them when not null.
-SELECT key, base, reads, capability, step_key, parts, result, manifest, source_run,
+SELECT key, namespace, base, reads, capability, step_key, parts, result, manifest, source_run,
        source_step, source_attempt, created_at, expires_at
 FROM rara_step_cache
 WHERE CAST(:capability AS text) IS NULL OR capability = :capability
@@ -27,7 +29,7 @@ ORDER BY created_at DESC, key LIMIT :limit;
 -- name: cache_nearest
 -- The newest live entries of one capability and step key but :except_key (the entry a hit
 -- reused, if any): what `rara cache explain` compares a step's key with.
-SELECT key, base, reads, capability, step_key, parts, result, manifest, source_run,
+SELECT key, namespace, base, reads, capability, step_key, parts, result, manifest, source_run,
        source_step, source_attempt, created_at, expires_at
 FROM rara_step_cache
 WHERE capability = :capability AND step_key = :step_key AND key <> :except_key

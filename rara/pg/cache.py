@@ -1,4 +1,5 @@
-"""Typed access to ``db/queries/cache.sql``: the step cache's entries (migrations 0013, 0016)."""
+"""Typed access to ``db/queries/cache.sql``: the step cache's entries (migrations 0013, 0016,
+0026)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ class CacheEntry:
     """A step's result and artifact manifest, stored under its cache key (``rara.cache``)."""
 
     key: str
+    namespace: str  # of the step that wrote it: only its namespace's steps reuse it
     base: str  # the key's parts known before a step runs (rara.cache.CacheKey.base)
     reads: Mapping[str, str]  # the upstream artifacts its step read: "<step>/<name>" -> digest
     capability: str
@@ -32,15 +34,34 @@ class CacheEntry:
     expires_at: datetime | None
 
 
-def find(conn: Conn, base: str, upstream: Mapping[str, str]) -> CacheEntry | None:
-    """The newest live entry of ``base`` whose step read only what ``upstream`` gives, with
-    the same digests; None: a miss."""
-    return one(conn, "cache_find", class_row(CacheEntry), base=base, upstream=Jsonb(dict(upstream)))
+def find(
+    conn: Conn, base: str, upstream: Mapping[str, str], *, namespace: str, capability: str
+) -> CacheEntry | None:
+    """The newest live entry of ``base``, written by a step of ``namespace`` and
+    ``capability``, whose step read only what ``upstream`` gives, with the same digests;
+    None: a miss."""
+    return one(
+        conn,
+        "cache_find",
+        class_row(CacheEntry),
+        base=base,
+        upstream=Jsonb(dict(upstream)),
+        namespace=namespace,
+        capability=capability,
+    )
 
 
-async def afind(conn: AsyncConn, base: str, upstream: Mapping[str, str]) -> CacheEntry | None:
+async def afind(
+    conn: AsyncConn, base: str, upstream: Mapping[str, str], *, namespace: str, capability: str
+) -> CacheEntry | None:
     return await aone(
-        conn, "cache_find", class_row(CacheEntry), base=base, upstream=Jsonb(dict(upstream))
+        conn,
+        "cache_find",
+        class_row(CacheEntry),
+        base=base,
+        upstream=Jsonb(dict(upstream)),
+        namespace=namespace,
+        capability=capability,
     )
 
 

@@ -100,7 +100,11 @@ async def look_up(
 ) -> cache_sql.CacheEntry | None:
     """The entry to reuse for ``step``, verified; None: the step runs."""
     async with store.pool.connection() as conn:
-        entry = await cache_sql.afind(conn, key.base, key.upstream)
+        # (the step's namespace and capability, as its lease gave them: an entry is reused only
+        # by steps of the namespace and capability whose step wrote it, migration 0026)
+        entry = await cache_sql.afind(
+            conn, key.base, key.upstream, namespace=step.namespace, capability=step.capability
+        )
     if entry is None:
         return None
     # (no artifacts, nothing to read: no thread hop)

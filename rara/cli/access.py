@@ -108,3 +108,18 @@ def mine() -> None:
         console.print("every namespace")
     else:
         console.print("\n".join(namespaces) or "none", highlight=False)
+
+
+@app.command("bootstrap-sql")
+@reports_errors
+def bootstrap_sql(
+    owner: Annotated[
+        str, typer.Argument(help="the login that will own and migrate rara's database")
+    ],
+) -> None:
+    """Print what a superuser runs once per server so that OWNER, a login without CREATEROLE,
+    can migrate rara: the group roles, and ADMIN OPTION on each for OWNER (pipe it to
+    `psql -v ON_ERROR_STOP=1` as a superuser). Needs no database."""
+    console.print(
+        access.bootstrap_sql(owner), highlight=False, markup=False, soft_wrap=True, end=""
+    )

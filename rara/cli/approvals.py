@@ -8,12 +8,14 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.table import Column, Table
+from rich.text import Text
 
 from rara.cli.common import (
     AllNamespacesOption,
     NamespaceOption,
     console,
+    literal,
     namespace_client,
     print_listing,
     reports_errors,
@@ -71,51 +73,64 @@ def _row(a: ApprovalRow) -> tuple[str, ...]:
 
 def print_approval(a: Approval, out: Console = console) -> None:
     """The approval as `rara approvals show` prints it (the demo prints it so too)."""
+    # ``out`` may be any console (the demo passes its own): every value is ``literal``.
     out.print(
-        f"run {a.run_id} · {a.namespace}/{a.definition} · approval [bold]{a.step_key}[/bold]: "
-        f"{_state(a.decision)}",
-        highlight=False,
+        Text.assemble(
+            literal(f"run {a.run_id} · {a.namespace}/{a.definition} · approval "),
+            literal(a.step_key, "bold"),
+            literal(f": {_state(a.decision)}"),
+        )
     )
     out.print(
-        f"requested {_when(a.requested_at)}"
-        + (f", deadline {_when(a.due_at)}" if a.due_at else "")
-        + f"; approvers: {', '.join(a.approvers) or 'any client of the namespace'}"
-        + f"; a rejection {'cancels' if a.on_reject == 'cancel' else 'fails'} the run",
-        highlight=False,
+        literal(
+            f"requested {_when(a.requested_at)}"
+            + (f", deadline {_when(a.due_at)}" if a.due_at else "")
+            + f"; approvers: {', '.join(a.approvers) or 'any client of the namespace'}"
+            + f"; a rejection {'cancels' if a.on_reject == 'cancel' else 'fails'} the run"
+        )
     )
     if a.decision:
         by = a.decided_by or "its deadline"
         if a.decided_login and a.decided_login != a.decided_by:
             by += f" (through login {a.decided_login})"
         out.print(
-            f"{a.decision} by {by} at {_when(a.decided_at)}"
-            + (f": {a.reason}" if a.reason else ""),
-            highlight=False,
+            literal(
+                f"{a.decision} by {by} at {_when(a.decided_at)}"
+                + (f": {a.reason}" if a.reason else "")
+            )
         )
     shown = a.evidence.get("shown", [])
     if shown:
-        out.print("[bold]Evidence[/bold] (as it was when the gate began to wait)")
+        out.print(Text.assemble(("Evidence", "bold"), " (as it was when the gate began to wait)"))
         for item in shown:
             table = metric_table(item.get("value"), item["show"])
             if table is not None:
                 out.print(evidence_table(item["show"], table))
                 continue
-            out.print(f"  {item['show']}:", highlight=False)
+            out.print(literal(f"  {item['show']}:"))
             text = json.dumps(item.get("value"), indent=2, sort_keys=True)
             for line in text.splitlines():
-                out.print("    " + line, highlight=False, markup=False)
+                out.print(literal("    " + line))
     artifacts = a.evidence.get("artifacts", [])
     if artifacts:
         digests = Table("step", "artifact", "digest", "size")
         for art in artifacts:
-            digests.add_row(art["step"], art["name"], art["digest"], str(art["size"]))
+            digests.add_row(
+                literal(art["step"]), literal(art["name"]), literal(art["digest"]),
+                literal(art["size"]),
+            )  # fmt: skip
         out.print(digests)
 
 
 def evidence_table(shown: str, table: MetricTable) -> Table:
-    drawn = Table("", *table.columns, title=shown, title_justify="left")
+    drawn = Table(
+        "",
+        *(Column(header=literal(c)) for c in table.columns),
+        title=literal(shown),
+        title_justify="left",
+    )
     for name, cells in table.text_rows():
-        drawn.add_row(name, *cells)
+        drawn.add_row(literal(name), *(literal(c) for c in cells))
     return drawn
 
 

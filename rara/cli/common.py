@@ -16,9 +16,10 @@ from typing import Annotated, Any, ParamSpec, TypeVar, cast
 
 import psycopg
 import typer
-from rich.console import Console
-from rich.markup import escape
+from rich.console import Console, HighlighterType, JustifyMethod, OverflowMethod
+from rich.style import Style
 from rich.table import Table
+from rich.text import Text
 
 from rara.client import Client
 from rara.definitions.model import RUNS_NOTHING
@@ -26,8 +27,65 @@ from rara.errors import DefinitionInvalid, InputInvalid, RaraError
 from rara.namespaces import ENV, check_namespace
 from rara.secrets import redact
 
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
+# C0 and C1 control characters but tab and newline (an escape sequence: colours, a terminal
+# hyperlink, a cursor move or a title; a carriage return that overwrites the line), and the
+# bidirectional overrides that reorder what is shown: each as its escape, visibly.
+_SHOWN_AS_ESCAPES = {
+    c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+    for c in (
+        *(c for c in range(0x20) if c not in (0x09, 0x0A)),
+        *range(0x7F, 0xA0),
+        *range(0x202A, 0x202F),
+        *range(0x2066, 0x206A),
+    )
+}
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character shown as its escape (``\\x1b``)."""
+    return text.translate(_SHOWN_AS_ESCAPES)
+
+
+def literal(value: object, style: str | Style = "") -> Text:
+    """A value that is data — a step's error or result, a log line, a name, a reason — as Rich
+    prints it whatever the console: its characters as they are, never markup (``[link=…]``
+    is text), never an emoji code, a control character as its escape. Every CLI output that
+    embeds such a value goes through this, or prints on ``console`` (which treats every
+    string so); markup is only ever written as Text built by rara's own code."""
+    return Text(visible(str(value)), style=style)
+
+
+class LiteralConsole(Console):
+    """A console on which every string is data (``literal``): printed or in a Table's cell or
+    title, nothing in it is read as markup or emoji, and control characters show as escapes.
+    Styling is Text (``literal(…, style)``, ``Text.assemble``)."""
+
+    def render_str(
+        self,
+        text: str,
+        *,
+        style: str | Style = "",
+        justify: JustifyMethod | None = None,
+        overflow: OverflowMethod | None = None,
+        emoji: bool | None = None,
+        markup: bool | None = None,
+        highlight: bool | None = None,
+        highlighter: HighlighterType | None = None,
+    ) -> Text:
+        return super().render_str(
+            visible(text),
+            style=style,
+            justify=justify,
+            overflow=overflow,
+            emoji=False,
+            markup=False,
+            highlight=highlight,
+            highlighter=highlighter,
+        )
+
+
+console = LiteralConsole(soft_wrap=True)
+err_console = LiteralConsole(stderr=True, soft_wrap=True)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -52,11 +110,11 @@ def error_message(exc: BaseException) -> str:
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print ``error: message`` on stderr; returns the Exit to raise.
 
-    The message is escaped: it may quote user input, and rich would read ``[/x]`` in it as
-    markup (and raise on an unmatched tag, which is a traceback). Credential-looking text
-    is masked: a connection error quotes the URL, password included.
+    The message is data (``literal``): it may quote user input or a worker's error, and rich
+    would read ``[/x]`` in it as markup (and raise on an unmatched tag, which is a traceback).
+    Credential-looking text is masked: a connection error quotes the URL, password included.
     """
-    err_console.print(f"[red]error:[/red] {escape(redact(message))}", highlight=False)
+    err_console.print(Text.assemble(("error:", "red"), " ", literal(redact(message))))
     return typer.Exit(code)
 
 

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from rara import waits
 from rara.cache import describe_reuse
@@ -15,6 +16,7 @@ from rara.cli.common import (
     NamespaceOption,
     attempts,
     console,
+    literal,
     namespace_client,
     parse_json_arg,
     parse_json_object_arg,
@@ -123,7 +125,11 @@ def list_(
 
 def print_run(view: RunView) -> None:
     definition = qualified(view.namespace, view.definition)
-    console.print(f"run {view.id}  {definition}@{view.version}  [bold]{view.status}[/bold]")
+    console.print(
+        Text.assemble(
+            literal(f"run {view.id}  {definition}@{view.version}  "), literal(view.status, "bold")
+        )
+    )
     if view.error:
         console.print(f"error: {view.error}")
     table = Table(

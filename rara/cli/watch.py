@@ -11,11 +11,12 @@ from typing import Any
 import psycopg
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn
 from rich.table import Table
 
 from rara.cache import describe_reuse
-from rara.cli.common import attempts
+from rara.cli.common import attempts, literal, visible
 from rara.errors import NotFound
 from rara.pg import artifacts, runs
 from rara.pg import steps as step_sql
@@ -52,14 +53,16 @@ def watch(
     On a terminal: a bar per step, redrawn in place. In a pipe or a log file (no terminal to
     redraw): one plain line per change of a step's status or attempt, which reads well in CI
     logs and `| tee`."""
+    # The step's key and message are data (a worker writes the message): never markup, control
+    # characters as escapes (``visible``); the status column's markup is rara's own.
     progress = Progress(
-        TextColumn("{task.fields[key]:<10}"),
+        TextColumn("{task.fields[key]:<10}", markup=False),
         BarColumn(bar_width=None if console.width >= 100 else 20),
         TextColumn("{task.fields[status]:<9}"),
         # The step's own time from the database's timestamps, not how long this view has
         # watched it (rich's elapsed column would say 0:00:00 for a step seen already running).
-        TextColumn("{task.fields[elapsed]:>8}"),
-        TextColumn("{task.fields[message]}"),
+        TextColumn("{task.fields[elapsed]:>8}", markup=False),
+        TextColumn("{task.fields[message]}", markup=False),
         console=console,
     )
     tasks: dict[str, TaskID] = {}
@@ -114,7 +117,7 @@ def _log_change(
         line += f": {step['error'].get('message', '')}"
     if reused := describe_reuse(step.get("reused_from")):
         line += f" (reused from {reused})"
-    console.print(line, highlight=False, markup=False, soft_wrap=True)
+    console.print(literal(line), soft_wrap=True)
 
 
 def _database_now(conn: psycopg.Connection[Any]) -> datetime:
@@ -137,7 +140,9 @@ def _update(
 ) -> None:
     key = step["key"]
     if key not in tasks:
-        tasks[key] = progress.add_task(key, total=1.0, key=key, status="", message="", elapsed="")
+        tasks[key] = progress.add_task(
+            key, total=1.0, key=visible(key), status="", message="", elapsed=""
+        )
         progress.stop_task(tasks[key])
     status = step["status"]
     fraction = 1.0 if status == "succeeded" else (step["fraction"] or 0.0)
@@ -157,8 +162,8 @@ def _update(
         tasks[key],
         completed=fraction,
         elapsed=elapsed(step, now),
-        message=message,
-        status=f"[{style}]{status}[/{style}]" if style else status,
+        message=visible(message),
+        status=f"[{style}]{escape(status)}[/{style}]" if style else escape(status),
     )
 
 
@@ -176,13 +181,13 @@ def summary(url: str, run_id: int) -> Table:
         took = ""
         if s.started_at and s.finished_at:
             took = f"{(s.finished_at - s.started_at).total_seconds():.1f}s"
-        table.add_row(
-            s.key,
+        table.add_row(  # printed on the caller's console: the data as ``literal``
+            literal(s.key),
             f"{s.status} (reused)" if s.reused_from else shown_status(s.status, s.wait_kind),
-            _attempts(s),
+            literal(_attempts(s)),
             took,
-            _brief(s.result if s.status == "succeeded" else s.error),
-            "\n".join(made.get(s.key, [])),
+            literal(_brief(s.result if s.status == "succeeded" else s.error)),
+            literal("\n".join(made.get(s.key, []))),
         )
     return table
 

@@ -79,11 +79,14 @@ def sleep_sync(ctx: StepContext) -> Any:
 
 @registry.handler("test.fail@1")
 async def fail(ctx: StepContext) -> Any:
-    """Fails attempts up to ``fail`` (retryable, or terminal with ``terminal: true``)."""
+    """Fails attempts up to ``fail`` (retryable, or terminal with ``terminal: true``; with the
+    input's ``message`` as the error's, a ValueError, when it gives one)."""
     if ctx.attempt <= ctx.input.get("fail", 1_000_000):
         try:
             raise KeyError("root cause")
         except KeyError as cause:
+            if "message" in ctx.input:
+                raise ValueError(str(ctx.input["message"])) from cause
             if ctx.input.get("terminal"):
                 raise TerminalError("bad input", code="BAD_INPUT") from cause
             if ctx.input.get("plain"):
@@ -121,6 +124,12 @@ async def chatty(ctx: StepContext) -> Any:
 def report(ctx: StepContext) -> Any:
     """Returns its input's ``report`` as the result (numbers for the results chart)."""
     return dict(ctx.input["report"])
+
+
+@registry.handler("test.items@1")
+def items(ctx: StepContext) -> Any:
+    """``{"items": [0, 1, …]}`` of ``count`` elements: a list for a map, made by the step."""
+    return {"items": list(range(int(ctx.input["count"])))}
 
 
 @registry.handler("test.silent@1")

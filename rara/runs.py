@@ -21,6 +21,8 @@ from rara.pg import definitions as definition_sql
 from rara.pg import runs as run_sql
 from rara.secrets import refuse_credentials
 
+# The database's limit (rara_limits() run_input_bytes, db/functions/limits.sql), refused here
+# first, without a round trip; measured as the database measures it: the JSON text's UTF-8 bytes.
 MAX_INPUT_BYTES = 256 * 1024
 LIVE_WORKER_SECONDS = 30.0
 
@@ -39,7 +41,7 @@ def validate_input(value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InputInvalid(f"run input must be a JSON object, got {type(value).__name__}")
     try:
-        encoded = json.dumps(value, allow_nan=False)
+        encoded = json.dumps(value, allow_nan=False, ensure_ascii=False).encode()
     except (TypeError, ValueError) as exc:
         raise InputInvalid(f"run input is not JSON-serialisable: {exc}") from exc
     if len(encoded) > MAX_INPUT_BYTES:
@@ -137,8 +139,9 @@ def _start(
                 check_capabilities=not queue_anyway,
                 alive_seconds=LIVE_WORKER_SECONDS,
             )
-        except psycopg.errors.InvalidParameterValue as exc:
-            # the input lacks what a step's rule reads (a concurrency key): nothing was written
+        except (psycopg.errors.InvalidParameterValue, psycopg.errors.ProgramLimitExceeded) as exc:
+            # the input lacks what a step's rule reads (a concurrency key), or is over the
+            # database's limit (rara_limits): nothing was written
             raise InputInvalid(exc.diag.message_primary or str(exc)) from None
         if row is None:
             what = f"{definition} version {version}" if version else definition
@@ -248,7 +251,7 @@ def resume_run(
     try:
         with _atomic(conn):
             return run_sql.resume(conn, run_id, idempotency_key)
-    except psycopg.errors.InvalidParameterValue as exc:
+    except (psycopg.errors.InvalidParameterValue, psycopg.errors.ProgramLimitExceeded) as exc:
         raise ResumeRefused(exc.diag.message_primary or str(exc)) from None
 
 

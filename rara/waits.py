@@ -21,7 +21,9 @@ from rara.errors import InputInvalid, NotFound, WaitNotYet, WaitRefused
 from rara.pg import waits as wait_sql
 from rara.pg.waits import Approval, Decided, PersonWait, Signalled
 
-MAX_PAYLOAD_BYTES = 64 * 1024  # a signal says what happened; bytes go to the artifact store
+# A signal says what happened; bytes go to the artifact store. The database's limit
+# (rara_limits() signal_payload_bytes), refused here first: the JSON text's UTF-8 bytes.
+MAX_PAYLOAD_BYTES = 64 * 1024
 
 
 @contextlib.contextmanager
@@ -32,6 +34,8 @@ def _refusals() -> Iterator[None]:
         raise NotFound(exc.diag.message_primary or str(exc)) from None
     except psycopg.errors.ObjectNotInPrerequisiteState as exc:  # rara_wait_refuse: not yet
         raise WaitNotYet(exc.diag.message_primary or str(exc)) from None
+    except psycopg.errors.ProgramLimitExceeded as exc:  # rara_limits: nothing was written
+        raise InputInvalid(exc.diag.message_primary or str(exc)) from None
     except (psycopg.errors.InvalidParameterValue, psycopg.errors.UniqueViolation) as exc:
         raise WaitRefused(exc.diag.message_primary or str(exc)) from None
 
@@ -43,8 +47,11 @@ def signal(
     """Signal ``name`` to run ``run_id``: the step waiting for it succeeds with ``payload``
     as its result. ``key`` (default: the signal's name, so a run takes each signal once)
     makes it idempotent: the same key again answers the first signal."""
-    if len(json.dumps(payload)) > MAX_PAYLOAD_BYTES:
-        raise InputInvalid(f"signal {name}: its payload is over {MAX_PAYLOAD_BYTES} bytes")
+    size = len(json.dumps(payload, ensure_ascii=False).encode())
+    if size > MAX_PAYLOAD_BYTES:
+        raise InputInvalid(
+            f"signal {name}: its payload is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}"
+        )
     with _refusals():
         return wait_sql.signal(conn, run_id, name, payload, key or name)
 

@@ -11,10 +11,27 @@ RETURNS TABLE (id bigint, name text, version integer, digest text, created_at ti
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE
-    spec_digest text := rara_spec_digest(p_spec);
-    step_rows jsonb := rara_spec_steps(p_spec);  -- refuses a spec no run could follow
+    spec_digest text;
+    step_rows jsonb;
+    steps integer := CASE WHEN jsonb_typeof(p_spec -> 'steps') = 'array'
+                          THEN jsonb_array_length(p_spec -> 'steps') END;
+    spec_bytes integer;
 BEGIN
+    -- The size limits first (rara_limits), before any work that grows with the spec — its
+    -- digest, its step rows (a walk quadratic in its steps), the namespace check: what a
+    -- caller sends costs at most what the limits allow, whoever the caller is.
+    IF steps > (rara_limits() ->> 'spec_steps')::integer THEN
+        PERFORM rara_limit_refuse('spec.steps', steps, 'steps', 'spec_steps');
+    END IF;
+    spec_bytes := octet_length(p_spec::text);
+    IF spec_bytes > (rara_limits() ->> 'spec_bytes')::integer THEN
+        PERFORM rara_limit_refuse('the spec', spec_bytes, 'bytes', 'spec_bytes');
+    END IF;
     PERFORM rara_namespace_check(p_namespace);
+    spec_digest := rara_spec_digest(p_spec);
+    -- Refuses a spec no run could follow. Each step row's payload also names the run input
+    -- fields the step may read (rara_spec_input_keys): its lease carries only those.
+    step_rows := rara_spec_input_rows(p_spec, rara_spec_steps(p_spec));
     PERFORM rara_spec_concurrency(p_spec, p_namespace, p_name);  -- refuses a bad concurrency:
     -- The version of p_spec under p_name in p_namespace: the existing one with its digest,
     -- or the next number (each namespace's history its own: migration 0017). The digest and the step rows are the database's own (migration 0012), never the
@@ -38,6 +55,46 @@ BEGIN
     END IF;
 END $$;
 SELECT rara_grant('rara_definition_register', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_spec_input_keys(p_schema jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    -- The run input fields a step's inputSchema declares (its top-level `properties`), when
+    -- they are all the schema lets the step read: no other top-level keyword than these
+    -- (allOf, patternProperties, $ref … may admit fields it does not name) and
+    -- additionalProperties absent or false. NULL otherwise: the step is given the whole input.
+    SELECT CASE
+        WHEN jsonb_typeof(p_schema -> 'properties') = 'object'
+             AND coalesce(p_schema -> 'additionalProperties', 'false') = 'false'
+             AND NOT EXISTS (
+                 SELECT FROM jsonb_object_keys(p_schema) AS k(word)
+                 WHERE k.word NOT IN ('type', 'properties', 'required', 'additionalProperties',
+                                      'title', 'description', '$schema', '$id', '$comment',
+                                      '$defs', 'examples', 'default'))
+        THEN coalesce((SELECT jsonb_agg(k.name ORDER BY k.name)
+                       FROM jsonb_object_keys(p_schema -> 'properties') AS k(name)), '[]')
+    END
+$$;
+SELECT rara_grant('rara_spec_input_keys');  -- only through rara_definition_register
+
+CREATE OR REPLACE FUNCTION rara_spec_input_rows(p_spec jsonb, p_rows jsonb)
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE AS $$
+    -- p_rows (rara_spec_steps of p_spec) with `input_keys` in the payload of each step whose
+    -- inputSchema declares the fields it reads (rara_spec_input_keys): the lease gives that
+    -- step only those fields of the run input (rara_step_lease, docs/limits.md).
+    WITH declared AS (
+        SELECT s.step ->> 'key' AS key, rara_spec_input_keys(s.step -> 'inputSchema') AS keys
+        FROM jsonb_array_elements(p_spec -> 'steps') AS s(step)
+        WHERE jsonb_typeof(s.step -> 'inputSchema') = 'object'
+    )
+    SELECT jsonb_agg(CASE WHEN d.keys IS NULL THEN r.row
+                          ELSE jsonb_set(r.row, '{payload,input_keys}', d.keys) END
+                     ORDER BY r.n)
+    FROM jsonb_array_elements(p_rows) WITH ORDINALITY AS r(row, n)
+    LEFT JOIN declared d ON d.key = r.row ->> 'key'
+$$;
+SELECT rara_grant('rara_spec_input_rows');  -- only through rara_definition_register
 
 CREATE OR REPLACE FUNCTION rara_definition_retire(
     p_name text, p_namespace text DEFAULT 'default')

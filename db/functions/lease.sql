@@ -67,6 +67,22 @@ BEGIN
 END $$;
 SELECT rara_grant('rara_lease_map_input');  -- only through rara_step_lease
 
+CREATE OR REPLACE FUNCTION rara_lease_input_fields(p_run_id bigint, p_map_parent bigint,
+                                                   p_keys jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    -- The fields p_keys of a step's run input (a map child's: its map's, without the list),
+    -- those the run has: what a step whose inputSchema names its fields is given.
+    RETURN (SELECT coalesce(jsonb_object_agg(k.name, i.input -> k.name), '{}')
+            FROM (SELECT CASE WHEN p_map_parent IS NULL
+                              THEN (SELECT r.input FROM rara_runs r WHERE r.id = p_run_id)
+                              ELSE rara_lease_map_input(p_map_parent) END AS input) AS i,
+                 jsonb_array_elements_text(p_keys) AS k(name)
+            WHERE i.input ? k.name);
+END $$;
+SELECT rara_grant('rara_lease_input_fields');  -- only through rara_step_lease
+
 CREATE OR REPLACE FUNCTION rara_lease_checkpoint(p_step_id bigint, p_attempt integer)
 RETURNS jsonb
 LANGUAGE plpgsql STABLE AS $$
@@ -508,7 +524,12 @@ BEGIN
     SELECT l.id, l.run_id, l.key, l.capability, l.executor, l.payload, l.attempt,
            l.max_attempts, l.lease_token, l.lease_expires_at, l.timeout_ms,
            l.heartbeat_timeout_ms, l.depends_on,
-           CASE WHEN l.map_parent IS NULL
+           -- The run input, or of a step whose inputSchema names the fields it reads
+           -- (`input_keys`, rara_spec_input_rows) only those: a step is not sent what it
+           -- cannot read. A step without one pays a key test of its payload.
+           CASE WHEN l.payload ? 'input_keys'
+               THEN rara_lease_input_fields(l.run_id, l.map_parent, l.payload -> 'input_keys')
+               WHEN l.map_parent IS NULL
                THEN (SELECT r.input FROM rara_runs r WHERE r.id = l.run_id)
                ELSE rara_lease_map_input(l.map_parent)
            END AS run_input,

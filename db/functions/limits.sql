@@ -64,3 +64,54 @@ BEGIN
     END IF;
 END $$;
 SELECT rara_grant('rara_namespace_quota_set', 'rara_client', 'rara_operator');
+
+-- Size limits (docs/limits.md, "Size limits"): the one place each number is kept. The functions
+-- data enters by check it first, before any other work (the namespace check included), so a
+-- call's cost is bounded by the limit, not by what its caller sent: rara_definition_register
+-- (spec_bytes, spec_steps), rara_run_start and rara_run_resume (run_input_bytes),
+-- rara_run_signal (signal_payload_bytes), rara_map_expand (map_children), rara_login_limit
+-- (statement_timeout_ms). Python's constants (rara.runs.MAX_INPUT_BYTES,
+-- rara.waits.MAX_PAYLOAD_BYTES, rara.definitions.parse.MAX_SPEC_BYTES, the model's 1,000 steps)
+-- refuse the same before a round trip; tests/security/test_limit_attacks.py fails when they
+-- differ from these. Bytes are those of the JSON text as PostgreSQL writes it (`value::text`,
+-- UTF-8). SQL and IMMUTABLE: inlined into its callers, a constant.
+CREATE OR REPLACE FUNCTION rara_limits()
+RETURNS jsonb
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT jsonb_build_object(
+        'run_input_bytes', 262144,        -- 256 KiB: a run's parameters; data goes as artifacts
+        'signal_payload_bytes', 65536,    -- 64 KiB: what happened, not its bytes
+        'spec_bytes', 1000000,            -- a definition's spec, as JSON
+        'spec_steps', 1000,               -- steps of one definition (a map counts once)
+        'map_children', 100000,           -- children of one map step (the largest measured)
+        'statement_timeout_ms', 30000)    -- a client's or reader's login (rara_login_limit)
+$$;
+SELECT rara_grant('rara_limits', 'rara_reader', 'rara_worker', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_limit_refuse(p_what text, p_value bigint, p_unit text,
+                                             p_limit text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- One refusal, naming the value and the limit: "run input is 524288 bytes; the limit is
+    -- 262144 bytes (run_input_bytes, rara_limits())".
+    RAISE EXCEPTION '% is % %; the limit is % % (%, rara_limits())', p_what, p_value, p_unit,
+        rara_limits() ->> p_limit, p_unit, p_limit USING ERRCODE = 'program_limit_exceeded';
+END $$;
+SELECT rara_grant('rara_limit_refuse');  -- only through the functions data enters by
+
+CREATE OR REPLACE FUNCTION rara_login_limit(p_login text, p_timeout_ms integer DEFAULT NULL)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- A login's statements are cancelled after statement_timeout_ms (or p_timeout_ms): a
+    -- setting of the login itself, since a group role's settings do not reach its members.
+    -- Run by a superuser after CREATE ROLE … LOGIN (it needs CREATEROLE, which the owner has
+    -- not; granted to no role), for every login of rara_client and rara_reader
+    -- (rara.pg.logins.ensure_login does it for the logins it makes). A session
+    -- may still SET its own: a default for every client, not a wall against a hostile login
+    -- (docs/limits.md, "Statement timeout").
+    EXECUTE format('ALTER ROLE %I SET statement_timeout = %s', p_login,
+                   coalesce(p_timeout_ms, (rara_limits() ->> 'statement_timeout_ms')::integer));
+END $$;
+SELECT rara_grant('rara_login_limit');  -- the owner's

@@ -43,6 +43,16 @@ BEGIN
                               coalesce(jsonb_typeof(list), 'missing'))));
     END IF;
     total := jsonb_array_length(list);
+    -- At most map_children children (rara_limits): a longer list fails the map before any
+    -- child is written, as a list that is not one does (docs/map-steps.md, "How many").
+    IF total > (rara_limits() ->> 'map_children')::integer THEN
+        RETURN rara_map_fail(map.id, jsonb_build_object(
+            'code', 'MAP_TOO_LARGE', 'retryable', false,
+            'message', format('map.over %s has %s elements; the limit is %s children per map'
+                              ' step (map_children, rara_limits())',
+                              rara_map_over_text(map.map_over), total,
+                              rara_limits() ->> 'map_children')));
+    END IF;
     IF total = 0 THEN
         UPDATE rara_steps SET map_total = 0, map_next = 0 WHERE id = p_map;
         RETURN rara_map_succeed(p_map);

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import yaml
@@ -10,7 +11,12 @@ from pydantic import ValidationError
 from rara.definitions.model import WorkflowDefinition, WorkflowSpec
 from rara.errors import DefinitionInvalid
 
-MAX_DOCUMENT_BYTES = 1_000_000
+MAX_DOCUMENT_BYTES = 1_000_000  # a document's text, read before it is parsed
+# The database's limits on a spec (rara_limits() spec_bytes and spec_steps,
+# db/functions/limits.sql; the model's steps max_length is MAX_SPEC_STEPS too), refused here
+# first: the canonical spec's JSON text, in UTF-8 bytes, as the database measures it.
+MAX_SPEC_BYTES = 1_000_000
+MAX_SPEC_STEPS = 1000
 
 
 # Fields added to the format after its first release enter the canonical form only when set,
@@ -83,6 +89,11 @@ def canonical_spec(spec: WorkflowSpec) -> dict[str, Any]:
         for key in _CANONICAL_ONLY_WHEN_SET:
             if step.get(key) is None:
                 step.pop(key, None)
+    size = len(json.dumps(canonical, ensure_ascii=False).encode())
+    if size > MAX_SPEC_BYTES:
+        raise DefinitionInvalid(
+            [f"the spec is {size} bytes of JSON; the limit is {MAX_SPEC_BYTES}"]
+        )
     return canonical
 
 

@@ -9,6 +9,7 @@ import psycopg
 
 from rara.definitions.model import WorkflowDefinition
 from rara.definitions.parse import canonical_spec
+from rara.errors import DefinitionInvalid
 from rara.namespaces import DEFAULT_NAMESPACE
 from rara.pg import definitions as sql
 from rara.secrets import refuse_credentials
@@ -34,7 +35,12 @@ def apply_definition(
     statement."""
     for step in definition.spec.steps:
         refuse_credentials(step.input, f"step {step.key!r} input")
-    row = sql.register(conn, definition.name, canonical_spec(definition.spec), namespace=namespace)
+    try:
+        row = sql.register(
+            conn, definition.name, canonical_spec(definition.spec), namespace=namespace
+        )
+    except psycopg.errors.ProgramLimitExceeded as exc:  # rara_limits: nothing was written
+        raise DefinitionInvalid([exc.diag.message_primary or str(exc)]) from None
     return AppliedVersion(
         definition.name, row.version, row.digest, created=row.created, namespace=namespace
     )

@@ -17,12 +17,16 @@ import psycopg
 from psycopg import sql
 
 GROUPS = frozenset({"rara_worker", "rara_operator", "rara_client", "rara_reader"})
+# Logins whose statements are cut off after rara_limits()' statement_timeout_ms
+# (rara_login_limit, db/functions/limits.sql; docs/limits.md, "Statement timeout").
+TIMED_GROUPS = frozenset({"rara_client", "rara_reader"})
 
 
 def ensure_login(owner_url: str, group: str, name: str) -> str:
     """The URL of login ``name`` (created when missing, as a member of ``group`` only) on the
     server and database of ``owner_url``, without a password: for servers that trust local
-    connections. Needs an owner that may create roles."""
+    connections. Needs an owner that may create roles, on a migrated database. A client's or
+    reader's login gets the statement timeout of rara_login_limit."""
     if group not in GROUPS:
         raise ValueError(f"no group role {group!r}: one of {', '.join(sorted(GROUPS))}")
     with psycopg.connect(owner_url, autocommit=True) as conn:
@@ -37,6 +41,8 @@ def ensure_login(owner_url: str, group: str, name: str) -> str:
             raise ValueError(
                 f"role {name} exists and is a member of {sorted(member_of)}, not of {group} alone"
             )
+        if group in TIMED_GROUPS:  # a setting of the login: a group's does not reach it
+            conn.execute("SELECT rara_login_limit(%s)", (name,))
     parts = urlsplit(owner_url)
     host = parts.netloc.rsplit("@", 1)[-1]
     return urlunsplit(parts._replace(netloc=f"{name}@{host}"))

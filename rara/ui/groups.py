@@ -11,6 +11,8 @@ from datetime import datetime
 from rara.ui.data import MapChild, StepLine
 from rara.ui.render import took
 
+SHOWN_CHILDREN = 100  # a map's children listed on its run's page: a map may have 100,000
+
 
 @dataclass(frozen=True, slots=True)
 class MapGroup:
@@ -27,14 +29,26 @@ class MapGroup:
             found[c.status] = found.get(c.status, 0) + 1
         return found
 
+    @property
+    def shown(self) -> list[MapChild]:
+        """The children a page lists (the first SHOWN_CHILDREN); ``more`` counts the rest."""
+        return self.children[:SHOWN_CHILDREN]
+
+    @property
+    def more(self) -> int:
+        """Children not listed: those read past SHOWN_CHILDREN and those not inserted yet."""
+        return max((self.total or 0), len(self.children)) - len(self.shown)
+
     def lines(self, now: datetime) -> list[str]:
-        """A line per child: its status, duration and worker (the DAG node's tooltip)."""
-        return [
+        """A line per child listed: its status, duration and worker (the DAG node's tooltip),
+        then ``… N more children``."""
+        lines = [
             f"{c.key}: {c.status}"
             + (f", {took(c.started_at, c.finished_at, now)}" if c.started_at else "")
             + (f" on {c.worker}" if c.worker else "")
-            for c in self.children
+            for c in self.shown
         ]
+        return lines + ([f"… {self.more} more children"] if self.more else [])
 
 
 def map_groups(steps: Sequence[StepLine], children: Sequence[MapChild]) -> dict[str, MapGroup]:

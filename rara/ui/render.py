@@ -79,6 +79,28 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, default=str)
 
 
+# What one block of JSON or text on a page shows at most (a run's input, a step's result, an
+# error's details or traceback); the rest is counted, not sent: a page's size is bounded by
+# what it lists, not by what a step or a caller wrote (docs/ui.md, "Big values").
+SHOWN_BYTES = 16 * 1024
+
+
+def clip(text: Any, limit: int = SHOWN_BYTES) -> tuple[str, int]:
+    """``text`` cut to at most ``limit`` bytes of UTF-8 (never inside a character), and how
+    many bytes were left out (0: all of it): for ``… N more bytes``."""
+    encoded = str(text).encode()
+    if len(encoded) <= limit:
+        return str(text), 0
+    head = encoded[:limit].decode(errors="ignore")
+    return head, len(encoded) - len(head.encode())
+
+
+def cut(text: Any, limit: int = 2000) -> str:
+    """One line of text (an error's message) cut at ``limit`` bytes, saying how much more."""
+    head, more = clip(text, limit)
+    return f"{head} … {more} more bytes" if more else head
+
+
 def compact(value: Any) -> str:
     """JSON on one line, as text (the template escapes it; unlike ``tojson``, which is for
     scripts, a ``<`` shows as itself): run.js indents it when it is opened."""
@@ -94,6 +116,7 @@ ENV = Environment(
 ENV.filters.update(
     when=when, size=size, short=short, pretty=pretty, compact=compact, iso=iso, stamp=stamp
 )
+ENV.filters.update(clip=clip, cut=cut)
 ENV.globals.update(
     took=took,
     ticking=ticking,

@@ -108,10 +108,16 @@ def refuse_credentials(value: Any, what: str) -> None:
         )
 
 
+# PostgreSQL's detail of a broken CHECK or NOT NULL constraint prints the failing row whole, to
+# the end of its line: of rara_steps or rara_attempts, a lease token with it (the lease's own
+# errors leave the row out: db/functions/lease.sql). Masked in every log line and CLI error.
+_ROW_DUMP = re.compile(r"(?<=Failing row contains )\([^\n]*+")
+
+
 def redact(text: str) -> str:
     for pattern in _PATTERNS.values():
         text = pattern.sub(MASK, text)
-    return text
+    return _ROW_DUMP.sub(f"({MASK}).", text)
 
 
 def redact_value(value: Any) -> Any:

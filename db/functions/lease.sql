@@ -546,6 +546,27 @@ BEGIN
            l.rank, l.available_at,  -- the worker's next cursor
            l.namespace
     FROM leased l;
+EXCEPTION WHEN integrity_constraint_violation THEN
+    -- A leased row that breaks a constraint (a step out of attempts, say) fails the lease,
+    -- whose writes roll back; PostgreSQL's detail would print that row whole, the token just
+    -- drawn included, into the worker's log. The error is raised again as it was, less the
+    -- row. (A block with a handler is one subtransaction a call: microseconds, per batch.)
+    DECLARE
+        failed text;
+        message text;
+        state text;
+        violated text;
+        tab text;
+    BEGIN
+        GET STACKED DIAGNOSTICS failed = PG_EXCEPTION_DETAIL;
+        IF failed NOT LIKE 'Failing row contains%' THEN
+            RAISE;
+        END IF;
+        GET STACKED DIAGNOSTICS message = MESSAGE_TEXT, state = RETURNED_SQLSTATE,
+                                violated = CONSTRAINT_NAME, tab = TABLE_NAME;
+        RAISE EXCEPTION USING MESSAGE = message, ERRCODE = state, CONSTRAINT = violated,
+            TABLE = tab, DETAIL = 'the failing row is not shown: it holds a lease token';
+    END;
 END $$;
 SELECT rara_grant('rara_step_lease', 'rara_worker');
 

@@ -84,6 +84,7 @@ ADVERSARIAL = {
     "url-like": "a://b:" + "c" * MAX_INPUT_BYTES,
     "spaces": " " * MAX_INPUT_BYTES,
     "assignments": "password " * (MAX_INPUT_BYTES // 9),
+    "row dumps": "Failing row contains (" * (MAX_INPUT_BYTES // 22),
 }
 
 
@@ -116,3 +117,16 @@ def test_detection_is_linear_on_adversarial_input(name: str) -> None:
 def test_the_linear_patterns_still_find_credentials(value: str) -> None:
     assert list(find_credentials(f"prefix {value} suffix")), value
     assert MASK in redact(value)
+
+
+def test_a_failing_row_in_a_database_error_is_masked() -> None:
+    """PostgreSQL prints a row that broke a constraint whole, a lease token with it."""
+    token = "b01ebb0a-7110-435b-ade3-808001082235"
+    text = (
+        'new row for relation "rara_steps" violates check constraint "x"\n'
+        f"DETAIL:  Failing row contains (1, 1, a, running, w1, {token}, null).\n"
+        "CONTEXT:  SQL statement"
+    )
+    shown = redact(text)
+    assert token not in shown
+    assert f"DETAIL:  Failing row contains ({MASK}).\nCONTEXT:  SQL statement" in shown

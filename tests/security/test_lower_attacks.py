@@ -8,10 +8,15 @@
   login may LISTEN, and rara_run said which run ended how ("run_id:status"), rara_cancel which
   step was asked to stop, rara_schedules which schedule changed, of every namespace. Now those
   payloads are empty; rara_ready and rara_queued name a capability only.
+- Lease tokens in errors (docs/lease-protocol.md): a lease that broke a constraint failed
+  with PostgreSQL's detail "Failing row contains (…)", the whole step row with the token just
+  drawn, which the worker logs. Now the lease raises the error less the row, and every log
+  line and CLI error masks such a row (rara.secrets.redact).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +29,8 @@ from rara.releases import get_release, promote
 from rara.runs import cancel_run
 from rara.schedules.manage import apply_schedule
 from rara.schedules.model import schedule_from_object
+from rara.secrets import redact
+from tests.support.leasing import lease_now
 from tests.support.runs import define, start, wait_run, waiting_of
 from tests.support.waiting import wait_until
 from tests.worker.handlers import SEEN
@@ -123,3 +130,33 @@ def test_a_login_with_no_rara_role_hears_no_run_step_or_schedule_of_any_namespac
             assert payload == "test.sleep@1", (channel, payload)
         else:
             assert payload == "", (channel, payload)
+
+
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def test_a_failed_lease_names_the_broken_constraint_and_no_lease_token(
+    conn: Conn, login: Login
+) -> None:
+    define(conn, "one", [{"key": "a", "capability": "x.y@1"}])
+    run_id = start(conn, "one")
+    # A ready step already out of attempts (as the owner: no function makes one) breaks
+    # rara_steps_attempts_bounded when leased.
+    conn.execute("ALTER TABLE rara_steps DISABLE TRIGGER USER")
+    conn.execute("UPDATE rara_steps SET attempt = max_attempts WHERE run_id = %s", (run_id,))
+    conn.execute("ALTER TABLE rara_steps ENABLE TRIGGER USER")
+    worker = login("rara_worker")
+    with pytest.raises(psycopg.errors.CheckViolation) as failed:
+        lease_now(worker, ["x.y@1"], worker="w1", limit=5)
+    error = failed.value
+    assert error.diag.constraint_name == "rara_steps_attempts_bounded"
+    assert error.diag.message_detail == "the failing row is not shown: it holds a lease token"
+    said = "\n".join(filter(None, (str(error), error.diag.message_detail, error.diag.context)))
+    assert UUID.search(said) is None, said
+    assert conn.execute("SELECT count(*) FROM rara_attempts").fetchone() == (0,)
+
+
+def test_an_error_that_prints_a_failing_row_is_logged_without_it() -> None:
+    """Any other write that breaks a constraint of a row holding a token: masked when logged."""
+    row = "Failing row contains (1, a, running, w1, b01ebb0a-7110-435b-ade3-808001082235)."
+    assert UUID.search(redact(f"violates check constraint\nDETAIL:  {row}")) is None

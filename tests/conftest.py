@@ -71,7 +71,11 @@ def template_db(pg_admin_url: str) -> str:
     with psycopg.connect(pg_admin_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {TEMPLATE}")
-    migrate(_with_database(pg_admin_url, TEMPLATE))
+    # Isolation between namespaces off, where a new database has it on (rara migrate): most
+    # tests act in `default` as plain rara_client or rara_reader logins, which isolation
+    # gives no namespace; the tests of isolation turn it on themselves, and
+    # tests/db/test_isolation_default.py checks the default.
+    migrate(_with_database(pg_admin_url, TEMPLATE), isolation=False)
     return TEMPLATE
 
 

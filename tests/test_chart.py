@@ -311,6 +311,34 @@ def test_migration_job_is_a_hook_and_its_secret_comes_first(helm: Path) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("value", "args"),
+    [
+        (None, ["migrate"]),  # rara migrate's own: on for a new database, kept on upgrade
+        ("true", ["migrate", "--isolation", "on"]),
+        ("false", ["migrate", "--isolation", "off"]),
+    ],
+)
+def test_namespace_isolation_is_set_by_the_migration_job(
+    helm: Path, value: str | None, args: list[str]
+) -> None:
+    docs = render(helm, *(["--set", f"namespaces.isolation={value}"] if value else []))
+    job = named(docs, "Job", "rara-migrate")
+    assert job["spec"]["template"]["spec"]["containers"][0]["args"] == args
+
+
+def test_namespace_isolation_is_a_boolean(helm: Path) -> None:
+    done = subprocess.run(
+        [str(helm), "template", "rara", str(CHART), *BASE, "--set", "namespaces.isolation=yes"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "isolation" in done.stderr
+
+
 def test_gpu_executor(helm: Path) -> None:
     docs = render(helm)
     dep = named(docs, "Deployment", "rara-executor-gpu")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+from typing import Annotated
+
 import typer
 
 from rara.cli.common import console, error_message, fail, reports_errors
 from rara.pg.connect import database_url
 from rara.pg.embedded import EmbeddedPostgresError, project_server
-from rara.pg.migrate import MigrationError, migrate
+from rara.pg.migrate import MigrationError, migrate_database
 
 app = typer.Typer(
     help="The project's embedded PostgreSQL (used when DATABASE_URL is unset).",
@@ -43,15 +46,32 @@ def url() -> None:
         _fail(exc)
 
 
+class Isolation(StrEnum):
+    on = "on"
+    off = "off"
+
+
 @reports_errors
-def migrate_command() -> None:
+def migrate_command(
+    isolation: Annotated[
+        Isolation | None,
+        typer.Option(
+            envvar="RARA_MIGRATE_ISOLATION",
+            help="isolation between namespaces after migrating; default: on for a new database,"
+            " as it was for an existing one (docs/namespaces.md)",
+        ),
+    ] = None,
+) -> None:
     """Apply pending migrations (safe to run from many processes at once)."""
+    wanted = None if isolation is None else isolation is Isolation.on
     try:
-        applied = migrate(database_url())
+        migrated = migrate_database(database_url(), isolation=wanted)
     except (MigrationError, EmbeddedPostgresError) as exc:
         _fail(exc)
         return
-    if not applied:
+    if not migrated.applied:
         console.print("schema up to date")
-    for m in applied:
+    for m in migrated.applied:
         console.print(f"applied {m.version:04d}_{m.name}")
+    if line := migrated.isolation_line():
+        console.print(line, highlight=False, soft_wrap=True)

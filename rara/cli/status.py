@@ -1,4 +1,5 @@
-"""`rara status`: live workers, backlog per capability, recent failures."""
+"""`rara status`: live workers, backlog per capability, recent failures; a warning while
+isolation between namespaces is off."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import typer
 from rich.table import Table
 
 from rara.cli.common import console, reports_errors
-from rara.pg import steps, workers
+from rara.pg import access, steps, workers
 from rara.pg.connect import database_url
 from rara.runs import LIVE_WORKER_SECONDS
 
@@ -23,6 +24,14 @@ def status(
         live = workers.list_live(conn, LIVE_WORKER_SECONDS)
         backlog = steps.backlog(conn)
         failed = steps.list_failed(conn, failures)
+        isolated = access.isolated(conn)
+    if not isolated:
+        console.print(
+            "isolation between namespaces: off — every role reads and acts in every namespace"
+            " (the owner turns it on: rara access isolate)",
+            style="yellow",
+            highlight=False,
+        )
     table = Table("worker", "capabilities", "up since", "last heartbeat", title="live workers")
     for w in live:
         table.add_row(

@@ -36,6 +36,7 @@ a function that goes away is dropped by a migration.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import subprocess
 from collections.abc import Sequence
@@ -47,6 +48,8 @@ from typing import Any
 import psycopg
 
 from rara.pg.embedded import find_pg_bin
+
+log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _LOCK_KEY = 0x7261726100  # "rara\0": one advisory lock for all migrators of a database
@@ -183,9 +186,48 @@ def available() -> list[Migration]:
     return found
 
 
-def migrate(url: str, migrations: Sequence[Migration] | None = None) -> list[Migration]:
+@dataclass(frozen=True)
+class Migrated:
+    """What ``migrate_database`` did."""
+
+    applied: list[Migration]
+    fresh: bool  # no migration had been applied to the database before
+    # Isolation between namespaces after it (None: a partial migration, which installs no
+    # functions and leaves it alone), and whether this call changed it.
+    isolated: bool | None
+    isolation_changed: bool
+
+    def isolation_line(self) -> str | None:
+        """What to tell whoever migrated about isolation (docs/namespaces.md, "Isolation")."""
+        if self.isolated is None:
+            return None
+        if self.isolated:
+            why = " (a new database)" if self.fresh and self.isolation_changed else ""
+            return (
+                f"isolation between namespaces: on{why}: each role reads and acts only in the"
+                " namespaces granted to it (rara access open turns it off)"
+            )
+        kept = "" if self.isolation_changed else ", kept"
+        return (
+            f"isolation between namespaces: off{kept}: every role reads and acts in every"
+            " namespace (rara access isolate turns it on)"
+        )
+
+
+def migrate(
+    url: str, migrations: Sequence[Migration] | None = None, *, isolation: bool | None = None
+) -> list[Migration]:
     """Apply pending migrations (``available()`` unless given); returns those applied now
-    (empty when up to date)."""
+    (empty when up to date). ``isolation``: see ``migrate_database``."""
+    return migrate_database(url, migrations, isolation=isolation).applied
+
+
+def migrate_database(
+    url: str, migrations: Sequence[Migration] | None = None, *, isolation: bool | None = None
+) -> Migrated:
+    """Apply pending migrations, then set isolation between namespaces: ``isolation`` when
+    given, else on for a new database (none of its migrations applied before) and as it was for
+    an existing one, which is logged when off (docs/namespaces.md, "Isolation")."""
     with psycopg.connect(url) as conn, conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK_KEY,))
         conn.execute(
@@ -196,6 +238,7 @@ def migrate(url: str, migrations: Sequence[Migration] | None = None) -> list[Mig
         applied: dict[int, str] = dict(
             conn.execute("SELECT version, checksum FROM rara_schema_migrations").fetchall()
         )
+        fresh = not applied
         done = []
         for migration in available() if migrations is None else migrations:
             if migration.version in applied:
@@ -220,7 +263,30 @@ def migrate(url: str, migrations: Sequence[Migration] | None = None) -> list[Mig
             done.append(migration)
         if migrations is None:  # the functions are written for the latest schema only
             _apply_functions(conn, force=bool(done))
-        return done
+            migrated = _isolation(conn, done, fresh, isolation)
+        else:
+            migrated = Migrated(done, fresh, None, False)
+    line = migrated.isolation_line()
+    if line is not None and migrated.applied and not migrated.isolated:
+        log.warning("%s", line)  # an upgrade that kept it off, or an owner who turned it off
+    elif line is not None and migrated.isolation_changed:
+        log.info("%s", line)
+    return migrated
+
+
+def _isolation(
+    conn: psycopg.Connection[Any], done: list[Migration], fresh: bool, wanted: bool | None
+) -> Migrated:
+    """Isolation between namespaces as ``wanted``, else on for a ``fresh`` database and kept
+    for an existing one (rara_namespace_isolation, db/functions/access.sql)."""
+    row = conn.execute("SELECT relrowsecurity FROM pg_class WHERE oid = 'rara_runs'::regclass")
+    found = row.fetchone()
+    isolated = bool(found and found[0])
+    if wanted is None:
+        wanted = True if fresh else isolated
+    if wanted != isolated:
+        conn.execute("SELECT rara_namespace_isolation(%s)", (wanted,))
+    return Migrated(done, fresh, wanted, wanted != isolated)
 
 
 def function_files() -> dict[str, str]:

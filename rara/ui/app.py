@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from rara.pg import reconnect
 from rara.ui import actions, pages
 from rara.ui.auth import AuthConfig
+from rara.ui.isolation import IsolationWatch
 from rara.ui.live import LiveHub
 
 HERE = Path(__file__).parent
@@ -94,14 +95,17 @@ def create_app(config: UiConfig) -> Starlette:
         **reconnect.async_pool_settings(),
     )
     hub = LiveHub(config.database_url, pool, config.live_interval)
+    isolation = IsolationWatch(pool)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await pool.open()
         await hub.start()
+        await isolation.start()
         try:
             yield
         finally:
+            await isolation.stop()
             await hub.stop()
             await pool.close()
 
@@ -146,5 +150,6 @@ def create_app(config: UiConfig) -> Starlette:
     app.state.config = config
     app.state.pool = pool
     app.state.hub = hub
+    app.state.isolation = isolation  # the banner of rara/ui/templates/base.html
     app.add_middleware(Headers)
     return app

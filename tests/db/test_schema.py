@@ -41,5 +41,8 @@ def test_db_schema_sql_run_on_an_empty_database_makes_the_same_schema(empty_data
 
 def test_the_database_every_test_gets_is_db_schema_sql(database_url: str) -> None:
     """Tests run on clones of a migrated template (tests/conftest.py): a clone is the declared
-    schema too, its database settings included (rara.pg.clone copies them)."""
+    schema too, its database settings included (rara.pg.clone copies them), once isolation
+    between namespaces — which the template turns off — is on again as in a new database."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert conn.execute("SELECT rara_namespace_isolation(true)").fetchone() == (False,)
     assert schema_dump(database_url) == SCHEMA.read_text()

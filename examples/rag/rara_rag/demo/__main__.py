@@ -34,6 +34,7 @@ from rich.table import Table
 from rara.artifacts.location import ENV_VAR
 from rara.cli.watch import summary, watch
 from rara.client import Client
+from rara.pg import access
 from rara.pg.connect import database_url
 from rara.pg.logins import ensure_login
 from rara.pg.migrate import migrate
@@ -79,6 +80,10 @@ def logins(url: str, console: Console) -> tuple[str, str]:
         worker = ensure_login(url, "rara_worker", "rara_demo_worker")
         client = ensure_login(url, "rara_client", "rara_demo_client")
         psycopg.connect(worker).close()
+        with psycopg.connect(url, autocommit=True) as owner:
+            # A new database isolates its namespaces (docs/namespaces.md): the client's is
+            # `default` (the worker's role has every one).
+            access.grant(owner, "rara_demo_client", ["default"])
     except (psycopg.errors.InsufficientPrivilege, psycopg.OperationalError) as exc:
         reason = str(exc).strip().splitlines()[0]
         console.print(

@@ -231,8 +231,11 @@ class Client:
         self, run_id: int, step_key: str, *, approve: bool, reason: str | None = None,
         identity: str | None = None,
     ) -> Decided:  # fmt: skip
-        """Approve or reject; ``identity``: the person this client vouches for (None: its
-        database login). The same decision again is answered, ``recorded`` False."""
+        """Approve or reject, as this client's database login (the role it acts as). The same
+        decision again is answered, ``recorded`` False. ``identity``: a person this client
+        vouches for, recorded as ``<identity> via <login>`` — refused
+        (``psycopg.errors.InsufficientPrivilege``) unless the login is a member of rara_vouch
+        (the dashboard's, the operator's: docs/waits.md, "Who may decide"); leave it None."""
         with self._conn() as conn:
             return waits.decide(
                 conn, run_id, step_key, approve=approve, reason=reason, identity=identity

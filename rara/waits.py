@@ -60,8 +60,10 @@ def decide(
     conn: psycopg.Connection[Any], run_id: int, step_key: str, *, approve: bool,
     reason: str | None = None, identity: str | None = None,
 ) -> Decided:  # fmt: skip
-    """Approve or reject approval step ``step_key`` of run ``run_id``. ``identity``: the
-    person a client vouches for (the UI's authenticated user); None: the database login."""
+    """Approve or reject approval step ``step_key`` of run ``run_id`` as the database login.
+    ``identity``: the person a vouching login (a member of rara_vouch: the UI's, the
+    operator's) authenticated, recorded as ``<identity> via <login>``; from any other login
+    the database refuses it."""
     with _refusals():
         return wait_sql.decide(
             conn, run_id, step_key, approve=approve, reason=reason, identity=identity

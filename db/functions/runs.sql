@@ -189,9 +189,10 @@ BEGIN
               AND w.heartbeat_at > now() - make_interval(secs => p_alive_seconds))
     ), run AS (
         INSERT INTO rara_runs (namespace, definition_version_id, input, idempotency_key,
-                               steps_total)
+                               steps_total, started_by)
         SELECT p_namespace, resolved.id, p_input, p_idempotency_key,
-               jsonb_array_length(resolved.steps)
+               jsonb_array_length(resolved.steps),
+               rara_caller_starter()  -- who starts it, for an approval's four-eyes
         FROM resolved, missing
         WHERE resolved.matched AND missing.capabilities IS NULL
           AND (resolved.retired_at IS NULL OR p_version IS NOT NULL)
@@ -391,8 +392,10 @@ BEGIN
         PERFORM rara_limit_refuse(format('run %s''s input', p_run_id),
                                   octet_length(old.input::text), 'bytes', 'run_input_bytes');
     END IF;
-    INSERT INTO rara_runs (namespace, definition_version_id, input, idempotency_key)
-    VALUES (old.namespace, old.definition_version_id, old.input, p_idempotency_key)
+    INSERT INTO rara_runs (namespace, definition_version_id, input, idempotency_key,
+                           started_by)  -- (who resumes it: as for a start)
+    VALUES (old.namespace, old.definition_version_id, old.input, p_idempotency_key,
+            rara_caller_starter())
     ON CONFLICT (namespace, idempotency_key) DO NOTHING
     RETURNING rara_runs.id INTO new_id;
     IF new_id IS NULL THEN

@@ -290,6 +290,81 @@ BEGIN
 END $$;
 SELECT rara_grant('rara_run_signal', 'rara_client', 'rara_operator');
 
+CREATE OR REPLACE FUNCTION rara_caller_vouches() RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    -- Whether the caller may name the person it acts for (db/migrations/0025): a member of
+    -- rara_vouch (the dashboard's login, the operator), or the schema's owner (current_user
+    -- inside the definer functions that call this), who may write any row anyway.
+    SELECT pg_has_role(rara_caller(), current_user, 'MEMBER')
+        OR EXISTS (SELECT FROM pg_roles r WHERE r.rolname = 'rara_vouch'
+                   AND pg_has_role(rara_caller(), r.oid, 'MEMBER'))
+$$;
+SELECT rara_grant('rara_caller_vouches');  -- only through the functions below
+
+CREATE OR REPLACE FUNCTION rara_caller_person(p_identity text)
+RETURNS text
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    vouched text := nullif(p_identity, '');
+BEGIN
+    -- Who the caller acts as, in the database's words: its role (rara_caller()), or, from a
+    -- login that may vouch (rara_caller_vouches), the person it authenticated, written
+    -- `<person> via <login>`. A person named by any other caller is refused, naming it:
+    -- a client decides, starts and is recorded as itself.
+    IF vouched IS NULL THEN
+        RETURN rara_caller();
+    END IF;
+    IF NOT rara_caller_vouches() THEN
+        RAISE EXCEPTION '% may not act for another person (identity %): only a member of '
+                        'rara_vouch (the dashboard''s login, the operator) vouches for one',
+            rara_caller(), left(vouched, 200)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'leave the identity out: the decision is recorded as your login';
+    END IF;
+    IF length(vouched) > 200 OR vouched ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION 'identity %: at most 200 characters, none a control character',
+            quote_literal(left(vouched, 200)) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN vouched || ' via ' || rara_caller();
+END $$;
+SELECT rara_grant('rara_caller_person');  -- only through rara_approval_decide
+
+CREATE OR REPLACE FUNCTION rara_caller_starter() RETURNS text
+LANGUAGE sql STABLE AS $$
+    -- Who starts or resumes a run (rara_runs.started_by, for an approval's four-eyes): the
+    -- caller's role, or `<person> via <login>` when a login that may vouch (the dashboard's)
+    -- names the person in the session setting rara.identity. From any other login the setting
+    -- is ignored: the run is recorded as started by that login, which is all it could claim.
+    SELECT CASE WHEN nullif(current_setting('rara.identity', true), '') IS NOT NULL
+                     AND rara_caller_vouches()
+                THEN left(current_setting('rara.identity', true), 200) || ' via ' || rara_caller()
+                ELSE rara_caller() END
+$$;
+SELECT rara_grant('rara_caller_starter');  -- only through rara_run_start, rara_run_resume
+
+CREATE OR REPLACE FUNCTION rara_approval_four_eyes(p_run_id bigint, p_key text, p_rule jsonb)
+RETURNS boolean
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
+    -- Whether approval step p_key of run p_run_id may not be decided by who started the run:
+    -- its rule's `fourEyes`, else on for a gate that guards a release — one after which no
+    -- other approval gate comes, so that its approval is the last word a run needs before it
+    -- can succeed, and only a succeeded run is released (rara_release_promote) — and off for
+    -- a gate with another one after it. (PL/pgSQL: its body names tables.)
+    RETURN coalesce((p_rule ->> 'four_eyes')::boolean, NOT EXISTS (
+        WITH RECURSIVE later (key) AS (
+            SELECT d.key FROM rara_steps s CROSS JOIN LATERAL unnest(s.dependants) AS d(key)
+            WHERE s.run_id = p_run_id AND s.key = p_key
+            UNION
+            SELECT d.key FROM later l
+            JOIN rara_steps s ON s.run_id = p_run_id AND s.key = l.key
+            CROSS JOIN LATERAL unnest(s.dependants) AS d(key)
+        )
+        SELECT FROM later l JOIN rara_steps s ON s.run_id = p_run_id AND s.key = l.key
+        WHERE s.wait ->> 'kind' = 'approval'));
+END $$;
+SELECT rara_grant('rara_approval_four_eyes');  -- only through rara_approval_decide
+
 CREATE OR REPLACE FUNCTION rara_approval_decide(p_run_id bigint, p_step_key text,
                                                 p_approve boolean, p_reason text,
                                                 p_identity text DEFAULT NULL)
@@ -298,21 +373,36 @@ RETURNS TABLE (step_id bigint, decision text, decided_by text, decided_at timest
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 DECLARE
+    caller name := rara_caller();
+    vouched text := nullif(p_identity, '');
+    who text;
     run record;
     gate record;
     approval record;
     waiting boolean;
-    who text := coalesce(nullif(p_identity, ''), rara_caller());
+    due timestamptz;
     wanted text := CASE WHEN p_approve THEN 'approved' ELSE 'rejected' END;
     deltas jsonb;
 BEGIN
-    -- A person's decision on approval step p_step_key of run p_run_id. `who` is the caller's
-    -- login (the role it acts as), or the identity a client vouches for (the UI: the user it
-    -- authenticated; the login is kept beside it). Made once: the same decision again answers
-    -- the first (recorded = false) and writes nothing; the other decision is refused, naming
-    -- who made the first and when. An approval ends the step (its result: the decision);
-    -- a rejection ends the run as the gate says (onReject: fail, or cancel).
-    SELECT r.id, r.namespace INTO run FROM rara_runs r
+    -- A person's decision on approval step p_step_key of run p_run_id. `who` is the database's
+    -- word: the caller's role, or — only from a login that may vouch (rara_caller_person: a
+    -- member of rara_vouch) — the person it authenticated, `<person> via <login>`. Made once:
+    -- the same decision again answers the first (recorded = false) and writes nothing; the
+    -- other decision is refused, naming who made the first and when. Refused too: a worker's
+    -- login, anyone not among the gate's approvers, a decision after the gate's deadline
+    -- (whether or not a worker fired it yet), and under four-eyes whoever started the run.
+    -- An approval ends the step (its result: the decision); a rejection ends the run as the
+    -- gate says (onReject: fail, or cancel).
+    who := rara_caller_person(vouched);
+    -- A worker runs the steps a gate is about: its login never decides one, whatever else it
+    -- is a member of (the owner aside).
+    IF EXISTS (SELECT FROM pg_roles r WHERE r.rolname = 'rara_worker'
+               AND pg_has_role(caller, r.oid, 'MEMBER'))
+       AND NOT pg_has_role(caller, current_user, 'MEMBER') THEN
+        RAISE EXCEPTION '% is a worker''s login (rara_worker): a worker never decides an approval',
+            caller USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    SELECT r.id, r.namespace, r.started_by INTO run FROM rara_runs r
     WHERE r.id = p_run_id AND rara_namespace_allowed(r.namespace);
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'no_data_found';
@@ -324,9 +414,10 @@ BEGIN
     SELECT s.id, s.key, s.status, s.wait INTO gate FROM rara_steps s
     WHERE s.run_id = p_run_id AND s.key = p_step_key
     FOR UPDATE;
-    -- Whether it waits, read once the step is locked (as in rara_run_signal: a run cancel that
-    -- committed while this waited for the step would go unseen by a join in the locking read).
-    PERFORM 1 FROM rara_waits w WHERE w.step_id = gate.id FOR UPDATE;
+    -- Whether it waits, and until when, read once the step is locked (as in rara_run_signal:
+    -- a run cancel or a firing that committed while this waited for the step would go unseen
+    -- by a join in the locking read).
+    SELECT w.due_at INTO due FROM rara_waits w WHERE w.step_id = gate.id FOR UPDATE;
     waiting := FOUND;
     IF gate.id IS NULL OR gate.wait ->> 'kind' IS DISTINCT FROM 'approval' THEN
         RAISE EXCEPTION 'run %: % is not an approval step', p_run_id, p_step_key
@@ -351,21 +442,40 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
+    -- An approver that names a role is matched by the caller's membership, never by a name
+    -- it vouches for (a vouching login is no member of its users' roles); a vouched person
+    -- matches only an approver that is no role.
     IF cardinality(approval.approvers) > 0 AND NOT EXISTS (
         SELECT FROM unnest(approval.approvers) AS a(name)
-        WHERE a.name = who
-           OR (EXISTS (SELECT FROM pg_roles r WHERE r.rolname = a.name)
-               AND pg_has_role(rara_caller(), a.name, 'MEMBER'))) THEN
+        LEFT JOIN pg_roles r ON r.rolname = a.name
+        WHERE CASE WHEN vouched IS NULL THEN r.oid IS NOT NULL AND pg_has_role(caller, r.oid, 'MEMBER')
+                   ELSE r.oid IS NULL AND a.name = vouched END) THEN
         RAISE EXCEPTION 'run %: % may not decide approval % (its approvers: %)', p_run_id, who,
             p_step_key, array_to_string(approval.approvers, ', ')
-            USING ERRCODE = 'insufficient_privilege';
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'a role among the approvers is matched by the login''s membership; '
+                         'a person a login vouches for, only by a name that is no role';
     END IF;
     IF NOT waiting THEN  -- a run cancel took it (its rara_approvals row stays)
         PERFORM rara_wait_refuse(p_run_id, format('approval %s', p_step_key), gate.status,
                                  'a decision');
     END IF;
+    IF due <= now() THEN  -- its deadline passed: rara_waits_fire ends it as its rule says
+        RAISE EXCEPTION 'run %: approval % passed its deadline (%): no decision after it', p_run_id,
+            p_step_key, due USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Four-eyes: who started the run (the same role, or the same person vouched for) does
+    -- not also approve or reject it. The owner is not held to it (it may write any row).
+    IF run.started_by IS NOT NULL
+       AND split_part(run.started_by, ' via ', 1) = coalesce(vouched, caller)
+       AND NOT pg_has_role(caller, current_user, 'MEMBER')
+       AND rara_approval_four_eyes(p_run_id, p_step_key, gate.wait) THEN
+        RAISE EXCEPTION 'run %: % started this run and may not also decide approval % '
+                        '(fourEyes: another person decides)', p_run_id, who, p_step_key
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     UPDATE rara_approvals a SET decision = wanted, decided_by = who,
-                                decided_login = rara_caller(), decided_at = now(),
+                                decided_login = caller, decided_at = now(),
                                 reason = p_reason
     WHERE a.step_id = gate.id;
     IF p_approve THEN
@@ -389,3 +499,142 @@ BEGIN
     RETURN NEXT;
 END $$;
 SELECT rara_grant('rara_approval_decide', 'rara_client', 'rara_operator');
+
+-- A step's wait rule, checked (made by migration 0021; here since the rule changes: a
+-- function file says what each of its functions is now). rara_spec_steps (0021) calls it for
+-- each step of a spec being registered.
+CREATE OR REPLACE FUNCTION rara_spec_wait(p_step jsonb, p_what text) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    -- (a field set to null is absent: a client that writes every default sends them)
+    wait jsonb := jsonb_strip_nulls(nullif(p_step -> 'wait', 'null'));
+    approval jsonb := jsonb_strip_nulls(nullif(p_step -> 'approval', 'null'));
+    extra text;
+    shown text;
+    depends jsonb := coalesce(nullif(p_step -> 'dependsOn', 'null'), '[]');
+BEGIN
+    -- A step's wait rule (NULL: a step that runs), every field checked and named.
+    IF wait IS NULL AND approval IS NULL THEN
+        IF p_step ->> 'capability' IN ('rara.wait@1', 'rara.approval@1') THEN
+            RAISE EXCEPTION '%.capability: % is the database''s own (wait: or approval:)',
+                p_what, p_step ->> 'capability' USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN NULL;
+    END IF;
+    IF wait IS NOT NULL AND approval IS NOT NULL THEN
+        RAISE EXCEPTION '%: wait and approval: a step is one or the other', p_what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- (absent, null or empty: what a client that writes every default sends)
+    SELECT string_agg(f.key, ', ') INTO extra FROM jsonb_each(p_step) AS f
+    WHERE (f.key IN ('map', 'cache', 'concurrency', 'timeout', 'heartbeatTimeout', 'secrets',
+                     'inputSchema')
+           AND f.value NOT IN ('null', '{}'))
+       OR (f.key = 'resources' AND jsonb_strip_nulls(f.value) NOT IN ('{}', '{"gpu": 0}'))
+       OR (f.key = 'executor' AND f.value <> '"inprocess"');
+    IF extra IS NOT NULL THEN
+        RAISE EXCEPTION '%: % do nothing for a step that runs nothing (remove them)', p_what,
+            extra USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF wait IS NOT NULL THEN
+        IF jsonb_typeof(wait) <> 'object' THEN
+            RAISE EXCEPTION '%.wait: must be a mapping (for:, until: or signal:)', p_what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT string_agg(k, ', ') INTO extra FROM jsonb_object_keys(wait) AS k
+        WHERE k NOT IN ('for', 'until', 'signal', 'timeout', 'onTimeout');
+        IF extra IS NOT NULL THEN
+            RAISE EXCEPTION '%.wait: unknown field %', p_what, extra
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF (wait ? 'for')::integer + (wait ? 'until')::integer + (wait ? 'signal')::integer <> 1
+        THEN
+            RAISE EXCEPTION '%.wait: needs exactly one of for:, until: and signal:', p_what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF wait ? 'signal' THEN
+            IF jsonb_typeof(wait -> 'signal') <> 'string'
+               OR NOT (wait ->> 'signal') ~ '^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$' THEN
+                RAISE EXCEPTION '%.wait.signal: must be a name (letters, digits, . _ -)', p_what
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            IF coalesce(wait ->> 'onTimeout', 'fail') NOT IN ('fail', 'succeed') THEN
+                RAISE EXCEPTION '%.wait.onTimeout: must be fail or succeed', p_what
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            RETURN jsonb_build_object(
+                'kind', 'signal', 'signal', wait ->> 'signal',
+                'timeout_ms', rara_duration_ms(wait -> 'timeout', p_what || '.wait.timeout'),
+                'on_timeout', coalesce(wait ->> 'onTimeout', 'fail'));
+        END IF;
+        IF wait ? 'timeout' OR wait ->> 'onTimeout' = 'succeed' THEN
+            RAISE EXCEPTION '%.wait: timeout and onTimeout are for signal waits', p_what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF wait ? 'for' THEN
+            RETURN jsonb_build_object(
+                'kind', 'timer',
+                'for_ms', rara_duration_ms(wait -> 'for', p_what || '.wait.for'));
+        END IF;
+        IF jsonb_typeof(wait -> 'until') <> 'string'
+           OR NOT (wait ->> 'until') ~ '^input(\.[A-Za-z0-9_-]+)+$' THEN
+            RAISE EXCEPTION '%.wait.until: must be input.<path> (a time in the run input)',
+                p_what USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN jsonb_build_object('kind', 'timer',
+                                  'until', to_jsonb((string_to_array(wait ->> 'until', '.'))[2:]));
+    END IF;
+    IF jsonb_typeof(approval) <> 'object' THEN
+        RAISE EXCEPTION '%.approval: must be a mapping (show:, approvers:, ...)', p_what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT string_agg(k, ', ') INTO extra FROM jsonb_object_keys(approval) AS k
+    WHERE k NOT IN ('show', 'approvers', 'timeout', 'onReject', 'onTimeout', 'fourEyes');
+    IF extra IS NOT NULL THEN
+        RAISE EXCEPTION '%.approval: unknown field %', p_what, extra
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF coalesce(jsonb_typeof(nullif(approval -> 'show', 'null')), 'array') <> 'array'
+       OR coalesce(jsonb_typeof(nullif(approval -> 'approvers', 'null')), 'array') <> 'array' THEN
+        RAISE EXCEPTION '%.approval: show and approvers must be lists', p_what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR shown IN SELECT jsonb_array_elements(coalesce(nullif(approval -> 'show', 'null'), '[]'))
+                        #>> '{}' LOOP
+        IF shown IS NULL OR NOT shown ~ '^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?(\.result(\.[A-Za-z0-9_-]+)*)?$' THEN
+            RAISE EXCEPTION '%.approval.show: % is not <step> or <step>.result.<path>',
+                p_what, coalesce(shown, 'null') USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NOT depends ? split_part(shown, '.', 1) THEN
+            RAISE EXCEPTION '%.approval.show: shows step %, which is not in its dependsOn',
+                p_what, split_part(shown, '.', 1) USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END LOOP;
+    IF EXISTS (SELECT FROM jsonb_array_elements(coalesce(nullif(approval -> 'approvers', 'null'),
+                                                         '[]')) AS a
+               WHERE jsonb_typeof(a) <> 'string' OR length(a #>> '{}') NOT BETWEEN 1 AND 200) THEN
+        RAISE EXCEPTION '%.approval.approvers: must be logins or roles (text)', p_what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF coalesce(approval ->> 'onReject', 'fail') NOT IN ('fail', 'cancel')
+       OR coalesce(approval ->> 'onTimeout', 'fail') NOT IN ('fail', 'cancel') THEN
+        RAISE EXCEPTION '%.approval: onReject and onTimeout must be fail or cancel', p_what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF coalesce(jsonb_typeof(approval -> 'fourEyes'), 'boolean') <> 'boolean' THEN
+        RAISE EXCEPTION '%.approval.fourEyes: must be true or false', p_what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- four_eyes only when set: unset, the gate's place decides (rara_approval_four_eyes), and
+    -- the step rows of a spec written before it stay what they were.
+    RETURN jsonb_build_object(
+        'kind', 'approval',
+        'show', coalesce(nullif(approval -> 'show', 'null'), '[]'),
+        'approvers', coalesce(nullif(approval -> 'approvers', 'null'), '[]'),
+        'timeout_ms', rara_duration_ms(approval -> 'timeout', p_what || '.approval.timeout'),
+        'on_reject', coalesce(approval ->> 'onReject', 'fail'),
+        'on_timeout', coalesce(approval ->> 'onTimeout', 'fail'))
+        || CASE WHEN approval ? 'fourEyes'
+                THEN jsonb_build_object('four_eyes', approval -> 'fourEyes') ELSE '{}' END;
+END $$;
+SELECT rara_grant('rara_spec_wait');  -- only through rara_spec_steps

@@ -57,3 +57,10 @@ WHERE w.run_id = :run_id AND w.kind IN ('signal', 'approval')
                   WHERE o.run_id = :run_id AND o.status IN ('ready', 'running'))
   AND NOT EXISTS (SELECT 1 FROM rara_waits t WHERE t.run_id = :run_id AND t.kind = 'timer')
 ORDER BY s.id;
+
+-- name: login_vouches$
+-- Whether this session's login may name the person it acts for (a member of rara_vouch,
+-- migration 0025; a superuser is a member of every role): what `rara ui --auth-header`
+-- without --user-roles needs to record its users' decisions as theirs.
+SELECT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = 'rara_vouch'
+               AND pg_has_role(session_user, r.oid, 'MEMBER'));

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from rara.cli.common import console, fail
+from rara.cli.common import console, err_console, fail
 from rara.pg.connect import database_url
 from rara.ui.auth import SESSION_SECONDS
 
@@ -121,6 +121,8 @@ def ui(
         artifacts=artifacts,
         pool_size=pool_size,
     )
+    if not read_only and auth_header and not user_roles:
+        _check_vouching(config.database_url)
     mode = "read-only" if read_only else "actions allowed to authenticated users"
     if user_roles:
         mode += f", each user's own namespaces (the role {auth_header} names)"
@@ -133,3 +135,27 @@ def ui(
         timeout_graceful_shutdown=3,
         proxy_headers=False,
     )
+
+
+def _check_vouching(url: str) -> None:
+    """Say at start when the login cannot vouch for the users the header names: the database
+    then refuses their decisions (docs/ui.md, "Waits and approvals"). Nothing said when the
+    database cannot be reached yet: the pages say so."""
+    import psycopg
+
+    from rara.pg.waits import login_vouches
+
+    try:
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            vouches = login_vouches(conn)
+            login = conn.info.user
+    except psycopg.Error:
+        return
+    if not vouches:
+        err_console.print(
+            f"warning: the login {login} is not in rara_vouch, so the database refuses the "
+            "decisions of the users the header names (as the owner: GRANT rara_vouch TO "
+            f"{login}; docs/ui.md)",
+            highlight=False,
+            markup=False,
+        )

@@ -188,6 +188,9 @@ class ApprovalSpec(_Model):
     timeout: DurationMs | None = None
     on_reject: Literal["fail", "cancel"] = Field(default="fail", alias="onReject")
     on_timeout: Literal["fail", "cancel"] = Field(default="fail", alias="onTimeout")
+    # Whether who started the run may not also decide (None: on for a gate after which no
+    # other gate comes, the one a release waits for; off before another; docs/waits.md).
+    four_eyes: bool | None = Field(default=None, alias="fourEyes")
 
     @field_validator("show")
     @classmethod

@@ -24,6 +24,7 @@ MAX_SPEC_STEPS = 1000
 # Fields added after versions were stored: absent when unset, so that the same document keeps
 # its digest (and its version).
 _CANONICAL_ONLY_WHEN_SET = ("inputSchema", "cache", "concurrency")
+_APPROVAL_CANONICAL_ONLY_WHEN_SET = ("fourEyes",)  # the same, inside a step's approval
 
 
 def load_definition(text: str | bytes, source: str = "document") -> WorkflowDefinition:
@@ -89,6 +90,11 @@ def canonical_spec(spec: WorkflowSpec) -> dict[str, Any]:
         for key in _CANONICAL_ONLY_WHEN_SET:
             if step.get(key) is None:
                 step.pop(key, None)
+        approval = step.get("approval")
+        if isinstance(approval, dict):
+            for key in _APPROVAL_CANONICAL_ONLY_WHEN_SET:
+                if approval.get(key) is None:
+                    approval.pop(key, None)
     size = len(json.dumps(canonical, ensure_ascii=False).encode())
     if size > MAX_SPEC_BYTES:
         raise DefinitionInvalid(

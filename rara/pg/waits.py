@@ -10,7 +10,7 @@ from typing import Any
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from rara.pg.queries import AsyncConn, Conn, aone, many, one
+from rara.pg.queries import AsyncConn, Conn, aone, many, one, value
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,3 +130,9 @@ def approval(conn: Conn, run_id: int, step_key: str) -> Approval | None:
 
 def for_person(conn: Conn, run_id: int) -> list[PersonWait]:
     return many(conn, "wait_list_for_person", class_row(PersonWait), run_id=run_id)
+
+
+def login_vouches(conn: Conn) -> bool:
+    """Whether this connection's login may name the person it decides or starts for (a
+    member of rara_vouch: the dashboard's login, the operator's)."""
+    return bool(value(conn, "login_vouches", bool))

@@ -83,14 +83,35 @@ class UserClient(Client):
             yield conn
 
 
+class VouchingClient(Client):
+    """A client of the UI's own login that vouches for ``person``, whom the proxy's header
+    names: each connection sets ``rara.identity``, so a run it starts or resumes records
+    ``<person> via <login>`` as its starter (rara_caller_starter, for an approval's four-eyes).
+    The database takes it only from a login in rara_vouch, and ignores it from any other."""
+
+    def __init__(self, url: str, *, namespace: str, person: str) -> None:
+        super().__init__(url, namespace=namespace)
+        self.person = person
+
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        with psycopg.connect(self.url, autocommit=True) as conn:
+            conn.execute("SELECT set_config('rara.identity', %s, false)", (self.person,))
+            yield conn
+
+
 def _client(request: Request, namespace: str = DEFAULT_NAMESPACE) -> Client:
     """A client in ``namespace``: what it names by name (a definition to start, a schedule
-    to pause) is that namespace's; under ``--user-roles``, acting as the user."""
+    to pause) is that namespace's; under ``--user-roles``, acting as the user; else, with a
+    person the proxy names, the UI's login vouching for them."""
     url = request.app.state.config.database_url
     user = user_of(request)
-    if user is None:
-        return Client(url, namespace=namespace)
-    return UserClient(url, namespace=namespace, user=user)
+    if user is not None:
+        return UserClient(url, namespace=namespace, user=user)
+    who = person(request)
+    if who is not None:
+        return VouchingClient(url, namespace=namespace, person=who)
+    return Client(url, namespace=namespace)
 
 
 async def _call(action: Callable[[], T]) -> T:
@@ -178,19 +199,23 @@ async def resume(request: Request) -> Response:
 
 
 def person(request: Request) -> str | None:
-    """Who a decision is recorded as: the user the proxy's header names (``--auth-header``),
-    whom the UI vouches for; None for the token's holder, who is nobody in particular, so the
-    decision records the database login that made it (the UI's, or the user's role)."""
+    """Whom the UI's login vouches for (a decision is recorded as ``<person> via <login>``):
+    the user the proxy's header names (``--auth-header``). None for the token's holder, who is
+    nobody in particular, and under ``--user-roles``, where the action runs as the user's own
+    role: the decision then records the role it ran as (the login's, or the user's)."""
+    if _auth(request).user_roles:
+        return None
     identity = _auth(request).identity(request)
     return identity[5:] if identity and identity.startswith("user:") else None
 
 
 async def decide(request: Request) -> Response:
     """Approve or reject an approval gate (``Client.decide_approval``, what `rara approvals
-    approve|reject` do), as the person the UI authenticated; under ``--user-roles`` as the
-    user's role, so a gate's approvers by role are the database's to check. The database's
-    refusals (decided the other way already, not an approver, not waiting) go back to the
-    run's page as its note, in the database's words."""
+    approve|reject` do), as the person the UI authenticated, vouched for by its login (a
+    member of rara_vouch: docs/ui.md); under ``--user-roles`` as the user's role, so a gate's
+    approvers by role are the database's to check. The database's refusals (decided the other
+    way already, not an approver, past its deadline, the run's starter under four-eyes, a
+    login that may not vouch) go back to the run's page as its note, in its words."""
     await _authorised(request)
     run_id = int(request.path_params["run_id"])
     step_key = str(request.path_params["step_key"])

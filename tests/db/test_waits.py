@@ -15,7 +15,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from rara import waits
-from rara.definitions.parse import definition_from_object
+from rara.definitions.parse import canonical_spec, definition_from_object
 from rara.errors import DefinitionInvalid, InputInvalid, NotFound, WaitRefused
 from rara.runs import start_run
 from tests.support.definitions import apply, definition
@@ -248,14 +248,14 @@ def test_a_rejection_ends_the_run_as_the_gate_says(
         conn, run_id, "gate", approve=False, reason="ndcg fell", identity="alice@example.com"
     )
     assert decided.recorded
-    assert decided.decided_by == "alice@example.com"
+    assert decided.decided_by == "alice@example.com via rara"  # vouched for by the owner
     wait_run(conn, run_id, status=status, timeout=5)
     gate, publish = _step(conn, run_id, "gate"), _step(conn, run_id, "publish")
     assert publish["status"] == "cancelled"
     assert gate["error"]["code"] == "REJECTED"
-    assert gate["error"]["message"] == "rejected by alice@example.com: ndcg fell"
+    assert gate["error"]["message"] == "rejected by alice@example.com via rara: ndcg fell"
     row = waits.approval(conn, run_id, "gate")
-    assert (row.decided_by, row.decided_login) == ("alice@example.com", "rara")
+    assert (row.decided_by, row.decided_login) == ("alice@example.com via rara", "rara")
     assert waiting_of(conn, run_id) == []
 
 
@@ -323,6 +323,7 @@ def test_a_cancelled_run_leaves_no_wait(conn: psycopg.Connection[Any]) -> None:
         ({"key": "w", "wait": {"for": "1s"}, "approval": {}}, "one or the other"),
         ({"key": "w", "approval": {"show": ["a"]}}, "not in its dependsOn"),
         ({"key": "w", "approval": {"onReject": "ignore"}}, "onReject"),
+        ({"key": "w", "approval": {"fourEyes": "maybe"}}, "fourEyes"),
         ({"key": "w", "capability": "rara.wait@1"}, "the database's own"),
     ],
 )
@@ -339,6 +340,26 @@ def test_a_bad_wait_is_refused_naming_its_field(
         conn.execute("SELECT rara_definition_register('bad', %s)", (Jsonb(doc["spec"]),))
     assert "spec.steps[0] (step 'w')" in str(refused_db.value)
     assert conn.execute("SELECT count(*) FROM rara_definitions").fetchone() == (0,)
+
+
+def test_four_eyes_enters_the_spec_and_the_rule_only_when_set(
+    conn: psycopg.Connection[Any],
+) -> None:
+    """A gate written before fourEyes keeps its digest (and version); set, the step's rule
+    carries it (rara_spec_wait), unset the gate's place decides (rara_approval_four_eyes)."""
+    unset = canonical_spec(
+        definition_from_object(definition("g", [{"key": "w", "approval": {}}])).spec
+    )
+    assert "fourEyes" not in unset["steps"][0]["approval"]
+    apply(conn, "g", [{"key": "w", "approval": {}}, {"key": "v", "approval": {"fourEyes": False}}])
+    rules = dict(
+        conn.execute(
+            "SELECT s ->> 'key', s -> 'wait' FROM rara_definition_versions v,"
+            " jsonb_array_elements(v.steps) AS s"
+        ).fetchall()
+    )
+    assert "four_eyes" not in rules["w"]
+    assert rules["v"]["four_eyes"] is False
 
 
 def test_two_steps_may_not_wait_for_one_signal() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
@@ -61,6 +62,9 @@ def test_kubectl_signals_and_decides_a_run(
         lambda: objects.status("workflowruns", "nightly").get("runId"), what="run started"
     )
     me = _me(objects.api.api_client)
+    # Recorded as the user the API server authenticated, vouched for by the operator's login
+    # (rara_operator is in rara_vouch: migration 0025).
+    vouched = f"{me} via {urlsplit(operator.config.database_url).username}"
     # Decided before the gate waits: retried until it does (its dependency waits for a signal).
     _append(
         objects, "nightly", "approvals",
@@ -78,7 +82,7 @@ def test_kubectl_signals_and_decides_a_run(
         what="decision mirrored",
     )
     assert approvals[0]["decision"] == "approved"
-    assert approvals[0]["decidedBy"] == me
+    assert approvals[0]["decidedBy"] == vouched
     status = eventually(
         lambda: (s := objects.status("workflowruns", "nightly")).get("phase") == "Succeeded" and s,
         what="phase Succeeded",
@@ -86,7 +90,7 @@ def test_kubectl_signals_and_decides_a_run(
     assert condition(status, "Accepted")["status"] == "True"
     recorded = wait_sql.approval(db, int(run_id), "gate")
     assert recorded is not None
-    assert (recorded.decision, recorded.decided_by) == ("approved", me)
+    assert (recorded.decision, recorded.decided_by) == ("approved", vouched)
     assert recorded.reason == "export looks right"
     assert recorded.evidence["shown"][0]["value"] == {"rows": 12}
 

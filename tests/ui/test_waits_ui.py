@@ -141,14 +141,23 @@ def _approval(conn: psycopg.Connection[Any], run_id: int) -> tuple[Any, ...]:
 
 
 def test_an_approval_is_decided_beside_its_evidence_once(
-    browser: Any, ui_server: Any, database_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+    browser: Any,
+    ui_server: Any,
+    database_url: str,
+    conn: psycopg.Connection[Any],
+    tmp_path: Path,
+    role_url: Any,
 ) -> None:
     from playwright.sync_api import expect
 
     apply(conn, "gated", GATED)
     run_id = start_run(conn, "gated", queue_anyway=True).run_id
     read_only: UiServer = ui_server()
-    ui: UiServer = ui_server("--no-read-only", "--auth-header", HEADER)
+    # The dashboard's own login, as docs/ui.md makes it: a client that may vouch.
+    login_url = role_url("rara_client")
+    login = urlsplit(login_url).username or ""
+    conn.execute(sql.SQL("GRANT rara_vouch TO {}").format(sql.Identifier(login)))
+    ui: UiServer = ui_server("--no-read-only", "--auth-header", HEADER, url=login_url)
     with _worker(database_url, tmp_path, conn):
         wait_until(lambda: waiting_of(conn, run_id) == ["gate"], message="the gate waits")
         digest = conn.execute(
@@ -211,7 +220,7 @@ def test_an_approval_is_decided_beside_its_evidence_once(
         bo.fill("#approval-gate textarea[name=reason]", "fine by me")
         bo.click("#approval-gate button[value=approve]")
         expect(bo.locator(".note")).to_have_text(
-            f"approve refused: run {run_id}: {BO} may not decide approval gate"
+            f"approve refused: run {run_id}: {BO} via {login} may not decide approval gate"
             f" (its approvers: {ANA})"
         )
         assert _approval(conn, run_id)[0] is None
@@ -224,17 +233,14 @@ def test_an_approval_is_decided_beside_its_evidence_once(
 
         ana.fill("#approval-gate textarea[name=reason]", "ndcg +0.03, interval clear of 0")
         ana.click("#approval-gate button[value=approve]")
-        expect(ana.locator(".note")).to_have_text(f"gate approved by {ANA}")
-        login = conn.execute("SELECT current_user").fetchone()[0]
+        expect(ana.locator(".note")).to_have_text(f"gate approved by {ANA} via {login}")
         assert _approval(conn, run_id) == (
-            "approved", ANA, login, "ndcg +0.03, interval clear of 0"
+            "approved", f"{ANA} via {login}", login, "ndcg +0.03, interval clear of 0"
         )  # fmt: skip
         # The decision beside its evidence; the run goes on, live.
         gate = ana.locator("#approval-gate")
         expect(gate.locator("[data-field=decision]")).to_have_text("approved")
-        expect(gate.locator("[data-field=decided-by]")).to_have_text(
-            f"{ANA} (through the database login {login})"
-        )
+        expect(gate.locator("[data-field=decided-by]")).to_have_text(f"{ANA} via {login}")
         expect(gate.locator("[data-field=decided-at]")).to_contain_text("UTC")
         expect(gate.locator("[data-field=reason]")).to_have_text("ndcg +0.03, interval clear of 0")
         expect(gate.locator("form.decide")).to_have_count(0)
@@ -251,7 +257,10 @@ def test_an_approval_is_decided_beside_its_evidence_once(
         )
         second.click("#approval-gate button[value=reject]")
         expect(second.locator(".note")).to_have_text(
-            re.compile(rf"^reject refused: run {run_id}: approval gate was approved by {ANA} at ")
+            re.compile(
+                rf"^reject refused: run {run_id}: approval gate was approved by {ANA} via {login}"
+                " at "
+            )
         )
         assert _approval(conn, run_id)[0] == "approved"
 

@@ -4,9 +4,12 @@
 -- --install`, with :owner_password, :worker_password and :operator_password set to the
 -- passwords in Secrets rara-db, rara-db-worker and rara-db-operator. Idempotent.
 --
--- The owner, whose URL the chart gives the migration Job only, is no superuser: a login with
--- CREATEROLE that owns the database (and so, on PostgreSQL 15, its public schema). Every
--- SECURITY DEFINER function runs as it; its compromise is rara's data, not the server.
+-- The owner, whose URL the chart gives the migration Job only, is the one docs/least-privilege.md
+-- recommends ("The owner"): neither SUPERUSER nor CREATEROLE (on PostgreSQL 15 a CREATEROLE
+-- role may grant itself the server's predefined roles), owning the database (and so, on
+-- PostgreSQL 15, its public schema), with ADMIN OPTION on rara's group roles, as `rara access
+-- bootstrap-sql rara_owner` prints. Every SECURITY DEFINER function runs as it; its
+-- compromise is rara's data, not the server.
 --
 -- Why the group roles are made here, before the migrations: the chart's pods connect as these
 -- logins as soon as the migration Job (a pre-install hook) is done, so each login must exist
@@ -18,13 +21,19 @@
 \set ON_ERROR_STOP on
 
 SELECT format('CREATE ROLE %I NOLOGIN', g)
-  FROM unnest(ARRAY['rara_worker', 'rara_operator', 'rara_client', 'rara_reader']) AS g
+  FROM unnest(ARRAY['rara_worker', 'rara_operator', 'rara_client', 'rara_reader',
+                    'rara_vouch']) AS g
  WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = g)
 \gexec
+GRANT rara_reader TO rara_worker, rara_operator, rara_client;
+GRANT rara_vouch TO rara_operator;
 
-SELECT 'CREATE ROLE rara_owner LOGIN CREATEROLE NOSUPERUSER'
+SELECT 'CREATE ROLE rara_owner LOGIN NOSUPERUSER NOCREATEROLE'
  WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'rara_owner')
 \gexec
+ALTER ROLE rara_owner NOSUPERUSER NOCREATEROLE;  -- one made with CREATEROLE before
+GRANT rara_reader, rara_worker, rara_operator, rara_client, rara_vouch TO rara_owner
+    WITH ADMIN OPTION;
 ALTER DATABASE rara OWNER TO rara_owner;
 
 -- Each login a member of its group role and of nothing else (the role holds no grants of its

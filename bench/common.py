@@ -203,16 +203,21 @@ _RUN_ENDS = frozenset(s.value for s in RunStatus if s.terminal)
 
 
 def wait_run_succeeded(listener: Conn, run_id: int, timeout: float = 30.0) -> None:
-    """Until run ``run_id`` succeeded, by the notifications of a connection that LISTENs on
-    rara_run; RuntimeError when it ended otherwise. The channel also says when a run begins to
-    wait for a person (``N:waiting``): only a terminal status ends the wait here."""
+    """Until run ``run_id`` succeeded, reading its status on a connection that LISTENs on
+    rara_run whenever a notification wakes it (the channel names no run: any login may
+    LISTEN, docs/least-privilege.md); RuntimeError when it ended otherwise."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for note in listener.notifies(timeout=max(0.01, deadline - time.monotonic())):
-            run, _, what = note.payload.partition(":")
-            if run != str(run_id) or what not in _RUN_ENDS:
-                continue
-            if what == RunStatus.SUCCEEDED:
-                return
-            raise RuntimeError(f"run {run_id} ended {what}")
-    raise TimeoutError(f"run {run_id} did not finish")
+    while True:
+        row = listener.execute(
+            "SELECT status::text FROM rara_runs WHERE id = %s", (run_id,)
+        ).fetchone()
+        status = None if row is None else row[0]
+        if status == RunStatus.SUCCEEDED:
+            return
+        if status in _RUN_ENDS:
+            raise RuntimeError(f"run {run_id} ended {status}")
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"run {run_id} did not finish")
+        for _ in listener.notifies(timeout=min(remaining, 1.0), stop_after=1):
+            pass

@@ -338,6 +338,38 @@ def test_under_user_roles_approvals_are_the_users_and_approvers_may_be_roles(
                 admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
 
 
+def test_a_run_the_dashboard_retries_is_its_users_and_four_eyes_holds(
+    ui_server: Any, conn: psycopg.Connection[Any], role_url: Any
+) -> None:
+    """The dashboard's login vouches for its header's user as a retried run's starter too
+    (rara.identity), so that user may not also approve the run's last gate; another may."""
+    apply(conn, "release", [{"key": "gate", "approval": {}}])
+    first = start_run(conn, "release", queue_anyway=True).run_id
+    assert conn.execute("SELECT rara_run_cancel(%s)", (first,)).fetchone() == (True,)
+    login_url = role_url("rara_client")
+    login = urlsplit(login_url).username or ""
+    conn.execute(sql.SQL("GRANT rara_vouch TO {}").format(sql.Identifier(login)))
+    ui: UiServer = ui_server("--no-read-only", "--auth-header", HEADER, url=login_url)
+    status, html = _call(ui, f"/runs/{first}", ANA)
+    match = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
+    assert status == 200
+    assert match is not None
+    status, location = _call(ui, f"/runs/{first}/retry", ANA, f"csrf={match.group(1)}".encode())
+    assert status == 303
+    retried = int(urlsplit(location).path.rsplit("/", 1)[-1])
+    assert conn.execute(
+        "SELECT started_by FROM rara_runs WHERE id = %s", (retried,)
+    ).fetchone() == (f"{ANA} via {login}",)
+    status, answer = _decide(ui, retried, ANA)
+    assert (status, answer) == (
+        303,
+        f"approve refused: run {retried}: {ANA} via {login} started this run and may not also"
+        " decide approval gate (fourEyes: another person decides)",
+    )
+    assert _decide(ui, retried, BO) == (303, f"gate approved by {BO} via {login}")
+    wait_run(conn, retried, status="succeeded")
+
+
 def _decide(ui: UiServer, run_id: int, user: str, csrf_from: int | None = None) -> tuple[int, str]:
     """Approve as ``user`` with the form of ``csrf_from``'s page (default: the run's): the
     answer's status and, for a redirect, its note."""

@@ -132,12 +132,6 @@ def items(ctx: StepContext) -> Any:
     return {"items": list(range(int(ctx.input["count"])))}
 
 
-@registry.handler("test.items@1")
-def items(ctx: StepContext) -> Any:
-    """``{"items": [0, 1, …]}`` of ``count`` elements: a list for a map, made by the step."""
-    return {"items": list(range(int(ctx.input["count"])))}
-
-
 @registry.handler("test.silent@1")
 async def silent(ctx: StepContext) -> Any:
     """Reports progress once, then goes quiet for ``seconds`` (heartbeatTimeout test)."""

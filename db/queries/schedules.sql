@@ -35,18 +35,29 @@ SELECT rara_schedule_decide(p_name => :name, p_ticks => CAST(:ticks AS jsonb),
                             p_missed => :missed, p_next_tick => CAST(:next_tick AS timestamptz),
                             p_namespace => :namespace);
 
+-- name: schedule_cancel_run$
+-- Replace's cancel of the schedule's last run (refused for any other run). True: cancelled
+-- now; false: it had ended.
+SELECT rara_schedule_cancel_run(p_name => :name, p_run_id => :run_id,
+                                p_namespace => :namespace);
+
+-- name: schedule_refuse$
+-- A schedule the firing cannot fire: marked, and taken by no pass until applied again.
+SELECT rara_schedule_refuse(p_name => :name, p_reason => :reason, p_namespace => :namespace);
+
 -- name: schedule_next_due^
 -- When the firing loop must wake: the earliest next tick of a live schedule (null: none), and
 -- the database's now to measure the sleep by. One read of the partial index, however many
 -- schedules there are.
-SELECT (SELECT min(next_tick) FROM rara_schedules WHERE NOT suspended) AS next_tick,
+SELECT (SELECT min(next_tick) FROM rara_schedules
+        WHERE NOT suspended AND refused_at IS NULL) AS next_tick,
        now() AS db_now;
 
 -- name: schedule_get^
 SELECT s.namespace, s.name, s.definition, s.version, s.cron, s.time_zone, s.input, s.concurrency_policy,
        s.starting_deadline_seconds, s.suspended, s.successful_runs_kept, s.failed_runs_kept,
        s.spec, s.next_tick, s.last_tick, s.last_run_id, s.missed_ticks, s.created_at,
-       s.updated_at, r.status AS last_run_status
+       s.updated_at, r.status AS last_run_status, s.refused_reason, s.refused_at
 FROM rara_schedules s LEFT JOIN rara_runs r ON r.id = s.last_run_id
 WHERE s.namespace = :namespace AND s.name = :name;
 
@@ -54,7 +65,7 @@ WHERE s.namespace = :namespace AND s.name = :name;
 -- The schedules of :namespace (of every namespace when null).
 SELECT s.namespace, s.name, s.definition, s.version, s.cron, s.time_zone, s.concurrency_policy,
        s.suspended, s.next_tick, s.last_tick, s.last_run_id, s.missed_ticks,
-       r.status AS last_run_status
+       r.status AS last_run_status, s.refused_reason
 FROM rara_schedules s LEFT JOIN rara_runs r ON r.id = s.last_run_id
 WHERE CAST(:namespace AS text) IS NULL OR s.namespace = :namespace
 ORDER BY s.namespace, s.name;

@@ -73,7 +73,8 @@ def apply(
 @app.command("list")
 @reports_errors
 def list_(namespace: NamespaceOption = None, all_namespaces: AllNamespacesOption = False) -> None:
-    """The namespace's schedules with their next and last ticks."""
+    """The namespace's schedules with their next and last ticks ("refused": the firing
+    cannot fire it; `show` says why)."""
     client = namespace_client(namespace)
     with _conn(client) as conn:
         rows = schedule_sql.list_all(conn, namespace=None if all_namespaces else client.namespace)
@@ -92,7 +93,7 @@ def _summary_cells(row: schedule_sql.ScheduleSummary) -> tuple[str, ...]:
         row.cron,
         row.time_zone,
         row.concurrency_policy,
-        "paused" if row.suspended else _when(row.next_tick),
+        "paused" if row.suspended else "refused" if row.refused_reason else _when(row.next_tick),
         last,
         str(row.missed_ticks),
     )
@@ -111,6 +112,11 @@ def show(
         row = manage.get_schedule(conn, name, namespace=client.namespace)
         history = schedule_sql.ticks(conn, name, ticks, namespace=client.namespace)
     state = "paused" if row.suspended else f"next tick {_when(row.next_tick)}"
+    if row.refused_reason is not None:
+        state = (
+            f"refused by the firing at {_when(row.refused_at)}, not fired until applied "
+            f"again: {row.refused_reason}"
+        )
     console.print(
         f"{qualified(row.namespace, row.name)}: {state}; last tick {_when(row.last_tick) or '-'} "
         f"(run {row.last_run_id or '-'} {row.last_run_status or ''}); "
@@ -207,6 +213,6 @@ def backfill(
 def run_() -> None:
     """Fire every namespace's schedules until stopped: sleeps until the next tick or a
     schedule change. Run as many as you like (they never fire a tick twice); the operator
-    runs one too."""
+    runs one too. A failed pass is logged and tried again after a backoff."""
     configure()
     firing.run_forever(database_url())

@@ -63,6 +63,8 @@ class ScheduleRow(ScheduleCore):
     created_at: datetime
     updated_at: datetime
     last_run_status: str | None
+    refused_reason: str | None  # why the firing refused it (None: it fires)
+    refused_at: datetime | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,8 @@ class ScheduleSummary:
     last_run_id: int | None
     missed_ticks: int
     last_run_status: str | None
+    # Why the firing refused it (None: it fires); schedule_list reads it, the UI's page not.
+    refused_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +178,24 @@ def decide(
         missed=missed,
         next_tick=next_tick,
     )
+
+
+def cancel_run(conn: Conn, name: str, run_id: int, *, namespace: str) -> bool:
+    """Replace's cancel: the schedule's last run, and no other (the database refuses)."""
+    return bool(
+        value(
+            conn,
+            "schedule_cancel_run",
+            bool,
+            name=name,
+            run_id=run_id,
+            namespace=namespace,
+        )
+    )
+
+
+def refuse(conn: Conn, name: str, reason: str, *, namespace: str) -> bool:
+    return bool(value(conn, "schedule_refuse", bool, name=name, reason=reason, namespace=namespace))
 
 
 def next_due(conn: Conn) -> NextDue:

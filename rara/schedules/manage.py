@@ -4,7 +4,7 @@ now, backfill a range of ticks. The firing itself is rara.schedules.firing."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -20,6 +20,9 @@ from rara.schedules.firing import idempotency_key
 from rara.schedules.model import WorkflowSchedule, spec_json
 
 MAX_BACKFILL_TICKS = 1000  # one backfill's runs; a longer range is several backfills
+# The earliest tick a backfill reaches: the Unix epoch (before it, a date near year 1 has no
+# room for a zone's offset, and no schedule's run is that old).
+EARLIEST_BACKFILL = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def database_now(conn: psycopg.Connection[Any]) -> datetime:
@@ -138,9 +141,16 @@ def backfill(
 ) -> list[Backfilled]:
     """One run per tick of the schedule in [start, end], under the tick's own idempotency key:
     a tick that already ran (fired or backfilled) keeps its run, so a backfill run twice starts
-    nothing the second time. Bounded: at most MAX_BACKFILL_TICKS ticks, none in the future."""
+    nothing the second time. Bounded: at most MAX_BACKFILL_TICKS ticks, none before
+    EARLIEST_BACKFILL, none in the future."""
     if start.tzinfo is None or end.tzinfo is None:
         raise InputInvalid("--from and --to need a UTC offset (e.g. 2026-11-01T00:00:00+00:00)")
+    for flag, instant in (("--from", start), ("--to", end)):
+        if _before_epoch(instant):
+            raise InputInvalid(
+                f"{flag} ({instant.isoformat()}) is before {EARLIEST_BACKFILL.isoformat()}, "
+                "the earliest tick a backfill reaches"
+            )
     if end < start:
         raise InputInvalid(f"--to ({end}) is before --from ({start})")
     with conn.transaction():
@@ -175,3 +185,12 @@ def backfill(
             namespace=namespace,
         )
     return done
+
+
+def _before_epoch(instant: datetime) -> bool:
+    """Whether ``instant`` is before EARLIEST_BACKFILL (one whose offset takes it out of
+    datetime's range, at year 1 or 9999, by its year)."""
+    try:
+        return instant.astimezone(UTC) < EARLIEST_BACKFILL
+    except OverflowError:
+        return instant.year < EARLIEST_BACKFILL.year

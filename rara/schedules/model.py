@@ -8,17 +8,15 @@ rules (ticks, daylight saving, missed ticks).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any, Literal
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cronsim import CronSim, CronSimError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rara.definitions.model import API_VERSION, NAME_PATTERN, Metadata
 from rara.definitions.parse import describe_problems, load_document
 from rara.errors import ScheduleInvalid
 from rara.runs import validate_input
+from rara.schedules import ticks
 
 KIND = "WorkflowSchedule"
 ConcurrencyPolicy = Literal["Allow", "Forbid", "Replace"]
@@ -50,21 +48,17 @@ class ScheduleSpec(_Model):
     @field_validator("schedule")
     @classmethod
     def _cron_parses(cls, value: str) -> str:
-        try:
-            CronSim(value, datetime(2000, 1, 1, tzinfo=UTC))
-        except CronSimError as exc:
-            raise ValueError(f"{value!r} is not a cron expression: {exc}") from None
+        problem = ticks.cron_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("time_zone")
     @classmethod
     def _zone_exists(cls, value: str) -> str:
-        try:
-            ZoneInfo(value)
-        except (ZoneInfoNotFoundError, ValueError):
-            raise ValueError(
-                f"{value!r} is not an IANA time zone (e.g. 'UTC', 'Europe/Berlin')"
-            ) from None
+        problem = ticks.zone_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("input")

@@ -13,15 +13,37 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from zoneinfo import ZoneInfo
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cronsim import CronSim
+from cronsim import CronSim, CronSimError
 
 # Missed ticks are counted one by one (cronsim: ~5 us each) up to this many per pass; past it
 # the count goes on from the deadline's edge, so an outage of a 1 s schedule costs one bounded
 # pass, and missed_ticks is then a lower bound.
 MAX_MISSED_COUNTED = 100_000
 _SECOND = timedelta(seconds=1)
+
+
+def cron_problem(cron: str) -> str | None:
+    """Why ``cron`` is no expression the firing can plan, in the words the document check
+    and the database's (rara_schedule_timing_problem, which accepts exactly this) both use;
+    None: it parses. Text outside ASCII is refused: Python's upper() makes names of some."""
+    if not cron.isascii():
+        return f"{cron!r} is not a cron expression: only ASCII characters"
+    try:
+        CronSim(cron, datetime(2000, 1, 1, tzinfo=UTC))
+    except CronSimError as exc:
+        return f"{cron!r} is not a cron expression: {exc}"
+    return None
+
+
+def zone_problem(zone: str) -> str | None:
+    """Why ``zone`` is no time zone the ticks can be computed in; None: it is one."""
+    try:
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        return f"{zone!r} is not an IANA time zone (e.g. 'UTC', 'Europe/Berlin')"
+    return None
 
 
 def ticks_from(cron: str, zone: str, start: datetime) -> Iterator[datetime]:

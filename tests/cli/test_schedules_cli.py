@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rara.cli.main import app
+from rara.schedules import firing
 from tests.support.definitions import apply, noop_definition
 
 SCHEDULE = """\
@@ -92,3 +93,30 @@ def test_an_input_the_definition_refuses_is_refused_at_apply(
     applied = cli.invoke(app, ["schedules", "apply", "-f", str(doc)])
     assert applied.exit_code == 0, applied.stderr
     assert "nightly (created)" in applied.output
+
+
+@pytest.mark.usefixtures("wide_console")
+def test_a_refused_schedule_says_why_and_a_backfill_before_1970_is_one_line(
+    conn: psycopg.Connection[Any], database_url: str, role_url: Any, tmp_path: Path
+) -> None:
+    noop_definition(conn)
+    doc = tmp_path / "nightly.yaml"
+    doc.write_text(SCHEDULE)
+    cli = CliRunner(env={"DATABASE_URL": database_url})
+    assert cli.invoke(app, ["schedules", "apply", "-f", str(doc)]).exit_code == 0
+    # A row the firing cannot plan (the owner wrote it): refused, and `list`/`show` say why.
+    conn.execute("UPDATE rara_schedules SET cron = '61 * * * *', next_tick = now()")
+    with psycopg.connect(role_url("rara_client"), autocommit=True) as firer:
+        assert firing.fire_due(firer).refused_schedules == 1
+    listed = cli.invoke(app, ["schedules", "list"])
+    assert "refused" in listed.output
+    shown = cli.invoke(app, ["schedules", "show", "nightly"]).output
+    assert "refused by the firing at" in shown
+    assert "'61 * * * *' is not a cron expression: Bad minute" in shown
+    backfill = ["schedules", "backfill", "nightly", "--to", "2026-01-01T00:00:00+00:00"]
+    early = cli.invoke(app, [*backfill, "--from", "0001-01-01T00:00:00+00:00"])
+    assert (early.exit_code, early.stderr) == (
+        2,
+        "error: --from (0001-01-01T00:00:00+00:00) is before 1970-01-01T00:00:00+00:00, the "
+        "earliest tick a backfill reaches\n",
+    )

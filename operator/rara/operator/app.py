@@ -81,6 +81,11 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     kopf.on.cleanup(registry=registry)(stop_firing)
     kopf.on.cleanup(registry=registry)(close)
     kopf.on.login(registry=registry)(login.login)
+    # The liveness probe fails while the schedules' firing fails (not retried: a probe says
+    # what is, now).
+    kopf.on.probe(id="schedules", errors=kopf.ErrorsMode.PERMANENT, registry=registry)(
+        schedules.firing_probe
+    )
 
     wfd = (GROUP, VERSION, "workflowdefinitions")
     for register in (kopf.on.create, kopf.on.update, kopf.on.resume):

@@ -1,7 +1,9 @@
 """WorkflowSchedule handlers: the spec becomes a schedule in PostgreSQL, and a timer mirrors
 the schedule's state (next tick, last run, missed ticks) into the status. The operator also
 runs the firing loop (rara.schedules.firing), in every replica: firing is exactly once by the
-database, not by there being one firer, so a standby that fires too does no harm.
+database, not by there being one firer, so a standby that fires too does no harm. The loop
+starts again after any error (with a backoff), and the liveness probe fails while it does
+(``firing_probe``).
 
 An invalid spec is reported in the status (condition Ready False, SpecInvalid, the message
 naming the field) and nothing is written to PostgreSQL, as for a WorkflowDefinition; so is an
@@ -15,6 +17,7 @@ schedules.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +34,8 @@ from rara.operator.runtime import connection
 from rara.pg import schedules as schedule_sql
 from rara.schedules import firing, manage
 from rara.schedules.model import schedule_from_object
+
+log = logging.getLogger(__name__)
 
 
 def reconcile_schedule(
@@ -120,20 +125,34 @@ def mirrored_status(row: schedule_sql.ScheduleRow) -> dict[str, Any]:
 
 @dataclass
 class Firing:
-    """The firing loop's thread, and how to stop it at once (it sleeps until the next tick)."""
+    """The firing loop's thread, how to stop it at once (it sleeps until the next tick), and
+    whether it fires (``problem``, for the liveness probe)."""
 
     url: str
     stop: threading.Event
     thread: threading.Thread
+    health: firing.Health
 
     @classmethod
     def start(cls, url: str) -> Firing:
         stop = threading.Event()
+        health = firing.Health()
         thread = threading.Thread(
-            target=firing.run_forever, args=(url, stop), name="rara-schedules", daemon=True
+            target=_fire_until_stopped,
+            args=(url, stop, health),
+            name="rara-schedules",
+            daemon=True,
         )
         thread.start()
-        return cls(url, stop, thread)
+        return cls(url, stop, thread, health)
+
+    def problem(self) -> str | None:
+        """None while the loop fires (or was told to stop); else why it does not."""
+        if self.stop.is_set():
+            return None
+        if not self.thread.is_alive():
+            return "the firing thread has ended"
+        return self.health.problem()
 
     def close(self, timeout: float = 10.0) -> None:
         self.stop.set()
@@ -143,3 +162,29 @@ class Firing:
         except psycopg.OperationalError:
             pass  # the database is down: the loop is in its reconnect wait, which stop ends
         self.thread.join(timeout)
+
+
+def _fire_until_stopped(url: str, stop: threading.Event, health: firing.Health) -> None:
+    """The thread: the firing loop, started again whatever ends it before ``stop`` (it
+    catches its passes' errors itself; this is for an error of its own)."""
+    while not stop.is_set():
+        try:
+            firing.run_forever(url, stop, health)
+        except Exception as exc:
+            health.failed(exc)
+            wait = health.backoff()
+            log.exception("the schedules' firing loop ended; starting it again in %.0f s", wait)
+            stop.wait(wait)
+
+
+def firing_probe(memo: kopf.Memo, **_: Any) -> dict[str, str] | None:
+    """kopf's liveness probe (``--liveness``): fails (HTTP 500) while the firing loop fails,
+    so the kubelet restarts an operator whose schedules do not fire. A database outage does
+    not fail it (firing.Health)."""
+    current: Firing | None = getattr(memo, "firing", None)
+    if current is None:
+        return None  # this operator does not fire
+    problem = current.problem()
+    if problem is not None:
+        raise kopf.PermanentError(f"the schedules' firing is down: {problem}")
+    return {"schedules": "firing"}

@@ -739,7 +739,8 @@ Global___CancelResponse: _TypeAlias = CancelResponse  # noqa: Y015
 @_typing.final
 class SessionRequest(_message.Message):
     """SessionRequest is what a worker sends on a Session: jobs to start and cancels, in order.
-    Several may travel in one message (a batch); an empty message is ignored.
+    Several may travel in one message (a batch), at most 1000 jobs: a message with more ends
+    the session with INVALID_ARGUMENT naming the limit. An empty message is ignored.
     """
 
     DESCRIPTOR: _descriptor.Descriptor

@@ -101,6 +101,9 @@ class ExecutorServiceServicer:
         stops only the job it names. The session ending or breaking (either side gone) stops
         every job still on it, as a client disconnect stops an Execute job; a worker fails each
         such job as it fails a broken Execute call. Auth is the same as for every other call.
+        The executor holds at most 1024 events (or 16 MiB of them) for a session's worker; while
+        they wait unread it reads no further SessionRequest, so a worker that stops reading is
+        held back by flow control, and it must read its answers while it sends.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

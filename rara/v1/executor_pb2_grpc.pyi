@@ -69,6 +69,9 @@ class ExecutorServiceStub:
     stops only the job it names. The session ending or breaking (either side gone) stops
     every job still on it, as a client disconnect stops an Execute job; a worker fails each
     such job as it fails a broken Execute call. Auth is the same as for every other call.
+    The executor holds at most 1024 events (or 16 MiB of them) for a session's worker; while
+    they wait unread it reads no further SessionRequest, so a worker that stops reading is
+    held back by flow control, and it must read its answers while it sends.
     """
 
 @_typing.type_check_only
@@ -103,6 +106,9 @@ class ExecutorServiceAsyncStub(ExecutorServiceStub):
     stops only the job it names. The session ending or breaking (either side gone) stops
     every job still on it, as a client disconnect stops an Execute job; a worker fails each
     such job as it fails a broken Execute call. Auth is the same as for every other call.
+    The executor holds at most 1024 events (or 16 MiB of them) for a session's worker; while
+    they wait unread it reads no further SessionRequest, so a worker that stops reading is
+    held back by flow control, and it must read its answers while it sends.
     """
 
 class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -158,6 +164,9 @@ class ExecutorServiceServicer(metaclass=_abc_1.ABCMeta):
         stops only the job it names. The session ending or breaking (either side gone) stops
         every job still on it, as a client disconnect stops an Execute job; a worker fails each
         such job as it fails a broken Execute call. Auth is the same as for every other call.
+        The executor holds at most 1024 events (or 16 MiB of them) for a session's worker; while
+        they wait unread it reads no further SessionRequest, so a worker that stops reading is
+        held back by flow control, and it must read its answers while it sends.
         """
 
 def add_ExecutorServiceServicer_to_server(servicer: ExecutorServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -276,7 +276,8 @@ class ExecutorSession:
                 size = 0
                 for message, n in pending:
                     if isinstance(message, pb.Job):
-                        if size and size + n > limits.MAX_MESSAGE_BYTES // 2:
+                        full = len(request.jobs) == limits.MAX_SESSION_JOBS_PER_MESSAGE
+                        if full or (size and size + n > limits.MAX_MESSAGE_BYTES // 2):
                             await self._call.write(request)
                             request, size = pb.SessionRequest(), 0
                         request.jobs.append(message)

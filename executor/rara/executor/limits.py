@@ -15,6 +15,18 @@ GRPC_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
 )
 
+# A Session's bounds (the Go executor's are the same, executor/go/executor/session.go). A
+# SessionRequest carrying more jobs than this ends the session with INVALID_ARGUMENT naming
+# the limit; clients split their batches at it.
+MAX_SESSION_JOBS_PER_MESSAGE = 1000
+# The events an executor holds for one Session, waiting or being written: while either bound
+# is reached, jobs' events wait in their own outboxes (a save_checkpoint waits with them) and
+# no further request is read from the stream, so a worker that stops reading answers is
+# stopped by gRPC flow control instead of growing the executor's memory. A single event larger
+# than the byte bound still goes when nothing else waits.
+SESSION_QUEUE_EVENTS = 1024
+SESSION_QUEUE_BYTES = MAX_MESSAGE_BYTES
+
 # A client's reconnect backoff capped at 1 s (gRPC's default grows to 120 s): an executor that
 # comes up after its worker (a restarted or scaled-from-zero GPU pod) is reached within about a
 # second, where the default kept failing fast for the rest of a long backoff.

@@ -166,11 +166,14 @@ class ExecutorServicer(pb_grpc.ExecutorServiceServicer):
         try:
             async for response in session.responses(reader):
                 yield response
+            if session.refusal is not None:
+                await context.abort(session.refusal.code, session.refusal.message)
         finally:
             m.EXECUTOR_STREAMS.dec()
             self._sessions.discard(session)
             reader.cancel()
             session.stop_all()
+            session.close()
 
     def _admit(self, job: RunningJob, metadata: Any = None) -> None:
         spec = job.spec
@@ -268,30 +271,99 @@ class _Session:
     """One Session stream: its jobs by (idempotency_key, attempt), a reader of the worker's
     requests, and one queue of tagged events that the handler writes in batches. Each job's
     outbox is pumped into that queue by its own task, so a job whose events are slow (a
-    plugin blocked, progress spaced out) never holds back another's."""
+    plugin blocked, progress spaced out) never holds back another's.
+
+    The queue is bounded (``limits.SESSION_QUEUE_EVENTS`` events or ``SESSION_QUEUE_BYTES``,
+    counting those being written): while it is full, pumps wait for room (their jobs' events
+    wait in the outboxes) and the reader takes no further request, so a worker that stops
+    reading answers meets gRPC flow control, not a growing executor."""
 
     def __init__(self, servicer: ExecutorServicer, metadata: Any) -> None:
         self._servicer = servicer
         self._metadata = metadata
         self._jobs: dict[tuple[str, int], RunningJob] = {}
         self._pumps: set[asyncio.Task[None]] = set()
-        self._events: asyncio.Queue[pb.SessionEvent | object | None] = asyncio.Queue()
+        # An event with its size, or a marker (_WAKE, _DRAIN, None: the reader ended).
+        self._events: asyncio.Queue[tuple[pb.SessionEvent, int] | object | None] = asyncio.Queue()
+        self._held = 0  # events queued or being written
+        self._bytes = 0  # their size
+        self._pushers = 0  # pumps (or the reader) waiting for room
+        self._reader_waits = False
+        self._room = asyncio.Event()  # set when room is made and someone waits for it
+        self._closed = False  # the stream is over: nothing will be written any more
+        self.refusal: _Refusal | None = None  # the worker broke the contract: end with this
+
+    def _full(self) -> bool:
+        return (
+            self._held >= limits.SESSION_QUEUE_EVENTS or self._bytes >= limits.SESSION_QUEUE_BYTES
+        )
+
+    async def _put(self, event: pb.SessionEvent) -> None:
+        """Queue an event for the writer, waiting while the queue is full (an empty queue
+        takes any event); dropped once the stream is over."""
+        while self._held and self._full() and not self._closed:
+            self._pushers += 1
+            self._room.clear()
+            try:
+                await self._room.wait()
+            finally:
+                self._pushers -= 1
+        if self._closed:
+            return
+        size = event.ByteSize()
+        self._held += 1
+        self._bytes += size
+        self._events.put_nowait((event, size))
+
+    async def _readable(self) -> None:
+        """Wait until the reader may take the next request: the queue is below its bounds
+        and no pump waits to put an event (they go first)."""
+        while (self._full() or self._pushers) and not self._closed:
+            self._reader_waits = True
+            self._room.clear()
+            try:
+                await self._room.wait()
+            finally:
+                self._reader_waits = False
+
+    def _written(self, n: int, size: int) -> None:
+        """The writer handed ``n`` events of ``size`` bytes to gRPC: room for as many."""
+        self._held -= n
+        self._bytes -= size
+        if (self._pushers or self._reader_waits) and not self._full():
+            self._room.set()
+
+    def close(self) -> None:
+        """The stream is over: whoever waits for room stops waiting (and puts nothing)."""
+        self._closed = True
+        self._room.set()
 
     async def read(self, requests: AsyncIterator[pb.SessionRequest]) -> None:
         """Admit each job, stop each cancelled one; the stream's end (or break) is put as
-        None, after which the writer stops once the jobs it holds have ended."""
+        None, after which the writer stops once the jobs it holds have ended. A request with
+        more than ``limits.MAX_SESSION_JOBS_PER_MESSAGE`` jobs ends the session (``refusal``)."""
         try:
             async for request in requests:
+                if len(request.jobs) > limits.MAX_SESSION_JOBS_PER_MESSAGE:
+                    self.refusal = _Refusal(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"a SessionRequest carries {len(request.jobs)} jobs; the limit is "
+                        f"{limits.MAX_SESSION_JOBS_PER_MESSAGE} jobs per message (send the "
+                        "rest in further messages)",
+                    )
+                    return
                 for job_pb in request.jobs:
-                    self._start(job_pb)
+                    await self._start(job_pb)
                 for cancel in request.cancels:
                     job = self._jobs.get((cancel.idempotency_key, cancel.attempt))
                     if job is not None:
                         job.request_stop(StopReason.CANCEL, cancel.reason or "cancel requested")
+                # Backpressure: while the worker has not read what waits for it, read no more.
+                await self._readable()
         finally:
             self._events.put_nowait(None)
 
-    def _start(self, job_pb: pb.Job) -> None:
+    async def _start(self, job_pb: pb.Job) -> None:
         tag = _Tag(job_pb.idempotency_key, job_pb.attempt, job_pb.step_id)
         # The job's own trace context (Job.trace_context); the stream's metadata from a
         # client that sends none.
@@ -299,12 +371,12 @@ class _Session:
         verdict = self._servicer._admission(job_pb, trace)
         if isinstance(verdict, _Refusal):
             code = verdict.code.value[0]
-            self._events.put_nowait(
+            await self._put(
                 tag.event(refused=pb.JobRefused(status_code=code, message=verdict.message))
             )
             return
         if isinstance(verdict, pb.ExecuteResponse):
-            self._events.put_nowait(tag.event(event=verdict))
+            await self._put(tag.event(event=verdict))
             return
         job = verdict
         self._jobs[tag.key] = job
@@ -312,20 +384,20 @@ class _Session:
         self._pumps.add(pump)
 
     async def _pump(self, job: RunningJob, tag: _Tag) -> None:
-        put = self._events.put_nowait
         try:
             async for event in job.outbox.stream():
-                put(tag.event(event=event))
+                await self._put(tag.event(event=event))
         finally:
             if self._jobs.get(tag.key) is job:
                 del self._jobs[tag.key]
             self._pumps.discard(asyncio.current_task())  # type: ignore[arg-type,unused-ignore]
-            put(_WAKE)  # the writer re-checks whether anything is left to report
+            self._events.put_nowait(_WAKE)  # the writer re-checks what is left to report
 
     async def responses(self, reader: asyncio.Task[None]) -> AsyncIterator[pb.SessionResponse]:
-        """Batches of events until the worker's side ended and no job is left to report."""
+        """Batches of events until the worker's side ended and no job is left to report (or,
+        at once, until the session is refused)."""
         reading = True
-        held: pb.SessionEvent | None = None  # the event that did not fit the last batch
+        held: tuple[pb.SessionEvent, int] | None = None  # the event that did not fit the last batch
         while reading or self._pumps or held is not None or not self._events.empty():
             item = held if held is not None else await self._events.get()
             held = None
@@ -339,20 +411,23 @@ class _Session:
                 if item is None:
                     reading = False
                     self.stop_all("worker ended the session")
+                    if self.refusal is not None:
+                        return
                 elif item is _DRAIN:
                     reading = False  # new jobs are refused meanwhile; running ones finish
-                elif isinstance(item, pb.SessionEvent):
-                    n = item.ByteSize()
+                elif isinstance(item, tuple):
+                    event, n = item
                     if batch and size + n > SESSION_BATCH_BYTES:
                         held = item  # a big event goes in a message of its own
                         break
-                    batch.append(item)
+                    batch.append(event)
                     size += n
                 if self._events.empty():
                     break
                 item = self._events.get_nowait()
             if batch:
                 yield pb.SessionResponse(events=batch)
+                self._written(len(batch), size)
         if reader.done() and not reader.cancelled() and (exc := reader.exception()) is not None:
             raise exc
 

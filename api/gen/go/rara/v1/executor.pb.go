@@ -1410,7 +1410,8 @@ func (x *CancelResponse) GetFound() bool {
 }
 
 // SessionRequest is what a worker sends on a Session: jobs to start and cancels, in order.
-// Several may travel in one message (a batch); an empty message is ignored.
+// Several may travel in one message (a batch), at most 1000 jobs: a message with more ends
+// the session with INVALID_ARGUMENT naming the limit. An empty message is ignored.
 type SessionRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Each is admitted as an ExecuteRequest's job would be; its events come back tagged with

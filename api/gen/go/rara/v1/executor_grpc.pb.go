@@ -65,6 +65,9 @@ type ExecutorServiceClient interface {
 	// stops only the job it names. The session ending or breaking (either side gone) stops
 	// every job still on it, as a client disconnect stops an Execute job; a worker fails each
 	// such job as it fails a broken Execute call. Auth is the same as for every other call.
+	// The executor holds at most 1024 events (or 16 MiB of them) for a session's worker; while
+	// they wait unread it reads no further SessionRequest, so a worker that stops reading is
+	// held back by flow control, and it must read its answers while it sends.
 	Session(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SessionRequest, SessionResponse], error)
 }
 
@@ -158,6 +161,9 @@ type ExecutorServiceServer interface {
 	// stops only the job it names. The session ending or breaking (either side gone) stops
 	// every job still on it, as a client disconnect stops an Execute job; a worker fails each
 	// such job as it fails a broken Execute call. Auth is the same as for every other call.
+	// The executor holds at most 1024 events (or 16 MiB of them) for a session's worker; while
+	// they wait unread it reads no further SessionRequest, so a worker that stops reading is
+	// held back by flow control, and it must read its answers while it sends.
 	Session(grpc.BidiStreamingServer[SessionRequest, SessionResponse]) error
 	mustEmbedUnimplementedExecutorServiceServer()
 }

@@ -1,5 +1,5 @@
--- rara 0029: a schedule that cannot be fired is refused, not retried (docs/schedules.md,
--- "A schedule that cannot fire").
+-- rara 0029: a schedule that cannot be fired is refused, not retried (security issue "Trust
+-- on the new surfaces", item 3; docs/schedules.md, "A schedule that cannot fire").
 --
 -- A schedule's cron and zone are checked by the database at apply now (db/functions/
 -- schedules.sql), but a row stored before this release, or written by the owner, may still

@@ -457,3 +457,44 @@ func TestSuccessReportsWhatTheJobRead(t *testing.T) {
 		t.Fatalf("reads %v, want present and empty", succeeded.GetReads())
 	}
 }
+
+// A SessionRequest over the job limit ends the session with INVALID_ARGUMENT naming it; one
+// at the limit is served.
+func TestSessionJobLimit(t *testing.T) {
+	f := start(t, 4)
+	ctx, cancel := context.WithTimeout(f.ctx, 20*time.Second)
+	defer cancel()
+	stream, err := f.client.Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch := func(prefix string, n int) *pb.SessionRequest {
+		req := &pb.SessionRequest{}
+		for i := range n {
+			req.Jobs = append(req.Jobs, job("nothing.here@1", fmt.Sprintf("%s%d", prefix, i), "{}"))
+		}
+		return req
+	}
+	if err := stream.Send(batch("a", executor.MaxSessionJobsPerMessage)); err != nil {
+		t.Fatal(err)
+	}
+	for answered := 0; answered < executor.MaxSessionJobsPerMessage; {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		answered += len(resp.GetEvents())
+	}
+	if err := stream.Send(batch("b", executor.MaxSessionJobsPerMessage+1)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err == nil {
+		t.Fatalf("an answer to a refused message: %v", resp)
+	}
+	want := fmt.Sprintf("carries %d jobs; the limit is %d jobs per message",
+		executor.MaxSessionJobsPerMessage+1, executor.MaxSessionJobsPerMessage)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), want) {
+		t.Fatalf("want INVALID_ARGUMENT naming the limit, got %v", err)
+	}
+}

@@ -47,21 +47,36 @@ CREATE FUNCTION public.rara_approval_decide(p_run_id bigint, p_step_key text, p_
     AS $$
 #variable_conflict use_column
 DECLARE
+    caller name := rara_caller();
+    vouched text := nullif(p_identity, '');
+    who text;
     run record;
     gate record;
     approval record;
     waiting boolean;
-    who text := coalesce(nullif(p_identity, ''), rara_caller());
+    due timestamptz;
     wanted text := CASE WHEN p_approve THEN 'approved' ELSE 'rejected' END;
     deltas jsonb;
 BEGIN
-    -- A person's decision on approval step p_step_key of run p_run_id. `who` is the caller's
-    -- login (the role it acts as), or the identity a client vouches for (the UI: the user it
-    -- authenticated; the login is kept beside it). Made once: the same decision again answers
-    -- the first (recorded = false) and writes nothing; the other decision is refused, naming
-    -- who made the first and when. An approval ends the step (its result: the decision);
-    -- a rejection ends the run as the gate says (onReject: fail, or cancel).
-    SELECT r.id, r.namespace INTO run FROM rara_runs r
+    -- A person's decision on approval step p_step_key of run p_run_id. `who` is the database's
+    -- word: the caller's role, or — only from a login that may vouch (rara_caller_person: a
+    -- member of rara_vouch) — the person it authenticated, `<person> via <login>`. Made once:
+    -- the same decision again answers the first (recorded = false) and writes nothing; the
+    -- other decision is refused, naming who made the first and when. Refused too: a worker's
+    -- login, anyone not among the gate's approvers, a decision after the gate's deadline
+    -- (whether or not a worker fired it yet), and under four-eyes whoever started the run.
+    -- An approval ends the step (its result: the decision); a rejection ends the run as the
+    -- gate says (onReject: fail, or cancel).
+    who := rara_caller_person(vouched);
+    -- A worker runs the steps a gate is about: its login never decides one, whatever else it
+    -- is a member of (the owner aside).
+    IF EXISTS (SELECT FROM pg_roles r WHERE r.rolname = 'rara_worker'
+               AND pg_has_role(caller, r.oid, 'MEMBER'))
+       AND NOT pg_has_role(caller, current_user, 'MEMBER') THEN
+        RAISE EXCEPTION '% is a worker''s login (rara_worker): a worker never decides an approval',
+            caller USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    SELECT r.id, r.namespace, r.started_by INTO run FROM rara_runs r
     WHERE r.id = p_run_id AND rara_namespace_allowed(r.namespace);
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'no_data_found';
@@ -73,9 +88,10 @@ BEGIN
     SELECT s.id, s.key, s.status, s.wait INTO gate FROM rara_steps s
     WHERE s.run_id = p_run_id AND s.key = p_step_key
     FOR UPDATE;
-    -- Whether it waits, read once the step is locked (as in rara_run_signal: a run cancel that
-    -- committed while this waited for the step would go unseen by a join in the locking read).
-    PERFORM 1 FROM rara_waits w WHERE w.step_id = gate.id FOR UPDATE;
+    -- Whether it waits, and until when, read once the step is locked (as in rara_run_signal:
+    -- a run cancel or a firing that committed while this waited for the step would go unseen
+    -- by a join in the locking read).
+    SELECT w.due_at INTO due FROM rara_waits w WHERE w.step_id = gate.id FOR UPDATE;
     waiting := FOUND;
     IF gate.id IS NULL OR gate.wait ->> 'kind' IS DISTINCT FROM 'approval' THEN
         RAISE EXCEPTION 'run %: % is not an approval step', p_run_id, p_step_key
@@ -100,21 +116,40 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
+    -- An approver that names a role is matched by the caller's membership, never by a name
+    -- it vouches for (a vouching login is no member of its users' roles); a vouched person
+    -- matches only an approver that is no role.
     IF cardinality(approval.approvers) > 0 AND NOT EXISTS (
         SELECT FROM unnest(approval.approvers) AS a(name)
-        WHERE a.name = who
-           OR (EXISTS (SELECT FROM pg_roles r WHERE r.rolname = a.name)
-               AND pg_has_role(rara_caller(), a.name, 'MEMBER'))) THEN
+        LEFT JOIN pg_roles r ON r.rolname = a.name
+        WHERE CASE WHEN vouched IS NULL THEN r.oid IS NOT NULL AND pg_has_role(caller, r.oid, 'MEMBER')
+                   ELSE r.oid IS NULL AND a.name = vouched END) THEN
         RAISE EXCEPTION 'run %: % may not decide approval % (its approvers: %)', p_run_id, who,
             p_step_key, array_to_string(approval.approvers, ', ')
-            USING ERRCODE = 'insufficient_privilege';
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'a role among the approvers is matched by the login''s membership; '
+                         'a person a login vouches for, only by a name that is no role';
     END IF;
     IF NOT waiting THEN  -- a run cancel took it (its rara_approvals row stays)
         PERFORM rara_wait_refuse(p_run_id, format('approval %s', p_step_key), gate.status,
                                  'a decision');
     END IF;
+    IF due <= now() THEN  -- its deadline passed: rara_waits_fire ends it as its rule says
+        RAISE EXCEPTION 'run %: approval % passed its deadline (%): no decision after it', p_run_id,
+            p_step_key, due USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- Four-eyes: who started the run (the same role, or the same person vouched for) does
+    -- not also approve or reject it. The owner is not held to it (it may write any row).
+    IF run.started_by IS NOT NULL
+       AND split_part(run.started_by, ' via ', 1) = coalesce(vouched, caller)
+       AND NOT pg_has_role(caller, current_user, 'MEMBER')
+       AND rara_approval_four_eyes(p_run_id, p_step_key, gate.wait) THEN
+        RAISE EXCEPTION 'run %: % started this run and may not also decide approval % '
+                        '(fourEyes: another person decides)', p_run_id, who, p_step_key
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     UPDATE rara_approvals a SET decision = wanted, decided_by = who,
-                                decided_login = rara_caller(), decided_at = now(),
+                                decided_login = caller, decided_at = now(),
                                 reason = p_reason
     WHERE a.step_id = gate.id;
     IF p_approve THEN
@@ -170,6 +205,30 @@ BEGIN
             '[]'));
 END $$;
 
+-- FUNCTION: rara_approval_four_eyes(bigint, text, jsonb)
+
+CREATE FUNCTION public.rara_approval_four_eyes(p_run_id bigint, p_key text, p_rule jsonb) RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    -- Whether approval step p_key of run p_run_id may not be decided by who started the run:
+    -- its rule's `fourEyes`, else on for a gate that guards a release — one after which no
+    -- other approval gate comes, so that its approval is the last word a run needs before it
+    -- can succeed, and only a succeeded run is released (rara_release_promote) — and off for
+    -- a gate with another one after it. (PL/pgSQL: its body names tables.)
+    RETURN coalesce((p_rule ->> 'four_eyes')::boolean, NOT EXISTS (
+        WITH RECURSIVE later (key) AS (
+            SELECT d.key FROM rara_steps s CROSS JOIN LATERAL unnest(s.dependants) AS d(key)
+            WHERE s.run_id = p_run_id AND s.key = p_key
+            UNION
+            SELECT d.key FROM later l
+            JOIN rara_steps s ON s.run_id = p_run_id AND s.key = l.key
+            CROSS JOIN LATERAL unnest(s.dependants) AS d(key)
+        )
+        SELECT FROM later l JOIN rara_steps s ON s.run_id = p_run_id AND s.key = l.key
+        WHERE s.wait ->> 'kind' = 'approval'));
+END $$;
+
 -- FUNCTION: rara_caller()
 
 CREATE FUNCTION public.rara_caller() RETURNS name
@@ -194,6 +253,68 @@ BEGIN
     RETURN (SELECT coalesce(array_agg(DISTINCT a.namespace), '{}')
             FROM rara_namespace_access a JOIN pg_roles r ON r.rolname = a.role
             WHERE pg_has_role(rara_caller(), r.oid, 'MEMBER'));
+END $$;
+
+-- FUNCTION: rara_caller_person(text)
+
+CREATE FUNCTION public.rara_caller_person(p_identity text) RETURNS text
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    vouched text := nullif(p_identity, '');
+BEGIN
+    -- Who the caller acts as, in the database's words: its role (rara_caller()), or, from a
+    -- login that may vouch (rara_caller_vouches), the person it authenticated, written
+    -- `<person> via <login>`. A person named by any other caller is refused, naming it:
+    -- a client decides, starts and is recorded as itself.
+    IF vouched IS NULL THEN
+        RETURN rara_caller();
+    END IF;
+    IF NOT rara_caller_vouches() THEN
+        RAISE EXCEPTION '% may not act for another person (identity %): only a member of '
+                        'rara_vouch (the dashboard''s login, the operator) vouches for one',
+            rara_caller(), left(vouched, 200)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'leave the identity out: the decision is recorded as your login';
+    END IF;
+    IF length(vouched) > 200 OR vouched ~ '[[:cntrl:]]' THEN
+        RAISE EXCEPTION 'identity %: at most 200 characters, none a control character',
+            quote_literal(left(vouched, 200)) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN vouched || ' via ' || rara_caller();
+END $$;
+
+-- FUNCTION: rara_caller_starter()
+
+CREATE FUNCTION public.rara_caller_starter() RETURNS text
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    named text := nullif(current_setting('rara.identity', true), '');
+BEGIN
+    -- Who starts or resumes a run (rara_runs.started_by, for an approval's four-eyes): the
+    -- caller's role, or `<person> via <login>` when a login that may vouch (the dashboard's)
+    -- names the person in the session setting rara.identity. From any other login the setting
+    -- is ignored: the run is recorded as started by that login, which is all it could claim.
+    IF named IS NOT NULL AND rara_caller_vouches() THEN
+        RETURN left(named, 200) || ' via ' || rara_caller();
+    END IF;
+    RETURN rara_caller();
+END $$;
+
+-- FUNCTION: rara_caller_vouches()
+
+CREATE FUNCTION public.rara_caller_vouches() RETURNS boolean
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    -- Whether the caller may name the person it acts for (db/migrations/0025): a member of
+    -- rara_vouch (the dashboard's login, the operator), or the schema's owner (current_user
+    -- inside the definer functions that call this), who may write any row anyway.
+    -- (PL/pgSQL, as the next: a dump of the schema may create what it calls after it.)
+    RETURN pg_has_role(rara_caller(), current_user, 'MEMBER')
+        OR EXISTS (SELECT FROM pg_roles r WHERE r.rolname = 'rara_vouch'
+                   AND pg_has_role(rara_caller(), r.oid, 'MEMBER'));
 END $$;
 
 -- FUNCTION: rara_capability_limit_set(text, integer)
@@ -277,10 +398,27 @@ CREATE FUNCTION public.rara_definition_register(p_name text, p_spec jsonb, p_nam
     AS $$
 #variable_conflict use_column
 DECLARE
-    spec_digest text := rara_spec_digest(p_spec);
-    step_rows jsonb := rara_spec_steps(p_spec);  -- refuses a spec no run could follow
+    spec_digest text;
+    step_rows jsonb;
+    steps integer := CASE WHEN jsonb_typeof(p_spec -> 'steps') = 'array'
+                          THEN jsonb_array_length(p_spec -> 'steps') END;
+    spec_bytes integer;
 BEGIN
+    -- The size limits first (rara_limits), before any work that grows with the spec — its
+    -- digest, its step rows (a walk quadratic in its steps), the namespace check: what a
+    -- caller sends costs at most what the limits allow, whoever the caller is.
+    IF steps > (rara_limits() ->> 'spec_steps')::integer THEN
+        PERFORM rara_limit_refuse('spec.steps', steps, 'steps', 'spec_steps');
+    END IF;
+    spec_bytes := octet_length(p_spec::text);
+    IF spec_bytes > (rara_limits() ->> 'spec_bytes')::integer THEN
+        PERFORM rara_limit_refuse('the spec', spec_bytes, 'bytes', 'spec_bytes');
+    END IF;
     PERFORM rara_namespace_check(p_namespace);
+    spec_digest := rara_spec_digest(p_spec);
+    -- Refuses a spec no run could follow. Each step row's payload also names the run input
+    -- fields the step may read (rara_spec_input_keys): its lease carries only those.
+    step_rows := rara_spec_input_rows(p_spec, rara_spec_steps(p_spec));
     PERFORM rara_spec_concurrency(p_spec, p_namespace, p_name);  -- refuses a bad concurrency:
     -- The version of p_spec under p_name in p_namespace: the existing one with its digest,
     -- or the next number (each namespace's history its own: migration 0017). The digest and the step rows are the database's own (migration 0012), never the
@@ -446,6 +584,22 @@ BEGIN
             ORDER BY c.attempt DESC, c.seq DESC LIMIT 1);
 END $$;
 
+-- FUNCTION: rara_lease_input_fields(bigint, bigint, jsonb)
+
+CREATE FUNCTION public.rara_lease_input_fields(p_run_id bigint, p_map_parent bigint, p_keys jsonb) RETURNS jsonb
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    -- The fields p_keys of a step's run input (a map child's: its map's, without the list),
+    -- those the run has: what a step whose inputSchema names its fields is given.
+    RETURN (SELECT coalesce(jsonb_object_agg(k.name, i.input -> k.name), '{}')
+            FROM (SELECT CASE WHEN p_map_parent IS NULL
+                              THEN (SELECT r.input FROM rara_runs r WHERE r.id = p_run_id)
+                              ELSE rara_lease_map_input(p_map_parent) END AS input) AS i,
+                 jsonb_array_elements_text(p_keys) AS k(name)
+            WHERE i.input ? k.name);
+END $$;
+
 -- FUNCTION: rara_lease_inputs(bigint, text[])
 
 CREATE FUNCTION public.rara_lease_inputs(p_run_id bigint, p_depends_on text[]) RETURNS jsonb
@@ -500,6 +654,49 @@ CREATE FUNCTION public.rara_lease_room(p_limited text[], p_slots integer[], p_qu
                  p_quota_free[array_position(p_quota_keys, p_namespace || ' ' || p_capability)],
                  p_quota_free[array_position(p_quota_keys, p_namespace || ' *')])
 $$;
+
+-- FUNCTION: rara_limit_refuse(text, bigint, text, text)
+
+CREATE FUNCTION public.rara_limit_refuse(p_what text, p_value bigint, p_unit text, p_limit text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- One refusal, naming the value and the limit: "run input is 524288 bytes; the limit is
+    -- 262144 bytes (run_input_bytes, rara_limits())".
+    RAISE EXCEPTION '% is % %; the limit is % % (%, rara_limits())', p_what, p_value, p_unit,
+        rara_limits() ->> p_limit, p_unit, p_limit USING ERRCODE = 'program_limit_exceeded';
+END $$;
+
+-- FUNCTION: rara_limits()
+
+CREATE FUNCTION public.rara_limits() RETURNS jsonb
+    LANGUAGE sql IMMUTABLE PARALLEL SAFE
+    AS $$
+    SELECT jsonb_build_object(
+        'run_input_bytes', 262144,        -- 256 KiB: a run's parameters; data goes as artifacts
+        'signal_payload_bytes', 65536,    -- 64 KiB: what happened, not its bytes
+        'spec_bytes', 1000000,            -- a definition's spec, as JSON
+        'spec_steps', 1000,               -- steps of one definition (a map counts once)
+        'map_children', 100000,           -- children of one map step (the largest measured)
+        'statement_timeout_ms', 30000)    -- a client's or reader's login (rara_login_limit)
+$$;
+
+-- FUNCTION: rara_login_limit(text, integer)
+
+CREATE FUNCTION public.rara_login_limit(p_login text, p_timeout_ms integer DEFAULT NULL::integer) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    -- A login's statements are cancelled after statement_timeout_ms (or p_timeout_ms): a
+    -- setting of the login itself, since a group role's settings do not reach its members.
+    -- Run by a superuser after CREATE ROLE … LOGIN (it needs CREATEROLE, which the owner has
+    -- not; granted to no role), for every login of rara_client and rara_reader
+    -- (rara.pg.logins.ensure_login does it for the logins it makes). A session
+    -- may still SET its own: a default for every client, not a wall against a hostile login
+    -- (docs/limits.md, "Statement timeout").
+    EXECUTE format('ALTER ROLE %I SET statement_timeout = %s', p_login,
+                   coalesce(p_timeout_ms, (rara_limits() ->> 'statement_timeout_ms')::integer));
+END $$;
 
 -- FUNCTION: rara_map_children_ended(jsonb)
 
@@ -612,6 +809,16 @@ BEGIN
                               coalesce(jsonb_typeof(list), 'missing'))));
     END IF;
     total := jsonb_array_length(list);
+    -- At most map_children children (rara_limits): a longer list fails the map before any
+    -- child is written, as a list that is not one does (docs/map-steps.md, "How many").
+    IF total > (rara_limits() ->> 'map_children')::integer THEN
+        RETURN rara_map_fail(map.id, jsonb_build_object(
+            'code', 'MAP_TOO_LARGE', 'retryable', false,
+            'message', format('map.over %s has %s elements; the limit is %s children per map'
+                              ' step (map_children, rara_limits())',
+                              rara_map_over_text(map.map_over), total,
+                              rara_limits() ->> 'map_children')));
+    END IF;
     IF total = 0 THEN
         UPDATE rara_steps SET map_total = 0, map_next = 0 WHERE id = p_map;
         RETURN rara_map_succeed(p_map);
@@ -670,7 +877,9 @@ BEGIN
         RETURNING id
     )
     SELECT coalesce(array_agg(id), '{}') INTO flagged FROM running;
-    PERFORM pg_notify('rara_cancel', step_id::text) FROM unnest(flagged) AS step_id;
+    IF cardinality(flagged) > 0 THEN
+        PERFORM pg_notify('rara_cancel', '');  -- a wake-up without a word, as a run cancel's
+    END IF;
     downstream := rara_step_cancel_dependants(p_map.run_id, p_map.key);
     RETURN jsonb_build_array(jsonb_build_object(
         'run_id', p_map.run_id, 'failed', 1,
@@ -896,7 +1105,7 @@ CREATE FUNCTION public.rara_notify_run() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    PERFORM pg_notify('rara_run', NEW.id::text || ':' || NEW.status::text);
+    PERFORM pg_notify('rara_run', '');
     RETURN NULL;
 END $$;
 
@@ -967,12 +1176,16 @@ DECLARE
     missing text;
     release_id bigint;
     next_number integer;
+    bound text;
 BEGIN
     -- Release p_run_id (a succeeded run of p_namespace) as the next number of p_name and make
     -- it current; returns the number. p_artifacts: `step/name` selectors of the run's
     -- artifacts (the manifests of its steps' succeeded attempts); p_results: step keys whose
     -- results it carries. NULL (not an empty array): every artifact, every succeeded step's
     -- result. Anything the run does not have is refused, named, and nothing is written.
+    -- A name is bound to one definition, by its first promote: later promotes take only runs
+    -- of that definition. Once any version of the definition has an approval gate, only a run
+    -- whose every gate was approved is released (a version without the gate is no way round).
     PERFORM rara_namespace_check(p_namespace);
     IF p_name IS NULL OR p_name !~ '^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$' THEN
         RAISE EXCEPTION 'release name % is not a name: lower-case letters, digits, ''.'' and '
@@ -984,7 +1197,9 @@ BEGIN
             char_length(p_note) USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- A run of another namespace is no run here, as for a cancel (rara_namespace_check).
-    SELECT r.id, r.status, r.definition_version_id INTO run FROM rara_runs r
+    SELECT r.id, r.status, r.definition_version_id, dv.name AS definition, dv.version
+    INTO run FROM rara_runs r
+    JOIN rara_definition_versions dv ON dv.id = r.definition_version_id
     WHERE r.id = p_run_id AND r.namespace = p_namespace;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no run % in namespace %', p_run_id, p_namespace
@@ -1015,7 +1230,39 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
+    -- Under the name's lock: two first promotes of one name bind it once.
     PERFORM rara_release_lock(p_namespace, p_name);
+    SELECT dv.name INTO bound FROM rara_releases v
+    JOIN rara_definition_versions dv ON dv.id = v.definition_version_id
+    WHERE v.namespace = p_namespace AND v.name = p_name AND v.number = 1;
+    IF bound IS NOT NULL AND bound <> run.definition THEN
+        RAISE EXCEPTION 'release % is of definition %: run % is of definition %', p_name, bound,
+            p_run_id, run.definition
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'a release name is bound to the definition of its first release: '
+                         'promote this run under another name';
+    END IF;
+    IF EXISTS (SELECT FROM rara_definition_versions dv
+               WHERE dv.namespace = p_namespace AND dv.name = run.definition
+                 AND jsonb_path_exists(dv.steps, '$[*] ? (@.wait.kind == "approval")')) THEN
+        SELECT string_agg(format('%s (%s)', s.key, coalesce(a.decision, 'undecided')), ', '
+                          ORDER BY s.key) INTO missing
+        FROM rara_steps s LEFT JOIN rara_approvals a ON a.step_id = s.id
+        WHERE s.run_id = p_run_id AND s.wait ->> 'kind' = 'approval'
+          AND a.decision IS DISTINCT FROM 'approved';
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'run % was not approved at gate %: only a run whose approval gate '
+                            'was approved can be released', p_run_id, missing
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF NOT EXISTS (SELECT FROM rara_steps s
+                       WHERE s.run_id = p_run_id AND s.wait ->> 'kind' = 'approval') THEN
+            RAISE EXCEPTION 'definition % has an approval gate and run % (version %) has none: '
+                            'only a run whose approval gate was approved can be released',
+                run.definition, p_run_id, run.version
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+    END IF;
     SELECT coalesce(max(v.number), 0) + 1 INTO next_number FROM rara_releases v
     WHERE v.namespace = p_namespace AND v.name = p_name;
     INSERT INTO rara_releases (namespace, name, number, run_id, definition_version_id, results,
@@ -1143,7 +1390,11 @@ BEGIN
         RETURNING id
     )
     SELECT coalesce(array_agg(id), '{}') INTO flagged FROM running;
-    PERFORM pg_notify('rara_cancel', step_id::text) FROM unnest(flagged) AS step_id;
+    IF cardinality(flagged) > 0 THEN
+        -- A wake-up without a word: any login may LISTEN (docs/least-privilege.md). A worker
+        -- holding attempts heartbeats now; the fenced answer says which were asked to stop.
+        PERFORM pg_notify('rara_cancel', '');
+    END IF;
     -- Counted in the run (ending it when no step runs).
     PERFORM rara_run_count(jsonb_build_array(jsonb_build_object(
         'run_id', p_run_id, 'succeeded', 0, 'failed', 0, 'cancelled', cancelled)));
@@ -1249,8 +1500,15 @@ BEGIN
         RAISE EXCEPTION 'run % is %: only a failed or cancelled run resumes', p_run_id,
             old.status USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    INSERT INTO rara_runs (namespace, definition_version_id, input, idempotency_key)
-    VALUES (old.namespace, old.definition_version_id, old.input, p_idempotency_key)
+    -- (a run started before the input was limited in the database may hold more)
+    IF octet_length(old.input::text) > (rara_limits() ->> 'run_input_bytes')::integer THEN
+        PERFORM rara_limit_refuse(format('run %s''s input', p_run_id),
+                                  octet_length(old.input::text), 'bytes', 'run_input_bytes');
+    END IF;
+    INSERT INTO rara_runs (namespace, definition_version_id, input, idempotency_key,
+                           started_by)  -- (who resumes it: as for a start)
+    VALUES (old.namespace, old.definition_version_id, old.input, p_idempotency_key,
+            rara_caller_starter())
     ON CONFLICT (namespace, idempotency_key) DO NOTHING
     RETURNING rara_runs.id INTO new_id;
     IF new_id IS NULL THEN
@@ -1378,7 +1636,12 @@ BEGIN
     -- and its dependants become ready. Once per (run, p_key): a repeated key answers the first
     -- signal's step and time with accepted = false, and writes nothing. A signal no step waits
     -- for is refused, saying what the step that names it is doing (not yet waiting, ended) or
-    -- that none does.
+    -- that none does. The payload's size first (rara_limits), before any other work: it
+    -- becomes the step's result, which every page of the run and every dependant reads.
+    IF octet_length(p_payload::text) > (rara_limits() ->> 'signal_payload_bytes')::integer THEN
+        PERFORM rara_limit_refuse(format('signal %s: its payload', left(p_name, 200)),
+                                  octet_length(p_payload::text), 'bytes', 'signal_payload_bytes');
+    END IF;
     SELECT r.id, r.namespace, r.status INTO run FROM rara_runs r
     WHERE r.id = p_run_id AND rara_namespace_allowed(r.namespace);
     IF NOT FOUND THEN  -- or not the caller's: what it cannot read it cannot name
@@ -1459,6 +1722,12 @@ BEGIN
     -- was inserted; ON CONFLICT makes racing clients with one idempotency key create one run:
     -- the loser waits for the winner's commit, inserts nothing, and reads the winner's row
     -- with run_get_by_key. Map steps without upstream expand at once (rara_map_expand).
+    -- The input's size first (rara_limits), before any other work: every leased step of the
+    -- run carries (some of) it, and every page that shows the run.
+    IF octet_length(p_input::text) > (rara_limits() ->> 'run_input_bytes')::integer THEN
+        PERFORM rara_limit_refuse('run input', octet_length(p_input::text), 'bytes',
+                                  'run_input_bytes');
+    END IF;
     PERFORM rara_namespace_check(p_namespace);
     WITH resolved AS (
         SELECT v.id, v.digest, v.spec, v.steps, d.retired_at,
@@ -1484,9 +1753,10 @@ BEGIN
               AND w.heartbeat_at > now() - make_interval(secs => p_alive_seconds))
     ), run AS (
         INSERT INTO rara_runs (namespace, definition_version_id, input, idempotency_key,
-                               steps_total)
+                               steps_total, started_by)
         SELECT p_namespace, resolved.id, p_input, p_idempotency_key,
-               jsonb_array_length(resolved.steps)
+               jsonb_array_length(resolved.steps),
+               rara_caller_starter()  -- who starts it, for an approval's four-eyes
         FROM resolved, missing
         WHERE resolved.matched AND missing.capabilities IS NULL
           AND (resolved.retired_at IS NULL OR p_version IS NOT NULL)
@@ -1560,13 +1830,21 @@ CREATE FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_ver
     AS $$
 DECLARE
     old record;
+    problem text;
 BEGIN
     PERFORM rara_namespace_check(p_namespace);
     -- Create or change a schedule (of p_namespace, starting runs of p_definition there).
     -- p_next_tick is the first tick after now of p_cron in
     -- p_time_zone; it replaces the stored one only when the timing changed (cron, zone), so
     -- re-applying the same document neither skips nor repeats a tick. A resumed schedule's
-    -- ticks start again after now (the suspended ones are neither fired nor missed).
+    -- ticks start again after now (the suspended ones are neither fired nor missed), and so do
+    -- a refused one's: applying it again is what lifts the refusal (rara_schedule_refuse).
+    -- A cron expression or zone the firing could not plan is refused here, whoever calls.
+    problem := rara_schedule_timing_problem(p_cron, p_time_zone);
+    IF problem IS NOT NULL THEN
+        RAISE EXCEPTION 'invalid workflow schedule:%', E'\n  ' || problem
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     SELECT * INTO old FROM rara_schedules
     WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
     IF NOT FOUND THEN
@@ -1581,7 +1859,7 @@ BEGIN
         changed := true;
     ELSE
         created := false;
-        changed := old.spec IS DISTINCT FROM p_spec;
+        changed := old.spec IS DISTINCT FROM p_spec OR old.refused_at IS NOT NULL;
         IF changed THEN
             UPDATE rara_schedules SET
                 definition = p_definition, version = p_version, cron = p_cron,
@@ -1592,13 +1870,38 @@ BEGIN
                 failed_runs_kept = p_failed_runs_kept, spec = p_spec,
                 next_tick = CASE WHEN old.cron = p_cron AND old.time_zone = p_time_zone
                                       AND NOT (old.suspended AND NOT p_suspended)
+                                      AND old.refused_at IS NULL
                                  THEN old.next_tick ELSE p_next_tick END,
+                refused_reason = NULL, refused_at = NULL,
                 updated_at = now()
             WHERE namespace = p_namespace AND name = p_name;
         END IF;
     END IF;
     PERFORM rara_schedule_changed(p_name, changed);
     RETURN NEXT;
+END $$;
+
+-- FUNCTION: rara_schedule_cancel_run(text, bigint, text)
+
+CREATE FUNCTION public.rara_schedule_cancel_run(p_name text, p_run_id bigint, p_namespace text DEFAULT 'default'::text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    -- Replace's cancel: run p_run_id, when it is the last run of schedule p_namespace/p_name
+    -- (its last tick's run, rara_schedule_owns_run), by the cancel path of `rara runs cancel`
+    -- (rara_run_cancel). Any other run is refused, whichever namespaces the caller may act in:
+    -- the firing acts in every one, for each schedule in its own. False: it had ended.
+    PERFORM rara_namespace_check(p_namespace);
+    PERFORM 1 FROM rara_schedules s
+    WHERE s.namespace = p_namespace AND s.name = p_name AND s.last_run_id = p_run_id
+      AND rara_schedule_owns_run(s.namespace, s.name, s.last_tick, p_run_id);
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'run % is not the last run of schedule % of namespace %',
+            p_run_id, p_name, p_namespace
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN rara_run_cancel(p_run_id);
 END $$;
 
 -- FUNCTION: rara_schedule_changed(text, boolean)
@@ -1609,9 +1912,11 @@ CREATE FUNCTION public.rara_schedule_changed(p_name text, p_changed boolean) RET
 BEGIN
     -- The tail of every change to a schedule (apply, pause, resume, delete): p_changed, after
     -- waking the firing loops when it is true (they sleep to the earliest next tick, which
-    -- the change may have moved). No role calls it: a NOTIFY alone changes nothing.
+    -- the change may have moved). No role calls it: a NOTIFY alone changes nothing. No
+    -- payload: any login may LISTEN, and another namespace's schedule names are not its to
+    -- read; a loop woken reads the next due tick again (docs/least-privilege.md).
     IF p_changed THEN
-        PERFORM pg_notify('rara_schedules', p_name);
+        PERFORM pg_notify('rara_schedules', '');
     END IF;
     RETURN p_changed;
 END $$;
@@ -1628,21 +1933,183 @@ BEGIN
     -- so firing processes never wait on each other and never take one schedule twice at once.
     -- The caller decides their ticks (rara_schedule_decide) in the same transaction. db_now is
     -- the clock every firing process uses (the database's: one clock, however many hosts).
-    -- last_run_ended: whether the run of the last tick has ended (NULL: none), for Forbid.
+    -- last_run_ended: whether the run of the last tick has ended (NULL: none, or a run that
+    -- is not that tick's: of another namespace or key, a schedule learns nothing of), for
+    -- Forbid and Replace. A refused schedule (rara_schedule_refuse) is not taken.
     RETURN QUERY
     SELECT s.namespace, s.name, s.definition, s.version, s.cron, s.time_zone, s.input,
            s.concurrency_policy, s.starting_deadline_seconds, s.next_tick, s.last_run_id,
            (SELECT r.status NOT IN ('pending', 'running') FROM rara_runs r
-            WHERE r.id = s.last_run_id),
+            WHERE r.id = s.last_run_id
+              AND rara_schedule_owns_run(s.namespace, s.name, s.last_tick, s.last_run_id)),
            now()
     FROM rara_schedules s
-    WHERE NOT s.suspended AND s.next_tick <= now()
+    WHERE NOT s.suspended AND s.refused_at IS NULL AND s.next_tick <= now()
       -- a team's own firing process fires its own (the caller's namespaces read once)
       AND (SELECT rara_caller_namespaces()) && ARRAY['*', s.namespace]
     ORDER BY s.next_tick
     LIMIT p_limit
     FOR UPDATE OF s SKIP LOCKED;
 END $$;
+
+-- FUNCTION: rara_schedule_cron_field(integer, text)
+
+CREATE FUNCTION public.rara_schedule_cron_field(p_field integer, p_term text) RETURNS integer[]
+    LANGUAGE plpgsql IMMUTABLE
+    AS $_$
+DECLARE
+    -- The field's values as cronsim's Field.parse makes them, or NULL where it raises:
+    -- cronsim is what fires (rara.schedules.ticks), so this accepts exactly what it accepts,
+    -- term by term and in its order of checks. p_term is upper case ASCII. -1000 is the day's
+    -- L, -1001 its LW, -2 a weekday's L or #n (whether those parse is all that matters).
+    hi integer := (ARRAY[59, 59, 23, 31, 12, 7])[p_field + 1];
+    result integer[] := '{}';
+    part integer[];
+    term text;
+    rest text;
+    first integer;
+    last integer;
+BEGIN
+    IF p_term = '*' THEN
+        RETURN ARRAY(SELECT generate_series((ARRAY[0, 0, 0, 1, 1, 0])[p_field + 1], hi));
+    END IF;
+    IF position(',' IN p_term) > 0 THEN
+        FOREACH term IN ARRAY string_to_array(p_term, ',') LOOP
+            part := rara_schedule_cron_field(p_field, term);
+            IF part IS NULL THEN
+                RETURN NULL;
+            END IF;
+            result := result || part;
+        END LOOP;
+        RETURN ARRAY(SELECT DISTINCT v FROM unnest(result) v ORDER BY v);
+    END IF;
+    IF p_field = 5 AND position('L' IN p_term) > 0 THEN
+        term := left(p_term, -1);
+        IF term !~ '^[0-9]+$' OR rara_schedule_cron_value(p_field, term) IS NULL THEN
+            RETURN NULL;
+        END IF;
+        RETURN ARRAY[-2];
+    END IF;
+    IF p_field = 5 AND position('#' IN p_term) > 0 THEN
+        term := split_part(p_term, '#', 1);
+        rest := substr(p_term, position('#' IN p_term) + 1);
+        IF rest !~ '^[0-9]+$' OR rest::numeric NOT BETWEEN 1 AND 5
+           OR rara_schedule_cron_value(p_field, term) IS NULL THEN
+            RETURN NULL;
+        END IF;
+        RETURN ARRAY[-2];
+    END IF;
+    IF position('/' IN p_term) > 0 THEN
+        term := split_part(p_term, '/', 1);
+        rest := substr(p_term, position('/' IN p_term) + 1);
+        IF rest !~ '^[0-9]+$' OR rest::numeric = 0 THEN
+            RETURN NULL;
+        END IF;
+        part := rara_schedule_cron_field(p_field, term);
+        IF part IS NULL OR part IN (ARRAY[-1000], ARRAY[-1001]) THEN
+            RETURN part;
+        END IF;
+        -- Every step-th value: from the one value to the field's end, or of the sorted
+        -- values (a step wider than any field leaves the first alone).
+        IF cardinality(part) = 1 THEN
+            RETURN ARRAY(SELECT generate_series(part[1], hi,
+                                                least(rest::numeric, 100)::integer));
+        END IF;
+        RETURN ARRAY(SELECT part[i] FROM generate_series(1, cardinality(part),
+                                                         least(rest::numeric, 100)::integer) i);
+    END IF;
+    IF position('-' IN p_term) > 0 THEN
+        first := rara_schedule_cron_value(p_field, split_part(p_term, '-', 1));
+        last := rara_schedule_cron_value(p_field, substr(p_term, position('-' IN p_term) + 1));
+        IF first IS NULL OR last IS NULL OR last < first THEN
+            RETURN NULL;
+        END IF;
+        RETURN ARRAY(SELECT generate_series(first, last));
+    END IF;
+    IF p_field = 3 AND p_term = 'LW' THEN
+        RETURN ARRAY[-1001];
+    END IF;
+    IF p_field = 3 AND p_term = 'L' THEN
+        RETURN ARRAY[-1000];
+    END IF;
+    first := rara_schedule_cron_value(p_field, p_term);
+    RETURN CASE WHEN first IS NULL THEN NULL ELSE ARRAY[first] END;
+END $_$;
+
+-- FUNCTION: rara_schedule_cron_problem(text)
+
+CREATE FUNCTION public.rara_schedule_cron_problem(p_cron text) RETURNS text
+    LANGUAGE plpgsql IMMUTABLE
+    AS $$
+DECLARE
+    -- What cronsim says of p_cron (CronSimError's words: 'Wrong number of fields', 'Bad
+    -- minute', ...); NULL: it parses. Its steps: upper case, split on whitespace, a seconds
+    -- field of 0 put first when there are five, each field parsed in order, then a day of
+    -- month that no month of the expression has when day of month and day of week must both
+    -- match. Text outside ASCII is refused (rara.schedules.ticks.cron_problem too: Python's
+    -- upper() turns some of it into names).
+    parts text[];
+    names text[] := '{second,minute,hour,day-of-month,month,day-of-week}';
+    days integer[];
+    months integer[];
+    got integer[];
+BEGIN
+    IF p_cron ~ '[^\x01-\x7f]' THEN
+        RETURN 'only ASCII characters';
+    END IF;
+    parts := regexp_split_to_array(
+        btrim(upper(p_cron COLLATE "C"), E' \t\n\x0b\f\r\x1c\x1d\x1e\x1f'),
+        E'[ \t\n\x0b\f\r\x1c\x1d\x1e\x1f]+');
+    IF parts = ARRAY[''] THEN
+        parts := '{}';
+    END IF;
+    IF cardinality(parts) = 5 THEN
+        parts := '0'::text || parts;
+    END IF;
+    IF cardinality(parts) <> 6 THEN
+        RETURN 'Wrong number of fields';
+    END IF;
+    FOR i IN 0 .. 5 LOOP
+        got := rara_schedule_cron_field(i, parts[i + 1]);
+        IF got IS NULL THEN
+            RETURN 'Bad ' || names[i + 1];
+        END IF;
+        IF i = 3 THEN
+            days := got;
+        ELSIF i = 4 THEN
+            months := got;
+        END IF;
+    END LOOP;
+    IF (parts[4] LIKE '*%' OR parts[6] LIKE '*%')
+       AND (SELECT min(d) FROM unnest(days) d) > (
+            SELECT greatest(29, max((ARRAY[31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31])[m]))
+            FROM unnest(months) m) THEN
+        RETURN 'Bad day-of-month';
+    END IF;
+    RETURN NULL;
+END $$;
+
+-- FUNCTION: rara_schedule_cron_value(integer, text)
+
+CREATE FUNCTION public.rara_schedule_cron_value(p_field integer, p_term text) RETURNS integer
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    -- One value of a cron field (cronsim's Field.int): a month's or a weekday's English name,
+    -- or digits within the field's range; NULL: neither. Fields: 0 second, 1 minute, 2 hour,
+    -- 3 day of month, 4 month, 5 day of week.
+    SELECT CASE
+        WHEN p_field = 4 AND array_position(months, p_term) IS NOT NULL
+            THEN array_position(months, p_term)
+        WHEN p_field = 5 AND array_position(days, p_term) IS NOT NULL
+            THEN array_position(days, p_term) - 1
+        WHEN p_term ~ '^[0-9]+$'
+             AND p_term::numeric BETWEEN (ARRAY[0, 0, 0, 1, 1, 0])[p_field + 1]
+                                     AND (ARRAY[59, 59, 23, 31, 12, 7])[p_field + 1]
+            THEN p_term::integer
+    END
+    FROM (SELECT '{JAN,FEB,MAR,APR,MAY,JUN,JUL,AUG,SEP,OCT,NOV,DEC}'::text[] AS months,
+                 '{SUN,MON,TUE,WED,THU,FRI,SAT}'::text[] AS days) AS names
+$_$;
 
 -- FUNCTION: rara_schedule_decide(text, jsonb, integer, timestamp with time zone, text)
 
@@ -1660,12 +2127,31 @@ BEGIN
     -- a tick one run even if two callers decided it. Then the history limits: of the ticks
     -- whose run ended, the newest successful_runs_kept succeeded and failed_runs_kept failed
     -- or cancelled stay; runs are not deleted here (`rara runs prune` is the owner's).
+    -- Each run id must be its tick's run (rara_schedule_owns_run): the last run is what the
+    -- firing cancels under Replace, in whatever namespace it runs.
     PERFORM rara_namespace_check(p_namespace);
+    IF p_missed IS NULL OR p_missed < 0 THEN
+        RAISE EXCEPTION 'missed ticks % of schedule % is not a count (0 or more)',
+            coalesce(p_missed::text, 'null'), p_name
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     SELECT * INTO s FROM rara_schedules
     WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'no schedule % in namespace %', p_name, p_namespace
             USING ERRCODE = 'no_data_found';
+    END IF;
+    SELECT t.tick, t.run_id INTO newest
+    FROM jsonb_to_recordset(p_ticks) AS t(tick timestamptz, run_id bigint)
+    WHERE t.run_id IS NOT NULL
+      AND (t.tick IS NULL OR NOT rara_schedule_owns_run(p_namespace, p_name, t.tick, t.run_id))
+    LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'run % is not the run of schedule % of namespace % at %',
+            newest.run_id, p_name, p_namespace, coalesce(newest.tick::text, 'no tick')
+            USING ERRCODE = 'invalid_parameter_value',
+                  HINT = 'a schedule records only the run it started for the tick, under '
+                         'the tick''s idempotency key, in its own namespace';
     END IF;
     INSERT INTO rara_schedule_ticks (namespace, schedule, tick, outcome, run_id, reason)
     SELECT p_namespace, p_name, t.tick, t.outcome, t.run_id, t.reason
@@ -1718,6 +2204,71 @@ BEGIN
     RETURN rara_schedule_changed(p_name, FOUND);
 END $$;
 
+-- FUNCTION: rara_schedule_owns_run(text, text, timestamp with time zone, bigint)
+
+CREATE FUNCTION public.rara_schedule_owns_run(p_namespace text, p_name text, p_tick timestamp with time zone, p_run_id bigint) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    -- Whether run p_run_id is the run of tick p_tick of schedule p_namespace/p_name: of that
+    -- namespace, under that tick's key (or that trigger's). A schedule records, reads and
+    -- cancels no other run: the firing may act in every namespace, and a run id is a number
+    -- any caller can write.
+    SELECT EXISTS (
+        SELECT 1 FROM rara_runs r
+        WHERE r.id = p_run_id AND r.namespace = p_namespace
+          AND r.idempotency_key IN (rara_schedule_run_key(p_name, p_tick),
+                                    rara_schedule_run_key(p_name, p_tick) || ':trigger'))
+$$;
+
+-- FUNCTION: rara_schedule_quoted(text)
+
+CREATE FUNCTION public.rara_schedule_quoted(p_value text) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    -- A value quoted as Python's repr() quotes a plain string (the document check's words),
+    -- its first 200 characters.
+    SELECT CASE WHEN position('''' IN v) > 0 AND position('"' IN v) = 0
+                THEN '"' || v || '"'
+                ELSE '''' || replace(v, '''', '\''') || '''' END
+    FROM (SELECT replace(replace(replace(replace(left(p_value, 200), '\', '\\'),
+                 E'\n', '\n'), E'\t', '\t'), E'\r', '\r') AS v) AS escaped
+$$;
+
+-- FUNCTION: rara_schedule_refuse(text, text, text)
+
+CREATE FUNCTION public.rara_schedule_refuse(p_name text, p_reason text, p_namespace text DEFAULT 'default'::text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    -- A schedule the firing cannot fire (its ticks cannot be planned, or its pass failed):
+    -- marked with why and when, and taken by no pass until it is applied again
+    -- (rara_schedule_apply lifts it). The other schedules fire on. False: no such schedule.
+    PERFORM rara_namespace_check(p_namespace);
+    IF coalesce(btrim(p_reason), '') = '' THEN
+        RAISE EXCEPTION 'a refused schedule needs a reason' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE rara_schedules SET refused_reason = left(p_reason, 500), refused_at = now(),
+                              updated_at = now()
+    WHERE namespace = p_namespace AND name = p_name;
+    RETURN FOUND;
+END $$;
+
+-- FUNCTION: rara_schedule_run_key(text, timestamp with time zone)
+
+CREATE FUNCTION public.rara_schedule_run_key(p_name text, p_tick timestamp with time zone) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    -- The idempotency key of the run of schedule p_name at p_tick, as rara.schedules.firing
+    -- (idempotency_key) builds it: a firing pass and a backfill start a tick under it, a
+    -- trigger under it with ':trigger' after it (p_tick: when).
+    SELECT 'schedule:'
+        || CASE WHEN char_length(p_name) <= 160 THEN p_name
+                ELSE 'sha256-' || left(encode(sha256(convert_to(p_name, 'UTF8')), 'hex'), 32)
+           END
+        || ':' || to_char(p_tick AT TIME ZONE 'UTC', 'YYYYMMDD"T"HH24MISS"Z"')
+$$;
+
 -- FUNCTION: rara_schedule_suspend(text, boolean, timestamp with time zone, text)
 
 CREATE FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone, p_namespace text DEFAULT 'default'::text) RETURNS boolean
@@ -1740,6 +2291,33 @@ BEGIN
         updated_at = now()
     WHERE namespace = p_namespace AND name = p_name AND suspended <> p_suspended;
     RETURN rara_schedule_changed(p_name, FOUND);
+END $$;
+
+-- FUNCTION: rara_schedule_timing_problem(text, text)
+
+CREATE FUNCTION public.rara_schedule_timing_problem(p_cron text, p_time_zone text) RETURNS text
+    LANGUAGE plpgsql STABLE
+    AS $$
+DECLARE
+    -- The problems of a schedule's timing, one line each in the words of the document's
+    -- check (rara.schedules.model, which `rara schedules apply` prints); NULL: none. The
+    -- database checks them itself, so that a schedule stored by any caller is one the firing
+    -- can plan: the cron expression as cronsim parses it, a zone PostgreSQL knows by name.
+    cron_problem text := rara_schedule_cron_problem(p_cron);
+    problems text[] := '{}';
+BEGIN
+    IF char_length(p_cron) > 200 THEN
+        problems := problems || 'spec.schedule: String should have at most 200 characters'::text;
+    ELSIF cron_problem IS NOT NULL THEN
+        problems := problems || format('spec.schedule: %s is not a cron expression: %s',
+                                       rara_schedule_quoted(p_cron), cron_problem);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_timezone_names WHERE name = p_time_zone) THEN
+        problems := problems || format(
+            'spec.timeZone: %s is not an IANA time zone (e.g. ''UTC'', ''Europe/Berlin'')',
+            rara_schedule_quoted(p_time_zone));
+    END IF;
+    RETURN nullif(array_to_string(problems, E'\n  '), '');
 END $$;
 
 -- FUNCTION: rara_spec_caches(jsonb, text)
@@ -1825,6 +2403,48 @@ CREATE FUNCTION public.rara_spec_digest(p_spec jsonb) RETURNS text
     LANGUAGE sql IMMUTABLE STRICT
     AS $$
     SELECT 'sha256:' || encode(sha256(convert_to(p_spec::text, 'UTF8')), 'hex')
+$$;
+
+-- FUNCTION: rara_spec_input_keys(jsonb)
+
+CREATE FUNCTION public.rara_spec_input_keys(p_schema jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $_$
+    -- The run input fields a step's inputSchema declares (its top-level `properties`), when
+    -- they are all the schema lets the step read: no other top-level keyword than these
+    -- (allOf, patternProperties, $ref … may admit fields it does not name) and
+    -- additionalProperties absent or false. NULL otherwise: the step is given the whole input.
+    SELECT CASE
+        WHEN jsonb_typeof(p_schema -> 'properties') = 'object'
+             AND coalesce(p_schema -> 'additionalProperties', 'false') = 'false'
+             AND NOT EXISTS (
+                 SELECT FROM jsonb_object_keys(p_schema) AS k(word)
+                 WHERE k.word NOT IN ('type', 'properties', 'required', 'additionalProperties',
+                                      'title', 'description', '$schema', '$id', '$comment',
+                                      '$defs', 'examples', 'default'))
+        THEN coalesce((SELECT jsonb_agg(k.name ORDER BY k.name)
+                       FROM jsonb_object_keys(p_schema -> 'properties') AS k(name)), '[]')
+    END
+$_$;
+
+-- FUNCTION: rara_spec_input_rows(jsonb, jsonb)
+
+CREATE FUNCTION public.rara_spec_input_rows(p_spec jsonb, p_rows jsonb) RETURNS jsonb
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    -- p_rows (rara_spec_steps of p_spec) with `input_keys` in the payload of each step whose
+    -- inputSchema declares the fields it reads (rara_spec_input_keys): the lease gives that
+    -- step only those fields of the run input (rara_step_lease, docs/limits.md).
+    WITH declared AS (
+        SELECT s.step ->> 'key' AS key, rara_spec_input_keys(s.step -> 'inputSchema') AS keys
+        FROM jsonb_array_elements(p_spec -> 'steps') AS s(step)
+        WHERE jsonb_typeof(s.step -> 'inputSchema') = 'object'
+    )
+    SELECT jsonb_agg(CASE WHEN d.keys IS NULL THEN r.row
+                          ELSE jsonb_set(r.row, '{payload,input_keys}', d.keys) END
+                     ORDER BY r.n)
+    FROM jsonb_array_elements(p_rows) WITH ORDINALITY AS r(row, n)
+    LEFT JOIN declared d ON d.key = r.row ->> 'key'
 $$;
 
 -- FUNCTION: rara_spec_int(jsonb, integer, integer, integer, text)
@@ -2169,7 +2789,7 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     SELECT string_agg(k, ', ') INTO extra FROM jsonb_object_keys(approval) AS k
-    WHERE k NOT IN ('show', 'approvers', 'timeout', 'onReject', 'onTimeout');
+    WHERE k NOT IN ('show', 'approvers', 'timeout', 'onReject', 'onTimeout', 'fourEyes');
     IF extra IS NOT NULL THEN
         RAISE EXCEPTION '%.approval: unknown field %', p_what, extra
             USING ERRCODE = 'invalid_parameter_value';
@@ -2201,13 +2821,21 @@ BEGIN
         RAISE EXCEPTION '%.approval: onReject and onTimeout must be fail or cancel', p_what
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    IF coalesce(jsonb_typeof(approval -> 'fourEyes'), 'boolean') <> 'boolean' THEN
+        RAISE EXCEPTION '%.approval.fourEyes: must be true or false', p_what
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- four_eyes only when set: unset, the gate's place decides (rara_approval_four_eyes), and
+    -- the step rows of a spec written before it stay what they were.
     RETURN jsonb_build_object(
         'kind', 'approval',
         'show', coalesce(nullif(approval -> 'show', 'null'), '[]'),
         'approvers', coalesce(nullif(approval -> 'approvers', 'null'), '[]'),
         'timeout_ms', rara_duration_ms(approval -> 'timeout', p_what || '.approval.timeout'),
         'on_reject', coalesce(approval ->> 'onReject', 'fail'),
-        'on_timeout', coalesce(approval ->> 'onTimeout', 'fail'));
+        'on_timeout', coalesce(approval ->> 'onTimeout', 'fail'))
+        || CASE WHEN approval ? 'fourEyes'
+                THEN jsonb_build_object('four_eyes', approval -> 'fourEyes') ELSE '{}' END;
 END $_$;
 
 -- FUNCTION: rara_step_cache_claim(text, bigint, uuid, jsonb)
@@ -2218,7 +2846,7 @@ CREATE FUNCTION public.rara_step_cache_claim(p_worker text, p_step_id bigint, p_
     SET enable_seqscan TO 'off'
     AS $$
 DECLARE
-    claimed bigint;
+    claimed record;
 BEGIN
     -- Single flight for a step that missed (docs/step-cache.md, "Concurrent misses"), fenced by
     -- its lease: true, compute it — the step row now says it computes p_cache's key; false,
@@ -2228,17 +2856,22 @@ BEGIN
     -- computes; null, the lease is lost. Claims of one key are serialized by a transaction
     -- advisory lock on it, so of two steps that miss at once the second sees the first's
     -- claim. A claim is the step's status: it ends when the step stops running, however.
+    -- Only a step with `cache:` claims, and it defers only to a step of its own namespace and
+    -- capability (the entry it waits for is found by them: cache_find): a worker cannot hold
+    -- back another namespace's steps by claiming their key.
     PERFORM pg_advisory_xact_lock(hashtextextended(p_cache ->> 'key', 33));
     UPDATE rara_steps s SET cache = p_cache - 'ttl_ms'
     WHERE s.id = p_step_id AND s.leased_by = p_worker AND s.lease_token = p_token
-      AND s.status = 'running'
-    RETURNING s.id INTO claimed;
-    IF claimed IS NULL THEN
+      AND s.status = 'running' AND jsonb_typeof(s.payload -> 'cache') = 'object'
+    RETURNING s.id, s.namespace, s.capability INTO claimed;
+    IF claimed.id IS NULL THEN
         RETURN NULL;
     END IF;
     IF NOT EXISTS (SELECT 1 FROM rara_steps o
                    WHERE (o.cache ->> 'key') = p_cache ->> 'key' AND o.status = 'running'
-                     AND o.cache IS NOT NULL AND o.id <> p_step_id) THEN
+                     AND o.cache IS NOT NULL AND o.id <> p_step_id
+                     AND o.namespace = claimed.namespace
+                     AND o.capability = claimed.capability) THEN
         RETURN true;
     END IF;
     WITH released AS (
@@ -2266,13 +2899,15 @@ BEGIN
     -- Entries removed: by `rara cache drop`, and by a worker that found one of an entry's
     -- blobs missing or corrupt (the step then runs, and its success writes a new entry).
     -- The blobs stay until `rara artifacts gc` finds nothing else names them. A team drops
-    -- only the entries its own runs made; an entry whose run was pruned, only a role with
-    -- every namespace.
-    RETURN QUERY DELETE FROM rara_step_cache c
-    WHERE c.key = ANY (p_keys)
-      AND rara_namespace_allowed(coalesce((SELECT r.namespace FROM rara_runs r
-                                           WHERE r.id = c.source_run), '*'))
-    RETURNING c.key;
+    -- only the entries its own steps wrote (the entry's namespace, migration 0026), also
+    -- after their run was pruned. A key is one per namespace and capability: each of the
+    -- caller's is dropped.
+    RETURN QUERY WITH dropped AS (
+        DELETE FROM rara_step_cache c
+        WHERE c.key = ANY (p_keys) AND rara_namespace_allowed(c.namespace)
+        RETURNING c.key
+    )
+    SELECT DISTINCT d.key FROM dropped d;
 END $$;
 
 -- FUNCTION: rara_step_cancel(text, bigint, uuid)
@@ -2595,20 +3230,27 @@ BEGIN
         ), cached AS (
             -- A cache-enabled step that ran (not one that reused an entry): its entry, under
             -- the key its worker computed from its base and what it read (rara.cache;
-            -- docs/step-cache.md). A key already there was written by a step that ran at the
-            -- same time (no single flight) or replaces an entry whose blobs a worker found
-            -- missing: the same inputs, so the newest simply wins.
-            INSERT INTO rara_step_cache AS c (key, base, reads, capability, step_key, parts,
-                                              result, manifest, source_run, source_step,
+            -- docs/step-cache.md). Only for a step whose definition has `cache:` (its
+            -- payload's, rara_spec_caches), and with the step row's namespace, capability, key
+            -- and ttl, never the worker's word: an entry is found only by steps of the same
+            -- namespace and capability (cache_find), so a worker that lies about its own step
+            -- cannot answer another's. A key already there (of that namespace and capability)
+            -- was written by a step that ran at the same time (no single flight) or replaces
+            -- an entry whose blobs a worker found missing: the same inputs, so the newest
+            -- simply wins.
+            INSERT INTO rara_step_cache AS c (key, namespace, capability, base, reads, step_key,
+                                              parts, result, manifest, source_run, source_step,
                                               source_attempt, expires_at)
-            SELECT g.cache ->> 'entry', g.cache ->> 'base', g.cache -> 'reads', done.capability,
-                   done.key, g.cache -> 'entry_parts', g.result,
+            SELECT g.cache ->> 'entry', s.namespace, s.capability, g.cache ->> 'base',
+                   g.cache -> 'reads', s.key, g.cache -> 'entry_parts', g.result,
                    coalesce(g.manifest, '[]'), done.run_id, done.id, done.attempt,
-                   now() + make_interval(secs => (g.cache ->> 'ttl_ms')::double precision / 1000)
+                   now() + make_interval(
+                       secs => (s.payload -> 'cache' ->> 'ttl_ms')::double precision / 1000)
             FROM (SELECT g.id, g.cache, g.result, g.manifest FROM given g
                   WHERE g.cache IS NOT NULL AND g.reused_from IS NULL) AS g
             JOIN done ON done.id = g.id
-            ON CONFLICT (key) DO UPDATE SET
+            JOIN rara_steps s ON s.id = g.id AND jsonb_typeof(s.payload -> 'cache') = 'object'
+            ON CONFLICT (key, namespace, capability) DO UPDATE SET
                 base = EXCLUDED.base, reads = EXCLUDED.reads, parts = EXCLUDED.parts,
                 result = EXCLUDED.result, manifest = EXCLUDED.manifest,
                 source_run = EXCLUDED.source_run, source_step = EXCLUDED.source_step,
@@ -3155,7 +3797,12 @@ BEGIN
     SELECT l.id, l.run_id, l.key, l.capability, l.executor, l.payload, l.attempt,
            l.max_attempts, l.lease_token, l.lease_expires_at, l.timeout_ms,
            l.heartbeat_timeout_ms, l.depends_on,
-           CASE WHEN l.map_parent IS NULL
+           -- The run input, or of a step whose inputSchema names the fields it reads
+           -- (`input_keys`, rara_spec_input_rows) only those: a step is not sent what it
+           -- cannot read. A step without one pays a key test of its payload.
+           CASE WHEN l.payload ? 'input_keys'
+               THEN rara_lease_input_fields(l.run_id, l.map_parent, l.payload -> 'input_keys')
+               WHEN l.map_parent IS NULL
                THEN (SELECT r.input FROM rara_runs r WHERE r.id = l.run_id)
                ELSE rara_lease_map_input(l.map_parent)
            END AS run_input,
@@ -3172,6 +3819,27 @@ BEGIN
            l.rank, l.available_at,  -- the worker's next cursor
            l.namespace
     FROM leased l;
+EXCEPTION WHEN integrity_constraint_violation THEN
+    -- A leased row that breaks a constraint (a step out of attempts, say) fails the lease,
+    -- whose writes roll back; PostgreSQL's detail would print that row whole, the token just
+    -- drawn included, into the worker's log. The error is raised again as it was, less the
+    -- row. (A block with a handler is one subtransaction a call: microseconds, per batch.)
+    DECLARE
+        failed text;
+        message text;
+        state text;
+        violated text;
+        tab text;
+    BEGIN
+        GET STACKED DIAGNOSTICS failed = PG_EXCEPTION_DETAIL;
+        IF failed NOT LIKE 'Failing row contains%' THEN
+            RAISE;
+        END IF;
+        GET STACKED DIAGNOSTICS message = MESSAGE_TEXT, state = RETURNED_SQLSTATE,
+                                violated = CONSTRAINT_NAME, tab = TABLE_NAME;
+        RAISE EXCEPTION USING MESSAGE = message, ERRCODE = state, CONSTRAINT = violated,
+            TABLE = tab, DETAIL = 'the failing row is not shown: it holds a lease token';
+    END;
 END $$;
 
 -- FUNCTION: rara_step_progress_many(text, bigint[], uuid[], integer[], double precision[], text[], jsonb[])
@@ -3426,8 +4094,10 @@ BEGIN
         -- Watchers of the run (`rara runs watch`, Client.wait(until_person=True)): it may now
         -- wait for a person. It begins in the transaction of the step it depended on, which
         -- notifies nobody else; identical notifications of a transaction fold into one. Timer
-        -- waits stay silent here: time moves them on, and nobody stops for them.
-        PERFORM pg_notify('rara_run', NEW.run_id::text || ':waiting');
+        -- waits stay silent here: time moves them on, and nobody stops for them. No payload:
+        -- any login may LISTEN, and the run is not its to know of (docs/least-privilege.md);
+        -- a watcher reads its own run again.
+        PERFORM pg_notify('rara_run', '');
     END IF;
     RETURN NULL;
 END $$;
@@ -3926,6 +4596,7 @@ CREATE TABLE public.rara_runs (
     steps_failed integer DEFAULT 0 NOT NULL,
     steps_cancelled integer DEFAULT 0 NOT NULL,
     namespace text NOT NULL,
+    started_by text DEFAULT public.rara_caller(),
     CONSTRAINT rara_runs_finished_iff_terminal CHECK (((status = ANY (ARRAY['succeeded'::public.rara_run_status, 'failed'::public.rara_run_status, 'cancelled'::public.rara_run_status])) = (finished_at IS NOT NULL))),
     CONSTRAINT rara_runs_started_unless_pending CHECK ((((status = 'pending'::public.rara_run_status) = (started_at IS NULL)) OR (status = 'cancelled'::public.rara_run_status))),
     CONSTRAINT rara_runs_step_counts CHECK (((steps_succeeded >= 0) AND (steps_failed >= 0) AND (steps_cancelled >= 0) AND (((steps_succeeded + steps_failed) + steps_cancelled) <= steps_total)))
@@ -3978,10 +4649,13 @@ CREATE TABLE public.rara_schedules (
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
     namespace text NOT NULL,
+    refused_reason text,
+    refused_at timestamp with time zone,
     CONSTRAINT rara_schedules_concurrency_policy_check CHECK ((concurrency_policy = ANY (ARRAY['Allow'::text, 'Forbid'::text, 'Replace'::text]))),
     CONSTRAINT rara_schedules_failed_runs_kept_check CHECK ((failed_runs_kept >= 0)),
     CONSTRAINT rara_schedules_input_check CHECK ((jsonb_typeof(input) = 'object'::text)),
     CONSTRAINT rara_schedules_name_check CHECK ((name ~ '^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$'::text)),
+    CONSTRAINT rara_schedules_refused_both CHECK (((refused_reason IS NULL) = (refused_at IS NULL))),
     CONSTRAINT rara_schedules_starting_deadline_seconds_check CHECK ((starting_deadline_seconds >= 1)),
     CONSTRAINT rara_schedules_successful_runs_kept_check CHECK ((successful_runs_kept >= 0)),
     CONSTRAINT rara_schedules_version_check CHECK ((version >= 1))
@@ -4046,6 +4720,7 @@ CREATE TABLE public.rara_step_cache (
     expires_at timestamp with time zone,
     base text NOT NULL,
     reads jsonb DEFAULT '{}'::jsonb NOT NULL,
+    namespace text NOT NULL,
     CONSTRAINT rara_step_cache_base_check CHECK ((base ~ '^sha256:[0-9a-f]{64}$'::text)),
     CONSTRAINT rara_step_cache_key_check CHECK ((key ~ '^sha256:[0-9a-f]{64}$'::text)),
     CONSTRAINT rara_step_cache_manifest_check CHECK ((jsonb_typeof(manifest) = 'array'::text)),
@@ -4316,7 +4991,7 @@ ALTER TABLE ONLY public.rara_step_artifacts
 -- CONSTRAINT: rara_step_cache rara_step_cache_pkey
 
 ALTER TABLE ONLY public.rara_step_cache
-    ADD CONSTRAINT rara_step_cache_pkey PRIMARY KEY (key);
+    ADD CONSTRAINT rara_step_cache_pkey PRIMARY KEY (key, namespace, capability);
 
 -- CONSTRAINT: rara_step_reads rara_step_reads_pkey
 
@@ -4373,7 +5048,7 @@ CREATE INDEX rara_schedule_ticks_run ON public.rara_schedule_ticks USING btree (
 
 -- INDEX: rara_schedules_due
 
-CREATE INDEX rara_schedules_due ON public.rara_schedules USING btree (next_tick) WHERE (NOT suspended);
+CREATE INDEX rara_schedules_due ON public.rara_schedules USING btree (next_tick) WHERE ((NOT suspended) AND (refused_at IS NULL));
 
 -- INDEX: rara_step_artifacts_digest
 
@@ -4381,7 +5056,7 @@ CREATE INDEX rara_step_artifacts_digest ON public.rara_step_artifacts USING btre
 
 -- INDEX: rara_step_cache_by_base
 
-CREATE INDEX rara_step_cache_by_base ON public.rara_step_cache USING btree (base, created_at);
+CREATE INDEX rara_step_cache_by_base ON public.rara_step_cache USING btree (base, namespace, capability, created_at);
 
 -- INDEX: rara_step_cache_by_step
 
@@ -4591,9 +5266,17 @@ ALTER TABLE ONLY public.rara_waits
 ALTER TABLE ONLY public.rara_waits
     ADD CONSTRAINT rara_waits_step_id_fkey FOREIGN KEY (step_id) REFERENCES public.rara_steps(id) ON DELETE CASCADE;
 
+-- ROW SECURITY: rara_approvals
+
+ALTER TABLE public.rara_approvals ENABLE ROW LEVEL SECURITY;
+
 -- POLICY: rara_approvals rara_approvals_read
 
 CREATE POLICY rara_approvals_read ON public.rara_approvals FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_artifacts
+
+ALTER TABLE public.rara_artifacts ENABLE ROW LEVEL SECURITY;
 
 -- POLICY: rara_artifacts rara_artifacts_read
 
@@ -4605,11 +5288,19 @@ CREATE POLICY rara_artifacts_read ON public.rara_artifacts FOR SELECT USING ((((
    FROM public.rara_release_artifacts a
   WHERE (a.digest = rara_artifacts.digest)))));
 
+-- ROW SECURITY: rara_attempts
+
+ALTER TABLE public.rara_attempts ENABLE ROW LEVEL SECURITY;
+
 -- POLICY: rara_attempts rara_attempts_read
 
 CREATE POLICY rara_attempts_read ON public.rara_attempts FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
    FROM public.rara_runs r
   WHERE (r.id = rara_attempts.run_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_checkpoints
+
+ALTER TABLE public.rara_checkpoints ENABLE ROW LEVEL SECURITY;
 
 -- POLICY: rara_checkpoints rara_checkpoints_read
 
@@ -4618,13 +5309,25 @@ CREATE POLICY rara_checkpoints_read ON public.rara_checkpoints FOR SELECT USING 
      JOIN public.rara_runs r ON ((r.id = s.run_id)))
   WHERE (s.id = rara_checkpoints.step_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
+-- ROW SECURITY: rara_definition_versions
+
+ALTER TABLE public.rara_definition_versions ENABLE ROW LEVEL SECURITY;
+
 -- POLICY: rara_definition_versions rara_definition_versions_read
 
 CREATE POLICY rara_definition_versions_read ON public.rara_definition_versions FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
+-- ROW SECURITY: rara_definitions
+
+ALTER TABLE public.rara_definitions ENABLE ROW LEVEL SECURITY;
+
 -- POLICY: rara_definitions rara_definitions_read
 
 CREATE POLICY rara_definitions_read ON public.rara_definitions FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_events
+
+ALTER TABLE public.rara_events ENABLE ROW LEVEL SECURITY;
 
 -- POLICY: rara_events rara_events_read
 
@@ -4633,9 +5336,17 @@ CREATE POLICY rara_events_read ON public.rara_events FOR SELECT USING (((( SELEC
      JOIN public.rara_runs r ON ((r.id = s.run_id)))
   WHERE (s.id = rara_events.step_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
+-- ROW SECURITY: rara_lanes
+
+ALTER TABLE public.rara_lanes ENABLE ROW LEVEL SECURITY;
+
 -- POLICY: rara_lanes rara_lanes_read
 
 CREATE POLICY rara_lanes_read ON public.rara_lanes FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_map_lists
+
+ALTER TABLE public.rara_map_lists ENABLE ROW LEVEL SECURITY;
 
 -- POLICY: rara_map_lists rara_map_lists_read
 
@@ -4644,17 +5355,33 @@ CREATE POLICY rara_map_lists_read ON public.rara_map_lists FOR SELECT USING ((((
      JOIN public.rara_runs r ON ((r.id = s.run_id)))
   WHERE (s.id = rara_map_lists.map_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
+-- ROW SECURITY: rara_namespace_access
+
+ALTER TABLE public.rara_namespace_access ENABLE ROW LEVEL SECURITY;
+
 -- POLICY: rara_namespace_access rara_namespace_access_read
 
 CREATE POLICY rara_namespace_access_read ON public.rara_namespace_access FOR SELECT USING ((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]));
+
+-- ROW SECURITY: rara_namespace_quotas
+
+ALTER TABLE public.rara_namespace_quotas ENABLE ROW LEVEL SECURITY;
 
 -- POLICY: rara_namespace_quotas rara_namespace_quotas_read
 
 CREATE POLICY rara_namespace_quotas_read ON public.rara_namespace_quotas FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
+-- ROW SECURITY: rara_namespace_shares
+
+ALTER TABLE public.rara_namespace_shares ENABLE ROW LEVEL SECURITY;
+
 -- POLICY: rara_namespace_shares rara_namespace_shares_read
 
 CREATE POLICY rara_namespace_shares_read ON public.rara_namespace_shares FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_release_artifacts
+
+ALTER TABLE public.rara_release_artifacts ENABLE ROW LEVEL SECURITY;
 
 -- POLICY: rara_release_artifacts rara_release_artifacts_read
 
@@ -4662,33 +5389,65 @@ CREATE POLICY rara_release_artifacts_read ON public.rara_release_artifacts FOR S
    FROM public.rara_releases r
   WHERE (r.id = rara_release_artifacts.release_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
+-- ROW SECURITY: rara_release_current
+
+ALTER TABLE public.rara_release_current ENABLE ROW LEVEL SECURITY;
+
 -- POLICY: rara_release_current rara_release_current_read
 
 CREATE POLICY rara_release_current_read ON public.rara_release_current FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_release_moves
+
+ALTER TABLE public.rara_release_moves ENABLE ROW LEVEL SECURITY;
 
 -- POLICY: rara_release_moves rara_release_moves_read
 
 CREATE POLICY rara_release_moves_read ON public.rara_release_moves FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
+-- ROW SECURITY: rara_releases
+
+ALTER TABLE public.rara_releases ENABLE ROW LEVEL SECURITY;
+
 -- POLICY: rara_releases rara_releases_read
 
 CREATE POLICY rara_releases_read ON public.rara_releases FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_runs
+
+ALTER TABLE public.rara_runs ENABLE ROW LEVEL SECURITY;
 
 -- POLICY: rara_runs rara_runs_read
 
 CREATE POLICY rara_runs_read ON public.rara_runs FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
+-- ROW SECURITY: rara_schedule_ticks
+
+ALTER TABLE public.rara_schedule_ticks ENABLE ROW LEVEL SECURITY;
+
 -- POLICY: rara_schedule_ticks rara_schedule_ticks_read
 
 CREATE POLICY rara_schedule_ticks_read ON public.rara_schedule_ticks FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_schedules
+
+ALTER TABLE public.rara_schedules ENABLE ROW LEVEL SECURITY;
 
 -- POLICY: rara_schedules rara_schedules_read
 
 CREATE POLICY rara_schedules_read ON public.rara_schedules FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
+-- ROW SECURITY: rara_signals
+
+ALTER TABLE public.rara_signals ENABLE ROW LEVEL SECURITY;
+
 -- POLICY: rara_signals rara_signals_read
 
 CREATE POLICY rara_signals_read ON public.rara_signals FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_step_artifacts
+
+ALTER TABLE public.rara_step_artifacts ENABLE ROW LEVEL SECURITY;
 
 -- POLICY: rara_step_artifacts rara_step_artifacts_read
 
@@ -4697,11 +5456,17 @@ CREATE POLICY rara_step_artifacts_read ON public.rara_step_artifacts FOR SELECT 
      JOIN public.rara_runs r ON ((r.id = s.run_id)))
   WHERE (s.id = rara_step_artifacts.step_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
+-- ROW SECURITY: rara_step_cache
+
+ALTER TABLE public.rara_step_cache ENABLE ROW LEVEL SECURITY;
+
 -- POLICY: rara_step_cache rara_step_cache_read
 
-CREATE POLICY rara_step_cache_read ON public.rara_step_cache FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
-   FROM public.rara_runs r
-  WHERE (r.id = rara_step_cache.source_run)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+CREATE POLICY rara_step_cache_read ON public.rara_step_cache FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_step_reads
+
+ALTER TABLE public.rara_step_reads ENABLE ROW LEVEL SECURITY;
 
 -- POLICY: rara_step_reads rara_step_reads_read
 
@@ -4710,9 +5475,17 @@ CREATE POLICY rara_step_reads_read ON public.rara_step_reads FOR SELECT USING ((
      JOIN public.rara_runs r ON ((r.id = s.run_id)))
   WHERE (s.id = rara_step_reads.step_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
+-- ROW SECURITY: rara_steps
+
+ALTER TABLE public.rara_steps ENABLE ROW LEVEL SECURITY;
+
 -- POLICY: rara_steps rara_steps_read
 
 CREATE POLICY rara_steps_read ON public.rara_steps FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_waits
+
+ALTER TABLE public.rara_waits ENABLE ROW LEVEL SECURITY;
 
 -- POLICY: rara_waits rara_waits_read
 
@@ -4735,6 +5508,10 @@ GRANT ALL ON FUNCTION public.rara_approval_decide(p_run_id bigint, p_step_key te
 
 REVOKE ALL ON FUNCTION public.rara_approval_evidence(p_run_id bigint, p_show jsonb) FROM PUBLIC;
 
+-- ACL: FUNCTION rara_approval_four_eyes(p_run_id bigint, p_key text, p_rule jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_approval_four_eyes(p_run_id bigint, p_key text, p_rule jsonb) FROM PUBLIC;
+
 -- ACL: FUNCTION rara_caller()
 
 REVOKE ALL ON FUNCTION public.rara_caller() FROM PUBLIC;
@@ -4746,6 +5523,18 @@ GRANT ALL ON FUNCTION public.rara_caller_namespaces() TO rara_reader;
 GRANT ALL ON FUNCTION public.rara_caller_namespaces() TO rara_worker;
 GRANT ALL ON FUNCTION public.rara_caller_namespaces() TO rara_client;
 GRANT ALL ON FUNCTION public.rara_caller_namespaces() TO rara_operator;
+
+-- ACL: FUNCTION rara_caller_person(p_identity text)
+
+REVOKE ALL ON FUNCTION public.rara_caller_person(p_identity text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_caller_starter()
+
+REVOKE ALL ON FUNCTION public.rara_caller_starter() FROM PUBLIC;
+
+-- ACL: FUNCTION rara_caller_vouches()
+
+REVOKE ALL ON FUNCTION public.rara_caller_vouches() FROM PUBLIC;
 
 -- ACL: FUNCTION rara_capability_limit_set(p_capability text, p_max_running integer)
 
@@ -4801,6 +5590,10 @@ REVOKE ALL ON FUNCTION public.rara_lanes_rebalance(p_capability text, p_executor
 
 REVOKE ALL ON FUNCTION public.rara_lease_checkpoint(p_step_id bigint, p_attempt integer) FROM PUBLIC;
 
+-- ACL: FUNCTION rara_lease_input_fields(p_run_id bigint, p_map_parent bigint, p_keys jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_lease_input_fields(p_run_id bigint, p_map_parent bigint, p_keys jsonb) FROM PUBLIC;
+
 -- ACL: FUNCTION rara_lease_inputs(p_run_id bigint, p_depends_on text[])
 
 REVOKE ALL ON FUNCTION public.rara_lease_inputs(p_run_id bigint, p_depends_on text[]) FROM PUBLIC;
@@ -4812,6 +5605,22 @@ REVOKE ALL ON FUNCTION public.rara_lease_map_input(p_map_parent bigint) FROM PUB
 -- ACL: FUNCTION rara_lease_room(p_limited text[], p_slots integer[], p_quota_keys text[], p_quota_free integer[], p_namespace text, p_capability text)
 
 REVOKE ALL ON FUNCTION public.rara_lease_room(p_limited text[], p_slots integer[], p_quota_keys text[], p_quota_free integer[], p_namespace text, p_capability text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_limit_refuse(p_what text, p_value bigint, p_unit text, p_limit text)
+
+REVOKE ALL ON FUNCTION public.rara_limit_refuse(p_what text, p_value bigint, p_unit text, p_limit text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_limits()
+
+REVOKE ALL ON FUNCTION public.rara_limits() FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_limits() TO rara_reader;
+GRANT ALL ON FUNCTION public.rara_limits() TO rara_worker;
+GRANT ALL ON FUNCTION public.rara_limits() TO rara_client;
+GRANT ALL ON FUNCTION public.rara_limits() TO rara_operator;
+
+-- ACL: FUNCTION rara_login_limit(p_login text, p_timeout_ms integer)
+
+REVOKE ALL ON FUNCTION public.rara_login_limit(p_login text, p_timeout_ms integer) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_map_children_ended(p_ends jsonb)
 
@@ -4957,6 +5766,12 @@ REVOKE ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text
 GRANT ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone, p_namespace text) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_schedule_apply(p_name text, p_definition text, p_version integer, p_cron text, p_time_zone text, p_input jsonb, p_concurrency_policy text, p_starting_deadline_seconds integer, p_suspended boolean, p_successful_runs_kept integer, p_failed_runs_kept integer, p_spec jsonb, p_next_tick timestamp with time zone, p_namespace text) TO rara_operator;
 
+-- ACL: FUNCTION rara_schedule_cancel_run(p_name text, p_run_id bigint, p_namespace text)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_cancel_run(p_name text, p_run_id bigint, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_schedule_cancel_run(p_name text, p_run_id bigint, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_schedule_cancel_run(p_name text, p_run_id bigint, p_namespace text) TO rara_operator;
+
 -- ACL: FUNCTION rara_schedule_changed(p_name text, p_changed boolean)
 
 REVOKE ALL ON FUNCTION public.rara_schedule_changed(p_name text, p_changed boolean) FROM PUBLIC;
@@ -4966,6 +5781,18 @@ REVOKE ALL ON FUNCTION public.rara_schedule_changed(p_name text, p_changed boole
 REVOKE ALL ON FUNCTION public.rara_schedule_claim(p_limit integer) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.rara_schedule_claim(p_limit integer) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_schedule_claim(p_limit integer) TO rara_operator;
+
+-- ACL: FUNCTION rara_schedule_cron_field(p_field integer, p_term text)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_cron_field(p_field integer, p_term text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_schedule_cron_problem(p_cron text)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_cron_problem(p_cron text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_schedule_cron_value(p_field integer, p_term text)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_cron_value(p_field integer, p_term text) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_schedule_decide(p_name text, p_ticks jsonb, p_missed integer, p_next_tick timestamp with time zone, p_namespace text)
 
@@ -4979,11 +5806,33 @@ REVOKE ALL ON FUNCTION public.rara_schedule_delete(p_name text, p_namespace text
 GRANT ALL ON FUNCTION public.rara_schedule_delete(p_name text, p_namespace text) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_schedule_delete(p_name text, p_namespace text) TO rara_operator;
 
+-- ACL: FUNCTION rara_schedule_owns_run(p_namespace text, p_name text, p_tick timestamp with time zone, p_run_id bigint)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_owns_run(p_namespace text, p_name text, p_tick timestamp with time zone, p_run_id bigint) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_schedule_quoted(p_value text)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_quoted(p_value text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_schedule_refuse(p_name text, p_reason text, p_namespace text)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_refuse(p_name text, p_reason text, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_schedule_refuse(p_name text, p_reason text, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_schedule_refuse(p_name text, p_reason text, p_namespace text) TO rara_operator;
+
+-- ACL: FUNCTION rara_schedule_run_key(p_name text, p_tick timestamp with time zone)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_run_key(p_name text, p_tick timestamp with time zone) FROM PUBLIC;
+
 -- ACL: FUNCTION rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone, p_namespace text)
 
 REVOKE ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone, p_namespace text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone, p_namespace text) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_schedule_suspend(p_name text, p_suspended boolean, p_next_tick timestamp with time zone, p_namespace text) TO rara_operator;
+
+-- ACL: FUNCTION rara_schedule_timing_problem(p_cron text, p_time_zone text)
+
+REVOKE ALL ON FUNCTION public.rara_schedule_timing_problem(p_cron text, p_time_zone text) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_spec_caches(p_spec jsonb, p_namespace text)
 
@@ -4996,6 +5845,14 @@ REVOKE ALL ON FUNCTION public.rara_spec_concurrency(p_spec jsonb, p_namespace te
 -- ACL: FUNCTION rara_spec_digest(p_spec jsonb)
 
 REVOKE ALL ON FUNCTION public.rara_spec_digest(p_spec jsonb) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_spec_input_keys(p_schema jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_spec_input_keys(p_schema jsonb) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_spec_input_rows(p_spec jsonb, p_rows jsonb)
+
+REVOKE ALL ON FUNCTION public.rara_spec_input_rows(p_spec jsonb, p_rows jsonb) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_spec_int(p_value jsonb, p_default integer, p_low integer, p_high integer, p_what text)
 

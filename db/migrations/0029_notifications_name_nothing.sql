@@ -1,4 +1,4 @@
--- rara 0030: a run's end is announced without naming the run (security issue "Trust on the
+-- rara 0029: a run's end is announced without naming the run (security issue "Trust on the
 -- new surfaces", lower items; docs/least-privilege.md, "NOTIFY is a wake-up, never an
 -- authority").
 --

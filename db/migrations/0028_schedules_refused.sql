@@ -1,4 +1,4 @@
--- rara 0029: a schedule that cannot be fired is refused, not retried (security issue "Trust
+-- rara 0028: a schedule that cannot be fired is refused, not retried (security issue "Trust
 -- on the new surfaces", item 3; docs/schedules.md, "A schedule that cannot fire").
 --
 -- A schedule's cron and zone are checked by the database at apply now (db/functions/

@@ -224,6 +224,38 @@ def test_a_schedule_applied_through_sql_with_a_bad_cron_or_zone_is_refused(
     assert schedule_sql.get(conn, "poison", namespace="team-a") is None
 
 
+def test_a_schedules_input_over_the_run_input_limit_is_refused_at_apply(
+    conn: Conn, teams: dict[str, int], team_login: Callable[[str, str], Conn]
+) -> None:
+    """Every tick would start a run with this input: it is refused where it enters, by the
+    run input's limit, not once per firing."""
+    limit = conn.execute("SELECT (rara_limits() ->> 'run_input_bytes')::int").fetchone()
+    assert limit is not None
+    fat = {"blob": "x" * (2 * limit[0])}
+    with pytest.raises(psycopg.Error) as refused:
+        schedule_sql.apply(
+            team_login("rara_client", "team-a"),
+            namespace="team-a",
+            name="fat",
+            spec={"schedule": "0 * * * *", "input": fat},
+            next_tick=_db_now(conn),
+            definition="noop",
+            version=None,
+            cron="0 * * * *",
+            time_zone="UTC",
+            input=fat,
+            concurrency_policy="Allow",
+            starting_deadline_seconds=300,
+            suspended=False,
+            successful_runs_kept=3,
+            failed_runs_kept=1,
+        )
+    assert refused.value.sqlstate == "54000", refused.value
+    assert "spec.input is" in str(refused.value)
+    assert "run_input_bytes" in str(refused.value)
+    assert schedule_sql.get(conn, "fat", namespace="team-a") is None
+
+
 @pytest.mark.parametrize(
     ("column", "value", "reason"),
     [

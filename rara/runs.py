@@ -1,5 +1,5 @@
 """Starting and cancelling runs. (The parent aggregation that follows step changes is by the
-runs' step counts: rara_run_count in db/functions/runs.sql, called by the functions that end
+runs' step counts: rara_run_count in db/functions/steps.sql, called by the functions that end
 steps.)"""
 
 from __future__ import annotations

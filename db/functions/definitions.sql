@@ -1,8 +1,10 @@
 -- Definitions: registering a version and retiring a name, by the roles that register them
 -- (rara_client: `rara definitions apply`, applications; rara_operator: WorkflowDefinition
--- resources). Versions are immutable (a trigger refuses changes) and no role writes the
--- tables directly (migration 0007). Called through db/queries/definitions.sql
--- (rara.pg.definitions). Repeatable (rara.pg.migrate): edit in place.
+-- resources). Versions are immutable (a trigger refuses changes: rara_refuse_version_change)
+-- and no role writes the tables directly (migration 0007). Then the checks of a spec that
+-- registration runs (rara_spec_steps: the step rows of every run of the version). Called
+-- through db/queries/definitions.sql (rara.pg.definitions). Repeatable (rara.pg.migrate):
+-- edit in place.
 
 CREATE OR REPLACE FUNCTION rara_definition_register(
     p_name text, p_spec jsonb, p_namespace text DEFAULT 'default')
@@ -112,3 +114,261 @@ BEGIN
     RETURN retired;
 END $$;
 SELECT rara_grant('rara_definition_retire', 'rara_client', 'rara_operator');
+
+-- BEFORE UPDATE OR DELETE (each row) and BEFORE TRUNCATE on rara_definition_versions: a
+-- version, once registered, never changes (runs name it; its digest names its spec).
+CREATE OR REPLACE FUNCTION rara_refuse_version_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'definition versions are immutable (% refused on %@%)',
+        TG_OP, OLD.name, OLD.version
+        USING ERRCODE = 'integrity_constraint_violation';
+END $$;
+SELECT rara_grant('rara_refuse_version_change');  -- a trigger
+
+-- The one digest rule: over jsonb's own text form, which is canonical (keys sorted, one
+-- spelling of whitespace), so equal specs have one digest whoever sends them.
+CREATE OR REPLACE FUNCTION rara_spec_digest(p_spec jsonb) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT AS $$
+    SELECT 'sha256:' || encode(sha256(convert_to(p_spec::text, 'UTF8')), 'hex')
+$$;
+SELECT rara_grant('rara_spec_digest');  -- only through rara_definition_register
+
+-- An integer field of a spec within bounds, or its default when absent.
+CREATE OR REPLACE FUNCTION rara_spec_int(p_value jsonb, p_default integer, p_low integer,
+                                         p_high integer, p_what text) RETURNS integer
+LANGUAGE plpgsql IMMUTABLE AS $$
+BEGIN
+    IF p_value IS NULL OR p_value = 'null' THEN
+        RETURN p_default;
+    END IF;
+    IF jsonb_typeof(p_value) <> 'number' OR (p_value #>> '{}')::numeric % 1 <> 0
+       OR (p_value #>> '{}')::numeric NOT BETWEEN p_low AND p_high THEN
+        RAISE EXCEPTION '%: must be an integer from % to %, got %', p_what, p_low, p_high,
+            p_value USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN (p_value #>> '{}')::integer;
+END $$;
+SELECT rara_grant('rara_spec_int');  -- only through rara_spec_run_steps
+
+-- The step rows of every run of a spec, as rara_run_start inserts them: one object per step,
+-- in spec order, `dependants` the inverse of `dependsOn`. Checks what the rows rely on, with
+-- the rules of rara.definitions.model (which tells a person the same earlier, with more words):
+-- a spec that would make a run wait forever — an unknown dependency, a cycle, no steps — or
+-- that a worker would misroute is refused, naming the step and the field. (Migration 0012 made
+-- it as rara_spec_steps; 0021 renamed it, and rara_spec_steps below checks around it.)
+CREATE OR REPLACE FUNCTION rara_spec_run_steps(p_spec jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    steps jsonb := p_spec -> 'steps';
+    n integer;
+    s jsonb;
+    what text;
+    step_key text;
+    position jsonb := '{}';      -- key -> its index (1-based)
+    dependants jsonb := '{}';    -- key -> the keys that depend on it, in spec order
+    waiting integer[] := '{}';   -- per index: dependencies not yet placed (Kahn's algorithm)
+    queue text[] := '{}';
+    head integer := 1;
+    dep text;
+    retry jsonb;
+    map jsonb;
+    over text;
+    source text;
+    rows jsonb := '[]';
+    initial_ms integer;
+    max_ms integer;
+    coefficient double precision;
+BEGIN
+    IF jsonb_typeof(p_spec) IS DISTINCT FROM 'object'
+       OR jsonb_typeof(steps) IS DISTINCT FROM 'array'
+       OR jsonb_array_length(steps) NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'spec.steps: must be a list of 1 to 1000 steps'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    n := jsonb_array_length(steps);
+    FOR i IN 1..n LOOP
+        s := steps -> (i - 1);
+        step_key := s ->> 'key';
+        IF jsonb_typeof(s) IS DISTINCT FROM 'object' OR jsonb_typeof(s -> 'key') <> 'string'
+           OR NOT step_key ~ '^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$' THEN
+            RAISE EXCEPTION 'spec.steps[%].key: must be a step key (a-z, 0-9, _ and -)', i - 1
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF position ? step_key THEN
+            RAISE EXCEPTION 'spec.steps[%]: duplicate step key %', i - 1, step_key
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        position := position || jsonb_build_object(step_key, i);
+        dependants := dependants || jsonb_build_object(step_key, '[]'::jsonb);
+    END LOOP;
+    FOR i IN 1..n LOOP
+        s := steps -> (i - 1);
+        step_key := s ->> 'key';
+        what := format('spec.steps[%s] (step %L)', i - 1, step_key);
+        IF s -> 'dependsOn' IS NOT NULL AND s -> 'dependsOn' <> 'null'
+           AND jsonb_typeof(s -> 'dependsOn') <> 'array' THEN
+            RAISE EXCEPTION '%.dependsOn: must be a list of step keys', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        waiting := waiting || 0;
+        FOR dep IN SELECT jsonb_array_elements(coalesce(nullif(s -> 'dependsOn', 'null'), '[]'))
+                          #>> '{}' LOOP
+            IF NOT position ? dep OR dep = step_key OR dependants -> dep ? step_key THEN
+                RAISE EXCEPTION '%.dependsOn: % is not another step of the spec, or is listed '
+                    'twice', what, dep USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            dependants := jsonb_set(dependants, ARRAY[dep], dependants -> dep || to_jsonb(step_key));
+            waiting[i] := waiting[i] + 1;
+        END LOOP;
+        IF waiting[i] = 0 THEN
+            queue := queue || step_key;
+        END IF;
+    END LOOP;
+    -- Kahn's algorithm: a spec whose steps cannot all be placed in dependency order has a cycle.
+    WHILE head <= cardinality(queue) LOOP
+        FOR dep IN SELECT jsonb_array_elements_text(dependants -> queue[head]) LOOP
+            waiting[(position ->> dep)::integer] := waiting[(position ->> dep)::integer] - 1;
+            IF waiting[(position ->> dep)::integer] = 0 THEN
+                queue := queue || dep;
+            END IF;
+        END LOOP;
+        head := head + 1;
+    END LOOP;
+    IF cardinality(queue) < n THEN
+        RAISE EXCEPTION 'spec.steps: dependency cycle among %', (
+            SELECT string_agg(k, ', ' ORDER BY (position ->> k)::integer)
+            FROM jsonb_object_keys(position) AS k WHERE NOT k = ANY (queue))
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR i IN 1..n LOOP
+        s := steps -> (i - 1);
+        step_key := s ->> 'key';
+        what := format('spec.steps[%s] (step %L)', i - 1, step_key);
+        IF jsonb_typeof(s -> 'capability') IS DISTINCT FROM 'string'
+           OR NOT (s ->> 'capability') ~ '^[a-z][a-z0-9._-]*@(0|[1-9][0-9]*)$' THEN
+            RAISE EXCEPTION '%.capability: must be name@major', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF coalesce(s ->> 'executor', 'inprocess') NOT IN ('inprocess', 'grpc') THEN
+            RAISE EXCEPTION '%.executor: must be inprocess or grpc', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF coalesce(jsonb_typeof(nullif(s -> 'input', 'null')), 'object') <> 'object'
+           OR coalesce(jsonb_typeof(nullif(s -> 'secrets', 'null')), 'object') <> 'object' THEN
+            RAISE EXCEPTION '%.input and .secrets: must be mappings', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        retry := coalesce(nullif(s -> 'retry', 'null'), '{}');
+        initial_ms := coalesce(rara_duration_ms(retry -> 'initialDelay',
+                                                what || '.retry.initialDelay'), 1000);
+        max_ms := coalesce(rara_duration_ms(retry -> 'maxDelay', what || '.retry.maxDelay'), 60000);
+        IF max_ms < initial_ms THEN
+            RAISE EXCEPTION '%.retry: maxDelay must be >= initialDelay', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        IF retry -> 'backoffCoefficient' IS NOT NULL AND retry -> 'backoffCoefficient' <> 'null'
+           AND (jsonb_typeof(retry -> 'backoffCoefficient') <> 'number'
+                OR (retry ->> 'backoffCoefficient')::double precision NOT BETWEEN 1 AND 100) THEN
+            RAISE EXCEPTION '%.retry.backoffCoefficient: must be a number from 1 to 100', what
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        coefficient := coalesce((retry ->> 'backoffCoefficient')::double precision, 2.0);
+        map := nullif(s -> 'map', 'null');
+        IF map IS NOT NULL THEN
+            over := map ->> 'over';
+            IF jsonb_typeof(map -> 'over') IS DISTINCT FROM 'string' OR NOT over ~
+                '^(input|[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?\.result)(\.[A-Za-z0-9_-]+)*$' THEN
+                RAISE EXCEPTION '%.map.over: must be input or <step>.result, then a path', what
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            source := CASE WHEN over ~ '^input(\.|$)' THEN NULL ELSE split_part(over, '.', 1) END;
+            IF source IS NOT NULL
+               AND NOT coalesce(nullif(s -> 'dependsOn', 'null'), '[]') ? source THEN
+                RAISE EXCEPTION '%.map.over: reads step %, which is not in its dependsOn',
+                    what, source USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+        END IF;
+        rows := rows || jsonb_build_object(
+            'key', step_key,
+            'depends_on', coalesce(nullif(s -> 'dependsOn', 'null'), '[]'),
+            'dependants', dependants -> step_key,
+            'capability', s -> 'capability',
+            'executor', coalesce(s ->> 'executor', 'inprocess'),
+            'priority', rara_spec_int(s -> 'priority', 0, -1000, 1000, what || '.priority'),
+            'payload', jsonb_build_object(
+                'input', coalesce(nullif(s -> 'input', 'null'), '{}'),
+                'secrets', coalesce(nullif(s -> 'secrets', 'null'), '{}')),
+            'max_attempts', rara_spec_int(retry -> 'maxAttempts', 3, 1, 1000,
+                                          what || '.retry.maxAttempts'),
+            'retry_initial_ms', initial_ms,
+            'retry_max_ms', max_ms,
+            'retry_coefficient', coefficient,
+            'timeout_ms', rara_duration_ms(s -> 'timeout', what || '.timeout'),
+            'heartbeat_timeout_ms', rara_duration_ms(s -> 'heartbeatTimeout',
+                                                     what || '.heartbeatTimeout'),
+            'map_over', CASE WHEN map IS NULL THEN NULL
+                             ELSE to_jsonb(ARRAY[coalesce(source, '$input')]
+                                           || (string_to_array(over, '.'))[
+                                                  CASE WHEN source IS NULL THEN 2 ELSE 3 END:])
+                        END,
+            'map_max_parallel', CASE WHEN map IS NULL THEN NULL
+                                     ELSE rara_spec_int(map -> 'maxParallel', NULL, 1, 100000,
+                                                        what || '.map.maxParallel') END);
+    END LOOP;
+    RETURN rows;
+END $$;
+SELECT rara_grant('rara_spec_run_steps');  -- only through rara_spec_steps
+
+-- The step rows of rara_spec_run_steps, with the wait and approval fields checked around them
+-- (rara_spec_wait, waits.sql): such a step gets the database's own capability (a wait step names
+-- none: rara.wait@1, rara.approval@1, which no worker may serve), and each row its `wait` rule.
+CREATE OR REPLACE FUNCTION rara_spec_steps(p_spec jsonb) RETURNS jsonb
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    steps jsonb := p_spec -> 'steps';
+    s jsonb;
+    what text;
+    own text;
+    rules jsonb := '[]';
+    rule jsonb;
+    rows jsonb;
+    signals jsonb := '{}';
+BEGIN
+    -- The step rows of 0012 (rara_spec_run_steps: keys, graph, retries, maps), with each wait
+    -- or approval step checked here first and given its capability, and each row's rule.
+    IF jsonb_typeof(steps) = 'array' THEN
+        FOR i IN 0 .. jsonb_array_length(steps) - 1 LOOP
+            s := steps -> i;
+            IF jsonb_typeof(s) IS DISTINCT FROM 'object' THEN
+                rules := rules || 'null'::jsonb;
+                CONTINUE;
+            END IF;
+            what := format('spec.steps[%s] (step %L)', i, s ->> 'key');
+            rule := rara_spec_wait(s, what);
+            rules := rules || coalesce(rule, 'null');
+            IF rule IS NOT NULL THEN
+                own := CASE rule ->> 'kind' WHEN 'approval' THEN 'rara.approval@1'
+                                            ELSE 'rara.wait@1' END;
+                IF s ? 'capability' AND s -> 'capability' <> to_jsonb(own) THEN
+                    RAISE EXCEPTION '%.capability: a % step runs no capability (remove it)',
+                        what, CASE WHEN s ? 'wait' THEN 'wait' ELSE 'approval' END
+                        USING ERRCODE = 'invalid_parameter_value';
+                END IF;
+                steps := jsonb_set(steps, ARRAY[i::text], s || jsonb_build_object('capability', own));
+                IF rule ? 'signal' THEN
+                    IF signals ? (rule ->> 'signal') THEN
+                        RAISE EXCEPTION '%.wait.signal: step % waits for signal % already',
+                            what, signals ->> (rule ->> 'signal'), rule ->> 'signal'
+                            USING ERRCODE = 'invalid_parameter_value';
+                    END IF;
+                    signals := signals || jsonb_build_object(rule ->> 'signal', s ->> 'key');
+                END IF;
+            END IF;
+        END LOOP;
+    END IF;
+    rows := rara_spec_run_steps(jsonb_set(p_spec, '{steps}', coalesce(steps, 'null')));
+    RETURN (SELECT jsonb_agg(r.row || jsonb_build_object('wait', rules -> (r.n - 1)::integer)
+                             ORDER BY r.n)
+            FROM jsonb_array_elements(rows) WITH ORDINALITY AS r(row, n));
+END $$;
+SELECT rara_grant('rara_spec_steps');  -- only through rara_definition_register

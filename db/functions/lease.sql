@@ -20,29 +20,6 @@
 -- same plan however large the tables and whatever their statistics
 -- (tests/db/test_stale_plans.py; the measurements: docs/map-steps.md, "Planner statistics").
 
-CREATE OR REPLACE FUNCTION rara_lanes_rebalance(p_capability text, p_executor text)
-RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    -- Lays the lanes of a (capability, executor) pair out for the lease's draw (migration
-    -- 0019): each its namespace's weight, and `low` the sum of the weights before it in
-    -- namespace order. After a lane is added (rara_lanes_add) or a weight set. Callers of one
-    -- pair take turns, and the layout is read in a later statement than the lock, so it sees
-    -- the lanes the previous holder added: every layout covers every committed lane. A lease
-    -- reads one layout or the next (its snapshot), never half of one.
-    PERFORM pg_advisory_xact_lock(hashtext('rara_lanes'),
-                                  hashtext(p_capability || ' ' || p_executor));
-    UPDATE rara_lanes l SET weight = n.weight, low = n.low
-    FROM (SELECT l.namespace, coalesce(w.weight, 1) AS weight,
-                 sum(coalesce(w.weight, 1)) OVER (ORDER BY l.namespace)
-                     - coalesce(w.weight, 1) AS low
-          FROM rara_lanes l LEFT JOIN rara_namespace_shares w ON w.namespace = l.namespace
-          WHERE l.capability = p_capability AND l.executor = p_executor) AS n
-    WHERE l.capability = p_capability AND l.executor = p_executor
-      AND l.namespace = n.namespace AND (l.weight, l.low) IS DISTINCT FROM (n.weight, n.low);
-END $$;
-SELECT rara_grant('rara_lanes_rebalance');  -- only through rara_lanes_add, the weights
-
 CREATE OR REPLACE FUNCTION rara_lease_room(
     p_limited text[], p_slots integer[], p_quota_keys text[], p_quota_free integer[],
     p_namespace text, p_capability text)
@@ -971,6 +948,18 @@ BEGIN
 END $$;
 SELECT rara_grant('rara_step_end_lock');  -- only through rara_step_end_many
 
+-- Retry backoff, the one formula (migration 0001): min(initial * coefficient^(attempt-1), max),
+-- jittered down by up to `jitter` (0..1) so a burst of failures does not retry in lockstep.
+CREATE OR REPLACE FUNCTION rara_retry_delay(initial_ms integer, max_ms integer,
+                                            coefficient double precision, attempt integer,
+                                            jitter double precision)
+RETURNS interval LANGUAGE sql VOLATILE AS $$
+    SELECT make_interval(secs => least(initial_ms * power(coefficient, greatest(attempt - 1, 0)),
+                                       max_ms)::double precision
+                                 * (1 - jitter * random()) / 1000.0)
+$$;
+SELECT rara_grant('rara_retry_delay');  -- only through rara_step_fail, the reaper
+
 CREATE OR REPLACE FUNCTION rara_step_fail(
     p_worker text, p_step_id bigint, p_token uuid, p_error jsonb, p_retryable boolean,
     p_jitter double precision, p_outcome rara_attempt_outcome)
@@ -1050,41 +1039,6 @@ BEGIN
         'cancelled', (p_status = 'cancelled')::integer + downstream));
 END $$;
 SELECT rara_grant('rara_step_end_deltas');
-
-CREATE OR REPLACE FUNCTION rara_step_cancel_dependants(p_run_id bigint, p_key text)
-RETURNS integer
-LANGUAGE plpgsql AS $$
-DECLARE
-    waiting bigint[];
-    cancelled integer;
-BEGIN
-    -- A step failed for good: every step downstream of it in the run can never run; cancel
-    -- them. Walked by the dependants of each step (probes of (run_id, key), migration 0006):
-    -- the cost is the downstream's size, not the run's. Returns how many were cancelled.
-    -- Their rows are locked in id order before the update (whatever order the walk found
-    -- them in), as every end locks step rows (rara_step_end_lock).
-    WITH RECURSIVE downstream(key) AS (
-        SELECT p_key
-        UNION
-        SELECT dependant.key FROM downstream d
-        JOIN rara_steps s ON s.run_id = p_run_id AND s.key = d.key
-        CROSS JOIN LATERAL unnest(s.dependants) AS dependant(key)
-    )
-    SELECT array_agg(s.id) INTO waiting
-    FROM downstream d JOIN rara_steps s ON s.run_id = p_run_id AND s.key = d.key
-    WHERE s.status IN ('blocked', 'ready');
-    PERFORM 1 FROM rara_steps s WHERE s.id = ANY (waiting) ORDER BY s.id FOR UPDATE;
-    WITH cancelled AS (
-        UPDATE rara_steps s SET status = 'cancelled', finished_at = now(),
-            error = jsonb_build_object('code', 'UPSTREAM_FAILED',
-                                       'message', 'dependency ' || p_key || ' failed')
-        WHERE s.id = ANY (waiting) AND s.status IN ('blocked', 'ready')
-        RETURNING s.id
-    )
-    SELECT count(*) INTO cancelled FROM cancelled;
-    RETURN cancelled;
-END $$;
-SELECT rara_grant('rara_step_cancel_dependants');
 
 CREATE OR REPLACE FUNCTION rara_step_release_many(p_worker text, p_step_ids bigint[],
                                                   p_tokens uuid[])

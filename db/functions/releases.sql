@@ -206,3 +206,13 @@ BEGIN
     RETURN NEXT;
 END $$;
 SELECT rara_grant('rara_release_rollback', 'rara_client');
+
+-- BEFORE UPDATE OR DELETE and BEFORE TRUNCATE on the append-only tables of releases (migration
+-- 0022): a release, its artifacts and its moves are never changed, only added to.
+CREATE OR REPLACE FUNCTION rara_refuse_release_change() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION '% is append-only (% refused)', TG_TABLE_NAME, TG_OP
+        USING ERRCODE = 'integrity_constraint_violation',
+              HINT = 'a release is never changed: promote a new one, or roll back to one';
+END $$;
+SELECT rara_grant('rara_refuse_release_change');  -- a trigger

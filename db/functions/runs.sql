@@ -1,7 +1,8 @@
--- Runs: their start (with the run's steps), their cancel, and the parent aggregation by
--- counters that follows every step end. Start and cancel are what rara_client (people, tools,
--- the UI) and rara_operator may do to runs, and all they may do: no role writes rara_runs or
--- rara_steps directly (migration 0007). Called through db/queries/runs.sql (rara.pg.runs).
+-- Runs: their start (with the run's steps), their cancel and resume; the parent aggregation by
+-- counters that follows every step end is steps.sql's (rara_run_count). Start and cancel are
+-- what rara_client (people, tools, the UI) and rara_operator may do to runs, and all they may
+-- do: no role writes rara_runs or rara_steps directly (migration 0007). Called through
+-- db/queries/runs.sql (rara.pg.runs).
 -- Repeatable (rara.pg.migrate): edit in place.
 
 CREATE OR REPLACE FUNCTION rara_spec_step_rows(p_steps jsonb)
@@ -302,59 +303,6 @@ BEGIN
     RETURN true;
 END $$;
 SELECT rara_grant('rara_run_cancel', 'rara_client', 'rara_operator');
-
-CREATE OR REPLACE FUNCTION rara_run_count(p_deltas jsonb, p_succeeded_runs bigint[] DEFAULT '{}')
-RETURNS void
-LANGUAGE plpgsql AS $$
-BEGIN
-    -- The parent aggregation, by counters (migration 0006): the runs' step counts move by
-    -- p_deltas, a JSON array of {run_id, succeeded, failed, cancelled} — the steps the calling
-    -- transaction made terminal — and by one success per entry of p_succeeded_runs (a run once
-    -- per step of it that succeeded: rara_step_end_many's batch), and a run whose steps are
-    -- then all terminal ends by the one rule (rara_run_end_status). O(1) per run, whatever
-    -- its size. Only the functions that end steps call it (no role may: the deltas would be
-    -- the caller's word), as their last statement: run rows are the last locks a transaction
-    -- takes, in id order, so no two transactions (nor a run cancel, which takes the run's
-    -- steps first) wait on each other in a cycle; and a row is held only until the commit.
-    -- Under READ COMMITTED the UPDATE applies the deltas to the newest version of the row (a
-    -- concurrent end's commit that it waited for included): two siblings ending in concurrent
-    -- transactions are both counted, and the second ends the run.
-    WITH d AS MATERIALIZED (
-        -- (a missing count is 0; `total`: steps added to the run, a map step's children)
-        SELECT d.run_id, coalesce(sum(d.succeeded), 0)::integer AS succeeded,
-               coalesce(sum(d.failed), 0)::integer AS failed,
-               coalesce(sum(d.cancelled), 0)::integer AS cancelled,
-               coalesce(sum(d.total), 0)::integer AS total
-        FROM (SELECT * FROM jsonb_to_recordset(p_deltas)
-                  AS d(run_id bigint, succeeded integer, failed integer, cancelled integer,
-                       total integer)
-              UNION ALL
-              -- one success each: the batch of successes' runs, without a JSON object apiece
-              SELECT r.run_id, 1, NULL, NULL, NULL FROM unnest(p_succeeded_runs) AS r(run_id))
-            AS d
-        GROUP BY d.run_id
-    ), locked AS (
-        SELECT r.id FROM rara_runs r WHERE r.id = ANY (ARRAY(SELECT d.run_id FROM d))
-        ORDER BY r.id
-        FOR NO KEY UPDATE
-    )
-    UPDATE rara_runs r SET
-        steps_total = r.steps_total + d.total,
-        steps_succeeded = r.steps_succeeded + d.succeeded,
-        steps_failed = r.steps_failed + d.failed,
-        steps_cancelled = r.steps_cancelled + d.cancelled,
-        status = CASE WHEN r.status IN ('pending', 'running') THEN coalesce(rara_run_end_status(
-            r.cancel_requested, r.steps_total + d.total, r.steps_succeeded + d.succeeded,
-            r.steps_failed + d.failed, r.steps_cancelled + d.cancelled), r.status)
-            ELSE r.status END,
-        finished_at = CASE WHEN r.status IN ('pending', 'running') AND rara_run_end_status(
-            r.cancel_requested, r.steps_total + d.total, r.steps_succeeded + d.succeeded,
-            r.steps_failed + d.failed, r.steps_cancelled + d.cancelled) IS NOT NULL
-            THEN now() ELSE r.finished_at END
-    FROM d
-    WHERE r.id = d.run_id AND r.id = ANY (ARRAY(SELECT l.id FROM locked l));
-END $$;
-SELECT rara_grant('rara_run_count');  -- only through the functions that end steps
 
 CREATE OR REPLACE FUNCTION rara_run_resume(p_run_id bigint, p_idempotency_key text)
 RETURNS TABLE (run_id bigint, reused integer, created boolean)

@@ -1,5 +1,5 @@
 -- Runs (rara_runs): start (with the run's steps), read, cancel (the writes are functions of
--- db/functions/runs.sql, which also holds the parent aggregation by counters). Typed:
+-- db/functions/runs.sql; the parent aggregation by counters is db/functions/steps.sql's). Typed:
 -- rara.pg.runs.
 -- Loaded by rara.pg.queries with every other file of this folder: one name space, each name
 -- object first, then verb (`step_lease`, `run_cancel`); `_many` takes arrays.

@@ -27,10 +27,14 @@ The functions of ``db/functions/*.sql`` (every state change, see docs/least-priv
 *repeatable*: each file says what its functions are now (``CREATE OR REPLACE``, then who may
 execute them), so a change is an edit of that one file, reviewed as a diff, not a copy of the
 function into a new migration. After the migrations, in the same transaction and under the same
-lock, the files are run again in name order whenever one changed or a migration was applied
-(grants may name the columns a migration added); ``rara_schema_functions`` holds each file's
-statement checksum. They run after every migration, so a migration never calls one of them;
-a function that goes away is dropped by a migration.
+lock, the files are run again whenever one changed or a migration was applied (grants may
+name the columns a migration added); ``rara_schema_functions`` holds each file's statement
+checksum. They run in the order of ``db/functions/ORDER``, the floors: each file calls only
+functions of the files before it, which ``.ci/check-sql-floors.py`` (``make lint``) checks.
+Every function the database has is defined in one of them, also those migrations made before
+(a migration's definition is history; the file's is the current one). They run after every
+migration, so a migration never calls one of them; a function that goes away is dropped by a
+migration.
 """
 
 from __future__ import annotations
@@ -290,13 +294,28 @@ def _isolation(
 
 
 def function_files() -> dict[str, str]:
-    """File name → text of every ``.sql`` file in ``rara.sql/functions``, in name order."""
+    """File name → text of every ``.sql`` file in ``rara.sql/functions``, in the order of its
+    ``ORDER`` file: lowest floor first, each file calling only functions of the files before
+    it (``.ci/check-sql-floors.py``). A ``LANGUAGE sql`` body names its callees when it is
+    created, so they must exist by then. A file the list leaves out, or names but lacks, is an
+    error: its place would be a guess."""
     folder: Traversable = files("rara.sql") / "functions"
-    return {
-        f.name: f.read_text()
-        for f in sorted(folder.iterdir(), key=lambda f: f.name)
-        if f.name.endswith(".sql")
-    }
+    present = {f.name for f in folder.iterdir() if f.name.endswith(".sql")}
+    order = [
+        name
+        for line in (folder / "ORDER").read_text().splitlines()
+        if (name := line.split("#", 1)[0].strip())
+    ]
+    wrong = [
+        *(f"{name} is not listed" for name in sorted(present - set(order))),
+        *(f"{name} is no file" for name in sorted(set(order) - present)),
+        *(f"{name} is listed twice" for name in sorted({n for n in order if order.count(n) > 1})),
+    ]
+    if wrong:
+        raise MigrationError(
+            f"db/functions/ORDER lists each function file once: {'; '.join(wrong)}"
+        )
+    return {name: (folder / name).read_text() for name in order}
 
 
 def _apply_functions(conn: psycopg.Connection[Any], *, force: bool) -> None:

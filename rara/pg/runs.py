@@ -1,6 +1,6 @@
 """Typed access to ``db/queries/runs.sql``: runs, their start and cancel. (The parent
 aggregation by counters is no statement of its own: ``rara_run_count`` in
-``db/functions/runs.sql``, last in the transaction of the functions that end steps.)"""
+``db/functions/steps.sql``, last in the transaction of the functions that end steps.)"""
 
 from __future__ import annotations
 

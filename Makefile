@@ -89,11 +89,14 @@ test-kind: setup ## the real-cluster suite alone: kind, images, pod chaos, scali
 hooks: setup ## install the pre-commit hooks (.pre-commit-config.yaml: the fast checks of lint)
 	$(VENV)/bin/pre-commit install
 
-lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, generated code current, go vet, links, query names
+lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, generated code current, go vet, links, query names, sql floors
 	@# The repository stands alone: no path outside it, every relative Markdown link resolves.
 	$(PY) .ci/check-links.py
 	@# Docs, docstrings and SQL comments name only statements that db/queries/ has.
 	$(PY) .ci/check-query-names.py
+	@# Each file of db/functions/ calls only the files before it in db/functions/ORDER, and
+	@# every function a migration made is defined in one of them.
+	$(PY) .ci/check-sql-floors.py
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy

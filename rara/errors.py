@@ -38,9 +38,10 @@ class ErrorCode(StrEnum):
     LEASE_EXPIRED = "LEASE_EXPIRED"
     UPSTREAM_FAILED = "UPSTREAM_FAILED"
     CANCELLED = "CANCELLED"
-    # Written by SQL for a map step (db/functions/maps.sql): its list is not one, or one of
-    # its children failed for good.
+    # Written by SQL for a map step (db/functions/maps.sql): its list is not one, is longer
+    # than map_children (rara_limits()), or one of its children failed for good.
     MAP_NOT_A_LIST = "MAP_NOT_A_LIST"
+    MAP_TOO_LARGE = "MAP_TOO_LARGE"
     MAP_CHILD_FAILED = "MAP_CHILD_FAILED"
     # Written by SQL for a wait or approval step (db/functions/waits.sql): no signal or no
     # decision by its deadline, or a person rejected it.

@@ -127,7 +127,7 @@ def test_a_map_expands_over_an_upstream_result_and_its_downstream_sees_the_child
     assert work.is_map
     # ... and in the summary table `runs watch` ends with: its tally, not "0/3" attempts.
     attempts = list(summary(database_url, run_id).columns[2].cells)  # split, work, join
-    assert attempts[1] == "map: 6/12 done, 6 running, 0 failed"
+    assert str(attempts[1]) == "map: 6/12 done, 6 running, 0 failed"
     _end(
         database_url,
         *[_won(c, {"i": i}, (_blob(i + 1),)) for i, c in list(enumerate(by_index))[:6]],

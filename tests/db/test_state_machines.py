@@ -166,6 +166,7 @@ def test_error_codes_the_sql_writes_are_the_enum() -> None:
         "UPSTREAM_FAILED",
         "CANCELLED",
         "MAP_NOT_A_LIST",
+        "MAP_TOO_LARGE",
         "MAP_CHILD_FAILED",
         "WAIT_TIMED_OUT",
         "APPROVAL_TIMED_OUT",

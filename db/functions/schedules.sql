@@ -234,17 +234,19 @@ SELECT rara_grant('rara_schedule_run_key');  -- only through the functions below
 CREATE OR REPLACE FUNCTION rara_schedule_owns_run(
     p_namespace text, p_name text, p_tick timestamptz, p_run_id bigint)
 RETURNS boolean
-LANGUAGE sql STABLE AS $$
+LANGUAGE plpgsql STABLE AS $$
+BEGIN
     -- Whether run p_run_id is the run of tick p_tick of schedule p_namespace/p_name: of that
     -- namespace, under that tick's key (or that trigger's). A schedule records, reads and
     -- cancels no other run: the firing may act in every namespace, and a run id is a number
-    -- any caller can write.
-    SELECT EXISTS (
+    -- any caller can write. (PL/pgSQL: its body names a table, which a dump of the schema
+    -- creates after its functions.)
+    RETURN EXISTS (
         SELECT 1 FROM rara_runs r
         WHERE r.id = p_run_id AND r.namespace = p_namespace
           AND r.idempotency_key IN (rara_schedule_run_key(p_name, p_tick),
-                                    rara_schedule_run_key(p_name, p_tick) || ':trigger'))
-$$;
+                                    rara_schedule_run_key(p_name, p_tick) || ':trigger'));
+END $$;
 SELECT rara_grant('rara_schedule_owns_run');  -- only through the functions below
 
 CREATE OR REPLACE FUNCTION rara_schedule_apply(

@@ -195,8 +195,15 @@ class ChaosDriver:
                 now = time.time()
                 self._due_restarts(now)
                 while pending and self.opened_at + pending[0].offset <= now:
-                    self._act(pending.pop(0))
+                    if not self._act(pending[0]):
+                        # Every victim of its kind is down (killed just before, not back
+                        # yet): the action waits for one to be back rather than being lost,
+                        # so the plan's every kind happens in the window.
+                        break
+                    pending.pop(0)
                 self._stop.wait(0.05)
+            for action in pending:
+                self.log(f"chaos: {action.kind} not done (no live victim before the end)")
         except Exception as exc:  # surfaced by the test
             self.errors.append(repr(exc))
             raise
@@ -221,24 +228,24 @@ class ChaosDriver:
             event.back_at = time.time()
         self._restarts = keep
 
-    def _act(self, action: PlannedAction) -> None:
+    def _act(self, action: PlannedAction) -> bool:
+        """Do ``action``: False when it has no live victim now (it is tried again)."""
         if action.kind == POSTGRES_RESTART:
             if self.restart_postgres is None:
-                return
+                return True
             event = ChaosEvent(POSTGRES_RESTART, time.time(), "postgres")
             self.events.append(event)
             self.log(f"chaos +{event.at - self.opened_at:5.1f}s  {POSTGRES_RESTART}")
             self.restart_postgres()
             event.back_at = time.time()
-            return
+            return True
         down = {svc.slot for _, svc, _, _ in self._restarts}
         if action.kind == EXECUTOR_SIGKILL:
             candidates = [self.executor] if self.executor.slot not in down else []
         else:
             candidates = [w for w in self.workers if w.slot not in down and w.alive()]
         if not candidates:
-            self.log(f"chaos: {action.kind} skipped (no live victim)")
-            return
+            return False
         victim = candidates[int(action.slot_pick * len(candidates))]
         event = ChaosEvent(action.kind, time.time(), victim.identity)
         self.events.append(event)
@@ -252,3 +259,4 @@ class ChaosDriver:
             f" (back in {action.pause:.1f}s)"
         )
         self._restarts.append((event.at + action.pause, victim, event, terminated))
+        return True

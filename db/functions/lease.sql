@@ -20,6 +20,38 @@
 -- same plan however large the tables and whatever their statistics
 -- (tests/db/test_stale_plans.py; the measurements: docs/map-steps.md, "Planner statistics").
 
+CREATE OR REPLACE FUNCTION rara_db_return()
+RETURNS timestamptz
+LANGUAGE sql STABLE AS $$
+    -- When the database last began to accept writes: the wal writer starts then, at the end
+    -- of a restart's crash recovery or at a standby's promotion (a failover); the server's
+    -- start when the caller may not see the wal writer (an owner without pg_read_all_stats:
+    -- a restart is covered, a promotion is not). The leases' outage rule
+    -- (rara_lease_alive; docs/lease-protocol.md, "Outages") counts from it.
+    SELECT greatest(pg_postmaster_start_time(),
+                    (SELECT max(a.backend_start) FROM pg_stat_activity a
+                     WHERE a.backend_type = 'walwriter'))
+$$;
+SELECT rara_grant('rara_db_return');  -- only through the heartbeat and the reaper
+
+CREATE OR REPLACE FUNCTION rara_lease_alive(p_expires timestamptz, p_confirmed timestamptz,
+                                            p_return timestamptz, p_now timestamptz)
+RETURNS boolean
+LANGUAGE sql STABLE AS $$
+    -- Whether a running attempt's lease still holds at p_now: before its expiry, or — for a
+    -- lease last confirmed (heartbeat_at) before the database's return (rara_db_return) —
+    -- until a third of the lease (the default heartbeat interval) plus 2 s, the whole lease
+    -- when shorter, after the return: an outage does not expire what its workers could not
+    -- renew. The heartbeat extends, and the reaper leaves, exactly the leases alive; the
+    -- proof: docs/lease-protocol.md, "Outages". SQL, so that it is inlined.
+    SELECT p_expires > p_now
+        OR coalesce(p_confirmed < p_return
+                    AND p_now < p_return + least((p_expires - p_confirmed) / 3
+                                                 + interval '2 s', p_expires - p_confirmed),
+                    false)
+$$;
+SELECT rara_grant('rara_lease_alive');  -- only through the heartbeat and the reaper
+
 CREATE OR REPLACE FUNCTION rara_lease_room(
     p_limited text[], p_slots integer[], p_quota_keys text[], p_quota_free integer[],
     p_namespace text, p_capability text)
@@ -553,14 +585,19 @@ CREATE OR REPLACE FUNCTION rara_step_heartbeat(
 RETURNS TABLE (id bigint, cancel_requested boolean)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT SET enable_seqscan = off AS $$
 #variable_conflict use_column
+DECLARE
+    back timestamptz := rara_db_return();
 BEGIN
     -- The worker's heartbeat in one statement: its own row (what it serves, that it is
     -- alive) and every lease it still holds extended (empty arrays when it runs nothing),
     -- fenced per lease. The answer carries the cancel requests; attempts missing from it have
-    -- lost their lease. A lease that has expired is not extended, reaped or not: its worker
-    -- has stopped the attempt by then (its own clock said the lease was not confirmed in
-    -- time), and a heartbeat delayed past the expiry (sent before an outage, answered after)
-    -- would otherwise keep a step nobody runs away from the reaper for another lease.
+    -- lost their lease. A lease that is no longer alive (rara_lease_alive) is not extended,
+    -- reaped or not: its worker has stopped the attempt by then (its own clock said the lease
+    -- was not confirmed in time), and a heartbeat delayed past the expiry (sent before an
+    -- outage, answered after) would otherwise keep a step nobody runs away from the reaper
+    -- for another lease. One that expired during an outage is alive for a while after the
+    -- database's return, and extended: its worker kept the attempt (docs/lease-protocol.md,
+    -- "Outages").
     PERFORM rara_worker_check_login(p_worker);
     RETURN QUERY
     WITH me AS (
@@ -572,7 +609,8 @@ BEGIN
     FROM unnest(p_step_ids, p_tokens) AS h(id, token)
     -- (= ANY: primary key probes, whichever side of the join the plan puts rara_steps on)
     WHERE s.id = ANY (p_step_ids) AND s.id = h.id AND s.lease_token = h.token
-      AND s.leased_by = p_worker AND s.status = 'running' AND s.lease_expires_at > now()
+      AND s.leased_by = p_worker AND s.status = 'running'
+      AND rara_lease_alive(s.lease_expires_at, s.heartbeat_at, back, now())
     RETURNING s.id, s.cancel_requested;
 END $$;
 SELECT rara_grant('rara_step_heartbeat', 'rara_worker');
@@ -1111,15 +1149,19 @@ DECLARE
     step record;
     deltas jsonb := '[]';
     map_ends jsonb := '[]';
+    back timestamptz := rara_db_return();
 BEGIN
     -- Recover expired leases, in bounded batches, safely from every worker at once: SKIP
     -- LOCKED picks rows nobody else is touching, and the UPDATE re-checks expiry itself, so a
     -- step that completed (or was heart-beaten) since the scan is never overwritten. Needs no
-    -- token: it only ends attempts whose lease already ran out.
+    -- token: it only ends attempts whose lease already ran out. Not one that expired during
+    -- an outage, until the workers had time to renew it after the database's return
+    -- (rara_lease_alive).
     -- Backoffs count from the attempt's recorded end, as in rara_step_fail.
     WITH expired AS (
         SELECT s.id, clock_timestamp() AS ended_at FROM rara_steps s
         WHERE s.status = 'running' AND s.lease_expires_at < now()
+          AND NOT rara_lease_alive(s.lease_expires_at, s.heartbeat_at, back, now())
         ORDER BY s.lease_expires_at LIMIT p_limit
         FOR UPDATE SKIP LOCKED
     ), updated AS (
@@ -1138,6 +1180,7 @@ BEGIN
             leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
         FROM expired e
         WHERE s.id = e.id AND s.status = 'running' AND s.lease_expires_at < now()
+          AND NOT rara_lease_alive(s.lease_expires_at, s.heartbeat_at, back, now())
         RETURNING s.id, s.run_id, s.key, s.attempt, s.status::text AS status, s.error,
                   s.map_parent, e.ended_at
     ), closed AS (

@@ -1,10 +1,13 @@
 """What a heartbeat may extend, and how often it is retried while the database is away.
 
-A heartbeat never extends a lease that has expired (the SQL fence in ``rara_step_heartbeat``),
-nor one the worker has stopped as lost or is done with (``AttemptState.holds_lease``, read when
-the statement is sent): a heartbeat sent before an outage and answered after it would otherwise
-keep steps nobody runs away from the reaper for another lease. The outage itself, with real
-processes and a real server stopped: tests/e2e/test_outage.py.
+A heartbeat never extends a lease that is no longer alive (``rara_lease_alive``, the SQL fence
+in ``rara_step_heartbeat``: expired, unless it expired during an outage and the database
+returned less than its grace ago), nor one the worker has stopped as lost or is done with
+(``AttemptState.holds_lease``, read when the statement is sent): a heartbeat sent before an
+outage and answered after it would otherwise keep steps nobody runs away from the reaper for
+another lease. A failed try that proves the database away keeps the attempts past their horizon
+for the grace (``database_absent``, ``Worker._ride_outage``). The outages themselves, with real
+processes and a real server stopped: tests/e2e/test_outage.py, tests/e2e/test_outage_lease.py.
 """
 
 from __future__ import annotations
@@ -21,7 +24,14 @@ import pytest
 
 from rara.worker.dispatch import InProcessExecutor
 from rara.worker.registry import load_registry
-from rara.worker.retry import HEARTBEAT_MARGIN, HEARTBEAT_TRY_MIN, heartbeat_delay, heartbeat_within
+from rara.worker.retry import (
+    HEARTBEAT_MARGIN,
+    HEARTBEAT_TRY_MIN,
+    database_absent,
+    heartbeat_delay,
+    heartbeat_within,
+    outage_grace,
+)
 from rara.worker.runner import Worker
 from rara.worker.settings import WorkerSettings
 from rara.worker.store import WorkerStore, make_pool
@@ -233,3 +243,79 @@ async def test_unheld_leases_are_given_back_only_between_held_back_leases(
             "SELECT status::text, leased_by FROM rara_steps WHERE id = %s", (step.id,)
         ).fetchall()
         assert (status, leased_by) == ("running", "w-beside")
+
+
+def _alive(conn: psycopg.Connection[Any], expires: float, confirmed: float, now: float) -> bool:
+    """rara_lease_alive with times in seconds from a return at 1000 s."""
+    row = conn.execute(
+        "SELECT rara_lease_alive(to_timestamp(%s), to_timestamp(%s), to_timestamp(1000), "
+        "to_timestamp(%s))",
+        (expires, confirmed, now),
+    ).fetchone()
+    assert row is not None
+    return bool(row[0])
+
+
+def test_a_lease_confirmed_before_the_return_is_alive_for_a_grace_after_it(
+    conn: psycopg.Connection[Any],
+) -> None:
+    # A 30 s lease: its grace is 12 s after the return (a third of it, and 2 s).
+    assert outage_grace(30.0) == 12.0
+    assert _alive(conn, 1010, 980, 1005)  # unexpired
+    assert not _alive(conn, 1040, 1010, 1041)  # confirmed after the return: its expiry only
+    # Confirmed before the return, expired during the outage: alive until 1012, not after.
+    assert _alive(conn, 985, 955, 1011.9)
+    assert not _alive(conn, 985, 955, 1012.1)
+    # Expiring within the grace: the grace; after it: its expiry.
+    assert _alive(conn, 1005, 975, 1008)
+    assert _alive(conn, 1025, 995, 1020)
+    assert not _alive(conn, 1025, 995, 1026)
+    # A lease shorter than 3 s: the grace is the lease (a later confirmation, whose answer
+    # was lost, then lasts longer than any worker's horizon from before it).
+    assert outage_grace(2.0) == 2.0
+    assert _alive(conn, 990, 988, 1001.9)
+    assert not _alive(conn, 990, 988, 1002.1)
+
+
+def test_only_a_failure_that_proves_the_database_away_rides_the_outage() -> None:
+    refused = psycopg.OperationalError(
+        'connection failed: connection to server at "127.0.0.1", port 5432 failed: '
+        "Connection refused\n\tIs the server running on that host?"
+    )
+    assert database_absent(refused)
+    assert database_absent(psycopg.OperationalError("FATAL: the database system is shutting down"))
+    for proves_nothing in (
+        "server closed the connection unexpectedly",
+        "connection timeout expired",
+        "FATAL: the database system is starting up",
+        "FATAL: the database system is in recovery mode",
+        "couldn't get a connection after 5.00 sec",
+    ):
+        assert not database_absent(psycopg.OperationalError(proves_nothing)), proves_nothing
+
+
+async def test_riding_an_outage_moves_only_the_held_attempts_horizons_and_never_back(
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    define(conn, "ride", [{"key": "s", "capability": "test.echo@1"}])
+    for _ in range(3):
+        start(conn, "ride")
+    async with _registered_worker(database_url, tmp_path, "w-ride") as worker:
+        now = time.monotonic()
+        states = [
+            AttemptState(
+                step=s,
+                fence=Fence(s.id, "w-ride", s.lease_token),
+                loop=asyncio.get_running_loop(),
+                lease_valid_until=now + 5,
+            )
+            for s in await worker.store.lease(PAIRS, 3, lease_seconds=30)
+        ]
+        held, lost, later = states
+        lost.lose()
+        later.lease_valid_until = now + 100
+        worker.attempts.update({st.step.id: st for st in states})
+        worker._ride_outage(now + 12)
+        assert held.lease_valid_until == now + 12
+        assert lost.lease_valid_until == now + 5, "a lost attempt's horizon moved"
+        assert later.lease_valid_until == now + 100, "a horizon moved back"

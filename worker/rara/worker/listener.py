@@ -34,6 +34,7 @@ async def listen(
     on_connect: Callable[[], None],
     on_waits: Callable[[], None] = lambda: None,
     on_queued: Callable[[str], None] = lambda capability: None,
+    on_lost: Callable[[], None] = lambda: None,
     ping_seconds: float = 15.0,
 ) -> None:
     backoff = Backoff()
@@ -59,6 +60,7 @@ async def listen(
                             on_cancel()
                     await conn.execute("SELECT 1")  # quiet for a while: is anyone there?
         except TRANSIENT as exc:
+            on_lost()
             delay = backoff.next_delay()
             log.warning(
                 "listen connection lost, reconnecting", error=str(exc), retry_in=round(delay, 3)

@@ -45,6 +45,30 @@ HEARTBEAT_MARGIN = 1.0
 HEARTBEAT_TRY_MIN = 1.0
 
 
+# A failed try's error that proves the database was not accepting writes while the try was
+# out: nothing listened at its address (refused; a Unix socket missing) or the server was
+# shutting down. Then the database's return (rara_db_return) comes after the try was sent,
+# and a lease it holds stays alive until outage_grace() after that return (rara_lease_alive).
+# A lost connection, a timeout or a server starting up proves nothing of the kind.
+_ABSENT = (
+    "Connection refused",
+    "No such file or directory",
+    "the database system is shutting down",
+)
+
+
+def database_absent(exc: BaseException) -> bool:
+    """Whether ``exc`` (a failed try) proves the database was not accepting writes."""
+    return any(mark in str(exc) for mark in _ABSENT)
+
+
+def outage_grace(lease_seconds: float) -> float:
+    """How long after the database's return a lease last confirmed before it stays alive
+    whatever its expiry: a third of the lease (the default heartbeat interval) plus 2 s, the
+    whole lease when shorter. The same formula as rara_lease_alive (db/functions/lease.sql)."""
+    return min(lease_seconds / 3 + 2.0, lease_seconds)
+
+
 class Backoff:
     """Exponential backoff with full jitter, 50 ms up to ``cap`` seconds."""
 

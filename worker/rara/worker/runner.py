@@ -41,8 +41,10 @@ from rara.worker.progress import ProgressWriter
 from rara.worker.retry import (
     TRANSIENT,
     Backoff,
+    database_absent,
     heartbeat_delay,
     heartbeat_within,
+    outage_grace,
     persist,
 )
 from rara.worker.settings import WorkerSettings
@@ -175,6 +177,8 @@ class Worker:
                             on_connect=self._on_connect,
                             on_waits=self.waits_due.set,
                             on_queued=self._on_queued,
+                            # a heartbeat try at once: it finds when the database went away
+                            on_lost=self.heartbeat_due.set,
                         )
                     )
                 )
@@ -512,11 +516,13 @@ class Worker:
         outage shorter than the lease is answered before any lease it holds expires."""
         s = self.settings
         wait = s.heartbeat_interval * random.uniform(0.9, 1.0)
+        unreached_since: float | None = None  # the first failed try since the last answer
         while True:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(wait):
                     await self.heartbeat_due.wait()
             self.heartbeat_due.clear()
+            tried = time.monotonic()
             try:
                 sent = await self._heartbeat(
                     heartbeat_within(time.monotonic(), self._horizon(), s.lease_seconds)
@@ -528,7 +534,12 @@ class Worker:
                 wait = max(
                     0.0, sent + s.heartbeat_interval * random.uniform(0.9, 1.0) - time.monotonic()
                 )
+                unreached_since = None
             except TRANSIENT as exc:
+                if unreached_since is None:
+                    unreached_since = tried
+                if database_absent(exc) and tried < unreached_since + s.lease_seconds:
+                    self._ride_outage(tried + outage_grace(s.lease_seconds))
                 wait = heartbeat_delay(time.monotonic(), self._horizon(), s.lease_seconds)
                 self.log.warning(
                     "heartbeat failed, retrying", error=str(exc), retry_in=round(wait, 3)
@@ -539,6 +550,19 @@ class Worker:
             for st in list(self.attempts.values()):
                 if now > st.lease_valid_until:
                     st.lose()
+
+    def _ride_outage(self, until: float) -> None:
+        """A heartbeat try found the database away (``database_absent``): its return comes
+        after the try was sent, and the database keeps every lease confirmed before it alive
+        until ``outage_grace`` after it (rara_lease_alive), so the attempts held are surely
+        held until ``until`` (the try's send plus that grace) whatever their expiry: they
+        keep running through an outage shorter than the lease instead of being stopped at
+        their horizon. Only while the database has been unreachable for less than a lease
+        (the caller): after a longer outage the attempts are stopped at their horizon and the
+        reaper recovers their steps. The proof: docs/lease-protocol.md, "Outages"."""
+        for st in self.attempts.values():
+            if st.holds_lease and st.lease_valid_until < until:
+                st.lease_valid_until = until
 
     def _horizon(self) -> float:
         """The earliest local horizon of the leases heartbeats still extend (``inf``: none)."""

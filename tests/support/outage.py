@@ -53,7 +53,7 @@ PAST_LEASE = 5.0
 OUTAGES: tuple[tuple[float, float], ...] = ((5.0, 0.0), (20.0, 10.0), (45.0, 0.0))
 
 
-def _connect(url: str) -> Conn:
+def connect(url: str) -> Conn:
     return psycopg.connect(url, autocommit=True, connect_timeout=5)
 
 
@@ -62,7 +62,7 @@ def _retrying(url: str, what: Callable[[Conn], Any], within: float = 120.0) -> A
     deadline = time.monotonic() + within
     while True:
         try:
-            with _connect(url) as conn:
+            with connect(url) as conn:
                 return what(conn)
         except psycopg.OperationalError:
             if time.monotonic() > deadline:
@@ -70,7 +70,7 @@ def _retrying(url: str, what: Callable[[Conn], Any], within: float = 120.0) -> A
             time.sleep(0.2)
 
 
-def _until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+def until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
     deadline = time.monotonic() + timeout
     while not (found := condition()):
         if time.monotonic() > deadline:
@@ -79,7 +79,7 @@ def _until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
     return found
 
 
-def _scalar(conn: Conn, query: str, params: Any = None) -> Any:
+def scalar(conn: Conn, query: str, params: Any = None) -> Any:
     row = conn.execute(query, params).fetchone()
     assert row is not None
     return row[0]
@@ -135,8 +135,8 @@ def _ride(
     say: Callable[[str], None],
 ) -> dict[str, Any]:
     """One outage of ``seconds``, ``after`` seconds after a heartbeat; its figures."""
-    with _connect(url) as conn:
-        expired_before = _scalar(
+    with connect(url) as conn:
+        expired_before = scalar(
             conn, "SELECT count(*) FROM rara_attempts WHERE outcome = 'lease_expired'"
         )
         sleep = after + seconds + LONG_AFTER
@@ -152,7 +152,7 @@ def _ride(
             ).run_id
             for i in range(LONG_RUNS)
         ]
-        _until(
+        until(
             lambda: conn.execute(
                 "SELECT min(id) FROM rara_steps WHERE run_id = ANY(%s) AND status = 'running' "
                 "HAVING count(*) = %s",
@@ -161,10 +161,10 @@ def _ride(
             60,
             "the long runs",
         )
-        beat = _scalar(conn, "SELECT max(heartbeat_at) FROM rara_workers")
+        beat = scalar(conn, "SELECT max(heartbeat_at) FROM rara_workers")
         conn.execute("NOTIFY rara_cancel")  # a heartbeat now (cancels nothing)
-        _until(
-            lambda: _scalar(conn, "SELECT max(heartbeat_at) FROM rara_workers") != beat,
+        until(
+            lambda: scalar(conn, "SELECT max(heartbeat_at) FROM rara_workers") != beat,
             30,
             "the worker's heartbeat",
         )
@@ -174,12 +174,12 @@ def _ride(
     time.sleep(seconds)  # the outage itself
     server.resume()
     down = time.monotonic() - down_at
-    with _connect(url) as conn:
+    with connect(url) as conn:
         # The return: when the server started (a heartbeat or lease may land before resume()
         # has returned, and rara_workers keeps only the latest heartbeat).
-        back_wall = float(_scalar(conn, "SELECT extract(epoch FROM pg_postmaster_start_time())"))
-        beat_at: datetime = _until(
-            lambda: _scalar(
+        back_wall = float(scalar(conn, "SELECT extract(epoch FROM pg_postmaster_start_time())"))
+        beat_at: datetime = until(
+            lambda: scalar(
                 conn,
                 "SELECT max(heartbeat_at) FROM rara_workers WHERE heartbeat_at > to_timestamp(%s)",
                 (back_wall,),
@@ -187,8 +187,8 @@ def _ride(
             60,
             "a heartbeat after the outage",
         )
-        first: datetime = _until(
-            lambda: _scalar(
+        first: datetime = until(
+            lambda: scalar(
                 conn,
                 "SELECT min(started_at) FROM rara_attempts WHERE started_at > to_timestamp(%s)",
                 (back_wall,),
@@ -196,8 +196,8 @@ def _ride(
             60,
             "a lease after the outage",
         )
-        _until(
-            lambda: _scalar(
+        until(
+            lambda: scalar(
                 conn,
                 "SELECT bool_and(status = 'succeeded') FROM rara_runs WHERE id = ANY(%s)",
                 (long_runs,),
@@ -206,7 +206,7 @@ def _ride(
             "the long runs to succeed",
         )
         expired = (
-            _scalar(conn, "SELECT count(*) FROM rara_attempts WHERE outcome = 'lease_expired'")
+            scalar(conn, "SELECT count(*) FROM rara_attempts WHERE outcome = 'lease_expired'")
             - expired_before
         )
     to_lease, to_beat = first.timestamp() - back_wall, beat_at.timestamp() - back_wall
@@ -241,7 +241,7 @@ def measure(
     url = server.up()
     try:
         migrate(url)
-        with _connect(url) as conn:
+        with connect(url) as conn:
             noop_definition(conn, DEFINITION, capability="bench.sleep@1")
         with worker_processes(
             url,
@@ -251,9 +251,9 @@ def measure(
             lease_seconds=lease_seconds,
             reaper_seconds=1.0,
         ) as procs:
-            with _connect(url) as conn:
-                _until(
-                    lambda: _scalar(conn, "SELECT count(*) FROM rara_workers") == 1,
+            with connect(url) as conn:
+                until(
+                    lambda: scalar(conn, "SELECT count(*) FROM rara_workers") == 1,
                     60,
                     "the worker to register",
                 )
@@ -266,10 +266,10 @@ def measure(
                 ]
             finally:
                 started = stream.stop()
-            with _connect(url) as conn:
-                _until(
+            with connect(url) as conn:
+                until(
                     lambda: (
-                        _scalar(
+                        scalar(
                             conn,
                             "SELECT count(*) FROM rara_runs WHERE status NOT IN "
                             "('succeeded', 'failed', 'cancelled')",

@@ -390,6 +390,21 @@ BEGIN
     RETURN (p_rule ->> 'prefix') || '=' || (value #>> '{}');
 END $$;
 
+-- FUNCTION: rara_db_return()
+
+CREATE FUNCTION public.rara_db_return() RETURNS timestamp with time zone
+    LANGUAGE sql STABLE
+    AS $$
+    -- When the database last began to accept writes: the wal writer starts then, at the end
+    -- of a restart's crash recovery or at a standby's promotion (a failover); the server's
+    -- start when the caller may not see the wal writer (an owner without pg_read_all_stats:
+    -- a restart is covered, a promotion is not). The leases' outage rule
+    -- (rara_lease_alive; docs/lease-protocol.md, "Outages") counts from it.
+    SELECT greatest(pg_postmaster_start_time(),
+                    (SELECT max(a.backend_start) FROM pg_stat_activity a
+                     WHERE a.backend_type = 'walwriter'))
+$$;
+
 -- FUNCTION: rara_definition_register(text, jsonb, text)
 
 CREATE FUNCTION public.rara_definition_register(p_name text, p_spec jsonb, p_namespace text DEFAULT 'default'::text) RETURNS TABLE(id bigint, name text, version integer, digest text, created_at timestamp with time zone, created boolean)
@@ -569,6 +584,24 @@ BEGIN
     WHERE l.capability = p_capability AND l.executor = p_executor
       AND l.namespace = n.namespace AND (l.weight, l.low) IS DISTINCT FROM (n.weight, n.low);
 END $$;
+
+-- FUNCTION: rara_lease_alive(timestamp with time zone, timestamp with time zone, timestamp with time zone, timestamp with time zone)
+
+CREATE FUNCTION public.rara_lease_alive(p_expires timestamp with time zone, p_confirmed timestamp with time zone, p_return timestamp with time zone, p_now timestamp with time zone) RETURNS boolean
+    LANGUAGE sql STABLE
+    AS $$
+    -- Whether a running attempt's lease still holds at p_now: before its expiry, or — for a
+    -- lease last confirmed (heartbeat_at) before the database's return (rara_db_return) —
+    -- until a third of the lease (the default heartbeat interval) plus 2 s, the whole lease
+    -- when shorter, after the return: an outage does not expire what its workers could not
+    -- renew. The heartbeat extends, and the reaper leaves, exactly the leases alive; the
+    -- proof: docs/lease-protocol.md, "Outages". SQL, so that it is inlined.
+    SELECT p_expires > p_now
+        OR coalesce(p_confirmed < p_return
+                    AND p_now < p_return + least((p_expires - p_confirmed) / 3
+                                                 + interval '2 s', p_expires - p_confirmed),
+                    false)
+$$;
 
 -- FUNCTION: rara_lease_checkpoint(bigint, integer)
 
@@ -1832,6 +1865,18 @@ DECLARE
     old record;
     problem text;
 BEGIN
+    -- The input every tick's run will start with is a run input: its limit first, here where
+    -- it enters, not at each firing (where a tick refused for it would be the team's
+    -- discovery). The document holds the input once more: twice the limit bounds it.
+    IF octet_length(p_input::text) > (rara_limits() ->> 'run_input_bytes')::integer THEN
+        PERFORM rara_limit_refuse('spec.input', octet_length(p_input::text), 'bytes',
+                                  'run_input_bytes');
+    END IF;
+    IF octet_length(p_spec::text) > 2 * (rara_limits() ->> 'run_input_bytes')::integer
+                                    + 65536 THEN
+        PERFORM rara_limit_refuse('the schedule document', octet_length(p_spec::text), 'bytes',
+                                  'run_input_bytes');
+    END IF;
     PERFORM rara_namespace_check(p_namespace);
     -- Create or change a schedule (of p_namespace, starting runs of p_definition there).
     -- p_next_tick is the first tick after now of p_cron in
@@ -2207,18 +2252,20 @@ END $$;
 -- FUNCTION: rara_schedule_owns_run(text, text, timestamp with time zone, bigint)
 
 CREATE FUNCTION public.rara_schedule_owns_run(p_namespace text, p_name text, p_tick timestamp with time zone, p_run_id bigint) RETURNS boolean
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql STABLE
     AS $$
+BEGIN
     -- Whether run p_run_id is the run of tick p_tick of schedule p_namespace/p_name: of that
     -- namespace, under that tick's key (or that trigger's). A schedule records, reads and
     -- cancels no other run: the firing may act in every namespace, and a run id is a number
-    -- any caller can write.
-    SELECT EXISTS (
+    -- any caller can write. (PL/pgSQL: its body names a table, which a dump of the schema
+    -- creates after its functions.)
+    RETURN EXISTS (
         SELECT 1 FROM rara_runs r
         WHERE r.id = p_run_id AND r.namespace = p_namespace
           AND r.idempotency_key IN (rara_schedule_run_key(p_name, p_tick),
-                                    rara_schedule_run_key(p_name, p_tick) || ':trigger'))
-$$;
+                                    rara_schedule_run_key(p_name, p_tick) || ':trigger'));
+END $$;
 
 -- FUNCTION: rara_schedule_quoted(text)
 
@@ -3380,14 +3427,19 @@ CREATE FUNCTION public.rara_step_heartbeat(p_worker text, p_capabilities text[],
     SET enable_seqscan TO 'off'
     AS $$
 #variable_conflict use_column
+DECLARE
+    back timestamptz := rara_db_return();
 BEGIN
     -- The worker's heartbeat in one statement: its own row (what it serves, that it is
     -- alive) and every lease it still holds extended (empty arrays when it runs nothing),
     -- fenced per lease. The answer carries the cancel requests; attempts missing from it have
-    -- lost their lease. A lease that has expired is not extended, reaped or not: its worker
-    -- has stopped the attempt by then (its own clock said the lease was not confirmed in
-    -- time), and a heartbeat delayed past the expiry (sent before an outage, answered after)
-    -- would otherwise keep a step nobody runs away from the reaper for another lease.
+    -- lost their lease. A lease that is no longer alive (rara_lease_alive) is not extended,
+    -- reaped or not: its worker has stopped the attempt by then (its own clock said the lease
+    -- was not confirmed in time), and a heartbeat delayed past the expiry (sent before an
+    -- outage, answered after) would otherwise keep a step nobody runs away from the reaper
+    -- for another lease. One that expired during an outage is alive for a while after the
+    -- database's return, and extended: its worker kept the attempt (docs/lease-protocol.md,
+    -- "Outages").
     PERFORM rara_worker_check_login(p_worker);
     RETURN QUERY
     WITH me AS (
@@ -3399,7 +3451,8 @@ BEGIN
     FROM unnest(p_step_ids, p_tokens) AS h(id, token)
     -- (= ANY: primary key probes, whichever side of the join the plan puts rara_steps on)
     WHERE s.id = ANY (p_step_ids) AND s.id = h.id AND s.lease_token = h.token
-      AND s.leased_by = p_worker AND s.status = 'running' AND s.lease_expires_at > now()
+      AND s.leased_by = p_worker AND s.status = 'running'
+      AND rara_lease_alive(s.lease_expires_at, s.heartbeat_at, back, now())
     RETURNING s.id, s.cancel_requested;
 END $$;
 
@@ -3886,15 +3939,19 @@ DECLARE
     step record;
     deltas jsonb := '[]';
     map_ends jsonb := '[]';
+    back timestamptz := rara_db_return();
 BEGIN
     -- Recover expired leases, in bounded batches, safely from every worker at once: SKIP
     -- LOCKED picks rows nobody else is touching, and the UPDATE re-checks expiry itself, so a
     -- step that completed (or was heart-beaten) since the scan is never overwritten. Needs no
-    -- token: it only ends attempts whose lease already ran out.
+    -- token: it only ends attempts whose lease already ran out. Not one that expired during
+    -- an outage, until the workers had time to renew it after the database's return
+    -- (rara_lease_alive).
     -- Backoffs count from the attempt's recorded end, as in rara_step_fail.
     WITH expired AS (
         SELECT s.id, clock_timestamp() AS ended_at FROM rara_steps s
         WHERE s.status = 'running' AND s.lease_expires_at < now()
+          AND NOT rara_lease_alive(s.lease_expires_at, s.heartbeat_at, back, now())
         ORDER BY s.lease_expires_at LIMIT p_limit
         FOR UPDATE SKIP LOCKED
     ), updated AS (
@@ -3913,6 +3970,7 @@ BEGIN
             leased_by = NULL, lease_token = NULL, lease_expires_at = NULL
         FROM expired e
         WHERE s.id = e.id AND s.status = 'running' AND s.lease_expires_at < now()
+          AND NOT rara_lease_alive(s.lease_expires_at, s.heartbeat_at, back, now())
         RETURNING s.id, s.run_id, s.key, s.attempt, s.status::text AS status, s.error,
                   s.map_parent, e.ended_at
     ), closed AS (
@@ -5554,6 +5612,10 @@ REVOKE ALL ON FUNCTION public.rara_check_step_transition() FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION public.rara_concurrency_key(p_rule jsonb, p_input jsonb, p_step text) FROM PUBLIC;
 
+-- ACL: FUNCTION rara_db_return()
+
+REVOKE ALL ON FUNCTION public.rara_db_return() FROM PUBLIC;
+
 -- ACL: FUNCTION rara_definition_register(p_name text, p_spec jsonb, p_namespace text)
 
 REVOKE ALL ON FUNCTION public.rara_definition_register(p_name text, p_spec jsonb, p_namespace text) FROM PUBLIC;
@@ -5585,6 +5647,10 @@ REVOKE ALL ON FUNCTION public.rara_lanes_add() FROM PUBLIC;
 -- ACL: FUNCTION rara_lanes_rebalance(p_capability text, p_executor text)
 
 REVOKE ALL ON FUNCTION public.rara_lanes_rebalance(p_capability text, p_executor text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_lease_alive(p_expires timestamp with time zone, p_confirmed timestamp with time zone, p_return timestamp with time zone, p_now timestamp with time zone)
+
+REVOKE ALL ON FUNCTION public.rara_lease_alive(p_expires timestamp with time zone, p_confirmed timestamp with time zone, p_return timestamp with time zone, p_now timestamp with time zone) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_lease_checkpoint(p_step_id bigint, p_attempt integer)
 

@@ -330,7 +330,7 @@ ORDER BY requested_at DESC, step_id DESC LIMIT :limit;
 -- namespace) narrows to one.
 SELECT s.namespace, s.name, s.definition, s.version, s.cron, s.time_zone,
        s.concurrency_policy, s.suspended, s.next_tick, s.last_tick, s.last_run_id,
-       s.missed_ticks, r.status::text AS last_run_status
+       s.missed_ticks, r.status::text AS last_run_status, s.refused_reason
 FROM rara_schedules s LEFT JOIN rara_runs r ON r.id = s.last_run_id
 WHERE (CAST(:after AS text) IS NULL OR (s.namespace, s.name) > (:after_namespace, :after))
   AND (CAST(:namespace AS text) IS NULL OR s.namespace = :namespace)

@@ -82,7 +82,7 @@ class ScheduleSummary:
     last_run_id: int | None
     missed_ticks: int
     last_run_status: str | None
-    # Why the firing refused it (None: it fires); schedule_list reads it, the UI's page not.
+    # Why the firing refused it (None: it fires): schedule_list and the UI's page read it.
     refused_reason: str | None = None
 
 

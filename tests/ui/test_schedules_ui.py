@@ -103,6 +103,36 @@ def test_the_schedules_pages_show_ticks_settings_and_runs(
     expect(page.locator("main")).to_contain_text("no schedule no-such-schedule")
 
 
+def test_a_schedule_the_firing_refused_says_so_and_why(
+    page: Any,
+    ui_server: Callable[..., UiServer],
+    conn: psycopg.Connection[Any],
+    role_url: Callable[[str], str],
+) -> None:
+    """Refused by the firing (a cron it cannot plan): the list and the page say refused, not
+    active, and the page says why and what lifts it; no next tick is promised."""
+    from playwright.sync_api import expect
+
+    noop_definition(conn)
+    apply_schedule(conn, load_schedule(NIGHTLY))
+    reason = "no tick of '0 2 30 2 *' within 50 years"
+    assert schedule_sql.refuse(conn, "nightly-refresh", reason, namespace="default")
+    conn.commit()
+    ui = ui_server(url=role_url("rara_reader"))
+
+    page.goto(ui.url + "/schedules")
+    row = page.locator('tr[data-schedule="nightly-refresh"]')
+    expect(row.locator('[data-field="state"]')).to_have_text("refused")
+    expect(row.locator('[data-field="state"] span')).to_have_attribute("title", reason)
+    expect(row.locator('[data-field="next-tick"] time')).to_have_count(0)
+
+    page.goto(ui.url + "/schedules/nightly-refresh")
+    expect(page.locator("#schedule-state")).to_have_text("refused")
+    expect(page.locator("#schedule-refused")).to_contain_text(reason)
+    expect(page.locator("#schedule-refused")).to_contain_text("until it is applied again")
+    expect(page.locator("#next-tick")).to_have_text("none while refused")
+
+
 def test_pause_and_resume_from_the_schedule_page_need_a_login_and_its_csrf(
     page: Any, ui_server: Callable[..., UiServer], conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:

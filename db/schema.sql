@@ -422,13 +422,9 @@ BEGIN
     -- The size limits first (rara_limits), before any work that grows with the spec — its
     -- digest, its step rows (a walk quadratic in its steps), the namespace check: what a
     -- caller sends costs at most what the limits allow, whoever the caller is.
-    IF steps > (rara_limits() ->> 'spec_steps')::integer THEN
-        PERFORM rara_limit_refuse('spec.steps', steps, 'steps', 'spec_steps');
-    END IF;
+    PERFORM rara_limit_check('spec.steps', steps, 'steps', 'spec_steps');
     spec_bytes := octet_length(p_spec::text);
-    IF spec_bytes > (rara_limits() ->> 'spec_bytes')::integer THEN
-        PERFORM rara_limit_refuse('the spec', spec_bytes, 'bytes', 'spec_bytes');
-    END IF;
+    PERFORM rara_limit_check('the spec', spec_bytes, 'bytes', 'spec_bytes');
     PERFORM rara_namespace_check(p_namespace);
     spec_digest := rara_spec_digest(p_spec);
     -- Refuses a spec no run could follow. Each step row's payload also names the run input
@@ -688,14 +684,18 @@ CREATE FUNCTION public.rara_lease_room(p_limited text[], p_slots integer[], p_qu
                  p_quota_free[array_position(p_quota_keys, p_namespace || ' *')])
 $$;
 
--- FUNCTION: rara_limit_refuse(text, bigint, text, text)
+-- FUNCTION: rara_limit_check(text, bigint, text, text)
 
-CREATE FUNCTION public.rara_limit_refuse(p_what text, p_value bigint, p_unit text, p_limit text) RETURNS void
+CREATE FUNCTION public.rara_limit_check(p_what text, p_value bigint, p_unit text, p_limit text) RETURNS void
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    -- One refusal, naming the value and the limit: "run input is 524288 bytes; the limit is
-    -- 262144 bytes (run_input_bytes, rara_limits())".
+    -- p_value held to limit p_limit of rara_limits(), the one comparison of every entry
+    -- point; over it, one refusal naming the value and the limit: "run input is 524288
+    -- bytes; the limit is 262144 bytes (run_input_bytes, rara_limits())".
+    IF p_value <= (rara_limits() ->> p_limit)::bigint THEN
+        RETURN;
+    END IF;
     RAISE EXCEPTION '% is % %; the limit is % % (%, rara_limits())', p_what, p_value, p_unit,
         rara_limits() ->> p_limit, p_unit, p_limit USING ERRCODE = 'program_limit_exceeded';
 END $$;
@@ -1534,10 +1534,8 @@ BEGIN
             old.status USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- (a run started before the input was limited in the database may hold more)
-    IF octet_length(old.input::text) > (rara_limits() ->> 'run_input_bytes')::integer THEN
-        PERFORM rara_limit_refuse(format('run %s''s input', p_run_id),
-                                  octet_length(old.input::text), 'bytes', 'run_input_bytes');
-    END IF;
+    PERFORM rara_limit_check(format('run %s''s input', p_run_id),
+                             octet_length(old.input::text), 'bytes', 'run_input_bytes');
     INSERT INTO rara_runs (namespace, definition_version_id, input, idempotency_key,
                            started_by)  -- (who resumes it: as for a start)
     VALUES (old.namespace, old.definition_version_id, old.input, p_idempotency_key,
@@ -1671,10 +1669,8 @@ BEGIN
     -- for is refused, saying what the step that names it is doing (not yet waiting, ended) or
     -- that none does. The payload's size first (rara_limits), before any other work: it
     -- becomes the step's result, which every page of the run and every dependant reads.
-    IF octet_length(p_payload::text) > (rara_limits() ->> 'signal_payload_bytes')::integer THEN
-        PERFORM rara_limit_refuse(format('signal %s: its payload', left(p_name, 200)),
-                                  octet_length(p_payload::text), 'bytes', 'signal_payload_bytes');
-    END IF;
+    PERFORM rara_limit_check(format('signal %s: its payload', left(p_name, 200)),
+                             octet_length(p_payload::text), 'bytes', 'signal_payload_bytes');
     SELECT r.id, r.namespace, r.status INTO run FROM rara_runs r
     WHERE r.id = p_run_id AND rara_namespace_allowed(r.namespace);
     IF NOT FOUND THEN  -- or not the caller's: what it cannot read it cannot name
@@ -1757,10 +1753,8 @@ BEGIN
     -- with run_get_by_key. Map steps without upstream expand at once (rara_map_expand).
     -- The input's size first (rara_limits), before any other work: every leased step of the
     -- run carries (some of) it, and every page that shows the run.
-    IF octet_length(p_input::text) > (rara_limits() ->> 'run_input_bytes')::integer THEN
-        PERFORM rara_limit_refuse('run input', octet_length(p_input::text), 'bytes',
-                                  'run_input_bytes');
-    END IF;
+    PERFORM rara_limit_check('run input', octet_length(p_input::text), 'bytes',
+                             'run_input_bytes');
     PERFORM rara_namespace_check(p_namespace);
     WITH resolved AS (
         SELECT v.id, v.digest, v.spec, v.steps, d.retired_at,
@@ -1867,16 +1861,11 @@ DECLARE
 BEGIN
     -- The input every tick's run will start with is a run input: its limit first, here where
     -- it enters, not at each firing (where a tick refused for it would be the team's
-    -- discovery). The document holds the input once more: twice the limit bounds it.
-    IF octet_length(p_input::text) > (rara_limits() ->> 'run_input_bytes')::integer THEN
-        PERFORM rara_limit_refuse('spec.input', octet_length(p_input::text), 'bytes',
-                                  'run_input_bytes');
-    END IF;
-    IF octet_length(p_spec::text) > 2 * (rara_limits() ->> 'run_input_bytes')::integer
-                                    + 65536 THEN
-        PERFORM rara_limit_refuse('the schedule document', octet_length(p_spec::text), 'bytes',
-                                  'run_input_bytes');
-    END IF;
+    -- discovery). The document, a spec of its own, is held to a spec's size.
+    PERFORM rara_limit_check('spec.input', octet_length(p_input::text), 'bytes',
+                             'run_input_bytes');
+    PERFORM rara_limit_check('the schedule document', octet_length(p_spec::text), 'bytes',
+                             'spec_bytes');
     PERFORM rara_namespace_check(p_namespace);
     -- Create or change a schedule (of p_namespace, starting runs of p_definition there).
     -- p_next_tick is the first tick after now of p_cron in
@@ -5672,9 +5661,9 @@ REVOKE ALL ON FUNCTION public.rara_lease_map_input(p_map_parent bigint) FROM PUB
 
 REVOKE ALL ON FUNCTION public.rara_lease_room(p_limited text[], p_slots integer[], p_quota_keys text[], p_quota_free integer[], p_namespace text, p_capability text) FROM PUBLIC;
 
--- ACL: FUNCTION rara_limit_refuse(p_what text, p_value bigint, p_unit text, p_limit text)
+-- ACL: FUNCTION rara_limit_check(p_what text, p_value bigint, p_unit text, p_limit text)
 
-REVOKE ALL ON FUNCTION public.rara_limit_refuse(p_what text, p_value bigint, p_unit text, p_limit text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION public.rara_limit_check(p_what text, p_value bigint, p_unit text, p_limit text) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_limits()
 

@@ -22,13 +22,9 @@ BEGIN
     -- The size limits first (rara_limits), before any work that grows with the spec — its
     -- digest, its step rows (a walk quadratic in its steps), the namespace check: what a
     -- caller sends costs at most what the limits allow, whoever the caller is.
-    IF steps > (rara_limits() ->> 'spec_steps')::integer THEN
-        PERFORM rara_limit_refuse('spec.steps', steps, 'steps', 'spec_steps');
-    END IF;
+    PERFORM rara_limit_check('spec.steps', steps, 'steps', 'spec_steps');
     spec_bytes := octet_length(p_spec::text);
-    IF spec_bytes > (rara_limits() ->> 'spec_bytes')::integer THEN
-        PERFORM rara_limit_refuse('the spec', spec_bytes, 'bytes', 'spec_bytes');
-    END IF;
+    PERFORM rara_limit_check('the spec', spec_bytes, 'bytes', 'spec_bytes');
     PERFORM rara_namespace_check(p_namespace);
     spec_digest := rara_spec_digest(p_spec);
     -- Refuses a spec no run could follow. Each step row's payload also names the run input

@@ -88,17 +88,21 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
 $$;
 SELECT rara_grant('rara_limits', 'rara_reader', 'rara_worker', 'rara_client', 'rara_operator');
 
-CREATE OR REPLACE FUNCTION rara_limit_refuse(p_what text, p_value bigint, p_unit text,
-                                             p_limit text)
+CREATE OR REPLACE FUNCTION rara_limit_check(p_what text, p_value bigint, p_unit text,
+                                            p_limit text)
 RETURNS void
 LANGUAGE plpgsql AS $$
 BEGIN
-    -- One refusal, naming the value and the limit: "run input is 524288 bytes; the limit is
-    -- 262144 bytes (run_input_bytes, rara_limits())".
+    -- p_value held to limit p_limit of rara_limits(), the one comparison of every entry
+    -- point; over it, one refusal naming the value and the limit: "run input is 524288
+    -- bytes; the limit is 262144 bytes (run_input_bytes, rara_limits())".
+    IF p_value <= (rara_limits() ->> p_limit)::bigint THEN
+        RETURN;
+    END IF;
     RAISE EXCEPTION '% is % %; the limit is % % (%, rara_limits())', p_what, p_value, p_unit,
         rara_limits() ->> p_limit, p_unit, p_limit USING ERRCODE = 'program_limit_exceeded';
 END $$;
-SELECT rara_grant('rara_limit_refuse');  -- only through the functions data enters by
+SELECT rara_grant('rara_limit_check');  -- only through the functions data enters by
 
 CREATE OR REPLACE FUNCTION rara_login_limit(p_login text, p_timeout_ms integer DEFAULT NULL)
 RETURNS void

@@ -161,10 +161,8 @@ BEGIN
     -- with run_get_by_key. Map steps without upstream expand at once (rara_map_expand).
     -- The input's size first (rara_limits), before any other work: every leased step of the
     -- run carries (some of) it, and every page that shows the run.
-    IF octet_length(p_input::text) > (rara_limits() ->> 'run_input_bytes')::integer THEN
-        PERFORM rara_limit_refuse('run input', octet_length(p_input::text), 'bytes',
-                                  'run_input_bytes');
-    END IF;
+    PERFORM rara_limit_check('run input', octet_length(p_input::text), 'bytes',
+                             'run_input_bytes');
     PERFORM rara_namespace_check(p_namespace);
     WITH resolved AS (
         SELECT v.id, v.digest, v.spec, v.steps, d.retired_at,
@@ -336,10 +334,8 @@ BEGIN
             old.status USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- (a run started before the input was limited in the database may hold more)
-    IF octet_length(old.input::text) > (rara_limits() ->> 'run_input_bytes')::integer THEN
-        PERFORM rara_limit_refuse(format('run %s''s input', p_run_id),
-                                  octet_length(old.input::text), 'bytes', 'run_input_bytes');
-    END IF;
+    PERFORM rara_limit_check(format('run %s''s input', p_run_id),
+                             octet_length(old.input::text), 'bytes', 'run_input_bytes');
     INSERT INTO rara_runs (namespace, definition_version_id, input, idempotency_key,
                            started_by)  -- (who resumes it: as for a start)
     VALUES (old.namespace, old.definition_version_id, old.input, p_idempotency_key,

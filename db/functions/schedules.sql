@@ -262,16 +262,11 @@ DECLARE
 BEGIN
     -- The input every tick's run will start with is a run input: its limit first, here where
     -- it enters, not at each firing (where a tick refused for it would be the team's
-    -- discovery). The document holds the input once more: twice the limit bounds it.
-    IF octet_length(p_input::text) > (rara_limits() ->> 'run_input_bytes')::integer THEN
-        PERFORM rara_limit_refuse('spec.input', octet_length(p_input::text), 'bytes',
-                                  'run_input_bytes');
-    END IF;
-    IF octet_length(p_spec::text) > 2 * (rara_limits() ->> 'run_input_bytes')::integer
-                                    + 65536 THEN
-        PERFORM rara_limit_refuse('the schedule document', octet_length(p_spec::text), 'bytes',
-                                  'run_input_bytes');
-    END IF;
+    -- discovery). The document, a spec of its own, is held to a spec's size.
+    PERFORM rara_limit_check('spec.input', octet_length(p_input::text), 'bytes',
+                             'run_input_bytes');
+    PERFORM rara_limit_check('the schedule document', octet_length(p_spec::text), 'bytes',
+                             'spec_bytes');
     PERFORM rara_namespace_check(p_namespace);
     -- Create or change a schedule (of p_namespace, starting runs of p_definition there).
     -- p_next_tick is the first tick after now of p_cron in

@@ -231,10 +231,8 @@ BEGIN
     -- for is refused, saying what the step that names it is doing (not yet waiting, ended) or
     -- that none does. The payload's size first (rara_limits), before any other work: it
     -- becomes the step's result, which every page of the run and every dependant reads.
-    IF octet_length(p_payload::text) > (rara_limits() ->> 'signal_payload_bytes')::integer THEN
-        PERFORM rara_limit_refuse(format('signal %s: its payload', left(p_name, 200)),
-                                  octet_length(p_payload::text), 'bytes', 'signal_payload_bytes');
-    END IF;
+    PERFORM rara_limit_check(format('signal %s: its payload', left(p_name, 200)),
+                             octet_length(p_payload::text), 'bytes', 'signal_payload_bytes');
     SELECT r.id, r.namespace, r.status INTO run FROM rara_runs r
     WHERE r.id = p_run_id AND rara_namespace_allowed(r.namespace);
     IF NOT FOUND THEN  -- or not the caller's: what it cannot read it cannot name

@@ -121,7 +121,7 @@ async def test_a_heartbeat_leaves_out_attempts_lost_or_ended(
         ended.ended = True  # its end was given up ("its lease will expire")
         worker.attempts.update({st.step.id: st for st in (live, lost, ended)})
         before = {st.step.id: _expiry(conn, st.step.id) for st in (live, lost, ended)}
-        await worker._heartbeat(within=5.0)
+        await worker.keeping.heartbeat(within=5.0)
         after = {st.step.id: _expiry(conn, st.step.id) for st in (live, lost, ended)}
         assert after[live.step.id] > before[live.step.id]
         assert after[lost.step.id] == before[lost.step.id], "a lost attempt's lease extended"
@@ -152,9 +152,9 @@ async def test_a_slow_heartbeat_answer_still_extends_the_leases(
         with psycopg.connect(database_url) as blocker:
             blocker.execute("SELECT 1 FROM rara_workers WHERE id = 'w-slow' FOR UPDATE")
             beat = asyncio.ensure_future(
-                worker._heartbeat(
+                worker.keeping.heartbeat(
                     heartbeat_within(
-                        time.monotonic(), worker._horizon(), worker.settings.lease_seconds
+                        time.monotonic(), worker.keeping.horizon(), worker.settings.lease_seconds
                     )
                 )
             )
@@ -205,7 +205,7 @@ async def test_leases_whose_answer_was_lost_are_given_back(
             fence=Fence(held.id, "w-unheld", held.lease_token),
             loop=asyncio.get_running_loop(),
         )
-        await worker._release_unheld()
+        await worker.leasing.release_unheld()
         rows = {
             r[0]: r[1:]
             for r in conn.execute(
@@ -223,14 +223,14 @@ async def test_leases_whose_answer_was_lost_are_given_back(
 async def test_unheld_leases_are_given_back_only_between_held_back_leases(
     conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
 ) -> None:
-    """A lease into a held-back slot runs beside the lease loop (rara.worker.runner). Giving
+    """A lease into a held-back slot runs beside the lease loop (rara.worker.leasing). Giving
     back unheld leases waits until no such lease is in flight: one whose answer is in hand but
     whose attempt is not yet started must not be given back as unheld."""
     define(conn, "beside", [{"key": "s", "capability": "test.echo@1"}])
     start(conn, "beside")
     async with _registered_worker(database_url, tmp_path, "w-beside") as worker:
-        async with worker.held_back_leasing:
-            releasing = asyncio.create_task(worker._release_unheld())
+        async with worker.leasing.held_back_leasing:
+            releasing = asyncio.create_task(worker.leasing.release_unheld())
             [step] = await worker.store.lease_held_back(PAIRS, 1, 30, None, ["team-z"])
             assert not releasing.done()  # (the lease's round trips gave it every chance)
             worker.attempts[step.id] = AttemptState(
@@ -315,7 +315,7 @@ async def test_riding_an_outage_moves_only_the_held_attempts_horizons_and_never_
         lost.lose()
         later.lease_valid_until = now + 100
         worker.attempts.update({st.step.id: st for st in states})
-        worker._ride_outage(now + 12)
+        worker.keeping.ride_outage(now + 12)
         assert held.lease_valid_until == now + 12
         assert lost.lease_valid_until == now + 5, "a lost attempt's horizon moved"
         assert later.lease_valid_until == now + 100, "a horizon moved back"

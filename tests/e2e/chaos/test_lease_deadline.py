@@ -4,7 +4,7 @@ its handler after its lease has surely expired, while the step's next owner runs
 The worker knows when its lease surely expires (``AttemptState.lease_valid_until``: the
 monotonic time a heartbeat was *sent* plus the lease) and the heartbeat loop means to stop
 such attempts ("once the lease surely expired, stop as if lost rather than risk two owners
-doing the work", worker/runner.py ``_heartbeat_loop``). But that check runs only *after*
+doing the work", worker/lease_keeping.py ``heartbeat_loop``). But that check runs only *after*
 ``await self.store.heartbeat_all(...)`` returns, and neither that call nor the supervisor
 (worker/attempt.py ``_next_stop``, which never looks at ``lease_valid_until``) bounds it: a
 heartbeat that hangs — a network partition, a half-open TCP connection to a failed-over
@@ -125,7 +125,7 @@ def test_a_worker_that_leases_a_step_again_keeps_tracking_the_new_attempt(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """worker/runner.py ``_start`` keys ``self.attempts`` by step id, and each supervisor's
+    """worker/slots.py ``start`` keys ``attempts`` by step id, and each supervisor's
     done callback pops ``self.attempts[step.id]`` without checking it is its own state. If the
     worker leases a step again while an older attempt of it is still winding down here (its
     lease was lost, unknown to it or not), the new state overwrites the old — the old attempt

@@ -9,7 +9,11 @@ missing or corrupt blob drops the entry and the step runs (a miss, never a failu
 success writes a new entry. A store that cannot be reached is a miss that keeps the entry.
 
 A verified hit ends the attempt ``succeeded`` with the entry's result and manifest and where
-they came from, through the same fenced end as any success: no handler, no executor, no pod.
+they came from, through the same fenced end as any success: no handler, no executor, no pod
+(``reuse``). A miss claims its key first (``claim``, single flight): while another running
+step computes the same key, this one is released until that one ended. Every statement goes
+through the worker's store (``rara.worker.store``), the claim fenced like any write of an
+attempt.
 """
 
 from __future__ import annotations
@@ -27,8 +31,10 @@ from rara.artifacts.errors import ArtifactCorrupted, ArtifactError, ArtifactNotF
 from rara.cache import CacheKey, cache_key, entry_key, reads_of
 from rara.namespaces import DEFAULT_NAMESPACE
 from rara.pg import cache as cache_sql
+from rara.states import AttemptOutcome, StepStatus
+from rara.worker.attempt_io import AttemptIO
 from rara.worker.store import WorkerStore
-from rara.worker.vocabulary import Fence, LeasedStep
+from rara.worker.vocabulary import ABANDONED, LOST, AttemptEnd, AttemptState, Ending, LeasedStep
 
 log = structlog.get_logger("rara.worker")
 
@@ -99,12 +105,9 @@ async def look_up(
     store: WorkerStore, artifacts: ArtifactStore, step: LeasedStep, key: CacheKey
 ) -> cache_sql.CacheEntry | None:
     """The entry to reuse for ``step``, verified; None: the step runs."""
-    async with store.pool.connection() as conn:
-        # (the step's namespace and capability, as its lease gave them: an entry is reused only
-        # by steps of the namespace and capability whose step wrote it, migration 0026)
-        entry = await cache_sql.afind(
-            conn, key.base, key.upstream, namespace=step.namespace, capability=step.capability
-        )
+    # (the step's namespace and capability, as its lease gave them: an entry is reused only
+    # by steps of the namespace and capability whose step wrote it, migration 0026)
+    entry = await store.find_cache_entry(key.base, key.upstream, step.namespace, step.capability)
     if entry is None:
         return None
     # (no artifacts, nothing to read: no thread hop)
@@ -123,16 +126,8 @@ async def look_up(
         verdict=verdict,
     )
     if verdict == Verdict.BROKEN:
-        async with store.pool.connection() as conn:
-            await cache_sql.adrop(conn, [entry.key])
+        await store.drop_cache_entries([entry.key])
     return None
-
-
-async def claim(store: WorkerStore, fence: Fence, entry: Mapping[str, Any]) -> bool | None:
-    """Single flight for a miss (``cache_claim``): True, compute it; False, another running
-    step computes the key and this lease was given back; None, the lease is lost."""
-    async with store.pool.connection() as conn:
-        return await cache_sql.aclaim(conn, fence.worker, fence.step_id, fence.token, entry)
 
 
 def reused_from(entry: cache_sql.CacheEntry) -> dict[str, Any]:
@@ -145,3 +140,51 @@ def reused_from(entry: cache_sql.CacheEntry) -> dict[str, Any]:
         "key": entry.step_key,
         "attempt": entry.source_attempt,
     }
+
+
+async def reuse(
+    state: AttemptState, key: CacheKey, io: AttemptIO, artifacts: ArtifactStore
+) -> AttemptEnd | None:
+    """A step with ``cache:`` ended from its verified entry, or None: it runs. A failed
+    look-up is a miss: the cache saves work, it never costs a step."""
+    step = state.step
+    try:
+        entry = await look_up(io.store, artifacts, step, key)
+    except Exception:
+        log.warning("cache look-up failed; the step runs", step_id=step.id, exc_info=True)
+        return None
+    if entry is None:
+        return None
+    ending = Ending(
+        state.fence,
+        step.run_id,
+        AttemptOutcome.SUCCEEDED,
+        result=entry.result,
+        artifacts=list(entry.manifest),
+        cache=entry_of(step, key),
+        reused_from=reused_from(entry),
+    )
+    try:
+        status = await io.end(ending)
+    except Exception:
+        log.exception("could not write a cache hit; its lease will expire", step_id=step.id)
+        return ABANDONED
+    finally:
+        state.ended = True
+    return LOST if status is None else AttemptEnd(AttemptOutcome.SUCCEEDED, status)
+
+
+async def claim(state: AttemptState, store: WorkerStore) -> AttemptEnd | None:
+    """Single flight for a miss (``WorkerStore.claim_cache``, fenced): None, compute it; else
+    the end written: released until another step computing the same key has ended, or lost."""
+    assert state.cache_entry is not None
+    fence = state.fence
+    try:
+        claimed = await store.claim_cache(fence, state.cache_entry)
+    except Exception:
+        log.warning("cache claim failed; the step runs", step_id=fence.step_id, exc_info=True)
+        return None
+    if claimed:
+        return None
+    state.ended = True
+    return LOST if claimed is None else AttemptEnd(AttemptOutcome.RELEASED, StepStatus.READY)

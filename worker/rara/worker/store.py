@@ -1,9 +1,10 @@
 """The one home of every fenced write of an attempt: lease, heartbeat, progress, checkpoint,
-end (success, failure, cancel), release and reap — the statements of db/queries/lease.sql,
-here and nowhere else, with the rows they answer decoded beside them (``LEASED``: a row of
-step_lease as a ``LeasedStep``). Production and tests take the same path: the module's
-functions run on a connection, one transaction each (``end_many``, ``release``, ``reap``,
-``lease``), and ``WorkerStore`` runs them on the worker's connections. The types they take and
+cache claim, end (success, failure, cancel), release and reap — the statements of
+db/queries/lease.sql (and the worker's of cache.sql), here and nowhere else, with the rows
+they answer decoded beside them (``LEASED``: a row of step_lease as a ``LeasedStep``).
+Production and tests take the same path: the module's functions run on a connection, one
+transaction each (``end_many``, ``release``, ``reap``, ``lease``), and ``WorkerStore`` runs
+them on the worker's connections. The types they take and
 give (``LeasedStep``, ``Fence``, ``Ending``) are the worker's words: ``rara.worker.vocabulary``.
 
 Every write after the lease is conditioned on its ``Fence`` (id, leased_by, lease_token,
@@ -45,13 +46,14 @@ from psycopg_pool import AsyncConnectionPool
 
 from rara.artifacts.ref import ArtifactRef
 from rara.context import Checkpoint
+from rara.pg import cache as cache_sql
 from rara.pg import steps as step_sql
 from rara.pg import waits as wait_sql
 from rara.pg.queries import amany, avalue, sql
 from rara.pg.reconnect import CONNECT_TIMEOUT_SECONDS, async_pool_settings, dead_peer_settings
 from rara.pg.waits import Fired
 from rara.states import AttemptOutcome, StepStatus, check_step_transition
-from rara.worker.vocabulary import Ending, LeasedStep
+from rara.worker.vocabulary import Ending, Fence, LeasedStep
 
 if TYPE_CHECKING:
     from psycopg._cursor_base import BaseCursor
@@ -544,6 +546,27 @@ class WorkerStore:
     async def reap(self, limit: int, jitter: float) -> list[tuple[int, StepStatus]]:
         async with self.pool.connection() as conn:
             return await reap(conn, self.worker, limit=limit, jitter=jitter)
+
+    # -- the step cache (rara.worker.cache) ---------------------------------------------
+
+    async def claim_cache(self, fence: Fence, entry: Mapping[str, Any]) -> bool | None:
+        """Single flight for a cache miss (cache_claim), fenced like every write of an attempt:
+        True, compute it; False, another running step computes the key and this lease was
+        given back; None, the lease is lost."""
+        async with self.pool.connection() as conn:
+            return await cache_sql.aclaim(conn, fence.worker, fence.step_id, fence.token, entry)
+
+    async def find_cache_entry(
+        self, base: str, upstream: Mapping[str, str], namespace: str, capability: str
+    ) -> cache_sql.CacheEntry | None:
+        async with self.pool.connection() as conn:
+            return await cache_sql.afind(
+                conn, base, upstream, namespace=namespace, capability=capability
+            )
+
+    async def drop_cache_entries(self, keys: Sequence[str]) -> None:
+        async with self.pool.connection() as conn:
+            await cache_sql.adrop(conn, keys)
 
     async def fire_waits(self, limit: int) -> Fired:
         """End the fleet's due waits (rara.worker.waits), at most ``limit``."""

@@ -51,9 +51,10 @@ fleet        how many real workers (many per host process, default cadence, 2 le
              each) one PostgreSQL carries before a probe's lease p99 doubles: fleets of 0,
              25, 50, 100, 150 and 200 (``--quick``: 0, 25, 50), the server's CPU per worker,
              connections, and the capacity projected for a 16-core database (``bench.fleet``)
-peers        PgQueuer (asyncpg, psycopg), Procrastinate, DBOS (1- and 3-step workflows) and
-             River (a Go driver) on the same server (``bench.peers.run_all``; a peer that
-             cannot be installed here is reported skipped, with why), and the pgbench
+peers        PgQueuer (asyncpg, psycopg), Procrastinate, DBOS and Temporal (1- and 3-step
+             workflows; Temporal's server built once from the Go module proxy) and River (a
+             Go driver) on the same server (``bench.peers.run_all``; a peer that cannot be
+             installed or built here is reported skipped, with why), and the pgbench
              single-row UPDATE ceiling; the summary gives rara/peer ratios of drain rate
              and start latency
 
@@ -567,6 +568,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "procrastinate": 1_000,
                     "dbos-1step": 1_000,
                     "dbos-3step": 500,
+                    "temporal-1step": 500,
+                    "temporal-3step": 300,
                     "river": 50_000,
                 }
                 if quick
@@ -579,6 +582,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "procrastinate": 50,
                     "dbos-1step": 30,
                     "dbos-3step": 30,
+                    "temporal-1step": 30,
+                    "temporal-3step": 30,
                     "river": 50,
                 }
                 if quick
@@ -624,8 +629,9 @@ def _rate(x: dict[str, Any]) -> str:
 def _peer_cpu(row: dict[str, Any]) -> str:
     cpu = row.get("cpu_per_job")
     return (
-        f"  (CPU per job: PostgreSQL {cpu['postgres_us']:.0f} us, workers "
-        f"{cpu['workers_us']:.0f} us)"
+        f"  (CPU per job: PostgreSQL {cpu['postgres_us']:.0f} us, "
+        + (f"its server {cpu['peer_server_us']:.0f} us, " if "peer_server_us" in cpu else "")
+        + f"workers {cpu['workers_us']:.0f} us)"
         if cpu
         else ""
     )
@@ -697,14 +703,14 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def vs_peers(r: dict[str, Any], peers: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """rara / peer, per peer: drain rate (best worker count of each side; a 3-step DBOS
-    workflow against a 3-step rara run, both per run) and start latency p50/p99 (rara's
+    """rara / peer, per peer: drain rate (best worker count of each side; a 3-step DBOS or
+    Temporal workflow against a 3-step rara run, both per run) and start latency p50/p99 (rara's
     start → handler against the peer's enqueue → job start: below 1 rara is faster)."""
     tp = r.get("throughput", {})
     out: dict[str, Any] = {}
     for name, row in peers.items():
         ratios: dict[str, float] = {}
-        three = name == "dbos-3step"
+        three = name.endswith("-3step")
         ours = [
             x["steps_per_s"] / (3 if three else 1)
             for x in tp.get("chain3" if three else "single", [])

@@ -1,5 +1,5 @@
-"""Comparators for rara's benchmark: the same no-op drain with PgQueuer, Procrastinate, DBOS and
-River.
+"""Comparators for rara's benchmark: the same no-op drain with PgQueuer, Procrastinate, DBOS,
+Temporal and River.
 
 The peers are *only* comparators: they are never dependencies of rara. The bench installs them
 itself, on first use, into a separate virtual environment ``.rara/bench-peers-venv`` (created
@@ -17,6 +17,12 @@ Files:
     an idle worker, one job at a time (``p50_ms``, ``p99_ms``).
 ``dbos_peer.py``
     DBOS's part of ``run_peer.py`` (its system database, queue, workflows of 1 or 3 steps).
+``temporal_peer.py``, ``temporal/build.sh`` and ``temporal_build.py``
+    Temporal's part of ``run_peer.py`` (its server started for the run, on the same
+    PostgreSQL server, workflows of 1 or 3 activities) and its server's build: the pinned CLI
+    and server modules from the Go module proxy, once, into ``~/.cache/rara/temporal-<version>``
+    (10-20 minutes on 2 cores the first time). Without ``go``, or where the build fails,
+    Temporal is reported skipped, with the reason.
 ``river/`` and ``river_peer.py``
     River's driver, a Go module on River's library modules (``river/build.sh`` builds it
     once per state of its sources into ``~/.cache/rara/bench-river``), and its runner, called
@@ -32,10 +38,12 @@ Files:
 
 Peers: ``pgqueuer-asyncpg`` and ``pgqueuer-psycopg`` (PgQueuer with each of its drivers),
 ``procrastinate`` (psycopg 3 connector), ``dbos-1step`` and ``dbos-3step`` (DBOS workflows of
-1 and 3 no-op steps through a DBOS queue) and ``river`` (one Go process). Worker configuration
+1 and 3 no-op steps through a DBOS queue), ``temporal-1step`` and ``temporal-3step`` (Temporal
+workflows of 1 and 3 no-op activities) and ``river`` (one Go process). Worker configuration
 (batch size, concurrency, polling) is commented in ``run_peer.py``, ``dbos_peer.py`` and
 ``river/main.go``; it can be overridden with ``PEER_PGQ_BATCH_SIZE``, ``PEER_PROC_CONCURRENCY``,
-``PEER_DBOS_POLL_S`` and ``PEER_DBOS_CONCURRENCY``. Server CPU is that of the bench's server
+``PEER_DBOS_POLL_S``, ``PEER_DBOS_CONCURRENCY`` and ``PEER_TEMPORAL_STORE`` (``sqlite``: the
+CLI's dev server instead of the server on PostgreSQL). Server CPU is that of the bench's server
 alone (its postmaster's process tree). The machine is shared: treat single runs as noisy.
 """
 

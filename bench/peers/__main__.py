@@ -48,6 +48,12 @@ def main() -> list[dict[str, Any]]:
         default=DEFAULT_JOBS["dbos-1step"],
         help="1-step workflows (3-step: two thirds of it)",
     )
+    parser.add_argument(
+        "--temporal-jobs",
+        type=int,
+        default=DEFAULT_JOBS["temporal-1step"],
+        help="1-step workflows (3-step: half of it)",
+    )
     parser.add_argument("--river-jobs", type=int, default=DEFAULT_JOBS["river"])
     parser.add_argument("--no-latency", action="store_true")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
@@ -58,6 +64,8 @@ def main() -> list[dict[str, Any]]:
         "procrastinate": args.procrastinate_jobs,
         "dbos-1step": args.dbos_jobs,
         "dbos-3step": args.dbos_jobs * 2 // 3,
+        "temporal-1step": args.temporal_jobs,
+        "temporal-3step": args.temporal_jobs // 2,
         "river": args.river_jobs,
     }
     peers = tuple(p for p in args.peers.split(",") if p)

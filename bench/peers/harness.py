@@ -41,6 +41,8 @@ PEERS = (
     "procrastinate",
     "dbos-1step",
     "dbos-3step",
+    "temporal-1step",
+    "temporal-3step",
     "river",
 )
 
@@ -52,6 +54,7 @@ PEER_REQUIREMENTS = (
     "psycopg-pool==3.3.3",  # Procrastinate's PsycopgConnector pool
     "procrastinate==3.10.0",
     "dbos==3.4.0",  # DBOS Transact (its system database through SQLAlchemy 2 and psycopg 3)
+    "temporalio==1.35.0",  # Temporal's Python SDK (its server: bench/peers/temporal/build.sh)
 )
 
 # Jobs per drain: enough for a steady state, bounded in time on a small machine.
@@ -61,6 +64,8 @@ DEFAULT_JOBS = {
     "procrastinate": 3_000,
     "dbos-1step": 3_000,
     "dbos-3step": 2_000,
+    "temporal-1step": 2_000,
+    "temporal-3step": 1_000,
     "river": 50_000,
 }
 # Wake-up samples. PgQueuer's psycopg driver wakes after ~1 s (its notifies() watcher holds the
@@ -71,6 +76,8 @@ DEFAULT_LATENCY_SAMPLES = {
     "procrastinate": 200,
     "dbos-1step": 100,
     "dbos-3step": 100,
+    "temporal-1step": 100,
+    "temporal-3step": 100,
     "river": 200,
 }
 
@@ -145,8 +152,8 @@ def _postmaster(url: str) -> int:
     """The pid of the server behind ``url``: its CPU alone is counted, never another's."""
     with psycopg.connect(url) as conn:
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    assert row is not None
-    return postmaster_of(int(row[0]))
+        assert row is not None
+        return postmaster_of(int(row[0]))  # while the backend is there to be read
 
 
 def run_peer(
@@ -172,6 +179,11 @@ def run_peer(
 
         with peer_database(dsn, peer) as url:
             return river_peer.run(url, jobs, latency, timeout, _postmaster(url))
+    temporal: list[str] = []
+    if peer.startswith("temporal-"):  # its server, built once (bench/peers/temporal/build.sh)
+        from bench.peers import temporal_build
+
+        temporal = ["--temporal-bin", str(temporal_build.build())]
     python = ensure_peers_venv()
     with peer_database(dsn, peer) as url:
         cmd = [
@@ -180,6 +192,7 @@ def run_peer(
             *("--peer", peer, "--dsn", url, "--jobs", str(jobs), "--workers", str(workers)),
             *("--timeout", str(timeout), "--postmaster", str(_postmaster(url))),
             *(["--latency"] if latency else []),
+            *temporal,
         ]
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
         proc = subprocess.Popen(

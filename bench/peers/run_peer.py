@@ -3,6 +3,7 @@
     .rara/bench-peers-venv/bin/python bench/peers/run_peer.py \
         --peer pgqueuer-asyncpg|pgqueuer-psycopg|procrastinate|dbos-1step|dbos-3step \
         --dsn URL --jobs N --workers K
+    ... --peer temporal-1step|temporal-3step --temporal-bin DIR [--temporal-store sqlite]
     ... --latency --jobs M        # enqueue→start latency of an idle worker, one job at a time
 
 This script must not import rara (it runs in a separate virtual environment with the peers'
@@ -17,7 +18,9 @@ A no-op job means the same as for rara: a row is leased/locked by a worker, the 
 runs, and its completion is written to the database (PgQueuer: the job row is deleted and a
 ``successful`` row logged in ``pgqueuer_log``; Procrastinate: the row's status becomes
 ``succeeded``; DBOS: a workflow of 1 or 3 no-op steps, each step checkpointed, its status
-``SUCCESS``, see ``dbos_peer.py``, which also says why DBOS's drain is timed from its rows).
+``SUCCESS``, see ``dbos_peer.py``, which also says why DBOS's drain is timed from its rows;
+Temporal: the same workflows of 1 or 3 activities on Temporal's server, started here for the
+run, on this PostgreSQL server or on SQLite, see ``temporal_peer.py``).
 Each peer otherwise gets its best reasonable throughput configuration from its docs; the
 choices are commented below.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -39,10 +43,19 @@ from typing import Any
 
 sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # bench.proc_cpu (imports no rara)
 import dbos_peer  # beside this script (its folder is sys.path[0])
+import temporal_peer
 
 from bench.proc_cpu import process_cpu, server_cpu
 
-PEERS = ("pgqueuer-asyncpg", "pgqueuer-psycopg", "procrastinate", "dbos-1step", "dbos-3step")
+PEERS = (
+    "pgqueuer-asyncpg",
+    "pgqueuer-psycopg",
+    "procrastinate",
+    "dbos-1step",
+    "dbos-3step",
+    "temporal-1step",
+    "temporal-3step",
+)
 
 # PgQueuer: rows per dequeue. QueueManager.run defaults to 10; its completion-log buffer flushes
 # every `batch_size` completions (or on its timer), so a larger batch also batches the
@@ -253,6 +266,8 @@ def _worker_process(
             # DBOS refuses its synchronous API inside an event loop; its workflows run in the
             # threads of its executor pool.
             dbos_peer.worker(dsn, dbos_peer.steps_of(peer), ready, go, starts, latency)
+        elif peer.startswith("temporal-"):
+            temporal_peer.worker(temporal_peer.steps_of(peer), ready, go, starts, latency)
         else:
             asyncio.run(main())
         done.put(("ok", os.getpid(), time.monotonic()))
@@ -299,6 +314,8 @@ def _stop(procs: list[Any]) -> None:
 def _setup(peer: str, dsn: str, jobs: int) -> None:
     if peer.startswith("dbos-"):
         dbos_peer.setup(dsn, jobs, dbos_peer.steps_of(peer))  # outside any event loop
+    elif peer.startswith("temporal-"):
+        temporal_peer.setup(jobs, temporal_peer.steps_of(peer))  # its server: main()
     elif peer == "procrastinate":
         asyncio.run(_proc_setup(dsn, jobs))
     else:
@@ -308,14 +325,24 @@ def _setup(peer: str, dsn: str, jobs: int) -> None:
 async def _count_done(peer: str, dsn: str) -> tuple[int, int]:
     if peer.startswith("dbos-"):
         return dbos_peer.count_done(dsn)
+    if peer.startswith("temporal-"):
+        return await temporal_peer.count_done_async()
     if peer == "procrastinate":
         return await _proc_count_done(dsn)
     return await _pgq_count_done(peer, dsn)
 
 
 def drain(
-    peer: str, dsn: str, jobs: int, workers: int, timeout: float, postmaster: int | None = None
+    peer: str,
+    dsn: str,
+    jobs: int,
+    workers: int,
+    timeout: float,
+    postmaster: int | None = None,
+    peer_server: int | None = None,
 ) -> dict[str, Any]:
+    """``peer_server``: the pid of a peer's own server process (Temporal's), whose CPU is
+    counted with PostgreSQL's as the server side."""
     _setup(peer, dsn, 0)
     before, queued = asyncio.run(_count_done(peer, dsn))
     if queued:
@@ -328,7 +355,8 @@ def drain(
     workers_cpu = -sum(process_cpu(p.pid) for p in procs if p.pid is not None)
     try:
         server_before = server_cpu(postmaster)
-        t0 = time.monotonic()
+        peer_server_before = process_cpu(peer_server) if peer_server else 0.0
+        t0, t0_epoch = time.monotonic(), time.time()
         go.set()
         ends = []
         for _ in procs:
@@ -338,6 +366,7 @@ def drain(
             ends.append(value)
         seconds = max(ends) - t0
         server = server_cpu(postmaster) - server_before
+        peer_server_cpu = process_cpu(peer_server) - peer_server_before if peer_server else 0.0
     finally:
         _stop(procs)
     after = os.times()
@@ -367,6 +396,19 @@ def drain(
             "worker_concurrency": dbos_peer.WORKER_CONCURRENCY,
         }
         seconds = dbos_peer.db_seconds(dsn)
+    if peer.startswith("temporal-"):
+        steps = temporal_peer.steps_of(peer)
+        for key in (0, jobs - 1):  # the first and the last started
+            ran = temporal_peer.activities_completed(f"bench-{key}")
+            if ran != steps:
+                raise RuntimeError(f"{peer}: workflow bench-{key} ran {ran} of {steps} activities")
+        # From Temporal's visibility records: the release to the last workflow's close.
+        extra = {
+            "steps_per_job": steps,
+            "seconds_release_to_exit": round(seconds, 4),
+            "store": temporal_peer.STORE,
+        }
+        seconds = temporal_peer.last_close(jobs, time.monotonic() + 60) - t0_epoch
     return {
         "peer": peer,
         "mode": "drain",
@@ -378,6 +420,8 @@ def drain(
         "cpu_per_job": {
             "postgres_us": round(server / jobs * 1e6, 1),
             "workers_us": round(workers_cpu / jobs * 1e6, 1),
+            # A peer's own server between its workers and PostgreSQL (Temporal's).
+            **({"peer_server_us": round(peer_server_cpu / jobs * 1e6, 1)} if peer_server else {}),
         },
         **extra,
     }
@@ -393,6 +437,8 @@ def latency(peer: str, dsn: str, samples: int, timeout: float, warmup: int = 5) 
         enqueuer: Any = (
             dbos_peer.Enqueuer(dsn)
             if peer.startswith("dbos-")
+            else temporal_peer.Enqueuer(temporal_peer.steps_of(peer))
+            if peer.startswith("temporal-")
             else _ProcEnqueuer(dsn)
             if peer == "procrastinate"
             else _PgqEnqueuer(peer, dsn)
@@ -432,10 +478,11 @@ def latency(peer: str, dsn: str, samples: int, timeout: float, warmup: int = 5) 
         "mean_ms": round(statistics.fmean(ordered), 3),
         "max_ms": round(ordered[-1], 3),
         **({"poll_s": dbos_peer.POLL_S} if peer.startswith("dbos-") else {}),
+        **({"store": temporal_peer.STORE} if peer.startswith("temporal-") else {}),
     }
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
@@ -451,26 +498,62 @@ def main() -> int:
         default=None,
         help="pid of the server's postmaster: its CPU alone is counted",
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--temporal-bin",
+        type=Path,
+        help="folder of Temporal's binaries (bench/peers/temporal/build.sh prints it)",
+    )
+    parser.add_argument(
+        "--temporal-store",
+        choices=temporal_peer.STORES,
+        default=os.environ.get("PEER_TEMPORAL_STORE", "postgresql"),
+        help="where Temporal's server keeps its state: this PostgreSQL server, or SQLite (the"
+        " CLI's dev server)",
+    )
+    args = parser.parse_args(argv)
+    if args.peer.startswith("temporal-") and args.temporal_bin is None:
+        parser.error(f"--peer {args.peer} needs --temporal-bin")
+    return args
+
+
+def main() -> int:
+    args = parse_args()
     # Spawned workers put the working directory first on sys.path: run from this folder so
     # that nothing in the caller's directory (e.g. a repo folder named like a stdlib module,
     # such as rara's `operator/`) shadows the standard library in the workers.
     os.chdir(os.path.dirname(os.path.abspath(__file__)))
-    if args.latency:
-        result = latency(args.peer, args.dsn, args.jobs, args.timeout)
-    else:
-        result = drain(args.peer, args.dsn, args.jobs, args.workers, args.timeout, args.postmaster)
-    result["versions"] = _versions(args.peer)
+    with contextlib.ExitStack() as stack:
+        peer_server = None
+        if args.peer.startswith("temporal-"):
+            temporal_peer.STORE = args.temporal_store
+            peer_server = stack.enter_context(
+                temporal_peer.server(args.temporal_bin, args.dsn, args.temporal_store)
+            )
+        if args.latency:
+            result = latency(args.peer, args.dsn, args.jobs, args.timeout)
+        else:
+            result = drain(
+                args.peer,
+                args.dsn,
+                args.jobs,
+                args.workers,
+                args.timeout,
+                args.postmaster,
+                peer_server,
+            )
+    result["versions"] = _versions(args.peer, args.temporal_bin)
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
     return 0
 
 
-def _versions(peer: str) -> dict[str, str]:
+def _versions(peer: str, temporal_bin: Path | None = None) -> dict[str, str]:
     from importlib.metadata import version
 
     if peer.startswith("dbos-"):
         return dbos_peer.versions()
+    if peer.startswith("temporal-"):
+        return temporal_peer.versions(temporal_bin)
     names = ["procrastinate", "psycopg"] if peer == "procrastinate" else ["pgqueuer"]
     names += {"pgqueuer-asyncpg": ["asyncpg"], "pgqueuer-psycopg": ["psycopg"]}.get(peer, [])
     return {name: version(name) for name in names}

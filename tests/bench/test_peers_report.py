@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bench.peers import harness, river_peer
+from bench.peers import harness, river_peer, temporal_build
 from bench.run import vs_peers
 
 
@@ -27,6 +27,20 @@ def test_river_without_go_is_unavailable_with_the_reason(
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(harness.PeerUnavailable, match="go is not installed"):
         river_peer.build()
+
+
+def test_temporal_without_go_is_unavailable_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # No build cached (an empty cache folder) and no go on PATH: skipped with why, nothing run.
+    (tmp_path / "bin").mkdir()
+    bash = shutil.which("bash")
+    assert bash is not None
+    (tmp_path / "bin" / "bash").symlink_to(bash)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with pytest.raises(harness.PeerUnavailable, match="go is not installed"):
+        temporal_build.build()
 
 
 def test_an_unavailable_peer_is_a_skipped_row(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -49,10 +63,12 @@ def test_ratios_per_peer() -> None:
     peers = {
         "river": {"jobs_per_s": 24000.0, "p50_ms": 2.0, "p99_ms": 5.0},
         "dbos-3step": {"jobs_per_s": 100.0, "p50_ms": 40.0, "p99_ms": 50.0},
+        "temporal-3step": {"jobs_per_s": 50.0, "p50_ms": 80.0, "p99_ms": 100.0},
         "procrastinate": {"error": "failed"},
     }
     out = vs_peers(results, peers)
     assert out["river"] == {"drain": 0.25, "start_p50": 2.0, "start_p99": 2.0}
     # A 3-step workflow against a 3-step run: 4,500 steps/s are 1,500 runs/s.
     assert out["dbos-3step"] == {"drain": 15.0, "start_p50": 0.1, "start_p99": 0.2}
+    assert out["temporal-3step"] == {"drain": 30.0, "start_p50": 0.05, "start_p99": 0.1}
     assert "procrastinate" not in out

@@ -120,7 +120,7 @@ crds: ## copy crds/ into the chart (charts/rara/crds is never edited by hand)
 proto: setup ## regenerate rara/v1 (Python) and api/gen/go/rara/v1 (Go) from api/proto (never edit generated code)
 	api/gen.sh
 
-schema: setup ## regenerate db/schema.sql from db/migrations (a fresh database, pg_dump)
+schema: setup ## regenerate db/schema.sql from db/ (a fresh database, pg_dump)
 	db/schema.sh
 
 bench: setup ## benchmarks against peers on this machine; prints a table, writes bench/results/

@@ -11,10 +11,11 @@ that order (rara.pg.migrate). This check fails when:
    its own file a function may call any other, except that a `LANGUAGE sql` function or a
    statement of the file may call only one defined above it: PostgreSQL resolves those names
    when the statement runs, PL/pgSQL bodies only when called;
-2. a function is defined by a migration of `db/migrations/` and by no function file:
-   migrations are history, the current definition lives in `db/functions/` (CONTRIBUTING.md,
-   "Adding a migration"). A name a later migration drops (or renames) without making it again
-   no longer exists and is fine. Names, not signatures, are compared: the functions of rara
+2. a function is defined by the baseline (`db/baseline.sql`) or a migration of
+   `db/migrations/` and by no function file (the retired chain of `db/retired/` is not read):
+   they are history, the current definition lives in `db/functions/` (CONTRIBUTING.md,
+   "Adding a migration"). A name a later migration drops (or renames) without making it
+   again no longer exists and is fine. Names, not signatures, are compared: the functions of rara
    have no overloads;
 3. a function is defined in two function files, or ORDER does not list each function file
    exactly once.
@@ -40,6 +41,7 @@ from repository_text import repository_files, root_of
 
 FUNCTIONS = "db/functions/"
 MIGRATIONS = "db/migrations/"
+BASELINE = "db/baseline.sql"
 ORDER = FUNCTIONS + "ORDER"
 
 DOLLAR_TAG = re.compile(r"\$(?:[^\W\d]\w*)?\$")
@@ -250,7 +252,7 @@ def check(root: Path) -> list[str]:
     # 2. What the migrations leave: each function they make and no later one drops.
     alive: dict[str, Statement] = {}
     migrations = sorted(f for f in files if f.startswith(MIGRATIONS) and f.endswith(".sql"))
-    for path in migrations:
+    for path in [BASELINE] * (BASELINE in files) + migrations:
         for statement in split(path, (root / path).read_text()):
             if statement.defines:
                 alive[statement.defines] = statement

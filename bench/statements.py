@@ -265,12 +265,15 @@ def _git(*args: str) -> str:
 
 
 def _database_at(server: Server, ref: str, name: str) -> str:
-    """A database of REF's schema: its migrations, then its function files, in name order."""
+    """A database of REF's schema: its baseline (where it has one), its migrations, then its
+    function files, in name order."""
     server.drop(name)
     with psycopg.connect(server.admin, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
     url = server.url.rsplit("/", 1)[0] + "/" + name
     with psycopg.connect(url, autocommit=True) as conn:
+        if "baseline.sql" in _git("ls-tree", "--name-only", f"{ref}:db").split():
+            conn.cursor().execute(_git("show", f"{ref}:db/baseline.sql"), prepare=False)
         for folder in ("db/migrations", "db/functions"):
             for file in sorted(_git("ls-tree", "--name-only", f"{ref}:{folder}").split()):
                 if file.endswith(".sql"):

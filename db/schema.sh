@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Generate db/schema.sql, the current schema, from the migrations: start a throw-away embedded
-# PostgreSQL (rara.pg.embedded, the server the tests use), migrate an empty database, dump it
+# Generate db/schema.sql, the current schema, from db/ (the baseline, the migrations, the
+# functions): start a throw-away embedded PostgreSQL (rara.pg.embedded, the server the tests
+# use), migrate an empty database, dump it
 # with that server's own pg_dump (rara.pg.migrate.schema_dump: normalised, deterministic).
 #
 #   db/schema.sh           regenerate db/schema.sql in place

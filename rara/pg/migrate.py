@@ -1,5 +1,6 @@
-"""Apply the numbered SQL files of ``db/migrations`` in order, once each; dump the schema they
-leave (``db/schema.sql``).
+"""Make a database rara's schema: the baseline (``db/baseline.sql``) on an empty one, then the
+numbered SQL files of ``db/migrations`` in order, once each, then the function files; dump the
+schema they leave (``db/schema.sql``).
 
 Why a small runner and not a migration library: the schema is plain SQL files applied
 forward-only, and what matters is (a) each file applied exactly once, (b) safe when many
@@ -17,11 +18,33 @@ replaces what an earlier one made — while any change to what the database exec
 refused. Stored as ``stmt-sha256:<hex>``.
 
 The runner before this one stored the sha256 of each file's bytes (a bare hex digest). A
-database it migrated holds those digests for 0001-0004; ``_RELEASED`` records each of them
-with the statement checksum of that same file, and the runner accepts such a row when the
-file's statements are still those (only comments or layout changed), then re-stamps the row in
-the new form. Any other bare digest is refused as a changed file. The re-stamp is one-way,
-like the migrations: a ``rara migrate`` older than this runner then refuses the database.
+database it migrated holds those digests for 0001-0004 of the retired chain (below);
+``_RELEASED`` records each of them with the statement checksum of that same file, and the
+runner accepts such a row when the file's statements are still those, then re-stamps it (as
+at the baseline now). Any other bare digest is refused as a changed file. The re-stamp is
+one-way, like the migrations: a ``rara migrate`` older than this runner then refuses the
+database.
+
+The baseline. No version of rara was ever tagged, and the 29 migrations that built the
+schema had become its history rather than its description (0003 set what 0004 undid, functions
+were redefined migration after migration). ``db/baseline.sql`` is the schema as they left it,
+in one readable file, and a new database starts from it: the runner applies it as version 29,
+``baseline``, and the migrations of ``db/migrations`` are numbered from 0030 on. They apply on
+top of it on every database, new or upgraded, so the schema has one history from there.
+
+A database an older rara built holds the rows of the retired chain (0001..0029, with their
+statement checksums, or for 0001-0004 the file checksums of ``_RELEASED``); ``_RETIRED``
+records each, and the files themselves stay, unchanged and never applied to a new database, in
+``db/retired/``. The runner recognises such a database by those rows, applies the files of the
+chain it lacks (an older rara that stopped part way, say at 0020, left a database that is no
+less rara's), then replaces the chain's rows with the baseline's, one-way, in the same
+transaction. Finishing the chain rather than refusing it costs 29 small files in the package
+and keeps every database any checkout of rara made upgradable in one step, as it was before;
+the data migrations of the chain (0011, 0017, 0018, 0019, 0026, ...) stay tested on the
+databases they were written for. A row of the chain whose checksum is none of those, or a gap
+in it, is refused naming the version: that database is not one rara's migrations built, and
+its schema would be a guess. tests/db/test_baseline.py builds a database both ways and compares
+their catalogs, and brings a filled one onto the baseline.
 
 The functions of ``db/functions/*.sql`` (every state change, see docs/least-privilege.md) are
 *repeatable*: each file says what its functions are now (``CREATE OR REPLACE``, then who may
@@ -61,7 +84,7 @@ _PREFIX = "stmt-sha256:"
 
 # version -> (sha256 of the file's bytes as the byte-checksum runner stamped it, the statement
 # checksum of that file). Computed from the files at commit b1ae7b0; never extended: newer
-# migrations are only ever stamped by statement checksum.
+# migrations are only ever stamped by statement checksum. Only the retired chain has them.
 _RELEASED: dict[int, tuple[str, str]] = {
     1: (
         "c363be227bd00d5aa60536ea5fc1019d8a3d7e104687fdcc30bb5403dbc4c225",
@@ -78,6 +101,59 @@ _RELEASED: dict[int, tuple[str, str]] = {
     4: (
         "e5cc6e231f41427720d1556918ecfb51231f3362d8c26a1eac4cd935b7a1358c",
         "stmt-sha256:852bf188131298e555c8880d93fd619a158322266c37ed3e45b63c73c53c2c14",
+    ),
+}
+
+# The baseline (db/baseline.sql) stands for the retired chain 0001-0029 and is recorded as its
+# last version; the migrations of db/migrations/ are numbered after it.
+_BASELINE = 29
+# version -> (name, statement checksum without its prefix) of each file of the retired chain
+# (db/retired/), as every database it built holds them. Never changed: it is how such a
+# database is recognised.
+_RETIRED: dict[int, tuple[str, str]] = {
+    1: ("workflow_state", "79abdde967b4d93024fff4aec67541445b7e3a7759d8469b5721261407973b95"),
+    2: ("roles", "a008582053e4b63bbe7b1473e7c9fc8cbfaed803a8c4218a9a0544433b5cd2a0"),
+    3: ("custom_plans", "90bff2e118e1f12696fd930de447d9f602d948fe3a6f2de28a35acc75764cba0"),
+    4: ("hot_path", "852bf188131298e555c8880d93fd619a158322266c37ed3e45b63c73c53c2c14"),
+    5: ("artifact_lineage", "4aa02d6e86cb80df74aeac5342eec89d3c911b5dceefcce4dccc95f2c4eec996"),
+    6: ("run_counters", "36cd6c474e5865700587891cd247bf6d7e99889dc51fc453c3cd266d4c2409e6"),
+    7: ("least_privilege", "ca11fb0fbe9b679f422f7ed0ff7181b55d172b1e56e7291bf96321d673014b3e"),
+    8: ("map_steps", "dcc8145d4f9d1fc45c20e70064df7d46b507e631a067cadac6b62f6f5f6c456d"),
+    9: ("capability_limits", "e565803df42e2b6677023dc88e6aacd6320b6e552106fa2029d85abe5ea058e2"),
+    10: (
+        "run_end_status_inlined",
+        "9372143d9cdbd687584ef8d99bad5bebad2dc4454697f7c29db60b6d393aca07",
+    ),
+    11: ("map_lists", "91602c347864149e2e64c5533eb55bc2f2866936311bba5bdcbca98e1047c4ea"),
+    12: ("trust_boundary", "ea90a1c42e087cd5558d3ce133194775fd2ae93fc9b75bf30086a3e548d968ff"),
+    13: ("step_cache", "8edf2d759f0605527e33313157408fab9eecf6dfd8dbfa29688b8e1358a12a28"),
+    14: ("schedules", "ae96c67a63da5e358aad6230a7ec3d54859ffccf03b9ce39fa8cd867ef1b6b5b"),
+    15: (
+        "fleet_executors_and_reads",
+        "ed4317f2a70586042e4922a1c6bf6e34a8d51540bccdcfbea68b02a34dc88af7",
+    ),
+    16: (
+        "cache_keyed_by_reads",
+        "c414314aae528f775ab4df2f54ddf76a1cc1b31fd6aab96370dc4164fb693717",
+    ),
+    17: ("namespaces", "6e191b7336573e5cd18ea38b336d571beb17d5742246a1be39bd3d649141f394"),
+    18: ("namespace_access", "e7fa9807a2d47bdd9c34e95c3d0cd32220ff7a9d1b7e17a5fa76a3cfffa8ff6d"),
+    19: ("fair_share", "0cda0e7ee0ac0b32ab2a06417a5096975ff660fd0f3b832935c001769e814894"),
+    20: ("concurrency_keys", "88e074bfe14ecfbd9abc3591d2952cfa870e0036188a0cd0b6b8eca50aad1ce1"),
+    21: ("waits", "1b7280c10198023d5e78cd5f385e1390ce182c113ca67b51977bcd47f7a267b3"),
+    22: ("releases", "b9a8243c3ca7b40360455586b41ba10edbca7157a91976058a8373acc798e689"),
+    23: ("run_count_successes", "bc7283b803c34711f6e0081d9b3ad641c4fb3814357bd097cb48d0bb004910d2"),
+    24: ("held_back_slots", "af52f4fa15b845c0470c4645e68c9141595a658fa0f02cd22edb7f64e34d2e53"),
+    25: ("approval_identity", "9d1fd941fd82b71a5538d2e745b6128f37bb905afa951d4c943a5977cc725833"),
+    26: (
+        "cache_entries_from_steps",
+        "e04d7e2069a190c2a9347576bc4b7494577657ad90bf7c9ef0ed637f6354f04d",
+    ),
+    27: ("access_defaults", "1a7bc55b8d95d4960cad9f5ab0f512625f3be6610f0acbd5576b7060432bab1c"),
+    28: ("schedules_refused", "67df390a0177afc5bb06bfb3504aae2c2a463c745e3e207946ae3f599379bcdf"),
+    29: (
+        "notifications_name_nothing",
+        "49eb320cc7ed18aaa0332c4ecca8c59c0cf2c80796bb3bc0530511bc9a645171",
     ),
 }
 
@@ -175,7 +251,40 @@ def canonical_sql(sql: str) -> str:
 
 
 def available() -> list[Migration]:
-    folder: Traversable = files("rara.sql") / "migrations"
+    """What a database is made of: the baseline, then the migrations of ``db/migrations``,
+    numbered from 0030 without gaps."""
+    found = _numbered(files("rara.sql") / "migrations")
+    versions = [m.version for m in found]
+    wanted = list(range(_BASELINE + 1, _BASELINE + 1 + len(found)))
+    if versions != wanted:
+        raise MigrationError(
+            f"migrations must be numbered {_BASELINE + 1:04d}.. without gaps, found {versions}"
+        )
+    return [baseline(), *found]
+
+
+def baseline() -> Migration:
+    """``db/baseline.sql``: the schema as the retired chain 0001-0029 left it."""
+    return Migration(_BASELINE, "baseline", (files("rara.sql") / "baseline.sql").read_text())
+
+
+def retired() -> list[Migration]:
+    """The retired chain (``db/retired``, 0001-0029), which finishes a database an older rara
+    left part way along it; each file is checked against the checksum every such database
+    holds (``_RETIRED``)."""
+    found = _numbered(files("rara.sql") / "retired")
+    have = {m.version: (m.name, m.checksum.removeprefix(_PREFIX)) for m in found}
+    if have != _RETIRED:
+        wrong = sorted(set(have.items()) ^ set(_RETIRED.items()))
+        raise MigrationError(
+            "db/retired/ is not the retired chain: "
+            + ", ".join(f"{v:04d}_{name}" for v, (name, _) in wrong)
+            + " differ from the files every database of that chain was built with"
+        )
+    return found
+
+
+def _numbered(folder: Traversable) -> list[Migration]:
     found = []
     for entry in folder.iterdir():
         match = _NAME.match(entry.name)
@@ -184,9 +293,6 @@ def available() -> list[Migration]:
         elif entry.name.endswith(".sql"):
             raise MigrationError(f"migration file {entry.name!r} is not named NNNN_name.sql")
     found.sort(key=lambda m: m.version)
-    versions = [m.version for m in found]
-    if versions != list(range(1, len(found) + 1)):
-        raise MigrationError(f"migrations must be numbered 1..n without gaps, found {versions}")
     return found
 
 
@@ -243,22 +349,17 @@ def migrate_database(
             conn.execute("SELECT version, checksum FROM rara_schema_migrations").fetchall()
         )
         fresh = not applied
-        done = []
+        done: list[Migration] = []
+        if migrations is None and not fresh:
+            done = _onto_baseline(conn, applied)
         for migration in available() if migrations is None else migrations:
             if migration.version in applied:
-                stored = applied[migration.version]
-                if stored == migration.checksum:
+                if applied[migration.version] == migration.checksum:
                     continue
-                if _RELEASED.get(migration.version) != (stored, migration.checksum):
-                    raise MigrationError(
-                        f"migration {migration.version:04d}_{migration.name} was changed after it "
-                        "was applied; add a new migration instead"
-                    )
-                conn.execute(  # stamped by the byte-checksum runner; same statements since
-                    "UPDATE rara_schema_migrations SET checksum = %s WHERE version = %s",
-                    (migration.checksum, migration.version),
+                raise MigrationError(
+                    f"migration {migration.version:04d}_{migration.name} was changed after it "
+                    "was applied; add a new migration instead"
                 )
-                continue
             conn.execute(migration.sql.encode())  # bytes: run the whole file as a script
             conn.execute(
                 "INSERT INTO rara_schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
@@ -276,6 +377,52 @@ def migrate_database(
     elif line is not None and migrated.isolation_changed:
         log.info("%s", line)
     return migrated
+
+
+def _onto_baseline(conn: psycopg.Connection[Any], applied: dict[int, str]) -> list[Migration]:
+    """A database the retired chain built (rows for 0001.. with their checksums): the files of
+    the chain it lacks applied, then its rows 0001-0029 replaced by the baseline's, in
+    ``applied`` too. Returns the retired migrations applied now. Anything else on or below the
+    baseline's version is left to the caller's check (a baseline row, or a changed one)."""
+    chain = sorted(v for v in applied if v <= _BASELINE)
+    base = baseline()
+    if not chain:
+        return []  # no row of the chain: the caller applies the baseline (or fails to)
+    if chain == [_BASELINE] and applied[_BASELINE] != _PREFIX + _RETIRED[_BASELINE][1]:
+        return []  # at the baseline (or a changed baseline, which the caller refuses)
+    for version in chain:
+        name, checksum = _RETIRED[version]
+        if applied[version] not in (_PREFIX + checksum, _RELEASED.get(version, ("",))[0]):
+            raise MigrationError(
+                f"migration {version:04d}_{name} of the retired chain (db/retired/) was changed "
+                "after it was applied: this database is not one rara's migrations built, and "
+                "rara will not guess its schema; restore it from a backup taken before the change"
+            )
+    if chain != list(range(1, len(chain) + 1)):
+        missing = min(set(range(1, chain[-1] + 1)) - set(chain))
+        raise MigrationError(
+            f"migration {missing:04d}_{_RETIRED[missing][0]} of the retired chain was never "
+            f"applied, though later ones were ({chain[-1]:04d} is): this database is not one "
+            "rara's migrations built; restore it from a backup"
+        )
+    done = []
+    for migration in retired()[len(chain) :]:  # where an older rara stopped: finish the chain
+        conn.execute(migration.sql.encode())
+        done.append(migration)
+    conn.execute("DELETE FROM rara_schema_migrations WHERE version <= %s", (_BASELINE,))
+    conn.execute(
+        "INSERT INTO rara_schema_migrations (version, name, checksum) VALUES (%s, %s, %s)",
+        (base.version, base.name, base.checksum),
+    )
+    for version in chain:
+        del applied[version]
+    applied[base.version] = base.checksum
+    log.info(
+        "the retired migrations 0001-%04d %s; recorded as at the baseline",
+        _BASELINE,
+        f"finished from {len(chain) + 1:04d}" if done else "all applied",
+    )
+    return done
 
 
 def _isolation(
@@ -346,13 +493,15 @@ def _apply_functions(conn: psycopg.Connection[Any], *, force: bool) -> None:
 
 
 _SCHEMA_HEADER = """\
--- The current schema of rara's database: what db/migrations/*.sql leave, applied in order.
+-- The current schema of rara's database: what db/baseline.sql, then db/migrations/*.sql in
+-- order, then the function files of db/functions/ leave.
 --
 -- Generated by db/schema.sh (`make schema`) from a freshly migrated database with pg_dump
 -- --schema-only; never edited by hand. Change the schema with a new migration, then
 -- regenerate. `make lint` (db/schema.sh --check) and tests/db/test_schema.py fail while this
--- file and the migrations disagree. Why each object is as it is: the migrations' comments.
--- The GRANTs name the cluster-wide roles 0002 creates.
+-- file and the migrations disagree. Why each object is as it is: the comments of the baseline,
+-- the migrations and the function files. The GRANTs name the cluster-wide roles the baseline
+-- creates.
 """
 
 # Lines of pg_dump's output that say how it ran, not what the schema is: version lines, the

@@ -107,6 +107,24 @@ def test_a_function_only_in_a_migration_fails(tmp_path: Path) -> None:
     ), done.stdout
 
 
+def test_a_function_only_in_the_baseline_fails_and_the_retired_chain_is_not_read(
+    tmp_path: Path,
+) -> None:
+    retired = "CREATE FUNCTION rara_gone() RETURNS integer LANGUAGE sql AS $$ SELECT 1 $$;\n"
+    baseline = (
+        "CREATE FUNCTION rara_step_end() RETURNS integer LANGUAGE sql AS $$ SELECT 1 $$;\n"
+        "CREATE FUNCTION rara_notify_run() RETURNS trigger\n"
+        "LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;\n"
+    )
+    files = {**GOOD, "db/retired/0001_first.sql": retired, "db/baseline.sql": baseline}
+    done = check_tree(SCRIPT, tmp_path, files)
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[:-1] == [
+        "db/baseline.sql:2: rara_notify_run is defined here and in no file of db/functions/: "
+        "put its current definition, with its rara_grant, in the function file of its floor"
+    ], done.stdout
+
+
 @pytest.mark.parametrize(
     ("order", "finding"),
     [

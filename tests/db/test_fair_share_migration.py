@@ -9,7 +9,7 @@ from typing import Any
 
 import psycopg
 
-from rara.pg.migrate import available, migrate
+from rara.pg.migrate import migrate, retired
 from tests.support.databases import empty_database
 from tests.support.leasing import lease_now
 
@@ -52,7 +52,7 @@ def test_0019_gives_steps_their_runs_namespace_and_queues_their_lanes(
     pg_admin_url: str,
 ) -> None:
     with empty_database(pg_admin_url, "rara_mig_fair_share") as url:
-        migrate(url, [m for m in available() if m.version <= 18])
+        migrate(url, [m for m in retired() if m.version <= 18])
         with psycopg.connect(url, autocommit=True) as conn:
             _fill_0018(conn)
             # An isolated fleet (the switch is the catalog's; a partial migration installs no

@@ -15,7 +15,7 @@ from psycopg import conninfo, sql
 from typer.testing import CliRunner
 
 from rara.cli.main import app
-from rara.pg.migrate import available, migrate, migrate_database
+from rara.pg.migrate import migrate, migrate_database, retired
 from rara.runs import start_run
 from tests.support.databases import empty_database
 from tests.support.definitions import apply
@@ -81,7 +81,7 @@ def test_a_new_database_isolates_its_namespaces(
 def test_an_upgrade_keeps_isolation_as_it_was_and_says_so(
     empty: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    migrate(empty, [m for m in available() if m.version <= 26])  # the release before
+    migrate(empty, [m for m in retired() if m.version <= 26])  # the release before
     assert not _isolated(empty)
     with caplog.at_level(logging.INFO, logger="rara.pg.migrate"):
         migrated = migrate_database(empty)

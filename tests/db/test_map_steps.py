@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from rara.cli.watch import summary
 from rara.definitions.parse import definition_from_object
 from rara.pg import steps as step_sql
-from rara.pg.migrate import available
+from rara.pg.migrate import retired
 from rara.runs import cancel_run, start_run
 from rara.states import UNLEASED_STEP_TRANSITIONS, AttemptOutcome, StepStatus
 from rara.worker.store import end_many, reap
@@ -381,7 +381,7 @@ def test_migration_0011_moves_blocked_children_into_the_list(
             FROM rara_steps m, generate_series(2, 5) AS i WHERE m.id = %s""",
             (map_id,),
         )
-    [sql] = [m.sql for m in available() if m.version == 11]
+    [sql] = [m.sql for m in retired() if m.version == 11]
     conn.execute(sql[sql.index("INSERT INTO rara_map_lists") :])
     assert conn.execute(
         "SELECT count(*) FROM rara_steps WHERE status = 'blocked' AND map_parent IS NOT NULL"

@@ -19,6 +19,7 @@ from rara.pg.migrate import (
     available,
     canonical_sql,
     migrate,
+    retired,
 )
 from rara.pg.queries import sql
 from tests.support.plans import nested_plans
@@ -168,8 +169,8 @@ def _checksums(url: str) -> list[tuple[Any, ...]]:
 def test_an_applied_migration_may_change_its_comments(database_url: str) -> None:
     first, *rest = available()
     reworded = first.sql.replace(
-        "-- A definition name; retiring it keeps every version (runs pin versions).",
-        "-- Definition names.\n--\n-- Retiring one keeps its versions: runs pin them.",
+        "-- A definition's name in a namespace; retiring it keeps every version (runs pin",
+        "-- Definition names.\n--\n-- Retiring one keeps its versions: runs pin",
     ).replace("CREATE TABLE rara_definitions (", "CREATE TABLE\n    rara_definitions\n(")
     assert reworded != first.sql
     before = _checksums(database_url)
@@ -179,9 +180,9 @@ def test_an_applied_migration_may_change_its_comments(database_url: str) -> None
 
 def test_an_applied_migration_may_not_change_its_statements(database_url: str) -> None:
     first, *rest = available()
-    changed = first.sql.replace("WITH (fillfactor = 70)", "WITH (fillfactor = 75)")
+    changed = first.sql.replace("WITH (fillfactor='80')", "WITH (fillfactor='75')")
     assert changed != first.sql
-    with pytest.raises(MigrationError, match="0001_workflow_state was changed after it"):
+    with pytest.raises(MigrationError, match="0029_baseline was changed after it"):
         migrate(database_url, [replace(first, sql=changed), *rest])
 
 
@@ -196,23 +197,23 @@ def _stamp_file_checksums(url: str, checksums: dict[int, str]) -> None:
 
 
 def test_file_checksums_of_the_released_migrations_are_accepted_and_restamped(
-    database_url: str,
+    pg_admin_url: str,
 ) -> None:
-    _stamp_file_checksums(database_url, {v: raw for v, (raw, _) in _RELEASED.items()})
-    assert migrate(database_url) == []
-    assert _checksums(database_url) == [(m.version, m.checksum) for m in available()]
+    url = _fresh(pg_admin_url, "rara_mig_released")
+    migrate(url, retired())
+    _stamp_file_checksums(url, {v: raw for v, (raw, _) in _RELEASED.items()})
+    assert migrate(url) == available()[1:]
+    assert _checksums(url) == [(m.version, m.checksum) for m in available()]
     assert all(m.checksum.startswith("stmt-sha256:") for m in available())
 
 
 def test_file_checksums_are_refused_unless_the_statements_are_those_released(
-    database_url: str,
+    pg_admin_url: str,
 ) -> None:
-    first, *rest = available()
-    _stamp_file_checksums(database_url, {1: hashlib.sha256(b"another file").hexdigest()})
-    with pytest.raises(MigrationError, match="0001_workflow_state was changed after it"):
-        migrate(database_url)
-    _stamp_file_checksums(database_url, {1: _RELEASED[1][0]})
-    changed = replace(first, sql=first.sql.replace("fillfactor = 70", "fillfactor = 75"))
-    with pytest.raises(MigrationError, match="0001_workflow_state was changed after it"):
-        migrate(database_url, [changed, *rest])
-    assert migrate(database_url) == []  # as released: accepted
+    url = _fresh(pg_admin_url, "rara_mig_released_not")
+    migrate(url, retired())
+    _stamp_file_checksums(url, {1: hashlib.sha256(b"another file").hexdigest()})
+    with pytest.raises(MigrationError, match="0001_workflow_state of the retired chain"):
+        migrate(url)
+    _stamp_file_checksums(url, {1: _RELEASED[1][0]})
+    assert migrate(url) == available()[1:]  # as released: accepted

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg import conninfo, sql
 
-from rara.pg.migrate import available, migrate
+from rara.pg.migrate import migrate, retired
 from rara.runs import start_run
 from tests.support.databases import empty_database
 from tests.support.definitions import apply
@@ -44,7 +44,7 @@ def _runs(conn: psycopg.Connection[Any]) -> list[tuple[int, str]]:
 
 def test_0018_changes_nothing_until_the_owner_isolates(pg_admin_url: str) -> None:
     with empty_database(pg_admin_url, "rara_mig_access") as url:
-        migrate(url, [m for m in available() if m.version <= 17])
+        migrate(url, [m for m in retired() if m.version <= 17])
         with psycopg.connect(url, autocommit=True) as owner:
             _fill_0017(owner)
             before = _runs(owner)

@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from rara.pg import definitions as definition_sql
-from rara.pg.migrate import available, migrate
+from rara.pg.migrate import migrate, retired
 from rara.runs import start_run
 from rara.schedules import firing
 from tests.support.databases import empty_database
@@ -75,7 +75,7 @@ def _fill(conn: psycopg.Connection[Any]) -> None:
 
 def test_0017_moves_every_row_to_default_and_the_histories_go_on(pg_admin_url: str) -> None:
     with empty_database(pg_admin_url, "rara_mig_namespaces") as url:
-        migrate(url, [m for m in available() if m.version < 17])
+        migrate(url, [m for m in retired() if m.version < 17])
         with psycopg.connect(url, autocommit=True) as conn:
             _fill(conn)
             before = {table: conn.execute(q).fetchall() for table, q in _ROWS.items()}

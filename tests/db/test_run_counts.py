@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from rara.pg.migrate import available, migrate
+from rara.pg.migrate import migrate, retired
 from rara.pg.queries import sql
 from rara.pg.runs import enqueue_many
 from rara.runs import cancel_run, start_run
@@ -190,8 +190,8 @@ def test_the_end_rule_is_inlined(conn: psycopg.Connection[Any]) -> None:
 def test_migration_counts_the_runs_that_exist(pg_admin_url: str) -> None:
     """0006 on a database with runs: their counts and dependants from their steps."""
     with empty_database(pg_admin_url, "rara_mig_counts") as url:
-        before = [m for m in available() if m.name != "run_counters"]
-        counters = next(m for m in available() if m.name == "run_counters")
+        before = [m for m in retired() if m.name != "run_counters"]
+        counters = next(m for m in retired() if m.name == "run_counters")
         migrate(url, [m for m in before if m.version < counters.version])
         with psycopg.connect(url, autocommit=True) as conn:
             # (as 0005 left it: no functions yet, only tables)

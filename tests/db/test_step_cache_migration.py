@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from rara.pg.migrate import available, migrate
+from rara.pg.migrate import migrate, retired
 from rara.runs import start_run
 from tests.support.databases import empty_database
 from tests.support.definitions import apply
@@ -16,7 +16,7 @@ from tests.support.definitions import apply
 
 def test_0013_upgrades_a_database_with_runs(pg_admin_url: str) -> None:
     with empty_database(pg_admin_url, "rara_mig_step_cache") as url:
-        migrate(url, [m for m in available() if m.version < 13])
+        migrate(url, [m for m in retired() if m.version < 13])
         with psycopg.connect(url, autocommit=True) as conn:
             # Rows as the schema before had them (its functions are not installed on a
             # partial migration: they are written for the latest schema only).
@@ -58,7 +58,7 @@ def test_0026_gives_entries_their_steps_namespace_and_drops_the_rest(pg_admin_ur
     """An entry takes the namespace of the step that wrote it; one whose step is gone (its run
     pruned), had no `cache:`, or is of another capability than the entry says is deleted."""
     with empty_database(pg_admin_url, "rara_mig_cache_namespaces") as url:
-        migrate(url, [m for m in available() if m.version < 26])
+        migrate(url, [m for m in retired() if m.version < 26])
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("INSERT INTO rara_definitions (name, namespace) VALUES ('d', 'team-a')")
             [(version,)] = conn.execute(

@@ -14,7 +14,7 @@ import pytest
 
 from rara.definitions.parse import canonical_spec, definition_from_object
 from rara.definitions.registry import apply_definition
-from rara.pg.migrate import available, migrate
+from rara.pg.migrate import migrate, retired
 from rara.runs import start_run
 from tests.support.databases import empty_database
 from tests.support.definitions import definition
@@ -240,7 +240,7 @@ def test_versions_from_before_get_the_databases_digest_and_steps(pg_admin_url: s
     """0012 on a database whose versions carry the client's digests: each gets the database's
     digest and its step rows, and the same spec applied again is still that version."""
     with empty_database(pg_admin_url, "rara_mig_trust") as url:
-        migrate(url, [m for m in available() if m.version < 12])
+        migrate(url, [m for m in retired() if m.version < 12])
         spec = canonical_spec(_real().spec)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("INSERT INTO rara_definitions (name) VALUES ('rag')")

@@ -29,6 +29,7 @@ import asyncio
 import json
 import time
 from collections.abc import Set as AbstractSet
+from functools import partial
 from typing import Any
 
 import structlog
@@ -190,16 +191,16 @@ async def _end(
         if state.lease_lost:
             return LOST
 
-    async def ended(outcome: AttemptOutcome, **ending: Any) -> AttemptEnd:
-        status = await io.end(Ending(fence, run_id, outcome, jitter=settings.jitter, **ending))
-        return LOST if status is None else AttemptEnd(outcome, status)
+    def ended(outcome: AttemptOutcome, **ending: Any) -> Ending:
+        return Ending(fence, run_id, outcome, jitter=settings.jitter, **ending)
 
-    async def write() -> AttemptEnd:
+    # What to write, decided once (None: give the lease back); only the write is retried. Plain
+    # code, not a coroutine per branch: the end is on every step's path.
+    def decide() -> Ending | None:
         if reason is StopReason.SHUTDOWN or (reason is None and isinstance(exc, NotStarted)):
-            released = await asyncio.shield(state.loop.create_task(io.release(state)))
-            return AttemptEnd(AttemptOutcome.RELEASED, StepStatus.READY) if released else LOST
+            return None
         if state.cancel_requested:
-            return await ended(AttemptOutcome.CANCELLED)
+            return ended(AttemptOutcome.CANCELLED)
         if reason in (StopReason.TIMEOUT, StopReason.HEARTBEAT_TIMEOUT):
             code, what = (
                 (ErrorCode.TIMEOUT, f"attempt exceeded its timeout of {state.step.timeout_ms} ms")
@@ -209,20 +210,16 @@ async def _end(
                     f"no progress reported for {state.step.heartbeat_timeout_ms} ms",
                 )
             )
-            return await ended(
-                AttemptOutcome.TIMED_OUT, error=timeout_json(code, what), retryable=True
-            )
+            return ended(AttemptOutcome.TIMED_OUT, error=timeout_json(code, what), retryable=True)
         if exc is not None:
-            return await ended(
-                AttemptOutcome.FAILED, error=error_json(exc), retryable=is_retryable(exc)
-            )
+            return ended(AttemptOutcome.FAILED, error=error_json(exc), retryable=is_retryable(exc))
         outcome = task.result()
         if outcome.result is not None:
             try:
                 encoded = json.dumps(outcome.result, allow_nan=False)
             except (TypeError, ValueError) as bad:
                 error = {**error_json(bad), "code": ErrorCode.RESULT_INVALID, "retryable": False}
-                return await ended(AttemptOutcome.FAILED, error=error, retryable=False)
+                return ended(AttemptOutcome.FAILED, error=error, retryable=False)
             if len(encoded) > MAX_RESULT_BYTES:
                 # Retrying would produce the same result: a terminal failure naming the limit.
                 error = {
@@ -233,7 +230,7 @@ async def _end(
                     f"of JSON; the limit is {MAX_RESULT_BYTES} — store large "
                     "outputs as artifacts (ctx.artifacts) and return their refs",
                 }
-                return await ended(AttemptOutcome.FAILED, error=error, retryable=False)
+                return ended(AttemptOutcome.FAILED, error=error, retryable=False)
         # Every manifest row, in-process or from an executor's report, passes here: a media
         # type the dashboard could not serve is refused for good, and nothing is written.
         problem = next(
@@ -247,13 +244,13 @@ async def _end(
                 "type": "InvalidMediaType",
                 "message": f"step {state.step.key!r}: {problem}",
             }
-            return await ended(AttemptOutcome.FAILED, error=error, retryable=False)
+            return ended(AttemptOutcome.FAILED, error=error, retryable=False)
         manifest = [
             {"name": a.name, "digest": a.ref.digest, "size": a.ref.size, "media_type": a.media_type}
             for a in outcome.artifacts
         ]
         reads = sorted(_reads(state, outcome))
-        return await ended(
+        return ended(
             AttemptOutcome.SUCCEEDED,
             result=outcome.result,
             artifacts=manifest,
@@ -261,8 +258,17 @@ async def _end(
             reads=reads,
         )
 
+    async def release() -> AttemptEnd:
+        released = await asyncio.shield(state.loop.create_task(io.release(state)))
+        return AttemptEnd(AttemptOutcome.RELEASED, StepStatus.READY) if released else LOST
+
     try:
-        end = await persist("attempt end", write, give_up_after=patience)
+        ending = decide()
+        if ending is None:
+            end = await persist("attempt end", release, give_up_after=patience)
+        else:
+            status = await persist("attempt end", partial(io.end, ending), give_up_after=patience)
+            end = LOST if status is None else AttemptEnd(ending.outcome, status)
     except Exception:
         _bound(state).exception("could not write the end of the attempt; its lease will expire")
         return ABANDONED

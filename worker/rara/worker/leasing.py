@@ -16,6 +16,7 @@ leaves steps leased in this worker's name that run nowhere: the lease loop gives
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 
@@ -81,9 +82,10 @@ class Leasing:
     async def _sleep(self, seconds: float) -> None:
         """Sleep until woken, stopped or ``seconds`` passed."""
         if seconds > 0 and not self.wake.is_set() and not self.stopping.is_set():
-            waiter = asyncio.get_running_loop().create_task(self.wake.wait())
-            await asyncio.wait({waiter}, timeout=seconds)
-            waiter.cancel()
+            # (no task per sleep: the wait itself, bounded)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await self.wake.wait()
 
     async def lease_loop(self) -> None:
         s = self.settings
@@ -128,7 +130,7 @@ class Leasing:
             if self.queued:  # the held-back slots' turn, if these filled the others
                 self.held_back_due.set()
             if leased:
-                slots.metrics.leased(leased, len(slots.attempts))
+                slots.metrics.leased(leased)
             if len(leased) < limit:  # the queue is empty for us: wait for a wake-up or the poll
                 delay = s.poll_seconds
                 # When to wake for a step still backing off: asked after an empty lease only.
@@ -215,4 +217,4 @@ class Leasing:
                 await asyncio.sleep(delay)
                 continue
             if leased:
-                slots.metrics.leased(leased, len(slots.attempts))
+                slots.metrics.leased(leased)

@@ -28,6 +28,7 @@ from typing import Any
 import structlog
 
 from rara.artifacts import open_store
+from rara.cache import CacheKey
 from rara.worker import cache
 from rara.worker.attempt import supervise
 from rara.worker.attempt_io import AttemptIO
@@ -220,18 +221,24 @@ class Worker:
 
     # -- one attempt ------------------------------------------------------------------------
 
-    async def _run_attempt(self, state: AttemptState) -> AttemptEnd:
-        """A cached step's shortcuts (rara.worker.cache), else its handler, supervised."""
+    def _run_attempt(self, state: AttemptState) -> Coroutine[Any, Any, AttemptEnd]:
+        """The attempt's coroutine: its handler, supervised, or first a cached step's shortcuts
+        (rara.worker.cache). Returned, not awaited here: one coroutine frame less to resume at
+        each of a step's waits."""
         step = state.step
         key = cache.key_of(step)
         if key is not None and state.stop_reason is None:
-            hit = await cache.reuse(state, key, self.io, self.artifacts)
-            if hit is not None:
-                return hit
-            state.cache_entry = cache.entry_of(step, key)
-            deferred = await cache.claim(state, self.store)
-            if deferred is not None:
-                return deferred
-        executor = self.executors[step.executor]
+            return self._run_cached(state, key)
         ctx = WorkerStepContext(state, self.io, self.artifacts)
-        return await supervise(state, executor, ctx, self.io)
+        return supervise(state, self.executors[step.executor], ctx, self.io)
+
+    async def _run_cached(self, state: AttemptState, key: CacheKey) -> AttemptEnd:
+        hit = await cache.reuse(state, key, self.io, self.artifacts)
+        if hit is not None:
+            return hit
+        state.cache_entry = cache.entry_of(state.step, key)
+        deferred = await cache.claim(state, self.store)
+        if deferred is not None:
+            return deferred
+        ctx = WorkerStepContext(state, self.io, self.artifacts)
+        return await supervise(state, self.executors[state.step.executor], ctx, self.io)

@@ -19,6 +19,7 @@ from typing import Any
 
 import structlog
 
+from rara import metrics
 from rara.worker.vocabulary import (
     ABANDONED,
     AttemptEnd,
@@ -31,6 +32,7 @@ from rara.worker.worker_metrics import WorkerMetrics
 
 log = structlog.get_logger("rara.worker")
 
+# The attempt's coroutine, made (not awaited) by the worker: run as the attempt's one task.
 Supervise = Callable[[AttemptState], Coroutine[Any, Any, AttemptEnd]]
 
 
@@ -54,6 +56,8 @@ class Slots:
         self.on_freed: Callable[[], None] = lambda: None
         self.stopping = False  # an attempt leased as the stop began is given straight back
         self.metrics = WorkerMetrics()
+        # Read when scraped, not set at every start and end.
+        metrics.RUNNING.set_function(lambda: len(self.attempts))
         self._supervisors: set[asyncio.Task[AttemptEnd]] = set()
 
     def running_for_everyone(self) -> int:
@@ -76,9 +80,14 @@ class Slots:
             state.deadline = state.started + step.timeout_ms / 1000
         if self.stopping:
             state.stop_reason = StopReason.SHUTDOWN
+        try:
+            attempt = self._supervise(state)
+        except Exception:  # as if its task had failed: logged, and its lease left to expire
+            log.exception("attempt supervisor failed", step_id=step.id)
+            return
         self.attempts[step.id] = state
         self.held_back_running += held_back
-        task = state.loop.create_task(self._supervise(state))
+        task = state.loop.create_task(attempt)
         self._supervisors.add(task)
         task.add_done_callback(partial(self._finished, state=state, held_back=held_back))
 
@@ -98,7 +107,6 @@ class Slots:
             step.capability,
             ABANDONED if t.cancelled() else t.result(),
             time.monotonic() - state.started,
-            len(self.attempts),
         )
 
     async def drain(self, grace: float, aborting: asyncio.Event) -> None:

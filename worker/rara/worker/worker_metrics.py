@@ -1,4 +1,5 @@
-"""The worker's Prometheus metrics (``rara.metrics``), labelled by capability only."""
+"""The worker's Prometheus metrics (``rara.metrics``), labelled by capability only. The gauge of
+attempts running is read when scraped (``rara.worker.slots``)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ class WorkerMetrics:
         self._retries: dict[str, Any] = {}
         self._durations: dict[str, Any] = {}
 
-    def leased(self, steps: Sequence[LeasedStep], running: int) -> None:
+    def leased(self, steps: Sequence[LeasedStep]) -> None:
         counts: dict[str, int] = {}
         for step in steps:
             counts[step.capability] = counts.get(step.capability, 0) + 1
@@ -27,9 +28,8 @@ class WorkerMetrics:
             if child is None:
                 child = self._leases[capability] = metrics.LEASES.labels(capability)
             child.inc(n)
-        metrics.RUNNING.set(running)
 
-    def ended(self, capability: str, end: AttemptEnd, seconds: float, running: int) -> None:
+    def ended(self, capability: str, end: AttemptEnd, seconds: float) -> None:
         """``end``: what the supervisor wrote; its outcome labels the completion."""
         outcome = end.outcome.value
         key = (capability, outcome)
@@ -48,4 +48,3 @@ class WorkerMetrics:
         if duration is None:
             duration = self._durations[capability] = metrics.STEP_DURATION.labels(capability)
         duration.observe(seconds)
-        metrics.RUNNING.set(running)

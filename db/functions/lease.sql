@@ -85,8 +85,9 @@ BEGIN
     END IF;
     bounds := rara_lease_budget(p_capabilities);
     full_keys := rara_lease_full_keys();
-    cursors := rara_lease_cursors(p_capabilities, p_executors, p_after_namespaces,
-                                  p_after_ranks, p_after_ats, p_after_ids);
+    cursors := CASE WHEN p_after_namespaces IS NOT NULL
+        THEN rara_lease_cursors(p_capabilities, p_executors, p_after_namespaces, p_after_ranks,
+                                p_after_ats, p_after_ids) END;
     IF cardinality(passed) = 0 THEN
         lanes := rara_lease_draw(p_capabilities, p_executors, p_limit);
         IF cardinality(lanes) = 0 THEN

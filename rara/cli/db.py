@@ -69,6 +69,8 @@ def migrate_command(
     except (MigrationError, EmbeddedPostgresError) as exc:
         _fail(exc)
         return
+    if migrated.onto_baseline:
+        console.print("recognised the retired migrations 0001-0029: recorded as at the baseline")
     if not migrated.applied:
         console.print("schema up to date")
     for m in migrated.applied:

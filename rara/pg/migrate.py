@@ -67,7 +67,7 @@ import logging
 import re
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.resources import files
 from importlib.resources.abc import Traversable
 from typing import Any
@@ -306,6 +306,8 @@ class Migrated:
     # functions and leaves it alone), and whether this call changed it.
     isolated: bool | None
     isolation_changed: bool
+    # A database of the retired chain, recorded as at the baseline by this call.
+    onto_baseline: bool = False
 
     def isolation_line(self) -> str | None:
         """What to tell whoever migrated about isolation (docs/namespaces.md, "Isolation")."""
@@ -350,7 +352,8 @@ def migrate_database(
         )
         fresh = not applied
         done: list[Migration] = []
-        if migrations is None and not fresh:
+        onto = migrations is None and not fresh and _chain_rows(applied)
+        if onto:
             done = _onto_baseline(conn, applied)
         for migration in available() if migrations is None else migrations:
             if migration.version in applied:
@@ -368,7 +371,7 @@ def migrate_database(
             done.append(migration)
         if migrations is None:  # the functions are written for the latest schema only
             _apply_functions(conn, force=bool(done))
-            migrated = _isolation(conn, done, fresh, isolation)
+            migrated = replace(_isolation(conn, done, fresh, isolation), onto_baseline=onto)
         else:
             migrated = Migrated(done, fresh, None, False)
     line = migrated.isolation_line()
@@ -379,17 +382,20 @@ def migrate_database(
     return migrated
 
 
+def _chain_rows(applied: dict[int, str]) -> bool:
+    """Whether ``applied`` holds rows of the retired chain rather than the baseline's (or
+    none): a database an older rara built."""
+    chain = [v for v in applied if v <= _BASELINE]
+    retired_last = _PREFIX + _RETIRED[_BASELINE][1]
+    return bool(chain) and (chain != [_BASELINE] or applied[_BASELINE] == retired_last)
+
+
 def _onto_baseline(conn: psycopg.Connection[Any], applied: dict[int, str]) -> list[Migration]:
     """A database the retired chain built (rows for 0001.. with their checksums): the files of
     the chain it lacks applied, then its rows 0001-0029 replaced by the baseline's, in
-    ``applied`` too. Returns the retired migrations applied now. Anything else on or below the
-    baseline's version is left to the caller's check (a baseline row, or a changed one)."""
+    ``applied`` too. Returns the retired migrations applied now."""
     chain = sorted(v for v in applied if v <= _BASELINE)
     base = baseline()
-    if not chain:
-        return []  # no row of the chain: the caller applies the baseline (or fails to)
-    if chain == [_BASELINE] and applied[_BASELINE] != _PREFIX + _RETIRED[_BASELINE][1]:
-        return []  # at the baseline (or a changed baseline, which the caller refuses)
     for version in chain:
         name, checksum = _RETIRED[version]
         if applied[version] not in (_PREFIX + checksum, _RELEASED.get(version, ("",))[0]):

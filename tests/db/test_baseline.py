@@ -14,13 +14,16 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from typer.testing import CliRunner
 
+from rara.cli.main import app
 from rara.pg.migrate import (
     MigrationError,
     _apply_functions,
     available,
     baseline,
     migrate,
+    migrate_database,
     retired,
     schema_dump,
 )
@@ -192,7 +195,12 @@ def test_a_filled_database_of_the_retired_chain_keeps_every_row_and_works_on(
         assert before["rara_step_artifacts"]
         assert before["rara_attempts"]
 
-        assert migrate(url) == []  # recognised and re-stamped: nothing to apply
+        cli = CliRunner(env={"DATABASE_URL": url, "RARA_NAMESPACE": None})
+        said = cli.invoke(app, ["migrate"])  # recognised and re-stamped: nothing to apply
+        assert said.exit_code == 0, said.output
+        assert "recorded as at the baseline" in said.output
+        assert "schema up to date" in said.output
+        assert not migrate_database(url).onto_baseline  # once
         assert _versions(url) == [(m.version, m.name, m.checksum) for m in available()]
         with psycopg.connect(url, autocommit=True) as conn:
             assert _contents(conn) == before

@@ -95,7 +95,7 @@ lint: setup ## ruff, mypy --strict, import contracts, proto lint/breaking, gener
 	@# Docs, docstrings and SQL comments name only statements that db/queries/ has.
 	$(PY) .ci/check-query-names.py
 	@# Each file of db/functions/ calls only the files before it in db/functions/ORDER, and
-	@# every function a migration made is defined in one of them.
+	@# every function the baseline or a migration made is defined in one of them.
 	$(PY) .ci/check-sql-floors.py
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .

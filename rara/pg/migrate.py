@@ -30,7 +30,9 @@ schema had become its history rather than its description (0003 set what 0004 un
 were redefined migration after migration). ``db/baseline.sql`` is the schema as they left it,
 in one readable file, and a new database starts from it: the runner applies it as version 29,
 ``baseline``, and the migrations of ``db/migrations`` are numbered from 0030 on. They apply on
-top of it on every database, new or upgraded, so the schema has one history from there.
+top of it on every database, new or upgraded, so the schema has one history from there. It
+holds no function: those its defaults, triggers and policies name are stand-ins there, which
+the function files replace in the same transaction.
 
 A database an older rara built holds the rows of the retired chain (0001..0029, with their
 statement checksums, or for 0001-0004 the file checksums of ``_RELEASED``); ``_RETIRED``

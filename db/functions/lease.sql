@@ -579,6 +579,28 @@ BEGIN
 END $$;
 SELECT rara_grant('rara_step_release_unheld', 'rara_worker');
 
+CREATE OR REPLACE FUNCTION rara_reap_turn(p_worker text)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    -- Whether it is p_worker's turn to reap: one caller a second fleet-wide takes it
+    -- (rara_reaper_turn, migration 0030). A conditional UPDATE of the one row, not an advisory
+    -- lock alone: a lock says who reaps now, not who reaped last, and the turn must outlive
+    -- the transaction that took it. SKIP LOCKED: a caller never waits for the holder's reap
+    -- (a turn taken but not yet committed is taken); one whose snapshot predates a taken turn
+    -- re-reads the row and finds it taken. Rolled back with a reap that fails: the next
+    -- caller takes it. One second is below a worker's reaper interval (default 5 s, each
+    -- worker calling on its own), so a pass still follows an expiry within one interval, as
+    -- with a single worker reaping: a dead worker is still reaped within lease + heartbeat.
+    UPDATE rara_reaper_turn t SET taken_at = now(), taken_by = p_worker
+    WHERE t.only_row AND t.only_row IN (
+        SELECT u.only_row FROM rara_reaper_turn u
+        WHERE u.only_row AND u.taken_at <= now() - interval '1 s'
+        FOR UPDATE SKIP LOCKED);
+    RETURN FOUND;
+END $$;
+SELECT rara_grant('rara_reap_turn');  -- only through rara_step_reap_expired
+
 CREATE OR REPLACE FUNCTION rara_step_reap_expired(p_worker text, p_limit integer,
                                                   p_jitter double precision)
 RETURNS TABLE (id bigint, status text)
@@ -589,8 +611,12 @@ DECLARE
     step record;
     deltas jsonb := '[]';
     map_ends jsonb := '[]';
-    back timestamptz := rara_db_return();
+    back timestamptz;
 BEGIN
+    IF NOT rara_reap_turn(p_worker) THEN
+        RETURN;  -- another caller's turn this second
+    END IF;
+    back := rara_db_return();
     -- Recover expired leases, in bounded batches, safely from every worker at once: SKIP
     -- LOCKED picks rows nobody else is touching, and the UPDATE re-checks expiry itself, so a
     -- step that completed (or was heart-beaten) since the scan is never overwritten. Needs no
@@ -651,5 +677,10 @@ BEGIN
         deltas := deltas || rara_map_children_ended(map_ends);
     END IF;
     PERFORM rara_run_count(deltas);  -- the runs last, in id order
+    IF jsonb_array_length(reaped) >= p_limit THEN
+        -- A full batch: more may have expired. The turn is handed back, so that the next
+        -- caller (this worker, whose reaper calls again at once) reaps on.
+        UPDATE rara_reaper_turn SET taken_at = '-infinity' WHERE only_row;
+    END IF;
 END $$;
 SELECT rara_grant('rara_step_reap_expired', 'rara_worker');

@@ -1,5 +1,5 @@
 -- rara 0030: typed rows for the stages of the lease and of an end (docs/lease-protocol.md,
--- "The lease's stages").
+-- "The lease's stages"), and the reaper's turn (docs/lease-protocol.md, "Reaper").
 --
 -- rara_step_lease was one scope of parallel arrays (a capability's limit and its free slots, a
 -- quota's key and its free slots, a drawn lane's capability, executor, namespace, count and
@@ -33,3 +33,14 @@ CREATE TYPE rara_step_ended AS (id bigint, attempt integer, run_id bigint, key t
                                 capability text);
 
 DROP FUNCTION IF EXISTS rara_lease_room(text[], integer[], text[], integer[], text, text);
+
+-- The reaper's turn: when a worker last took it, and which. Every worker calls the reaper
+-- (rara_step_reap_expired) every few seconds; the database hands the turn to one caller a
+-- second fleet-wide (rara_reap_turn), and the others return at once, without scanning for
+-- expired leases. One row, written only by those functions; no role may read or write it.
+CREATE TABLE rara_reaper_turn (
+    only_row boolean PRIMARY KEY DEFAULT true CHECK (only_row),
+    taken_at timestamptz NOT NULL DEFAULT '-infinity',
+    taken_by text
+);
+INSERT INTO rara_reaper_turn DEFAULT VALUES;

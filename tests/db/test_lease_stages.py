@@ -38,6 +38,7 @@ STAGES = [
     "rara_end_lineage",
     "rara_end_manifests",
     "rara_end_unblock",
+    "rara_reap_turn",
 ]
 
 
@@ -386,3 +387,44 @@ def test_unblock_readies_dependants_with_no_dependency_left(
         ("ab", "blocked", 1),
         ("after_a", "ready", 0),
     ]  # fmt: skip
+
+
+def _expire_all(conn: psycopg.Connection[Any]) -> None:
+    """The running leases expired at once (confirmed after the database's return: no grace)."""
+    conn.execute("UPDATE rara_steps SET lease_expires_at = heartbeat_at WHERE status = 'running'")
+
+
+def test_one_caller_a_second_is_given_the_reaper_s_turn(
+    conn: psycopg.Connection[Any], database_url: str
+) -> None:
+    _ready(conn, A, 4)
+    lease_now(conn, [WORK], worker="w", limit=4)
+    _expire_all(conn)
+    reap = "SELECT id FROM rara_step_reap_expired(%s, 10, 0)"
+    with psycopg.connect(database_url) as first, psycopg.connect(database_url) as second:
+        # the first's turn, not yet committed: the second does not wait, and is not given it
+        assert len(first.execute(reap, ("first",)).fetchall()) == 4
+        assert second.execute("SELECT rara_reap_turn('second')").fetchall() == [(False,)]
+        second.rollback()
+        first.commit()
+        # committed: the second, in the same second, is told it is not its turn
+        assert second.execute("SELECT rara_reap_turn('second')").fetchall() == [(False,)]
+    assert _rows(conn, "SELECT taken_by FROM rara_reaper_turn") == [("first",)]
+    # a second later (here: the turn dated back), the next caller takes it
+    _ready(conn, B, 4)  # (A's reaped steps wait out their retry's backoff)
+    assert len(lease_now(conn, [WORK], worker="w", limit=4)) == 4
+    _expire_all(conn)
+    assert _rows(conn, reap, "second") == []  # not its turn yet: nothing reaped
+    conn.execute("UPDATE rara_reaper_turn SET taken_at = taken_at - interval '1 s'")
+    assert len(_rows(conn, reap, "second")) == 4
+    assert _rows(conn, "SELECT taken_by FROM rara_reaper_turn") == [("second",)]
+
+
+def test_a_full_batch_hands_the_reaper_s_turn_back(conn: psycopg.Connection[Any]) -> None:
+    _ready(conn, A, 5)
+    lease_now(conn, [WORK], worker="w", limit=5)
+    _expire_all(conn)
+    reap = "SELECT id FROM rara_step_reap_expired('w', 3, 0)"
+    assert len(_rows(conn, reap)) == 3  # full: more may wait, the turn is free again
+    assert len(_rows(conn, reap)) == 2  # not full: the turn is kept for the second
+    assert _rows(conn, "SELECT rara_reap_turn('other')") == [(False,)]

@@ -1,11 +1,11 @@
 """The one home of every fenced write of an attempt: lease, heartbeat, progress, checkpoint,
 cache claim, end (success, failure, cancel), release and reap — the statements of
 db/queries/lease.sql (and the worker's of cache.sql), here and nowhere else, with the rows
-they answer decoded beside them (``LEASED``: a row of step_lease as a ``LeasedStep``).
-Production and tests take the same path: the module's functions run on a connection, one
-transaction each (``end_many``, ``release``, ``reap``, ``lease``), and ``WorkerStore`` runs
-them on the worker's connections. The types they take and
-give (``LeasedStep``, ``Fence``, ``Ending``) are the worker's words: ``rara.worker.vocabulary``.
+they answer decoded (``LEASED``, from ``rara.worker.lease_row``: a row of step_lease as a
+``LeasedStep``). Production and tests take the same path: the module's functions run on a
+connection, one transaction each (``end_many``, ``release``, ``reap``, ``lease``), and
+``WorkerStore`` runs them on the worker's connections. The types they take and give
+(``LeasedStep``, ``Fence``, ``Ending``) are the worker's words: ``rara.worker.vocabulary``.
 
 Every write after the lease is conditioned on its ``Fence`` (id, leased_by, lease_token,
 status = running); an empty or ``None`` answer means the fence matched nothing: the caller no
@@ -19,76 +19,41 @@ touched are counted once, in run id order, after every step row was written. Not
 scans a run's steps: the cost of an end is the same in a run of one step or of 100,000
 (migration 0006, bench/run_size.py).
 
-Why a pool (psycopg_pool) and not one connection per loop: attempts end concurrently while
-heartbeats, leases and the reaper run beside them; the pool shares a few connections among
-them, and after a server restart it replaces broken connections by itself, trying again
-about once a second (``make_pool``, ``rara.pg.reconnect``). So the loops only need to catch
-``psycopg.OperationalError`` (``PoolTimeout`` is one) and retry. The two hot paths, leases and
-the batcher's flushes, have a connection each (``HOT_PATH_SESSION``), and so has the heartbeat,
-so that no other work queues in front of it during an outage; the LISTEN connection is
-separate (``rara.worker.listener``).
+The connections these run on, and why each: ``rara.worker.connections``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
-from operator import itemgetter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 import psycopg
-from psycopg.rows import RowMaker, class_row, scalar_row
+from psycopg.rows import class_row, scalar_row
 from psycopg.types.json import Jsonb
-from psycopg_pool import AsyncConnectionPool
 
 from rara.artifacts.ref import ArtifactRef
-from rara.context import Checkpoint
 from rara.pg import cache as cache_sql
 from rara.pg import steps as step_sql
 from rara.pg import waits as wait_sql
 from rara.pg.queries import amany, avalue, sql
-from rara.pg.reconnect import CONNECT_TIMEOUT_SECONDS, async_pool_settings, dead_peer_settings
 from rara.pg.waits import Fired
 from rara.states import AttemptOutcome, StepStatus, check_step_transition
+from rara.worker.connections import HOT_PATH_SESSION as HOT_PATH_SESSION
+from rara.worker.connections import AsyncConn, OwnConnection, Pool
+from rara.worker.connections import make_pool as make_pool
+from rara.worker.lease_row import LEASED as LEASED
 from rara.worker.vocabulary import Ending, Fence, LeasedStep
 
 if TYPE_CHECKING:
-    from psycopg._cursor_base import BaseCursor
+    pass
 
-AsyncConn = psycopg.AsyncConnection[Any]
-Pool = AsyncConnectionPool[AsyncConn]
 Pairs = Sequence[tuple[str, str]]  # (capability, executor kind)
 Cursors = Mapping[str, Sequence[Any] | None]  # the lease cursors' parameters (LeaseCursors.after)
 Leases = Sequence[tuple[int, UUID]]  # (step id, lease token)
-
-
-def make_pool(url: str, size: int) -> Pool:
-    # Back within ~1 s of the database's return, however long the outage (rara.pg.reconnect:
-    # the operator's and the dashboard's pools are bound the same way).
-    return AsyncConnectionPool(
-        url,
-        kwargs={"autocommit": True, **dead_peer_settings()},
-        min_size=1,
-        max_size=size,
-        open=False,
-        timeout=10.0,
-        name="rara-worker",
-        **async_pool_settings(),
-    )
-
-
-# The hot paths' sessions (and the lease benchmark's): statements prepared on first use and
-# planned once — generic plans — without JIT, whatever the database's defaults (see WorkerStore).
-# Without sequential scans too: every statement there finds its rows by an index, but a plan
-# made while a table was nearly empty (a fresh database) would scan it, and keep scanning it
-# as it grew.
-HOT_PATH_SESSION: dict[str, Any] = {
-    "prepare_threshold": 0,
-    "options": "-c plan_cache_mode=force_generic_plan -c jit=off -c enable_seqscan=off",
-}
 
 
 async def end_many(conn: AsyncConn, endings: Sequence[Ending]) -> list[StepStatus | None]:
@@ -166,70 +131,6 @@ def _successes_json(wins: Sequence[Ending]) -> str:
         allow_nan=False,
         separators=(",", ":"),
     )
-
-
-# -- the lease row: decoded here, beside the statement that returns it ----------------------
-
-# LeasedStep's fields up to leased_at: plain columns of step_lease, taken as they are.
-_PLAIN = tuple(f.name for f in fields(LeasedStep))[:15]
-
-
-def LEASED(cursor: BaseCursor[Any, Any]) -> RowMaker[LeasedStep]:
-    """The row factory of step_lease (``lease``; tests and benchmarks that lease by hand use it
-    too): each row becomes a LeasedStep, its columns found by name once per result (a missing
-    column is a KeyError naming it; an added one is ignored), then taken by a C getter:
-    psycopg's kwargs_row cost three times as much per leased step."""
-    description = cursor.description
-    if description is None:
-        raise psycopg.ProgrammingError("step_lease returned no rows to read")
-    at = {column.name: i for i, column in enumerate(description)}
-    plain = itemgetter(*(at[name] for name in _PLAIN))
-    checkpoint, inputs, rank, available_at, namespace = (
-        at["checkpoint"],
-        at["inputs"],
-        at["rank"],
-        at["available_at"],
-        at["namespace"],
-    )
-
-    def make(values: Sequence[Any]) -> LeasedStep:
-        found = values[inputs]
-        return LeasedStep(
-            *plain(values),  # type: ignore[misc]  # the 15 fields up to leased_at
-            checkpoint=checkpoint_from_json(values[checkpoint]),
-            inputs=inputs_from_rows(found) if found else {},
-            rank=values[rank],
-            available_at=values[available_at],
-            namespace=values[namespace],
-        )
-
-    return make
-
-
-def checkpoint_from_json(value: Mapping[str, Any] | None) -> Checkpoint | None:
-    if value is None:
-        return None
-    digest = value.get("digest")
-    ref = ArtifactRef(digest, int(value["size"])) if digest is not None else None
-    return Checkpoint(
-        attempt=value["attempt"], seq=value["seq"], state=value["state"], artifact=ref
-    )
-
-
-def inputs_from_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, ArtifactRef]:
-    """Upstream manifest entries ``{key, name, digest, size, media_type}`` as the inputs map:
-    ``"<step>/<name>"`` for every artifact, and the bare name when it is unique."""
-    found: dict[str, ArtifactRef] = {}
-    bare: dict[str, list[ArtifactRef]] = {}
-    for row in rows:
-        name = row["name"]
-        ref = ArtifactRef(row["digest"], int(row["size"]), row["media_type"])
-        found[f"{row['key']}/{name}"] = ref
-        bare.setdefault(name, []).append(ref)
-    for name, refs in bare.items():
-        if len(refs) == 1 and name not in found:
-            found[name] = refs[0]
-    return found
 
 
 async def lease(
@@ -315,57 +216,20 @@ class HeldLease:
     cancel_requested: bool
 
 
-class _OwnConnection:
-    """A connection of its own for one sequential caller (the lease loop, the completion
-    batcher, the heartbeat), re-opened after a failure; a hot path's session
-    (``HOT_PATH_SESSION``)."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self._conn: psycopg.AsyncConnection[Any] | None = None
-
-    async def get(self) -> psycopg.AsyncConnection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = await psycopg.AsyncConnection.connect(
-                self.url,
-                autocommit=True,
-                connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                **HOT_PATH_SESSION,
-                **dead_peer_settings(),
-            )
-        return self._conn
-
-    def forget(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        """``conn`` is not to be used again (its caller closes it): a new one next time."""
-        if self._conn is conn:
-            self._conn = None
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
-
-
 class WorkerStore:
     """The module's fenced writes (and the worker's own row) on the worker's connections.
 
-    ``own_url``: the two hot paths — leases and the completion batcher's flushes, each
-    sequential — get a connection of their own instead, so they overlap each other and no pool
-    checkout stands in their way. Both are planned once (generic plans): planning the lease took
-    about as long as running it (0.85 of 1.6 ms for one step), on the path from a run's start
-    to its handler. Generic plans of these statements were once measured 30x slower at a
-    million ready steps; that was JIT compiling them (their row estimates cross
-    jit_above_cost), off here and for rara's database (migration 0004): the generic lease is
-    1.0 ms there against 2.0 ms custom. ``close()`` closes them.
+    ``own_url``: the leases, the completion batcher's flushes and the heartbeat get a
+    connection each (``OwnConnection``) instead of the pool's; ``close()`` closes them.
     """
 
     def __init__(self, pool: Pool, worker: str, own_url: str | None = None) -> None:
         self.pool = pool
         self.worker = worker
-        self._lease_conn = _OwnConnection(own_url) if own_url else None
-        self._held_back_conn = _OwnConnection(own_url) if own_url else None
-        self._end_conn = _OwnConnection(own_url) if own_url else None
-        self._beat_conn = _OwnConnection(own_url) if own_url else None
+        self._lease_conn = OwnConnection(own_url) if own_url else None
+        self._held_back_conn = OwnConnection(own_url) if own_url else None
+        self._end_conn = OwnConnection(own_url) if own_url else None
+        self._beat_conn = OwnConnection(own_url) if own_url else None
 
     async def close(self) -> None:
         for own in (self._lease_conn, self._held_back_conn, self._end_conn, self._beat_conn):
@@ -395,7 +259,7 @@ class WorkerStore:
 
     async def _lease_on(
         self,
-        own: _OwnConnection | None,
+        own: OwnConnection | None,
         pairs: Pairs,
         limit: int,
         lease_seconds: float,
@@ -452,7 +316,7 @@ class WorkerStore:
 
     async def _heartbeat_own(
         self,
-        own: _OwnConnection,
+        own: OwnConnection,
         capabilities: Sequence[str],
         leases: Callable[[], Leases],
         lease_seconds: float,

@@ -36,7 +36,7 @@ from rara.states import AttemptOutcome, StepStatus
 @dataclass(frozen=True, slots=True)
 class LeasedStep:
     """One attempt as leased: a row of ``step_lease``, whose columns are these fields' names
-    (the row factory ``rara.worker.store.LEASED`` builds it from them)."""
+    (the row factory ``rara.worker.lease_row.LEASED`` builds it from them)."""
 
     id: int
     run_id: int

@@ -109,10 +109,10 @@ BEGIN
         END IF;
         IF cardinality(found) > 0 AND cardinality(bounds) > 0 THEN
             found := rara_lease_fit(found, bounds);
-            bounds := rara_lease_spend(bounds, found);
         END IF;
         taken := taken || found;
         EXIT WHEN cardinality(taken) >= p_limit;
+        bounds := rara_lease_spend(bounds, found);  -- what the walk may still take
     END LOOP;
     RETURN QUERY SELECT * FROM rara_lease_take(
         p_worker, ARRAY(SELECT t.id FROM unnest(taken) AS t), p_lease_seconds);

@@ -222,6 +222,9 @@ RETURNS rara_lease_lane[]
 LANGUAGE plpgsql AS $$
 BEGIN
     -- The lanes drawn that gave fewer candidates than they drew: the walk passes them by.
+    IF cardinality(p_lanes) = 0 THEN
+        RETURN '{}';  -- a held-back lease drew none
+    END IF;
     RETURN ARRAY(
         SELECT d FROM unnest(p_lanes) AS d
         WHERE d.drawn > (SELECT count(*) FROM unnest(p_found) AS f
@@ -237,8 +240,6 @@ CREATE OR REPLACE FUNCTION rara_lease_walk(
     p_want integer)
 RETURNS rara_lease_candidate[]
 LANGUAGE plpgsql AS $$
-DECLARE
-    seen bigint[] := ARRAY(SELECT t.id FROM unnest(p_taken) AS t) || p_rejected;
 BEGIN
     -- Walk (the second round, when the probe fell short — a lane drawn had fewer ready steps
     -- than slots, or a limit or quota stopped it — and the whole of a lease into held-back
@@ -284,7 +285,8 @@ BEGIN
             FROM rara_steps s
             WHERE s.status = 'ready' AND s.capability = l.capability
               AND s.executor = l.executor AND s.namespace = l.namespace
-              AND s.available_at <= now() AND s.id <> ALL (seen)
+              AND s.available_at <= now()
+              AND s.id <> ALL (ARRAY(SELECT t.id FROM unnest(p_taken) AS t) || p_rejected)
               AND (s.concurrency_key IS NULL OR s.concurrency_key <> ALL (p_full_keys))
               AND (-s.priority, s.available_at, s.id)
                   > (coalesce(after.rank, -1001), coalesce(after.at, '-infinity'),
@@ -381,6 +383,9 @@ RETURNS rara_lease_bound[]
 LANGUAGE plpgsql AS $$
 BEGIN
     -- The bounds less what p_taken takes of each: what the next round may still take.
+    IF cardinality(p_bounds) = 0 OR cardinality(p_taken) = 0 THEN
+        RETURN p_bounds;
+    END IF;
     RETURN ARRAY(
         SELECT ROW(b.namespace, b.capability, greatest(0, b.free - (
                    SELECT count(*) FROM unnest(p_taken) AS t

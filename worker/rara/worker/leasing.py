@@ -10,7 +10,7 @@ running here: a team whose first step would otherwise wait behind another team's
 
 A lease whose answer was lost (the connection dropped between its commit and its reply)
 leaves steps leased in this worker's name that run nowhere: the lease loop gives them back
-(``release_unheld``) before it leases again, with no held-back lease in flight.
+(``Leasing.release_unheld``) before it leases again, with no held-back lease in flight.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ class Leasing:
         # Held-back slots: ``queued`` since a run started (NOTIFY rara_queued) that no lease
         # into them has looked for yet; ``held_back_due`` wakes their loop, on that or on a
         # slot's change; and a lease into them is never in flight while unheld leases are
-        # given back (``release_unheld``).
+        # given back (``Leasing.release_unheld``).
         self.queued = False
         self.held_back_due = asyncio.Event()
         self.held_back_leasing = asyncio.Lock()

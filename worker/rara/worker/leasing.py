@@ -175,9 +175,9 @@ class Leasing:
 
     async def held_back_loop(self) -> None:
         """Leases into the held-back slots: when a run started and every other slot is full,
-        the steps of the namespaces with nothing running here. Beside the lease loop, on a
-        connection of its own, so that it never waits for a batch being leased; each range
-        from its start (no cursors: the lanes it serves are new here)."""
+        the steps of the namespaces with nothing running here. Beside the lease loop, on
+        another of the pool's connections, so that it never waits for a batch being leased;
+        each range from its start (no cursors: the lanes it serves are new here)."""
         s = self.settings
         slots = self.slots
         backoff = Backoff()

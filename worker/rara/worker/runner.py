@@ -22,6 +22,7 @@ the recovery.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
@@ -37,7 +38,7 @@ from rara.worker.context import WorkerStepContext
 from rara.worker.dispatch import Executor
 from rara.worker.lease_keeping import LeaseKeeping
 from rara.worker.leasing import Leasing
-from rara.worker.listener import listen
+from rara.worker.listener import Notifications, listen
 from rara.worker.progress import ProgressWriter
 from rara.worker.retry import persist
 from rara.worker.settings import WorkerSettings
@@ -50,9 +51,18 @@ log = structlog.get_logger("rara.worker")
 
 
 class Worker:
-    def __init__(self, settings: WorkerSettings, executors: Sequence[Executor], url: str) -> None:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        executors: Sequence[Executor],
+        url: str,
+        notifications: Notifications | None = None,
+    ) -> None:
         self.settings = settings
         self.url = url
+        # A LISTEN connection of its own, or a worker group's relay of the group's one
+        # (rara.worker.group): PostgreSQL wakes every listening backend at each NOTIFY.
+        self.notifications = notifications or functools.partial(listen, url)
         self.executors = {e.kind: e for e in executors}
         self.stopping = asyncio.Event()
         self.aborting = asyncio.Event()  # second signal: skip the grace period
@@ -165,8 +175,7 @@ class Worker:
             if s.listen:
                 side.append(
                     self._spawn(
-                        listen(
-                            self.url,
+                        self.notifications(
                             on_ready=self._on_ready,
                             on_cancel=self.keeping.cancel_announced,
                             on_connect=self._on_connect,

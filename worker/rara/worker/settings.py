@@ -50,6 +50,15 @@ class WorkerSettings(ProcessSettings):
         default=None, description="Serve only these (repeatable; default: all registered)"
     )
     concurrency: int = Field(default=10, ge=1, le=1000, description="Attempts run at once")
+    # A worker group (rara.worker.group): N worker processes under one supervisor that holds
+    # the group's only LISTEN connection and relays it, since PostgreSQL wakes every listening
+    # backend of the database at each NOTIFY. `concurrency` and the rest are per process.
+    processes: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Worker processes run as one group with one LISTEN connection (1: no group)",
+    )
     # Held back from the other namespaces' steps: a team's first step leases at once, at its
     # start, however full the worker's other slots are with another team's backlog
     # (docs/namespaces.md, "Held-back slots"). Out of `concurrency`, never on top of it.

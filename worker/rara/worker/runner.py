@@ -181,8 +181,7 @@ class Worker:
                             on_connect=self._on_connect,
                             on_waits=self.waits_due.set,
                             on_queued=self._on_queued,
-                            # a heartbeat try at once: it finds when the database went away
-                            on_lost=self.keeping.heartbeat_due.set,
+                            on_lost=self._on_lost,
                         )
                     )
                 )
@@ -213,10 +212,15 @@ class Worker:
     # -- notifications (rara.worker.listener): hints to look, never orders -------------------
 
     def _on_connect(self) -> None:
-        # Notifications sent while the listener was away are gone: look now.
+        # Notifications sent while the listener was away are gone: look now; and poll long.
+        self.leasing.listener_up()
         self.leasing.wake.set()
         self.waits_due.set()
         self.leasing.queued_maybe()
+
+    def _on_lost(self) -> None:
+        self.keeping.heartbeat_due.set()  # a try at once: it finds when the database went away
+        self.leasing.listener_down()  # poll short until the listener is back
 
     def _on_ready(self, capability: str) -> None:
         if capability in self.capabilities:

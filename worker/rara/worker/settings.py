@@ -82,7 +82,18 @@ class WorkerSettings(ProcessSettings):
     cancel_grace_seconds: float = Field(
         default=2.0, ge=0, description="Grace after a cancel request"
     )
-    poll_seconds: float = Field(default=1.0, gt=0, description="Polling interval (NOTIFY fallback)")
+    poll_seconds: float = Field(
+        default=1.0, gt=0, description="Polling interval while not listening (NOTIFY fallback)"
+    )
+    # While the LISTEN connection is up, every event that makes a step leasable sends rara_ready
+    # (docs/lease-protocol.md, "Wake-ups"): the poll only covers a notification lost anyway, so
+    # an idle worker polls rarely — one lease duration by default, the time the reaper takes to
+    # recover a dead worker's steps. A retry's backoff is waited for exactly, however long this.
+    listening_poll_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Polling interval of an idle worker while LISTEN is connected",
+    )
     # How often at least a lease scans the queue from its start rather than after the last
     # step leased, NOTIFY or not (rara.worker.lease_cursor).
     lease_rescan_seconds: float = Field(

@@ -174,6 +174,24 @@ def test_sigterm_stops_the_group_gracefully(conn: psycopg.Connection[Any], group
     assert len(grp.events("worker process started")) == 2  # none restarted on the way out
 
 
+def test_a_second_sigint_skips_the_grace(conn: psycopg.Connection[Any], group: Any) -> None:
+    define(
+        conn, "long", [{"key": "s", "capability": "test.sleep_sync@1", "retry": {"maxAttempts": 1}}]
+    )
+    grp = group("hurried", 2, shutdown_grace_seconds=60.0)
+    run_id = start(conn, "long", {"seconds": 120, "slow_attempts": 1, "ignore_cancel": True})
+    wait_until(lambda: steps_of(conn, run_id)[0]["leased_by"] in grp.ids, message="the step leased")
+    grp.proc.signal(signal.SIGINT)
+    wait_until(  # the member running the step took it: its grace began
+        lambda: grp.events("stopping: waiting for running attempts"),
+        message="the first SIGINT taken",
+    )
+    grp.proc.signal(signal.SIGINT)
+    assert grp.proc.wait(20) == 0, grp.proc.output()  # not the 60 s grace
+    [step] = steps_of(conn, run_id)
+    assert (step["status"], step["releases"]) == ("ready", 1)
+
+
 def test_a_killed_member_is_restarted_and_the_run_completes(
     conn: psycopg.Connection[Any], group: Any
 ) -> None:

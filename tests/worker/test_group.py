@@ -247,3 +247,14 @@ def test_members_stop_by_themselves_when_the_supervisor_is_killed(
         timeout=20,
         message="the orphaned members stopped",
     )
+
+
+def test_a_member_that_cannot_load_its_handlers_stops_the_group(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Exit 2 (rara.worker.main): starting it again cannot help, so the group exits 2."""
+    proc = WorkerProcess(
+        database_url, "broken", tmp_path / "broken.log", processes=2, handlers="no_such.module"
+    )
+    assert proc.wait(60) == 2, proc.output()
+    assert "stopping the group" in proc.output()

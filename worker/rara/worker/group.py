@@ -135,6 +135,8 @@ class Group:
             proc = await self._start(k)
             code = await proc.wait()
             self.fanout.remove(k)
+            if proc.stdin is not None:
+                proc.stdin.close()
             del self.procs[k]
             if self.stopping.is_set():
                 # Killed by the forwarded signal itself: it had not set its handlers yet, which

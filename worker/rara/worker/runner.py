@@ -68,7 +68,7 @@ class Worker:
         self.aborting = asyncio.Event()  # second signal: skip the grace period
         self.waits_due = asyncio.Event()  # NOTIFY rara_waits: a wait with a time began
         self.pool = make_pool(url, settings.concurrency + 4)
-        self.store = WorkerStore(self.pool, settings.id)
+        self.store = WorkerStore(self.pool, settings.id, beat_url=url)
         self.batcher = CompletionBatcher(
             self.store,
             max_batch=settings.completion_batch,
@@ -203,6 +203,7 @@ class Worker:
                 await asyncio.shield(persist("stop", self.store.stop, give_up_after=5.0))
             except Exception as exc:  # the row ages out by its heartbeat anyway
                 self.log.warning("could not mark the worker stopped", error=str(exc))
+            await self.store.close()
             await self.pool.close()
             self.log.info("worker stopped")
 

@@ -43,7 +43,7 @@ from rara.pg.queries import amany, avalue, sql
 from rara.pg.waits import Fired
 from rara.states import AttemptOutcome, StepStatus, check_step_transition
 from rara.worker.connections import HOT_PATH_SESSION as HOT_PATH_SESSION
-from rara.worker.connections import AsyncConn, Pool
+from rara.worker.connections import AsyncConn, OwnConnection, Pool
 from rara.worker.connections import make_pool as make_pool
 from rara.worker.lease_row import LEASED as LEASED
 from rara.worker.vocabulary import Ending, Fence, LeasedStep
@@ -217,9 +217,14 @@ class WorkerStore:
     """The module's fenced writes (and the worker's own row) on the worker's pool
     (``rara.worker.connections``): a connection checked out per statement."""
 
-    def __init__(self, pool: Pool, worker: str) -> None:
+    def __init__(self, pool: Pool, worker: str, beat_url: str | None = None) -> None:
         self.pool = pool
         self.worker = worker
+        # Renewing held leases must not wait on the pool's reconnect back-off after an outage:
+        # while the worker holds leases the heartbeat has a connection of its own, re-opened
+        # at once; holding none, it gives that back and beats on the pool, so a worker at rest
+        # keeps two connections (``rara.worker.connections``).
+        self._beat = OwnConnection(beat_url) if beat_url else None
 
     async def lease(
         self, pairs: Pairs, limit: int, lease_seconds: float, after: Cursors | None = None
@@ -277,18 +282,30 @@ class WorkerStore:
     async def _checked_out_heartbeat(
         self, capabilities: Sequence[str], leases: Callable[[], Leases], lease_seconds: float
     ) -> dict[int, bool]:
+        if self._beat is not None:
+            if leases():
+                conn = await self._beat.get()
+                try:
+                    return await self._heartbeat(conn, capabilities, leases(), lease_seconds)
+                except BaseException:
+                    self._beat.forget(conn)
+                    await conn.close()
+                    raise
+            await self._beat.close()
         conn = await self.pool.getconn()
         try:
             answer = await self._heartbeat(conn, capabilities, leases(), lease_seconds)
         except BaseException:
-            # A failed or abandoned try: its connection is closed, not returned, so that the
-            # next try runs on a new one (the pool replaces it) rather than behind a statement
-            # the server may still be cancelling.
             await conn.close()
             await self.pool.putconn(conn)
             raise
         await self.pool.putconn(conn)
         return answer
+
+    async def close(self) -> None:
+        """The heartbeat's own connection, if open (the pool is its owner's to close)."""
+        if self._beat is not None:
+            await self._beat.close()
 
     async def _heartbeat(
         self, conn: AsyncConn, capabilities: Sequence[str], leases: Leases, lease_seconds: float

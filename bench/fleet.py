@@ -152,14 +152,13 @@ class Probe:
 
         self.url, self.hz = url, hz
         self.pool = make_pool(url, 2)
-        self.store = WorkerStore(self.pool, "probe", own_url=url)
+        self.store = WorkerStore(self.pool, "probe")
         self.conn = psycopg.connect(url, autocommit=True)
 
     async def open(self) -> None:
         await self.pool.open()
 
     async def close(self) -> None:
-        await self.store.close()
         await self.pool.close()
         self.conn.close()
 

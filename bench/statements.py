@@ -266,7 +266,7 @@ def _git(*args: str) -> str:
 
 def _database_at(server: Server, ref: str, name: str) -> str:
     """A database of REF's schema: its baseline (where it has one), its migrations, then its
-    function files, in name order."""
+    function files, in the order of its db/functions/ORDER (name order where it has none)."""
     server.drop(name)
     with psycopg.connect(server.admin, autocommit=True) as conn:
         conn.execute(f"CREATE DATABASE {name}")
@@ -275,7 +275,14 @@ def _database_at(server: Server, ref: str, name: str) -> str:
         if "baseline.sql" in _git("ls-tree", "--name-only", f"{ref}:db").split():
             conn.cursor().execute(_git("show", f"{ref}:db/baseline.sql"), prepare=False)
         for folder in ("db/migrations", "db/functions"):
-            for file in sorted(_git("ls-tree", "--name-only", f"{ref}:{folder}").split()):
+            files = sorted(_git("ls-tree", "--name-only", f"{ref}:{folder}").split())
+            if folder == "db/functions" and "ORDER" in files:  # each file calls those above it
+                files = [
+                    line.split("#")[0].strip()
+                    for line in _git("show", f"{ref}:{folder}/ORDER").splitlines()
+                    if line.split("#")[0].strip()
+                ]
+            for file in files:
                 if file.endswith(".sql"):
                     text = _git("show", f"{ref}:{folder}/{file}")
                     conn.cursor().execute(text, prepare=False)

@@ -106,7 +106,7 @@ async def one_round(steps: int) -> float:
     store = MemoryStore(steps, done)
     # The worker's connections and store, replaced where runner.py looks them up.
     setattr(runner, "make_pool", lambda url, size: _Pool())  # noqa: B010
-    setattr(runner, "WorkerStore", lambda pool, worker, own_url=None: store)  # noqa: B010
+    setattr(runner, "WorkerStore", lambda pool, worker: store)  # noqa: B010
     settings = WorkerSettings(id="path-cost", listen=False, concurrency=128, lease_batch=100)
     worker = runner.Worker(settings, [InProcessExecutor(registry)], "postgresql://unused")
     heap.settle()

@@ -91,6 +91,55 @@ CREATE TYPE public.rara_step_status AS ENUM (
     'cancelled'
 );
 
+-- FUNCTION: rara_admission_bound_changed(text, text)
+
+CREATE FUNCTION public.rara_admission_bound_changed(p_namespace text, p_capability text) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM pg_notify('rara_ready', c.capability)
+    FROM (SELECT p_capability AS capability WHERE p_capability <> '*'
+          UNION
+          SELECT l.capability FROM rara_lanes l
+          WHERE p_capability = '*' AND l.namespace = p_namespace) AS c;
+END $$;
+
+-- FUNCTION: rara_admission_freed(text[], text[], text[], integer[])
+
+CREATE FUNCTION public.rara_admission_freed(p_capabilities text[], p_namespaces text[], p_keys text[], p_maxes integer[]) RETURNS void
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF cardinality(array_remove(p_keys, NULL)) = 0
+       AND NOT EXISTS (SELECT FROM rara_capability_limits l
+                       WHERE l.capability = ANY (p_capabilities))
+       AND NOT EXISTS (SELECT FROM rara_namespace_quotas q
+                       WHERE q.namespace = ANY (p_namespaces)) THEN
+        RETURN;  -- (most ends: no bound held)
+    END IF;
+    PERFORM pg_notify('rara_ready', w.capability)
+    FROM (
+        SELECT f.capability
+        FROM unnest(p_capabilities, p_namespaces) AS f(capability, namespace)
+        WHERE EXISTS (SELECT FROM rara_capability_limits l WHERE l.capability = f.capability)
+           OR EXISTS (SELECT FROM rara_namespace_quotas q
+                      WHERE q.namespace = f.namespace AND q.capability = f.capability)
+        UNION
+        SELECT l.capability FROM rara_lanes l
+        WHERE l.namespace = ANY (ARRAY(
+            SELECT f.namespace
+            FROM unnest(p_namespaces, p_keys, p_maxes) AS f(namespace, key, max)
+            WHERE EXISTS (SELECT FROM rara_namespace_quotas q
+                          WHERE q.namespace = f.namespace AND q.capability = '*')
+               OR (f.key IS NOT NULL
+                   AND (SELECT count(*) FROM rara_steps s
+                        WHERE s.lease_expires_at IS NOT NULL AND s.concurrency_key = f.key
+                          AND s.status = 'running')
+                       + (SELECT count(*) FROM unnest(p_keys) AS k(key) WHERE k.key = f.key)
+                       >= f.max)))
+    ) AS w;
+END $$;
+
 -- FUNCTION: rara_approval_decide(bigint, text, boolean, text, text)
 
 CREATE FUNCTION public.rara_approval_decide(p_run_id bigint, p_step_key text, p_approve boolean, p_reason text, p_identity text DEFAULT NULL::text) RETURNS TABLE(step_id bigint, decision text, decided_by text, decided_at timestamp with time zone, recorded boolean)
@@ -388,6 +437,7 @@ BEGIN
         ON CONFLICT (capability) DO UPDATE SET max_running = EXCLUDED.max_running,
                                                updated_at = now();
     END IF;
+    PERFORM rara_admission_bound_changed(NULL, p_capability);
 END $$;
 
 -- FUNCTION: rara_check_run_transition()
@@ -1733,6 +1783,7 @@ BEGIN
         ON CONFLICT (namespace, capability) DO UPDATE SET max_running = EXCLUDED.max_running,
                                                           updated_at = now();
     END IF;
+    PERFORM rara_admission_bound_changed(p_namespace, p_capability);
 END $$;
 
 -- FUNCTION: rara_namespace_share_set(text, integer)
@@ -3589,6 +3640,10 @@ BEGIN
     UPDATE rara_attempts a
     SET outcome = 'released', ended_at = clock_timestamp(), ended_by = p_worker
     FROM released r WHERE a.step_id = r.id AND a.attempt = r.attempt;
+    -- What it held may let a waiting step start (its limit, quota or key).
+    PERFORM rara_admission_freed(ARRAY[s.capability], ARRAY[s.namespace],
+                                 ARRAY[s.concurrency_key], ARRAY[s.concurrency_max])
+    FROM rara_steps s WHERE s.id = p_step_id;
     RETURN false;
 END $$;
 
@@ -3825,6 +3880,13 @@ DECLARE
     with_dependants bigint[];   -- the successes that have dependants
     map bigint;
     failing bigint[];           -- the steps of p_others
+    others_ended bigint[] := '{}';  -- those whose fence matched
+    -- What the steps that stopped running held (rara_admission_freed): parallel arrays
+    freed_capabilities text[];
+    freed_namespaces text[];
+    freed_keys text[];
+    freed_maxes integer[];
+    may_free boolean;           -- a success had a key, or some limit or quota exists
 BEGIN
     -- Many ends of one worker's attempts in one transaction, each fenced on its own: the rows
     -- returned are the steps whose fence matched, with their status after the end; any other
@@ -3862,6 +3924,7 @@ BEGIN
                     USING ERRCODE = 'invalid_parameter_value';
             END IF;
             IF ended.id IS NOT NULL THEN
+                others_ended := others_ended || ended.id;
                 deltas := deltas || rara_step_end_deltas(ended.run_id, ended.key, ended.status);
                 IF ended.map_parent IS NOT NULL AND ended.status <> 'ready' THEN
                     map_ends := map_ends || jsonb_build_array(jsonb_build_object(
@@ -3888,7 +3951,8 @@ BEGIN
         -- worker)
         WHERE s.id = ANY (ARRAY(SELECT g2.id FROM given g2)) AND s.id = g.id
           AND s.leased_by = p_worker AND s.lease_token = g.token AND s.status = 'running'
-        RETURNING s.id, s.run_id, s.attempt, s.dependants, s.map_parent, s.key, s.capability
+        RETURNING s.id, s.run_id, s.attempt, s.dependants, s.map_parent, s.key, s.capability,
+                  s.concurrency_key
     ), closed AS (
         -- clock_timestamp(), here and in every end: the time the end took the step's row, not
         -- when its transaction began. An end that waited for another step's lock is then never
@@ -3904,9 +3968,25 @@ BEGIN
            coalesce(jsonb_agg(jsonb_build_object('map', done.map_parent, 'succeeded', 1,
                                                  'failed', 0))
                     FILTER (WHERE done.map_parent IS NOT NULL), '[]'),
-           coalesce(array_agg(done.id) FILTER (WHERE cardinality(done.dependants) > 0), '{}')
-    INTO succeeded, succeeded_runs, map_ends_of_successes, with_dependants
+           coalesce(array_agg(done.id) FILTER (WHERE cardinality(done.dependants) > 0), '{}'),
+           -- (in this statement, not one of its own: most batches hold no bound, and a
+           -- statement more was ~7% of the cost of ending one step)
+           coalesce(bool_or(done.concurrency_key IS NOT NULL), false)
+               OR EXISTS (SELECT FROM rara_capability_limits)
+               OR EXISTS (SELECT FROM rara_namespace_quotas)
+    INTO succeeded, succeeded_runs, map_ends_of_successes, with_dependants, may_free
     FROM done;
+    IF may_free OR cardinality(others_ended) > 0 THEN
+        -- A limit, quota or key the ended attempts held may let a waiting step start (what
+        -- they held read again by id: only here, not in the common path).
+        SELECT array_agg(s.capability), array_agg(s.namespace), array_agg(s.concurrency_key),
+               array_agg(s.concurrency_max)
+        INTO freed_capabilities, freed_namespaces, freed_keys, freed_maxes
+        FROM rara_steps s
+        WHERE s.id = ANY (ARRAY(SELECT e.id FROM unnest(succeeded) AS e) || others_ended);
+        PERFORM rara_admission_freed(freed_capabilities, freed_namespaces, freed_keys,
+                                     freed_maxes);
+    END IF;
     -- The optional parts (lease_stages.sql), each only for a batch that has it: what only
     -- some successes carry — a cache entry, the digests read, an artifact manifest — then
     -- the dependants (after the manifests: a dependant's wait may begin and show them,
@@ -4119,6 +4199,10 @@ DECLARE
     deltas jsonb := '[]';
     map_ends jsonb := '[]';
     back timestamptz;
+    freed_capabilities text[];  -- what the reaped attempts held (rara_admission_freed)
+    freed_namespaces text[];
+    freed_keys text[];
+    freed_maxes integer[];
 BEGIN
     IF NOT rara_reap_turn(p_worker) THEN
         RETURN;  -- another caller's turn this second
@@ -4155,7 +4239,8 @@ BEGIN
         WHERE s.id = e.id AND s.status = 'running' AND s.lease_expires_at < now()
           AND NOT rara_lease_alive(s.lease_expires_at, s.heartbeat_at, back, now())
         RETURNING s.id, s.run_id, s.key, s.attempt, s.status::text AS status, s.error,
-                  s.map_parent, e.ended_at
+                  s.map_parent, e.ended_at, s.capability, s.namespace, s.concurrency_key,
+                  s.concurrency_max
     ), closed AS (
         UPDATE rara_attempts a SET outcome = 'lease_expired', ended_at = u.ended_at,
             ended_by = 'reaper:' || p_worker, error = u.error
@@ -4165,8 +4250,14 @@ BEGIN
     SELECT coalesce(jsonb_agg(jsonb_build_object('id', u.id, 'run_id', u.run_id, 'key', u.key,
                                                  'status', u.status, 'map', u.map_parent)
                               ORDER BY u.run_id),
-                    '[]')
-    INTO reaped FROM updated u;
+                    '[]'),
+           array_agg(u.capability), array_agg(u.namespace), array_agg(u.concurrency_key),
+           array_agg(u.concurrency_max)
+    INTO reaped, freed_capabilities, freed_namespaces, freed_keys, freed_maxes FROM updated u;
+    IF reaped <> '[]' THEN  -- what the reaped attempts held may let a waiting step start
+        PERFORM rara_admission_freed(freed_capabilities, freed_namespaces, freed_keys,
+                                     freed_maxes);
+    END IF;
     FOR step IN
         SELECT * FROM jsonb_to_recordset(reaped) AS r(id bigint, run_id bigint, key text,
                                                       status text, map bigint)
@@ -4198,10 +4289,15 @@ CREATE FUNCTION public.rara_step_release_many(p_worker text, p_step_ids bigint[]
     SET search_path TO 'public', 'pg_temp'
     SET enable_seqscan TO 'off'
     AS $$
+DECLARE
+    ids bigint[];  -- the steps released, and what they held (rara_admission_freed)
+    freed_capabilities text[];
+    freed_namespaces text[];
+    freed_keys text[];
+    freed_maxes integer[];
 BEGIN
     -- Graceful shutdown: give leases back so another worker takes them at once. A released
     -- attempt is not a failure: `releases` keeps it out of the retry budget.
-    RETURN QUERY
     WITH released AS (
         UPDATE rara_steps s SET status = 'ready', available_at = now(),
             releases = s.releases + 1, leased_by = NULL, lease_token = NULL,
@@ -4209,13 +4305,22 @@ BEGIN
         FROM unnest(p_step_ids, p_tokens) AS h(id, token)
         WHERE s.id = ANY (p_step_ids) AND s.id = h.id AND s.lease_token = h.token
           AND s.leased_by = p_worker AND s.status = 'running'
-        RETURNING s.id, s.attempt
+        RETURNING s.id, s.attempt, s.capability, s.namespace, s.concurrency_key,
+                  s.concurrency_max
     ), closed AS (
         UPDATE rara_attempts a
         SET outcome = 'released', ended_at = clock_timestamp(), ended_by = p_worker
         FROM released r WHERE a.step_id = r.id AND a.attempt = r.attempt
     )
-    SELECT r.id FROM released r;
+    SELECT coalesce(array_agg(r.id), '{}'), array_agg(r.capability), array_agg(r.namespace),
+           array_agg(r.concurrency_key), array_agg(r.concurrency_max)
+    INTO ids, freed_capabilities, freed_namespaces, freed_keys, freed_maxes
+    FROM released r;
+    IF cardinality(ids) > 0 THEN  -- what they held may let a waiting step start
+        PERFORM rara_admission_freed(freed_capabilities, freed_namespaces, freed_keys,
+                                     freed_maxes);
+    END IF;
+    RETURN QUERY SELECT unnest(ids);
 END $$;
 
 -- FUNCTION: rara_step_release_unheld(text, bigint[])
@@ -4225,6 +4330,12 @@ CREATE FUNCTION public.rara_step_release_unheld(p_worker text, p_held bigint[]) 
     SET search_path TO 'public', 'pg_temp'
     SET enable_seqscan TO 'off'
     AS $$
+DECLARE
+    ids bigint[];  -- the steps released, and what they held (rara_admission_freed)
+    freed_capabilities text[];
+    freed_namespaces text[];
+    freed_keys text[];
+    freed_maxes integer[];
 BEGIN
     -- A lease whose answer never reached its worker (the connection dropped between the
     -- commit and the reply: a crash or a failover in the middle of the statement) is held by
@@ -4235,7 +4346,6 @@ BEGIN
     -- (rara_worker_check_login). Released, not failed: `releases` keeps it out of the retry
     -- budget. Rows locked in id order, as every end locks them (rara_step_end_lock).
     PERFORM rara_worker_check_login(p_worker);
-    RETURN QUERY
     WITH unheld AS MATERIALIZED (
         SELECT s.id FROM rara_steps s
         WHERE s.lease_expires_at IS NOT NULL  -- the running steps (rara_steps_running_expiry)
@@ -4248,13 +4358,22 @@ BEGIN
             lease_expires_at = NULL
         FROM unheld u
         WHERE s.id = u.id AND s.leased_by = p_worker AND s.status = 'running'
-        RETURNING s.id, s.attempt
+        RETURNING s.id, s.attempt, s.capability, s.namespace, s.concurrency_key,
+                  s.concurrency_max
     ), closed AS (
         UPDATE rara_attempts a
         SET outcome = 'released', ended_at = clock_timestamp(), ended_by = p_worker
         FROM released r WHERE a.step_id = r.id AND a.attempt = r.attempt
     )
-    SELECT r.id FROM released r;
+    SELECT coalesce(array_agg(r.id), '{}'), array_agg(r.capability), array_agg(r.namespace),
+           array_agg(r.concurrency_key), array_agg(r.concurrency_max)
+    INTO ids, freed_capabilities, freed_namespaces, freed_keys, freed_maxes
+    FROM released r;
+    IF cardinality(ids) > 0 THEN  -- what they held may let a waiting step start
+        PERFORM rara_admission_freed(freed_capabilities, freed_namespaces, freed_keys,
+                                     freed_maxes);
+    END IF;
+    RETURN QUERY SELECT unnest(ids);
 END $$;
 
 -- FUNCTION: rara_step_transition_allowed(public.rara_step_status, public.rara_step_status)
@@ -5757,6 +5876,14 @@ GRANT USAGE ON SCHEMA public TO rara_worker;
 GRANT USAGE ON SCHEMA public TO rara_operator;
 GRANT USAGE ON SCHEMA public TO rara_client;
 GRANT USAGE ON SCHEMA public TO rara_reader;
+
+-- ACL: FUNCTION rara_admission_bound_changed(p_namespace text, p_capability text)
+
+REVOKE ALL ON FUNCTION public.rara_admission_bound_changed(p_namespace text, p_capability text) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_admission_freed(p_capabilities text[], p_namespaces text[], p_keys text[], p_maxes integer[])
+
+REVOKE ALL ON FUNCTION public.rara_admission_freed(p_capabilities text[], p_namespaces text[], p_keys text[], p_maxes integer[]) FROM PUBLIC;
 
 -- ACL: FUNCTION rara_approval_decide(p_run_id bigint, p_step_key text, p_approve boolean, p_reason text, p_identity text)
 

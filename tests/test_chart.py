@@ -416,6 +416,38 @@ def test_a_pool_sets_its_workers_settings(helm: Path, monkeypatch: pytest.Monkey
     assert worker.handlers == ["rara_rag.demo.handlers"]  # the chart's own settings stay
 
 
+def test_a_pool_of_worker_groups(helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`processes`: a worker group per pod (one LISTEN for all), member k's metrics on the
+    port + k, declared on the container and the metrics Service; 1 by default."""
+    from rara.worker.settings import WorkerSettings
+
+    docs = render(
+        helm, "--set-json", 'pools=[{"name":"multi","capabilities":["a.b@1"],"processes":3}]'
+    )
+    [container] = named(docs, "Deployment", "rara-worker-multi")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    worker = settings_of(monkeypatch, container, WorkerSettings)
+    assert worker.processes == 3
+    port = worker.metrics_port
+    ports = {(p["name"], p["containerPort"]) for p in container["ports"]}
+    assert ports == {("metrics", port), ("metrics-1", port + 1), ("metrics-2", port + 2)}
+    service = named(docs, "Service", "rara-worker-multi-metrics")
+    assert {(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
+        ("metrics", port, "metrics"),
+        ("metrics-1", port + 1, "metrics-1"),
+        ("metrics-2", port + 2, "metrics-2"),
+    }
+    [default] = named(render(helm), "Deployment", "rara-worker-cpu")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert settings_of(monkeypatch, default, WorkerSettings).processes == 1
+    assert [p["name"] for p in default["ports"]] == ["metrics"]
+    assert "processes" in refused(
+        helm, "--set-json", 'pools=[{"name":"x","capabilities":["a.b@1"],"processes":0}]'
+    )
+
+
 def test_a_pool_setting_must_be_a_setting_name(helm: Path) -> None:
     pools = '[{"name":"cpu","capabilities":["a.b@1"],"settings":{"Held-Back":1}}]'
     assert "Held-Back" in refused(helm, "--set-json", f"pools={pools}")

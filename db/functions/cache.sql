@@ -75,6 +75,10 @@ BEGIN
     UPDATE rara_attempts a
     SET outcome = 'released', ended_at = clock_timestamp(), ended_by = p_worker
     FROM released r WHERE a.step_id = r.id AND a.attempt = r.attempt;
+    -- What it held may let a waiting step start (its limit, quota or key).
+    PERFORM rara_admission_freed(ARRAY[s.capability], ARRAY[s.namespace],
+                                 ARRAY[s.concurrency_key], ARRAY[s.concurrency_max])
+    FROM rara_steps s WHERE s.id = p_step_id;
     RETURN false;
 END $$;
 SELECT rara_grant('rara_step_cache_claim', 'rara_worker');

@@ -19,6 +19,7 @@ BEGIN
         ON CONFLICT (capability) DO UPDATE SET max_running = EXCLUDED.max_running,
                                                updated_at = now();
     END IF;
+    PERFORM rara_admission_bound_changed(NULL, p_capability);
 END $$;
 SELECT rara_grant('rara_capability_limit_set', 'rara_client', 'rara_operator');
 
@@ -62,6 +63,7 @@ BEGIN
         ON CONFLICT (namespace, capability) DO UPDATE SET max_running = EXCLUDED.max_running,
                                                           updated_at = now();
     END IF;
+    PERFORM rara_admission_bound_changed(p_namespace, p_capability);
 END $$;
 SELECT rara_grant('rara_namespace_quota_set', 'rara_client', 'rara_operator');
 
@@ -119,3 +121,68 @@ BEGIN
                    coalesce(p_timeout_ms, (rara_limits() ->> 'statement_timeout_ms')::integer));
 END $$;
 SELECT rara_grant('rara_login_limit');  -- the owner's
+
+-- Admission freed (docs/lease-protocol.md, "Wake-ups"). A ready step that a capability's limit,
+-- its namespace's quota or its concurrency key holds back becomes leasable when a step that
+-- counted against the same bound stops running — its own status never changes, so the
+-- rara_ready trigger says nothing, and an idle worker would find it only at its fallback
+-- poll, long while it listens. Every path by which a step stops running (the ends, a retry,
+-- a release, the reaper, a cache deferral) passes its steps here: parallel arrays, one
+-- element per step (p_keys and p_maxes NULL for a step without a key). For each step that
+-- held a bound a waiting step may need, rara_ready is sent with the capabilities such a step
+-- may have: its own, for a limit or a quota of its capability; for a quota of all its
+-- namespace's capabilities ('*') or a key (per namespace, shared by a group's steps of any
+-- capability), every capability queued in its namespace (its lanes) — a key only when it was
+-- full, counting this batch's ends of it (otherwise nothing waited on it). Identical payloads
+-- of one transaction are folded by PostgreSQL. A step with none of these (a fleet without
+-- limits, quotas or keys) costs this function one probe of each table and sends nothing.
+-- NOTIFY is a wake-up, never an authority: the lease's budget and key admission decide.
+CREATE OR REPLACE FUNCTION rara_admission_freed(p_capabilities text[], p_namespaces text[],
+                                                p_keys text[], p_maxes integer[])
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF cardinality(array_remove(p_keys, NULL)) = 0
+       AND NOT EXISTS (SELECT FROM rara_capability_limits l
+                       WHERE l.capability = ANY (p_capabilities))
+       AND NOT EXISTS (SELECT FROM rara_namespace_quotas q
+                       WHERE q.namespace = ANY (p_namespaces)) THEN
+        RETURN;  -- (most ends: no bound held)
+    END IF;
+    PERFORM pg_notify('rara_ready', w.capability)
+    FROM (
+        SELECT f.capability
+        FROM unnest(p_capabilities, p_namespaces) AS f(capability, namespace)
+        WHERE EXISTS (SELECT FROM rara_capability_limits l WHERE l.capability = f.capability)
+           OR EXISTS (SELECT FROM rara_namespace_quotas q
+                      WHERE q.namespace = f.namespace AND q.capability = f.capability)
+        UNION
+        SELECT l.capability FROM rara_lanes l
+        WHERE l.namespace = ANY (ARRAY(
+            SELECT f.namespace
+            FROM unnest(p_namespaces, p_keys, p_maxes) AS f(namespace, key, max)
+            WHERE EXISTS (SELECT FROM rara_namespace_quotas q
+                          WHERE q.namespace = f.namespace AND q.capability = '*')
+               OR (f.key IS NOT NULL
+                   AND (SELECT count(*) FROM rara_steps s
+                        WHERE s.lease_expires_at IS NOT NULL AND s.concurrency_key = f.key
+                          AND s.status = 'running')
+                       + (SELECT count(*) FROM unnest(p_keys) AS k(key) WHERE k.key = f.key)
+                       >= f.max)))
+    ) AS w;
+END $$;
+SELECT rara_grant('rara_admission_freed');  -- only through the paths by which a step stops running
+
+-- A step's admission, freed by a change of the bound itself: a limit or quota raised or
+-- removed may let a held-back step start (lowered, nothing: sent all the same, it is rare).
+CREATE OR REPLACE FUNCTION rara_admission_bound_changed(p_namespace text, p_capability text)
+RETURNS void
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('rara_ready', c.capability)
+    FROM (SELECT p_capability AS capability WHERE p_capability <> '*'
+          UNION
+          SELECT l.capability FROM rara_lanes l
+          WHERE p_capability = '*' AND l.namespace = p_namespace) AS c;
+END $$;
+SELECT rara_grant('rara_admission_bound_changed');  -- only through the limits' and quotas' set

@@ -83,19 +83,15 @@ class ThreadWorker:
 
 
 @asynccontextmanager
-async def worker_store(
-    url: str, worker: str, *, pool_size: int = 2, hot: bool = False
-) -> AsyncIterator[WorkerStore]:
-    """A worker's statements (``WorkerStore``) over a pool of their own, for tests that lease
-    and end attempts by hand; ``hot``: with the worker's own lease and completion connections
-    (``HOT_PATH_SESSION``), as a running worker has them."""
+async def worker_store(url: str, worker: str, *, pool_size: int = 2) -> AsyncIterator[WorkerStore]:
+    """A worker's statements (``WorkerStore``) over a pool of their own, as a running worker
+    has them (``HOT_PATH_SESSION``), for tests that lease and end attempts by hand."""
     pool = make_pool(url, pool_size)
     await pool.open()
-    store = WorkerStore(pool, worker, own_url=url if hot else None)
+    store = WorkerStore(pool, worker)
     try:
         yield store
     finally:
-        await store.close()
         await pool.close()
 
 

@@ -288,7 +288,7 @@ def test_worker_batches_completions_and_counts_them(
 async def test_hot_path_plans_made_on_empty_tables_never_scan_them(
     conn: psycopg.Connection[Any], database_url: str
 ) -> None:
-    """The worker's lease and completion connections plan each statement once (generic plans,
+    """The worker's connections plan each statement once (generic plans,
     ``HOT_PATH_SESSION``), often on a fresh database: a plan that scans a table because it was
     empty then kept scanning it as it grew (the attempts update of every completion batch read
     the whole attempts table, ~25 µs a step by a 20,000-step drain)."""
@@ -302,10 +302,9 @@ async def test_hot_path_plans_made_on_empty_tables_never_scan_them(
     )
     runs = [start(conn, "pair") for _ in range(2)]
     plans: list[str] = []
-    async with worker_store(database_url, "batcher", hot=True) as hot:
-        for own in (hot._lease_conn, hot._end_conn):
-            assert own is not None
-            c = await own.get()
+    # One connection, so that the leases and the ends run where auto_explain is loaded.
+    async with worker_store(database_url, "batcher", pool_size=1) as hot:
+        async with hot.pool.connection() as c:
             c.add_notice_handler(lambda d: plans.append(d.message_primary or ""))
             for setting in (
                 "auto_explain.log_min_duration = 0",

@@ -69,7 +69,6 @@ async def _registered_worker(url: str, tmp_path: Path, worker_id: str) -> AsyncI
         await worker.store.register(["test.echo@1"])
         yield worker
     finally:
-        await worker.store.close()
         await worker.pool.close()
 
 

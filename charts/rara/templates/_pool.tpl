@@ -15,6 +15,9 @@ spec:
   selector: {{- include "rara.selector" (dict "root" $root "component" .component) | nindent 4 }}
   ports:
     - {name: metrics, port: {{ $root.Values.metrics.port }}, targetPort: metrics}
+    {{- range $k := untilStep 1 (int (include "rara.poolProcesses" .pool)) 1 }}
+    - {name: metrics-{{ $k }}, port: {{ add $root.Values.metrics.port $k }}, targetPort: metrics-{{ $k }}}
+    {{- end }}
 {{- if $root.Values.podDisruptionBudget.enabled }}
 ---
 # maxUnavailable, not minAvailable: a pool the operator scaled to zero must not block drains.
@@ -42,6 +45,14 @@ spec:
   maxReplicas: {{ ternary .pool.maxReplicas 10 (hasKey .pool "maxReplicas") }}
   targetBacklogPerReplica: {{ ternary .pool.targetBacklogPerReplica 10 (hasKey .pool "targetBacklogPerReplica") }}
   cooldownSeconds: {{ ternary .pool.cooldownSeconds 300 (hasKey .pool "cooldownSeconds") }}
+{{- end -}}
+
+{{/*
+The worker processes of each pod of a pool: `processes`, else its settings' `processes`, else 1
+(a worker group above 1: one supervisor holding one LISTEN connection for them all).
+*/}}
+{{- define "rara.poolProcesses" -}}
+{{- .processes | default ((.settings | default dict).processes | default 1) -}}
 {{- end -}}
 
 {{- define "rara.placement" -}}

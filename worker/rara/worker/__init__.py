@@ -5,6 +5,8 @@ Its modules, from the process down to the database (``make lint`` holds them to 
 
 - ``__main__``, ``main``: a worker process (``rara worker``): settings, executors, signal
   handlers, the ``Worker``.
+- ``member``, ``group``, ``relay``: a worker group (``rara worker --processes N``): a
+  supervisor holding the group's one LISTEN connection, relaying it to N worker processes.
 - ``runner``: the ``Worker``'s loops: lease, listener, heartbeat, reaper, progress; graceful
   stop.
 - ``attempt``: one attempt's supervisor, from lease to its one final write.

@@ -1,31 +1,33 @@
-"""The worker's database connections, and why each exists.
+"""The worker's database connections, and why there are two at rest.
 
-A worker process holds at rest (``rara.worker.store.WorkerStore``, ``rara.worker.listener``):
+A worker process holds:
 
 1. **LISTEN** (``rara.worker.listener``): ``rara_ready``, ``rara_queued``, ``rara_cancel``,
    ``rara_waits``; a connection of its own, since ``notifies()`` reads it between statements.
-2. **Leases** (``OwnConnection``, hot-path session): the lease loop's ``step_lease``, one at a
-   time. Its own so that no pool checkout stands between a free slot and the next lease.
-3. **Ends** (``OwnConnection``, hot-path session): the completion batcher's ``step_end_many``,
-   beside the leases so that the two hot paths overlap.
-4. **Heartbeat** (``OwnConnection``): opened at registration, before the first lease, so that
-   no other work queues in front of it during an outage and a slow server's first
-   authentication does not eat the leases it must extend.
-5. **The pool** (``make_pool``, one connection at rest, up to ``concurrency + 4``): the rest —
-   progress, checkpoints, releases, the reaper, the firing of waits, the step cache, the
-   worker's row, the next retry time. Attempts write concurrently; the pool shares a few
-   connections among them, and after a server restart it replaces broken connections by
-   itself, trying again about once a second (``rara.pg.reconnect``). So the loops only catch
-   ``psycopg.OperationalError`` (``PoolTimeout`` is one) and retry.
+2. **The pool** (``make_pool``): every other statement of ``rara.worker.store`` — leases,
+   ends, the reaper's turn, progress, checkpoints, the step cache, the firing of waits, the
+   worker's row. One connection at rest; under load it grows to what the loops and attempts
+   use at once (the lease loop, the held-back leases, the completion batcher, each attempt's
+   writes: ``concurrency + 4`` at most), and shrinks back to one after ``IDLE_SECONDS``
+   unused. Checking one out costs microseconds when one is free; when none is, the pool opens
+   another in the background and the first returned serves the waiter. After a server
+   restart the pool replaces broken connections by itself (``rara.pg.reconnect``), so the
+   loops only catch ``psycopg.OperationalError`` (``PoolTimeout`` is one) and retry.
+3. **The heartbeat's own** (``OwnConnection``), only while the worker holds leases: renewing
+   them after an outage must not wait behind the pool's reconnect back-off or its waiters
+   (measured: a 20 s outage under a 30 s lease expired held leases when the heartbeat checked
+   out of the pool). Re-opened at once after a failure; closed when the worker holds none, and
+   the worker's row is then beaten on the pool.
 
-And with ``held_back_slots``, the held-back loop's leases on a connection of their own (opened
-at its first lease), so that it never waits for a batch being leased.
+So a fleet of idle workers costs the database two backends a worker, not five.
 
-The hot paths are planned once (generic plans): planning the lease took about as long as
-running it (0.85 of 1.6 ms for one step), on the path from a run's start to its handler.
-Generic plans of these statements were once measured 30x slower at a million ready steps; that
-was JIT compiling them (their row estimates cross jit_above_cost), off here and for rara's
-database: the generic lease is 1.0 ms there against 2.0 ms custom.
+Every connection of the pool is a hot path's session (``HOT_PATH_SESSION``): statements are
+planned once (generic plans). Planning the lease took about as long as running it (0.85 of
+1.6 ms for one step), on the path from a run's start to its handler. Generic plans of these
+statements were once measured 30x slower at a million ready steps; that was JIT compiling them
+(their row estimates cross jit_above_cost), off here and for rara's database: the generic lease
+is 1.0 ms there against 2.0 ms custom. The worker's other statements are keyed by id the same
+way, so one kind of session serves them all.
 """
 
 from __future__ import annotations
@@ -40,22 +42,6 @@ from rara.pg.reconnect import CONNECT_TIMEOUT_SECONDS, async_pool_settings, dead
 AsyncConn = psycopg.AsyncConnection[Any]
 Pool = AsyncConnectionPool[AsyncConn]
 
-
-def make_pool(url: str, size: int) -> Pool:
-    # Back within ~1 s of the database's return, however long the outage (rara.pg.reconnect:
-    # the operator's and the dashboard's pools are bound the same way).
-    return AsyncConnectionPool(
-        url,
-        kwargs={"autocommit": True, **dead_peer_settings()},
-        min_size=1,
-        max_size=size,
-        open=False,
-        timeout=10.0,
-        name="rara-worker",
-        **async_pool_settings(),
-    )
-
-
 # The hot paths' sessions (and the lease benchmark's): statements prepared on first use and
 # planned once — generic plans — without JIT, whatever the database's defaults. Without
 # sequential scans too: every statement there finds its rows by an index, but a plan made while
@@ -65,10 +51,36 @@ HOT_PATH_SESSION: dict[str, Any] = {
     "options": "-c plan_cache_mode=force_generic_plan -c jit=off -c enable_seqscan=off",
 }
 
+# A connection above the pool's one unused this long is closed (psycopg_pool looks once per
+# interval and closes one at a time): long enough that a worker between bursts keeps its
+# connections, short enough that an idle fleet is back to two backends a worker in minutes.
+IDLE_SECONDS = 60.0
+
+
+def make_pool(url: str, size: int) -> Pool:
+    # Back within ~1 s of the database's return, however long the outage (rara.pg.reconnect:
+    # the operator's and the dashboard's pools are bound the same way).
+    return AsyncConnectionPool(
+        url,
+        kwargs={
+            "autocommit": True,
+            "connect_timeout": CONNECT_TIMEOUT_SECONDS,
+            **HOT_PATH_SESSION,
+            **dead_peer_settings(),
+        },
+        min_size=1,
+        max_size=size,
+        max_idle=IDLE_SECONDS,
+        open=False,
+        timeout=10.0,
+        name="rara-worker",
+        **async_pool_settings(),
+    )
+
 
 class OwnConnection:
-    """A connection of its own for one sequential caller (the lease loop, the completion
-    batcher, the heartbeat), re-opened after a failure; a hot path's session
+    """A connection of its own for one sequential caller (the heartbeat, while it renews
+    leases), opened on first use and again after a failure; a hot path's session
     (``HOT_PATH_SESSION``)."""
 
     def __init__(self, url: str) -> None:

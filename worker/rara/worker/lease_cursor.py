@@ -63,6 +63,15 @@ class LeaseCursors:
             self._heard >= self._scan_sent and now >= self._heard_ok_at
         )
 
+    def announced_due_in(self, now: float | None = None) -> float | None:
+        """Seconds until an arrival announced since the last scan from the start was sent may
+        be looked for (0: now); None when none is pending. The lease loop wakes then, however
+        long its poll."""
+        if self._heard < self._scan_sent:
+            return None
+        now = time.monotonic() if now is None else now
+        return max(0.0, min(self._heard_ok_at, self._rescan_at) - now)
+
     def after(self, pairs: Sequence[Pair], *, from_start: bool) -> dict[str, list[Any]]:
         """The served pairs and lane cursors as ``step_lease`` takes them: a pair once per
         cursor of its lanes, or once with NULLs (from the start)."""

@@ -4,9 +4,16 @@ of the held-back slots.
 The lease loop leases in bounded batches (``lease_batch``) into the slots every namespace may
 have, after the lane cursors (``rara.worker.lease_cursor``), whenever a slot is free and a
 step may be ready: woken by ``rara_ready`` (through ``announced``), by a freed slot, or by the
-poll. The held-back loop (``held_back_slots``) leases only when a run started (``rara_queued``,
-through ``queued``) while every other slot is full, and only steps of namespaces with nothing
-running here: a team whose first step would otherwise wait behind another team's backlog.
+poll. The poll is NOTIFY's fallback, and long (``listening_poll_seconds``) while the LISTEN
+connection is up: every event that makes a step leasable then sends ``rara_ready`` — a step
+made ready, and a limit, quota or concurrency key freed (``rara_admission_freed``) — except a
+retry's backoff running out, which the loop asks for (``next_available``) after an empty
+lease. A lease that took something polls short (``poll_seconds``) once more, so that the empty
+lease that asks comes soon; and while the listener is away every poll is short
+(docs/lease-protocol.md, "Wake-ups"). The held-back loop (``held_back_slots``) leases only
+when a run started (``rara_queued``, through ``queued``) while every other slot is full, and
+only steps of namespaces with nothing running here: a team whose first step would otherwise
+wait behind another team's backlog.
 
 A lease whose answer was lost (the connection dropped between its commit and its reply)
 leaves steps leased in this worker's name that run nowhere: the lease loop gives them back
@@ -57,6 +64,12 @@ class Leasing:
         self.held_back_due = asyncio.Event()
         self.held_back_leasing = asyncio.Lock()
         self.unanswered = False  # a lease failed: it may have committed with its answer lost
+        # The LISTEN connection is up (rara.worker.listener): a notification can be missed only
+        # for an event that sends none, so the fallback poll is long. Down until it connects.
+        self.listening = False
+        # rara_ready was heard since the held-back loop's last poll: a held-back step that a
+        # limit, quota or key held may start now, so that loop polls short once.
+        self.held_back_heard = False
         slots.on_freed = self._slot_freed
 
     def _slot_freed(self) -> None:
@@ -68,9 +81,29 @@ class Leasing:
         self.wake.set()
         self.held_back_due.set()
 
+    @property
+    def poll(self) -> float:
+        """The fallback poll's interval now: long while the listener is up, never shorter
+        than ``poll_seconds``."""
+        s = self.settings
+        return max(s.poll_seconds, s.listening_poll_seconds) if self.listening else s.poll_seconds
+
+    def listener_up(self) -> None:
+        """The LISTEN connection is (re)connected; what was sent while it was away is gone,
+        so the loops look now (the runner wakes them)."""
+        self.listening = True
+
+    def listener_down(self) -> None:
+        """The LISTEN connection is lost: poll short until it is back, from now (the loops
+        sleep their long poll otherwise)."""
+        self.listening = False
+        self.wake_all()
+
     def announced(self) -> None:
-        """Steps we serve became ready (rara_ready): they may sort behind the cursors."""
+        """Steps we serve became ready, or a bound holding them back was freed (rara_ready):
+        they may sort behind the cursors."""
         self.cursors.announced()
+        self.held_back_heard = True
         self.wake.set()
 
     def queued_maybe(self) -> None:
@@ -107,8 +140,8 @@ class Leasing:
                     continue
             free = slots.free_for_everyone()
             pairs = self.pairs()
-            if free <= 0 or not pairs:
-                await self._sleep(s.poll_seconds)
+            if free <= 0 or not pairs:  # a freed slot or a new capability wakes the loop
+                await self._sleep(self.poll)
                 self.wake.clear()
                 continue
             self.wake.clear()  # before the query: a NOTIFY arriving meanwhile is not lost
@@ -132,11 +165,17 @@ class Leasing:
             if leased:
                 slots.metrics.leased(leased)
             if len(leased) < limit:  # the queue is empty for us: wait for a wake-up or the poll
-                delay = s.poll_seconds
                 # When to wake for a step still backing off: asked after an empty lease only.
-                # After a short one the attempts just started end soon and wake this loop (a
-                # slot is free), whose next lease comes back empty and asks; asking now would
-                # put a round trip between the lease and the start of its handlers.
+                # After a short one, the next lease comes soon (the short poll, or a freed
+                # slot), comes back empty and asks; asking now would put a round trip between
+                # the lease and the start of its handlers. Only an empty lease (an idle
+                # worker) waits for the long poll.
+                delay = s.poll_seconds if leased else self.poll
+                # An arrival announced while the scans from the start were held back
+                # (rara.worker.lease_cursor) is looked for as soon as they may be.
+                pending = self.cursors.announced_due_in()
+                if pending is not None:
+                    delay = min(delay, pending)
                 if not leased:
                     try:
                         soon = await self.store.next_available(pairs)
@@ -175,18 +214,22 @@ class Leasing:
 
     async def held_back_loop(self) -> None:
         """Leases into the held-back slots: when a run started and every other slot is full,
-        the steps of the namespaces with nothing running here. Beside the lease loop, on a
-        connection of its own, so that it never waits for a batch being leased; each range
-        from its start (no cursors: the lanes it serves are new here)."""
+        the steps of the namespaces with nothing running here. Beside the lease loop, on
+        another of the pool's connections, so that it never waits for a batch being leased;
+        each range from its start (no cursors: the lanes it serves are new here)."""
         s = self.settings
         slots = self.slots
         backoff = Backoff()
         while not self.stopping.is_set():
+            # The poll: rara_queued's fallback, as for rara_ready (long while listening); short
+            # once after a rara_ready, which may have freed a bound a held-back step waits on.
+            poll = s.poll_seconds if self.held_back_heard else self.poll
             try:
-                async with asyncio.timeout(s.poll_seconds):
+                async with asyncio.timeout(poll):
                     await self.held_back_due.wait()
             except TimeoutError:
-                self.queued = True  # the poll: rara_queued's fallback, as for rara_ready
+                self.queued = True
+                self.held_back_heard = False
             self.held_back_due.clear()
             spare = s.held_back_slots - slots.held_back_running
             full = slots.free_for_everyone() <= 0

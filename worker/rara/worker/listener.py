@@ -14,7 +14,8 @@ silent network partition is caught by a ping every ``ping_seconds`` of quiet.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 import psycopg
 import structlog
@@ -24,6 +25,24 @@ from rara.worker.retry import TRANSIENT, Backoff
 log = structlog.get_logger("rara.worker")
 
 READY, QUEUED, CANCEL, WAITS = "rara_ready", "rara_queued", "rara_cancel", "rara_waits"
+
+
+class Notifications(Protocol):
+    """Where a worker's notifications come from, called with its callbacks and run until
+    cancelled: ``listen`` on a connection of its own (``functools.partial(listen, url)``), or
+    a worker group's relay of its one listener (``rara.worker.relay``). Returning stops the
+    worker, as any of its loops ending does."""
+
+    def __call__(
+        self,
+        *,
+        on_ready: Callable[[str], None],
+        on_cancel: Callable[[], None],
+        on_connect: Callable[[], None],
+        on_waits: Callable[[], None],
+        on_queued: Callable[[str], None],
+        on_lost: Callable[[], None],
+    ) -> Coroutine[Any, Any, None]: ...
 
 
 async def listen(

@@ -1,6 +1,7 @@
 """Running a worker process: settings → executors → ``Worker`` under signal handlers.
 
 SIGTERM and SIGINT start a graceful stop (a second one skips the rest of the grace period).
+With ``processes`` > 1 the process is a worker group's supervisor instead (rara.worker.group).
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from rara import logs, metrics
 from rara import settings as rara_settings
 from rara.pg.connect import database_url
 from rara.secrets import redact
-from rara.worker import heap
+from rara.worker import group, heap
 from rara.worker.dispatch import Executor, InProcessExecutor
 from rara.worker.grpc_executor import GrpcExecutor
+from rara.worker.listener import Notifications
 from rara.worker.registry import RegistryError, load_registry
 from rara.worker.runner import Worker
 from rara.worker.settings import WorkerSettings
@@ -39,10 +41,10 @@ def build_executors(settings: WorkerSettings) -> list[Executor]:
     return executors
 
 
-async def serve(settings: WorkerSettings) -> None:
+async def serve(settings: WorkerSettings, notifications: Notifications | None = None) -> None:
     url = database_url(settings.database_url)
     executors = build_executors(settings)  # (the handlers' modules imported)
-    worker = Worker(settings, executors, url)
+    worker = Worker(settings, executors, url, notifications)
     heap.settle()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -69,8 +71,11 @@ async def serve(settings: WorkerSettings) -> None:
             loop.remove_signal_handler(sig)
 
 
-def run(settings: WorkerSettings) -> int:
-    """Run until SIGTERM/SIGINT; the exit code (2: handlers that cannot be loaded)."""
+def run(settings: WorkerSettings, notifications: Notifications | None = None) -> int:
+    """Run until SIGTERM/SIGINT; the exit code (2: handlers that cannot be loaded).
+    ``notifications``: a group member's relay (rara.worker.member) instead of a LISTEN."""
+    if settings.processes > 1:
+        return group.run(settings)
     logs.configure(settings.log_level, json=settings.log_json)
     structlog.contextvars.bind_contextvars(worker=settings.id)
     # uvloop where it is installed (a pinned dependency off Windows): the worker's hot path is
@@ -83,7 +88,7 @@ def run(settings: WorkerSettings) -> int:
     else:
         start = uvloop.run
     try:
-        start(serve(settings))
+        start(serve(settings, notifications))
     except (RegistryError, ImportError, FileNotFoundError) as exc:
         print(f"rara worker: {redact(str(exc))}", file=sys.stderr)
         return 2

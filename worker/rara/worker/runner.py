@@ -22,6 +22,7 @@ the recovery.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Coroutine, Sequence
 from typing import Any
 
@@ -37,7 +38,7 @@ from rara.worker.context import WorkerStepContext
 from rara.worker.dispatch import Executor
 from rara.worker.lease_keeping import LeaseKeeping
 from rara.worker.leasing import Leasing
-from rara.worker.listener import listen
+from rara.worker.listener import Notifications, listen
 from rara.worker.progress import ProgressWriter
 from rara.worker.retry import persist
 from rara.worker.settings import WorkerSettings
@@ -50,15 +51,24 @@ log = structlog.get_logger("rara.worker")
 
 
 class Worker:
-    def __init__(self, settings: WorkerSettings, executors: Sequence[Executor], url: str) -> None:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        executors: Sequence[Executor],
+        url: str,
+        notifications: Notifications | None = None,
+    ) -> None:
         self.settings = settings
         self.url = url
+        # A LISTEN connection of its own, or a worker group's relay of the group's one
+        # (rara.worker.group): PostgreSQL wakes every listening backend at each NOTIFY.
+        self.notifications = notifications or functools.partial(listen, url)
         self.executors = {e.kind: e for e in executors}
         self.stopping = asyncio.Event()
         self.aborting = asyncio.Event()  # second signal: skip the grace period
         self.waits_due = asyncio.Event()  # NOTIFY rara_waits: a wait with a time began
         self.pool = make_pool(url, settings.concurrency + 4)
-        self.store = WorkerStore(self.pool, settings.id, own_url=url)
+        self.store = WorkerStore(self.pool, settings.id, beat_url=url)
         self.batcher = CompletionBatcher(
             self.store,
             max_batch=settings.completion_batch,
@@ -165,15 +175,13 @@ class Worker:
             if s.listen:
                 side.append(
                     self._spawn(
-                        listen(
-                            self.url,
+                        self.notifications(
                             on_ready=self._on_ready,
                             on_cancel=self.keeping.cancel_announced,
                             on_connect=self._on_connect,
                             on_waits=self.waits_due.set,
                             on_queued=self._on_queued,
-                            # a heartbeat try at once: it finds when the database went away
-                            on_lost=self.keeping.heartbeat_due.set,
+                            on_lost=self._on_lost,
                         )
                     )
                 )
@@ -205,10 +213,15 @@ class Worker:
     # -- notifications (rara.worker.listener): hints to look, never orders -------------------
 
     def _on_connect(self) -> None:
-        # Notifications sent while the listener was away are gone: look now.
+        # Notifications sent while the listener was away are gone: look now; and poll long.
+        self.leasing.listener_up()
         self.leasing.wake.set()
         self.waits_due.set()
         self.leasing.queued_maybe()
+
+    def _on_lost(self) -> None:
+        self.keeping.heartbeat_due.set()  # a try at once: it finds when the database went away
+        self.leasing.listener_down()  # poll short until the listener is back
 
     def _on_ready(self, capability: str) -> None:
         if capability in self.capabilities:

@@ -50,6 +50,15 @@ class WorkerSettings(ProcessSettings):
         default=None, description="Serve only these (repeatable; default: all registered)"
     )
     concurrency: int = Field(default=10, ge=1, le=1000, description="Attempts run at once")
+    # A worker group (rara.worker.group): N worker processes under one supervisor that holds
+    # the group's only LISTEN connection and relays it, since PostgreSQL wakes every listening
+    # backend of the database at each NOTIFY. `concurrency` and the rest are per process.
+    processes: int = Field(
+        default=1,
+        ge=1,
+        le=256,
+        description="Worker processes run as one group with one LISTEN connection (1: no group)",
+    )
     # Held back from the other namespaces' steps: a team's first step leases at once, at its
     # start, however full the worker's other slots are with another team's backlog
     # (docs/namespaces.md, "Held-back slots"). Out of `concurrency`, never on top of it.
@@ -73,7 +82,18 @@ class WorkerSettings(ProcessSettings):
     cancel_grace_seconds: float = Field(
         default=2.0, ge=0, description="Grace after a cancel request"
     )
-    poll_seconds: float = Field(default=1.0, gt=0, description="Polling interval (NOTIFY fallback)")
+    poll_seconds: float = Field(
+        default=1.0, gt=0, description="Polling interval while not listening (NOTIFY fallback)"
+    )
+    # While the LISTEN connection is up, every event that makes a step leasable sends rara_ready
+    # (docs/lease-protocol.md, "Wake-ups"): the poll only covers a notification lost anyway, so
+    # an idle worker polls rarely — one lease duration by default, the time the reaper takes to
+    # recover a dead worker's steps. A retry's backoff is waited for exactly, however long this.
+    listening_poll_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Polling interval of an idle worker while LISTEN is connected",
+    )
     # How often at least a lease scans the queue from its start rather than after the last
     # step leased, NOTIFY or not (rara.worker.lease_cursor).
     lease_rescan_seconds: float = Field(

@@ -28,7 +28,7 @@ import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 import psycopg
@@ -47,9 +47,6 @@ from rara.worker.connections import AsyncConn, OwnConnection, Pool
 from rara.worker.connections import make_pool as make_pool
 from rara.worker.lease_row import LEASED as LEASED
 from rara.worker.vocabulary import Ending, Fence, LeasedStep
-
-if TYPE_CHECKING:
-    pass
 
 Pairs = Sequence[tuple[str, str]]  # (capability, executor kind)
 Cursors = Mapping[str, Sequence[Any] | None]  # the lease cursors' parameters (LeaseCursors.after)
@@ -217,30 +214,23 @@ class HeldLease:
 
 
 class WorkerStore:
-    """The module's fenced writes (and the worker's own row) on the worker's connections.
+    """The module's fenced writes (and the worker's own row) on the worker's pool
+    (``rara.worker.connections``): a connection checked out per statement."""
 
-    ``own_url``: the leases, the completion batcher's flushes and the heartbeat get a
-    connection each (``OwnConnection``) instead of the pool's; ``close()`` closes them.
-    """
-
-    def __init__(self, pool: Pool, worker: str, own_url: str | None = None) -> None:
+    def __init__(self, pool: Pool, worker: str, beat_url: str | None = None) -> None:
         self.pool = pool
         self.worker = worker
-        self._lease_conn = OwnConnection(own_url) if own_url else None
-        self._held_back_conn = OwnConnection(own_url) if own_url else None
-        self._end_conn = OwnConnection(own_url) if own_url else None
-        self._beat_conn = OwnConnection(own_url) if own_url else None
-
-    async def close(self) -> None:
-        for own in (self._lease_conn, self._held_back_conn, self._end_conn, self._beat_conn):
-            if own is not None:
-                await own.close()
+        # Renewing held leases must not wait on the pool's reconnect back-off after an outage:
+        # while the worker holds leases the heartbeat has a connection of its own, re-opened
+        # at once; holding none, it gives that back and beats on the pool, so a worker at rest
+        # keeps two connections (``rara.worker.connections``).
+        self._beat = OwnConnection(beat_url) if beat_url else None
 
     async def lease(
         self, pairs: Pairs, limit: int, lease_seconds: float, after: Cursors | None = None
     ) -> list[LeasedStep]:
-        """``lease`` on the lease loop's own connection (the pool's without one)."""
-        return await self._lease_on(self._lease_conn, pairs, limit, lease_seconds, after)
+        async with self.pool.connection() as conn:
+            return await lease(conn, self.worker, pairs, limit, lease_seconds, after)
 
     async def lease_held_back(
         self,
@@ -250,32 +240,10 @@ class WorkerStore:
         after: Cursors | None,
         passing: Sequence[str],
     ) -> list[LeasedStep]:
-        """``lease`` into held-back slots, passing by ``passing``'s namespaces, on a
-        connection of its own (opened at the first such lease): it runs beside the lease
-        loop's."""
-        return await self._lease_on(
-            self._held_back_conn, pairs, limit, lease_seconds, after, passing
-        )
-
-    async def _lease_on(
-        self,
-        own: OwnConnection | None,
-        pairs: Pairs,
-        limit: int,
-        lease_seconds: float,
-        after: Cursors | None,
-        passing: Sequence[str] = (),
-    ) -> list[LeasedStep]:
-        if own is None:
-            async with self.pool.connection() as conn:
-                return await lease(conn, self.worker, pairs, limit, lease_seconds, after, passing)
-        try:
-            return await lease(
-                await own.get(), self.worker, pairs, limit, lease_seconds, after, passing
-            )
-        except psycopg.OperationalError:
-            await own.close()  # a new connection next time
-            raise
+        """``lease`` into held-back slots, passing by ``passing``'s namespaces: beside the
+        lease loop's, on another of the pool's connections."""
+        async with self.pool.connection() as conn:
+            return await lease(conn, self.worker, pairs, limit, lease_seconds, after, passing)
 
     async def next_available(self, pairs: Pairs) -> float | None:
         async with self.pool.connection() as conn:
@@ -294,16 +262,13 @@ class WorkerStore:
 
         ``leases()`` is asked once a connection is at hand, just before the statement is sent:
         a list read before a wait for a connection could name attempts given up meanwhile.
-        On the heartbeat's own connection, one try takes ``within`` seconds at most (the
+        One try takes ``within`` seconds at most, the wait for a connection included (the
         caller's ``heartbeat_within``: until the earliest lease's horizon); one still without an
         answer then is abandoned with its connection and fails as ``OperationalError``, so the
         caller tries again on a new one.
         """
-        if self._beat_conn is None:
-            async with self.pool.connection() as conn:
-                return await self._heartbeat(conn, capabilities, leases(), lease_seconds)
         beat = asyncio.ensure_future(
-            self._heartbeat_own(self._beat_conn, capabilities, leases, lease_seconds)
+            self._checked_out_heartbeat(capabilities, leases, lease_seconds)
         )
         done, _ = await asyncio.wait({beat}, timeout=within)
         if not done:
@@ -314,20 +279,33 @@ class WorkerStore:
             raise psycopg.OperationalError(f"no heartbeat answer within {within:.1f} s")
         return beat.result()
 
-    async def _heartbeat_own(
-        self,
-        own: OwnConnection,
-        capabilities: Sequence[str],
-        leases: Callable[[], Leases],
-        lease_seconds: float,
+    async def _checked_out_heartbeat(
+        self, capabilities: Sequence[str], leases: Callable[[], Leases], lease_seconds: float
     ) -> dict[int, bool]:
-        conn = await own.get()
+        if self._beat is not None:
+            if leases():
+                conn = await self._beat.get()
+                try:
+                    return await self._heartbeat(conn, capabilities, leases(), lease_seconds)
+                except BaseException:
+                    self._beat.forget(conn)
+                    await conn.close()
+                    raise
+            await self._beat.close()
+        conn = await self.pool.getconn()
         try:
-            return await self._heartbeat(conn, capabilities, leases(), lease_seconds)
-        except BaseException:  # a failed or abandoned try: a new connection next time
-            own.forget(conn)
+            answer = await self._heartbeat(conn, capabilities, leases(), lease_seconds)
+        except BaseException:
             await conn.close()
+            await self.pool.putconn(conn)
             raise
+        await self.pool.putconn(conn)
+        return answer
+
+    async def close(self) -> None:
+        """The heartbeat's own connection, if open (the pool is its owner's to close)."""
+        if self._beat is not None:
+            await self._beat.close()
 
     async def _heartbeat(
         self, conn: AsyncConn, capabilities: Sequence[str], leases: Leases, lease_seconds: float
@@ -385,15 +363,9 @@ class WorkerStore:
     # -- the end of an attempt: one transaction each ---------------------------------------
 
     async def end_many(self, endings: Sequence[Ending]) -> list[StepStatus | None]:
-        """``end_many`` on the batcher's own connection (the completion batcher's flush)."""
-        if self._end_conn is None:
-            async with self.pool.connection() as conn:
-                return await end_many(conn, endings)
-        try:
-            return await end_many(await self._end_conn.get(), endings)
-        except psycopg.OperationalError:
-            await self._end_conn.close()  # a new connection next time
-            raise
+        """``end_many``: the completion batcher's flush."""
+        async with self.pool.connection() as conn:
+            return await end_many(conn, endings)
 
     async def release(self, leases: Sequence[tuple[int, UUID]]) -> list[int]:
         async with self.pool.connection() as conn:
@@ -451,10 +423,6 @@ class WorkerStore:
                     "executors": Jsonb(list(executors)),
                 },
             )
-        if self._beat_conn is not None:
-            # Before the first lease: the heartbeat's connection is not first opened (and
-            # authenticated, slow on a busy server) while leases it must extend run out.
-            await self._beat_conn.get()
 
     async def stop(self) -> None:
         async with self.pool.connection() as conn:

@@ -16,7 +16,13 @@ from typing import Annotated, Any, ParamSpec, TypeVar, cast
 
 import psycopg
 import typer
-from rich.console import Console, HighlighterType, JustifyMethod, OverflowMethod
+from rich.console import (
+    Console,
+    ConsoleDimensions,
+    HighlighterType,
+    JustifyMethod,
+    OverflowMethod,
+)
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
@@ -55,7 +61,30 @@ def literal(value: object, style: str | Style = "") -> Text:
     return Text(visible(str(value)), style=style)
 
 
-class LiteralConsole(Console):
+#: Columns of a console that writes to no terminal (a pipe, a log file) with no COLUMNS: wide
+#: enough for every table rara prints without a cut cell (rich's default there is 80).
+PIPED_WIDTH = 200
+
+
+class WideWhenPiped(Console):
+    """A console whose tables are not cut at 80 columns in a pipe or a log file (`make demo
+    | tee`, CI): writing to no terminal, and with no COLUMNS to say otherwise, it is
+    ``PIPED_WIDTH`` wide; on a terminal, the terminal's width."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        columns = self._environ.get("COLUMNS", "")
+        if self._width is None and not columns.isdigit() and not self.is_terminal:
+            return ConsoleDimensions(PIPED_WIDTH, size.height)
+        return size
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+class LiteralConsole(WideWhenPiped):
     """A console on which every string is data (``literal``): printed or in a Table's cell or
     title, nothing in it is read as markup or emoji, and control characters show as escapes.
     Styling is Text (``literal(…, style)``, ``Text.assemble``)."""

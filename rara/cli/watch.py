@@ -168,15 +168,23 @@ def _update(
 
 
 def summary(url: str, run_id: int) -> Table:
-    """Per step: status, attempts, duration, key result fields, and the artifacts."""
+    """Per step: status, attempts, duration, key result fields, and the artifacts; a map's
+    children in its row, and the caption says how many steps that makes in all (the count
+    `rara runs list` and the dashboard give)."""
     with psycopg.connect(url, autocommit=True) as conn:
         steps = step_sql.list_progress(conn, run_id)
+        counted = runs.status_many(conn, [run_id])
         made: dict[str, list[str]] = {}
         for a in artifacts.list_for_run(conn, run_id):
             made.setdefault(a.key, []).append(f"{a.name} {a.digest[7:19]}… {a.size}B")
     table = Table(
         "step", "status", "attempts", "time", "result", "artifacts", title=f"run {run_id}"
     )
+    maps = ", ".join(s.key for s in steps if s.is_map)
+    if counted and counted[0].total != len(steps) and maps:
+        table.caption = literal(
+            f"{counted[0].total} steps in all, each child of {maps} counted as a step"
+        )
     for s in steps:
         took = ""
         if s.started_at and s.finished_at:

@@ -1,13 +1,18 @@
 """Output that reads well anywhere: in a pipe (no terminal) `runs watch` prints a plain line
-per change and `runs show --events` one line per event; cut text ends in an ellipsis."""
+per change, `runs show --events` one line per event and tables are not cut at 80 columns;
+cut text ends in an ellipsis."""
 
 from __future__ import annotations
 
+import io
 from typing import Any
 
 import psycopg
+import pytest
+from rich.table import Table
 from typer.testing import CliRunner
 
+from rara.cli.common import PIPED_WIDTH, WideWhenPiped
 from rara.cli.main import app
 from rara.cli.watch import shorten
 from tests.support.runs import define, start, wait_run
@@ -75,3 +80,22 @@ def test_start_quiet_prints_only_the_run_id(
         (run_id,),
     ).fetchone()
     assert row == ("quiet",)
+
+
+def test_in_a_pipe_tables_are_wide_unless_columns_says_otherwise(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Written to no terminal, rich would cut a table at 80 columns (`documents=3…` in `make
+    demo | tee`): rara's consoles are PIPED_WIDTH wide there, and COLUMNS still decides."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    out = io.StringIO()
+    piped = WideWhenPiped(file=out)
+    assert piped.width == PIPED_WIDTH
+    table = Table("step", "result")
+    table.add_row("collect", "documents=3, " + "characters=1102899, " * 5 + "end")
+    piped.print(table)
+    assert "end" in out.getvalue(), out.getvalue()
+    assert "…" not in out.getvalue(), out.getvalue()
+    monkeypatch.setenv("COLUMNS", "80")
+    assert WideWhenPiped(file=io.StringIO()).width == 80
+    assert WideWhenPiped(file=io.StringIO(), width=120).width == 120

@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rara.artifacts.location import ENV_VAR
+from rara.cli.common import WideWhenPiped
 from rara.cli.watch import summary, watch
 from rara.client import Client
 from rara.pg import access
@@ -247,7 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         "--report", type=Path, default=None, help="write each run's figures here (JSON)"
     )
     args = parser.parse_args(argv)
-    console = Console()
+    # Tables whole in a pipe or a log file too (`make demo | tee demo.log`, CI): rich's 80
+    # columns there cut their cells.
+    console = WideWhenPiped()
     started = time.monotonic()
 
     home = Path(".rara/demo").resolve()
@@ -325,16 +328,34 @@ def main(argv: list[str] | None = None) -> int:
         f"{', with RARA_ARTIFACTS as here' if artifacts.startswith('s3://') else ''})"
     )
     for measured in refreshes:
-        console.print(measured.describe(first), markup=False, highlight=False)
+        console.print(measured.describe(first), markup=False, highlight=False, soft_wrap=True)
     if args.report is not None:
         args.report.write_text(json.dumps([m.as_json() for m in (first, *refreshes)], indent=1))
     ok = status is RunStatus.SUCCEEDED or (args.no_approve and not status.terminal)
     if args.chaos and monkey is not None:
         console.print(monkey.report())
         ok = ok and _chaos_checks(client, run.run_id, run_input, console)
-    runs = f"run {run.run_id}" + (f" and {len(refreshes)} refreshes" if refreshes else "")
-    console.print(f"{runs}: [bold]{status}[/bold] in {time.monotonic() - started:.1f}s")
+    took = time.monotonic() - started
+    if refreshes:  # a refresh that did not succeed raised RefreshFailed
+        ids = [str(m.run_id) for m in refreshes]
+        again = " and ".join([", ".join(ids[:-1]), ids[-1]] if len(ids) > 1 else ids)
+        console.print(
+            f"run {run.run_id} [bold]{status}[/bold], then refresh runs {again} succeeded:"
+            f" {took:.1f} s in all"
+        )
+    else:
+        console.print(f"run {run.run_id}: [bold]{status}[/bold] in {took:.1f} s")
+    console.print(dashboard(run.run_id), markup=False, highlight=False)
     return 0 if ok else 1
+
+
+def dashboard(run_id: int) -> str:
+    """Where to look at the run next: the dashboard's command and the run's page (rara ui's
+    defaults: loopback, port 8080, read-only; docs/ui.md)."""
+    return (
+        f"the dashboard: `rara ui` (in .venv/bin), then http://127.0.0.1:8080/runs/{run_id}"
+        " (read-only: its graph, its steps, the gate's evidence)"
+    )
 
 
 def _refreshes(

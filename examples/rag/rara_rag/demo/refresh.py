@@ -69,27 +69,35 @@ def cpu_seconds(children: list[Child]) -> float:
 
 @dataclass(frozen=True)
 class Reuse:
-    """Which of a run's steps (map children counted one by one) were reused and which ran."""
+    """A run's steps as the cache left them, counted as `rara runs list` and the dashboard
+    count a run's steps (each step of the definition, and each child of a map): reused, ran,
+    or neither — a map's own step (its children compute) and the gate (it computes nothing:
+    each run's gate waits for its own decision)."""
 
     reused: dict[str, Any]  # step key -> reused_from
     ran: list[str]
+    neither: dict[str, str]  # step key -> why it computes nothing itself
 
     @property
     def steps(self) -> int:
-        return len(self.reused) + len(self.ran)
+        return len(self.reused) + len(self.ran) + len(self.neither)
 
 
 def reuse_of(url: str, run_id: int) -> Reuse:
-    """The run's steps as the cache left them: a map counted by its children, the gate not at
-    all (it computes nothing: each run's gate waits for its own decision)."""
+    """The run's steps as the cache left them (``Reuse``)."""
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT key, reused_from FROM rara_steps s WHERE run_id = %s AND s.wait IS NULL"
-            " AND NOT EXISTS (SELECT 1 FROM rara_steps c WHERE c.map_parent = s.id)"
-            " ORDER BY id",
+            "SELECT key, reused_from, CASE WHEN s.wait IS NOT NULL THEN 'the gate'"
+            " WHEN EXISTS (SELECT 1 FROM rara_steps c WHERE c.map_parent = s.id)"
+            " THEN 'a map: its children are counted' END"
+            " FROM rara_steps s WHERE run_id = %s ORDER BY id",
             (run_id,),
         ).fetchall()
-    return Reuse({k: r for k, r in rows if r is not None}, [k for k, r in rows if r is None])
+    return Reuse(
+        {k: r for k, r, _ in rows if r is not None},
+        [k for k, r, why in rows if r is None and why is None],
+        {k: why for k, r, why in rows if r is None and why is not None},
+    )
 
 
 @dataclass(frozen=True)
@@ -105,10 +113,13 @@ class Measured:
     def describe(self, first: Measured) -> str:
         """One paragraph on this run against the first."""
         via = Counter(r.get("via", "cache") for r in self.reuse.reused.values())
-        reused = ", ".join(f"{n} from the {v}" for v, n in sorted(via.items())) or "none"
+        reused = ", ".join(f"{n} from the {v}" for v, n in sorted(via.items()))
+        neither = "; ".join(f"{k}, {why}" for k, why in self.reuse.neither.items())
         return (
-            f"run {self.run_id}, {self.label}: {len(self.reuse.reused)} of {self.reuse.steps}"
-            f" steps reused ({reused}), ran: {', '.join(self.reuse.ran) or 'nothing'}\n"
+            f"run {self.run_id}, {self.label}: of its {self.reuse.steps} steps,"
+            f" {len(self.reuse.reused)} reused{f' ({reused})' if reused else ''},"
+            f" {len(self.reuse.ran)} ran ({', '.join(self.reuse.ran) or 'none'}),"
+            f" {len(self.reuse.neither)} compute nothing themselves ({neither or 'none'})\n"
             f"  {self.wall:.1f} s wall against {first.wall:.1f} s; CPU {self.cpu:.1f} s against"
             f" {first.cpu:.1f} s ({self.cpu / first.cpu:.1%} of the first run's compute)"
         )
@@ -122,4 +133,5 @@ class Measured:
             "steps": self.reuse.steps,
             "reused": sorted(self.reuse.reused),
             "ran": self.reuse.ran,
+            "neither": sorted(self.reuse.neither),
         }

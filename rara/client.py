@@ -59,6 +59,14 @@ class RunView:
     started_at: datetime | None
     finished_at: datetime | None
     steps: list[Row]
+    # The phase people read (rara_run_phase): the status, or "waiting" with what it waits for.
+    phase: str = ""
+    waiting_for: list[Row] | None = None
+
+    @property
+    def phase_text(self) -> str:
+        """The phase as people read it: "running", "waiting for approval of gate release"."""
+        return waits.run_phase_text(self.phase or self.status.value, self.waiting_for)
 
 
 def load_run(conn: psycopg.Connection[Any], run_id: int) -> RunView | None:
@@ -79,6 +87,8 @@ def load_run(conn: psycopg.Connection[Any], run_id: int) -> RunView | None:
         started_at=run.started_at,
         finished_at=run.finished_at,
         steps=[asdict(s) for s in steps.list_for_run(conn, run_id)],
+        phase=run.phase,
+        waiting_for=run.waiting_for,
     )
 
 
@@ -178,11 +188,15 @@ class Client:
         return view
 
     def list_runs(
-        self, status: RunStatus | None = None, limit: int = 50, *, all_namespaces: bool = False
-    ) -> list[Row]:
+        self, status: RunStatus | str | None = None, limit: int = 50, *,
+        all_namespaces: bool = False,
+    ) -> list[Row]:  # fmt: skip
+        """The newest runs; ``status``: a phase (rara.waits.RUN_PHASES: a status, or
+        "waiting"), InputInvalid naming the allowed ones otherwise."""
+        phase = waits.check_phase(None if status is None else str(getattr(status, "value", status)))
         namespace = None if all_namespaces else self.namespace
         with self._conn() as conn:
-            return [asdict(r) for r in runs.list_recent(conn, status, limit, namespace=namespace)]
+            return [asdict(r) for r in runs.list_recent(conn, phase, limit, namespace=namespace)]
 
     def run_events(self, run_id: int) -> list[Row]:
         with self._conn() as conn:
@@ -317,6 +331,8 @@ class Client:
                     return view
                 remaining = poll if deadline is None else min(poll, deadline - time.monotonic())
                 if remaining <= 0:
-                    raise TimeoutError(f"run {run_id} still {view.status} after {timeout}s")
+                    # "still waiting for approval of gate release": what it needs, not
+                    # "running", when only a wait can move it on.
+                    raise TimeoutError(f"run {run_id} still {view.phase_text} after {timeout}s")
                 for _ in listener.notifies(timeout=remaining, stop_after=1):
                     pass

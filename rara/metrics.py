@@ -30,6 +30,12 @@ RUNNING = Gauge("rara_attempts_running", "Attempts running in this process")
 BACKLOG = Gauge(
     "rara_backlog_steps", "Ready and running steps per capability", ["capability", "state"]
 )
+# Runs no step of which is ready or running, waiting for a gate's decision, a signal or a
+# timer (rara_run_phase), by what they wait for (approval when any gate is open, else signal,
+# else timer): set by the operator with the backlog. Alert on approval > 0 for long.
+RUNS_WAITING = Gauge(
+    "rara_runs_waiting", "Runs waiting for an approval, a signal or a timer", ["kind"]
+)
 # The operator's WorkflowRun status sync (rara.operator.runsync): one read per tick for all
 # the unfinished WorkflowRuns it mirrors, one status patch per WorkflowRun whose status changed.
 RUN_SYNC_READS = Counter(

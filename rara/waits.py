@@ -96,6 +96,48 @@ def waiting_for(kind: str | None, signal: str | None, due: datetime | None) -> s
     return f"{what} (deadline {at})" if at else what
 
 
+# A run's phases as people read them: its status (rara.states.RunStatus), and `waiting` for
+# an unfinished run with no step ready or running and a wait open (rara_run_phase,
+# db/functions/waits.sql: the rule, derived at each read, never stored). The order of the
+# filters that offer them.
+RUN_PHASES = ("pending", "running", "waiting", "succeeded", "failed", "cancelled")
+
+
+def check_phase(phase: str | None) -> str | None:
+    """A run filter's status, refused naming the allowed values when it is none of them."""
+    if phase is None or phase in RUN_PHASES:
+        return phase
+    raise InputInvalid(f"unknown run status {phase!r}: use one of {', '.join(RUN_PHASES)}")
+
+
+def run_waiting_for(waits: list[dict[str, Any]] | None) -> str:
+    """What a waiting run waits for (rara_run_phase's ``waiting_for``), as every reader says
+    it: "approval of gate release", "signal go (step wait-go)", "timer of step nap until
+    2026-12-03 02:00:00 UTC", joined by "; "; "" for a run that waits for nothing."""
+    said = []
+    for w in waits or []:
+        due = w.get("due_at")
+        if isinstance(due, str):
+            due = datetime.fromisoformat(due)
+        at = f"{due.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if due else ""
+        if w.get("kind") == "approval":
+            said.append(f"approval of gate {w['step']}" + (f" (deadline {at})" if at else ""))
+        elif w.get("kind") == "signal":
+            said.append(
+                f"signal {w.get('signal')} (step {w['step']}" + (f", deadline {at})" if at else ")")
+            )
+        else:
+            said.append(f"timer of step {w['step']} until {at}")
+    return "; ".join(said)
+
+
+def run_phase_text(phase: str, waits: list[dict[str, Any]] | None) -> str:
+    """A run's phase with what it waits for: "waiting for approval of gate release", or the
+    phase alone."""
+    what = run_waiting_for(waits) if phase == "waiting" else ""
+    return f"waiting for {what}" if what else phase
+
+
 def next_moves(run_id: int, waits: list[PersonWait]) -> list[str]:
     """What a person can do for each wait of a run that only a person can move on, as
     `rara runs watch` and the demo say it: "release waits for an approval: rara approvals

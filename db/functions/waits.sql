@@ -446,6 +446,43 @@ BEGIN
 END $$;
 SELECT rara_grant('rara_approval_decide', 'rara_client', 'rara_operator');
 
+CREATE OR REPLACE FUNCTION rara_run_phase(p_run_id bigint, p_status rara_run_status)
+RETURNS TABLE (phase text, waiting_for jsonb)
+LANGUAGE plpgsql STABLE SECURITY INVOKER AS $$
+BEGIN
+    -- A run's phase as people read it (docs/waits.md, "Waiting runs"): its status, except that
+    -- an unfinished run with no step (a map's children included) ready or running and at
+    -- least one open wait is `waiting`, with what it waits for (`waiting_for`: each open wait
+    -- of the run, {step, kind: timer | signal | approval, signal, due_at}, oldest first).
+    -- Steps blocked on their dependencies wait for those, not for anyone. Derived at each
+    -- read, never stored: rara_runs.status keeps the state machine (db/functions/states.sql),
+    -- and no write of the lease or of a step's end pays for it. The one rule of every reader:
+    -- the dashboard, `rara runs list/show`, Client.wait, the operator's WorkflowRun phase and
+    -- wait_list_for_person. SECURITY INVOKER: the caller's row-level security decides which
+    -- runs and waits it reads. PL/pgSQL, not SQL: db/schema.sql creates functions before the
+    -- tables they read. An ended run costs no read; an unfinished one a probe of rara_waits
+    -- by run, and of its steps only when it has an open wait.
+    phase := p_status::text;
+    IF p_status IN ('pending', 'running') THEN
+        waiting_for := (
+            SELECT jsonb_agg(jsonb_build_object('step', s.key, 'kind', w.kind,
+                                                'signal', w.signal, 'due_at', w.due_at)
+                             ORDER BY w.began_at, w.step_id)
+            FROM rara_waits w JOIN rara_steps s ON s.id = w.step_id
+            WHERE w.run_id = p_run_id);
+        IF waiting_for IS NOT NULL AND EXISTS (
+                SELECT FROM rara_steps o
+                WHERE o.run_id = p_run_id AND o.status IN ('ready', 'running')) THEN
+            waiting_for := NULL;
+        END IF;
+        IF waiting_for IS NOT NULL THEN
+            phase := 'waiting';
+        END IF;
+    END IF;
+    RETURN NEXT;
+END $$;
+SELECT rara_grant('rara_run_phase', 'rara_worker', 'rara_operator', 'rara_client', 'rara_reader');
+
 -- A step's wait rule, checked (made by migration 0021; here since the rule changes: a
 -- function file says what each of its functions is now). rara_spec_steps (0021) calls it for
 -- each step of a spec being registered.

@@ -22,9 +22,12 @@ SELECT * FROM rara_run_start(
 SELECT id FROM rara_runs WHERE namespace = :namespace AND idempotency_key = :idempotency_key;
 
 -- name: run_get^
+-- A run, with its phase (its status, or `waiting`) and what it waits for: rara_run_phase.
 SELECT r.id, r.namespace, r.status, r.input, r.idempotency_key, r.cancel_requested, r.error, r.created_at,
-       r.started_at, r.finished_at, v.name AS definition, v.version, v.digest
+       r.started_at, r.finished_at, v.name AS definition, v.version, v.digest, ph.phase,
+       ph.waiting_for
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
+CROSS JOIN LATERAL rara_run_phase(r.id, r.status) ph
 WHERE r.id = :run_id;
 
 -- name: run_status_many
@@ -32,20 +35,42 @@ WHERE r.id = :run_id;
 -- one read per tick, however many WorkflowRuns point at them, instead of one read per
 -- WorkflowRun. The step counts are the run's own counters (the parent aggregation keeps them
 -- in the transaction of every step change), so no step row is read. A run that is missing
--- (deleted by hand) has no row.
+-- (deleted by hand) has no row. The phase (rara_run_phase) is the WorkflowRun's: `Waiting`
+-- while only a wait can move the run on.
 SELECT r.id, r.status, v.version, r.steps_succeeded AS done, r.steps_total AS total,
-       r.started_at, r.finished_at
+       r.started_at, r.finished_at, ph.phase, ph.waiting_for
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
+CROSS JOIN LATERAL rara_run_phase(r.id, r.status) ph
 WHERE r.id = ANY(CAST(:run_ids AS bigint[]));
 
 -- name: run_list
--- The newest runs of :namespace (of every namespace when null).
+-- The newest runs of :namespace (of every namespace when null), each with its phase
+-- (rara_run_phase: its status, or `waiting`); :status filters by the phase (rara.waits
+-- RUN_PHASES), a waiting run being an unfinished one.
 SELECT r.id, r.namespace, r.status, v.name AS definition, v.version, r.created_at,
-       r.finished_at, r.steps_succeeded AS done, r.steps_total AS total
+       r.finished_at, r.steps_succeeded AS done, r.steps_total AS total, ph.phase,
+       ph.waiting_for
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
-WHERE (CAST(:status AS rara_run_status) IS NULL OR r.status = :status)
+CROSS JOIN LATERAL rara_run_phase(r.id, r.status) ph
+WHERE (CAST(:status AS text) IS NULL OR r.status::text = :status
+       OR (:status = 'waiting' AND r.status IN ('pending', 'running')))
+  AND (CAST(:status AS text) IS NULL OR ph.phase = :status)
   AND (CAST(:namespace AS text) IS NULL OR r.namespace = :namespace)
 ORDER BY r.id DESC LIMIT :limit;
+
+-- name: run_waiting_count
+-- The runs waiting now (rara_run_phase), by what they wait for: an approval when any of
+-- their open waits is a gate, else a signal, else a timer (the operator's rara_runs_waiting
+-- gauge). From the open waits, never a scan of the runs: only a run with one can wait.
+SELECT CASE WHEN ph.waiting_for @> '[{"kind": "approval"}]' THEN 'approval'
+            WHEN ph.waiting_for @> '[{"kind": "signal"}]' THEN 'signal'
+            ELSE 'timer' END AS kind,
+       count(*) AS runs
+FROM (SELECT DISTINCT w.run_id FROM rara_waits w) w
+JOIN rara_runs r ON r.id = w.run_id
+CROSS JOIN LATERAL rara_run_phase(r.id, r.status) ph
+WHERE ph.phase = 'waiting'
+GROUP BY 1;
 
 -- name: run_cancel$
 -- True: cancelled now; false: the run had already ended; null: no such run.

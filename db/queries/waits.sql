@@ -45,18 +45,20 @@ WHERE a.run_id = :run_id AND a.step_key = :step_key;
 
 -- name: wait_list_for_person
 -- The waits of run :run_id that only a person can end (a signal, a decision), when nothing
--- else can move the run on: no step (a map's children included) ready or running, and no
--- timer. Empty while anything else can: `rara runs watch` stops on a row, and says what each
--- waits for. A deadline (due_at) ends such a wait too, as the definition says, but only when
--- nobody acted by then.
-SELECT s.key AS step_key, w.kind, w.signal, w.due_at
-FROM rara_waits w
-JOIN rara_steps s ON s.id = w.step_id
-WHERE w.run_id = :run_id AND w.kind IN ('signal', 'approval')
-  AND NOT EXISTS (SELECT 1 FROM rara_steps o
-                  WHERE o.run_id = :run_id AND o.status IN ('ready', 'running'))
-  AND NOT EXISTS (SELECT 1 FROM rara_waits t WHERE t.run_id = :run_id AND t.kind = 'timer')
-ORDER BY s.id;
+-- else can move the run on: the run is `waiting` (rara_run_phase: no step, a map's children
+-- included, ready or running) and for no timer. Empty while anything else can: `rara runs
+-- watch` stops on a row, and says what each waits for. A deadline (due_at) ends such a wait
+-- too, as the definition says, but only when nobody acted by then.
+SELECT w.step AS step_key, w.kind, w.signal, w.due_at
+FROM rara_runs r
+CROSS JOIN LATERAL rara_run_phase(r.id, r.status) ph
+CROSS JOIN LATERAL ROWS FROM (jsonb_to_recordset(ph.waiting_for)
+                              AS (step text, kind text, signal text, due_at timestamptz))
+    WITH ORDINALITY AS w(step, kind, signal, due_at, n)
+WHERE r.id = :run_id
+  AND NOT EXISTS (SELECT FROM jsonb_array_elements(ph.waiting_for) t
+                  WHERE t ->> 'kind' = 'timer')
+ORDER BY w.n;
 
 -- name: login_vouches$
 -- Whether this session's login may name the person it acts for (a member of rara_vouch,

@@ -96,12 +96,19 @@ def start(
 @app.command("list")
 @reports_errors
 def list_(
-    status: Annotated[RunStatus | None, typer.Option()] = None,
+    status: Annotated[
+        str | None,
+        typer.Option(
+            help=f"only runs in this phase: {', '.join(waits.RUN_PHASES)} (waiting: no step"
+            " ready or running, and a gate, signal or timer open)",
+        ),
+    ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
     namespace: NamespaceOption = None,
     all_namespaces: AllNamespacesOption = False,
 ) -> None:
-    """The namespace's recent runs."""
+    """The namespace's recent runs; a run only a gate, signal or timer can move on is
+    "waiting", with what it waits for."""
     rows = namespace_client(namespace).list_runs(status, limit, all_namespaces=all_namespaces)
     print_listing(
         ("run", "definition", "status", "steps", "created", "finished"),
@@ -111,7 +118,7 @@ def list_(
                 (
                     str(r["id"]),
                     f"{r['definition']}@{r['version']}",
-                    r["status"],
+                    waits.run_phase_text(r["phase"] or str(r["status"]), r["waiting_for"]),
                     f"{r['done']}/{r['total']}",
                     f"{r['created_at']:%Y-%m-%d %H:%M:%S}",
                     f"{r['finished_at']:%H:%M:%S}" if r["finished_at"] else "",
@@ -127,7 +134,8 @@ def print_run(view: RunView) -> None:
     definition = qualified(view.namespace, view.definition)
     console.print(
         Text.assemble(
-            literal(f"run {view.id}  {definition}@{view.version}  "), literal(view.status, "bold")
+            literal(f"run {view.id}  {definition}@{view.version}  "),
+            literal(view.phase_text, "bold"),
         )
     )
     if view.error:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from psycopg.rows import class_row, scalar_row
+from psycopg.rows import class_row, scalar_row, tuple_row
 from psycopg.types.json import Jsonb
 
 from rara.namespaces import DEFAULT_NAMESPACE
@@ -31,6 +31,9 @@ class RunRow:
     definition: str
     version: int
     digest: str
+    # The phase people read (rara_run_phase): the status, or "waiting" with what it waits for.
+    phase: str = ""
+    waiting_for: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", RunStatus(self.status))
@@ -49,6 +52,8 @@ class RunSummary:
     finished_at: datetime | None
     done: int
     total: int
+    phase: str = ""  # the status, or "waiting" (rara_run_phase)
+    waiting_for: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", RunStatus(self.status))
@@ -65,6 +70,8 @@ class RunStatusRow:
     total: int
     started_at: datetime | None
     finished_at: datetime | None
+    phase: str = ""  # the status, or "waiting" (rara_run_phase)
+    waiting_for: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", RunStatus(self.status))
@@ -120,14 +127,15 @@ def get(conn: Conn, run_id: int) -> RunRow | None:
 
 
 def list_recent(
-    conn: Conn, status: RunStatus | None, limit: int, *, namespace: str | None
+    conn: Conn, status: RunStatus | str | None, limit: int, *, namespace: str | None
 ) -> list[RunSummary]:
-    """The newest runs of ``namespace``; of every namespace when None."""
+    """The newest runs of ``namespace``; of every namespace when None. ``status``: a phase
+    (rara.waits.RUN_PHASES: a status, or "waiting"), checked by the caller."""
     return many(
         conn,
         "run_list",
         class_row(RunSummary),
-        status=None if status is None else status.value,
+        status=None if status is None else str(getattr(status, "value", status)),
         limit=limit,
         namespace=namespace,
     )
@@ -136,6 +144,15 @@ def list_recent(
 def status_many(conn: Conn, run_ids: list[int]) -> list[RunStatusRow]:
     """The runs of ``run_ids`` in one statement (``run_status_many``); missing ones left out."""
     return many(conn, "run_status_many", class_row(RunStatusRow), run_ids=run_ids)
+
+
+def waiting_count(conn: Conn) -> dict[str, int]:
+    """Runs waiting now by what they wait for (``run_waiting_count``): approval, signal and
+    timer, each present (0 when none)."""
+    counts = dict.fromkeys(("approval", "signal", "timer"), 0)
+    for kind, n in many(conn, "run_waiting_count", tuple_row):
+        counts[str(kind)] = int(n)
+    return counts
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from rara import metrics
 from rara.operator.models import WorkerPoolSpec
 from rara.operator.runtime import connection, runtime_of
 from rara.operator.scaling import Decision, Policy, Window, decide
-from rara.pg import steps
+from rara.pg import runs, steps
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -45,9 +45,8 @@ def scale_pool(
         return
     with connection(memo) as conn:
         rows = steps.backlog(conn)
-    for row in rows:  # exported for dashboards and alerts (rara_backlog_steps)
-        metrics.BACKLOG.labels(row.capability, "ready").set(row.ready)
-        metrics.BACKLOG.labels(row.capability, "running").set(row.running)
+        waiting = runs.waiting_count(conn)
+    export_metrics(rows, waiting)
     served = set(pool.capabilities)
     # A capability's concurrency limit caps what it adds: the lease would not run more, so
     # more replicas would idle (rara_capability_limits, docs/limits.md).
@@ -89,6 +88,16 @@ def scale_pool(
         kopf.info(body, reason="Scaled", message=message)
         _record(patch, status, lastScaleTime=_stamp(now))
     _record(patch, status, **_fields(decision, backlog))
+
+
+def export_metrics(rows: list[steps.Backlog], waiting: dict[str, int]) -> None:
+    """What the timer read, for dashboards and alerts: rara_backlog_steps per capability, and
+    rara_runs_waiting by what the runs wait for (an approval: a person is needed)."""
+    for row in rows:
+        metrics.BACKLOG.labels(row.capability, "ready").set(row.ready)
+        metrics.BACKLOG.labels(row.capability, "running").set(row.running)
+    for kind, count in waiting.items():
+        metrics.RUNS_WAITING.labels(kind).set(count)
 
 
 def _policy(pool: WorkerPoolSpec) -> Policy:

@@ -12,7 +12,9 @@ steps wait; refusing the run for lack of a live worker would deadlock that.
 
 Before a run exists the phase says why: Waiting (no such definition yet: retried) or Refused
 (invalid spec or input: final), with status.reason and a Warning Event. An accepted run gets
-a Normal Event here, and each later phase one from the sync.
+a Normal Event here, and each later phase one from the sync; a started run is Waiting again
+while only a gate, a signal or a timer can move it on (reason ApprovalPending, SignalPending
+or Timer; the message says which).
 
 Deleting a WorkflowRun stops its work, as deleting an Argo Workflow does: the delete handler
 is not optional, so kopf keeps its finalizer on the resource and the API server waits for the
@@ -28,6 +30,7 @@ import kopf
 import psycopg
 from pydantic import ValidationError
 
+from rara import waits
 from rara.errors import InputInvalid, NotFound, ResumeRefused
 from rara.namespaces import qualified
 from rara.operator import conditions
@@ -99,7 +102,9 @@ def start_workflow_run(
         + ("" if started.created else " (already started)")
     )
     patch.status["observedGeneration"] = generation
-    patch.status["reason"] = patch.status["message"] = None  # a Waiting one's, now past
+    for key in ("reason", "message"):  # a Waiting one's, now past, unless the run waits
+        if key not in patch.status:
+            patch.status[key] = None
     _accepted(patch, status, True, "RunStarted", f"rara run {started.run_id}", generation)
     if started.created and mirrored:  # not again when a resumed handler finds its run
         kopf.info(
@@ -192,11 +197,24 @@ def refresh_status(
     return mirrored
 
 
+# Why a started run is Waiting (rara_run_phase: no step ready or running, a wait open), by
+# the first kind of wait found in this order: a person's decision is what `kubectl get` most
+# needs to show.
+WAIT_REASONS = (("approval", "ApprovalPending"), ("signal", "SignalPending"), ("timer", "Timer"))
+
+
 def mirrored_status(run: pg_runs.RunStatusRow) -> dict[str, Any]:
-    """What a WorkflowRun's status mirrors of its run."""
+    """What a WorkflowRun's status mirrors of its run. Its phase is the run's as people read
+    it (rara_run_phase): Waiting, with reason ApprovalPending, SignalPending or Timer and
+    the message "waiting for approval of gate release", while only a wait can move it on."""
+    phase = run.phase or run.status.value
+    kinds = {w.get("kind") for w in run.waiting_for or []} if phase == "waiting" else set()
+    reason = next((why for kind, why in WAIT_REASONS if kind in kinds), None)
     return {
         "runId": run.id,
-        "phase": run.status.value.capitalize(),
+        "phase": phase.capitalize(),
+        "reason": reason,
+        "message": waits.run_phase_text(phase, run.waiting_for) if reason else None,
         "version": run.version,
         "stepsDone": run.done,
         "stepsTotal": run.total,
@@ -208,11 +226,13 @@ def mirrored_status(run: pg_runs.RunStatusRow) -> dict[str, Any]:
 
 def phase_event(phase: str, status: Mapping[str, Any]) -> tuple[str, str, str] | None:
     """The Event (type, reason, message) for a run that reached ``phase``; None for Pending,
-    which the create handler's Accepted Event already told."""
+    which the create handler's Accepted Event already told. Waiting (a started run's: the
+    pre-run Waiting has no run to mirror) says what it waits for."""
     run = f"rara run {status.get('runId')}"
     done = f"{status.get('progress')} steps succeeded"
     return {
         "Running": ("Normal", "Running", f"{run} is running: a worker leased its first step"),
+        "Waiting": ("Normal", "Waiting", f"{run} is {status.get('message') or 'waiting'}"),
         "Succeeded": ("Normal", "Succeeded", f"{run} succeeded: {done}"),
         "Failed": (
             "Warning",

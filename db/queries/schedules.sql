@@ -76,3 +76,19 @@ SELECT t.tick, t.outcome, t.run_id, t.reason, t.decided_at, r.status AS run_stat
 FROM rara_schedule_ticks t LEFT JOIN rara_runs r ON r.id = t.run_id
 WHERE t.namespace = :namespace AND t.schedule = :name
 ORDER BY t.tick DESC LIMIT :limit;
+
+-- name: schedule_firing_seen^
+-- Whether anything fires schedules (rara.pg.schedules.FiringSeen): the firing processes
+-- connected now — rara.schedules.firing names its connection "<process> :suffix", and
+-- pg_stat_activity shows every role every session's application name — and when a firing pass
+-- last decided a tick of :namespace's schedules (of every visible namespace when null; a
+-- trigger or a backfill is not a firing pass). The ticks kept are each schedule's history
+-- limits' worth (rara_schedule_decide prunes the rest): a short scan.
+SELECT ARRAY(SELECT a.application_name FROM pg_stat_activity a
+             WHERE a.datname = current_database()
+               AND right(a.application_name, length(:suffix)) = :suffix
+             ORDER BY a.application_name) AS processes,
+       (SELECT max(t.decided_at) FROM rara_schedule_ticks t
+        WHERE (CAST(:namespace AS text) IS NULL OR t.namespace = :namespace)
+          AND t.outcome IN ('started', 'skipped', 'refused')) AS last_fired,
+       now() AS db_now;

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar, cast
 
@@ -118,6 +119,12 @@ err_console = LiteralConsole(stderr=True, soft_wrap=True)
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def stamp(value: datetime | None) -> str:
+    """An instant as every command shows it, the dashboard's way: UTC, and said so
+    (``2026-12-05 08:41:01 UTC``); "" for none."""
+    return "" if value is None else f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
 def attempts(capability: str, attempt: int, max_attempts: int) -> str:

@@ -22,6 +22,7 @@ from rara.cli.common import (
     print_listing,
     read_document_arg,
     reports_errors,
+    stamp,
 )
 from rara.client import Client
 from rara.definitions.parse import MAX_DOCUMENT_BYTES
@@ -43,7 +44,7 @@ def _conn(client: Client) -> Iterator[psycopg.Connection[Any]]:
 
 
 def _when(value: datetime | None) -> str:
-    return "" if value is None else value.isoformat()
+    return stamp(value)
 
 
 @app.command()
@@ -76,24 +77,36 @@ def list_(namespace: NamespaceOption = None, all_namespaces: AllNamespacesOption
     """The namespace's schedules with their next and last ticks ("refused": the firing
     cannot fire it; `show` says why)."""
     client = namespace_client(namespace)
+    namespace = None if all_namespaces else client.namespace
     with _conn(client) as conn:
-        rows = schedule_sql.list_all(conn, namespace=None if all_namespaces else client.namespace)
+        rows = schedule_sql.list_all(conn, namespace=namespace)
+        seen = schedule_sql.firing_seen(conn, namespace=namespace)
     print_listing(
         ("name", "definition", "schedule", "zone", "policy", "next tick", "last run", "missed"),
-        ((row.namespace, _summary_cells(row)) for row in rows),
+        ((row.namespace, _summary_cells(row, seen)) for row in rows),
         all_namespaces=all_namespaces,
     )
+    active = [r for r in rows if not r.suspended and r.refused_reason is None]
+    if active and (problem := seen.problem(stamp)):
+        console.print(problem, style="yellow", highlight=False)
 
 
-def _summary_cells(row: schedule_sql.ScheduleSummary) -> tuple[str, ...]:
+def _summary_cells(
+    row: schedule_sql.ScheduleSummary, seen: schedule_sql.FiringSeen
+) -> tuple[str, ...]:
     last = "" if row.last_run_id is None else f"{row.last_run_id} {row.last_run_status}"
+    late = " (overdue: not fired)" if seen.overdue(row.next_tick) else ""
     return (
         row.name,
         row.definition + ("" if row.version is None else f" v{row.version}"),
         row.cron,
         row.time_zone,
         row.concurrency_policy,
-        "paused" if row.suspended else "refused" if row.refused_reason else _when(row.next_tick),
+        "paused"
+        if row.suspended
+        else "refused"
+        if row.refused_reason
+        else _when(row.next_tick) + late,
         last,
         str(row.missed_ticks),
     )
@@ -111,7 +124,9 @@ def show(
     with _conn(client) as conn:
         row = manage.get_schedule(conn, name, namespace=client.namespace)
         history = schedule_sql.ticks(conn, name, ticks, namespace=client.namespace)
-    state = "paused" if row.suspended else f"next tick {_when(row.next_tick)}"
+        seen = schedule_sql.firing_seen(conn, namespace=client.namespace)
+    late = " (overdue: not fired)" if seen.overdue(row.next_tick) else ""
+    state = "paused" if row.suspended else f"next tick {_when(row.next_tick)}{late}"
     if row.refused_reason is not None:
         state = (
             f"refused by the firing at {_when(row.refused_at)}, not fired until applied "
@@ -123,6 +138,8 @@ def show(
         f"{row.missed_ticks} missed",
         highlight=False,
     )
+    if not row.suspended and row.refused_reason is None and (problem := seen.problem(stamp)):
+        console.print(problem, style="yellow", highlight=False)
     console.print_json(json.dumps(row.spec))
     table = Table("tick", "outcome", "run", "status", "reason")
     for t in history:
@@ -201,7 +218,7 @@ def backfill(
         done = manage.backfill(conn, name, first, last, namespace=client.namespace)
     for b in done:
         console.print(
-            f"{b.tick.isoformat()} run {b.run_id}" + ("" if b.created else " (existing)"),
+            f"{stamp(b.tick)} run {b.run_id}" + ("" if b.created else " (existing)"),
             highlight=False,
         )
     created = sum(b.created for b in done)

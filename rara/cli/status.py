@@ -1,5 +1,6 @@
-"""`rara status`: live workers, backlog per capability, recent failures; a warning while
-isolation between namespaces is off."""
+"""`rara status`: which processes are alive (workers, schedule firing, the operator's firing),
+live workers, backlog per capability, recent failures; a warning while isolation between
+namespaces is off."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import psycopg
 import typer
 from rich.table import Table
 
-from rara.cli.common import console, reports_errors
+from rara.cli.common import console, reports_errors, stamp
 from rara.pg import access, steps, workers
+from rara.pg import schedules as schedule_sql
 from rara.pg.connect import database_url
 from rara.runs import LIVE_WORKER_SECONDS
 
@@ -25,6 +27,7 @@ def status(
         backlog = steps.backlog(conn)
         failed = steps.list_failed(conn, failures)
         isolated = access.isolated(conn)
+        firing = schedule_sql.firing_seen(conn, namespace=None)
     if not isolated:
         console.print(
             "isolation between namespaces: off — every role reads and acts in every namespace"
@@ -32,13 +35,11 @@ def status(
             style="yellow",
             highlight=False,
         )
+    console.print(_processes(len(live), firing))
     table = Table("worker", "capabilities", "up since", "last heartbeat", title="live workers")
     for w in live:
         table.add_row(
-            w.id,
-            ", ".join(sorted(w.capabilities)),
-            f"{w.started_at:%H:%M:%S}",
-            f"{w.heartbeat_at:%H:%M:%S}",
+            w.id, ", ".join(sorted(w.capabilities)), stamp(w.started_at), stamp(w.heartbeat_at)
         )
     console.print(table)
     table = Table("capability", "ready", "running", title="backlog")
@@ -56,7 +57,24 @@ def status(
             f.key,
             f.capability,
             str(f.attempt),
-            f"{f.finished_at:%H:%M:%S}",
+            stamp(f.finished_at),
             message[:80],
         )
     console.print(table)
+
+
+def _processes(workers_alive: int, firing: schedule_sql.FiringSeen) -> Table:
+    """Which of rara's processes are alive, as the database sees them: workers by their
+    heartbeats (within LIVE_WORKER_SECONDS), schedule firing by its named connection — the
+    operator's included, the one trace an operator leaves in the database."""
+    table = Table("process", "alive", "how it is seen", title="processes")
+    table.add_row(
+        "workers", str(workers_alive), f"a heartbeat in the last {LIVE_WORKER_SECONDS:.0f} s"
+    )
+    for name in sorted(set(firing.processes)):
+        table.add_row(name, str(firing.processes.count(name)), "its connection to the database")
+    if not firing.processes:
+        table.add_row("schedule firing", "0", f"none connected: {firing.last_seen(stamp)}")
+    if not any(name.startswith("rara operator") for name in firing.processes):
+        table.add_row("rara operator", "not seen", "seen while its schedule firing is connected")
+    return table

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from rara.pg.queries import Conn, many, one, run, value
+from rara.pg.queries import AsyncConn, Conn, aone, many, one, run, value
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,3 +224,60 @@ def ticks(conn: Conn, name: str, limit: int = 20, *, namespace: str) -> list[Tic
         limit=limit,
         namespace=namespace,
     )
+
+
+#: How a firing process names its database connection (its application_name): "rara schedules
+#: run (schedule firing)", "rara operator (schedule firing)". What FiringSeen looks for.
+FIRING_SUFFIX = "(schedule firing)"
+#: A due tick not fired this long after it is overdue: nothing fired it, though a pass wakes at
+#: each tick (rara.schedules.firing).
+OVERDUE_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class FiringSeen:
+    """Whether anything fires schedules: the firing processes connected now (their names), and
+    when a firing pass last decided a tick of the schedules asked about (None: never)."""
+
+    processes: list[str]
+    last_fired: datetime | None
+    db_now: datetime
+
+    def last_seen(self, stamp: Callable[[datetime], str]) -> str:
+        """When a firing process was last seen at work, times by ``stamp``."""
+        if self.last_fired is None:
+            return "none has ever fired a tick here"
+        return f"none has fired a tick since {stamp(self.last_fired)}"
+
+    def problem(self, stamp: Callable[[datetime], str]) -> str | None:
+        """None while a firing process is connected; else what to say, times by ``stamp``."""
+        if self.processes:
+            return None
+        return (
+            f"no schedule firing process is connected ({self.last_seen(stamp)}): active"
+            " schedules fire nothing until one runs (rara schedules run, or the operator)"
+        )
+
+    def overdue(self, next_tick: datetime) -> bool:
+        """Whether a tick due at ``next_tick`` should have been fired by now."""
+        return (self.db_now - next_tick).total_seconds() > OVERDUE_SECONDS
+
+
+def firing_seen(conn: Conn, *, namespace: str | None) -> FiringSeen:
+    """``FiringSeen`` for ``namespace``'s schedules (every visible namespace's when None)."""
+    row = one(
+        conn, "schedule_firing_seen", class_row(FiringSeen), suffix=FIRING_SUFFIX,
+        namespace=namespace,
+    )  # fmt: skip
+    assert row is not None
+    return row
+
+
+async def afiring_seen(conn: AsyncConn, *, namespace: str | None) -> FiringSeen:
+    """``firing_seen`` for the dashboard."""
+    row = await aone(
+        conn, "schedule_firing_seen", class_row(FiringSeen), suffix=FIRING_SUFFIX,
+        namespace=namespace,
+    )  # fmt: skip
+    assert row is not None
+    return row

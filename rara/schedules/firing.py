@@ -240,17 +240,23 @@ class Health:
 
 
 def run_forever(
-    url: str, stop: threading.Event | None = None, health: Health | None = None
+    url: str,
+    stop: threading.Event | None = None,
+    health: Health | None = None,
+    process: str = "rara schedules run",
 ) -> None:
     """Fire due ticks, then sleep until the next one or a schedule change; reconnect after a
     database outage (a pass cut off by it committed nothing). Any other error of a pass is
     logged, told to ``health``, and the loop starts again after a backoff: firing stops only
-    when ``stop`` is set."""
+    when ``stop`` is set. The connection is named "``process`` (schedule firing)": while it is
+    open, `rara schedules list`, `rara status` and the dashboard know that something fires
+    (schedule_sql.FiringSeen)."""
     stop = stop or threading.Event()
     health = health or Health()
+    name = f"{process} {schedule_sql.FIRING_SUFFIX}"
     while not stop.is_set():
         try:
-            with psycopg.connect(url, autocommit=True) as conn:
+            with psycopg.connect(url, autocommit=True, application_name=name) as conn:
                 conn.execute(f"LISTEN {CHANNEL}")
                 _loop(conn, stop, health)
         except psycopg.OperationalError as exc:

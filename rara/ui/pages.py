@@ -35,7 +35,7 @@ from rara.artifacts.media_type import is_valid_media_type
 from rara.artifacts.store import DEFAULT_MEDIA_TYPE
 from rara.namespaces import qualified
 from rara.pg.queries import AsyncConn
-from rara.pg.schedules import ScheduleSummary
+from rara.pg.schedules import ScheduleSummary, afiring_seen
 from rara.states import RunStatus
 from rara.ui import charts, data
 from rara.ui.dag import StepNode, layout
@@ -529,12 +529,14 @@ async def schedules_list(request: Request) -> Response:
         rows = await data.schedule_page(conn, after=after, namespace=namespace, limit=data.PAGE + 1)
         now = await data.now(conn)
         namespaces = await data.namespace_list(conn)
+        firing = await afiring_seen(conn, namespace=namespace)
     rows, more = _one_page(rows)
     filters = {"namespace": namespace} if namespace else {}
     return page(
         request,
         "schedules.html",
         schedules=rows,
+        firing=firing,
         now=now,
         namespace=namespace,
         namespaces=_offered(namespaces, namespace),
@@ -552,10 +554,12 @@ async def schedule_page(request: Request) -> Response:
             raise HTTPException(404, f"no schedule {qualified(namespace, name)}")
         history = await data.schedule_tick_list(conn, namespace, name)
         now = await data.now(conn)
+        firing = await afiring_seen(conn, namespace=namespace)
     return page(
         request,
         "schedule.html",
         schedule=schedule,
+        firing=firing,
         history=history,
         now=now,
         input=json.dumps(schedule.input, ensure_ascii=False, separators=(", ", ": ")),

@@ -3,6 +3,9 @@ trigger, backfill (twice: nothing new), and bad input refused in one line naming
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +55,7 @@ def test_the_schedule_commands(
     first = ok("backfill", "nightly", *window)
     # 02:00 on 27-30 March; on the 29th 02:00 does not exist: 03:00 CEST, 01:00 UTC.
     assert "4 ticks: 4 runs started" in first
-    assert "2026-03-29T01:00:00+00:00" in first
+    assert "2026-03-29 01:00:00 UTC" in first  # the dashboard's format
     assert "4 ticks: 0 runs started" in ok("backfill", "nightly", *window)
 
 
@@ -120,3 +123,47 @@ def test_a_refused_schedule_says_why_and_a_backfill_before_1970_is_one_line(
         "error: --from (0001-01-01T00:00:00+00:00) is before 1970-01-01T00:00:00+00:00, the "
         "earliest tick a backfill reaches\n",
     )
+
+
+@pytest.mark.usefixtures("wide_console")
+def test_list_and_show_say_when_no_firing_process_is_connected(
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    """An active schedule with nothing to fire it is not "next tick in 10 h": `list` and `show`
+    say that no firing process is connected and since when none fired, and a tick left unfired
+    is overdue; once `rara schedules run` (or the operator) is connected they say nothing."""
+    noop_definition(conn)
+    doc = tmp_path / "nightly.yaml"
+    doc.write_text(SCHEDULE.replace('"0 2 * * *"', '"* * * * *"'))
+    cli = CliRunner(env={"DATABASE_URL": database_url})
+    assert cli.invoke(app, ["schedules", "apply", "-f", str(doc)]).exit_code == 0
+    never = "no schedule firing process is connected (none has ever fired a tick here)"
+    assert never in cli.invoke(app, ["schedules", "list"]).output
+    assert never in cli.invoke(app, ["schedules", "show", "nightly"]).output
+    # Its tick of two minutes ago not fired (as while nothing ran): overdue.
+    conn.execute(
+        "UPDATE rara_schedules SET next_tick = date_trunc('minute', now()) - interval '2 min'"
+    )
+    assert "(overdue: not fired)" in cli.invoke(app, ["schedules", "list"]).output
+
+    def listed_once(done: Callable[[str], bool]) -> str:
+        deadline = time.monotonic() + 10
+        while not done(listed := cli.invoke(app, ["schedules", "list"]).output):
+            assert time.monotonic() < deadline, listed
+            time.sleep(0.1)
+        return listed
+
+    stop = threading.Event()
+    loop = threading.Thread(target=firing.run_forever, args=(database_url, stop), daemon=True)
+    loop.start()
+    try:
+        listed_once(lambda out: "no schedule firing process" not in out and "overdue" not in out)
+        status = cli.invoke(app, ["status"])
+        assert "rara schedules run (schedule firing)" in status.output, status.output
+    finally:
+        stop.set()
+        conn.execute("NOTIFY rara_schedules")
+        loop.join(10)
+    since = listed_once(lambda out: "no schedule firing process is connected" in out)
+    assert "(none has fired a tick since 20" in since
+    assert " UTC)" in since

@@ -6,6 +6,8 @@ actions on, pause and resume from that page, behind a login and its CSRF token."
 from __future__ import annotations
 
 import re
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -15,6 +17,7 @@ from typing import Any
 import psycopg
 
 from rara.pg import schedules as schedule_sql
+from rara.schedules import firing
 from rara.schedules.manage import apply_schedule, trigger
 from rara.schedules.model import load_schedule
 from rara.ui.render import iso, when
@@ -182,3 +185,48 @@ def _post(ui: UiServer, path: str, headers: dict[str, str], body: bytes = b"csrf
             return int(answer.status)
     except urllib.error.HTTPError as exc:
         return exc.code
+
+
+def test_schedules_with_nothing_to_fire_them_say_so(
+    page: Any,
+    ui_server: Callable[..., UiServer],
+    conn: psycopg.Connection[Any],
+    database_url: str,
+    role_url: Callable[[str], str],
+) -> None:
+    """Active schedules and no firing process connected: the list and the page say so (not
+    only "next tick in 10 h"), and a tick past by more than a minute is overdue; with
+    `rara schedules run` connected, neither is said."""
+    from playwright.sync_api import expect
+
+    noop_definition(conn)
+    apply_schedule(conn, load_schedule(NIGHTLY))
+    conn.execute("UPDATE rara_schedules SET next_tick = now() - interval '2 minutes'")
+    conn.commit()
+    ui = ui_server(url=role_url("rara_reader"))
+    page.goto(ui.url + "/schedules")
+    banner = page.locator("#no-firing")
+    expect(banner).to_contain_text("No schedule firing process is connected")
+    expect(banner).to_contain_text("none has ever fired a tick here")
+    row = page.locator('tr[data-schedule="nightly-refresh"]')
+    expect(row.locator('[data-field="overdue"]')).to_have_text("overdue")
+    page.goto(ui.url + "/schedules/nightly-refresh")
+    expect(page.locator("#no-firing")).to_be_visible()
+    expect(page.locator("#overdue")).to_have_text("overdue")
+
+    stop = threading.Event()
+    loop = threading.Thread(target=firing.run_forever, args=(database_url, stop), daemon=True)
+    loop.start()
+    try:
+        for _ in range(100):  # the loop connects, then fires the overdue tick
+            page.goto(ui.url + "/schedules")
+            if not page.locator("#no-firing, [data-field='overdue']").count():
+                break
+            time.sleep(0.1)
+        expect(page.locator("#no-firing")).to_have_count(0)
+        expect(row.locator('[data-field="overdue"]')).to_have_count(0)
+    finally:
+        stop.set()
+        with psycopg.connect(database_url, autocommit=True) as waker:
+            waker.execute("NOTIFY rara_schedules")
+        loop.join(10)

@@ -169,7 +169,7 @@ def _fire_until_stopped(url: str, stop: threading.Event, health: firing.Health) 
     catches its passes' errors itself; this is for an error of its own)."""
     while not stop.is_set():
         try:
-            firing.run_forever(url, stop, health)
+            firing.run_forever(url, stop, health, process="rara operator")
         except Exception as exc:
             health.failed(exc)
             wait = health.backoff()

@@ -15,14 +15,20 @@ SELECT now();
 -- done/total per run: the run's own step counters (rara_run_count), the one count of the
 -- dashboard: every step of the definition plus each child of a map step. :namespace (null:
 -- every namespace) reads the run's own column, through rara_runs_by_namespace (namespace,
--- id); a :definition is that name in :namespace when one is given, in any otherwise.
-SELECT r.id, r.namespace, r.status::text AS status, v.name AS definition, v.version,
+-- id); a :definition is that name in :namespace when one is given, in any otherwise. The
+-- status shown and filtered is the run's phase (rara_run_phase: its status, or `waiting`
+-- with what it waits for); a waiting run is an unfinished one, which the first test keeps
+-- to before the function is called.
+SELECT r.id, r.namespace, ph.phase AS status, ph.waiting_for, v.name AS definition, v.version,
        r.idempotency_key, r.created_at, r.started_at, r.finished_at, r.cancel_requested,
        r.steps_succeeded AS done, r.steps_total AS total
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
+CROSS JOIN LATERAL rara_run_phase(r.id, r.status) ph
 WHERE (CAST(:before AS bigint) IS NULL OR r.id < :before)
   AND (CAST(:namespace AS text) IS NULL OR r.namespace = :namespace)
-  AND (CAST(:status AS rara_run_status) IS NULL OR r.status = :status)
+  AND (CAST(:status AS text) IS NULL OR r.status::text = :status
+       OR (:status = 'waiting' AND r.status IN ('pending', 'running')))
+  AND (CAST(:status AS text) IS NULL OR ph.phase = :status)
   AND (CAST(:definition AS text) IS NULL OR v.name = :definition)
   -- The search box: a substring of the definition's name or of the idempotency key.
   AND (CAST(:search AS text) IS NULL
@@ -34,10 +40,14 @@ ORDER BY r.id DESC
 LIMIT :limit;
 
 -- name: ui_run_get^
-SELECT r.id, r.namespace, r.status::text AS status, v.name AS definition, v.version, v.digest,
-       r.idempotency_key, r.input, r.error, r.cancel_requested, r.created_at, r.started_at,
-       r.finished_at, r.steps_total, r.steps_succeeded, r.steps_failed, r.steps_cancelled
+-- The run page's header: its status is the run's phase (rara_run_phase), `waiting` with
+-- what it waits for while only a gate, a signal or a timer can move it on.
+SELECT r.id, r.namespace, ph.phase AS status, ph.waiting_for, v.name AS definition, v.version,
+       v.digest, r.idempotency_key, r.input, r.error, r.cancel_requested, r.created_at,
+       r.started_at, r.finished_at, r.steps_total, r.steps_succeeded, r.steps_failed,
+       r.steps_cancelled
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
+CROSS JOIN LATERAL rara_run_phase(r.id, r.status) ph
 WHERE r.id = :run_id;
 
 -- name: ui_step_list
@@ -273,11 +283,13 @@ FROM ready FULL JOIN running USING (capability)
 ORDER BY 1;
 
 -- name: ui_live_run_list
--- The live view's poll, one statement for every run any viewer of this process watches.
-SELECT id, status::text AS status, cancel_requested, finished_at, steps_total,
-       steps_succeeded, steps_failed, steps_cancelled
-FROM rara_runs
-WHERE id = ANY (CAST(:run_ids AS bigint[]));
+-- The live view's poll, one statement for every run any viewer of this process watches; the
+-- status is the phase, as on the page (ui_run_get).
+SELECT r.id, ph.phase AS status, ph.waiting_for, r.cancel_requested, r.finished_at,
+       r.steps_total, r.steps_succeeded, r.steps_failed, r.steps_cancelled
+FROM rara_runs r
+CROSS JOIN LATERAL rara_run_phase(r.id, r.status) ph
+WHERE r.id = ANY (CAST(:run_ids AS bigint[]));
 
 -- name: ui_live_step_list
 -- Steps of the watched runs; the progress of running steps only (one probe each). A waiting
@@ -311,10 +323,12 @@ LIMIT :limit;
 
 -- name: ui_live_recent_list
 -- The runs list's live view: the newest runs and their status (the first page changes);
--- :namespaces (null: every namespace) narrows to a viewer's (rara ui --user-roles).
-SELECT id, status::text AS status FROM rara_runs
-WHERE CAST(:namespaces AS text[]) IS NULL OR namespace = ANY (CAST(:namespaces AS text[]))
-ORDER BY id DESC LIMIT :limit;
+-- :namespaces (null: every namespace) narrows to a viewer's (rara ui --user-roles). The
+-- status is the phase, as on the page (ui_run_page).
+SELECT r.id, ph.phase AS status FROM rara_runs r
+CROSS JOIN LATERAL rara_run_phase(r.id, r.status) ph
+WHERE CAST(:namespaces AS text[]) IS NULL OR r.namespace = ANY (CAST(:namespaces AS text[]))
+ORDER BY r.id DESC LIMIT :limit;
 
 -- name: ui_live_approval_list
 -- The approvals page's live view: the newest gates and their decisions (a gate begins to wait,
@@ -322,6 +336,17 @@ ORDER BY id DESC LIMIT :limit;
 SELECT run_id, step_key, coalesce(decision, '') AS decision FROM rara_approvals
 WHERE CAST(:namespaces AS text[]) IS NULL OR namespace = ANY (CAST(:namespaces AS text[]))
 ORDER BY requested_at DESC, step_id DESC LIMIT :limit;
+
+-- name: ui_open_approval_count$
+-- The navigation's count on Approvals: the gates waiting for a decision now (an open wait:
+-- a cancelled run's gate, undecided, waits no longer) that the connection's role reads
+-- (row-level security: a user's namespaces under --user-roles), counted up to :limit (the
+-- link says "99+" beyond), through rara_approvals_open.
+SELECT count(*) FROM (
+    SELECT FROM rara_approvals a
+    WHERE a.decision IS NULL AND EXISTS (SELECT FROM rara_waits w WHERE w.step_id = a.step_id)
+    LIMIT :limit
+) open;
 
 -- name: ui_schedule_page
 -- Schedules by (namespace, name) after the keyset cursor (:after_namespace, :after)

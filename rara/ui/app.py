@@ -26,6 +26,7 @@ from rara.ui import actions, pages
 from rara.ui.auth import AuthConfig
 from rara.ui.isolation import IsolationWatch
 from rara.ui.live import LiveHub
+from rara.ui.nav import ApprovalCount
 
 HERE = Path(__file__).parent
 
@@ -151,5 +152,6 @@ def create_app(config: UiConfig) -> Starlette:
     app.state.pool = pool
     app.state.hub = hub
     app.state.isolation = isolation  # the banner of rara/ui/templates/base.html
+    app.add_middleware(ApprovalCount)  # the navigation's count (rara.ui.nav)
     app.add_middleware(Headers)
     return app

@@ -25,7 +25,8 @@ PAGE = 50
 class RunLine:
     id: int
     namespace: str
-    status: str
+    status: str  # the phase (rara_run_phase): the run's status, or "waiting"
+    waiting_for: list[dict[str, Any]] | None  # what a waiting run waits for
     definition: str
     version: int
     idempotency_key: str | None
@@ -41,7 +42,8 @@ class RunLine:
 class RunDetail:
     id: int
     namespace: str
-    status: str
+    status: str  # the phase (rara_run_phase): the run's status, or "waiting"
+    waiting_for: list[dict[str, Any]] | None  # what a waiting run waits for
     definition: str
     version: int
     digest: str
@@ -305,7 +307,8 @@ class BacklogLine:
 @dataclass(frozen=True, slots=True)
 class LiveRun:
     id: int
-    status: str
+    status: str  # the phase, as RunDetail's
+    waiting_for: list[dict[str, Any]] | None
     cancel_requested: bool
     finished_at: datetime | None
     steps_total: int

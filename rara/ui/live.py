@@ -34,7 +34,7 @@ from psycopg_pool import AsyncConnectionPool
 from rara.pg import reconnect
 from rara.ui import charts, data
 from rara.ui.fleet import FLEET, fleet_state
-from rara.waits import waiting_for
+from rara.waits import run_waiting_for, waiting_for
 
 log = structlog.get_logger("rara.ui.live")
 
@@ -185,6 +185,7 @@ class LiveHub:
                         "run": {
                             "id": r.id,
                             "status": r.status,
+                            "waits": run_waiting_for(r.waiting_for),
                             "cancel_requested": r.cancel_requested,
                             "counts": data.step_counts(r),
                         },

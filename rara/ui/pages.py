@@ -36,7 +36,6 @@ from rara.artifacts.store import DEFAULT_MEDIA_TYPE
 from rara.namespaces import qualified
 from rara.pg.queries import AsyncConn
 from rara.pg.schedules import ScheduleSummary, afiring_seen
-from rara.states import RunStatus
 from rara.ui import charts, data
 from rara.ui.dag import StepNode, layout
 from rara.ui.fleet import FLEET, fleet_state
@@ -47,11 +46,11 @@ from rara.ui.render import page
 from rara.ui.reuse import summarise
 from rara.ui.timeline import Reused, timeline
 from rara.ui.user_roles import connection, user_of, visible_namespaces
-from rara.waits import waiting_for
+from rara.waits import RUN_PHASES, waiting_for
 
 FAVICON = Path(__file__).parent / "static" / "favicon.svg"
 DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-STATUSES = [s.value for s in RunStatus]
+STATUSES = list(RUN_PHASES)  # the runs list's filter: a run's phase (rara_run_phase)
 DOWNLOAD_CHUNK = 64 * 1024
 ROWS = 200  # table rows of a run page (the DAG shows every step); ?rows=all for the rest
 EVENTS = 1_000  # a step's events shown (`rara runs show --events` prints them all)
@@ -106,7 +105,7 @@ async def runs_list(request: Request) -> Response:
     problems: list[str] = []
     status = q.get("status") or None
     if status is not None and status not in STATUSES:
-        problems.append(f"status: one of {', '.join(STATUSES)}")
+        problems.append(f"unknown run status {status!r}: use one of {', '.join(STATUSES)}")
         status = None
     namespace = namespace_arg(request)
     definition = q.get("definition", "").strip() or None

@@ -16,6 +16,8 @@ from starlette.responses import HTMLResponse
 from rara.namespaces import qualified
 from rara.ui.auth import AuthConfig
 from rara.ui.links import definition_href, runs_href, schedule_href
+from rara.ui.nav import shown
+from rara.waits import run_waiting_for
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -44,11 +46,14 @@ def iso(value: datetime | None) -> str:
     return "" if value is None else value.astimezone(UTC).isoformat()
 
 
-def stamp(value: datetime | None) -> Markup:
+def stamp(value: datetime | str | None) -> Markup:
     """The dashboard's one way to show an instant: UTC, named, and a relative time the page
-    keeps current (``3 min ago``; app.js)."""
+    keeps current (``3 min ago``; app.js). A string is an instant as JSON holds it (ISO 8601:
+    a waiting run's due time, rara_run_phase)."""
     if value is None:
         return Markup("")
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
     return Markup('<time datetime="{}" data-rel>{} UTC</time>').format(iso(value), when(value))
 
 
@@ -124,6 +129,7 @@ ENV.globals.update(
     schedule_href=schedule_href,
     runs_href=runs_href,
     qualified=qualified,
+    run_waiting_for=run_waiting_for,
 )
 
 
@@ -136,6 +142,8 @@ def page(request: Request, template: str, status_code: int = 200, **context: Any
         may_act=auth.may_act(request),
         identity=auth.identity(request),
         csrf=auth.csrf_token(request),
+        # Gates waiting for a decision the viewer can see (rara.ui.nav), on Approvals.
+        open_approvals=shown(getattr(request.state, "open_approvals", None)),
         **context,
     )
     return HTMLResponse(html, status_code=status_code)

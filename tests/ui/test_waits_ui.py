@@ -106,11 +106,12 @@ def test_a_waiting_step_is_shown_waiting_and_follows_its_signal_live(
         expect(row.locator("[data-field=status]")).to_have_text("succeeded")
         expect(row.locator("[data-field=waits-for]")).to_have_count(0)
         expect(ready.locator("title")).to_have_text("ready: succeeded")
-        # The timer still waits; the run with it.
+        # The timer still waits, and nothing else runs: the run waits with it (its phase).
         expect(page.locator('g.node[data-step="settle"]')).to_have_class(
             re.compile(r"\bst-waiting\b")
         )
-        expect(page.locator("#run-status")).to_have_text("running")
+        expect(page.locator("#run-status")).to_have_text("waiting")
+        expect(page.locator("#run-waits")).to_contain_text("for timer of step settle until")
     assert page.evaluate("window.__sameDocument") is True  # live, never reloaded
 
 

@@ -58,7 +58,8 @@
     .some((t) => t.value || t === document.activeElement);
   const refresh = rara.coalesced(() => rara.refreshFrom(
     location.pathname + location.search,
-    ['table.steps', '[data-refresh]', '.facts', '.run-head .actions', '#dag-reused']
+    ['table.steps', '[data-refresh]', '.facts', '.run-head .actions', '#dag-reused',
+      '#run-waits']
       .concat(writing() ? [] : ['#approvals']),
   ).then(() => {
     byKey = index();
@@ -103,6 +104,11 @@
       if (cell) cell.textContent = String(n);
     }
     const badge = document.getElementById('run-status');
+    // What a waiting run waits for: re-read with the page's parts (its gates are links).
+    const waits = document.getElementById('run-waits');
+    if (waits && waits.dataset.said !== (state.run.waits || '')) {
+      waits.dataset.said = state.run.waits || ''; changed = true;
+    }
     if (badge && badge.textContent !== state.run.status) {
       badge.textContent = state.run.status; rara.setStatusClass(badge, state.run.status);
       changed = true;

@@ -10,7 +10,7 @@ import psycopg
 import typer
 from rich.table import Table
 
-from rara.cli.common import console, reports_errors
+from rara.cli.common import console, reports_errors, stamp
 from rara.namespaces import check_namespace
 from rara.pg import access
 from rara.pg.connect import database_url
@@ -49,7 +49,7 @@ def list_(ctx: typer.Context) -> None:
     table = Table("role", "namespace", "granted")
     for row in rows:
         role = row.role if row.role_exists else f"{row.role} (dropped: grants nobody)"
-        table.add_row(role, row.namespace, f"{row.granted_at:%Y-%m-%d %H:%M:%S}")
+        table.add_row(role, row.namespace, stamp(row.granted_at))
     console.print(table)
 
 

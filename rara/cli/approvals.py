@@ -19,6 +19,7 @@ from rara.cli.common import (
     namespace_client,
     print_listing,
     reports_errors,
+    stamp,
 )
 from rara.client import Client
 from rara.evidence import MetricTable, metric_table
@@ -34,7 +35,7 @@ ReasonOption = Annotated[
 
 
 def _when(value: datetime | None) -> str:
-    return "" if value is None else value.isoformat(timespec="seconds")
+    return stamp(value)
 
 
 def _state(decision: str | None) -> str:

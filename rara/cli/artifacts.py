@@ -63,7 +63,9 @@ def resolve_digest(text: str) -> str:
 @reports_errors
 def get(
     digest: Annotated[str, typer.Argument(help="sha256:<hex>, or a unique prefix of it")],
-    output: Annotated[Path, typer.Option("-o", "--output")],
+    output: Annotated[
+        Path, typer.Option("-o", "--output", help="the file to write, checked against the digest")
+    ],
     root: RootOption = None,
 ) -> None:
     """Write a blob to FILE, verifying its sha256 as it writes (nothing is left on mismatch)."""
@@ -82,7 +84,9 @@ def gc(
     grace: Annotated[
         float, typer.Option(help="keep unreferenced blobs younger than this (s)")
     ] = 86400,
-    dry_run: Annotated[bool, typer.Option("--dry-run")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="say what would be deleted; delete nothing")
+    ] = False,
 ) -> None:
     """Remove blobs no manifest, checkpoint or release references (after a grace period)."""
     with psycopg.connect(database_url(), autocommit=True) as conn:

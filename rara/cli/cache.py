@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from rara.cache import BASE_PARTS, changed_parts, changed_reads
-from rara.cli.common import console, fail, reports_errors
+from rara.cli.common import console, fail, reports_errors, stamp
 from rara.errors import NotFound
 from rara.pg import cache
 from rara.pg.connect import database_url
@@ -21,7 +21,7 @@ app = typer.Typer(help="The step cache: entries of steps with `cache:`, and why 
 @reports_errors
 def list_(
     capability: Annotated[str | None, typer.Option(help="only this name@major")] = None,
-    limit: Annotated[int, typer.Option(min=1, max=10_000)] = 100,
+    limit: Annotated[int, typer.Option(min=1, max=10_000, help="entries shown at most")] = 100,
 ) -> None:
     """Entries, newest first: key, step, where they came from, when they expire."""
     with psycopg.connect(database_url(), autocommit=True) as conn:
@@ -34,8 +34,8 @@ def list_(
             e.step_key,
             f"run {e.source_run} attempt {e.source_attempt}",
             str(len(e.manifest)),
-            f"{e.created_at:%Y-%m-%d %H:%M:%S}",
-            f"{e.expires_at:%Y-%m-%d %H:%M:%S}" if e.expires_at else "never",
+            stamp(e.created_at),
+            stamp(e.expires_at) or "never",
         )
     console.print(table)
 

@@ -8,6 +8,7 @@ Exit codes: 0 ok; 1 the command ran but the run did not succeed (or a wait timed
 
 from __future__ import annotations
 
+import enum
 import functools
 import json
 from collections.abc import Callable, Iterable, Sequence
@@ -231,6 +232,21 @@ NamespaceOption = Annotated[
         metavar="NAME",
         show_default=False,
         help=f"the namespace to work in (default: ${ENV}, else default)",
+    ),
+]
+
+
+class Output(enum.StrEnum):
+    """What a command that shows one object prints: lines for people, or the object whole."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+OutputOption = Annotated[
+    Output,
+    typer.Option(
+        "--output", "-o", help="text for people (default); json: the whole object, for scripts"
     ),
 ]
 AllNamespacesOption = Annotated[

@@ -11,13 +11,17 @@ import typer
 from rara.cli.common import (
     AllNamespacesOption,
     NamespaceOption,
+    Output,
+    OutputOption,
     console,
     namespace_client,
     print_listing,
     read_document_arg,
     reports_errors,
+    stamp,
 )
 from rara.definitions.parse import MAX_DOCUMENT_BYTES, load_definition
+from rara.definitions.render import definition_yaml
 from rara.namespaces import qualified
 
 app = typer.Typer(help="Workflow definitions and their immutable versions.", no_args_is_help=True)
@@ -56,7 +60,7 @@ def list_(namespace: NamespaceOption = None, all_namespaces: AllNamespacesOption
                     str(row["latest_version"]),
                     str(row["versions"]),
                     row["digest"][:19] + "…",
-                    str(row["retired_at"] or ""),
+                    stamp(row["retired_at"]),
                 ),
             )
             for row in rows
@@ -71,11 +75,20 @@ def show(
     name: str,
     version: Annotated[int | None, typer.Option(help="default: latest")] = None,
     namespace: NamespaceOption = None,
+    output: OutputOption = Output.TEXT,
 ) -> None:
-    """A version's canonical spec."""
+    """A version as a YAML document (applying it gives the same version): each step's fields
+    that differ from their defaults. -o json: the version with its normalised spec, every
+    default filled in, as the database keeps it."""
     row = namespace_client(namespace).get_definition(name, version)
-    console.print(
-        f"{qualified(row['namespace'], row['name'])} version {row['version']} {row['digest']}",
-        highlight=False,
+    if output is Output.JSON:
+        row["created_at"] = row["created_at"].isoformat()
+        row["retired_at"] = row["retired_at"] and row["retired_at"].isoformat()
+        typer.echo(json.dumps(row, indent=2, ensure_ascii=False))
+        return
+    retired = f", retired {stamp(row['retired_at'])}" if row["retired_at"] else ""
+    typer.echo(
+        f"# {qualified(row['namespace'], row['name'])} version {row['version']} {row['digest']}"
+        f" (applied {stamp(row['created_at'])}{retired})"
     )
-    console.print_json(json.dumps(row["spec"]))
+    typer.echo(definition_yaml(row["namespace"], row["name"], row["spec"]), nl=False)

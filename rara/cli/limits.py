@@ -5,13 +5,14 @@ share"). All of them are the fleet's: they need a role with every namespace."""
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated
 
 import psycopg
 import typer
 from rich.table import Table
 
-from rara.cli.common import console, fail, reports_errors
+from rara.cli.common import console, fail, reports_errors, stamp
 from rara.definitions.model import CAPABILITY_PATTERN
 from rara.namespaces import check_namespace, qualified
 from rara.pg import limits
@@ -81,7 +82,7 @@ def _print_table(columns: tuple[str, ...], rows: list[tuple[object, ...]]) -> No
         return
     table = Table(*columns)
     for *cells, at in rows:
-        table.add_row(*(str(c) for c in cells), f"{at:%Y-%m-%d %H:%M:%S}")
+        table.add_row(*(str(c) for c in cells), stamp(at) if isinstance(at, datetime) else "")
     console.print(table)
 
 

@@ -15,15 +15,18 @@ from rara.cli.artifacts import RootOption
 from rara.cli.common import (
     AllNamespacesOption,
     NamespaceOption,
+    Output,
+    OutputOption,
     console,
     err_console,
     fail,
     namespace_client,
     print_listing,
     reports_errors,
+    stamp,
 )
 from rara.namespaces import qualified
-from rara.releases import fetch, parse_ref
+from rara.releases import Release, fetch, parse_ref
 
 app = typer.Typer(
     help="Releases: numbered, immutable snapshots of a run's artifacts and results.",
@@ -79,19 +82,45 @@ def get(
     ] = None,
     root: RootOption = None,
     namespace: NamespaceOption = None,
+    output: OutputOption = Output.TEXT,
 ) -> None:
-    """A release (the current one unless @N) as JSON: its artifacts' digests, its results."""
+    """A release (the current one unless @N): what it is and what it serves; -o json for the
+    whole release (its results too). With --fetch, the files written come first."""
     name, number = parse_ref(ref)
     release = namespace_client(namespace).get_release(name, number)
-    # Plain JSON on stdout (a script reads it); what --fetch did goes to stderr.
-    typer.echo(json.dumps(release.as_json(), indent=2))
+    as_json = output is Output.JSON
+    if as_json:  # plain JSON on stdout (a script reads it); what --fetch did goes to stderr
+        typer.echo(json.dumps(release.as_json(), indent=2))
     if fetch_to is not None:
         try:
             written = fetch(release, open_store(root), fetch_to)
         except (ArtifactError, ValueError, OSError) as exc:
             raise fail(str(exc)) from None
         for path, artifact in zip(written, release.artifacts, strict=True):
-            err_console.print(f"{path}: {artifact.digest} verified", highlight=False)
+            (err_console if as_json else console).print(
+                f"{path}: {artifact.digest} verified", highlight=False
+            )
+    if not as_json:
+        print_release(release)
+
+
+def print_release(release: Release) -> None:
+    """A release in a few lines: which, since when, from what, and each artifact's digest."""
+    state = "current" if release.current else "not current"
+    console.print(
+        f"{release.ref} ({state}): promoted by {release.promoted_by} at"
+        f" {stamp(release.promoted_at)} from run {release.run_id}"
+        f" ({release.definition}@{release.definition_version})"
+        + (f"; note: {release.note}" if release.note else ""),
+        highlight=False,
+    )
+    for artifact in release.artifacts:
+        console.print(
+            f"  {artifact.step_key}/{artifact.name} {artifact.digest} {artifact.size}B",
+            highlight=False,
+        )
+    results = ", ".join(sorted(release.results)) or "none"
+    console.print(f"results of: {results} (-o json: the whole release)", highlight=False)
 
 
 @app.command()
@@ -136,7 +165,7 @@ def list_(
                     str(r.run_id),
                     str(r.artifacts),
                     r.promoted_by,
-                    f"{r.promoted_at:%Y-%m-%d %H:%M:%S}",
+                    stamp(r.promoted_at),
                     r.note or "",
                 ),
             )
@@ -154,7 +183,7 @@ def history(name: str, namespace: NamespaceOption = None) -> None:
     table = Table("when", "action", "from", "to", "by", "reason")
     for m in moves:
         table.add_row(
-            f"{m.moved_at:%Y-%m-%d %H:%M:%S}",
+            stamp(m.moved_at),
             m.action,
             "" if m.from_number is None else str(m.from_number),
             str(m.to_number),

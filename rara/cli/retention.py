@@ -10,7 +10,7 @@ from typing import Annotated
 import psycopg
 import typer
 
-from rara.cli.common import console, err_console, reports_errors
+from rara.cli.common import console, err_console, reports_errors, stamp
 from rara.errors import InputInvalid
 from rara.pg import retention
 from rara.pg.connect import database_url
@@ -76,7 +76,7 @@ def prune(
         )
     verb = "would delete" if dry_run else "deleted"
     console.print(
-        f"{verb} {describe(total)} (runs finished before {before:%Y-%m-%d %H:%M:%S%z}; "
+        f"{verb} {describe(total)} (runs finished before {stamp(before)}; "
         f"{time.monotonic() - started:.1f} s)",
         highlight=False,
     )

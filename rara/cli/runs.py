@@ -22,6 +22,7 @@ from rara.cli.common import (
     parse_json_object_arg,
     print_listing,
     reports_errors,
+    stamp,
 )
 from rara.client import Client, RunView
 from rara.errors import CapabilityUnavailable
@@ -103,7 +104,7 @@ def list_(
             " ready or running, and a gate, signal or timer open)",
         ),
     ] = None,
-    limit: Annotated[int, typer.Option(min=1, max=1000)] = 50,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="newest runs shown at most")] = 50,
     namespace: NamespaceOption = None,
     all_namespaces: AllNamespacesOption = False,
 ) -> None:
@@ -120,8 +121,8 @@ def list_(
                     f"{r['definition']}@{r['version']}",
                     waits.run_phase_text(r["phase"] or str(r["status"]), r["waiting_for"]),
                     f"{r['done']}/{r['total']}",
-                    f"{r['created_at']:%Y-%m-%d %H:%M:%S}",
-                    f"{r['finished_at']:%H:%M:%S}" if r["finished_at"] else "",
+                    stamp(r["created_at"]),
+                    stamp(r["finished_at"]),
                 ),
             )
             for r in rows
@@ -139,7 +140,7 @@ def print_run(view: RunView) -> None:
         )
     )
     if view.error:
-        console.print(f"error: {view.error}")
+        console.print(literal(f"error: {view.error}"))
     table = Table(
         "step", "capability", "executor", "status", "attempt", "started", "took", "reused from"
     )
@@ -153,7 +154,7 @@ def print_run(view: RunView) -> None:
             s["executor"],
             waits.shown_status(s["status"], s.get("wait_kind")),
             s.get("children") or attempts(s["capability"], s["attempt"], s["max_attempts"]),
-            f"{s['started_at']:%H:%M:%S}" if s["started_at"] else "",
+            stamp(s["started_at"]),
             took,
             describe_reuse(s.get("reused_from")),
         )
@@ -162,6 +163,20 @@ def print_run(view: RunView) -> None:
         waiting = waits.waiting_for(s.get("wait_kind"), s.get("wait_signal"), s.get("wait_due_at"))
         if waiting:
             console.print(f"{s['key']} {waiting}", highlight=False)
+    for s in view.steps:
+        if s["status"] == "failed" and s["error"]:
+            console.print(failed_step(s), highlight=False)
+
+
+def failed_step(step: dict[str, Any]) -> str:
+    """Why a step failed, as its last attempt reported it: the error's type and message (its
+    traceback is on the dashboard's run page; every attempt's error: `--attempts`)."""
+    error = step["error"]
+    if not isinstance(error, dict):
+        return f"{step['key']} failed: {error}"
+    what = ": ".join(str(part) for part in (error.get("type"), error.get("message")) if part)
+    tried = attempts(step["capability"], step["attempt"], step["max_attempts"])
+    return f"{step['key']} failed" + (f" (attempt {tried})" if tried else "") + f": {what}"
 
 
 @app.command()
@@ -187,8 +202,8 @@ def show(
                 str(a["attempt"]),
                 a["worker"],
                 a["outcome"],
-                f"{a['started_at']:%H:%M:%S.%f}"[:-3],
-                f"{a['ended_at']:%H:%M:%S.%f}"[:-3] if a["ended_at"] else "",
+                stamp(a["started_at"]),
+                stamp(a["ended_at"]),
                 str((a["error"] or {}).get("message", ""))[:60],
             )
         console.print(table)
@@ -236,7 +251,7 @@ def print_events(events: list[dict[str, Any]]) -> None:
     for e in events:
         rows.append(
             (
-                f"{e['created_at']:%H:%M:%S.%f}"[:-3],
+                stamp(e["created_at"]),
                 f"{e['key']}#{e['attempt']}",
                 str(e["seq"]),
                 e["kind"],
@@ -371,6 +386,6 @@ def signal(
     else:
         console.print(
             f"run {run_id}: signal {name} (key {key or name}) was taken at "
-            f"{sent.sent_at.isoformat()}; nothing changed",
+            f"{stamp(sent.sent_at)}; nothing changed",
             highlight=False,
         )

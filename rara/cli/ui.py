@@ -30,7 +30,9 @@ def ui(
     host: Annotated[
         str, typer.Option(envvar="RARA_UI_HOST", help="address to bind (loopback by default)")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(min=0, max=65535, envvar="RARA_UI_PORT")] = 8080,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, envvar="RARA_UI_PORT", help="port to listen on")
+    ] = 8080,
     db_url: Annotated[
         str | None,
         typer.Option(
@@ -90,7 +92,10 @@ def ui(
             help="artifact store for downloads: a directory or s3://…",
         ),
     ] = None,
-    pool_size: Annotated[int, typer.Option(min=1, max=100)] = 8,
+    pool_size: Annotated[
+        int,
+        typer.Option(min=1, max=100, help="database connections the dashboard keeps at most"),
+    ] = 8,
 ) -> None:
     """Serve the web dashboard: runs as live DAGs, attempts, metrics, artifacts, the fleet."""
     import uvicorn

@@ -54,13 +54,13 @@ def test_promote_get_fetch_rollback_list_and_history(
     ok("promote", "rag-index", "--from-run", str(runs[1]), "--artifact", "make/corpus.txt",
        "--result", "make")  # fmt: skip
 
-    current = json.loads(ok("get", "rag-index").stdout)
+    current = json.loads(ok("get", "rag-index", "-o", "json").stdout)
     assert (current["number"], current["current"], current["run_id"]) == (2, True, runs[1])
     assert [a["name"] for a in current["artifacts"]] == ["corpus.txt"]
-    assert json.loads(ok("get", "rag-index@current").stdout) == current
+    assert json.loads(ok("get", "rag-index@current", "-o", "json").stdout) == current
 
     fetched = tmp_path / "served"
-    first = ok("get", "rag-index@1", "--fetch", str(fetched), *store)
+    first = ok("get", "rag-index@1", "--fetch", str(fetched), *store, "-o", "json")
     release = json.loads(first.stdout)
     assert release["note"] == "first"
     assert not release["current"]
@@ -70,9 +70,17 @@ def test_promote_get_fetch_rollback_list_and_history(
         assert "sha256:" + hashlib.sha256(data).hexdigest() == artifact["digest"]
         assert f"{artifact['digest']} verified" in first.stderr
     assert (fetched / "make" / "corpus.txt").read_bytes() == b"index bytes"
+    # For people: the files written first, then the release in a few lines; no JSON.
+    lines = ok("get", "rag-index@2", "--fetch", str(tmp_path / "two"), *store).stdout.splitlines()
+    served = tmp_path / "two" / "make" / "corpus.txt"
+    assert lines[0] == f"{served}: {current['artifacts'][0]['digest']} verified"
+    assert lines[1].startswith("rag-index@2 (current): promoted by "), lines
+    assert f" UTC from run {runs[1]} (p@1)" in lines[1], lines
+    assert lines[-1] == "results of: make (-o json: the whole release)", lines
+    assert not any(line.lstrip().startswith(("{", '"')) for line in lines), lines
 
     assert "rag-index: current 2 -> 1" in ok("rollback", "rag-index", "--reason", "bad").output
-    assert json.loads(ok("get", "rag-index").stdout)["number"] == 1
+    assert json.loads(ok("get", "rag-index", "-o", "json").stdout)["number"] == 1
     listed = ok("list").output
     assert "rag-index@2" in listed
     assert "rag-index@1" in listed

@@ -1,0 +1,102 @@
+"""One CLI voice: every option described, one timestamp format (the dashboard's), a failed
+run's error in `runs show`, a definition shown as the YAML one would apply (JSON with -o
+json), a release's lines before its JSON, and a worker's text printed as it is, never as
+markup."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from rara.cli.common import stamp
+from rara.cli.main import app
+from rara.ui.render import when
+from tests.support.runs import define, start, wait_run
+
+
+def _options(command: Any, path: str) -> Iterator[tuple[str, list[str], str | None]]:
+    for name, sub in (getattr(command, "commands", None) or {}).items():
+        yield from _options(sub, f"{path} {name}")
+    for param in command.params:
+        if param.param_type_name == "option":
+            yield path, param.opts, param.help
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    undescribed = [
+        f"{path} {'/'.join(opts)}"
+        for path, opts, help in _options(typer.main.get_command(app), "rara")
+        if not (help or "").strip()
+    ]
+    assert undescribed == []
+
+
+def test_one_timestamp_format_the_dashboards() -> None:
+    at = datetime(2026, 12, 5, 9, 41, 1, 500, tzinfo=timezone(timedelta(hours=2)))
+    assert stamp(at) == "2026-12-05 07:41:01 UTC"
+    assert stamp(at) == f"{when(at)} UTC"
+    assert stamp(at.astimezone(UTC)) == stamp(at)
+    assert stamp(None) == ""
+
+
+@pytest.mark.usefixtures("wide_console")
+def test_runs_show_prints_a_failed_steps_error_as_it_is(
+    conn: psycopg.Connection[Any], thread_worker: Any, database_url: str
+) -> None:
+    """A handler's error is the worker's text: `[bold]`, `[link=…]` and `[/]` in it print as
+    written (rich would read them as markup, or raise on the unmatched close)."""
+    thread_worker()
+    message = "[bold]boom[/bold] [link=https://evil.example]click[/link] [/]"
+    define(
+        conn,
+        "doomed",
+        [
+            {
+                "key": "fetch",
+                "capability": "test.fail@1",
+                "retry": {"maxAttempts": 1},
+                "input": {"message": message},
+            }
+        ],
+    )
+    run_id = start(conn, "doomed")
+    wait_run(conn, run_id, status="failed")
+    shown = CliRunner(env={"DATABASE_URL": database_url}).invoke(app, ["runs", "show", str(run_id)])
+    assert shown.exit_code == 0, shown.output
+    assert f"fetch failed (attempt 1/1): ValueError: {message}" in shown.output, shown.output
+
+
+def test_definitions_show_prints_the_yaml_to_apply_and_json_on_request(
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    cli = CliRunner(env={"DATABASE_URL": database_url})
+    applied = cli.invoke(app, ["definitions", "apply", "-f", "examples/rag-refresh.yaml"])
+    assert applied.exit_code == 0, applied.output
+    shown = cli.invoke(app, ["definitions", "show", "rag-refresh"])
+    assert shown.exit_code == 0, shown.output
+    lines = shown.output.splitlines()
+    assert lines[0].startswith("# rag-refresh version 1 sha256:"), lines[0]
+    assert lines[0].endswith(" UTC)"), lines[0]
+    assert "  - key: index\n    dependsOn: [clean, index-shard]\n" in shown.output
+    assert "null" not in shown.output  # defaults are not shown: only what was given
+    assert len(lines) < 120  # the normalised JSON is 270 lines
+    # What it prints is a document to apply: it gives the same version.
+    document = tmp_path / "shown.yaml"
+    document.write_text(shown.output)
+    again = cli.invoke(app, ["definitions", "apply", "-f", str(document)])
+    assert again.exit_code == 0, again.output
+    assert "rag-refresh version 1 " in again.output
+    assert again.output.rstrip().endswith("(unchanged)")
+    as_json = json.loads(
+        cli.invoke(app, ["definitions", "show", "rag-refresh", "-o", "json"]).output
+    )
+    assert (as_json["name"], as_json["version"]) == ("rag-refresh", 1)
+    assert as_json["spec"]["steps"][0]["retry"]["maxAttempts"] == 5

@@ -47,7 +47,8 @@ def ui(
         typer.Option(
             "--read-only/--no-read-only",
             envvar="RARA_UI_READ_ONLY",
-            help="refuse every action (cancel, retry)",
+            help="refuse every action: cancel, retry and resume a run, approve or reject a "
+            "gate, pause and resume a schedule",
         ),
     ] = True,
     token_file: Annotated[

@@ -317,11 +317,20 @@ def retry(
         ),
     ] = False,
     idempotency_key: Annotated[str | None, typer.Option(help="same key → same run")] = None,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet", "-q", help="print only the new run's id (run=$(rara runs retry … -q))"
+        ),
+    ] = False,
 ) -> None:
     """Run RUN_ID's version with its input again, as a new run."""
     client = Client()
     if from_failure:
         resumed = client.resume_run(run_id, idempotency_key=idempotency_key)
+        if quiet:
+            console.print(resumed.run_id)
+            return
         console.print(
             f"run {resumed.run_id}: resumes run {run_id}, {resumed.reused} steps reused",
             highlight=False,
@@ -336,6 +345,9 @@ def retry(
         idempotency_key=idempotency_key,
         queue_anyway=True,
     )
+    if quiet:
+        console.print(started.run_id)
+        return
     console.print(
         f"run {started.run_id}: {qualified(old.namespace, old.definition)}@{old.version} again",
         highlight=False,

@@ -72,6 +72,15 @@ def test_runs_show_prints_a_failed_steps_error_as_it_is(
     shown = CliRunner(env={"DATABASE_URL": database_url}).invoke(app, ["runs", "show", str(run_id)])
     assert shown.exit_code == 0, shown.output
     assert f"fetch failed (attempt 1/1): ValueError: {message}" in shown.output, shown.output
+    # `runs retry -q`, as `runs start -q`: only the new run's id, for a script.
+    cli = CliRunner(env={"DATABASE_URL": database_url})
+    for how in ([], ["--from-failure"]):
+        again = cli.invoke(app, ["runs", "retry", str(run_id), *how, "-q"])
+        assert again.exit_code == 0, again.output
+        # (The thread worker of this process logs to the same stdout: its lines are not ours.)
+        ours = [line for line in again.output.splitlines() if not line.startswith("20")]
+        assert len(ours) == 1, again.output
+        assert int(ours[0]) > run_id
 
 
 def test_definitions_show_prints_the_yaml_to_apply_and_json_on_request(

@@ -244,6 +244,7 @@ def print_artifacts(artifacts: list[dict[str, Any]]) -> None:
 
 # Eight columns need this much room; narrower (or in a pipe) each event is one plain line.
 EVENT_TABLE_WIDTH = 120
+METRICS_PER_LINE = 6  # an event's metrics on its line up to this many; more: this many a line
 
 
 def print_events(events: list[dict[str, Any]]) -> None:
@@ -257,19 +258,25 @@ def print_events(events: list[dict[str, Any]]) -> None:
                 e["kind"],
                 "" if e["fraction"] is None else f"{e['fraction']:.2f}",
                 e["message"] or "",
-                ", ".join(f"{k}={v:.4g}" for k, v in (e["metrics"] or {}).items()),
+                [f"{k}={v:.4g}" for k, v in (e["metrics"] or {}).items()],
             )
         )
     if console.is_terminal and console.width >= EVENT_TABLE_WIDTH:
         table = Table("time", "step#attempt", "seq", "kind", "fraction", "message", "metrics")
-        for row in rows:
-            table.add_row(*row)
+        for *cells, metrics in rows:
+            table.add_row(*cells, ", ".join(metrics))
         console.print(table)
         return
     for time_, step, seq, kind, fraction, message, metrics in rows:
         line = " ".join(part for part in (time_, step, f"seq={seq}", kind, fraction) if part)
-        tail = " · ".join(part for part in (message, metrics) if part)
+        # A step that reports many metrics at once (60 single values at its end): a few a line.
+        inline = ", ".join(metrics) if len(metrics) <= METRICS_PER_LINE else ""
+        tail = " · ".join(part for part in (message, inline) if part)
         console.print(f"{line}  {tail}" if tail else line, highlight=False, markup=False)
+        if not inline:
+            for i in range(0, len(metrics), METRICS_PER_LINE):
+                chunk = ", ".join(metrics[i : i + METRICS_PER_LINE])
+                console.print(f"    {chunk}", highlight=False, markup=False)
 
 
 @app.command()

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from rara.cli.common import stamp
 from rara.cli.main import app
+from rara.cli.runs import print_events
 from rara.ui.render import when
 from tests.support.runs import define, start, wait_run
 
@@ -109,3 +110,26 @@ def test_definitions_show_prints_the_yaml_to_apply_and_json_on_request(
     )
     assert (as_json["name"], as_json["version"]) == ("rag-refresh", 1)
     assert as_json["spec"]["steps"][0]["retry"]["maxAttempts"] == 5
+
+
+def test_an_event_with_many_metrics_prints_a_few_a_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`runs show --events` in a pipe: 60 metrics of one event are not one 1,000-character line."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    event = {
+        "created_at": datetime(2026, 12, 5, 8, 0, tzinfo=UTC),
+        "key": "adapt",
+        "attempt": 1,
+        "seq": 9,
+        "kind": "progress",
+        "fraction": 1.0,
+        "message": "done",
+        "metrics": {f"m{i}": i / 7 for i in range(60)},
+    }
+    print_events([event, {**event, "seq": 10, "metrics": {"loss": 0.5}}])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "2026-12-05 08:00:00 UTC adapt#1 seq=9 progress 1.00  done"
+    assert lines[1] == "    m0=0, m1=0.1429, m2=0.2857, m3=0.4286, m4=0.5714, m5=0.7143"
+    assert len(lines) == 1 + 10 + 1
+    assert lines[-1].endswith("seq=10 progress 1.00  done · loss=0.5")

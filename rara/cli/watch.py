@@ -24,7 +24,7 @@ from rara.pg import waits as wait_sql
 from rara.pg.queries import value
 from rara.pg.steps import StepProgressRow
 from rara.states import RunStatus
-from rara.waits import shown_status
+from rara.waits import run_phase_text, shown_status
 
 _DONE_STYLE = {"succeeded": "green", "failed": "red", "cancelled": "yellow"}
 
@@ -93,7 +93,9 @@ def watch(
                     console.print()  # what follows starts on a line of its own
                 return status
             if deadline is not None and time.monotonic() > deadline:
-                raise TimeoutError(f"run {run_id} still {status} after {timeout}s")
+                # Its phase: "still waiting for timer of step nap until …", not "running".
+                said = run_phase_text(run["phase"] or status.value, run["waiting_for"])
+                raise TimeoutError(f"run {run_id} still {said} after {timeout}s")
             # NOTIFY wakes us at once; the timeout is the polling fallback.
             for _ in listener.notifies(timeout=0.5, stop_after=1):
                 pass

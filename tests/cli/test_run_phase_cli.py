@@ -77,3 +77,13 @@ def test_client_wait_times_out_saying_what_the_run_waits_for(
     # A person's turn: until_person returns at once.
     assert client.wait(gated, timeout=5, until_person=True).phase == "waiting"
     assert [r["phase"] for r in client.list_runs("waiting")] == ["waiting"]
+
+
+def test_runs_watch_times_out_saying_what_the_run_waits_for(
+    cli: CliRunner, conn: psycopg.Connection[Any]
+) -> None:
+    apply(conn, "nap", [{"key": "nap", "wait": {"for": "1h"}}])
+    run_id = start_run(conn, "nap", queue_anyway=True).run_id
+    # A timer is no person's turn: the watch goes on to its --timeout, and says why.
+    said = _run(cli, "runs", "watch", str(run_id), "--timeout", "0.5", code=1)
+    assert f"run {run_id} still waiting for timer of step nap until 20" in said

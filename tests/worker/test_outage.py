@@ -69,6 +69,7 @@ async def _registered_worker(url: str, tmp_path: Path, worker_id: str) -> AsyncI
         await worker.store.register(["test.echo@1"])
         yield worker
     finally:
+        await worker.store.close()  # the heartbeat's own connection, if a test opened it
         await worker.pool.close()
 
 

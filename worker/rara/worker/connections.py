@@ -32,6 +32,7 @@ way, so one kind of session serves them all.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import psycopg
@@ -81,29 +82,42 @@ def make_pool(url: str, size: int) -> Pool:
 class OwnConnection:
     """A connection of its own for one sequential caller (the heartbeat, while it renews
     leases), opened on first use and again after a failure; a hot path's session
-    (``HOT_PATH_SESSION``)."""
+    (``HOT_PATH_SESSION``). A try abandoned mid-connect may overlap the next one: the lock
+    makes them share one connection rather than each open one and one of them be lost."""
 
     def __init__(self, url: str) -> None:
         self.url = url
         self._conn: AsyncConn | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
 
     async def get(self) -> AsyncConn:
-        if self._conn is None or self._conn.closed:
-            self._conn = await psycopg.AsyncConnection.connect(
-                self.url,
-                autocommit=True,
-                connect_timeout=CONNECT_TIMEOUT_SECONDS,
-                **HOT_PATH_SESSION,
-                **dead_peer_settings(),
-            )
-        return self._conn
+        async with self._lock:
+            if self._closed:
+                raise psycopg.OperationalError("the connection's owner has stopped")
+            if self._conn is None or self._conn.closed:
+                self._conn = await psycopg.AsyncConnection.connect(
+                    self.url,
+                    autocommit=True,
+                    connect_timeout=CONNECT_TIMEOUT_SECONDS,
+                    **HOT_PATH_SESSION,
+                    **dead_peer_settings(),
+                )
+            return self._conn
 
     def forget(self, conn: AsyncConn) -> None:
         """``conn`` is not to be used again (its caller closes it): a new one next time."""
         if self._conn is conn:
             self._conn = None
 
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
+    async def release(self) -> None:
+        """Closed until the next ``get``."""
+        async with self._lock:
+            conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()
+
+    async def close(self) -> None:
+        """Closed for good: a ``get`` after this fails."""
+        self._closed = True
+        await self.release()

@@ -270,7 +270,11 @@ class WorkerStore:
         beat = asyncio.ensure_future(
             self._checked_out_heartbeat(capabilities, leases, lease_seconds)
         )
-        done, _ = await asyncio.wait({beat}, timeout=within)
+        try:
+            done, _ = await asyncio.wait({beat}, timeout=within)
+        except asyncio.CancelledError:
+            beat.cancel()  # the worker stops: the try must not outlive it (and its connection)
+            raise
         if not done:
             # Not awaited: a cancelled query may take seconds to unwind (psycopg asks the
             # server to cancel it); its connection is closed as it does.
@@ -291,7 +295,7 @@ class WorkerStore:
                     self._beat.forget(conn)
                     await conn.close()
                     raise
-            await self._beat.close()
+            await self._beat.release()
         conn = await self.pool.getconn()
         try:
             answer = await self._heartbeat(conn, capabilities, leases(), lease_seconds)

@@ -17,6 +17,7 @@ from rara.cli import (
     db,
     definitions,
     executor,
+    init,
     limits,
     operator,
     releases,
@@ -52,6 +53,7 @@ app.command("executor-conformance")(executor.conformance)
 app.command("worker")(worker.worker)
 app.command("operator")(operator.operator_command)
 app.command("ui")(ui.ui)
+app.command("init")(init.init)
 
 
 def main() -> None:

@@ -118,7 +118,9 @@ class CapabilityUnavailable(RaraError):
         super().__init__(
             "no live worker serves "
             + ", ".join(self.missing)
-            + " (start a worker or executor that does, or pass --queue-anyway)"
+            # Said for both callers: the CLI (its flag) and Python (Client.start_run's argument).
+            + " (start a worker or executor that does, or queue the run anyway:"
+            " --queue-anyway, in Python queue_anyway=True)"
         )
 
 

@@ -247,6 +247,8 @@ def main() -> None:
             "runs, last page": "/runs?before=60",
             "runs, status=failed": "/runs?status=failed",
             "runs, status=failed, deep": f"/runs?status=failed&before={middle}",
+            # A phase (rara_run_phase), found from the open waits (none here).
+            "runs, status=waiting": "/runs?status=waiting",
             "runs, definition (1%)": "/runs?definition=rare-backfill",
             "runs, time window": f"/runs?since={day}&until={day}T06:00",
             "run, 1,000 steps": f"/runs/{wide}",

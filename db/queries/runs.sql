@@ -55,6 +55,9 @@ CROSS JOIN LATERAL rara_run_phase(r.id, r.status) ph
 WHERE (CAST(:status AS text) IS NULL OR r.status::text = :status
        OR (:status = 'waiting' AND r.status IN ('pending', 'running')))
   AND (CAST(:status AS text) IS NULL OR ph.phase = :status)
+  -- A waiting run has an open wait: that filter starts from rara_waits, not from every run.
+  AND (CAST(:status AS text) IS DISTINCT FROM 'waiting'
+       OR r.id = ANY (ARRAY(SELECT DISTINCT w.run_id FROM rara_waits w)))
   AND (CAST(:namespace AS text) IS NULL OR r.namespace = :namespace)
 ORDER BY r.id DESC LIMIT :limit;
 

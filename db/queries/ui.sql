@@ -29,6 +29,10 @@ WHERE (CAST(:before AS bigint) IS NULL OR r.id < :before)
   AND (CAST(:status AS text) IS NULL OR r.status::text = :status
        OR (:status = 'waiting' AND r.status IN ('pending', 'running')))
   AND (CAST(:status AS text) IS NULL OR ph.phase = :status)
+  -- A waiting run has an open wait: that filter starts from rara_waits (the waits open now),
+  -- not from every run: the array of their runs is an index condition of the primary key.
+  AND (CAST(:status AS text) IS DISTINCT FROM 'waiting'
+       OR r.id = ANY (ARRAY(SELECT DISTINCT w.run_id FROM rara_waits w)))
   AND (CAST(:definition AS text) IS NULL OR v.name = :definition)
   -- The search box: a substring of the definition's name or of the idempotency key.
   AND (CAST(:search AS text) IS NULL

@@ -1,6 +1,7 @@
 """The README's CLI tour, run as written: the first ```bash block under "A five-minute tour",
 in a fresh folder (its own embedded PostgreSQL and artifacts) with the repository's virtual
-environment and examples, so the documentation cannot drift from what the commands do."""
+environment and examples, so the documentation cannot drift from what the commands do; then,
+as the README says, its Python example with the tour's worker and executor started again."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from rara.pg.embedded import EmbeddedPostgres
 
 ROOT = Path(__file__).resolve().parents[1]
 TOUR_HEADING = "## A five-minute tour of the CLI"
+PYTHON_HEADING = "Applications use the typed client"
 EXECUTOR_PORT = 50051  # the address the tour gives the executor and the worker
 
 
@@ -28,6 +30,36 @@ def tour_script() -> str:
     match = re.search(r"```bash\n(.*?)```", section, re.DOTALL)
     assert match, "the tour's ```bash block is missing"
     return match.group(1)
+
+
+def python_example() -> str:
+    """The README's ```python block after the tour, and the tour's two `&` lines that start
+    the worker and the executor it needs (the tour's last line stopped them)."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index(PYTHON_HEADING) :]
+    match = re.search(r"```python\n(.*?)```", section, re.DOTALL)
+    assert match, "the Python example's ```python block is missing"
+    processes = [line for line in tour_script().splitlines() if line.rstrip().endswith("&")]
+    assert len(processes) == 2, processes
+    example = f"python - <<'PY'\n{match.group(1)}PY"
+    return "\n".join([*processes, READY, example, "kill $(jobs -p) && wait\n"])
+
+
+# The test's own line between the two: what the README's reader does by starting Python a while
+# after the processes, since a start is refused until they serve every capability.
+READY = """python - <<'PY'
+import time, psycopg
+from rara.definitions.parse import load_definition
+from rara.pg import workers
+from rara.pg.connect import database_url
+spec = load_definition(open("examples/rag-refresh.yaml").read()).spec
+need = {s.capability for s in spec.steps if not s.capability.startswith("rara.")}
+with psycopg.connect(database_url(), autocommit=True) as conn:
+    for _ in range(120):
+        if need <= workers.capabilities(conn, 30):
+            break
+        time.sleep(0.5)
+PY"""
 
 
 def test_the_tour_block_is_found_and_uses_no_guessed_ids() -> None:
@@ -51,7 +83,7 @@ def test_readme_tour_runs_as_written(tmp_path: Path) -> None:
     shutil.copy(ROOT / "examples" / "rag-refresh.yaml", work / "examples")
     (work / ".venv").symlink_to(ROOT / ".venv")
     script = work / "tour.sh"
-    script.write_text("set -euo pipefail\n" + tour_script())
+    script.write_text("set -euo pipefail\n" + tour_script() + python_example())
     env = {
         k: v
         for k, v in os.environ.items()
@@ -107,3 +139,6 @@ def test_readme_tour_runs_as_written(tmp_path: Path) -> None:
     assert re.search(r"^adapt/\S+ sha256:[0-9a-f]{64} \d+B ", output, re.MULTILINE), output
     assert "(existing run for this key)" in output
     assert "had already ended" in output
+    # The Python example: to the gate (until_person), approved, succeeded.
+    assert "[PersonWait(step_key='release', kind='approval'" in output, output
+    assert re.search(r"^succeeded$", output, re.MULTILINE), output

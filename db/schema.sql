@@ -2217,6 +2217,44 @@ CREATE FUNCTION public.rara_run_end_status(cancel_requested boolean, total integ
                 ELSE 'succeeded'::rara_run_status END
 $$;
 
+-- FUNCTION: rara_run_phase(bigint, public.rara_run_status)
+
+CREATE FUNCTION public.rara_run_phase(p_run_id bigint, p_status public.rara_run_status) RETURNS TABLE(phase text, waiting_for jsonb)
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    -- A run's phase as people read it (docs/waits.md, "Waiting runs"): its status, except that
+    -- an unfinished run with no step (a map's children included) ready or running and at
+    -- least one open wait is `waiting`, with what it waits for (`waiting_for`: each open wait
+    -- of the run, {step, kind: timer | signal | approval, signal, due_at}, oldest first).
+    -- Steps blocked on their dependencies wait for those, not for anyone. Derived at each
+    -- read, never stored: rara_runs.status keeps the state machine (db/functions/states.sql),
+    -- and no write of the lease or of a step's end pays for it. The one rule of every reader:
+    -- the dashboard, `rara runs list/show`, Client.wait, the operator's WorkflowRun phase and
+    -- wait_list_for_person. SECURITY INVOKER: the caller's row-level security decides which
+    -- runs and waits it reads. PL/pgSQL, not SQL: db/schema.sql creates functions before the
+    -- tables they read. An ended run costs no read; an unfinished one a probe of rara_waits
+    -- by run, and of its steps only when it has an open wait.
+    phase := p_status::text;
+    IF p_status IN ('pending', 'running') THEN
+        waiting_for := (
+            SELECT jsonb_agg(jsonb_build_object('step', s.key, 'kind', w.kind,
+                                                'signal', w.signal, 'due_at', w.due_at)
+                             ORDER BY w.began_at, w.step_id)
+            FROM rara_waits w JOIN rara_steps s ON s.id = w.step_id
+            WHERE w.run_id = p_run_id);
+        IF waiting_for IS NOT NULL AND EXISTS (
+                SELECT FROM rara_steps o
+                WHERE o.run_id = p_run_id AND o.status IN ('ready', 'running')) THEN
+            waiting_for := NULL;
+        END IF;
+        IF waiting_for IS NOT NULL THEN
+            phase := 'waiting';
+        END IF;
+    END IF;
+    RETURN NEXT;
+END $$;
+
 -- FUNCTION: rara_run_resume(bigint, text)
 
 CREATE FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key text) RETURNS TABLE(run_id bigint, reused integer, created boolean)
@@ -6196,6 +6234,14 @@ REVOKE ALL ON FUNCTION public.rara_run_count(p_deltas jsonb, p_succeeded_runs bi
 -- ACL: FUNCTION rara_run_end_status(cancel_requested boolean, total integer, succeeded integer, failed integer, cancelled integer)
 
 REVOKE ALL ON FUNCTION public.rara_run_end_status(cancel_requested boolean, total integer, succeeded integer, failed integer, cancelled integer) FROM PUBLIC;
+
+-- ACL: FUNCTION rara_run_phase(p_run_id bigint, p_status public.rara_run_status)
+
+REVOKE ALL ON FUNCTION public.rara_run_phase(p_run_id bigint, p_status public.rara_run_status) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_run_phase(p_run_id bigint, p_status public.rara_run_status) TO rara_worker;
+GRANT ALL ON FUNCTION public.rara_run_phase(p_run_id bigint, p_status public.rara_run_status) TO rara_operator;
+GRANT ALL ON FUNCTION public.rara_run_phase(p_run_id bigint, p_status public.rara_run_status) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_run_phase(p_run_id bigint, p_status public.rara_run_status) TO rara_reader;
 
 -- ACL: FUNCTION rara_run_resume(p_run_id bigint, p_idempotency_key text)
 

@@ -495,16 +495,43 @@ END $$;
 -- FUNCTION: rara_db_return()
 
 CREATE FUNCTION public.rara_db_return() RETURNS timestamp with time zone
-    LANGUAGE sql STABLE
+    LANGUAGE plpgsql
     AS $$
     -- When the database last began to accept writes: the wal writer starts then, at the end
     -- of a restart's crash recovery or at a standby's promotion (a failover); the server's
     -- start when the caller may not see the wal writer (an owner without pg_read_all_stats:
     -- a restart is covered, a promotion is not). The leases' outage rule
     -- (rara_lease_alive; docs/lease-protocol.md, "Outages") counts from it.
-    SELECT greatest(pg_postmaster_start_time(),
-                    (SELECT max(a.backend_start) FROM pg_stat_activity a
-                     WHERE a.backend_type = 'walwriter'))
+    --
+    -- Kept in rara_db_life (migration 0031) for the server's life: reading the wal writer's
+    -- start copies every backend's status, which a heartbeat must not pay with thousands of
+    -- connections. A life is the postmaster's start (a restart, or another server: a promoted
+    -- standby, whose row came from its primary) and pg_stat_wal's reset time, which the
+    -- server sets anew when it reinitialises after a crash without restarting the
+    -- postmaster. A reset by hand only makes the next call compute it again. Not kept while
+    -- in recovery: a standby about to be promoted would keep its answer from before.
+DECLARE
+    started timestamptz := pg_postmaster_start_time();
+    reset timestamptz := (SELECT w.stats_reset FROM pg_stat_wal w);
+    back timestamptz;
+BEGIN
+    SELECT l.db_return INTO back FROM rara_db_life l
+    WHERE l.only_row AND l.postmaster_start = started
+      AND l.wal_stats_reset IS NOT DISTINCT FROM reset;
+    IF FOUND THEN
+        RETURN back;
+    END IF;
+    back := greatest(started, (SELECT max(a.backend_start) FROM pg_stat_activity a
+                               WHERE a.backend_type = 'walwriter'));
+    IF NOT pg_is_in_recovery() THEN
+        INSERT INTO rara_db_life AS l (only_row, postmaster_start, wal_stats_reset, db_return)
+        VALUES (true, started, reset, back)
+        ON CONFLICT (only_row) DO UPDATE
+        SET postmaster_start = excluded.postmaster_start,
+            wal_stats_reset = excluded.wal_stats_reset, db_return = excluded.db_return;
+    END IF;
+    RETURN back;
+END
 $$;
 
 -- FUNCTION: rara_definition_register(text, jsonb, text)
@@ -4799,6 +4826,16 @@ CREATE TABLE public.rara_checkpoints (
     created_at timestamp with time zone DEFAULT now() NOT NULL
 );
 
+-- TABLE: rara_db_life
+
+CREATE TABLE public.rara_db_life (
+    only_row boolean DEFAULT true NOT NULL,
+    postmaster_start timestamp with time zone NOT NULL,
+    wal_stats_reset timestamp with time zone,
+    db_return timestamp with time zone NOT NULL,
+    CONSTRAINT rara_db_life_only_row_check CHECK (only_row)
+);
+
 -- TABLE: rara_definition_versions
 
 CREATE TABLE public.rara_definition_versions (
@@ -5279,6 +5316,11 @@ ALTER TABLE ONLY public.rara_capability_limits
 
 ALTER TABLE ONLY public.rara_checkpoints
     ADD CONSTRAINT rara_checkpoints_pkey PRIMARY KEY (step_id, attempt, seq);
+
+-- CONSTRAINT: rara_db_life rara_db_life_pkey
+
+ALTER TABLE ONLY public.rara_db_life
+    ADD CONSTRAINT rara_db_life_pkey PRIMARY KEY (only_row);
 
 -- CONSTRAINT: rara_definition_versions rara_definition_versions_name_digest_key
 
@@ -6549,6 +6591,10 @@ GRANT SELECT ON TABLE public.rara_capability_limits TO rara_reader;
 -- ACL: TABLE rara_checkpoints
 
 GRANT SELECT ON TABLE public.rara_checkpoints TO rara_reader;
+
+-- ACL: TABLE rara_db_life
+
+GRANT SELECT ON TABLE public.rara_db_life TO rara_reader;
 
 -- ACL: TABLE rara_definition_versions
 

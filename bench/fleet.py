@@ -1,12 +1,17 @@
 """How large a fleet one PostgreSQL carries (``make bench`` section ``fleet``; issue 36, item 4).
 
     .venv/bin/python -m bench.fleet [--sizes 0,50,100,200,400] [--per-host 50] [--held 2]
-        [--window 10] [--probe-hz 50] [--out FILE]
+        [--group 1] [--window 10] [--probe-hz 50] [--out FILE]
 
 A worker costs the database even when it has nothing to do: it polls for work (``step_lease``
-every ``poll_seconds``, 1 s: the fallback under LISTEN), heartbeats its leases and its row
-(``step_heartbeat`` every lease/3, 10 s), reaps expired leases (every 5 s) and fires waits
-(at most every 60 s). This bench runs **real workers** (``rara.worker.Worker``, default
+every ``listening_poll_seconds``, 30 s, while its listener is up), heartbeats its leases and
+its row (``step_heartbeat`` every lease/3, 10 s), asks for the reaper's turn (one worker a
+second fleet-wide reaps), fires waits (at most every 60 s), and its listener is woken by
+every NOTIFY of the database (each ready step sends one). ``--group N`` puts N workers behind
+one listener, as ``rara worker --processes N`` does (there a supervisor relays it to its
+processes over pipes; here the N share the host's event loop, so the relay is a call: the
+database's side, what this bench measures, is the same). This bench runs **real workers**
+(``rara.worker.Worker``, default
 settings, the real statements at their real cadence) — ``--per-host`` of them on one event
 loop per host process, since a process each would not fit this machine — each holding exactly
 ``--held`` leased steps with two slots free (so it polls as a worker with room does). Each
@@ -52,8 +57,10 @@ from tests.support.definitions import apply
 # The probe's steps are of a capability no worker serves, so that only the probe leases them.
 PROBE = "bench.probe@1"
 HOLD_SECONDS = 3600
-CONNECTIONS_PER_WORKER = 8  # room for max_connections: lease, end, beat, listener, a pool
-SETTLE_S = 10.0  # after the fleet grew: its workers past their start (first leases, reaps)
+# Room for max_connections: a worker holding leases keeps its listener, its heartbeat's and its
+# pool's one; its pool may grow for a moment under a burst.
+CONNECTIONS_PER_WORKER = 5
+SETTLE_S = 25.0  # after the fleet grew: its workers past their start, their pools shrunk
 
 
 # -- a host process: `--per-host` real workers on one event loop -------------------------------
@@ -64,19 +71,72 @@ def hold_capability(prefix: str, i: int) -> str:
     return f"fleet.{prefix}.{i}@1"
 
 
-async def _host(url: str, prefix: str, count: int, held: int) -> None:
+class SharedListener:
+    """One LISTEN connection for the workers of a group on this event loop: each worker's
+    notifications source (``rara.worker.listener.Notifications``) registers its callbacks,
+    and every notification is handed to each, as a group's relay does."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.members: list[dict[str, Any]] = []
+        self.connected = False
+        self.task: asyncio.Task[None] | None = None
+
+    def _each(self, name: str) -> Any:
+        def call(*args: Any) -> None:
+            if name == "on_connect":
+                self.connected = True
+            elif name == "on_lost":
+                self.connected = False
+            for member in list(self.members):
+                member[name](*args)
+
+        return call
+
+    async def __call__(self, **callbacks: Any) -> None:
+        from rara.worker.listener import listen
+
+        self.members.append(callbacks)
+        if self.task is None:
+            names = ("on_ready", "on_cancel", "on_connect", "on_waits", "on_queued", "on_lost")
+            self.task = asyncio.ensure_future(
+                listen(self.url, **{name: self._each(name) for name in names})
+            )
+        elif self.connected:
+            callbacks["on_connect"]()
+        try:
+            await asyncio.shield(self.task)
+        finally:
+            self.members.remove(callbacks)
+            if not self.members:
+                self.task.cancel()
+
+
+async def _host(url: str, prefix: str, count: int, held: int, group: int) -> None:
+    from rara.worker import connections
     from rara.worker.dispatch import InProcessExecutor
     from rara.worker.registry import Registry
     from rara.worker.runner import Worker
     from rara.worker.settings import WorkerSettings
     from tests.support.bench_handlers import sleep
 
+    # A pool shrinks back to its one connection one connection per IDLE_SECONDS (a minute):
+    # the workers' start-up burst (first leases, the row, the reaper's turn, each checking a
+    # connection out at once) would outlast the settle time. Ten seconds here, so that each
+    # window sees the fleet's steady state; not less, or a pool that grows when two loops
+    # check out at once shrinks before it is used again, and each growth is a new backend
+    # planning the lease anew (measured at 2 s: a poll's lease cost ~18 ms, ~4 ms at 60 s).
+    connections.IDLE_SECONDS = 10.0
     workers = []
+    listener: SharedListener | None = None
     for i in range(count):
         settings = WorkerSettings(database_url=url, id=f"{prefix}-{i}", concurrency=held + 2)
         registry = Registry()
         registry.register(hold_capability(prefix, i), sleep)
-        workers.append(Worker(settings, [InProcessExecutor(registry)], url))
+        if group > 1 and i % group == 0:
+            listener = SharedListener(url)
+        executors = [InProcessExecutor(registry)]
+        workers.append(Worker(settings, executors, url, notifications=listener))
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, lambda: [w.stop() for w in workers])
@@ -86,8 +146,9 @@ async def _host(url: str, prefix: str, count: int, held: int) -> None:
 class Fleet:
     """Host processes, grown to a size; stopped with SIGTERM."""
 
-    def __init__(self, url: str, held: int, per_host: int, logs: Path) -> None:
+    def __init__(self, url: str, held: int, per_host: int, group: int, logs: Path) -> None:
         self.url, self.held, self.per_host, self.logs = url, held, per_host, logs
+        self.group = group
         self.hosts: list[subprocess.Popen[bytes]] = []
         self.size = 0
 
@@ -104,7 +165,7 @@ class Fleet:
                         for _ in range(self.held):
                             start_run(conn, name, input=hold, queue_anyway=True)
                 argv = [sys.executable, "-m", "bench.fleet", "--host", self.url, prefix]
-                argv += [str(count), str(self.held)]
+                argv += [str(count), str(self.held), str(self.group)]
                 with open(self.logs / f"{prefix}.log", "wb") as log:  # the child keeps its copy
                     self.hosts.append(
                         subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
@@ -191,6 +252,7 @@ def measure(
     *,
     per_host: int = 50,
     held: int = 2,
+    group: int = 1,
     window: float = 10.0,
     probe_hz: float = 50.0,
     project_cores: int = 16,
@@ -203,18 +265,20 @@ def measure(
             apply(conn, "probe", [{"key": "s", "capability": PROBE}])
             conn.execute("VACUUM ANALYZE")
         rows = asyncio.run(
-            _windows(url, sorted({0, *sizes}), per_host, held, window, probe_hz, settle, logs, say)
+            _windows(
+                url, sorted({0, *sizes}), per_host, held, group, window, probe_hz, settle, logs, say
+            )
         )
-    return {"rows": rows, **_capacity(rows, project_cores)}
+    return {"rows": rows, "workers_per_listener": group, **_capacity(rows, project_cores)}
 
 
 async def _windows(
-    url: str, sizes: list[int], per_host: int, held: int, window: float, hz: float,
-    settle: float, logs: Path, say: Any,
+    url: str, sizes: list[int], per_host: int, held: int, group: int, window: float,
+    hz: float, settle: float, logs: Path, say: Any,
 ) -> list[dict[str, Any]]:  # fmt: skip
     probe = Probe(url, hz)
     await probe.open()
-    fleet = Fleet(url, held, per_host, logs)
+    fleet = Fleet(url, held, per_host, group, logs)
     rows = []
     try:
         # Warm: the probe's statements prepared, the setup's aftermath (autovacuum, the
@@ -297,9 +361,11 @@ def rows(r: dict[str, Any]) -> list[tuple[str, str]]:
         for row in r["rows"]
     ]
     reached = "" if r["capacity_reached"] else " (p99 never doubled: at least this)"
+    group = r.get("workers_per_listener", 1)
+    per = f", {group} workers a listener" if group > 1 else ""
     out.append(
         (
-            f"fleet capacity here ({r['cores_here']} cores, fleet on the same cores)",
+            f"fleet capacity here ({r['cores_here']} cores, fleet on the same cores{per})",
             f"{r['capacity_workers']} workers under 2x the empty lease p99 "
             f"({r['empty_p99_ms']:.2f} ms){reached}",
         )
@@ -328,12 +394,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
     args = sys.argv[1:] if argv is None else argv
     if args[:1] == ["--host"]:
         url, prefix, count, held = args[1], args[2], int(args[3]), int(args[4])
-        asyncio.run(_host(url, prefix, count, held))
+        asyncio.run(_host(url, prefix, count, held, int(args[5])))
         return None
     parser = argparse.ArgumentParser(prog="python -m bench.fleet", description=__doc__)
     parser.add_argument("--sizes", default="0,50,100,200,400")
     parser.add_argument("--per-host", type=int, default=50)
     parser.add_argument("--held", type=int, default=2)
+    parser.add_argument("--group", type=int, default=1, help="workers per listener")
     parser.add_argument("--window", type=float, default=10.0)
     parser.add_argument("--probe-hz", type=float, default=50.0)
     parser.add_argument("--project-cores", type=int, default=16)
@@ -346,6 +413,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any] | None:
         sizes,
         per_host=opts.per_host,
         held=opts.held,
+        group=opts.group,
         window=opts.window,
         probe_hz=opts.probe_hz,
         project_cores=opts.project_cores,

@@ -1,4 +1,4 @@
-"""How large a fleet one PostgreSQL carries (``make bench`` section ``fleet``; issue 36, item 4).
+"""How large a fleet one PostgreSQL carries (``make bench`` section ``fleet``).
 
     .venv/bin/python -m bench.fleet [--sizes 0,50,100,200,400] [--per-host 50] [--held 2]
         [--group 1] [--window 10] [--probe-hz 50] [--out FILE]

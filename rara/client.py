@@ -24,7 +24,7 @@ from rara.definitions.parse import definition_from_object, load_definition
 from rara.definitions.registry import AppliedVersion, apply_definition
 from rara.errors import NotFound
 from rara.namespaces import document_namespace, namespace_from, qualified
-from rara.pg import artifacts, definitions, events, runs, steps
+from rara.pg import artifacts, definitions, events, runs, steps, workers
 from rara.pg import waits as wait_sql
 from rara.pg.connect import database_url
 from rara.pg.waits import Approval, ApprovalRow, Decided, PersonWait, Signalled
@@ -39,9 +39,9 @@ from rara.releases import (
     release_history,
     rollback,
 )
-from rara.runs import StartedRun, cancel_run, resume_run, start_run
+from rara.runs import LIVE_WORKER_SECONDS, StartedRun, cancel_run, resume_run, start_run
 from rara.schedules.manage import set_suspended
-from rara.states import RunStatus
+from rara.states import RunStatus, StepStatus
 
 Row = dict[str, Any]
 
@@ -179,6 +179,23 @@ class Client:
             return resume_run(
                 conn, run_id, version=version, input=input, idempotency_key=idempotency_key
             )
+
+    def unserved_capabilities(self, run_id: int) -> list[str]:
+        """The capabilities of ``run_id``'s steps that a resume would run again (every step but
+        the succeeded and the waits) which no live worker serves now: what ``start_run``
+        refuses a new run for, asked of a resume before it is made."""
+        with self._conn() as conn:
+            served = workers.capabilities(conn, LIVE_WORKER_SECONDS)
+            rows = steps.list_for_run(conn, run_id)
+        return sorted(
+            {
+                s.capability
+                for s in rows
+                if s.wait_kind is None
+                and s.status is not StepStatus.SUCCEEDED
+                and s.capability not in served
+            }
+        )
 
     def get_run(self, run_id: int) -> RunView:
         with self._conn() as conn:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import typer
 from rich.table import Table
@@ -27,15 +28,43 @@ from rara.cli.common import (
 from rara.client import Client, RunView
 from rara.errors import CapabilityUnavailable
 from rara.namespaces import qualified
+from rara.pg.runs import ResumedRun
 from rara.runs import MAX_INPUT_BYTES
 from rara.states import RunStatus
 
 app = typer.Typer(help="Runs of workflow definitions.", no_args_is_help=True)
+_T = TypeVar("_T")
 
 # `runs watch` stopped where only a person can move the run on: not a success (a script that
 # goes on after `watch` must not go on past a gate), not a failure either.
 WAITS_FOR_PERSON = 3
 WORKER_POLL_SECONDS = 0.2  # --wait-for-workers: how often to ask again (a CLI, not a hot path)
+
+QueueAnywayOption = Annotated[
+    bool, typer.Option(help="start even if no live worker serves a capability")
+]
+WaitForWorkersOption = Annotated[
+    float,
+    typer.Option(
+        help="seconds to wait for a live worker to serve every capability (workers started "
+        "just before, as in a script)",
+        min=0,
+    ),
+]
+
+
+def _when_served(create: Callable[[], _T], wait_for_workers: float) -> _T:
+    """``create()``, asked again while it is refused for a capability no live worker serves,
+    for up to ``wait_for_workers`` seconds: nothing is inserted by a refusal, and a worker
+    registers its capabilities as it starts."""
+    deadline = time.monotonic() + wait_for_workers
+    while True:
+        try:
+            return create()
+        except CapabilityUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(WORKER_POLL_SECONDS)
 
 
 @app.command()
@@ -47,21 +76,12 @@ def start(
     ] = None,
     input: Annotated[str | None, typer.Option("--input", help="JSON object, or @file")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="same key → same run")] = None,
-    queue_anyway: Annotated[
-        bool, typer.Option(help="start even if no live worker serves a capability")
-    ] = False,
+    queue_anyway: QueueAnywayOption = False,
     quiet: Annotated[
         bool,
         typer.Option("--quiet", "-q", help="print only the run id (run=$(rara runs start … -q))"),
     ] = False,
-    wait_for_workers: Annotated[
-        float,
-        typer.Option(
-            help="seconds to wait for a live worker to serve every capability (workers started "
-            "just before, as in a script)",
-            min=0,
-        ),
-    ] = 0,
+    wait_for_workers: WaitForWorkersOption = 0,
     namespace: NamespaceOption = None,
 ) -> None:
     """Start a run of the namespace's DEFINITION (refused when no live worker serves one of
@@ -70,22 +90,16 @@ def start(
     # The file cap only stops a huge file being read whole; the input limit itself is checked
     # on the compact JSON by start_run.
     run_input = parse_json_object_arg(input, "--input", max_bytes=4 * MAX_INPUT_BYTES)
-    deadline = time.monotonic() + wait_for_workers
-    while True:
-        try:
-            started = client.start_run(
-                definition,
-                version=version,
-                input=run_input,
-                idempotency_key=idempotency_key,
-                queue_anyway=queue_anyway,
-            )
-            break
-        except CapabilityUnavailable:
-            # Nothing was inserted; a worker registers its capabilities as it starts.
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(WORKER_POLL_SECONDS)
+    started = _when_served(
+        lambda: client.start_run(
+            definition,
+            version=version,
+            input=run_input,
+            idempotency_key=idempotency_key,
+            queue_anyway=queue_anyway,
+        ),
+        wait_for_workers,
+    )
     if quiet:
         console.print(started.run_id)
         return
@@ -330,11 +344,21 @@ def retry(
             "--quiet", "-q", help="print only the new run's id (run=$(rara runs retry … -q))"
         ),
     ] = False,
+    queue_anyway: QueueAnywayOption = False,
+    wait_for_workers: WaitForWorkersOption = 0,
 ) -> None:
-    """Run RUN_ID's version with its input again, as a new run."""
+    """Run RUN_ID's version with its input again, as a new run (refused, as `runs start` is,
+    when no live worker serves a capability it would run)."""
     client = Client()
     if from_failure:
-        resumed = client.resume_run(run_id, idempotency_key=idempotency_key)
+
+        def resume() -> ResumedRun:
+            missing = [] if queue_anyway else client.unserved_capabilities(run_id)
+            if missing:
+                raise CapabilityUnavailable(missing)
+            return client.resume_run(run_id, idempotency_key=idempotency_key)
+
+        resumed = _when_served(resume, wait_for_workers)
         if quiet:
             console.print(resumed.run_id)
             return
@@ -345,12 +369,16 @@ def retry(
         return
     old = client.get_run(run_id)
     # Again in RUN_ID's namespace, of its definition there, whatever RARA_NAMESPACE says.
-    started = Client(client.url, namespace=old.namespace).start_run(
-        old.definition,
-        version=old.version,
-        input=old.input,
-        idempotency_key=idempotency_key,
-        queue_anyway=True,
+    there = Client(client.url, namespace=old.namespace)
+    started = _when_served(
+        lambda: there.start_run(
+            old.definition,
+            version=old.version,
+            input=old.input,
+            idempotency_key=idempotency_key,
+            queue_anyway=queue_anyway,
+        ),
+        wait_for_workers,
     )
     if quiet:
         console.print(started.run_id)

@@ -84,6 +84,33 @@ def test_runs_show_prints_a_failed_steps_error_as_it_is(
         assert int(ours[0]) > run_id
 
 
+def test_runs_retry_takes_the_starts_flags(
+    conn: psycopg.Connection[Any], database_url: str, spawn: Any
+) -> None:
+    """`runs retry`, with or without --from-failure, is refused as `runs start` is while no
+    live worker serves a capability it would run; --queue-anyway queues it, and
+    --wait-for-workers waits for a worker starting meanwhile."""
+    define(conn, "unserved", [{"key": "only", "capability": "test.fail@1", "input": {}}])
+    run_id = start(conn, "unserved")  # queued anyway, with no worker
+    cli = CliRunner(env={"DATABASE_URL": database_url})
+    assert cli.invoke(app, ["runs", "cancel", str(run_id)]).exit_code == 0
+    wait_run(conn, run_id, status="cancelled")
+    runs_before = conn.execute("SELECT count(*) FROM rara_runs").fetchone()
+    for how in ([], ["--from-failure"]):
+        refused = cli.invoke(app, ["runs", "retry", str(run_id), *how])
+        assert refused.exit_code == 2, refused.output
+        assert "no live worker serves test.fail@1" in refused.stderr, refused.stderr
+    assert conn.execute("SELECT count(*) FROM rara_runs").fetchone() == runs_before
+    queued = cli.invoke(app, ["runs", "retry", str(run_id), "--queue-anyway", "-q"])
+    assert queued.exit_code == 0, queued.output
+    spawn("late-worker", wait=False)  # registers while the retry below waits for it
+    waited = cli.invoke(
+        app, ["runs", "retry", str(run_id), "--from-failure", "--wait-for-workers", "60", "-q"]
+    )
+    assert waited.exit_code == 0, waited.output
+    assert int(waited.output.strip()) > int(queued.output.strip())
+
+
 def test_definitions_show_prints_the_yaml_to_apply_and_json_on_request(
     conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
 ) -> None:

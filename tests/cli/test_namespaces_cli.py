@@ -127,7 +127,11 @@ def test_definitions_and_runs_live_in_their_namespace(
 
     # A run is named by its id alone; a retry runs again in that run's namespace.
     assert "team-a/etl@1" in _ok(cli, "runs", "show", str(run_a))
-    retried = _ok(cli, "runs", "retry", str(run_a), env={"RARA_NAMESPACE": "team-b"})
+    # Refused as `runs start` is while no live worker serves its capability; queued on request.
+    assert "no live worker serves" in _refused(cli, "runs", "retry", str(run_a))
+    retried = _ok(
+        cli, "runs", "retry", str(run_a), "--queue-anyway", env={"RARA_NAMESPACE": "team-b"}
+    )
     assert "team-a/etl@1 again" in retried
     assert _run_namespaces(conn)[-1][1] == "team-a"
 

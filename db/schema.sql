@@ -2131,6 +2131,7 @@ CREATE FUNCTION public.rara_run_cancel(p_run_id bigint) RETURNS boolean
 DECLARE
     cancelled integer;
     flagged bigint[];
+    reason text;
 BEGIN
     -- Cancel a run, and nothing else: waiting steps are cancelled now, running ones flagged
     -- (their worker learns it through NOTIFY now and its next heartbeat otherwise, and ends
@@ -2144,7 +2145,14 @@ BEGIN
     -- them (its step, then the run in rara_run_count), so the two cannot wait on each other
     -- in a cycle.
     PERFORM 1 FROM rara_steps WHERE run_id = p_run_id ORDER BY id FOR UPDATE;
-    UPDATE rara_runs SET cancel_requested = true
+    -- Who cancelled and why, when the caller says why (rara.cancel_reason, set for its
+    -- transaction: the dashboard requires one): the run's error, read by `rara runs show` and
+    -- the run's page. Who: the caller's role, or the person a vouching login names.
+    reason := left(nullif(btrim(current_setting('rara.cancel_reason', true)), ''), 2000);
+    UPDATE rara_runs SET cancel_requested = true,
+           error = CASE WHEN reason IS NULL THEN error ELSE jsonb_build_object(
+               'code', 'CANCELLED', 'message', 'cancelled by ' || rara_caller_starter() || ': '
+               || reason, 'cancelled_by', rara_caller_starter(), 'reason', reason) END
     WHERE id = p_run_id AND status IN ('pending', 'running');
     IF NOT FOUND THEN
         RETURN false;

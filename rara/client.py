@@ -227,9 +227,10 @@ class Client:
         with self._conn() as conn:
             return [asdict(r) for r in artifacts.list_for_run(conn, run_id)]
 
-    def cancel_run(self, run_id: int) -> bool:
+    def cancel_run(self, run_id: int, reason: str | None = None) -> bool:
+        """Cancel run ``run_id``; ``reason`` is kept with who cancelled, as the run's error."""
         with self._conn() as conn:
-            return cancel_run(conn, run_id)
+            return cancel_run(conn, run_id, reason)
 
     # -- waits and approvals (docs/waits.md) ---------------------------------------------------
     def signal_run(

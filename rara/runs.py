@@ -255,12 +255,17 @@ def resume_run(
         raise ResumeRefused(exc.diag.message_primary or str(exc)) from None
 
 
-def cancel_run(conn: psycopg.Connection[Any], run_id: int) -> bool:
+def cancel_run(conn: psycopg.Connection[Any], run_id: int, reason: str | None = None) -> bool:
     """Cancel waiting steps now; flag running ones (NOTIFY + heartbeat answer tell their worker).
-    Returns False when the run had already ended."""
+    Returns False when the run had already ended. ``reason``: kept with who cancelled as the
+    run's error (``rara.cancel_reason``, set for this transaction only: rara_run_cancel)."""
     for attempt in range(3):
         try:
-            return _cancel_once(conn, run_id)
+            if not reason:
+                return _cancel_once(conn, run_id)
+            with conn.transaction():
+                conn.execute("SELECT set_config('rara.cancel_reason', %s, true)", (reason,))
+                return _cancel_once(conn, run_id)
         except psycopg.errors.DeadlockDetected:
             # A step of an unusual graph (a dependant with a lower id than its dependency)
             # can still cross lock orders with a completion; PostgreSQL aborted us: try again.

@@ -391,9 +391,15 @@ def retry(
 
 @app.command()
 @reports_errors
-def cancel(run_id: int) -> None:
+def cancel(
+    run_id: int,
+    reason: Annotated[
+        str | None,
+        typer.Option(help="why: kept with who cancelled, as the run's error (rara runs show)"),
+    ] = None,
+) -> None:
     """Cancel a run: waiting steps at once, running ones through their worker."""
-    if Client().cancel_run(run_id):
+    if Client().cancel_run(run_id, reason):
         console.print(f"run {run_id}: cancel requested")
     else:
         console.print(f"run {run_id} had already ended")

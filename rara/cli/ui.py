@@ -10,20 +10,22 @@ import typer
 
 from rara.cli.common import console, err_console, fail
 from rara.pg.connect import database_url
-from rara.ui.auth import SESSION_SECONDS
+from rara.ui.auth import SESSION_SECONDS, parse_tokens
 
 
-def read_token(token_file: Path | None) -> str | None:
-    """The actions' token, by reference: a file (a mounted secret), else RARA_UI_TOKEN."""
+def read_token(token_file: Path | None) -> tuple[str | None, tuple[tuple[str, str], ...]]:
+    """The actions' tokens, by reference: a file (a mounted secret) of one token, or of one
+    ``NAME TOKEN`` line per person (rara.ui.auth.parse_tokens); else RARA_UI_TOKEN."""
     if token_file is not None:
         try:
-            token = token_file.read_text(encoding="utf-8").strip()
+            text = token_file.read_text(encoding="utf-8")
         except OSError as exc:
             raise fail(f"--token-file: cannot read {token_file}: {exc.strerror or exc}") from None
-        if len(token) < 16:
-            raise fail(f"--token-file: the token in {token_file} is shorter than 16 characters")
-        return token
-    return os.environ.get("RARA_UI_TOKEN") or None
+        try:
+            return parse_tokens(text, f"--token-file {token_file}")
+        except ValueError as exc:
+            raise fail(str(exc)) from None
+    return os.environ.get("RARA_UI_TOKEN") or None, ()
 
 
 def ui(
@@ -55,7 +57,8 @@ def ui(
         Path | None,
         typer.Option(
             envvar="RARA_UI_TOKEN_FILE",
-            help="file holding the token that allows actions (else $RARA_UI_TOKEN)",
+            help="file holding the token that allows actions (else $RARA_UI_TOKEN), or one "
+            "'NAME TOKEN' line per person: a decision made with NAME's token records NAME",
         ),
     ] = None,
     auth_header: Annotated[
@@ -104,8 +107,8 @@ def ui(
     from rara.ui.app import UiConfig, create_app
     from rara.ui.auth import AuthConfig
 
-    token = read_token(token_file)
-    if not read_only and token is None and auth_header is None:
+    token, people = read_token(token_file)
+    if not read_only and token is None and not people and auth_header is None:
         raise fail(
             "--no-read-only needs an identity for actions: --token-file, "
             "RARA_UI_TOKEN or --auth-header"
@@ -120,6 +123,7 @@ def ui(
         auth=AuthConfig(
             read_only=read_only,
             token=token,
+            people=people,
             auth_header=auth_header,
             user_roles=user_roles,
             session_seconds=session_seconds,
@@ -127,7 +131,7 @@ def ui(
         artifacts=artifacts,
         pool_size=pool_size,
     )
-    if not read_only and auth_header and not user_roles:
+    if not read_only and (auth_header or people) and not user_roles:
         _check_vouching(config.database_url)
     mode = "read-only" if read_only else "actions allowed to authenticated users"
     if user_roles:
@@ -160,8 +164,8 @@ def _check_vouching(url: str) -> None:
     if not vouches:
         err_console.print(
             f"warning: the login {login} is not in rara_vouch, so the database refuses the "
-            "decisions of the users the header names (as the owner: GRANT rara_vouch TO "
-            f"{login}; docs/ui.md)",
+            "decisions of the people the header or the token file names (as the owner: "
+            f"GRANT rara_vouch TO {login}; docs/ui.md)",
             highlight=False,
             markup=False,
         )

@@ -26,7 +26,9 @@ from rara.errors import NotFound, RaraError
 from rara.namespaces import DEFAULT_NAMESPACE
 from rara.ui import data
 from rara.ui.auth import SESSION_COOKIE, AuthConfig
-from rara.ui.links import page_namespace, schedule_href, with_param
+from rara.ui.decisions import gate_rejected, reason_problem
+from rara.ui.links import page_namespace, schedule_href
+from rara.ui.notes import back, decision_tone
 from rara.ui.render import page
 from rara.ui.user_roles import become, connection, user_of
 
@@ -60,10 +62,6 @@ async def _authorised(request: Request) -> None:
     fields = await form(request)
     if not auth.csrf_ok(request, fields.get("csrf", "")):
         raise HTTPException(403, "the form's CSRF token is missing or stale: reload the page")
-
-
-def _back(path: str, note: str) -> RedirectResponse:
-    return RedirectResponse(with_param(path, "note", note), status_code=303)
 
 
 class UserClient(Client):
@@ -124,16 +122,24 @@ async def _call(action: Callable[[], T]) -> T:
 
 
 async def cancel(request: Request) -> Response:
+    """Cancel a run, confirmed with a reason (refused without one: the page's note says so),
+    which the database keeps with who cancelled (the run's error: rara_run_cancel)."""
     await _authorised(request)
     run_id = int(request.path_params["run_id"])
+    reason = (await form(request)).get("reason", "").strip()
+    problem = reason_problem(reason, "a cancel")
+    if problem:
+        return back(f"/runs/{run_id}", f"cancel refused: {problem}", "refused")
     try:
         client = _client(request)
-        changed = await _call(lambda: client.cancel_run(run_id))
+        changed = await _call(lambda: client.cancel_run(run_id, reason=reason))
     except NotFound as exc:
         raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:
         raise HTTPException(400, str(exc)) from exc
-    return _back(f"/runs/{run_id}", "cancel requested" if changed else "the run had ended")
+    if not changed:
+        return back(f"/runs/{run_id}", "the run had ended", "info")
+    return back(f"/runs/{run_id}", "cancel requested", "stopped")
 
 
 def retry_key(run_id: int) -> str:
@@ -164,10 +170,11 @@ async def retry(request: Request) -> Response:
             )
         )
     except RaraError as exc:
-        return _back(f"/runs/{run_id}", f"retry refused: {exc}")
-    return _back(
+        return back(f"/runs/{run_id}", f"retry refused: {exc}", "refused")
+    return back(
         f"/runs/{started.run_id}",
         f"retry of run {run_id}" + ("" if started.created else " (already started)"),
+        "done" if started.created else "info",
     )
 
 
@@ -181,28 +188,36 @@ async def resume(request: Request) -> Response:
     """Resume from failure (``Client.resume_run``, as `rara runs retry N --from-failure`): a
     new run that reuses every step that succeeded in this one. Whether a run can resume is
     the resume's own rule (``rara_run_resume``), not checked here again; its refusal goes
-    back to the run's page as a note."""
+    back to the run's page as a note. A run whose approval gate was rejected is not resumed
+    from here: it would reuse the evidence the gate saw and ask the same question again
+    (rara.ui.decisions.gate_rejected)."""
     await _authorised(request)
     run_id = int(request.path_params["run_id"])
+    async with connection(request) as conn:
+        rejected = gate_rejected(await data.run_approval_list(conn, run_id))
+    if rejected:
+        return back(f"/runs/{run_id}", f"resume refused: {rejected}", "refused")
     client = _client(request)
     try:
         resumed = await _call(lambda: client.resume_run(run_id, idempotency_key=resume_key(run_id)))
     except NotFound as exc:
         raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:
-        return _back(f"/runs/{run_id}", f"resume refused: {exc}")
+        return back(f"/runs/{run_id}", f"resume refused: {exc}", "refused")
     reused = f"{resumed.reused} step{'' if resumed.reused == 1 else 's'} reused"
-    return _back(
+    return back(
         f"/runs/{resumed.run_id}",
         f"resume of run {run_id}, {reused}" + ("" if resumed.created else " (already started)"),
+        "done" if resumed.created else "info",
     )
 
 
 def person(request: Request) -> str | None:
     """Whom the UI's login vouches for (a decision is recorded as ``<person> via <login>``):
-    the user the proxy's header names (``--auth-header``). None for the token's holder, who is
-    nobody in particular, and under ``--user-roles``, where the action runs as the user's own
-    role: the decision then records the role it ran as (the login's, or the user's)."""
+    the user the proxy's header names (``--auth-header``), or the person whose token logged
+    in (a token file of ``NAME TOKEN`` lines: rara.ui.auth.parse_tokens). None for the shared
+    token's holder, who is nobody in particular, and under ``--user-roles``, where the action
+    runs as the user's own role: the decision then records the role it ran as."""
     if _auth(request).user_roles:
         return None
     identity = _auth(request).identity(request)
@@ -213,9 +228,11 @@ async def decide(request: Request) -> Response:
     """Approve or reject an approval gate (``Client.decide_approval``, what `rara approvals
     approve|reject` do), as the person the UI authenticated, vouched for by its login (a
     member of rara_vouch: docs/ui.md); under ``--user-roles`` as the user's role, so a gate's
-    approvers by role are the database's to check. The database's refusals (decided the other
-    way already, not an approver, past its deadline, the run's starter under four-eyes, a
-    login that may not vouch) go back to the run's page as its note, in its words."""
+    approvers by role are the database's to check. A rejection needs a reason (refused here
+    without one: rara.ui.decisions); an approval may give one. The database's refusals
+    (decided the other way already, not an approver, past its deadline, the run's starter
+    under four-eyes, a login that may not vouch) go back to the run's page as its note, in
+    its words."""
     await _authorised(request)
     run_id = int(request.path_params["run_id"])
     step_key = str(request.path_params["step_key"])
@@ -223,24 +240,32 @@ async def decide(request: Request) -> Response:
     choice = fields.get("decision")
     if choice not in ("approve", "reject"):
         raise HTTPException(400, "decision: approve or reject")
-    reason = fields.get("reason", "").strip() or None
+    reason = fields.get("reason", "").strip()
+    page_of_run = f"/runs/{run_id}"
+    problem = reason_problem(reason, "a rejection") if choice == "reject" else ""
+    if problem:
+        return back(page_of_run, f"reject refused: {problem}", "refused")
     client = _client(request)
     who = person(request)
-    back = f"/runs/{run_id}"
     try:
         decided = await to_thread.run_sync(
             lambda: client.decide_approval(
-                run_id, step_key, approve=choice == "approve", reason=reason, identity=who
+                run_id,
+                step_key,
+                approve=choice == "approve",
+                reason=reason or None,
+                identity=who,
             )
         )
     except NotFound as exc:
         raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:  # WaitRefused: decided the other way, or not waiting
-        return _back(back, f"{choice} refused: {exc}")
+        return back(page_of_run, f"{choice} refused: {exc}", "refused")
     except psycopg.errors.InsufficientPrivilege as exc:  # not one of the gate's approvers
-        return _back(back, f"{choice} refused: {exc.diag.message_primary or exc}")
+        return back(page_of_run, f"{choice} refused: {exc.diag.message_primary or exc}", "refused")
     note = f"{step_key} {decided.decision} by {decided.decided_by}"
-    return _back(back, note if decided.recorded else f"{note} already")
+    tone = decision_tone(decided.decision)
+    return back(page_of_run, note if decided.recorded else f"{note} already", tone)
 
 
 async def _suspend(request: Request, suspended: bool) -> Response:
@@ -255,7 +280,9 @@ async def _suspend(request: Request, suspended: bool) -> Response:
     except RaraError as exc:
         raise HTTPException(400, str(exc)) from exc
     done = "paused" if suspended else "resumed"
-    return _back(schedule_href(namespace, name), done if changed else f"already {done}")
+    if not changed:
+        return back(schedule_href(namespace, name), f"already {done}", "info")
+    return back(schedule_href(namespace, name), done, "done")
 
 
 async def schedule_pause(request: Request) -> Response:
@@ -281,7 +308,8 @@ async def login(request: Request) -> Response:
     origin = request.headers.get("origin")
     if origin is not None and origin.split("://", 1)[-1] != request.headers.get("host", ""):
         raise HTTPException(403, "login from another origin")
-    if not auth.check_token(fields.get("token", "")):
+    holder = auth.check_token(fields.get("token", ""))
+    if holder is None:
         return page(
             request,
             "login.html",
@@ -294,7 +322,7 @@ async def login(request: Request) -> Response:
     # Max-Age: the browser forgets the cookie when the server does.
     response.set_cookie(
         SESSION_COOKIE,
-        auth.sessions.create(),
+        auth.sessions.create(holder),
         max_age=int(auth.sessions.seconds),
         httponly=True,
         samesite="strict",

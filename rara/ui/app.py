@@ -22,7 +22,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rara.pg import reconnect
-from rara.ui import actions, pages
+from rara.ui import actions, pages, releases
 from rara.ui.auth import AuthConfig
 from rara.ui.isolation import IsolationWatch
 from rara.ui.live import LiveHub
@@ -132,6 +132,8 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/definitions/{name:path}", pages.definition_page),
         Route("/artifacts/{digest:str}", pages.artifact_page),
         Route("/artifacts/{digest:str}/download", pages.artifact_download),
+        Route("/releases", releases.releases_list),
+        Route("/releases/{name:str}", releases.release_page),
         Route("/schedules", pages.schedules_list),
         Route("/schedules/{name:str}", pages.schedule_page),
         Route("/schedules/{name:str}/pause", actions.schedule_pause, methods=["POST"]),

@@ -55,6 +55,16 @@ def schedule_href(namespace: str, name: str, action: str = "", **params: object)
     return path + _query(namespace, params)
 
 
+def release_href(namespace: str, name: str, **params: object) -> str:
+    """A release's page (``number=`` for one of its releases other than the current one)."""
+    return f"/releases/{quote(name)}" + _query(namespace, params)
+
+
+def releases_href(namespace: str) -> str:
+    """The releases list narrowed to a namespace (saying which, as runs_href does)."""
+    return "/releases?" + urlencode({PARAMETER: namespace})
+
+
 def runs_href(namespace: str, definition: str | None = None) -> str:
     """The runs list narrowed to a namespace (and a definition there): always says which
     namespace, since the list without one shows them all."""

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 from anyio import to_thread, wrap_file
 from psycopg_pool import AsyncConnectionPool
@@ -35,15 +35,18 @@ from rara.artifacts.media_type import is_valid_media_type
 from rara.artifacts.store import DEFAULT_MEDIA_TYPE
 from rara.namespaces import qualified
 from rara.pg.queries import AsyncConn
-from rara.pg.schedules import ScheduleSummary, afiring_seen
+from rara.pg.schedules import afiring_seen
 from rara.ui import charts, data
 from rara.ui.dag import StepNode, layout
 from rara.ui.fleet import FLEET, fleet_state
 from rara.ui.groups import MapGroup, map_groups
 from rara.ui.links import namespace_arg, page_namespace
+from rara.ui.listing import cursor, named_page, offered, one_page
 from rara.ui.live import APPROVALS, RUNS, LiveHub
+from rara.ui.releases import releases_of_run
 from rara.ui.render import page
 from rara.ui.reuse import summarise
+from rara.ui.spec_diff import changed_steps, spec_text
 from rara.ui.timeline import Reused, timeline
 from rara.ui.user_roles import connection, user_of, visible_namespaces
 from rara.waits import RUN_PHASES, waiting_for
@@ -90,11 +93,6 @@ def _time_arg(request: Request, name: str, problems: list[str]) -> datetime | No
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
-def _one_page(rows: list[Row]) -> tuple[list[Row], bool]:
-    """A keyset page read with one row more than it shows: its rows, and whether more follow."""
-    return rows[: data.PAGE], len(rows) > data.PAGE
-
-
 def _int_arg(request: Request, name: str) -> int | None:
     text = request.query_params.get(name, "")
     return int(text) if text.isdigit() and len(text) < 19 else None
@@ -126,7 +124,7 @@ async def runs_list(request: Request) -> Response:
         )
         now = await data.now(conn)
         namespaces = await data.namespace_list(conn)
-    rows, more = _one_page(rows)
+    rows, more = one_page(rows)
     filters = {
         k: v
         for k, v in {
@@ -145,27 +143,12 @@ async def runs_list(request: Request) -> Response:
         runs=rows,
         now=now,
         statuses=STATUSES,
-        namespaces=_offered(namespaces, namespace),
+        namespaces=offered(namespaces, namespace),
         filters=filters,
         next_before=rows[-1].id if more else None,
         first_page=before is None,
         problems=problems,
     )
-
-
-def _offered(namespaces: list[str], chosen: str | None) -> list[str]:
-    """The namespace select's options: those that exist, and the one asked for (a namespace
-    with nothing in it yet is still a valid filter that matches nothing)."""
-    return sorted({*namespaces, chosen}) if chosen else namespaces
-
-
-def _cursor(request: Request) -> data.Cursor | None:
-    """The keyset cursor of a list by (namespace, name): ``after`` (a name) and
-    ``after_namespace`` (``default`` when unsaid, as the links of before namespaces meant)."""
-    after = request.query_params.get("after") or None
-    if after is None:
-        return None
-    return data.Cursor(page_namespace(request, "after_namespace"), after)
 
 
 async def _run_or_404(conn: AsyncConn, run_id: int) -> data.RunDetail:
@@ -185,6 +168,7 @@ async def run_page(request: Request) -> Response:
         artifacts = await data.run_artifact_list(conn, run_id)
         children = await data.map_child_list(conn, run_id) if any(s.is_map for s in steps) else []
         approvals = await data.run_approval_list(conn, run_id)
+        promoted = await releases_of_run(conn, run_id)  # "promoted as NAME@N" (rara.ui.releases)
         now = await data.now(conn)
     groups = map_groups(steps, children)
     dag = layout([_node(s, groups.get(s.key), now) for s in steps])
@@ -214,6 +198,7 @@ async def run_page(request: Request) -> Response:
         step_errors=[s for s in steps if s.error is not None and s.key not in raised][:ROWS],
         groups=groups,
         approvals=approvals,
+        promoted=promoted,
     )
 
 
@@ -248,7 +233,7 @@ async def approvals_list(request: Request) -> Response:
         approvals=rows,
         decided=decided,
         namespace=namespace,
-        namespaces=_offered(namespaces, namespace),
+        namespaces=offered(namespaces, namespace),
         limit=data.PAGE,
     )
 
@@ -345,7 +330,7 @@ async def live_approvals(request: Request) -> Response:
 
 
 async def definitions_list(request: Request) -> Response:
-    after = _cursor(request)
+    after = cursor(request)
     namespace = namespace_arg(request)
     search = request.query_params.get("q", "").strip() or None
     async with connection(request) as conn:
@@ -353,50 +338,11 @@ async def definitions_list(request: Request) -> Response:
             conn, after=after, namespace=namespace, search=search, limit=data.PAGE + 1
         )
         namespaces = await data.namespace_list(conn)
-    rows, more = _one_page(rows)
     filters = {k: v for k, v in {"namespace": namespace, "q": search}.items() if v}
+    rows, listing = named_page(rows, request, namespace, namespaces, filters)
     return page(
-        request,
-        "definitions.html",
-        definitions=rows,
-        search=search,
-        namespace=namespace,
-        namespaces=_offered(namespaces, namespace),
-        filters=filters,
-        next_page=_next_page(filters, rows[-1]) if more else None,
+        request, "definitions.html", definitions=rows, search=search, filters=filters, **listing
     )
-
-
-def _next_page(filters: dict[str, str], last: data.DefinitionLine | ScheduleSummary) -> str:
-    """The query string of a (namespace, name) list's next page, its filters kept."""
-    return urlencode({**filters, "after_namespace": last.namespace, "after": last.name})
-
-
-def _spec_text(spec: dict[str, Any]) -> str:
-    """The stored (canonical JSON) spec, indented: the text the diff compares line by line.
-    JSON, not YAML: PyYAML's representer takes a second for a 1,000-step spec, json 5 ms."""
-    return json.dumps(spec, indent=2, ensure_ascii=False)
-
-
-def changed_steps(old: dict[str, Any], new: dict[str, Any]) -> list[tuple[str, str]]:
-    """What a diff between two specs changed, named: (step key, added | removed | changed) in
-    the new spec's order, then the removed ones; ("spec", "changed") for a change outside the
-    steps (a field of the definition itself)."""
-
-    def by_key(spec: dict[str, Any]) -> dict[str, Any]:
-        return {str(s.get("key")): s for s in spec.get("steps") or [] if isinstance(s, dict)}
-
-    before, after = by_key(old), by_key(new)
-    found = [
-        (key, "added" if key not in before else "changed")
-        for key, step in after.items()
-        if before.get(key) != step
-    ]
-    found += [(key, "removed") for key in before if key not in after]
-    rest = {k: v for k, v in old.items() if k != "steps"}
-    if rest != {k: v for k, v in new.items() if k != "steps"}:
-        found.append(("spec", "changed"))
-    return found
 
 
 async def definition_page(request: Request) -> Response:
@@ -421,8 +367,8 @@ async def definition_page(request: Request) -> Response:
                 raise HTTPException(404, f"no version {a if old is None else b} of {full}")
             diff = list(
                 difflib.unified_diff(
-                    _spec_text(old.spec).splitlines(),
-                    _spec_text(new.spec).splitlines(),
+                    spec_text(old.spec).splitlines(),
+                    spec_text(new.spec).splitlines(),
                     f"{full}@{a}",
                     f"{full}@{b}",
                     lineterm="",
@@ -437,7 +383,7 @@ async def definition_page(request: Request) -> Response:
         name=name,
         versions=versions,
         version=version,
-        spec=_spec_text(version.spec),
+        spec=spec_text(version.spec),
         diff=diff,
         changed=changed,
         a=a,
@@ -522,26 +468,15 @@ async def _blob_chunks(verified: BinaryIO) -> AsyncIterator[bytes]:
 
 
 async def schedules_list(request: Request) -> Response:
-    after = _cursor(request)
+    after = cursor(request)
     namespace = namespace_arg(request)
     async with connection(request) as conn:
         rows = await data.schedule_page(conn, after=after, namespace=namespace, limit=data.PAGE + 1)
         now = await data.now(conn)
         namespaces = await data.namespace_list(conn)
         firing = await afiring_seen(conn, namespace=namespace)
-    rows, more = _one_page(rows)
-    filters = {"namespace": namespace} if namespace else {}
-    return page(
-        request,
-        "schedules.html",
-        schedules=rows,
-        firing=firing,
-        now=now,
-        namespace=namespace,
-        namespaces=_offered(namespaces, namespace),
-        next_page=_next_page(filters, rows[-1]) if more else None,
-        first_page=after is None,
-    )
+    rows, listing = named_page(rows, request, namespace, namespaces)
+    return page(request, "schedules.html", schedules=rows, firing=firing, now=now, **listing)
 
 
 async def schedule_page(request: Request) -> Response:

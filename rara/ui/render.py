@@ -15,8 +15,16 @@ from starlette.responses import HTMLResponse
 
 from rara.namespaces import qualified
 from rara.ui.auth import AuthConfig
-from rara.ui.links import definition_href, runs_href, schedule_href
+from rara.ui.decisions import gate_rejected
+from rara.ui.links import (
+    definition_href,
+    release_href,
+    releases_href,
+    runs_href,
+    schedule_href,
+)
 from rara.ui.nav import shown
+from rara.ui.notes import tone_of
 from rara.waits import run_waiting_for
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -128,6 +136,10 @@ ENV.globals.update(
     definition_href=definition_href,
     schedule_href=schedule_href,
     runs_href=runs_href,
+    release_href=release_href,
+    releases_href=releases_href,
+    note_tone=tone_of,
+    gate_rejected=gate_rejected,
     qualified=qualified,
     run_waiting_for=run_waiting_for,
 )

@@ -143,3 +143,28 @@ def test_watch_stops_where_only_a_person_moves_the_run_on(
     assert watching.returncode == 0, output
     assert "gate waiting" in output
     assert "gate succeeded" in output
+
+
+def test_a_cancel_from_the_command_line_keeps_its_reason(
+    cli: CliRunner, conn: psycopg.Connection[Any]
+) -> None:
+    """`rara runs cancel N --reason`: the reason and who cancelled are the run's error, shown
+    by `rara runs show`; a cancel without one records none, as before."""
+    apply(conn, "held", [{"key": "gate", "approval": {}}])
+    said = start_run(conn, "held", queue_anyway=True).run_id
+    silent = start_run(conn, "held", queue_anyway=True, idempotency_key="second").run_id
+    login = conn.execute("SELECT current_user").fetchone()
+    assert login is not None
+    assert "cancel requested" in _run(cli, "runs", "cancel", str(said), "--reason", "wrong input")
+    _run(cli, "runs", "cancel", str(silent))
+    wait_run(conn, said, status="cancelled")
+    wait_run(conn, silent, status="cancelled")
+    assert f"cancelled by {login[0]}: wrong input" in _run(cli, "runs", "show", str(said))
+    errors = conn.execute(
+        "SELECT id, error FROM rara_runs WHERE id = ANY(%s) ORDER BY id", ([said, silent],)
+    ).fetchall()
+    assert errors == [
+        (said, {"code": "CANCELLED", "message": f"cancelled by {login[0]}: wrong input",
+                "cancelled_by": login[0], "reason": "wrong input"}),
+        (silent, None),
+    ]  # fmt: skip

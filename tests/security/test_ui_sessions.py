@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 from rara.runs import start_run
-from rara.ui.auth import SESSION_COOKIE, SESSION_SECONDS, Sessions
+from rara.ui.auth import SESSION_COOKIE, SESSION_SECONDS, AuthConfig, Sessions
 from tests.support.definitions import apply
 from tests.support.ui import UiServer
 from tests.support.waiting import wait_until
@@ -88,7 +88,9 @@ class Dashboard:
     def cancel(self, cookie: str, csrf: str) -> int:
         headers = {**FORM, "cookie": f"{SESSION_COOKIE}={cookie}"}
         return self.call(
-            f"/runs/{self.run_id}/cancel", headers, urlencode({"csrf": csrf}).encode()
+            f"/runs/{self.run_id}/cancel",
+            headers,
+            urlencode({"csrf": csrf, "reason": "a test"}).encode(),
         ).status
 
     def logout(self, cookie: str) -> int:
@@ -210,7 +212,7 @@ def test_bearer_access_is_unchanged(
     page = ui.call(f"/runs/{ui.run_id}", bearer)
     match = re.search(r'name="csrf" value="([^"]+)"', page.body)
     assert match is not None, "no cancel form for the bearer"
-    body = urlencode({"csrf": match.group(1)}).encode()
+    body = urlencode({"csrf": match.group(1), "reason": "a test"}).encode()
     assert ui.call(f"/runs/{ui.run_id}/cancel", {**FORM, **bearer}, body).status == 303
     assert _cancel_requested(conn, ui.run_id)
 
@@ -262,3 +264,19 @@ def test_the_record_is_bounded_and_drops_the_oldest() -> None:
 def test_a_lifetime_must_be_positive() -> None:
     with pytest.raises(ValueError, match="session lifetime"):
         Sessions(seconds=0)
+
+
+def test_a_persons_token_is_that_person_and_the_shared_one_nobody() -> None:
+    """Each token of the file is its person's: a bearer or a login with it acts as them;
+    the shared token's holder stays ``token``; a token of nobody's is refused."""
+    auth = AuthConfig(
+        read_only=False,
+        token="s" * 20,
+        people=(("ana@example.com", "a" * 20), ("bo@example.com", "b" * 20)),
+    )
+    assert auth.check_token("a" * 20) == "ana@example.com"
+    assert auth.check_token("s" * 20) == ""
+    assert auth.check_token("c" * 20) is None
+    session = auth.sessions.create("bo@example.com")
+    assert auth.sessions.person(session) == "bo@example.com"
+    assert auth.sessions.person(session + "x") is None

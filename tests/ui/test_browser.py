@@ -183,7 +183,9 @@ def test_cancel_from_the_page_reaches_the_running_step(
         page.click("form.login button")
         expect(page).to_have_url(f"{ui.url}/runs/{run_id}")
         expect(page.locator('g.node[data-step="nap"]')).to_have_class(re.compile("st-running"))
-        page.click("#cancel")
+        page.click("#cancel")  # a confirmation with its reason, then the cancel
+        page.fill("#cancel-confirm textarea[name=reason]", "the step hangs")
+        page.click("#cancel-confirmed")
         expect(page.locator(".note")).to_have_text("cancel requested")
         expect(page.locator("#run-status")).to_have_text("cancelled", timeout=30_000)
         expect(page.locator('g.node[data-step="nap"]')).to_have_class(re.compile("st-cancelled"))
@@ -277,7 +279,7 @@ def test_an_upstream_header_identifies_and_csrf_binds_to_it(
     match = re.search(r'name="csrf" value="([0-9a-f]+)"', html)
     assert match is not None, "no cancel form for an identified user"
     form = {"content-type": "application/x-www-form-urlencoded"}
-    body = f"csrf={match.group(1)}".encode()
+    body = f"csrf={match.group(1)}&reason=stuck".encode()
     assert call(f"/runs/{run_id}/cancel", form, body)[0] == 401  # no header: nobody
     bob = {**form, "X-Forwarded-User": "bob"}
     assert call(f"/runs/{run_id}/cancel", bob, body)[0] == 403  # alice's token, bob's post

@@ -107,9 +107,12 @@ def test_resume_from_the_page_reuses_what_succeeded_once(
     assert len(_runs(conn)) == 4
     other_resumed = _runs(conn)[-1][0]
     assert urls == [
-        f"{ui.url}/runs/{other_resumed}?note=" + quote(f"resume of run {other}, 1 step reused"),
         f"{ui.url}/runs/{other_resumed}?note="
-        + quote(f"resume of run {other}, 1 step reused (already started)"),
+        + quote(f"resume of run {other}, 1 step reused (already started)")
+        + "&tone=info",
+        f"{ui.url}/runs/{other_resumed}?note="
+        + quote(f"resume of run {other}, 1 step reused")
+        + "&tone=done",
     ]
 
     # The new run: collect reused from run N (its badge), index run again, and it succeeded.

@@ -236,7 +236,7 @@ def test_actions_on_another_namespace_are_refused_by_the_database(
 ) -> None:
     ui = _server(ui_server, tenancy, "--no-read-only")
     a, b = tenancy.a, tenancy.b
-    form = f"csrf={_csrf(ui, f'/runs/{a.run_id}', a.user)}".encode()
+    form = f"csrf={_csrf(ui, f'/runs/{a.run_id}', a.user)}&reason=test".encode()
 
     def flagged(run_id: int) -> bool:
         row = conn.execute(
@@ -290,7 +290,7 @@ def test_a_user_who_may_only_read_is_refused_an_action_not_a_500(
             )
             ui = _server(ui_server, tenancy, "--no-read-only")
             run_id = tenancy.a.run_id
-            form = f"csrf={_csrf(ui, f'/runs/{run_id}', reader)}".encode()
+            form = f"csrf={_csrf(ui, f'/runs/{run_id}', reader)}&reason=test".encode()
             status, body = _call(ui, f"/runs/{run_id}/cancel", reader, form)
             assert status == 403, (status, body[-300:])
             assert "permission denied" in body
@@ -350,7 +350,7 @@ def test_the_user_none_is_not_the_dashboard_s_own_login(
             assert status == 403, (user, path, status, body[-300:])
             assert "is not a dashboard user" in body
             assert f"/runs/{b.run_id}" not in body
-        form = f"csrf={_csrf_of(user.strip())}".encode()
+        form = f"csrf={_csrf_of(user.strip())}&reason=test".encode()
         status, body = _call(ui, f"/runs/{b.run_id}/cancel", user, form)
         assert status == 403, (user, status, body[-300:])
     assert conn.execute(

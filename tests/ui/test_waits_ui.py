@@ -235,6 +235,7 @@ def test_an_approval_is_decided_beside_its_evidence_once(
         ana.fill("#approval-gate textarea[name=reason]", "ndcg +0.03, interval clear of 0")
         ana.click("#approval-gate button[value=approve]")
         expect(ana.locator(".note")).to_have_text(f"gate approved by {ANA} via {login}")
+        expect(ana.locator(".note")).to_have_attribute("data-tone", "done")  # good news: green
         assert _approval(conn, run_id) == (
             "approved", f"{ANA} via {login}", login, "ndcg +0.03, interval clear of 0"
         )  # fmt: skip
@@ -256,6 +257,7 @@ def test_an_approval_is_decided_beside_its_evidence_once(
         expect(second.locator('g.node[data-step="gate"]')).to_have_class(
             re.compile(r"\bst-succeeded\b"), timeout=30_000
         )
+        second.click("#approval-gate .reject-confirm summary")
         second.click("#approval-gate button[value=reject]")
         expect(second.locator(".note")).to_have_text(
             re.compile(

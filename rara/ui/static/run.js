@@ -53,14 +53,15 @@
 
   // .facts holds #counts: listing both would move the fresh #counts out of the fresh .facts
   // first and leave the Steps line blank.
-  // The approvals are left as they are while a reason is being written in one of them.
-  const writing = () => Array.from(document.querySelectorAll('#approvals textarea'))
-    .some((t) => t.value || t === document.activeElement);
+  // The approvals and the run's actions are left as they are while a reason is being written
+  // in one of them, or a confirmation (reject, cancel) is open.
+  const writing = (where) => document.querySelector(where + ' details[open]') !== null
+    || Array.from(document.querySelectorAll(where + ' textarea'))
+      .some((t) => t.value || t === document.activeElement);
   const refresh = rara.coalesced(() => rara.refreshFrom(
     location.pathname + location.search,
-    ['table.steps', '[data-refresh]', '.facts', '.run-head .actions', '#dag-reused',
-      '#run-waits']
-      .concat(writing() ? [] : ['#approvals']),
+    ['table.steps', '[data-refresh]', '.facts', '#dag-reused', '#run-waits']
+      .concat(['.run-head .actions', '#approvals'].filter((where) => !writing(where))),
   ).then(() => {
     byKey = index();
     rara.highlightOpen();  // the evidence re-rendered open
@@ -114,8 +115,8 @@
       changed = true;
     }
     if (rara.terminal(state.run.status)) {
-      const cancel = document.getElementById('cancel');
-      if (cancel) cancel.closest('form').remove();
+      const cancel = document.getElementById('cancel-confirm');
+      if (cancel) cancel.remove();
     }
     status = state.run.status;
     root.dataset.status = status;

@@ -8,7 +8,7 @@ import psycopg
 import typer
 from rich.table import Table
 
-from rara.cache import BASE_PARTS, changed_parts, changed_reads
+from rara.cache import BASE_PARTS, CacheKey, Difference, best_match, difference
 from rara.cli.common import console, fail, reports_errors, stamp
 from rara.errors import NotFound
 from rara.pg import cache
@@ -43,9 +43,10 @@ def list_(
 @app.command()
 @reports_errors
 def explain(run_id: int, step: str) -> None:
-    """Why STEP of run RUN_ID hit or missed: its key against the newest other entry of the
-    same capability and step, part by part, and which of the artifacts that entry's step read
-    the step was given with other bytes."""
+    """Why STEP of run RUN_ID hit or missed: its key against the entry of the same capability
+    and step that matches it best (the fewest differing parts, then the most artifacts read
+    with the same bytes), part by part: which parts differ, which fields of the input, and
+    which of the artifacts that entry's step read the step was given with other bytes."""
     with psycopg.connect(database_url(), autocommit=True) as conn:
         found = cache.step(conn, run_id, step)
         if found is None:
@@ -55,40 +56,57 @@ def explain(run_id: int, step: str) -> None:
                 f"step {step!r} of run {run_id} has no cache key: its definition has no "
                 "`cache:`, or no worker has leased it yet"
             )
-        parts = dict(found.cache["parts"])
-        upstream = dict(found.cache.get("upstream") or {})
+        key = CacheKey(
+            str(found.cache["base"]),
+            dict(found.cache["parts"]),
+            dict(found.cache.get("upstream") or {}),
+            dict(found.cache.get("fields") or {}),
+        )
         if found.reused_from:
             own = str(found.reused_from.get("cache_key", ""))
             console.print(f"hit: {own} (run {found.reused_from.get('run')})", highlight=False)
         else:
             own = str(found.cache.get("entry", ""))
             console.print(
-                f"miss: no entry of base {found.cache['base']} whose step read what this one "
-                "was given",
+                f"miss: no entry of base {key.base} whose step read what this one was given",
                 highlight=False,
             )
-        nearest = cache.nearest(conn, found.capability, found.key, own)
-    if not nearest:
+        candidates = cache.candidates(conn, found.capability, found.key, own)
+    differences = [difference(key, c.parts, c.reads, c.fields) for c in candidates]
+    best = best_match(differences)
+    if best is None:
         console.print(f"no other entry of {found.capability} step {found.key}", highlight=False)
         return
-    other = nearest[0]
-    changed = changed_parts(parts, other.parts)
-    reads = changed_reads(upstream, other.reads) if not changed else []
-    what = ", ".join(changed) or (f"reads ({', '.join(reads)})" if reads else "nothing")
+    other, differ = candidates[best], differences[best]
     console.print(
-        f"nearest entry: {other.key} (run {other.source_run}); changed: {what}", highlight=False
+        f"best-matching entry of {len(candidates)}: {other.key} (run {other.source_run});"
+        f" changed: {differ.describe()}",
+        highlight=False,
     )
-    table = Table("part", "this step", "nearest entry")
+    console.print(_parts_table(key, other, differ))
+
+
+def _parts_table(key: CacheKey, other: cache.Candidate, differ: Difference) -> Table:
+    """The key's parts beside the entry's (``*``: differs), the differing input fields', and
+    each artifact the entry's step read beside what the step was given under that name."""
+    table = Table("part", "this step", "best-matching entry")
     for part in BASE_PARTS:
-        mark = " *" if part in changed else ""
-        table.add_row(part + mark, parts.get(part, "")[7:19], other.parts.get(part, "")[7:19])
+        mark = " *" if part in differ.parts else ""
+        table.add_row(part + mark, key.parts.get(part, "")[7:19], other.parts.get(part, "")[7:19])
+    for name in differ.fields:
+        mine, theirs = key.fields.get(name), (other.fields or {}).get(name)
+        table.add_row(
+            f"input.{name} *",
+            mine[7:19] if mine else "(absent)",
+            theirs[7:19] if theirs else "(absent)",
+        )
     for name in sorted(other.reads):
-        mark = " *" if name in reads else ""
-        given = upstream.get(name)
+        mark = " *" if name in differ.reads else ""
+        given = key.upstream.get(name)
         table.add_row(
             f"read {name}{mark}", given[7:19] if given else "(not given)", other.reads[name][7:19]
         )
-    console.print(table)
+    return table
 
 
 @app.command()

@@ -8,9 +8,9 @@ import psycopg
 import typer
 from rich.table import Table
 
-from rara.cache import BASE_PARTS, CacheKey, Difference, best_match, difference
+from rara import cache_explain
+from rara.cache import BASE_PARTS, CacheKey, Difference
 from rara.cli.common import console, fail, reports_errors, stamp
-from rara.errors import NotFound
 from rara.pg import cache
 from rara.pg.connect import database_url
 
@@ -44,46 +44,38 @@ def list_(
 @reports_errors
 def explain(run_id: int, step: str) -> None:
     """Why STEP of run RUN_ID hit or missed: its key against the entry of the same capability
-    and step that matches it best (the fewest differing parts, then the most artifacts read
-    with the same bytes), part by part: which parts differ, which fields of the input, and
-    which of the artifacts that entry's step read the step was given with other bytes."""
+    and step that matches it best (the fewest differing parts, then input fields, then the
+    most artifacts read with the same bytes), part by part: which parts differ, which fields
+    of the input, and which of the artifacts that entry's step read the step was given with
+    other bytes."""
     with psycopg.connect(database_url(), autocommit=True) as conn:
-        found = cache.step(conn, run_id, step)
-        if found is None:
-            raise NotFound(f"run {run_id} has no step {step!r}")
-        if found.cache is None:
-            raise fail(
-                f"step {step!r} of run {run_id} has no cache key: its definition has no "
-                "`cache:`, or no worker has leased it yet"
-            )
-        key = CacheKey(
-            str(found.cache["base"]),
-            dict(found.cache["parts"]),
-            dict(found.cache.get("upstream") or {}),
-            dict(found.cache.get("fields") or {}),
+        found = cache_explain.explain(conn, run_id, step)
+    if found is None:
+        raise fail(
+            f"step {step!r} of run {run_id} has no cache key: its definition has no "
+            "`cache:`, or no worker has leased it yet"
         )
-        if found.reused_from:
-            own = str(found.reused_from.get("cache_key", ""))
-            console.print(f"hit: {own} (run {found.reused_from.get('run')})", highlight=False)
-        else:
-            own = str(found.cache.get("entry", ""))
-            console.print(
-                f"miss: no entry of base {key.base} whose step read what this one was given",
-                highlight=False,
-            )
-        candidates = cache.candidates(conn, found.capability, found.key, own)
-    differences = [difference(key, c.parts, c.reads, c.fields) for c in candidates]
-    best = best_match(differences)
-    if best is None:
-        console.print(f"no other entry of {found.capability} step {found.key}", highlight=False)
+    if found.hit:
+        assert found.step.reused_from is not None
+        console.print(
+            f"hit: {found.own} (run {found.step.reused_from.get('run')})", highlight=False
+        )
+    else:
+        console.print(
+            f"miss: no entry of base {found.key.base} whose step read what this one was given",
+            highlight=False,
+        )
+    if found.best is None or found.difference is None:
+        console.print(
+            f"no other entry of {found.step.capability} step {found.step.key}", highlight=False
+        )
         return
-    other, differ = candidates[best], differences[best]
     console.print(
-        f"best-matching entry of {len(candidates)}: {other.key} (run {other.source_run});"
-        f" changed: {differ.describe()}",
+        f"best-matching entry of {found.candidates}: {found.best.key} (run"
+        f" {found.best.source_run}); changed: {found.difference.describe()}",
         highlight=False,
     )
-    console.print(_parts_table(key, other, differ))
+    console.print(_parts_table(found.key, found.best, found.difference))
 
 
 def _parts_table(key: CacheKey, other: cache.Candidate, differ: Difference) -> Table:

@@ -25,7 +25,7 @@ class Explanation:
     step: cache.CachedStep
     key: CacheKey
     own: str  # the entry it reused (a hit) or wrote (a miss that succeeded): not compared
-    candidates: int  # the entries it was compared with
+    candidates: int  # the other entries it was compared with
     best: cache.Candidate | None
     difference: Difference | None
 

@@ -90,8 +90,11 @@ def test_explain_compares_with_the_entry_that_matches_best(
     cli = CliRunner(env={"DATABASE_URL": database_url})
     explained = cli.invoke(app, ["cache", "explain", str(missed), "s"])
     assert explained.exit_code == 0, explained.output
-    assert "best-matching entry of 2: sha256:" in explained.output
+    assert "best-matching entry (of 2 others): sha256:" in explained.output
     assert f"(run {best}); changed: input (limit)" in explained.output
+    unknown = cli.invoke(app, ["cache", "explain", str(missed), "nope"])
+    assert unknown.exit_code == 2
+    assert f"run {missed} has no step 'nope'" in unknown.output
     rows = [line.split() for line in explained.output.splitlines() if "input.limit *" in line]
     assert len(rows) == 1, explained.output
     assert rows[0][2] != rows[0][3], explained.output  # two digests

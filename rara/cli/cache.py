@@ -71,7 +71,7 @@ def explain(run_id: int, step: str) -> None:
         )
         return
     console.print(
-        f"best-matching entry (of {found.candidates} others): {found.best.key} (run"
+        f"best-matching entry ({found.candidates} compared): {found.best.key} (run"
         f" {found.best.source_run}); changed: {found.difference.describe()}",
         highlight=False,
     )

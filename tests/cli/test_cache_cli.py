@@ -90,7 +90,7 @@ def test_explain_compares_with_the_entry_that_matches_best(
     cli = CliRunner(env={"DATABASE_URL": database_url})
     explained = cli.invoke(app, ["cache", "explain", str(missed), "s"])
     assert explained.exit_code == 0, explained.output
-    assert "best-matching entry (of 2 others): sha256:" in explained.output
+    assert "best-matching entry (2 compared): sha256:" in explained.output
     assert f"(run {best}); changed: input (limit)" in explained.output
     unknown = cli.invoke(app, ["cache", "explain", str(missed), "nope"])
     assert unknown.exit_code == 2

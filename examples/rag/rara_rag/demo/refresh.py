@@ -103,7 +103,8 @@ def reuse_of(url: str, run_id: int) -> Reuse:
             "SELECT key, reused_from, CASE WHEN s.wait IS NOT NULL THEN 'the gate'"
             " WHEN EXISTS (SELECT 1 FROM rara_steps c WHERE c.map_parent = s.id)"
             " THEN 'a map: its children are counted' END"
-            " FROM rara_steps s WHERE run_id = %s ORDER BY id",
+            # (a map's children right after it: they are inserted when it expands, later)
+            " FROM rara_steps s WHERE run_id = %s ORDER BY coalesce(map_parent, id), id",
             (run_id,),
         ).fetchall()
         reasons = {}

@@ -47,6 +47,14 @@ class Explanation:
             f" {self.best.source_run}'s entry"
         )
 
+    @property
+    def whole_input(self) -> bool:
+        """The input differs and the step declares no fields it reads: every field of the
+        run input is in its key, read or not (docs/step-cache.md, "The run input in the
+        key")."""
+        differs = self.difference is not None and "input" in self.difference.parts
+        return differs and not self.step.input_declared
+
 
 def explain(conn: Conn, run_id: int, step_key: str) -> Explanation | None:
     """STEP of run RUN_ID against its best-matching entry; None: the step has no key (its

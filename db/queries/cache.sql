@@ -39,9 +39,11 @@ ORDER BY c.created_at DESC LIMIT :limit;
 
 -- name: cache_step_get^
 -- A step of a run as the cache saw it: its capability, the key it was looked up under
--- ({key, parts}; null for a step without `cache:` or not leased yet) and where it was reused
--- from.
-SELECT s.id, s.key, s.capability, s.status::text AS status, s.cache, s.reused_from
+-- ({key, parts}; null for a step without `cache:` or not leased yet), where it was reused
+-- from, and whether its inputSchema names the run input fields it reads (`input_keys`,
+-- rara_spec_input_rows: else the whole run input is in its key).
+SELECT s.id, s.key, s.capability, s.status::text AS status, s.cache, s.reused_from,
+       s.payload -> 'input_keys' IS NOT NULL AS input_declared
 FROM rara_steps s WHERE s.run_id = :run_id AND s.key = :key;
 
 -- name: cache_claim$

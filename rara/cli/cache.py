@@ -75,6 +75,12 @@ def explain(run_id: int, step: str) -> None:
         f" {found.best.source_run}); changed: {found.difference.describe()}",
         highlight=False,
     )
+    if found.whole_input:
+        console.print(
+            f"step {found.step.key!r} has no inputSchema naming the run input fields it reads:"
+            " the whole run input is in its key, read or not",
+            highlight=False,
+        )
     console.print(_parts_table(found.key, found.best, found.difference))
 
 

@@ -109,6 +109,7 @@ class CachedStep:
     # and for a step that ran and succeeded {entry, entry_parts, reads}: the entry it wrote
     cache: Mapping[str, Any] | None
     reused_from: Mapping[str, Any] | None
+    input_declared: bool  # its inputSchema names its fields: only those are in its key
 
 
 def step(conn: Conn, run_id: int, key: str) -> CachedStep | None:

@@ -75,7 +75,20 @@ def test_explain_compares_with_the_entry_that_matches_best(
 ) -> None:
     """`rara cache explain` compares a missed step with the entry whose parts match most, not
     the newest, and names the part that differs and, for the input, the fields."""
-    define(conn, "explained", [{"key": "s", "capability": "test.tally@1", "cache": {}}])
+    fields = {"limit": {"type": "integer"}}  # (not text: else its key would be s's)
+    define(
+        conn,
+        "explained",
+        [
+            {"key": "s", "capability": "test.tally@1", "cache": {}},
+            {
+                "key": "declared",
+                "capability": "test.tally@1",
+                "cache": {},
+                "inputSchema": {"type": "object", "properties": fields},
+            },
+        ],
+    )
     thread_worker()
     runs = []
     for run_input in (
@@ -92,6 +105,11 @@ def test_explain_compares_with_the_entry_that_matches_best(
     assert explained.exit_code == 0, explained.output
     assert "best-matching entry (2 compared): sha256:" in explained.output
     assert f"(run {best}); changed: input (limit)" in explained.output
+    # Without an inputSchema naming its fields, every field is in the key: it says so.
+    assert "'s' has no inputSchema naming the run input fields it reads" in explained.output
+    declared = cli.invoke(app, ["cache", "explain", str(missed), "declared"])
+    assert "changed: input (limit)" in declared.output
+    assert "no inputSchema" not in declared.output
     unknown = cli.invoke(app, ["cache", "explain", str(missed), "nope"])
     assert unknown.exit_code == 2
     assert f"run {missed} has no step 'nope'" in unknown.output

@@ -70,11 +70,8 @@ def explain(conn: Conn, run_id: int, step_key: str) -> Explanation | None:
         dict(found.cache.get("upstream") or {}),
         dict(found.cache.get("fields") or {}),
     )
-    own = str(
-        (found.reused_from or {}).get("cache_key", "")
-        if found.reused_from
-        else found.cache.get("entry", "")
-    )
+    reused = found.reused_from
+    own = str(reused.get("cache_key", "") if reused else found.cache.get("entry", ""))
     candidates = cache.candidates(conn, found.capability, found.key, own)
     differences = [difference(key, c.parts, c.reads, c.fields) for c in candidates]
     best = best_match(differences)

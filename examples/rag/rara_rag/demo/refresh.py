@@ -24,6 +24,7 @@ import psutil  # type: ignore[import-untyped]  # (no stubs pinned: two calls)
 import psycopg
 
 from rara import cache_explain
+from rara.cache import describe_reuse
 from rara_rag import corpus
 from rara_rag.demo.processes import Child
 
@@ -108,8 +109,10 @@ def reuse_of(url: str, run_id: int) -> Reuse:
             (run_id,),
         ).fetchall()
         reasons = {}
-        for key, _, neither in rows:
-            if neither is None:
+        for key, reused, neither in rows:
+            if reused is not None:  # (from the cache or, in a resumed run, its first run)
+                reasons[key] = f"reused: {describe_reuse(reused)}"
+            elif neither is None:
                 explained = cache_explain.explain(conn, run_id, key)
                 reasons[key] = NO_CACHE if explained is None else explained.summary()
     return Reuse(

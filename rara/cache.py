@@ -21,8 +21,12 @@ The parts, each digested on its own (so that an explanation can say which one ch
   the secret references (by name, never the values). Not its timeout, retries, priority,
   resources or the cache's own ttl: they decide how it runs, not what it returns.
 - ``input``: the resolved input, as ``ctx.input`` shows it: the definition's static input,
-  overlaid by the run's input, and for a map child its ``item`` and ``index``. (Upstream
-  *results* reach a step only this way, through ``map.over``.)
+  overlaid by the run input the step can read, and for a map child its ``item`` and
+  ``index``. The run input it can read is what its lease gives it: the fields its
+  ``inputSchema`` names, or the whole run input for a step without such a schema (the
+  conservative rule: what the code may read counts). Two runs whose inputs differ only in
+  fields a step cannot read give it one key. (Upstream *results* reach a step only this
+  way, through ``map.over``.)
 - ``given``: the names of the upstream artifacts it is given, ``<step>/<name>``, sorted:
   code sees which inputs exist without reading them (a step given none and one given one
   are different steps, though neither read anything).
@@ -37,7 +41,8 @@ The parts, each digested on its own (so that an explanation can say which one ch
   cannot change, and is left out.
 
 Canonical JSON (keys sorted, no spaces, UTF-8) makes one value one digest, whatever the key
-order it arrived in.
+order it arrived in. Beside the key, each input field is digested on its own (``fields``):
+not part of the key, it lets an explanation name the fields of the input that differ.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rara.namespaces import DEFAULT_NAMESPACE
@@ -70,6 +75,8 @@ class CacheKey:
     base: str  # the digest of ``parts``: the entries it may reuse have this base
     parts: Mapping[str, str]  # the base parts' digests, by name
     upstream: Mapping[str, str]  # every upstream artifact it is given: "<step>/<name>" -> digest
+    # each field of the input, digested on its own: not in the key, for explanations only
+    fields: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def claim(self) -> str:
@@ -97,7 +104,8 @@ def cache_key(
     }
     if namespace != DEFAULT_NAMESPACE:
         parts["namespace"] = canonical_digest(namespace)
-    return CacheKey(canonical_digest(parts), parts, dict(upstream))
+    fields = {name: canonical_digest(value) for name, value in input.items()}
+    return CacheKey(canonical_digest(parts), parts, dict(upstream), fields)
 
 
 def reads_of(key: CacheKey, digests: Iterable[str]) -> dict[str, str]:
@@ -122,11 +130,56 @@ def describe_reuse(reused_from: Mapping[str, Any] | None) -> str:
     )
 
 
-def changed_parts(missed: Mapping[str, str], entry: Mapping[str, str]) -> list[str]:
-    """The base parts of a key that differ from an entry's, in the key's order."""
-    return [p for p in BASE_PARTS if missed.get(p) != entry.get(p)]
+@dataclass(frozen=True, slots=True)
+class Difference:
+    """How an entry differs from a step's key, component by component: the base parts, and
+    the reads (one component: every artifact the entry's step read, given to the step with the
+    same digest). What ``rara cache explain`` prints."""
+
+    parts: tuple[str, ...]  # the base parts that differ, in BASE_PARTS' order
+    fields: tuple[str, ...]  # of a differing input, the fields whose digests differ (if known)
+    reads: tuple[str, ...]  # what the entry's step read that the step is not given as it was
+    same_reads: int  # what the entry's step read that the step is given with the same digest
+
+    @property
+    def components(self) -> int:
+        return len(self.parts) + (1 if self.reads else 0)
+
+    def describe(self) -> str:
+        """``input (limit), reads (clean/passages.jsonl)``, or ``nothing``."""
+        named = [
+            f"{p} ({', '.join(self.fields)})" if p == "input" and self.fields else p
+            for p in self.parts
+        ]
+        if self.reads:
+            named.append(f"reads ({', '.join(self.reads)})")
+        return ", ".join(named) or "nothing"
 
 
-def changed_reads(upstream: Mapping[str, str], reads: Mapping[str, str]) -> list[str]:
-    """The artifacts an entry's step read that a step is not given with the same digest."""
-    return sorted(name for name, digest in reads.items() if upstream.get(name) != digest)
+def difference(
+    key: CacheKey,
+    entry_parts: Mapping[str, str],
+    entry_reads: Mapping[str, str],
+    entry_fields: Mapping[str, str] | None = None,
+) -> Difference:
+    """``key`` (a step's) against an entry's parts and reads, and the input fields of the step
+    that wrote it (None: not known, as for a step whose run was pruned)."""
+    parts = tuple(p for p in BASE_PARTS if key.parts.get(p) != entry_parts.get(p))
+    fields: tuple[str, ...] = ()
+    if "input" in parts and key.fields and entry_fields:
+        names = sorted(set(key.fields) | set(entry_fields))
+        fields = tuple(n for n in names if key.fields.get(n) != entry_fields.get(n))
+    reads = tuple(sorted(n for n, d in entry_reads.items() if key.upstream.get(n) != d))
+    return Difference(parts, fields, reads, len(entry_reads) - len(reads))
+
+
+def best_match(differences: Iterable[Difference]) -> int | None:
+    """The index of the entry that matches a step best: the fewest differing components, then
+    the fewest differing input fields, then the most artifacts read with the same bytes, then
+    the fewest read with other bytes; of equals, the first (the entries come newest first).
+    None: no entry."""
+    ranked = [
+        ((d.components, len(d.fields), -d.same_reads, len(d.reads)), i)
+        for i, d in enumerate(differences)
+    ]
+    return min(ranked)[1] if ranked else None

@@ -26,21 +26,24 @@ FROM rara_step_cache
 WHERE CAST(:capability AS text) IS NULL OR capability = :capability
 ORDER BY created_at DESC, key LIMIT :limit;
 
--- name: cache_nearest
--- The newest live entries of one capability and step key but :except_key (the entry a hit
--- reused, if any): what `rara cache explain` compares a step's key with.
-SELECT key, namespace, base, reads, capability, step_key, parts, result, manifest, source_run,
-       source_step, source_attempt, created_at, expires_at
-FROM rara_step_cache
-WHERE capability = :capability AND step_key = :step_key AND key <> :except_key
-  AND (expires_at IS NULL OR expires_at > now())
-ORDER BY created_at DESC LIMIT :limit;
+-- name: cache_candidates_list
+-- The newest :limit live entries of one capability and step key but :except_key (the entry a
+-- hit reused, or a miss wrote), with the input fields' digests of the step that wrote each
+-- (null once its run is pruned): what `rara cache explain` ranks to find the entry that
+-- matches a step best (rara.cache.best_match).
+SELECT c.key, c.source_run, c.parts, c.reads, c.created_at, s.cache -> 'fields' AS fields
+FROM rara_step_cache c LEFT JOIN rara_steps s ON s.id = c.source_step
+WHERE c.capability = :capability AND c.step_key = :step_key AND c.key <> :except_key
+  AND (c.expires_at IS NULL OR c.expires_at > now())
+ORDER BY c.created_at DESC LIMIT :limit;
 
 -- name: cache_step_get^
 -- A step of a run as the cache saw it: its capability, the key it was looked up under
--- ({key, parts}; null for a step without `cache:` or not leased yet) and where it was reused
--- from.
-SELECT s.id, s.key, s.capability, s.status::text AS status, s.cache, s.reused_from
+-- ({key, parts}; null for a step without `cache:` or not leased yet), where it was reused
+-- from, and whether its inputSchema names the run input fields it reads (`input_keys`,
+-- rara_spec_input_rows: else the whole run input is in its key).
+SELECT s.id, s.key, s.capability, s.status::text AS status, s.cache, s.reused_from,
+       s.payload -> 'input_keys' IS NOT NULL AS input_declared
 FROM rara_steps s WHERE s.run_id = :run_id AND s.key = :key;
 
 -- name: cache_claim$

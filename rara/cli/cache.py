@@ -8,9 +8,9 @@ import psycopg
 import typer
 from rich.table import Table
 
-from rara.cache import BASE_PARTS, changed_parts, changed_reads
+from rara import cache_explain
+from rara.cache import BASE_PARTS, CacheKey, Difference
 from rara.cli.common import console, fail, reports_errors, stamp
-from rara.errors import NotFound
 from rara.pg import cache
 from rara.pg.connect import database_url
 
@@ -43,52 +43,68 @@ def list_(
 @app.command()
 @reports_errors
 def explain(run_id: int, step: str) -> None:
-    """Why STEP of run RUN_ID hit or missed: its key against the newest other entry of the
-    same capability and step, part by part, and which of the artifacts that entry's step read
-    the step was given with other bytes."""
+    """Why STEP of run RUN_ID hit or missed: its key against the entry of the same capability
+    and step that matches it best (the fewest differing parts, then input fields, then the
+    most artifacts read with the same bytes), part by part: which parts differ, which fields
+    of the input, and which of the artifacts that entry's step read the step was given with
+    other bytes."""
     with psycopg.connect(database_url(), autocommit=True) as conn:
-        found = cache.step(conn, run_id, step)
-        if found is None:
-            raise NotFound(f"run {run_id} has no step {step!r}")
-        if found.cache is None:
-            raise fail(
-                f"step {step!r} of run {run_id} has no cache key: its definition has no "
-                "`cache:`, or no worker has leased it yet"
-            )
-        parts = dict(found.cache["parts"])
-        upstream = dict(found.cache.get("upstream") or {})
-        if found.reused_from:
-            own = str(found.reused_from.get("cache_key", ""))
-            console.print(f"hit: {own} (run {found.reused_from.get('run')})", highlight=False)
-        else:
-            own = str(found.cache.get("entry", ""))
-            console.print(
-                f"miss: no entry of base {found.cache['base']} whose step read what this one "
-                "was given",
-                highlight=False,
-            )
-        nearest = cache.nearest(conn, found.capability, found.key, own)
-    if not nearest:
-        console.print(f"no other entry of {found.capability} step {found.key}", highlight=False)
+        found = cache_explain.explain(conn, run_id, step)
+    if found is None:
+        raise fail(
+            f"step {step!r} of run {run_id} has no cache key: its definition has no "
+            "`cache:`, or no worker has leased it yet"
+        )
+    if found.hit:
+        assert found.step.reused_from is not None
+        console.print(
+            f"hit: {found.own} (run {found.step.reused_from.get('run')})", highlight=False
+        )
+    else:
+        console.print(
+            f"miss: no entry of base {found.key.base} whose step read what this one was given",
+            highlight=False,
+        )
+    if found.best is None or found.difference is None:
+        console.print(
+            f"no other entry of {found.step.capability} step {found.step.key}", highlight=False
+        )
         return
-    other = nearest[0]
-    changed = changed_parts(parts, other.parts)
-    reads = changed_reads(upstream, other.reads) if not changed else []
-    what = ", ".join(changed) or (f"reads ({', '.join(reads)})" if reads else "nothing")
     console.print(
-        f"nearest entry: {other.key} (run {other.source_run}); changed: {what}", highlight=False
+        f"best-matching entry ({found.candidates} compared): {found.best.key} (run"
+        f" {found.best.source_run}); changed: {found.difference.describe()}",
+        highlight=False,
     )
-    table = Table("part", "this step", "nearest entry")
+    if found.whole_input:
+        console.print(
+            f"step {found.step.key!r} has no inputSchema naming the run input fields it reads:"
+            " the whole run input is in its key, read or not",
+            highlight=False,
+        )
+    console.print(_parts_table(found.key, found.best, found.difference))
+
+
+def _parts_table(key: CacheKey, other: cache.Candidate, differ: Difference) -> Table:
+    """The key's parts beside the entry's (``*``: differs), the differing input fields', and
+    each artifact the entry's step read beside what the step was given under that name."""
+    table = Table("part", "this step", "best-matching entry")
     for part in BASE_PARTS:
-        mark = " *" if part in changed else ""
-        table.add_row(part + mark, parts.get(part, "")[7:19], other.parts.get(part, "")[7:19])
+        mark = " *" if part in differ.parts else ""
+        table.add_row(part + mark, key.parts.get(part, "")[7:19], other.parts.get(part, "")[7:19])
+    for name in differ.fields:
+        mine, theirs = key.fields.get(name), (other.fields or {}).get(name)
+        table.add_row(
+            f"input.{name} *",
+            mine[7:19] if mine else "(absent)",
+            theirs[7:19] if theirs else "(absent)",
+        )
     for name in sorted(other.reads):
-        mark = " *" if name in reads else ""
-        given = upstream.get(name)
+        mark = " *" if name in differ.reads else ""
+        given = key.upstream.get(name)
         table.add_row(
             f"read {name}{mark}", given[7:19] if given else "(not given)", other.reads[name][7:19]
         )
-    console.print(table)
+    return table
 
 
 @app.command()

@@ -70,14 +70,26 @@ def list_entries(conn: Conn, capability: str | None = None, limit: int = 100) ->
     return many(conn, "cache_list", class_row(CacheEntry), capability=capability, limit=limit)
 
 
-def nearest(
-    conn: Conn, capability: str, step_key: str, except_key: str, limit: int = 1
-) -> list[CacheEntry]:
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """An entry as ``rara cache explain`` compares it with a step."""
+
+    key: str
+    source_run: int
+    parts: Mapping[str, str]
+    reads: Mapping[str, str]
+    created_at: datetime
+    fields: Mapping[str, str] | None  # of the step that wrote it; None once its run is pruned
+
+
+def candidates(
+    conn: Conn, capability: str, step_key: str, except_key: str, limit: int = 200
+) -> list[Candidate]:
     """The newest live entries of one capability and step key, but ``except_key``."""
     return many(
         conn,
-        "cache_nearest",
-        class_row(CacheEntry),
+        "cache_candidates_list",
+        class_row(Candidate),
         capability=capability,
         step_key=step_key,
         except_key=except_key,
@@ -93,10 +105,11 @@ class CachedStep:
     key: str
     capability: str
     status: str
-    # {key, base, parts, upstream} it was looked up under (rara.worker.cache.entry_of), and
-    # for a step that ran and succeeded {entry, entry_parts, reads}: the entry it wrote
+    # {key, base, parts, upstream, fields} it was looked up under (rara.worker.cache.entry_of),
+    # and for a step that ran and succeeded {entry, entry_parts, reads}: the entry it wrote
     cache: Mapping[str, Any] | None
     reused_from: Mapping[str, Any] | None
+    input_declared: bool  # its inputSchema names its fields: only those are in its key
 
 
 def step(conn: Conn, run_id: int, key: str) -> CachedStep | None:

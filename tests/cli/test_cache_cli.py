@@ -67,3 +67,52 @@ def test_show_watch_and_cache_commands(
     wait_run(conn, third, status="succeeded")
     shown = cli.invoke(app, ["runs", "show", str(third)])
     assert "cache: run" not in shown.output  # dropped: it ran
+
+
+@pytest.mark.usefixtures("wide_console")
+def test_explain_compares_with_the_entry_that_matches_best(
+    conn: psycopg.Connection[Any], thread_worker: Any, database_url: str
+) -> None:
+    """`rara cache explain` compares a missed step with the entry whose parts match most, not
+    the newest, and names the part that differs and, for the input, the fields."""
+    fields = {"limit": {"type": "integer"}}  # (not text: else its key would be s's)
+    define(
+        conn,
+        "explained",
+        [
+            {"key": "s", "capability": "test.tally@1", "cache": {}},
+            {
+                "key": "declared",
+                "capability": "test.tally@1",
+                "cache": {},
+                "inputSchema": {"type": "object", "properties": fields},
+            },
+        ],
+    )
+    thread_worker()
+    runs = []
+    for run_input in (
+        {"text": "x", "limit": 1},
+        {"text": "other", "limit": 9},
+        {"text": "x", "limit": 2},
+    ):
+        runs.append(start(conn, "explained", run_input))
+        wait_run(conn, runs[-1], status="succeeded")
+    best, _newer, missed = runs  # the newer entry differs in two fields
+
+    cli = CliRunner(env={"DATABASE_URL": database_url})
+    explained = cli.invoke(app, ["cache", "explain", str(missed), "s"])
+    assert explained.exit_code == 0, explained.output
+    assert "best-matching entry (2 compared): sha256:" in explained.output
+    assert f"(run {best}); changed: input (limit)" in explained.output
+    # Without an inputSchema naming its fields, every field is in the key: it says so.
+    assert "'s' has no inputSchema naming the run input fields it reads" in explained.output
+    declared = cli.invoke(app, ["cache", "explain", str(missed), "declared"])
+    assert "changed: input (limit)" in declared.output
+    assert "no inputSchema" not in declared.output
+    unknown = cli.invoke(app, ["cache", "explain", str(missed), "nope"])
+    assert unknown.exit_code == 2
+    assert f"run {missed} has no step 'nope'" in unknown.output
+    rows = [line.split() for line in explained.output.splitlines() if "input.limit *" in line]
+    assert len(rows) == 1, explained.output
+    assert rows[0][2] != rows[0][3], explained.output  # two digests

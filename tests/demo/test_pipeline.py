@@ -227,7 +227,7 @@ def test_a_refresh_recomputes_only_what_a_changed_document_reaches(
     run_input = {**SMALL, "paths": [str(documents)]}
     del run_input["limit"]
 
-    def run() -> refresh.Reuse:
+    def run(run_input: dict[str, Any] = run_input) -> refresh.Reuse:
         started = client.start_run("rag-refresh", input=run_input)
         assert through_the_gate(client, started.run_id, 420).status is RunStatus.SUCCEEDED
         return refresh.reuse_of(database_url, started.run_id)
@@ -240,6 +240,15 @@ def test_a_refresh_recomputes_only_what_a_changed_document_reaches(
     unchanged = run()
     assert unchanged.ran == ["collect"]  # it reads the outside world: no cache
     assert {r["via"] for r in unchanged.reused.values()} == {"cache"}
+    assert unchanged.why["collect"] == refresh.NO_CACHE
+    assert unchanged.why["adapt"].startswith("reused: cache: run ")
+
+    # The same bytes from another file and another input (`paths`, `limit`: collect's fields,
+    # which no step after it reads): every step after collect is reused all the same.
+    elsewhere = tmp_path / "elsewhere.jsonl"
+    elsewhere.write_bytes(documents.read_bytes())
+    moved = run({**run_input, "paths": [str(elsewhere)], "limit": 12})
+    assert moved.ran == ["collect"], moved.why
 
     changed_id = refresh.change_one_document(documents, None)
     changed = run()
@@ -249,6 +258,9 @@ def test_a_refresh_recomputes_only_what_a_changed_document_reaches(
         ["collect", "clean", *recomputed_shards, "index", "evaluate", "adapt"]
     )
     assert sorted(changed.reused) == sorted(set(shards) - set(recomputed_shards))
+    # Each recomputed step says why: what it read changed (collect has no cache at all).
+    assert changed.why["clean"].startswith("recomputed: reads (collect/documents.jsonl) differ")
+    assert changed.why["adapt"].startswith("recomputed: reads (clean/passages.jsonl"), changed.why
     # The recomputed child is the one whose shard holds the changed document's passages.
     index = int(recomputed_shards[0][len("index-shard[") : -1])
     with psycopg.connect(database_url, autocommit=True) as conn:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from rara.artifacts.ref import ArtifactRef
-from rara.cache import changed_parts, changed_reads, entry_key, reads_of
+from rara.cache import best_match, difference, entry_key, reads_of
 from rara.definitions.parse import load_definition
 from rara.errors import DefinitionInvalid
 from rara.worker.cache import key_of
@@ -96,7 +96,7 @@ def test_every_base_part_changes_the_base(step: LeasedStep, data: Any) -> None:
     after = _key(changed)
     assert after.base != before.base
     assert after.claim != before.claim
-    assert changed_parts(after.parts, before.parts) == [part]
+    assert difference(after, before.parts, {}).parts == (part,)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -117,8 +117,8 @@ def test_an_upstream_artifact_counts_only_once_read(step: LeasedStep, data: Any)
     read = reads_of(
         before, data.draw(st.sets(st.sampled_from([*before.upstream.values(), digest])))
     )
-    stale = changed_reads(after.upstream, read)
-    assert stale == ([name] if name in read else [])
+    stale = difference(after, after.parts, read).reads
+    assert stale == ((name,) if name in read else ())
     # An entry's key covers its reads: other bytes read, another entry.
     if name in read:
         assert entry_key(before, read)[0] != entry_key(after, reads_of(after, [digest]))[0]
@@ -177,7 +177,7 @@ def test_which_name_holds_which_bytes_is_part_of_the_key() -> None:
     swapped = dataclasses.replace(step, inputs={"s/one": b, "s/two": a})
     assert _key(swapped).claim != _key(step).claim
     read = reads_of(_key(step), [a.digest])
-    assert changed_reads(_key(swapped).upstream, read) == ["s/one"]
+    assert difference(_key(swapped), _key(step).parts, read).reads == ("s/one",)
 
 
 def test_a_step_without_cache_has_no_key() -> None:
@@ -202,3 +202,45 @@ spec:
     with pytest.raises(DefinitionInvalid, match=r"cache\.ttl"):
         load_definition(doc)
     assert load_definition(doc.replace("700h", "596h")).spec.steps[0].cache is not None
+
+
+def test_an_explanation_names_the_input_fields_that_differ() -> None:
+    """The fields' digests are beside the key, not in it: a difference of the input names
+    them; an entry whose step's fields are not known (its run pruned) names the part only."""
+    step = dataclasses.replace(_plain_step(), run_input={"limit": 1, "paths": ["a"]})
+    before = _key(step)
+    after = _key(dataclasses.replace(step, run_input={"limit": 2, "paths": ["a"], "new": 0}))
+    assert set(before.fields) == {"limit", "paths"}
+    assert before.base == _key(step).base  # (the fields are no part of it)
+    changed = difference(after, before.parts, {}, before.fields)
+    assert changed.fields == ("limit", "new")
+    assert changed.describe() == "input (limit, new)"
+    assert difference(after, before.parts, {}, None).describe() == "input"
+    assert difference(before, before.parts, {}, before.fields).describe() == "nothing"
+
+
+def test_the_best_match_differs_least_then_read_the_most_same_bytes() -> None:
+    step = dataclasses.replace(
+        _plain_step(), inputs={"s/one": ArtifactRef("sha256:" + "a" * 64, 1)}
+    )
+    key = _key(step)
+    other = _key(dataclasses.replace(step, run_input={"x": 1}, executor="grpc"))
+    same, stale = {"s/one": "sha256:" + "a" * 64}, {"s/one": "sha256:" + "b" * 64}
+    two_parts = difference(key, other.parts, same)  # input and spec differ
+    reads_stale = difference(key, key.parts, stale)  # one component: the reads
+    read_nothing = difference(key, key.parts, {})  # nothing differs, nothing read
+    read_same = difference(key, key.parts, same)  # nothing differs, one read the same
+    assert (two_parts.components, reads_stale.components, read_same.components) == (2, 1, 0)
+    assert reads_stale.describe() == "reads (s/one)"
+    assert best_match([two_parts, reads_stale]) == 1
+    assert best_match([read_nothing, read_same]) == 1  # the same bytes read count
+    assert best_match([read_same, read_same]) == 0  # of equals, the first: the newest
+    run_input = {"a": 1, "b": 1}
+    mine = _key(dataclasses.replace(step, run_input=run_input))
+    one_field, two_fields = (
+        _key(dataclasses.replace(step, run_input={**run_input, **changed}))
+        for changed in ({"a": 2}, {"a": 2, "b": 2})
+    )
+    by_fields = [difference(mine, k.parts, {}, k.fields) for k in (two_fields, one_field)]
+    assert best_match(by_fields) == 1  # one component each: the fewer fields
+    assert best_match([]) is None

@@ -43,16 +43,14 @@ def key_of(step: LeasedStep) -> CacheKey | None:
     """The cache key of a leased step, or None when its definition has no ``cache:``."""
     if step.payload.get("cache") is None:
         return None
-    static = step.payload.get("input") or {}
-    # ctx.input's rule (rara.worker.context): static, overlaid by the run's, then the map's.
-    resolved = {**static, **step.run_input, **(step.payload.get("map") or {})}
+    # (ctx.input: the run input in it is what the lease gave, the fields the step can read)
     # (the lease names each input twice, "<step>/<name>" and the bare name: the first only)
     upstream = {name: ref.digest for name, ref in step.inputs.items() if "/" in name}
     return cache_key(
         capability=step.capability,
         executor=step.executor,
         secrets=step.payload.get("secrets") or {},
-        input=resolved,
+        input=step.input,
         upstream=upstream,
         namespace=step.payload["cache"].get("namespace", DEFAULT_NAMESPACE),
     )
@@ -60,13 +58,15 @@ def key_of(step: LeasedStep) -> CacheKey | None:
 
 def entry_of(step: LeasedStep, key: CacheKey) -> dict[str, Any]:
     """What the step row records of its key (``rara_steps.cache``, for ``rara cache
-    explain``), its claim's key for single flight (``key``) and the entry's ttl."""
+    explain``: its parts, and its input fields' digests), its claim's key for single flight
+    (``key``) and the entry's ttl."""
     ttl_ms = (step.payload.get("cache") or {}).get("ttl_ms")
     return {
         "key": key.claim,
         "base": key.base,
         "parts": dict(key.parts),
         "upstream": dict(key.upstream),
+        "fields": dict(key.fields),
         "ttl_ms": ttl_ms,
     }
 
@@ -74,7 +74,7 @@ def entry_of(step: LeasedStep, key: CacheKey) -> dict[str, Any]:
 def with_reads(entry: Mapping[str, Any], reads: Iterable[str]) -> dict[str, Any]:
     """``entry`` (from entry_of) completed by the digests its step read: what its success
     writes as a new entry (rara_step_end_many), under the key of its base and its reads."""
-    key = CacheKey(entry["base"], entry["parts"], entry["upstream"])
+    key = CacheKey(entry["base"], entry["parts"], entry["upstream"], entry.get("fields") or {})
     read = reads_of(key, reads)
     stored, parts = entry_key(key, read)
     return {**entry, "entry": stored, "entry_parts": parts, "reads": read}

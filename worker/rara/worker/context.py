@@ -43,11 +43,7 @@ class WorkerStepContext:
         self._inputs = dict(state.step.inputs)
         self._artifacts = ReadsNoted(artifacts, state.reads)
         self._io = io
-        static = self._step.payload.get("input") or {}
-        # The definition's static input, overlaid by the run's input (the run is more specific),
-        # and for a map step's child by its element and index (`item`, `index`; the model
-        # refuses a static input of those names).
-        self._input = {**static, **self._step.run_input, **(self._step.payload.get("map") or {})}
+        self._input = self._step.input
         self._lock = threading.Lock()
 
     @property

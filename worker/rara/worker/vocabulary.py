@@ -63,6 +63,16 @@ class LeasedStep:
     available_at: datetime | None = None
     namespace: str = DEFAULT_NAMESPACE  # its run's: with the pair, the lane of its cursor
 
+    @property
+    def input(self) -> dict[str, Any]:
+        """What its code reads as ``ctx.input`` (and what its cache key digests): the
+        definition's static input, overlaid by the run input (the run is more specific; only
+        the fields its inputSchema names, when it names them: the lease gives no more), and for
+        a map step's child by its element and index (``item``, ``index``; the model refuses a
+        static input of those names)."""
+        static = self.payload.get("input") or {}
+        return {**static, **self.run_input, **(self.payload.get("map") or {})}
+
 
 @dataclass(frozen=True, slots=True)
 class Fence:

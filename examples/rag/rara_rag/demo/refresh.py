@@ -5,22 +5,26 @@ keeps its corpus where such a pipeline would, in a file it re-reads (``documents
 under ``.rara/demo/corpus``, the built-in corpus written out once), and runs it three times:
 the first run computes everything; the second, on the same file, reuses every step but
 collect (the step that reads the outside world has no ``cache:``, so it always looks); the
-third, after one word of one document changed, recomputes what that change reaches. What each
-run cost is the CPU time the worker and the executor used while it ran, read from the
-operating system (psutil), not estimated.
+third, after one word of one document changed, recomputes what that change reaches. Each
+step's line says whether it was reused, and if it was recomputed, why: what of its key differs
+from the entry that matches it best (rara.cache_explain). What each run cost is the CPU time
+the worker and the executor used while it ran, read from the operating system (psutil), not
+estimated.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psutil  # type: ignore[import-untyped]  # (no stubs pinned: two calls)
 import psycopg
 
+from rara import cache_explain
+from rara.cache import describe_reuse
 from rara_rag import corpus
 from rara_rag.demo.processes import Child
 
@@ -77,26 +81,45 @@ class Reuse:
     reused: dict[str, Any]  # step key -> reused_from
     ran: list[str]
     neither: dict[str, str]  # step key -> why it computes nothing itself
+    # step key -> "reused: …" or "recomputed: <why>" (rara.cache_explain), in the run's order
+    why: dict[str, str] = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
         return len(self.reused) + len(self.ran) + len(self.neither)
 
+    def lines(self) -> list[str]:
+        """A line per step that computes or was reused: its key, then why."""
+        width = max((len(k) for k in self.why), default=0)
+        return [f"{key:<{width}}  {why}" for key, why in self.why.items()]
+
+
+NO_CACHE = "recomputed: its definition has no `cache:`"
+
 
 def reuse_of(url: str, run_id: int) -> Reuse:
-    """The run's steps as the cache left them (``Reuse``)."""
+    """The run's steps as the cache left them (``Reuse``), each with why."""
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
             "SELECT key, reused_from, CASE WHEN s.wait IS NOT NULL THEN 'the gate'"
             " WHEN EXISTS (SELECT 1 FROM rara_steps c WHERE c.map_parent = s.id)"
             " THEN 'a map: its children are counted' END"
-            " FROM rara_steps s WHERE run_id = %s ORDER BY id",
+            # (a map's children right after it: they are inserted when it expands, later)
+            " FROM rara_steps s WHERE run_id = %s ORDER BY coalesce(map_parent, id), id",
             (run_id,),
         ).fetchall()
+        reasons = {}
+        for key, reused, neither in rows:
+            if reused is not None:  # (from the cache or, in a resumed run, its first run)
+                reasons[key] = f"reused: {describe_reuse(reused)}"
+            elif neither is None:
+                explained = cache_explain.explain(conn, run_id, key)
+                reasons[key] = NO_CACHE if explained is None else explained.summary()
     return Reuse(
         {k: r for k, r, _ in rows if r is not None},
         [k for k, r, why in rows if r is None and why is None],
         {k: why for k, r, why in rows if r is None and why is not None},
+        reasons,
     )
 
 
@@ -122,6 +145,7 @@ class Measured:
             f" {len(self.reuse.neither)} compute nothing themselves ({neither or 'none'})\n"
             f"  {self.wall:.1f} s wall against {first.wall:.1f} s; CPU {self.cpu:.1f} s against"
             f" {first.cpu:.1f} s ({self.cpu / first.cpu:.1%} of the first run's compute)"
+            + "".join(f"\n    {line}" for line in self.reuse.lines())
         )
 
     def as_json(self) -> dict[str, Any]:
@@ -134,4 +158,5 @@ class Measured:
             "reused": sorted(self.reuse.reused),
             "ran": self.reuse.ran,
             "neither": sorted(self.reuse.neither),
+            "why": self.reuse.why,
         }

@@ -73,11 +73,22 @@ class WideWhenPiped(Console):
     | tee`, CI): writing to no terminal, and with no COLUMNS to say otherwise, it is
     ``PIPED_WIDTH`` wide; on a terminal, the terminal's width."""
 
+    def __init__(self, *args: Any, width: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, width=width, **kwargs)
+        # rich fixes the width from COLUMNS once, here; rara reads COLUMNS at each use (size).
+        self._width = width
+
     @property
     def size(self) -> ConsoleDimensions:
         size = super().size
+        if self._width is not None:
+            return size
+        # COLUMNS read now, not only when the console was made (rich's way): one process that
+        # runs several commands (a test's CliRunner) sets it per command.
         columns = self._environ.get("COLUMNS", "")
-        if self._width is None and not columns.isdigit() and not self.is_terminal:
+        if columns.isdigit():
+            return ConsoleDimensions(int(columns), size.height)
+        if not self.is_terminal:
             return ConsoleDimensions(PIPED_WIDTH, size.height)
         return size
 

@@ -98,4 +98,7 @@ def test_in_a_pipe_tables_are_wide_unless_columns_says_otherwise(
     assert "…" not in out.getvalue(), out.getvalue()
     monkeypatch.setenv("COLUMNS", "80")
     assert WideWhenPiped(file=io.StringIO()).width == 80
+    # Read at each use, not only when the console was made: one process that runs several
+    # commands (a test's CliRunner) sets it per command.
+    assert piped.width == 80
     assert WideWhenPiped(file=io.StringIO(), width=120).width == 120

@@ -16,6 +16,9 @@ from rara.v1 import executor_pb2 as pb
 
 TOKEN = "test-token-0123456789"
 WAIT_S = 10.0  # the most any single wait in these tests may take before it counts as a hang
+# The same for a job that moves tens of MB (JSON encoded, sent, decoded and answered by another
+# process): ~1 s alone, past 10 s when the suite's processes share two busy cores.
+BIG_WAIT_S = 60.0
 
 
 def checkpoint_in_thread(ctx: StepContext) -> StepOutcome:
@@ -105,8 +108,10 @@ class Executor:
 StartExecutor = Callable[..., Awaitable[Executor]]
 
 
-async def collect(client: ExecutorClient, job: pb.Job) -> list[pb.ExecuteResponse]:
-    async with asyncio.timeout(WAIT_S):
+async def collect(
+    client: ExecutorClient, job: pb.Job, wait: float = WAIT_S
+) -> list[pb.ExecuteResponse]:
+    async with asyncio.timeout(wait):
         return [e async for e in client.execute(job)]
 
 

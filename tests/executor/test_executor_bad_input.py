@@ -17,7 +17,7 @@ from rara.executor.client import JobTooLarge, make_job
 from rara.executor.limits import MAX_MESSAGE_BYTES
 from rara.v1 import executor_pb2 as pb
 from rara.v1 import executor_pb2_grpc as pb_grpc
-from tests.executor.support import LEAKED, TOKEN, WAIT_S, Executor, collect, kinds
+from tests.executor.support import BIG_WAIT_S, LEAKED, TOKEN, WAIT_S, Executor, collect, kinds
 
 BIG = "x" * (MAX_MESSAGE_BYTES + 1)
 
@@ -66,7 +66,7 @@ async def test_oversized_message_from_another_client_is_refused_by_the_server(
 
 async def test_oversized_result_fails_the_job_naming_the_limit(executor: Executor) -> None:
     events = await collect(
-        executor.client, make_job(capability="t.huge-result@1", idempotency_key="k")
+        executor.client, make_job(capability="t.huge-result@1", idempotency_key="k"), BIG_WAIT_S
     )
     error = events[-1].failed.error
     assert (error.code, error.retryable) == (pb.ERROR_CODE_HANDLER_ERROR, False)

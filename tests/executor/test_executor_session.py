@@ -17,7 +17,7 @@ import pytest
 from rara.executor.client import ExecutorClient, make_job
 from rara.executor.conformance_probe import assert_well_formed
 from rara.v1 import executor_pb2 as pb
-from tests.executor.support import TOKEN, WAIT_S, StartExecutor, collect, kinds
+from tests.executor.support import BIG_WAIT_S, TOKEN, WAIT_S, StartExecutor, collect, kinds
 from tests.support.executors import executor_process, free_address
 
 
@@ -249,6 +249,7 @@ async def test_big_events_go_in_messages_of_their_own(start_executor: StartExecu
             collect(
                 ex.client,
                 make_job(capability="test.echo@1", idempotency_key=f"big{i}", payload={"b": b}),
+                BIG_WAIT_S,
             )
             for i, b in enumerate(blobs)
         )

@@ -31,7 +31,7 @@ from rara.executor.client import ExecutorClient, make_job
 from rara.executor.conformance import run_conformance_async
 from rara.executor.conformance_checks import CHECKS
 from rara.v1 import executor_pb2 as pb
-from tests.executor.support import TOKEN, collect, kinds
+from tests.executor.support import BIG_WAIT_S, TOKEN, collect, kinds
 from tests.executor.test_executor_auth import pki  # noqa: F401 - the fixture, reused
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -173,6 +173,7 @@ async def test_big_session_events_go_in_messages_of_their_own(
                         make_job(
                             capability="test.echo@1", idempotency_key=f"big{i}", payload={"b": b}
                         ),
+                        BIG_WAIT_S,
                     )
                     for i, b in enumerate(blobs)
                 )

@@ -86,8 +86,11 @@ def test_demo_keeps_every_artifact_in_the_bucket(
     # The first run, then its two refreshes (docs/demo.md): the unchanged one reused every
     # cached step, each hit read back from the bucket first.
     run, unchanged, changed = sorted(client.list_runs(), key=lambda r: r["id"])
-    assert f"run {run['id']} and 2 refreshes: succeeded" in said
-    assert f"run {unchanged['id']}, documents unchanged: 8 of 9 steps reused" in said
+    assert (
+        f"run {run['id']} succeeded, then refresh runs {unchanged['id']} and {changed['id']}"
+        in said
+    )
+    assert f"run {unchanged['id']}, documents unchanged: of its 11 steps, 8 reused" in said
     assert f"run {changed['id']}, one document changed" in said
     # Each stopped at its gate, was approved as the demo's client login, and the first made
     # the release its index and adapter are served as; the same bytes again made none.

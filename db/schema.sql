@@ -798,6 +798,19 @@ BEGIN
     END IF;
 END $$;
 
+-- FUNCTION: rara_hold_if_paused()
+
+CREATE FUNCTION public.rara_hold_if_paused() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF EXISTS (SELECT FROM rara_runs r WHERE r.id = NEW.run_id AND r.paused_at IS NOT NULL) THEN
+        NEW.held_available_at := NEW.available_at;
+        NEW.available_at := 'infinity';
+    END IF;
+    RETURN NEW;
+END $$;
+
 -- FUNCTION: rara_lanes_add()
 
 CREATE FUNCTION public.rara_lanes_add() RETURNS trigger
@@ -2251,6 +2264,7 @@ CREATE FUNCTION public.rara_run_phase(p_run_id bigint, p_status public.rara_run_
     AS $$
 BEGIN
     -- A run's phase as people read it (docs/waits.md, "Waiting runs"): its status, except that
+    -- an unfinished paused run is `paused` (docs/state-machines.md, "Paused runs"), and that
     -- an unfinished run with no step (a map's children included) ready or running and at
     -- least one open wait is `waiting`, with what it waits for (`waiting_for`: each open wait
     -- of the run, {step, kind: timer | signal | approval, signal, due_at}, oldest first).
@@ -2260,10 +2274,15 @@ BEGIN
     -- the dashboard, `rara runs list/show`, Client.wait, the operator's WorkflowRun phase and
     -- wait_list_for_person. SECURITY INVOKER: the caller's row-level security decides which
     -- runs and waits it reads. PL/pgSQL, not SQL: db/schema.sql creates functions before the
-    -- tables they read. An ended run costs no read; an unfinished one a probe of rara_waits
-    -- by run, and of its steps only when it has an open wait.
+    -- tables they read. An ended run costs no read; an unfinished one a probe of the run by
+    -- its key and one of rara_waits by run, and of its steps only when it has an open wait.
     phase := p_status::text;
-    IF p_status IN ('pending', 'running') THEN
+    IF p_status IN ('pending', 'running')
+       AND (SELECT r.paused_at IS NOT NULL FROM rara_runs r WHERE r.id = p_run_id) THEN
+        -- Paused (rara_run_set_paused, pauses.sql) before waiting: whatever else it waits
+        -- for, what it would run next waits for its resume first.
+        phase := 'paused';
+    ELSIF p_status IN ('pending', 'running') THEN
         waiting_for := (
             SELECT jsonb_agg(jsonb_build_object('step', s.key, 'kind', w.kind,
                                                 'signal', w.signal, 'due_at', w.due_at)
@@ -2429,6 +2448,65 @@ BEGIN
     run_id := new_id;
     reused := done;
     created := true;
+    RETURN NEXT;
+END $$;
+
+-- FUNCTION: rara_run_set_paused(bigint, boolean)
+
+CREATE FUNCTION public.rara_run_set_paused(p_run_id bigint, p_paused boolean) RETURNS TABLE(outcome text, steps integer)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    woken text[];  -- the capabilities of the steps a resume released
+BEGIN
+    -- Pause (p_paused) or resume a run. Paused: its ready steps are held (available_at
+    -- 'infinity', their own kept in held_available_at), and so is every step that becomes
+    -- ready while it is paused (rara_hold_if_paused); its running steps go on and end as
+    -- usual. Resumed: the held steps get their available_at back, leasable at once in their
+    -- place in the queue (a backoff not yet run out still runs out), and the workers that
+    -- serve them are woken (rara_ready: a step put back before a worker's cursor is found by
+    -- the scan from the start that the notification brings, docs/lease-protocol.md).
+    -- outcome: 'paused' | 'resumed', with how many steps were held or released; 'unchanged'
+    -- (already so: idempotent); 'ended' (the run has ended); no row: no such run, or one of a
+    -- namespace the caller may not act in (what it cannot read it cannot name).
+    PERFORM 1 FROM rara_runs WHERE id = p_run_id AND rara_namespace_allowed(namespace);
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- The run's open steps' locks first, in id order, then the run row: the order a step's end
+    -- takes them (as rara_run_cancel does). A transaction that made one of them ready having
+    -- read paused_at before this one set it has committed by then, and the UPDATE below sees
+    -- its step; one that reads paused_at after waits for this one's commit.
+    PERFORM 1 FROM rara_steps
+    WHERE run_id = p_run_id AND status IN ('blocked', 'ready', 'running') ORDER BY id FOR UPDATE;
+    UPDATE rara_runs SET paused_at = CASE WHEN p_paused THEN now() END
+    WHERE id = p_run_id AND status IN ('pending', 'running')
+      AND (paused_at IS NULL) = p_paused;
+    IF NOT FOUND THEN
+        outcome := CASE WHEN EXISTS (SELECT FROM rara_runs WHERE id = p_run_id
+                                     AND status IN ('pending', 'running'))
+                        THEN 'unchanged' ELSE 'ended' END;
+        steps := 0;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF p_paused THEN
+        UPDATE rara_steps SET held_available_at = available_at, available_at = 'infinity'
+        WHERE run_id = p_run_id AND status = 'ready' AND held_available_at IS NULL;
+        GET DIAGNOSTICS steps = ROW_COUNT;
+        outcome := 'paused';
+    ELSE
+        WITH released AS (
+            UPDATE rara_steps SET available_at = held_available_at, held_available_at = NULL
+            WHERE run_id = p_run_id AND status = 'ready' AND held_available_at IS NOT NULL
+            RETURNING capability
+        )
+        SELECT count(*), coalesce(array_agg(DISTINCT r.capability), '{}')
+        INTO steps, woken FROM released r;
+        PERFORM pg_notify('rara_ready', c) FROM unnest(woken) AS c;
+        outcome := 'resumed';
+    END IF;
     RETURN NEXT;
 END $$;
 
@@ -5046,6 +5124,7 @@ CREATE TABLE public.rara_runs (
     steps_cancelled integer DEFAULT 0 NOT NULL,
     namespace text NOT NULL,
     started_by text DEFAULT public.rara_caller(),
+    paused_at timestamp with time zone,
     CONSTRAINT rara_runs_finished_iff_terminal CHECK (((status = ANY (ARRAY['succeeded'::public.rara_run_status, 'failed'::public.rara_run_status, 'cancelled'::public.rara_run_status])) = (finished_at IS NOT NULL))),
     CONSTRAINT rara_runs_started_unless_pending CHECK ((((status = 'pending'::public.rara_run_status) = (started_at IS NULL)) OR (status = 'cancelled'::public.rara_run_status))),
     CONSTRAINT rara_runs_step_counts CHECK (((steps_succeeded >= 0) AND (steps_failed >= 0) AND (steps_cancelled >= 0) AND (((steps_succeeded + steps_failed) + steps_cancelled) <= steps_total)))
@@ -5231,6 +5310,7 @@ CREATE TABLE public.rara_steps (
     concurrency_key text,
     concurrency_max integer,
     wait jsonb,
+    held_available_at timestamp with time zone,
     CONSTRAINT rara_steps_attempt_check CHECK ((attempt >= 0)),
     CONSTRAINT rara_steps_attempts_bounded CHECK (((attempt - releases) <= max_attempts)),
     CONSTRAINT rara_steps_capability_check CHECK ((capability ~ '^[a-z0-9][a-z0-9._-]*@[0-9]+$'::text)),
@@ -5597,6 +5677,14 @@ CREATE TRIGGER rara_runs_transition BEFORE UPDATE OF status ON public.rara_runs 
 
 CREATE TRIGGER rara_steps_delete_attempts AFTER DELETE ON public.rara_steps REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION public.rara_delete_attempts_of_deleted_steps();
 
+-- TRIGGER: rara_steps rara_steps_hold_inserted
+
+CREATE TRIGGER rara_steps_hold_inserted BEFORE INSERT ON public.rara_steps FOR EACH ROW WHEN (((new.status = 'ready'::public.rara_step_status) AND (new.map_parent IS NOT NULL))) EXECUTE FUNCTION public.rara_hold_if_paused();
+
+-- TRIGGER: rara_steps rara_steps_hold_ready
+
+CREATE TRIGGER rara_steps_hold_ready BEFORE UPDATE OF status ON public.rara_steps FOR EACH ROW WHEN (((new.status = 'ready'::public.rara_step_status) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.rara_hold_if_paused();
+
 -- TRIGGER: rara_steps rara_steps_lanes
 
 CREATE TRIGGER rara_steps_lanes AFTER INSERT ON public.rara_steps REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION public.rara_lanes_add();
@@ -5607,11 +5695,11 @@ CREATE TRIGGER rara_steps_notify_queued AFTER INSERT ON public.rara_steps REFERE
 
 -- TRIGGER: rara_steps rara_steps_notify_ready_insert
 
-CREATE TRIGGER rara_steps_notify_ready_insert AFTER INSERT ON public.rara_steps FOR EACH ROW WHEN ((new.status = 'ready'::public.rara_step_status)) EXECUTE FUNCTION public.rara_notify_ready();
+CREATE TRIGGER rara_steps_notify_ready_insert AFTER INSERT ON public.rara_steps FOR EACH ROW WHEN (((new.status = 'ready'::public.rara_step_status) AND (new.available_at <> 'infinity'::timestamp with time zone))) EXECUTE FUNCTION public.rara_notify_ready();
 
 -- TRIGGER: rara_steps rara_steps_notify_ready_update
 
-CREATE TRIGGER rara_steps_notify_ready_update AFTER UPDATE OF status ON public.rara_steps FOR EACH ROW WHEN (((new.status = 'ready'::public.rara_step_status) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.rara_notify_ready();
+CREATE TRIGGER rara_steps_notify_ready_update AFTER UPDATE OF status ON public.rara_steps FOR EACH ROW WHEN (((new.status = 'ready'::public.rara_step_status) AND (old.status IS DISTINCT FROM new.status) AND (new.available_at <> 'infinity'::timestamp with time zone))) EXECUTE FUNCTION public.rara_notify_ready();
 
 -- TRIGGER: rara_steps rara_steps_transition
 
@@ -6065,6 +6153,10 @@ REVOKE ALL ON FUNCTION public.rara_end_unblock(p_steps bigint[]) FROM PUBLIC;
 
 REVOKE ALL ON FUNCTION public.rara_grant(routine text, VARIADIC roles text[]) FROM PUBLIC;
 
+-- ACL: FUNCTION rara_hold_if_paused()
+
+REVOKE ALL ON FUNCTION public.rara_hold_if_paused() FROM PUBLIC;
+
 -- ACL: FUNCTION rara_lanes_add()
 
 REVOKE ALL ON FUNCTION public.rara_lanes_add() FROM PUBLIC;
@@ -6290,6 +6382,12 @@ GRANT ALL ON FUNCTION public.rara_run_phase(p_run_id bigint, p_status public.rar
 REVOKE ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key text) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key text) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key text) TO rara_operator;
+
+-- ACL: FUNCTION rara_run_set_paused(p_run_id bigint, p_paused boolean)
+
+REVOKE ALL ON FUNCTION public.rara_run_set_paused(p_run_id bigint, p_paused boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_run_set_paused(p_run_id bigint, p_paused boolean) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_run_set_paused(p_run_id bigint, p_paused boolean) TO rara_operator;
 
 -- ACL: FUNCTION rara_run_signal(p_run_id bigint, p_name text, p_payload jsonb, p_key text)
 
@@ -6855,6 +6953,10 @@ GRANT SELECT(concurrency_max) ON TABLE public.rara_steps TO rara_reader;
 -- ACL: COLUMN rara_steps.wait
 
 GRANT SELECT(wait) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.held_available_at
+
+GRANT SELECT(held_available_at) ON TABLE public.rara_steps TO rara_reader;
 
 -- ACL: TABLE rara_waits
 

@@ -18,12 +18,13 @@ from typing import Any
 
 import psycopg
 
-from rara import waits
+from rara import pauses, waits
 from rara.definitions.model import WorkflowDefinition
 from rara.definitions.parse import definition_from_object, load_definition
 from rara.definitions.registry import AppliedVersion, apply_definition
 from rara.errors import NotFound
 from rara.namespaces import document_namespace, namespace_from, qualified
+from rara.pauses import PauseChange
 from rara.pg import artifacts, definitions, events, runs, steps, workers
 from rara.pg import waits as wait_sql
 from rara.pg.connect import database_url
@@ -230,6 +231,18 @@ class Client:
     def cancel_run(self, run_id: int) -> bool:
         with self._conn() as conn:
             return cancel_run(conn, run_id)
+
+    def pause_run(self, run_id: int) -> PauseChange:
+        """Hold the run's steps that could be leased (its running ones go on) until
+        ``unpause_run``; pausing a paused run changes nothing (``changed`` False). RunEnded
+        when it has ended. (``resume_run`` is the resume from failure: a new run.)"""
+        with self._conn() as conn:
+            return pauses.set_paused(conn, run_id, True)
+
+    def unpause_run(self, run_id: int) -> PauseChange:
+        """Release a paused run's held steps, leasable at once in their place in the queue."""
+        with self._conn() as conn:
+            return pauses.set_paused(conn, run_id, False)
 
     # -- waits and approvals (docs/waits.md) ---------------------------------------------------
     def signal_run(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ MAX_INPUT_BYTES = 256 * 1024
 LIVE_WORKER_SECONDS = 30.0
 
 _K = TypeVar("_K")
+_R = TypeVar("_R")
 _V = TypeVar("_V")
 
 
@@ -258,12 +260,18 @@ def resume_run(
 def cancel_run(conn: psycopg.Connection[Any], run_id: int) -> bool:
     """Cancel waiting steps now; flag running ones (NOTIFY + heartbeat answer tell their worker).
     Returns False when the run had already ended."""
+    return retrying_deadlocks(lambda: _cancel_once(conn, run_id))
+
+
+def retrying_deadlocks(act: Callable[[], _R]) -> _R:
+    """``act``, again when PostgreSQL aborted it as a deadlock (twice at most): an act on all
+    of a run's steps (cancel, pause) takes their locks in id order, then the run's, as a step's
+    end does; a step of an unusual graph (a dependant with a lower id than its dependency) can
+    still cross lock orders with a completion."""
     for attempt in range(3):
         try:
-            return _cancel_once(conn, run_id)
+            return act()
         except psycopg.errors.DeadlockDetected:
-            # A step of an unusual graph (a dependant with a lower id than its dependency)
-            # can still cross lock orders with a completion; PostgreSQL aborted us: try again.
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")

@@ -94,3 +94,21 @@ BEGIN
     RETURN NULL;
 END $$;
 SELECT rara_grant('rara_notify_run');  -- a trigger
+
+-- BEFORE a step becomes ready (rara_steps_hold_ready: an end's unblocking, a retry, a lease
+-- reaped or released, a cache deferral) or a map's child is inserted ready
+-- (rara_steps_hold_inserted): a step of a paused run is held — still `ready`, but with
+-- available_at 'infinity', which the lease never takes, its own kept in held_available_at
+-- for the resume (rara_run_set_paused, runs.sql). One home for the hold, whichever path made
+-- the step ready. A probe of the run by its key; the lease's UPDATE does not fire it. The
+-- pause takes the run's open steps' locks before it sets paused_at, so a step made ready by
+-- a transaction that read paused_at before the pause is held by the pause itself.
+CREATE OR REPLACE FUNCTION rara_hold_if_paused() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF EXISTS (SELECT FROM rara_runs r WHERE r.id = NEW.run_id AND r.paused_at IS NOT NULL) THEN
+        NEW.held_available_at := NEW.available_at;
+        NEW.available_at := 'infinity';
+    END IF;
+    RETURN NEW;
+END $$;
+SELECT rara_grant('rara_hold_if_paused');  -- a trigger

@@ -63,7 +63,8 @@ SELECT s.id, s.key, s.depends_on, s.capability, s.executor,
        CASE WHEN w.step_id IS NULL THEN s.status::text ELSE 'waiting' END AS status,
        w.kind AS wait_kind, w.signal AS wait_signal, w.due_at AS wait_due,
        s.attempt, s.max_attempts, s.releases, s.leased_by, s.lease_expires_at, s.heartbeat_at,
-       s.available_at, s.cancel_requested, s.result, s.error, s.started_at, s.finished_at,
+       coalesce(s.held_available_at, s.available_at) AS available_at,  -- (held: its own)
+       s.cancel_requested, s.result, s.error, s.started_at, s.finished_at,
        s.map_over IS NOT NULL AS is_map, s.map_total,
        CASE WHEN s.map_over IS NULL THEN p.fraction
             ELSE s.map_succeeded::double precision / nullif(s.map_total, 0) END AS fraction,
@@ -270,12 +271,15 @@ ORDER BY e.endpoint, w.id
 LIMIT :limit;
 
 -- name: ui_backlog_list
--- Per capability: steps waiting (ready, through the ready index), how many are due now, and
--- how many are running.
+-- Per capability: steps waiting (ready, through the ready index; not those a pause holds), how
+-- many are due now, and how many are running.
 WITH ready AS (
     SELECT capability, count(*) AS ready, count(*) FILTER (WHERE available_at <= now()) AS due,
            min(available_at) AS oldest
-    FROM rara_steps WHERE status = 'ready' GROUP BY capability
+    FROM rara_steps
+    WHERE status = 'ready'
+      AND available_at < 'infinity'  -- not a paused run's held steps (rara_hold_if_paused)
+    GROUP BY capability
 ), running AS (
     SELECT capability, count(*) AS running FROM rara_steps
     WHERE lease_expires_at IS NOT NULL GROUP BY capability

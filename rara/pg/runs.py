@@ -177,6 +177,17 @@ def cancel(conn: Conn, run_id: int) -> bool | None:
     return value(conn, "run_cancel", bool, run_id=run_id)
 
 
+@dataclass(frozen=True)
+class PauseRow:
+    outcome: str  # 'paused' | 'resumed' | 'unchanged' | 'ended' (rara_run_set_paused)
+    steps: int  # the steps held by the pause, or released by the resume
+
+
+def set_paused(conn: Conn, run_id: int, paused: bool) -> PauseRow | None:
+    """Pause or resume the run (``run_set_paused``); None when there is no such run."""
+    return one(conn, "run_set_paused", class_row(PauseRow), run_id=run_id, paused=paused)
+
+
 def enqueue_many(
     conn: Conn,
     *,

@@ -804,7 +804,11 @@ CREATE FUNCTION public.rara_hold_if_paused() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    IF EXISTS (SELECT FROM rara_runs r WHERE r.id = NEW.run_id AND r.paused_at IS NOT NULL) THEN
+    IF TG_OP = 'INSERT' THEN
+        NEW.run_paused := EXISTS (SELECT FROM rara_runs r
+                                  WHERE r.id = NEW.run_id AND r.paused_at IS NOT NULL);
+    END IF;
+    IF NEW.run_paused THEN
         NEW.held_available_at := NEW.available_at;
         NEW.available_at := 'infinity';
     END IF;
@@ -2475,9 +2479,9 @@ BEGIN
         RETURN;
     END IF;
     -- The run's open steps' locks first, in id order, then the run row: the order a step's end
-    -- takes them (as rara_run_cancel does). A transaction that made one of them ready having
-    -- read paused_at before this one set it has committed by then, and the UPDATE below sees
-    -- its step; one that reads paused_at after waits for this one's commit.
+    -- takes them (as rara_run_cancel does). A transaction that made one of them ready has
+    -- committed by then, and the UPDATE below sees its step ready; one that makes one ready
+    -- after waits for this one's commit, and sees its run_paused.
     PERFORM 1 FROM rara_steps
     WHERE run_id = p_run_id AND status IN ('blocked', 'ready', 'running') ORDER BY id FOR UPDATE;
     UPDATE rara_runs SET paused_at = CASE WHEN p_paused THEN now() END
@@ -2492,17 +2496,28 @@ BEGIN
         RETURN;
     END IF;
     IF p_paused THEN
-        UPDATE rara_steps SET held_available_at = available_at, available_at = 'infinity'
-        WHERE run_id = p_run_id AND status = 'ready' AND held_available_at IS NULL;
-        GET DIAGNOSTICS steps = ROW_COUNT;
+        -- Every open step is marked (what becomes ready later is held by the trigger), the
+        -- ready ones held now.
+        WITH marked AS (
+            UPDATE rara_steps SET run_paused = true,
+                   held_available_at = CASE WHEN status = 'ready' THEN available_at END,
+                   available_at = CASE WHEN status = 'ready' THEN 'infinity'
+                                       ELSE available_at END
+            WHERE run_id = p_run_id AND status IN ('blocked', 'ready', 'running')
+            RETURNING status
+        )
+        SELECT count(*) FILTER (WHERE m.status = 'ready') INTO steps FROM marked m;
         outcome := 'paused';
     ELSE
         WITH released AS (
-            UPDATE rara_steps SET available_at = held_available_at, held_available_at = NULL
-            WHERE run_id = p_run_id AND status = 'ready' AND held_available_at IS NOT NULL
-            RETURNING capability
+            UPDATE rara_steps SET run_paused = false,
+                   available_at = coalesce(held_available_at, available_at),
+                   held_available_at = NULL
+            WHERE run_id = p_run_id AND run_paused
+            RETURNING capability, status
         )
-        SELECT count(*), coalesce(array_agg(DISTINCT r.capability), '{}')
+        SELECT count(*) FILTER (WHERE r.status = 'ready'),
+               coalesce(array_agg(DISTINCT r.capability) FILTER (WHERE r.status = 'ready'), '{}')
         INTO steps, woken FROM released r;
         PERFORM pg_notify('rara_ready', c) FROM unnest(woken) AS c;
         outcome := 'resumed';
@@ -5311,6 +5326,7 @@ CREATE TABLE public.rara_steps (
     concurrency_max integer,
     wait jsonb,
     held_available_at timestamp with time zone,
+    run_paused boolean DEFAULT false NOT NULL,
     CONSTRAINT rara_steps_attempt_check CHECK ((attempt >= 0)),
     CONSTRAINT rara_steps_attempts_bounded CHECK (((attempt - releases) <= max_attempts)),
     CONSTRAINT rara_steps_capability_check CHECK ((capability ~ '^[a-z0-9][a-z0-9._-]*@[0-9]+$'::text)),
@@ -5683,7 +5699,7 @@ CREATE TRIGGER rara_steps_hold_inserted BEFORE INSERT ON public.rara_steps FOR E
 
 -- TRIGGER: rara_steps rara_steps_hold_ready
 
-CREATE TRIGGER rara_steps_hold_ready BEFORE UPDATE OF status ON public.rara_steps FOR EACH ROW WHEN (((new.status = 'ready'::public.rara_step_status) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.rara_hold_if_paused();
+CREATE TRIGGER rara_steps_hold_ready BEFORE UPDATE OF status ON public.rara_steps FOR EACH ROW WHEN (((new.status = 'ready'::public.rara_step_status) AND (old.status IS DISTINCT FROM new.status) AND new.run_paused)) EXECUTE FUNCTION public.rara_hold_if_paused();
 
 -- TRIGGER: rara_steps rara_steps_lanes
 
@@ -6957,6 +6973,10 @@ GRANT SELECT(wait) ON TABLE public.rara_steps TO rara_reader;
 -- ACL: COLUMN rara_steps.held_available_at
 
 GRANT SELECT(held_available_at) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.run_paused
+
+GRANT SELECT(run_paused) ON TABLE public.rara_steps TO rara_reader;
 
 -- ACL: TABLE rara_waits
 

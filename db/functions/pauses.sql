@@ -25,9 +25,9 @@ BEGIN
         RETURN;
     END IF;
     -- The run's open steps' locks first, in id order, then the run row: the order a step's end
-    -- takes them (as rara_run_cancel does). A transaction that made one of them ready having
-    -- read paused_at before this one set it has committed by then, and the UPDATE below sees
-    -- its step; one that reads paused_at after waits for this one's commit.
+    -- takes them (as rara_run_cancel does). A transaction that made one of them ready has
+    -- committed by then, and the UPDATE below sees its step ready; one that makes one ready
+    -- after waits for this one's commit, and sees its run_paused.
     PERFORM 1 FROM rara_steps
     WHERE run_id = p_run_id AND status IN ('blocked', 'ready', 'running') ORDER BY id FOR UPDATE;
     UPDATE rara_runs SET paused_at = CASE WHEN p_paused THEN now() END
@@ -42,17 +42,28 @@ BEGIN
         RETURN;
     END IF;
     IF p_paused THEN
-        UPDATE rara_steps SET held_available_at = available_at, available_at = 'infinity'
-        WHERE run_id = p_run_id AND status = 'ready' AND held_available_at IS NULL;
-        GET DIAGNOSTICS steps = ROW_COUNT;
+        -- Every open step is marked (what becomes ready later is held by the trigger), the
+        -- ready ones held now.
+        WITH marked AS (
+            UPDATE rara_steps SET run_paused = true,
+                   held_available_at = CASE WHEN status = 'ready' THEN available_at END,
+                   available_at = CASE WHEN status = 'ready' THEN 'infinity'
+                                       ELSE available_at END
+            WHERE run_id = p_run_id AND status IN ('blocked', 'ready', 'running')
+            RETURNING status
+        )
+        SELECT count(*) FILTER (WHERE m.status = 'ready') INTO steps FROM marked m;
         outcome := 'paused';
     ELSE
         WITH released AS (
-            UPDATE rara_steps SET available_at = held_available_at, held_available_at = NULL
-            WHERE run_id = p_run_id AND status = 'ready' AND held_available_at IS NOT NULL
-            RETURNING capability
+            UPDATE rara_steps SET run_paused = false,
+                   available_at = coalesce(held_available_at, available_at),
+                   held_available_at = NULL
+            WHERE run_id = p_run_id AND run_paused
+            RETURNING capability, status
         )
-        SELECT count(*), coalesce(array_agg(DISTINCT r.capability), '{}')
+        SELECT count(*) FILTER (WHERE r.status = 'ready'),
+               coalesce(array_agg(DISTINCT r.capability) FILTER (WHERE r.status = 'ready'), '{}')
         INTO steps, woken FROM released r;
         PERFORM pg_notify('rara_ready', c) FROM unnest(woken) AS c;
         outcome := 'resumed';

@@ -95,17 +95,20 @@ BEGIN
 END $$;
 SELECT rara_grant('rara_notify_run');  -- a trigger
 
--- BEFORE a step becomes ready (rara_steps_hold_ready: an end's unblocking, a retry, a lease
--- reaped or released, a cache deferral) or a map's child is inserted ready
--- (rara_steps_hold_inserted): a step of a paused run is held — still `ready`, but with
--- available_at 'infinity', which the lease never takes, its own kept in held_available_at
--- for the resume (rara_run_set_paused, runs.sql). One home for the hold, whichever path made
--- the step ready. A probe of the run by its key; the lease's UPDATE does not fire it. The
--- pause takes the run's open steps' locks before it sets paused_at, so a step made ready by
--- a transaction that read paused_at before the pause is held by the pause itself.
+-- BEFORE a step of a paused run becomes ready (rara_steps_hold_ready: an end's unblocking, a
+-- retry, a lease reaped or released, a cache deferral; its run_paused, which the pause sets on
+-- the run's open steps, is the trigger's condition) or a map's child is inserted ready
+-- (rara_steps_hold_inserted, which reads the run): it is held — still `ready`, but with
+-- available_at 'infinity', which the lease never takes, its own kept in held_available_at for
+-- the resume (rara_run_set_paused, pauses.sql). One home for the hold, whichever path made
+-- the step ready. Neither the lease nor a step of a run that is not paused fires it.
 CREATE OR REPLACE FUNCTION rara_hold_if_paused() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF EXISTS (SELECT FROM rara_runs r WHERE r.id = NEW.run_id AND r.paused_at IS NOT NULL) THEN
+    IF TG_OP = 'INSERT' THEN
+        NEW.run_paused := EXISTS (SELECT FROM rara_runs r
+                                  WHERE r.id = NEW.run_id AND r.paused_at IS NOT NULL);
+    END IF;
+    IF NEW.run_paused THEN
         NEW.held_available_at := NEW.available_at;
         NEW.available_at := 'infinity';
     END IF;

@@ -6,12 +6,17 @@
 -- be put back on resume (its place in the queue). So the lease is unchanged, and costs the
 -- same while no run is paused. Every path that makes a step ready passes one trigger that
 -- holds it when its run is paused: an end's unblocking, a retry after a failure, a lease
--- reaped or released, a cache deferral, a map's slice inserted.
+-- reaped or released, a cache deferral, a map's slice inserted. The trigger's condition reads
+-- the step's own run_paused, which the pause sets on every open step of the run, so a step of
+-- a run that is not paused costs no read of its run.
 -- Needs no owner's right beyond the tables'; on a large rara_steps both ADD COLUMNs are catalog
 -- changes only (no default), the triggers' re-creation a short lock.
 ALTER TABLE rara_runs ADD COLUMN paused_at timestamptz;  -- set while the run is paused
 -- A held step's own available_at, while available_at is 'infinity' (NULL: not held).
 ALTER TABLE rara_steps ADD COLUMN held_available_at timestamptz;
+-- The step's run is paused: made ready, it is held (set and cleared with the run's paused_at,
+-- on its open steps; a map's child inserted meanwhile gets it from the run).
+ALTER TABLE rara_steps ADD COLUMN run_paused boolean NOT NULL DEFAULT false;
 
 -- The trigger's function is db/functions/states.sql's, which replaces this stand-in in the same
 -- transaction, after the migrations (as the baseline's stand-ins are).
@@ -21,13 +26,14 @@ BEGIN
         TG_NAME, TG_TABLE_NAME;
 END $$;
 
--- A step becoming ready (not one leased: the lease's UPDATE never matches the condition).
+-- A step of a paused run becoming ready (the lease's UPDATE never matches the condition; nor
+-- does any step of a run that is not paused).
 CREATE TRIGGER rara_steps_hold_ready BEFORE UPDATE OF status ON rara_steps
     FOR EACH ROW
-    WHEN (new.status = 'ready' AND old.status IS DISTINCT FROM new.status)
+    WHEN (new.status = 'ready' AND old.status IS DISTINCT FROM new.status AND new.run_paused)
     EXECUTE FUNCTION rara_hold_if_paused();
--- A map's slice (its children are inserted ready as the map goes; a run's start inserts the
--- steps of a run that cannot be paused yet).
+-- A map's slice (its children are inserted ready as the map goes, and read their run; a run's
+-- start inserts the steps of a run that cannot be paused yet).
 CREATE TRIGGER rara_steps_hold_inserted BEFORE INSERT ON rara_steps
     FOR EACH ROW
     WHEN (new.status = 'ready' AND new.map_parent IS NOT NULL)

@@ -45,15 +45,15 @@ WHERE r.id = ANY(CAST(:run_ids AS bigint[]));
 
 -- name: run_list
 -- The newest runs of :namespace (of every namespace when null), each with its phase
--- (rara_run_phase: its status, or `waiting`); :status filters by the phase (rara.waits
--- RUN_PHASES), a waiting run being an unfinished one.
+-- (rara_run_phase: its status, `paused` or `waiting`); :status filters by the phase
+-- (rara.waits RUN_PHASES), a waiting or paused run being an unfinished one.
 SELECT r.id, r.namespace, r.status, v.name AS definition, v.version, r.created_at,
        r.finished_at, r.steps_succeeded AS done, r.steps_total AS total, ph.phase,
        ph.waiting_for
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
 CROSS JOIN LATERAL rara_run_phase(r.id, r.status) ph
 WHERE (CAST(:status AS text) IS NULL OR r.status::text = :status
-       OR (:status = 'waiting' AND r.status IN ('pending', 'running')))
+       OR (:status IN ('waiting', 'paused') AND r.status IN ('pending', 'running')))
   AND (CAST(:status AS text) IS NULL OR ph.phase = :status)
   -- A waiting run has an open wait: that filter starts from rara_waits, not from every run.
   AND (CAST(:status AS text) IS DISTINCT FROM 'waiting'

@@ -16,9 +16,9 @@ SELECT now();
 -- dashboard: every step of the definition plus each child of a map step. :namespace (null:
 -- every namespace) reads the run's own column, through rara_runs_by_namespace (namespace,
 -- id); a :definition is that name in :namespace when one is given, in any otherwise. The
--- status shown and filtered is the run's phase (rara_run_phase: its status, or `waiting`
--- with what it waits for); a waiting run is an unfinished one, which the first test keeps
--- to before the function is called.
+-- status shown and filtered is the run's phase (rara_run_phase: its status, `paused`, or
+-- `waiting` with what it waits for); a waiting or paused run is an unfinished one, which the
+-- first test keeps to before the function is called.
 SELECT r.id, r.namespace, ph.phase AS status, ph.waiting_for, v.name AS definition, v.version,
        r.idempotency_key, r.created_at, r.started_at, r.finished_at, r.cancel_requested,
        r.steps_succeeded AS done, r.steps_total AS total
@@ -27,7 +27,7 @@ CROSS JOIN LATERAL rara_run_phase(r.id, r.status) ph
 WHERE (CAST(:before AS bigint) IS NULL OR r.id < :before)
   AND (CAST(:namespace AS text) IS NULL OR r.namespace = :namespace)
   AND (CAST(:status AS text) IS NULL OR r.status::text = :status
-       OR (:status = 'waiting' AND r.status IN ('pending', 'running')))
+       OR (:status IN ('waiting', 'paused') AND r.status IN ('pending', 'running')))
   AND (CAST(:status AS text) IS NULL OR ph.phase = :status)
   -- A waiting run has an open wait: that filter starts from rara_waits (the waits open now),
   -- not from every run: the array of their runs is an index condition of the primary key.

@@ -114,8 +114,10 @@
       changed = true;
     }
     if (rara.terminal(state.run.status)) {
-      const cancel = document.getElementById('cancel');
-      if (cancel) cancel.closest('form').remove();
+      for (const id of ['cancel', 'pause', 'unpause']) {
+        const button = document.getElementById(id);
+        if (button) button.closest('form').remove();
+      }
     }
     status = state.run.status;
     root.dataset.status = status;

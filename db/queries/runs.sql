@@ -79,7 +79,7 @@ GROUP BY 1;
 -- True: cancelled now; false: the run had already ended; null: no such run.
 SELECT rara_run_cancel(p_run_id => :run_id);
 
--- name: run_set_paused^
+-- name: run_pause_set^
 -- Pause (:paused) or resume a run: (outcome, steps), outcome 'paused' | 'resumed' with the
 -- steps held or released, 'unchanged' or 'ended'; no row: no such run.
 SELECT outcome, steps FROM rara_run_set_paused(p_run_id => :run_id, p_paused => :paused);

@@ -184,8 +184,8 @@ class PauseRow:
 
 
 def set_paused(conn: Conn, run_id: int, paused: bool) -> PauseRow | None:
-    """Pause or resume the run (``run_set_paused``); None when there is no such run."""
-    return one(conn, "run_set_paused", class_row(PauseRow), run_id=run_id, paused=paused)
+    """Pause or resume the run (``run_pause_set``); None when there is no such run."""
+    return one(conn, "run_pause_set", class_row(PauseRow), run_id=run_id, paused=paused)
 
 
 def enqueue_many(

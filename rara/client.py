@@ -60,7 +60,7 @@ class RunView:
     started_at: datetime | None
     finished_at: datetime | None
     steps: list[Row]
-    # The phase people read (rara_run_phase): the status, or "waiting" with what it waits for.
+    # The phase people read (rara_run_phase): the status, "paused", or "waiting" with what for.
     phase: str = ""
     waiting_for: list[Row] | None = None
 
@@ -209,8 +209,8 @@ class Client:
         self, status: RunStatus | str | None = None, limit: int = 50, *,
         all_namespaces: bool = False,
     ) -> list[Row]:  # fmt: skip
-        """The newest runs; ``status``: a phase (rara.waits.RUN_PHASES: a status, or
-        "waiting"), InputInvalid naming the allowed ones otherwise."""
+        """The newest runs; ``status``: a phase (rara.waits.RUN_PHASES: a status,
+        "waiting" or "paused"), InputInvalid naming the allowed ones otherwise."""
         phase = waits.check_phase(None if status is None else str(getattr(status, "value", status)))
         namespace = None if all_namespaces else self.namespace
         with self._conn() as conn:

@@ -31,7 +31,7 @@ class RunRow:
     definition: str
     version: int
     digest: str
-    # The phase people read (rara_run_phase): the status, or "waiting" with what it waits for.
+    # The phase people read (rara_run_phase): the status, "paused", or "waiting" with what for.
     phase: str = ""
     waiting_for: list[dict[str, Any]] | None = None
 
@@ -52,7 +52,7 @@ class RunSummary:
     finished_at: datetime | None
     done: int
     total: int
-    phase: str = ""  # the status, or "waiting" (rara_run_phase)
+    phase: str = ""  # the status, "paused" or "waiting" (rara_run_phase)
     waiting_for: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
@@ -70,7 +70,7 @@ class RunStatusRow:
     total: int
     started_at: datetime | None
     finished_at: datetime | None
-    phase: str = ""  # the status, or "waiting" (rara_run_phase)
+    phase: str = ""  # the status, "paused" or "waiting" (rara_run_phase)
     waiting_for: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
@@ -130,7 +130,7 @@ def list_recent(
     conn: Conn, status: RunStatus | str | None, limit: int, *, namespace: str | None
 ) -> list[RunSummary]:
     """The newest runs of ``namespace``; of every namespace when None. ``status``: a phase
-    (rara.waits.RUN_PHASES: a status, or "waiting"), checked by the caller."""
+    (rara.waits.RUN_PHASES: a status, "waiting" or "paused"), checked by the caller."""
     return many(
         conn,
         "run_list",

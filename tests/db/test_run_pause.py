@@ -18,7 +18,8 @@ from rara.pg.queries import value
 from rara.runs import cancel_run, start_run
 from rara.states import AttemptOutcome
 from rara.worker.vocabulary import Ending, Fence, LeasedStep
-from tests.db.test_map_steps import _end, _won
+from tests.db.test_map_steps import SPLIT, _end, _won
+from tests.db.test_map_steps import WORK as MAP
 from tests.support.definitions import apply
 from tests.support.leasing import lease_now
 from tests.support.runs import steps_of, wait_run
@@ -162,3 +163,18 @@ def test_resuming_a_run_that_is_not_paused_changes_nothing(conn: Conn, database_
     assert (same.changed, same.steps) == (False, 0)
     assert same.text == f"run {run_id} is already not paused"
     assert [s.key for s in _lease(conn)] == ["a", "b"]
+
+
+def test_a_map_that_expands_while_its_run_is_paused_inserts_its_children_held(
+    conn: Conn, database_url: str
+) -> None:
+    run_id = _start(conn, [SPLIT, MAP])
+    [split] = lease_now(conn, ["split@1"], worker="w", limit=1)
+    set_paused(conn, run_id, True)
+    assert _end(database_url, _won(split, {"items": ["x", "y", "z"]})) == ["succeeded"]
+    children = {k: v for k, v in _held(conn, run_id).items() if k.startswith("work[")}
+    assert children == {f"work[{i}]": ("ready", True) for i in range(3)}
+    assert lease_now(conn, [MAP["capability"]], worker="w", limit=5) == []
+    assert set_paused(conn, run_id, False).steps == 3
+    taken = lease_now(conn, [MAP["capability"]], worker="w", limit=5)
+    assert sorted(s.key for s in taken) == ["work[0]", "work[1]", "work[2]"]

@@ -804,14 +804,8 @@ CREATE FUNCTION public.rara_hold_if_paused() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        NEW.run_paused := EXISTS (SELECT FROM rara_runs r
-                                  WHERE r.id = NEW.run_id AND r.paused_at IS NOT NULL);
-    END IF;
-    IF NEW.run_paused THEN
-        NEW.held_available_at := NEW.available_at;
-        NEW.available_at := 'infinity';
-    END IF;
+    NEW.held_available_at := NEW.available_at;
+    NEW.available_at := 'infinity';
     RETURN NEW;
 END $$;
 
@@ -1527,18 +1521,21 @@ BEGIN
     -- upstream artifacts the map step would have had), with nothing pending and no
     -- dependants: its end is counted in the map (rara_map_children_ended), which unblocks the
     -- map's dependants. Its idempotency key, "<run>:<map>[<index>]", follows from its key.
+    -- In a paused run (the map's run_paused: the pause holds the map's lock, which whoever
+    -- inserts its children holds too) a child is inserted held (rara_hold_if_paused).
     INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
                             capability, executor, priority, payload, max_attempts,
                             retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                             heartbeat_timeout_ms, status, map_parent, map_index,
-                            concurrency_key, concurrency_max)
+                            concurrency_key, concurrency_max, run_paused)
     SELECT map.run_id, map.namespace, map.key || '[' || (p_first + e.n - 1) || ']', map.depends_on, '{}', 0,
            map.capability, map.executor, map.priority,
            map.payload || jsonb_build_object(
                'map', jsonb_build_object('item', e.item, 'index', p_first + e.n - 1)),
            map.max_attempts, map.retry_initial_ms, map.retry_max_ms, map.retry_coefficient,
            map.timeout_ms, map.heartbeat_timeout_ms, 'ready', map.id, p_first + e.n - 1,
-           map.concurrency_key, map.concurrency_max  -- (the map's: its run's input)
+           map.concurrency_key, map.concurrency_max,  -- (the map's: its run's input)
+           map.run_paused  -- (the map's: its run is paused, and the child is held)
     FROM rara_steps map, jsonb_array_elements(p_items) WITH ORDINALITY AS e(item, n)
     WHERE map.id = p_map;
 END $$;
@@ -5695,7 +5692,7 @@ CREATE TRIGGER rara_steps_delete_attempts AFTER DELETE ON public.rara_steps REFE
 
 -- TRIGGER: rara_steps rara_steps_hold_inserted
 
-CREATE TRIGGER rara_steps_hold_inserted BEFORE INSERT ON public.rara_steps FOR EACH ROW WHEN (((new.status = 'ready'::public.rara_step_status) AND (new.map_parent IS NOT NULL))) EXECUTE FUNCTION public.rara_hold_if_paused();
+CREATE TRIGGER rara_steps_hold_inserted BEFORE INSERT ON public.rara_steps FOR EACH ROW WHEN (((new.status = 'ready'::public.rara_step_status) AND new.run_paused)) EXECUTE FUNCTION public.rara_hold_if_paused();
 
 -- TRIGGER: rara_steps rara_steps_hold_ready
 

@@ -96,22 +96,17 @@ END $$;
 SELECT rara_grant('rara_notify_run');  -- a trigger
 
 -- BEFORE a step of a paused run becomes ready (rara_steps_hold_ready: an end's unblocking, a
--- retry, a lease reaped or released, a cache deferral; its run_paused, which the pause sets on
--- the run's open steps, is the trigger's condition) or a map's child is inserted ready
--- (rara_steps_hold_inserted, which reads the run): it is held — still `ready`, but with
--- available_at 'infinity', which the lease never takes, its own kept in held_available_at for
--- the resume (rara_run_set_paused, pauses.sql). One home for the hold, whichever path made
--- the step ready. Neither the lease nor a step of a run that is not paused fires it.
+-- retry, a lease reaped or released, a cache deferral) or is inserted ready (a map's child,
+-- rara_steps_hold_inserted): it is held — still `ready`, but with available_at 'infinity',
+-- which the lease never takes, its own kept in held_available_at for the resume
+-- (rara_run_set_paused, pauses.sql). The triggers' condition is the step's own run_paused,
+-- which the pause sets on the run's open steps (and a map's child takes from its map): one
+-- home for the hold, whichever path made the step ready, and neither the lease nor a step of
+-- a run that is not paused fires it.
 CREATE OR REPLACE FUNCTION rara_hold_if_paused() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'INSERT' THEN
-        NEW.run_paused := EXISTS (SELECT FROM rara_runs r
-                                  WHERE r.id = NEW.run_id AND r.paused_at IS NOT NULL);
-    END IF;
-    IF NEW.run_paused THEN
-        NEW.held_available_at := NEW.available_at;
-        NEW.available_at := 'infinity';
-    END IF;
+    NEW.held_available_at := NEW.available_at;
+    NEW.available_at := 'infinity';
     RETURN NEW;
 END $$;
 SELECT rara_grant('rara_hold_if_paused');  -- a trigger

@@ -465,6 +465,10 @@ BEGIN
         RAISE EXCEPTION 'illegal step transition % -> % (step %)', OLD.status, NEW.status, OLD.id
             USING ERRCODE = 'check_violation', CONSTRAINT = 'rara_step_transition';
     END IF;
+    IF NEW.run_paused AND NEW.status = 'ready' THEN
+        NEW.held_available_at := NEW.available_at;
+        NEW.available_at := 'infinity';
+    END IF;
     RETURN NEW;
 END $$;
 
@@ -796,17 +800,6 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'rara_grant: no function named %', routine;
     END IF;
-END $$;
-
--- FUNCTION: rara_hold_if_paused()
-
-CREATE FUNCTION public.rara_hold_if_paused() RETURNS trigger
-    LANGUAGE plpgsql
-    AS $$
-BEGIN
-    NEW.held_available_at := NEW.available_at;
-    NEW.available_at := 'infinity';
-    RETURN NEW;
 END $$;
 
 -- FUNCTION: rara_lanes_add()
@@ -1522,12 +1515,14 @@ BEGIN
     -- dependants: its end is counted in the map (rara_map_children_ended), which unblocks the
     -- map's dependants. Its idempotency key, "<run>:<map>[<index>]", follows from its key.
     -- In a paused run (the map's run_paused: the pause holds the map's lock, which whoever
-    -- inserts its children holds too) a child is inserted held (rara_hold_if_paused).
+    -- inserts its children holds too) a child is inserted held, as rara_check_step_transition
+    -- holds a step made ready (states.sql): available_at 'infinity', its own kept.
     INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
                             capability, executor, priority, payload, max_attempts,
                             retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                             heartbeat_timeout_ms, status, map_parent, map_index,
-                            concurrency_key, concurrency_max, run_paused)
+                            concurrency_key, concurrency_max, run_paused, available_at,
+                            held_available_at)
     SELECT map.run_id, map.namespace, map.key || '[' || (p_first + e.n - 1) || ']', map.depends_on, '{}', 0,
            map.capability, map.executor, map.priority,
            map.payload || jsonb_build_object(
@@ -1535,7 +1530,9 @@ BEGIN
            map.max_attempts, map.retry_initial_ms, map.retry_max_ms, map.retry_coefficient,
            map.timeout_ms, map.heartbeat_timeout_ms, 'ready', map.id, p_first + e.n - 1,
            map.concurrency_key, map.concurrency_max,  -- (the map's: its run's input)
-           map.run_paused  -- (the map's: its run is paused, and the child is held)
+           map.run_paused,
+           CASE WHEN map.run_paused THEN 'infinity' ELSE now() END,
+           CASE WHEN map.run_paused THEN now() END
     FROM rara_steps map, jsonb_array_elements(p_items) WITH ORDINALITY AS e(item, n)
     WHERE map.id = p_map;
 END $$;
@@ -2463,7 +2460,7 @@ DECLARE
 BEGIN
     -- Pause (p_paused) or resume a run. Paused: its ready steps are held (available_at
     -- 'infinity', their own kept in held_available_at), and so is every step that becomes
-    -- ready while it is paused (rara_hold_if_paused); its running steps go on and end as
+    -- ready while it is paused (rara_check_step_transition); its running steps go on and end as
     -- usual. Resumed: the held steps get their available_at back, leasable at once in their
     -- place in the queue (a backoff not yet run out still runs out), and the workers that
     -- serve them are woken (rara_ready: a step put back before a worker's cursor is found by
@@ -5690,14 +5687,6 @@ CREATE TRIGGER rara_runs_transition BEFORE UPDATE OF status ON public.rara_runs 
 
 CREATE TRIGGER rara_steps_delete_attempts AFTER DELETE ON public.rara_steps REFERENCING OLD TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION public.rara_delete_attempts_of_deleted_steps();
 
--- TRIGGER: rara_steps rara_steps_hold_inserted
-
-CREATE TRIGGER rara_steps_hold_inserted BEFORE INSERT ON public.rara_steps FOR EACH ROW WHEN (((new.status = 'ready'::public.rara_step_status) AND new.run_paused)) EXECUTE FUNCTION public.rara_hold_if_paused();
-
--- TRIGGER: rara_steps rara_steps_hold_ready
-
-CREATE TRIGGER rara_steps_hold_ready BEFORE UPDATE OF status ON public.rara_steps FOR EACH ROW WHEN (((new.status = 'ready'::public.rara_step_status) AND (old.status IS DISTINCT FROM new.status) AND new.run_paused)) EXECUTE FUNCTION public.rara_hold_if_paused();
-
 -- TRIGGER: rara_steps rara_steps_lanes
 
 CREATE TRIGGER rara_steps_lanes AFTER INSERT ON public.rara_steps REFERENCING NEW TABLE AS inserted FOR EACH STATEMENT EXECUTE FUNCTION public.rara_lanes_add();
@@ -6165,10 +6154,6 @@ REVOKE ALL ON FUNCTION public.rara_end_unblock(p_steps bigint[]) FROM PUBLIC;
 -- ACL: FUNCTION rara_grant(routine text, VARIADIC roles text[])
 
 REVOKE ALL ON FUNCTION public.rara_grant(routine text, VARIADIC roles text[]) FROM PUBLIC;
-
--- ACL: FUNCTION rara_hold_if_paused()
-
-REVOKE ALL ON FUNCTION public.rara_hold_if_paused() FROM PUBLIC;
 
 -- ACL: FUNCTION rara_lanes_add()
 

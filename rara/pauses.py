@@ -2,7 +2,8 @@
 held — its running ones go on and end as usual, what they unblock is held too — until it is
 resumed, when they are leasable at once, in their place in the queue. The database does it all
 (rara_run_set_paused, db/functions/pauses.sql; the hold of steps made ready later is the
-trigger rara_hold_if_paused); the CLI, the dashboard, the operator and Client call this."""
+step's transition trigger's, rara_check_step_transition); the CLI, the dashboard, the
+operator and Client call this."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 -- Pausing a run (docs/state-machines.md, "Paused runs"): rara_run_set_paused, what
 -- rara_client (people, tools, the UI) and rara_operator (a WorkflowRun's spec.paused) may do.
--- The hold itself — a paused run's steps made ready later — is the trigger rara_hold_if_paused
--- (states.sql). Called through db/queries/runs.sql (rara.pg.runs).
+-- The hold itself — a paused run's steps made ready later — is rara_check_step_transition's
+-- (states.sql), and a map child's insert's (maps.sql). Called through db/queries/runs.sql (rara.pg.runs).
 -- Repeatable (rara.pg.migrate): edit in place.
 
 CREATE OR REPLACE FUNCTION rara_run_set_paused(p_run_id bigint, p_paused boolean)
@@ -12,7 +12,7 @@ DECLARE
 BEGIN
     -- Pause (p_paused) or resume a run. Paused: its ready steps are held (available_at
     -- 'infinity', their own kept in held_available_at), and so is every step that becomes
-    -- ready while it is paused (rara_hold_if_paused); its running steps go on and end as
+    -- ready while it is paused (rara_check_step_transition); its running steps go on and end as
     -- usual. Resumed: the held steps get their available_at back, leasable at once in their
     -- place in the queue (a backoff not yet run out still runs out), and the workers that
     -- serve them are woken (rara_ready: a step put back before a worker's cursor is found by

@@ -29,6 +29,13 @@ SELECT rara_grant('rara_run_transition_allowed');  -- only through the trigger b
 
 -- BEFORE UPDATE OF status, on a change of status (rara_steps_transition): a blocked map or
 -- wait step may also end at once (migrations 0008, 0021: an empty map, a wait decided early).
+-- And the one home of a paused run's hold (docs/state-machines.md, "Paused runs"): a step of
+-- a paused run (its own run_paused, set by rara_run_set_paused on the run's open steps) that
+-- becomes ready — an end's unblocking, a retry, a lease reaped or released, a cache deferral
+-- — is held: still `ready`, but with available_at 'infinity', which the lease never takes,
+-- its own kept in held_available_at for the resume. Here, in the trigger every change of
+-- status already runs, and not in a trigger of its own: a second one costs every leased step
+-- (migration 0035). A map's child inserted in a paused run is held by its insert (maps.sql).
 CREATE OR REPLACE FUNCTION rara_check_step_transition() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -37,6 +44,10 @@ BEGIN
                 AND NEW.status IN ('succeeded', 'failed'))) THEN
         RAISE EXCEPTION 'illegal step transition % -> % (step %)', OLD.status, NEW.status, OLD.id
             USING ERRCODE = 'check_violation', CONSTRAINT = 'rara_step_transition';
+    END IF;
+    IF NEW.run_paused AND NEW.status = 'ready' THEN
+        NEW.held_available_at := NEW.available_at;
+        NEW.available_at := 'infinity';
     END IF;
     RETURN NEW;
 END $$;
@@ -95,18 +106,3 @@ BEGIN
 END $$;
 SELECT rara_grant('rara_notify_run');  -- a trigger
 
--- BEFORE a step of a paused run becomes ready (rara_steps_hold_ready: an end's unblocking, a
--- retry, a lease reaped or released, a cache deferral) or is inserted ready (a map's child,
--- rara_steps_hold_inserted): it is held — still `ready`, but with available_at 'infinity',
--- which the lease never takes, its own kept in held_available_at for the resume
--- (rara_run_set_paused, pauses.sql). The triggers' condition is the step's own run_paused,
--- which the pause sets on the run's open steps (and a map's child takes from its map): one
--- home for the hold, whichever path made the step ready, and neither the lease nor a step of
--- a run that is not paused fires it.
-CREATE OR REPLACE FUNCTION rara_hold_if_paused() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    NEW.held_available_at := NEW.available_at;
-    NEW.available_at := 'infinity';
-    RETURN NEW;
-END $$;
-SELECT rara_grant('rara_hold_if_paused');  -- a trigger

@@ -12,7 +12,7 @@
 -- (migration 0021: blocked, with a rara_waits row) waits for; null for every other step.
 SELECT s.id, s.key, s.depends_on, s.capability, s.executor, s.status, s.attempt,
        s.max_attempts,
-       -- (a paused run's held step: its own, not the hold's 'infinity': rara_hold_if_paused)
+       -- (a paused run's held step: its own, not the hold's 'infinity': rara_run_set_paused)
        coalesce(s.held_available_at, s.available_at) AS available_at, s.started_at, s.finished_at, s.result, s.error,
        s.leased_by, m.summary AS children, s.reused_from, w.kind AS wait_kind,
        w.signal AS wait_signal, w.due_at AS wait_due_at
@@ -53,7 +53,7 @@ FROM unnest(CAST(:capabilities AS text[]), CAST(:executors AS text[])) AS cap(na
 CROSS JOIN LATERAL (
     SELECT min(available_at) AS available_at FROM rara_steps
     WHERE status = 'ready' AND capability = cap.name AND executor = cap.executor
-      AND available_at < 'infinity'  -- not a paused run's held step (rara_hold_if_paused)
+      AND available_at < 'infinity'  -- not a paused run's held step (rara_run_set_paused)
 ) AS n;
 
 -- name: step_backlog

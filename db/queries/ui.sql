@@ -278,7 +278,7 @@ WITH ready AS (
            min(available_at) AS oldest
     FROM rara_steps
     WHERE status = 'ready'
-      AND available_at < 'infinity'  -- not a paused run's held steps (rara_hold_if_paused)
+      AND available_at < 'infinity'  -- not a paused run's held steps (rara_run_set_paused)
     GROUP BY capability
 ), running AS (
     SELECT capability, count(*) AS running FROM rara_steps

@@ -465,6 +465,10 @@ BEGIN
         RAISE EXCEPTION 'illegal step transition % -> % (step %)', OLD.status, NEW.status, OLD.id
             USING ERRCODE = 'check_violation', CONSTRAINT = 'rara_step_transition';
     END IF;
+    IF NEW.run_paused AND NEW.status = 'ready' THEN
+        NEW.held_available_at := NEW.available_at;
+        NEW.available_at := 'infinity';
+    END IF;
     RETURN NEW;
 END $$;
 
@@ -1510,18 +1514,25 @@ BEGIN
     -- upstream artifacts the map step would have had), with nothing pending and no
     -- dependants: its end is counted in the map (rara_map_children_ended), which unblocks the
     -- map's dependants. Its idempotency key, "<run>:<map>[<index>]", follows from its key.
+    -- In a paused run (the map's run_paused: the pause holds the map's lock, which whoever
+    -- inserts its children holds too) a child is inserted held, as rara_check_step_transition
+    -- holds a step made ready (states.sql): available_at 'infinity', its own kept.
     INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
                             capability, executor, priority, payload, max_attempts,
                             retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                             heartbeat_timeout_ms, status, map_parent, map_index,
-                            concurrency_key, concurrency_max)
+                            concurrency_key, concurrency_max, run_paused, available_at,
+                            held_available_at)
     SELECT map.run_id, map.namespace, map.key || '[' || (p_first + e.n - 1) || ']', map.depends_on, '{}', 0,
            map.capability, map.executor, map.priority,
            map.payload || jsonb_build_object(
                'map', jsonb_build_object('item', e.item, 'index', p_first + e.n - 1)),
            map.max_attempts, map.retry_initial_ms, map.retry_max_ms, map.retry_coefficient,
            map.timeout_ms, map.heartbeat_timeout_ms, 'ready', map.id, p_first + e.n - 1,
-           map.concurrency_key, map.concurrency_max  -- (the map's: its run's input)
+           map.concurrency_key, map.concurrency_max,  -- (the map's: its run's input)
+           map.run_paused,
+           CASE WHEN map.run_paused THEN 'infinity' ELSE now() END,
+           CASE WHEN map.run_paused THEN now() END
     FROM rara_steps map, jsonb_array_elements(p_items) WITH ORDINALITY AS e(item, n)
     WHERE map.id = p_map;
 END $$;
@@ -2259,6 +2270,7 @@ CREATE FUNCTION public.rara_run_phase(p_run_id bigint, p_status public.rara_run_
     AS $$
 BEGIN
     -- A run's phase as people read it (docs/waits.md, "Waiting runs"): its status, except that
+    -- an unfinished paused run is `paused` (docs/state-machines.md, "Paused runs"), and that
     -- an unfinished run with no step (a map's children included) ready or running and at
     -- least one open wait is `waiting`, with what it waits for (`waiting_for`: each open wait
     -- of the run, {step, kind: timer | signal | approval, signal, due_at}, oldest first).
@@ -2268,10 +2280,15 @@ BEGIN
     -- the dashboard, `rara runs list/show`, Client.wait, the operator's WorkflowRun phase and
     -- wait_list_for_person. SECURITY INVOKER: the caller's row-level security decides which
     -- runs and waits it reads. PL/pgSQL, not SQL: db/schema.sql creates functions before the
-    -- tables they read. An ended run costs no read; an unfinished one a probe of rara_waits
-    -- by run, and of its steps only when it has an open wait.
+    -- tables they read. An ended run costs no read; an unfinished one a probe of the run by
+    -- its key and one of rara_waits by run, and of its steps only when it has an open wait.
     phase := p_status::text;
-    IF p_status IN ('pending', 'running') THEN
+    IF p_status IN ('pending', 'running')
+       AND (SELECT r.paused_at IS NOT NULL FROM rara_runs r WHERE r.id = p_run_id) THEN
+        -- Paused (rara_run_set_paused, pauses.sql) before waiting: whatever else it waits
+        -- for, what it would run next waits for its resume first.
+        phase := 'paused';
+    ELSIF p_status IN ('pending', 'running') THEN
         waiting_for := (
             SELECT jsonb_agg(jsonb_build_object('step', s.key, 'kind', w.kind,
                                                 'signal', w.signal, 'due_at', w.due_at)
@@ -2437,6 +2454,76 @@ BEGIN
     run_id := new_id;
     reused := done;
     created := true;
+    RETURN NEXT;
+END $$;
+
+-- FUNCTION: rara_run_set_paused(bigint, boolean)
+
+CREATE FUNCTION public.rara_run_set_paused(p_run_id bigint, p_paused boolean) RETURNS TABLE(outcome text, steps integer)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    woken text[];  -- the capabilities of the steps a resume released
+BEGIN
+    -- Pause (p_paused) or resume a run. Paused: its ready steps are held (available_at
+    -- 'infinity', their own kept in held_available_at), and so is every step that becomes
+    -- ready while it is paused (rara_check_step_transition); its running steps go on and end as
+    -- usual. Resumed: the held steps get their available_at back, leasable at once in their
+    -- place in the queue (a backoff not yet run out still runs out), and the workers that
+    -- serve them are woken (rara_ready: a step put back before a worker's cursor is found by
+    -- the scan from the start that the notification brings, docs/lease-protocol.md).
+    -- outcome: 'paused' | 'resumed', with how many steps were held or released; 'unchanged'
+    -- (already so: idempotent); 'ended' (the run has ended); no row: no such run, or one of a
+    -- namespace the caller may not act in (what it cannot read it cannot name).
+    PERFORM 1 FROM rara_runs WHERE id = p_run_id AND rara_namespace_allowed(namespace);
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    -- The run's open steps' locks first, in id order, then the run row: the order a step's end
+    -- takes them (as rara_run_cancel does). A transaction that made one of them ready has
+    -- committed by then, and the UPDATE below sees its step ready; one that makes one ready
+    -- after waits for this one's commit, and sees its run_paused.
+    PERFORM 1 FROM rara_steps
+    WHERE run_id = p_run_id AND status IN ('blocked', 'ready', 'running') ORDER BY id FOR UPDATE;
+    UPDATE rara_runs SET paused_at = CASE WHEN p_paused THEN now() END
+    WHERE id = p_run_id AND status IN ('pending', 'running')
+      AND (paused_at IS NULL) = p_paused;
+    IF NOT FOUND THEN
+        outcome := CASE WHEN EXISTS (SELECT FROM rara_runs WHERE id = p_run_id
+                                     AND status IN ('pending', 'running'))
+                        THEN 'unchanged' ELSE 'ended' END;
+        steps := 0;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF p_paused THEN
+        -- Every open step is marked (what becomes ready later is held by the trigger), the
+        -- ready ones held now.
+        WITH marked AS (
+            UPDATE rara_steps SET run_paused = true,
+                   held_available_at = CASE WHEN status = 'ready' THEN available_at END,
+                   available_at = CASE WHEN status = 'ready' THEN 'infinity'
+                                       ELSE available_at END
+            WHERE run_id = p_run_id AND status IN ('blocked', 'ready', 'running')
+            RETURNING status
+        )
+        SELECT count(*) FILTER (WHERE m.status = 'ready') INTO steps FROM marked m;
+        outcome := 'paused';
+    ELSE
+        WITH released AS (
+            UPDATE rara_steps SET run_paused = false,
+                   available_at = coalesce(held_available_at, available_at),
+                   held_available_at = NULL
+            WHERE run_id = p_run_id AND run_paused
+            RETURNING capability, status
+        )
+        SELECT count(*) FILTER (WHERE r.status = 'ready'),
+               coalesce(array_agg(DISTINCT r.capability) FILTER (WHERE r.status = 'ready'), '{}')
+        INTO steps, woken FROM released r;
+        PERFORM pg_notify('rara_ready', c) FROM unnest(woken) AS c;
+        outcome := 'resumed';
+    END IF;
     RETURN NEXT;
 END $$;
 
@@ -5054,6 +5141,7 @@ CREATE TABLE public.rara_runs (
     steps_cancelled integer DEFAULT 0 NOT NULL,
     namespace text NOT NULL,
     started_by text DEFAULT public.rara_caller(),
+    paused_at timestamp with time zone,
     CONSTRAINT rara_runs_finished_iff_terminal CHECK (((status = ANY (ARRAY['succeeded'::public.rara_run_status, 'failed'::public.rara_run_status, 'cancelled'::public.rara_run_status])) = (finished_at IS NOT NULL))),
     CONSTRAINT rara_runs_started_unless_pending CHECK ((((status = 'pending'::public.rara_run_status) = (started_at IS NULL)) OR (status = 'cancelled'::public.rara_run_status))),
     CONSTRAINT rara_runs_step_counts CHECK (((steps_succeeded >= 0) AND (steps_failed >= 0) AND (steps_cancelled >= 0) AND (((steps_succeeded + steps_failed) + steps_cancelled) <= steps_total)))
@@ -5239,6 +5327,8 @@ CREATE TABLE public.rara_steps (
     concurrency_key text,
     concurrency_max integer,
     wait jsonb,
+    held_available_at timestamp with time zone,
+    run_paused boolean DEFAULT false NOT NULL,
     CONSTRAINT rara_steps_attempt_check CHECK ((attempt >= 0)),
     CONSTRAINT rara_steps_attempts_bounded CHECK (((attempt - releases) <= max_attempts)),
     CONSTRAINT rara_steps_capability_check CHECK ((capability ~ '^[a-z0-9][a-z0-9._-]*@[0-9]+$'::text)),
@@ -5615,11 +5705,11 @@ CREATE TRIGGER rara_steps_notify_queued AFTER INSERT ON public.rara_steps REFERE
 
 -- TRIGGER: rara_steps rara_steps_notify_ready_insert
 
-CREATE TRIGGER rara_steps_notify_ready_insert AFTER INSERT ON public.rara_steps FOR EACH ROW WHEN ((new.status = 'ready'::public.rara_step_status)) EXECUTE FUNCTION public.rara_notify_ready();
+CREATE TRIGGER rara_steps_notify_ready_insert AFTER INSERT ON public.rara_steps FOR EACH ROW WHEN (((new.status = 'ready'::public.rara_step_status) AND (new.available_at <> 'infinity'::timestamp with time zone))) EXECUTE FUNCTION public.rara_notify_ready();
 
 -- TRIGGER: rara_steps rara_steps_notify_ready_update
 
-CREATE TRIGGER rara_steps_notify_ready_update AFTER UPDATE OF status ON public.rara_steps FOR EACH ROW WHEN (((new.status = 'ready'::public.rara_step_status) AND (old.status IS DISTINCT FROM new.status))) EXECUTE FUNCTION public.rara_notify_ready();
+CREATE TRIGGER rara_steps_notify_ready_update AFTER UPDATE OF status ON public.rara_steps FOR EACH ROW WHEN (((new.status = 'ready'::public.rara_step_status) AND (old.status IS DISTINCT FROM new.status) AND (new.available_at <> 'infinity'::timestamp with time zone))) EXECUTE FUNCTION public.rara_notify_ready();
 
 -- TRIGGER: rara_steps rara_steps_transition
 
@@ -6299,6 +6389,12 @@ REVOKE ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key
 GRANT ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key text) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_run_resume(p_run_id bigint, p_idempotency_key text) TO rara_operator;
 
+-- ACL: FUNCTION rara_run_set_paused(p_run_id bigint, p_paused boolean)
+
+REVOKE ALL ON FUNCTION public.rara_run_set_paused(p_run_id bigint, p_paused boolean) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_run_set_paused(p_run_id bigint, p_paused boolean) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_run_set_paused(p_run_id bigint, p_paused boolean) TO rara_operator;
+
 -- ACL: FUNCTION rara_run_signal(p_run_id bigint, p_name text, p_payload jsonb, p_key text)
 
 REVOKE ALL ON FUNCTION public.rara_run_signal(p_run_id bigint, p_name text, p_payload jsonb, p_key text) FROM PUBLIC;
@@ -6863,6 +6959,14 @@ GRANT SELECT(concurrency_max) ON TABLE public.rara_steps TO rara_reader;
 -- ACL: COLUMN rara_steps.wait
 
 GRANT SELECT(wait) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.held_available_at
+
+GRANT SELECT(held_available_at) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: COLUMN rara_steps.run_paused
+
+GRANT SELECT(run_paused) ON TABLE public.rara_steps TO rara_reader;
 
 -- ACL: TABLE rara_waits
 

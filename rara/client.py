@@ -18,12 +18,13 @@ from typing import Any
 
 import psycopg
 
-from rara import waits
+from rara import pauses, waits
 from rara.definitions.model import WorkflowDefinition
 from rara.definitions.parse import definition_from_object, load_definition
 from rara.definitions.registry import AppliedVersion, apply_definition
 from rara.errors import NotFound
 from rara.namespaces import document_namespace, namespace_from, qualified
+from rara.pauses import PauseChange
 from rara.pg import artifacts, definitions, events, runs, steps, workers
 from rara.pg import waits as wait_sql
 from rara.pg.connect import database_url
@@ -59,7 +60,7 @@ class RunView:
     started_at: datetime | None
     finished_at: datetime | None
     steps: list[Row]
-    # The phase people read (rara_run_phase): the status, or "waiting" with what it waits for.
+    # The phase people read (rara_run_phase): the status, "paused", or "waiting" with what for.
     phase: str = ""
     waiting_for: list[Row] | None = None
 
@@ -208,8 +209,8 @@ class Client:
         self, status: RunStatus | str | None = None, limit: int = 50, *,
         all_namespaces: bool = False,
     ) -> list[Row]:  # fmt: skip
-        """The newest runs; ``status``: a phase (rara.waits.RUN_PHASES: a status, or
-        "waiting"), InputInvalid naming the allowed ones otherwise."""
+        """The newest runs; ``status``: a phase (rara.waits.RUN_PHASES: a status,
+        "waiting" or "paused"), InputInvalid naming the allowed ones otherwise."""
         phase = waits.check_phase(None if status is None else str(getattr(status, "value", status)))
         namespace = None if all_namespaces else self.namespace
         with self._conn() as conn:
@@ -231,6 +232,18 @@ class Client:
         """Cancel run ``run_id``; ``reason`` is kept with who cancelled, as the run's error."""
         with self._conn() as conn:
             return cancel_run(conn, run_id, reason)
+
+    def pause_run(self, run_id: int) -> PauseChange:
+        """Hold the run's steps that could be leased (its running ones go on) until
+        ``unpause_run``; pausing a paused run changes nothing (``changed`` False). RunEnded
+        when it has ended. (``resume_run`` is the resume from failure: a new run.)"""
+        with self._conn() as conn:
+            return pauses.set_paused(conn, run_id, True)
+
+    def unpause_run(self, run_id: int) -> PauseChange:
+        """Release a paused run's held steps, leasable at once in their place in the queue."""
+        with self._conn() as conn:
+            return pauses.set_paused(conn, run_id, False)
 
     # -- waits and approvals (docs/waits.md) ---------------------------------------------------
     def signal_run(

@@ -112,6 +112,10 @@ class ResumeRefused(RaraError, ValueError):
     """A run cannot be resumed as asked (``rara runs retry --from-failure``)."""
 
 
+class RunEnded(RaraError, ValueError):
+    """A run that has ended cannot be paused or resumed (rara.pauses)."""
+
+
 class CapabilityUnavailable(RaraError):
     def __init__(self, missing: Iterable[str]) -> None:
         self.missing = sorted(set(missing))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ MAX_INPUT_BYTES = 256 * 1024
 LIVE_WORKER_SECONDS = 30.0
 
 _K = TypeVar("_K")
+_R = TypeVar("_R")
 _V = TypeVar("_V")
 
 
@@ -257,6 +259,7 @@ def resume_run(
 
 def cancel_run(conn: psycopg.Connection[Any], run_id: int, reason: str | None = None) -> bool:
     """Cancel waiting steps now; flag running ones (NOTIFY + heartbeat answer tell their worker).
+<<<<<<< HEAD
     Returns False when the run had already ended. ``reason``: kept with who cancelled as the
     run's error (``rara.cancel_reason``, set for this transaction only: rara_run_cancel)."""
     for attempt in range(3):
@@ -266,9 +269,21 @@ def cancel_run(conn: psycopg.Connection[Any], run_id: int, reason: str | None = 
             with conn.transaction():
                 conn.execute("SELECT set_config('rara.cancel_reason', %s, true)", (reason,))
                 return _cancel_once(conn, run_id)
+=======
+    Returns False when the run had already ended."""
+    return retrying_deadlocks(lambda: _cancel_once(conn, run_id))
+
+
+def retrying_deadlocks(act: Callable[[], _R]) -> _R:
+    """``act``, again when PostgreSQL aborted it as a deadlock (twice at most): an act on all
+    of a run's steps (cancel, pause) takes their locks in id order, then the run's, as a step's
+    end does; a step of an unusual graph (a dependant with a lower id than its dependency) can
+    still cross lock orders with a completion."""
+    for attempt in range(3):
+        try:
+            return act()
+>>>>>>> wip/pause-run
         except psycopg.errors.DeadlockDetected:
-            # A step of an unusual graph (a dependant with a lower id than its dependency)
-            # can still cross lock orders with a completion; PostgreSQL aborted us: try again.
             if attempt == 2:
                 raise
     raise AssertionError("unreachable")

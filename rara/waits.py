@@ -96,11 +96,11 @@ def waiting_for(kind: str | None, signal: str | None, due: datetime | None) -> s
     return f"{what} (deadline {at})" if at else what
 
 
-# A run's phases as people read them: its status (rara.states.RunStatus), and `waiting` for
-# an unfinished run with no step ready or running and a wait open (rara_run_phase,
-# db/functions/waits.sql: the rule, derived at each read, never stored). The order of the
-# filters that offer them.
-RUN_PHASES = ("pending", "running", "waiting", "succeeded", "failed", "cancelled")
+# A run's phases as people read them: its status (rara.states.RunStatus), `paused` for an
+# unfinished run that is paused (rara.pauses), and `waiting` for an unfinished run with no step
+# ready or running and a wait open (rara_run_phase, db/functions/waits.sql: the rule, derived at
+# each read, never stored). The order of the filters that offer them.
+RUN_PHASES = ("pending", "running", "waiting", "paused", "succeeded", "failed", "cancelled")
 
 
 def check_phase(phase: str | None) -> str | None:

@@ -85,18 +85,25 @@ BEGIN
     -- upstream artifacts the map step would have had), with nothing pending and no
     -- dependants: its end is counted in the map (rara_map_children_ended), which unblocks the
     -- map's dependants. Its idempotency key, "<run>:<map>[<index>]", follows from its key.
+    -- In a paused run (the map's run_paused: the pause holds the map's lock, which whoever
+    -- inserts its children holds too) a child is inserted held, as rara_check_step_transition
+    -- holds a step made ready (states.sql): available_at 'infinity', its own kept.
     INSERT INTO rara_steps (run_id, namespace, key, depends_on, dependants, pending_deps,
                             capability, executor, priority, payload, max_attempts,
                             retry_initial_ms, retry_max_ms, retry_coefficient, timeout_ms,
                             heartbeat_timeout_ms, status, map_parent, map_index,
-                            concurrency_key, concurrency_max)
+                            concurrency_key, concurrency_max, run_paused, available_at,
+                            held_available_at)
     SELECT map.run_id, map.namespace, map.key || '[' || (p_first + e.n - 1) || ']', map.depends_on, '{}', 0,
            map.capability, map.executor, map.priority,
            map.payload || jsonb_build_object(
                'map', jsonb_build_object('item', e.item, 'index', p_first + e.n - 1)),
            map.max_attempts, map.retry_initial_ms, map.retry_max_ms, map.retry_coefficient,
            map.timeout_ms, map.heartbeat_timeout_ms, 'ready', map.id, p_first + e.n - 1,
-           map.concurrency_key, map.concurrency_max  -- (the map's: its run's input)
+           map.concurrency_key, map.concurrency_max,  -- (the map's: its run's input)
+           map.run_paused,
+           CASE WHEN map.run_paused THEN 'infinity' ELSE now() END,
+           CASE WHEN map.run_paused THEN now() END
     FROM rara_steps map, jsonb_array_elements(p_items) WITH ORDINALITY AS e(item, n)
     WHERE map.id = p_map;
 END $$;

@@ -29,6 +29,13 @@ SELECT rara_grant('rara_run_transition_allowed');  -- only through the trigger b
 
 -- BEFORE UPDATE OF status, on a change of status (rara_steps_transition): a blocked map or
 -- wait step may also end at once (migrations 0008, 0021: an empty map, a wait decided early).
+-- And the one home of a paused run's hold (docs/state-machines.md, "Paused runs"): a step of
+-- a paused run (its own run_paused, set by rara_run_set_paused on the run's open steps) that
+-- becomes ready — an end's unblocking, a retry, a lease reaped or released, a cache deferral
+-- — is held: still `ready`, but with available_at 'infinity', which the lease never takes,
+-- its own kept in held_available_at for the resume. Here, in the trigger every change of
+-- status already runs, and not in a trigger of its own: a second one costs every leased step
+-- (migration 0033). A map's child inserted in a paused run is held by its insert (maps.sql).
 CREATE OR REPLACE FUNCTION rara_check_step_transition() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
@@ -37,6 +44,10 @@ BEGIN
                 AND NEW.status IN ('succeeded', 'failed'))) THEN
         RAISE EXCEPTION 'illegal step transition % -> % (step %)', OLD.status, NEW.status, OLD.id
             USING ERRCODE = 'check_violation', CONSTRAINT = 'rara_step_transition';
+    END IF;
+    IF NEW.run_paused AND NEW.status = 'ready' THEN
+        NEW.held_available_at := NEW.available_at;
+        NEW.available_at := 'infinity';
     END IF;
     RETURN NEW;
 END $$;
@@ -94,3 +105,4 @@ BEGIN
     RETURN NULL;
 END $$;
 SELECT rara_grant('rara_notify_run');  -- a trigger
+

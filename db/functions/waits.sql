@@ -451,6 +451,7 @@ RETURNS TABLE (phase text, waiting_for jsonb)
 LANGUAGE plpgsql STABLE SECURITY INVOKER AS $$
 BEGIN
     -- A run's phase as people read it (docs/waits.md, "Waiting runs"): its status, except that
+    -- an unfinished paused run is `paused` (docs/state-machines.md, "Paused runs"), and that
     -- an unfinished run with no step (a map's children included) ready or running and at
     -- least one open wait is `waiting`, with what it waits for (`waiting_for`: each open wait
     -- of the run, {step, kind: timer | signal | approval, signal, due_at}, oldest first).
@@ -460,10 +461,15 @@ BEGIN
     -- the dashboard, `rara runs list/show`, Client.wait, the operator's WorkflowRun phase and
     -- wait_list_for_person. SECURITY INVOKER: the caller's row-level security decides which
     -- runs and waits it reads. PL/pgSQL, not SQL: db/schema.sql creates functions before the
-    -- tables they read. An ended run costs no read; an unfinished one a probe of rara_waits
-    -- by run, and of its steps only when it has an open wait.
+    -- tables they read. An ended run costs no read; an unfinished one a probe of the run by
+    -- its key and one of rara_waits by run, and of its steps only when it has an open wait.
     phase := p_status::text;
-    IF p_status IN ('pending', 'running') THEN
+    IF p_status IN ('pending', 'running')
+       AND (SELECT r.paused_at IS NOT NULL FROM rara_runs r WHERE r.id = p_run_id) THEN
+        -- Paused (rara_run_set_paused, pauses.sql) before waiting: whatever else it waits
+        -- for, what it would run next waits for its resume first.
+        phase := 'paused';
+    ELSIF p_status IN ('pending', 'running') THEN
         waiting_for := (
             SELECT jsonb_agg(jsonb_build_object('step', s.key, 'kind', w.kind,
                                                 'signal', w.signal, 'due_at', w.due_at)

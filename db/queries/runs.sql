@@ -45,15 +45,15 @@ WHERE r.id = ANY(CAST(:run_ids AS bigint[]));
 
 -- name: run_list
 -- The newest runs of :namespace (of every namespace when null), each with its phase
--- (rara_run_phase: its status, or `waiting`); :status filters by the phase (rara.waits
--- RUN_PHASES), a waiting run being an unfinished one.
+-- (rara_run_phase: its status, `paused` or `waiting`); :status filters by the phase
+-- (rara.waits RUN_PHASES), a waiting or paused run being an unfinished one.
 SELECT r.id, r.namespace, r.status, v.name AS definition, v.version, r.created_at,
        r.finished_at, r.steps_succeeded AS done, r.steps_total AS total, ph.phase,
        ph.waiting_for
 FROM rara_runs r JOIN rara_definition_versions v ON v.id = r.definition_version_id
 CROSS JOIN LATERAL rara_run_phase(r.id, r.status) ph
 WHERE (CAST(:status AS text) IS NULL OR r.status::text = :status
-       OR (:status = 'waiting' AND r.status IN ('pending', 'running')))
+       OR (:status IN ('waiting', 'paused') AND r.status IN ('pending', 'running')))
   AND (CAST(:status AS text) IS NULL OR ph.phase = :status)
   -- A waiting run has an open wait: that filter starts from rara_waits, not from every run.
   AND (CAST(:status AS text) IS DISTINCT FROM 'waiting'
@@ -78,6 +78,11 @@ GROUP BY 1;
 -- name: run_cancel$
 -- True: cancelled now; false: the run had already ended; null: no such run.
 SELECT rara_run_cancel(p_run_id => :run_id);
+
+-- name: run_pause_set^
+-- Pause (:paused) or resume a run: (outcome, steps), outcome 'paused' | 'resumed' with the
+-- steps held or released, 'unchanged' or 'ended'; no row: no such run.
+SELECT outcome, steps FROM rara_run_set_paused(p_run_id => :run_id, p_paused => :paused);
 
 -- name: run_enqueue_many
 -- Tests and benchmarks only, as the database's owner (no process role may insert: migration

@@ -11,7 +11,9 @@
 -- reused from the step cache took its result (migration 0013). wait_*: what a waiting step
 -- (migration 0021: blocked, with a rara_waits row) waits for; null for every other step.
 SELECT s.id, s.key, s.depends_on, s.capability, s.executor, s.status, s.attempt,
-       s.max_attempts, s.available_at, s.started_at, s.finished_at, s.result, s.error,
+       s.max_attempts,
+       -- (a paused run's held step: its own, not the hold's 'infinity': rara_run_set_paused)
+       coalesce(s.held_available_at, s.available_at) AS available_at, s.started_at, s.finished_at, s.result, s.error,
        s.leased_by, m.summary AS children, s.reused_from, w.kind AS wait_kind,
        w.signal AS wait_signal, w.due_at AS wait_due_at
 FROM rara_steps s
@@ -51,13 +53,16 @@ FROM unnest(CAST(:capabilities AS text[]), CAST(:executors AS text[])) AS cap(na
 CROSS JOIN LATERAL (
     SELECT min(available_at) AS available_at FROM rara_steps
     WHERE status = 'ready' AND capability = cap.name AND executor = cap.executor
+      AND available_at < 'infinity'  -- not a paused run's held step (rara_run_set_paused)
 ) AS n;
 
 -- name: step_backlog
 -- Ready + running steps per capability, and the capability's concurrency limit (null: none;
 -- migration 0009): what the operator scales pools by — no more than the limit lets run.
 SELECT b.capability, b.ready, b.running, l.max_running
-FROM (SELECT capability, count(*) FILTER (WHERE status = 'ready') AS ready,
+FROM (SELECT capability,
+             -- (not a paused run's held steps: no pool scales for work that may not run)
+             count(*) FILTER (WHERE status = 'ready' AND available_at < 'infinity') AS ready,
              count(*) FILTER (WHERE status = 'running') AS running
       FROM rara_steps WHERE status IN ('ready', 'running') GROUP BY capability) AS b
 LEFT JOIN rara_capability_limits l USING (capability)

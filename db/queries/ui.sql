@@ -16,9 +16,9 @@ SELECT now();
 -- dashboard: every step of the definition plus each child of a map step. :namespace (null:
 -- every namespace) reads the run's own column, through rara_runs_by_namespace (namespace,
 -- id); a :definition is that name in :namespace when one is given, in any otherwise. The
--- status shown and filtered is the run's phase (rara_run_phase: its status, or `waiting`
--- with what it waits for); a waiting run is an unfinished one, which the first test keeps
--- to before the function is called.
+-- status shown and filtered is the run's phase (rara_run_phase: its status, `paused`, or
+-- `waiting` with what it waits for); a waiting or paused run is an unfinished one, which the
+-- first test keeps to before the function is called.
 SELECT r.id, r.namespace, ph.phase AS status, ph.waiting_for, v.name AS definition, v.version,
        r.idempotency_key, r.created_at, r.started_at, r.finished_at, r.cancel_requested,
        r.steps_succeeded AS done, r.steps_total AS total
@@ -27,7 +27,7 @@ CROSS JOIN LATERAL rara_run_phase(r.id, r.status) ph
 WHERE (CAST(:before AS bigint) IS NULL OR r.id < :before)
   AND (CAST(:namespace AS text) IS NULL OR r.namespace = :namespace)
   AND (CAST(:status AS text) IS NULL OR r.status::text = :status
-       OR (:status = 'waiting' AND r.status IN ('pending', 'running')))
+       OR (:status IN ('waiting', 'paused') AND r.status IN ('pending', 'running')))
   AND (CAST(:status AS text) IS NULL OR ph.phase = :status)
   -- A waiting run has an open wait: that filter starts from rara_waits (the waits open now),
   -- not from every run: the array of their runs is an index condition of the primary key.
@@ -63,7 +63,8 @@ SELECT s.id, s.key, s.depends_on, s.capability, s.executor,
        CASE WHEN w.step_id IS NULL THEN s.status::text ELSE 'waiting' END AS status,
        w.kind AS wait_kind, w.signal AS wait_signal, w.due_at AS wait_due,
        s.attempt, s.max_attempts, s.releases, s.leased_by, s.lease_expires_at, s.heartbeat_at,
-       s.available_at, s.cancel_requested, s.result, s.error, s.started_at, s.finished_at,
+       coalesce(s.held_available_at, s.available_at) AS available_at,  -- (held: its own)
+       s.cancel_requested, s.result, s.error, s.started_at, s.finished_at,
        s.map_over IS NOT NULL AS is_map, s.map_total,
        CASE WHEN s.map_over IS NULL THEN p.fraction
             ELSE s.map_succeeded::double precision / nullif(s.map_total, 0) END AS fraction,
@@ -270,12 +271,15 @@ ORDER BY e.endpoint, w.id
 LIMIT :limit;
 
 -- name: ui_backlog_list
--- Per capability: steps waiting (ready, through the ready index), how many are due now, and
--- how many are running.
+-- Per capability: steps waiting (ready, through the ready index; not those a pause holds), how
+-- many are due now, and how many are running.
 WITH ready AS (
     SELECT capability, count(*) AS ready, count(*) FILTER (WHERE available_at <= now()) AS due,
            min(available_at) AS oldest
-    FROM rara_steps WHERE status = 'ready' GROUP BY capability
+    FROM rara_steps
+    WHERE status = 'ready'
+      AND available_at < 'infinity'  -- not a paused run's held steps (rara_run_set_paused)
+    GROUP BY capability
 ), running AS (
     SELECT capability, count(*) AS running FROM rara_steps
     WHERE lease_expires_at IS NOT NULL GROUP BY capability

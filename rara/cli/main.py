@@ -20,6 +20,7 @@ from rara.cli import (
     init,
     limits,
     operator,
+    pause,
     releases,
     retention,
     runs,
@@ -38,6 +39,8 @@ app = typer.Typer(
 app.add_typer(db.app, name="db")
 app.add_typer(definitions.app, name="definitions")
 runs.app.command("prune")(retention.prune)  # beside runs.py's commands: maintenance
+runs.app.command("pause")(pause.pause)  # beside them too (rara.pauses)
+runs.app.command("resume")(pause.resume)
 app.add_typer(runs.app, name="runs")
 app.add_typer(artifacts.app, name="artifacts")
 app.add_typer(limits.app, name="limits")

@@ -115,7 +115,7 @@ def list_(
         str | None,
         typer.Option(
             help=f"only runs in this phase: {', '.join(waits.RUN_PHASES)} (waiting: no step"
-            " ready or running, and a gate, signal or timer open)",
+            " ready or running, and a gate, signal or timer open; paused: `rara runs pause`)",
         ),
     ] = None,
     limit: Annotated[int, typer.Option(min=1, max=1000, help="newest runs shown at most")] = 50,

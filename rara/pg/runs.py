@@ -31,7 +31,7 @@ class RunRow:
     definition: str
     version: int
     digest: str
-    # The phase people read (rara_run_phase): the status, or "waiting" with what it waits for.
+    # The phase people read (rara_run_phase): the status, "paused", or "waiting" with what for.
     phase: str = ""
     waiting_for: list[dict[str, Any]] | None = None
 
@@ -52,7 +52,7 @@ class RunSummary:
     finished_at: datetime | None
     done: int
     total: int
-    phase: str = ""  # the status, or "waiting" (rara_run_phase)
+    phase: str = ""  # the status, "paused" or "waiting" (rara_run_phase)
     waiting_for: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
@@ -70,7 +70,7 @@ class RunStatusRow:
     total: int
     started_at: datetime | None
     finished_at: datetime | None
-    phase: str = ""  # the status, or "waiting" (rara_run_phase)
+    phase: str = ""  # the status, "paused" or "waiting" (rara_run_phase)
     waiting_for: list[dict[str, Any]] | None = None
 
     def __post_init__(self) -> None:
@@ -130,7 +130,7 @@ def list_recent(
     conn: Conn, status: RunStatus | str | None, limit: int, *, namespace: str | None
 ) -> list[RunSummary]:
     """The newest runs of ``namespace``; of every namespace when None. ``status``: a phase
-    (rara.waits.RUN_PHASES: a status, or "waiting"), checked by the caller."""
+    (rara.waits.RUN_PHASES: a status, "waiting" or "paused"), checked by the caller."""
     return many(
         conn,
         "run_list",
@@ -175,6 +175,17 @@ def cancel(conn: Conn, run_id: int) -> bool | None:
     """Cancel the run (``run_cancel``): True when cancelled now, False when it had already
     ended, None when there is no such run."""
     return value(conn, "run_cancel", bool, run_id=run_id)
+
+
+@dataclass(frozen=True)
+class PauseRow:
+    outcome: str  # 'paused' | 'resumed' | 'unchanged' | 'ended' (rara_run_set_paused)
+    steps: int  # the steps held by the pause, or released by the resume
+
+
+def set_paused(conn: Conn, run_id: int, paused: bool) -> PauseRow | None:
+    """Pause or resume the run (``run_pause_set``); None when there is no such run."""
+    return one(conn, "run_pause_set", class_row(PauseRow), run_id=run_id, paused=paused)
 
 
 def enqueue_many(

@@ -1,9 +1,10 @@
-"""The dashboard's writes: cancel a run, retry a failed one or resume it from its failure,
-decide an approval, pause or resume a schedule, log in and out.
+"""The dashboard's writes: cancel, pause or resume a run, retry a failed one or resume it from
+its failure, decide an approval, pause or resume a schedule, log in and out.
 
 Each needs a server that is not read-only, an identity and a CSRF token bound to it
 (``rara.ui.auth``). The work itself is rara's own: ``rara.client.Client`` (the same code as
-``rara runs cancel``, ``rara runs start`` and ``rara runs retry --from-failure``), on a
+``rara runs cancel``, ``pause``, ``resume``, ``rara runs start`` and ``rara runs retry
+--from-failure``), on a
 connection of its own in a thread, never through the pages' read-only pool. Under
 ``--user-roles`` that connection acts as the user (``SET ROLE``: it is the call's alone and
 closed after it; rara.ui.user_roles): the database itself refuses another namespace's run."""
@@ -140,6 +141,31 @@ async def cancel(request: Request) -> Response:
     if not changed:
         return back(f"/runs/{run_id}", "the run had ended", "info")
     return back(f"/runs/{run_id}", "cancel requested", "stopped")
+
+
+async def pause(request: Request) -> Response:
+    """Pause the run (``rara runs pause``); POST /runs/N/pause."""
+    return await _set_paused(request, paused=True)
+
+
+async def unpause(request: Request) -> Response:
+    """Resume a paused run (``rara runs resume``); POST /runs/N/unpause (/runs/N/resume is the
+    resume from failure, a new run)."""
+    return await _set_paused(request, paused=False)
+
+
+async def _set_paused(request: Request, *, paused: bool) -> Response:
+    await _authorised(request)
+    run_id = int(request.path_params["run_id"])
+    client = _client(request)
+    act = client.pause_run if paused else client.unpause_run
+    try:
+        change = await _call(lambda: act(run_id))
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except RaraError as exc:  # RunEnded
+        raise HTTPException(409, str(exc)) from exc
+    return _back(f"/runs/{run_id}", change.text)
 
 
 def retry_key(run_id: int) -> str:

@@ -119,6 +119,8 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/runs/{run_id:int}/state", pages.run_state),
         Route("/runs/{run_id:int}/events", pages.run_events),
         Route("/runs/{run_id:int}/cancel", actions.cancel, methods=["POST"]),
+        Route("/runs/{run_id:int}/pause", actions.pause, methods=["POST"]),
+        Route("/runs/{run_id:int}/unpause", actions.unpause, methods=["POST"]),
         Route("/runs/{run_id:int}/retry", actions.retry, methods=["POST"]),
         Route("/runs/{run_id:int}/resume", actions.resume, methods=["POST"]),
         Route(

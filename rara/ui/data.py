@@ -25,7 +25,7 @@ PAGE = 50
 class RunLine:
     id: int
     namespace: str
-    status: str  # the phase (rara_run_phase): the run's status, or "waiting"
+    status: str  # the phase (rara_run_phase): the run's status, "paused" or "waiting"
     waiting_for: list[dict[str, Any]] | None  # what a waiting run waits for
     definition: str
     version: int
@@ -42,7 +42,7 @@ class RunLine:
 class RunDetail:
     id: int
     namespace: str
-    status: str  # the phase (rara_run_phase): the run's status, or "waiting"
+    status: str  # the phase (rara_run_phase): the run's status, "paused" or "waiting"
     waiting_for: list[dict[str, Any]] | None  # what a waiting run waits for
     definition: str
     version: int

@@ -57,8 +57,8 @@ def test_runs_list_and_show_say_what_a_run_waits_for(
     assert f"run {gated}  gated@1  waiting for approval of gate release" in shown
     refused = _run(cli, "runs", "list", "--status", "stuck", code=2)
     assert (
-        "unknown run status 'stuck': use one of pending, running, waiting, succeeded, failed,"
-        " cancelled"
+        "unknown run status 'stuck': use one of pending, running, waiting, paused, succeeded,"
+        " failed, cancelled"
     ) in refused
 
 

@@ -144,5 +144,5 @@ def test_a_filter_names_the_statuses_it_knows() -> None:
         waits.check_phase("stuck")
     assert str(refused.value) == (
         "unknown run status 'stuck': use one of "
-        "pending, running, waiting, succeeded, failed, cancelled"
+        "pending, running, waiting, paused, succeeded, failed, cancelled"
     )

@@ -251,6 +251,20 @@ def test_run_spec_is_immutable(kube_api: KubeFixture, rara_crds: None, namespace
         )
     assert err.value.status == 422
     assert "immutable" in str(err.value.body)
+    # Nor may a field be added or removed; but paused may change (rara.operator.pausing).
+    for change in ({"version": 2}, {"input": None}):
+        with pytest.raises(ApiException) as err:
+            api.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, "workflowruns", "corpus", {"spec": change},
+                _content_type="application/merge-patch+json",
+            )  # fmt: skip
+        assert err.value.status == 422, change
+    for paused in (True, False):
+        patched = api.patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, "workflowruns", "corpus", {"spec": {"paused": paused}},
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+        assert patched["spec"] == {"definition": "rag", "input": {"a": 1}, "paused": paused}
 
 
 def test_pool_defaults_are_the_models(

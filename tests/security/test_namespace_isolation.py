@@ -295,6 +295,9 @@ def test_a_team_login_acts_in_its_namespace_only(
     _refused(lambda: call("SELECT rara_capability_limit_set('test.tally@1', 1)"), me, "whole fleet")
     # Acts that name team-b's run by id find no run: its existence and state stay unknown.
     assert call("SELECT rara_run_cancel(%s)", theirs) == [(None,)]
+    # (not 'ended', which would say that it exists and has ended)
+    assert call("SELECT * FROM rara_run_set_paused(%s, true)", theirs) == []
+    assert call("SELECT * FROM rara_run_set_paused(%s, false)", theirs) == []
     with pytest.raises(psycopg.errors.NoDataFound, match=f"no run {theirs}"):
         call("SELECT * FROM rara_run_resume(%s, NULL)", theirs)
     # A team's firing process claims its own due schedules only.
@@ -330,6 +333,7 @@ def test_a_team_login_acts_in_its_namespace_only(
     ).fetchone() == (len(keys["team-b"]),)
     # The same acts in its own namespace work.
     mine = start_run(client, "rag", namespace="team-a", queue_anyway=True).run_id
+    assert call("SELECT * FROM rara_run_set_paused(%s, true)", mine)[0][0] == "paused"
     assert call("SELECT rara_run_cancel(%s)", mine) == [(True,)]
     assert call(
         "SELECT rara_schedule_suspend(p_name => 'nightly', p_suspended => true,"

@@ -66,8 +66,8 @@ def test_a_waiting_run_says_what_it_waits_for_in_the_header_list_and_navigation(
     expect(page.locator(f'tr[data-run="{runs["busy"]}"]')).to_have_count(0)
     page.goto(f"{ui.url}/runs?status=stuck")
     expect(page.locator(".error-text")).to_have_text(
-        "unknown run status 'stuck': use one of pending, running, waiting, succeeded, failed,"
-        " cancelled"
+        "unknown run status 'stuck': use one of pending, running, waiting, paused, succeeded,"
+        " failed, cancelled"
     )
 
     # The run's page: the header says it, the gate a link to its decision.

@@ -59,6 +59,21 @@ async def sleep(ctx: StepContext) -> Any:
     return {"attempt": ctx.attempt}
 
 
+# Idempotency keys test.until_opened may finish: a test adds one when it wants that attempt
+# to end (an event the test sends, instead of a sleep it hopes is long enough).
+OPENED: set[str] = set()
+
+
+@registry.handler("test.until_opened@1")
+async def until_opened(ctx: StepContext) -> Any:
+    """Runs until its idempotency key is in OPENED (or it is cancelled)."""
+    _seen(ctx, "started")
+    # (polled: the test's thread opens it, and an asyncio.Event is not thread-safe)
+    while ctx.idempotency_key not in OPENED and not ctx.cancelled():  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+    return {"opened": ctx.idempotency_key in OPENED}
+
+
 @registry.handler("test.sleep_sync@1")
 def sleep_sync(ctx: StepContext) -> Any:
     """In a thread; ``ignore_cancel``: a handler that never looks at ctx.cancelled()."""

@@ -19,6 +19,7 @@ from rara.operator import (
     definitions,
     events,
     login,
+    pausing,
     peering,
     pools,
     runs,
@@ -98,6 +99,8 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
     # Status: one batched sync per tick for all WorkflowRuns (rara.operator.runsync says why
     # a daemon per unfinished WorkflowRun, doing no I/O, tells the tick which to mirror).
     kopf.daemon(*wfr, when=runsync.unfinished, registry=registry)(runsync.track_workflow_run)
+    # spec.paused, the one field of the spec that may change (rara.operator.pausing).
+    kopf.on.update(*wfr, field="spec.paused", registry=registry)(pausing.apply_paused)
     # Not optional: kopf's finalizer makes the API server wait for the cancel.
     kopf.on.delete(*wfr, registry=registry)(runs.cancel_workflow_run)
     # Signals and decisions added with kubectl (rara.operator.decisions), after the start.

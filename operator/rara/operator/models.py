@@ -54,6 +54,8 @@ class WorkflowRunSpec(_Spec):
     # and input that reuses every step that succeeded in it. version and input, when given,
     # must be that run's.
     resume_from: int | None = Field(default=None, ge=1, alias="resumeFrom")
+    # The one field that may change (rara.pauses): hold the run's steps not yet leased.
+    paused: bool = False
 
 
 class WorkerPoolSpec(_Spec):

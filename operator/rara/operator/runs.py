@@ -37,6 +37,7 @@ from rara.operator import conditions
 from rara.operator.models import WorkflowRunSpec, namespace_of
 from rara.operator.refusals import MAX_MESSAGE
 from rara.operator.runtime import connection
+from rara.pauses import set_paused
 from rara.pg import runs as pg_runs
 from rara.runs import StartedRun, cancel_run, resume_run, run_id_by_key, start_run
 
@@ -70,18 +71,22 @@ def start_workflow_run(
     try:
         run_spec = WorkflowRunSpec.model_validate(dict(spec))
         with connection(memo) as conn:
-            if run_spec.resume_from is not None:
-                started = _resume(conn, run_spec, spec, uid, namespace)
-            else:
-                started = start_run(
-                    conn,
-                    run_spec.definition,
-                    version=run_spec.version,
-                    input=run_spec.input,
-                    idempotency_key=idempotency_key(uid),
-                    queue_anyway=True,
-                    namespace=namespace,
-                )
+            # One transaction: a run created paused is never leasable unpaused.
+            with conn.transaction():
+                if run_spec.resume_from is not None:
+                    started = _resume(conn, run_spec, spec, uid, namespace)
+                else:
+                    started = start_run(
+                        conn,
+                        run_spec.definition,
+                        version=run_spec.version,
+                        input=run_spec.input,
+                        idempotency_key=idempotency_key(uid),
+                        queue_anyway=True,
+                        namespace=namespace,
+                    )
+                if run_spec.paused and started.created:  # later: rara.operator.pausing's
+                    set_paused(conn, started.run_id, True)
             mirrored = refresh_status(conn, started.run_id, status, patch)
     except (ValidationError, InputInvalid, ResumeRefused) as exc:
         # Not retried: only a new WorkflowRun (the spec is immutable) can fix it.
@@ -233,6 +238,7 @@ def phase_event(phase: str, status: Mapping[str, Any]) -> tuple[str, str, str] |
     return {
         "Running": ("Normal", "Running", f"{run} is running: a worker leased its first step"),
         "Waiting": ("Normal", "Waiting", f"{run} is {status.get('message') or 'waiting'}"),
+        "Paused": ("Normal", "Paused", f"{run} is paused: its steps not yet running are held"),
         "Succeeded": ("Normal", "Succeeded", f"{run} succeeded: {done}"),
         "Failed": (
             "Warning",

@@ -115,8 +115,15 @@
       changed = true;
     }
     if (rara.terminal(state.run.status)) {
+<<<<<<< HEAD
       const cancel = document.getElementById('cancel-confirm');
       if (cancel) cancel.remove();
+=======
+      for (const id of ['cancel', 'pause', 'unpause']) {
+        const button = document.getElementById(id);
+        if (button) button.closest('form').remove();
+      }
+>>>>>>> wip/pause-run
     }
     status = state.run.status;
     root.dataset.status = status;

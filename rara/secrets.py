@@ -6,13 +6,17 @@
 - ``find_credentials`` spots values that look like credentials (private keys, cloud and token
   formats, ``password=…`` pairs); run input and step payloads holding one are refused.
 - ``redact`` masks them in anything logged; ``redacting_processor`` does so for structlog.
+- ``redact_output`` masks a step's captured output (its log): ``redact``, and first every
+  secret value ``resolve`` returned in the step's context (``RESOLVED``, set by the worker
+  around an in-process handler) and any other value the caller names (the lease token).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +54,17 @@ _SENSITIVE_KEYS = re.compile(
 MASK = "[REDACTED]"
 
 
+# The secret values resolved in this context: a set while a step's output is captured (the
+# worker sets it around an in-process handler: rara.worker.step_output), else None. Mutated,
+# never replaced, so a handler's threads (which run in a copy of its context) add to the set
+# its capture reads.
+RESOLVED: ContextVar[set[str] | None] = ContextVar("rara_resolved_secrets", default=None)
+
+# A shorter value is not masked in a step's log: two or three characters would mask ordinary
+# text everywhere they occur and hide nothing worth hiding.
+MIN_MASKED_LENGTH = 4
+
+
 class SecretNotFound(LookupError):
     pass
 
@@ -67,16 +82,24 @@ def resolve(
     if directory:
         path = Path(directory) / name / (key or "value")
         if path.is_file():
-            return path.read_text().rstrip("\n")
+            return _noted(path.read_text().rstrip("\n"))
     var = "RARA_SECRET_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
     if key:
         var += "_" + re.sub(r"[^A-Za-z0-9]", "_", key).upper()
     if var in env:
-        return env[var]
+        return _noted(env[var])
     where = f"{directory}/{name}/{key or 'value'} or " if directory else ""
     raise SecretNotFound(
         f"secret {name!r}{f' key {key!r}' if key else ''} not found ({where}${var})"
     )
+
+
+def _noted(value: str) -> str:
+    """``value``, remembered for the step's log to mask when a capture is on (``RESOLVED``)."""
+    resolved = RESOLVED.get()
+    if resolved is not None:
+        resolved.add(value)
+    return value
 
 
 def find_credentials(value: Any, path: str = "$") -> Iterator[str]:
@@ -118,6 +141,16 @@ def redact(text: str) -> str:
     for pattern in _PATTERNS.values():
         text = pattern.sub(MASK, text)
     return _ROW_DUMP.sub(f"({MASK}).", text)
+
+
+def redact_output(text: str, values: Iterable[str] = ()) -> str:
+    """A step's captured output as it is stored: each of ``values`` (the secrets it resolved,
+    its lease token) of at least ``MIN_MASKED_LENGTH`` characters masked, longest first, then
+    what ``redact`` masks."""
+    for value in sorted(values, key=len, reverse=True):
+        if len(value) >= MIN_MASKED_LENGTH and value in text:
+            text = text.replace(value, MASK)
+    return redact(text)
 
 
 def redact_value(value: Any) -> Any:

@@ -1,0 +1,210 @@
+"""What an in-process handler writes — ``print``, ``sys.stdout``/``sys.stderr``, Python
+``logging`` — captured per attempt, bounded and with secrets masked (docs/guide.md, "Step
+logs"); ``rara.worker.log_shipping`` writes it to the database while the step runs.
+
+Per attempt, not per process: several steps run at once in one worker (tasks on its loop,
+sync handlers in threads), so nothing is redirected globally. ``install`` puts one proxy on
+``sys.stdout`` and ``sys.stderr`` and one handler on the root logger, once; each looks up the
+attempt it is writing for in a context variable (``CURRENT``), which ``captured`` sets inside
+the handler's own task — a task runs in a copy of its creator's context and a sync handler's
+thread in a copy of the task's (``rara.worker.dispatch``), so a write lands on the attempt of
+the code that made it. Outside an attempt (the worker's own code) nothing is captured. The
+proxies still write through to the worker's terminal, as before.
+
+The bound: an attempt keeps its first ``HEAD_BYTES`` and its last ``TAIL_BYTES`` of output
+(UTF-8, after masking); what lies between is dropped, and the first chunk of the tail starts
+with a line saying how many bytes were (the chunk's ``dropped`` says it too). The head is
+shipped as it is written; the tail only at the attempt's end.
+
+Masking (``rara.secrets.redact_output``) works on whole lines, so a secret written in pieces is
+still seen whole: a line is held until its newline, the attempt's end, or ``CHUNK_BYTES``.
+NUL, which PostgreSQL's text cannot hold, is stored as the four characters ``\\x00``.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Callable, Coroutine, Iterable
+from contextvars import ContextVar
+from typing import Any, TextIO, TypeVar
+
+from rara.secrets import RESOLVED, redact_output
+
+T = TypeVar("T")
+
+HEAD_BYTES = 512 * 1024
+TAIL_BYTES = 512 * 1024
+CHUNK_BYTES = 64 * 1024  # the most one row holds (rara_step_logs); a batch is shipped at this
+DROPPED_LINE = "[rara: {dropped} bytes of output dropped here: a step's log keeps its first {head} KiB and its last {tail} KiB]\n"  # noqa: E501
+
+CURRENT: ContextVar[StepOutput | None] = ContextVar("rara_step_output", default=None)
+
+Chunk = tuple[int, str, int]  # (seq, body, bytes dropped just before it)
+
+
+class StepOutput:
+    """One attempt's captured output: written from any thread, taken in chunks by the shipper."""
+
+    def __init__(self, masked: Iterable[str] = (), on_full: Callable[[], None] | None = None):
+        self._lock = threading.Lock()
+        # Values to mask (the lease token); the secrets the handler resolves join them.
+        self.secrets: set[str] = set(masked)
+        self._on_full = on_full  # a chunk's worth waits: ship now (called from any thread)
+        self._line: list[str] = []  # text after the last newline, held for masking
+        self._line_chars = 0
+        self._head_left = HEAD_BYTES
+        self._head = bytearray()  # masked head output not yet taken
+        self._tail = bytearray()  # masked output past the head (its end kept)
+        self._dropped = 0
+        self._seq = 0
+        self._unsent: list[Chunk] = []  # taken, not yet confirmed written
+        self.closed = False
+
+    def write(self, text: str) -> None:
+        full = False
+        with self._lock:
+            if self.closed:  # a thread the attempt left behind: its end is written already
+                return
+            newline = text.rfind("\n")
+            if newline < 0:
+                self._line.append(text)
+                self._line_chars += len(text)
+                if self._line_chars < CHUNK_BYTES:
+                    return
+                whole, rest = "".join(self._line), ""
+            else:
+                whole, rest = "".join(self._line) + text[: newline + 1], text[newline + 1 :]
+            self._line, self._line_chars = ([rest], len(rest)) if rest else ([], 0)
+            self._accept(whole)
+            full = len(self._head) >= CHUNK_BYTES
+        if full and self._on_full is not None:
+            self._on_full()
+
+    def _accept(self, text: str) -> None:
+        data = redact_output(text.replace("\x00", "\\x00"), self.secrets).encode()
+        if self._head_left > 0:
+            cut = min(self._head_left, len(data))
+            while cut < len(data) and data[cut] & 0xC0 == 0x80:
+                cut -= 1  # the head ends between characters
+            self._head += data[:cut]
+            self._head_left = 0 if cut < len(data) else self._head_left - cut
+            data = data[cut:]
+        if data:
+            self._tail += data
+            if len(self._tail) > 2 * TAIL_BYTES:  # trimmed now and then, not at every write
+                self._trim_tail()
+
+    def _trim_tail(self) -> None:
+        cut = max(0, len(self._tail) - TAIL_BYTES)
+        while cut < len(self._tail) and self._tail[cut] & 0xC0 == 0x80:
+            cut += 1  # never start inside a character
+        self._dropped += cut
+        del self._tail[:cut]
+
+    def take(self, final: bool = False) -> list[Chunk]:
+        """Every chunk not yet confirmed: those of an earlier failed write (same seqs, so a
+        replay is stored once), then the output written since. ``final``: the attempt ends —
+        its held line and its tail too, and nothing more is captured."""
+        with self._lock:
+            if final and not self.closed:
+                self.closed = True
+                if self._line:
+                    self._accept("".join(self._line))
+                    self._line, self._line_chars = [], 0
+            self._unsent += [(self._next_seq(), body, 0) for body in _split(self._head)]
+            self._head.clear()
+            if final and self._tail:
+                self._trim_tail()
+                marker = DROPPED_LINE.format(
+                    dropped=self._dropped, head=HEAD_BYTES // 1024, tail=TAIL_BYTES // 1024
+                ).encode()
+                bodies = _split(marker + self._tail)
+                self._tail.clear()
+                self._unsent.append((self._next_seq(), bodies[0], self._dropped))
+                self._unsent += [(self._next_seq(), body, 0) for body in bodies[1:]]
+            return list(self._unsent)
+
+    def pending(self) -> bool:
+        """Whether anything waits to be written (most steps write nothing: no statement)."""
+        with self._lock:
+            return bool(self._line or self._head or self._tail or self._unsent)
+
+    def confirm(self, count: int) -> None:
+        """The first ``count`` chunks ``take`` returned are written."""
+        with self._lock:
+            del self._unsent[:count]
+
+    def _next_seq(self) -> int:
+        self._seq += 1
+        return self._seq
+
+
+def _split(data: bytes | bytearray) -> list[str]:
+    """``data`` as text in pieces of at most ``CHUNK_BYTES``, each cut between characters."""
+    pieces = []
+    start = 0
+    while start < len(data):
+        end = min(start + CHUNK_BYTES, len(data))
+        while end < len(data) and data[end] & 0xC0 == 0x80:
+            end -= 1
+        pieces.append(bytes(data[start:end]).decode(errors="replace"))
+        start = end
+    return pieces
+
+
+async def captured(output: StepOutput, work: Coroutine[Any, Any, T]) -> T:
+    """Run ``work`` with its output going to ``output``; await it inside the handler's own
+    task, whose context (a copy) is the only one this changes."""
+    CURRENT.set(output)
+    RESOLVED.set(output.secrets)
+    return await work
+
+
+class _StepStream:
+    """``sys.stdout``/``sys.stderr``: a write is the current attempt's too, if any."""
+
+    def __init__(self, underlying: TextIO) -> None:
+        self.underlying = underlying
+
+    def write(self, text: str) -> int:
+        output = CURRENT.get()
+        if output is not None and isinstance(text, str):
+            output.write(text)
+        return self.underlying.write(text)
+
+    def flush(self) -> None:
+        self.underlying.flush()
+
+    def __getattr__(self, name: str) -> Any:  # encoding, fileno, isatty, buffer…
+        return getattr(self.underlying, name)
+
+
+class _StepLogHandler(logging.Handler):
+    """Records that reach the root logger, into the current attempt's log (if any)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        output = CURRENT.get()
+        if output is None:
+            return
+        try:
+            output.write(self.format(record) + "\n")
+        except Exception:
+            self.handleError(record)
+
+
+def install() -> None:
+    """The capture's proxies and logging handler, once per process (again after something
+    replaced ``sys.stdout``, as pytest does)."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if not isinstance(stream, _StepStream):
+            setattr(sys, name, _StepStream(stream))
+    root = logging.getLogger()
+    if not any(isinstance(h, _StepLogHandler) for h in root.handlers):
+        root.addHandler(_StepLogHandler())

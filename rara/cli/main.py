@@ -22,6 +22,7 @@ from rara.cli import (
     operator,
     releases,
     retention,
+    run_logs,
     runs,
     schedules,
     status,
@@ -38,6 +39,7 @@ app = typer.Typer(
 app.add_typer(db.app, name="db")
 app.add_typer(definitions.app, name="definitions")
 runs.app.command("prune")(retention.prune)  # beside runs.py's commands: maintenance
+runs.app.command("logs")(run_logs.logs)
 app.add_typer(runs.app, name="runs")
 app.add_typer(artifacts.app, name="artifacts")
 app.add_typer(limits.app, name="limits")

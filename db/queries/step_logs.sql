@@ -24,3 +24,13 @@ WHERE s.run_id = :run_id AND (CAST(:step_key AS text) IS NULL OR s.key = :step_k
   AND l.seq > coalesce(CAST(CAST(:seen AS jsonb) ->> (l.step_id || ':' || l.attempt) AS integer), 0)
 ORDER BY l.created_at, l.step_id, l.attempt, l.seq
 LIMIT :limit;
+
+-- name: step_log_marks
+-- The dashboard's live view: per watched run, the sum of the last seq of its running steps'
+-- current attempts (one index probe each); a run's mark moves when one of them wrote more.
+SELECT s.run_id,
+       CAST(sum((SELECT max(l.seq) FROM rara_step_logs l
+                 WHERE l.step_id = s.id AND l.attempt = s.attempt)) AS bigint) AS mark
+FROM rara_steps s
+WHERE s.run_id = ANY (CAST(:run_ids AS bigint[])) AND s.status = 'running'
+GROUP BY s.run_id;

@@ -12,10 +12,11 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from psycopg.rows import class_row
 
-from rara.pg.queries import Conn, many
+from rara.pg.queries import AsyncConn, Conn, amany, many
 
 # How many chunks one read returns at most (a chunk is ≤ 64 KiB): a follower asks again.
 READ_LIMIT = 256
@@ -54,14 +55,37 @@ def list_chunks(
     """The run's chunks (of ``step_key`` only, if given) after ``cursor``, oldest first; the
     cursor, if given, moves past them."""
     chunks = many(
-        conn,
-        "step_log_list",
-        class_row(LogChunk),
-        run_id=run_id,
-        step_key=step_key,
-        seen=json.dumps(cursor.seen if cursor else {}),
-        limit=limit,
+        conn, "step_log_list", class_row(LogChunk), **_params(run_id, step_key, cursor, limit)
     )
     if cursor is not None:
         cursor.advance(chunks)
     return chunks
+
+
+async def alist_chunks(
+    conn: AsyncConn, run_id: int, step_key: str | None = None, limit: int = READ_LIMIT
+) -> list[LogChunk]:
+    """``list_chunks`` from the start, on an async connection (the dashboard)."""
+    return await amany(
+        conn, "step_log_list", class_row(LogChunk), **_params(run_id, step_key, None, limit)
+    )
+
+
+def _params(
+    run_id: int, step_key: str | None, cursor: LogCursor | None, limit: int
+) -> dict[str, Any]:
+    seen = json.dumps(cursor.seen if cursor else {})
+    return {"run_id": run_id, "step_key": step_key, "seen": seen, "limit": limit}
+
+
+@dataclass(frozen=True, slots=True)
+class LogMark:
+    run_id: int
+    mark: int
+
+
+async def alog_marks(conn: AsyncConn, run_ids: list[int]) -> dict[int, int]:
+    """Per run (of those with a running step), a number that grows when a running step's log
+    does (step_log_marks): the dashboard's cue to read the log again."""
+    rows = await amany(conn, "step_log_marks", class_row(LogMark), run_ids=run_ids)
+    return {r.run_id: r.mark or 0 for r in rows}

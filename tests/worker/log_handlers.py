@@ -66,6 +66,8 @@ def secret(ctx: StepContext) -> Any:
 async def until(ctx: StepContext) -> Any:
     """Prints a line, then waits (cooperatively) for the file ``release`` to exist."""
     print(f"{ctx.step_key} started")
+    if "say" in ctx.input:
+        print(ctx.input["say"])
     release = Path(ctx.input["release"])
     while not release.exists():  # noqa: ASYNC240 (a stat of a test's file, 50 times a second)
         if ctx.cancelled():

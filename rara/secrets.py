@@ -55,7 +55,7 @@ MASK = "[REDACTED]"
 
 
 # The secret values resolved in this context: a set while a step's output is captured (the
-# worker sets it around an in-process handler: rara.worker.step_output), else None. Mutated,
+# worker sets it around an in-process handler: rara.step_output), else None. Mutated,
 # never replaced, so a handler's threads (which run in a copy of its context) add to the set
 # its capture reads.
 RESOLVED: ContextVar[set[str] | None] = ContextVar("rara_resolved_secrets", default=None)

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from rara.pg.step_logs import LogCursor, list_chunks
-from rara.worker.step_output import HEAD_BYTES, TAIL_BYTES
+from rara.step_output import HEAD_BYTES, TAIL_BYTES
 from tests.support.runs import define, start, wait_run
 from tests.support.waiting import wait_until
 from tests.worker.log_handlers import LOG_HANDLERS

@@ -8,7 +8,7 @@ through the attempt's ``AttemptIO`` (fenced, ``rara.worker.store``): successes, 
 cancels by the worker's completion batcher (``rara.worker.batcher``: many attempts per
 transaction, each fenced on its own, the write beyond the reach of a cancelled attempt), a
 release on its own, shielded. Checkpoints the handler queued, its latest progress and the rest
-of its log (``rara.worker.step_output``) land first:
+of its log (``rara.step_output``) land first:
 
     handler returned        → complete (result + artifact manifest)
     handler raised          → fail (TerminalError: for good; anything else: retry)
@@ -39,12 +39,12 @@ from rara.artifacts.media_type import media_type_problem
 from rara.context import StepContext, StepOutcome
 from rara.errors import ErrorCode, NotStarted
 from rara.states import AttemptOutcome, StepStatus
+from rara.step_output import captured
 from rara.worker import cache
 from rara.worker.attempt_io import AttemptIO
 from rara.worker.dispatch import Executor
 from rara.worker.failures import error_json, is_retryable, timeout_json
 from rara.worker.retry import persist
-from rara.worker.step_output import captured
 from rara.worker.vocabulary import (
     ABANDONED,
     LOST,
@@ -105,10 +105,9 @@ async def supervise(
     settings = io.settings
     step = state.step
     loop = state.loop
-    work = executor.run(ctx, step)
-    if step.executor == "inprocess":  # what the handler writes is the attempt's log
-        work = captured(io.logs.output_for(state), work)
-    task = loop.create_task(work)
+    # What the handler writes (or the executor relays: rara.worker.grpc_executor) is the
+    # attempt's log.
+    task = loop.create_task(captured(io.logs.output_for(state), executor.run(ctx, step)))
     cancel_at: float | None = None
     reason: StopReason | None = None
     while not task.done():

@@ -1,4 +1,4 @@
-"""Shipping what handlers write (``rara.worker.step_output``) to the database, live.
+"""Shipping what handlers write (``rara.step_output``) to the database, live.
 
 One loop per worker writes the chunks of every running attempt in one statement
 (step_log_many), every ``PERIOD`` seconds or as soon as an attempt has a chunk's worth
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 
 import structlog
 
+from rara.step_output import StepOutput
 from rara.worker.retry import TRANSIENT
-from rara.worker.step_output import StepOutput
 from rara.worker.store import WorkerStore
 from rara.worker.vocabulary import AttemptState
 

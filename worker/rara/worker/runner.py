@@ -30,6 +30,7 @@ import structlog
 
 from rara.artifacts import open_store
 from rara.cache import CacheKey
+from rara.step_output import install as capture_step_output
 from rara.worker import cache
 from rara.worker.attempt import supervise
 from rara.worker.attempt_io import AttemptIO
@@ -44,7 +45,6 @@ from rara.worker.progress import ProgressWriter
 from rara.worker.retry import persist
 from rara.worker.settings import WorkerSettings
 from rara.worker.slots import Slots
-from rara.worker.step_output import install as capture_step_output
 from rara.worker.store import WorkerStore, make_pool
 from rara.worker.vocabulary import AttemptEnd, AttemptState
 from rara.worker.waits import fire_loop

@@ -1,10 +1,10 @@
-"""The capture's buffer on its own (rara.worker.step_output): the bound cut between
+"""The capture's buffer on its own (rara.step_output): the bound cut between
 characters, masking of values written in pieces and of the lease token, replays with the same
 seqs, nothing taken after the end."""
 
 from __future__ import annotations
 
-from rara.worker.step_output import CHUNK_BYTES, HEAD_BYTES, TAIL_BYTES, StepOutput
+from rara.step_output import CHUNK_BYTES, HEAD_BYTES, TAIL_BYTES, StepOutput
 
 TOKEN = "5f0c8a2e-9d1b-4c3a-8e7f-123456789abc"
 

@@ -8,7 +8,8 @@
 - ``redact`` masks them in anything logged; ``redacting_processor`` does so for structlog.
 - ``redact_output`` masks a step's captured output (its log): ``redact``, and first every
   secret value ``resolve`` returned in the step's context (``RESOLVED``, set by the worker
-  around an in-process handler) and any other value the caller names (the lease token).
+  around an in-process handler) and any other value the caller names (the lease token, the
+  values of the secrets the step names: ``named_values``).
 """
 
 from __future__ import annotations
@@ -94,6 +95,20 @@ def resolve(
     )
 
 
+def named_values(refs: Mapping[str, Any]) -> list[str]:
+    """The values of the secrets a step names (its definition's ``secrets``: an alias → a
+    ``{name, key}`` reference) that resolve here; one that does not is left out (the step
+    may resolve it elsewhere, or never)."""
+    values = []
+    for ref in refs.values():
+        if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
+            try:
+                values.append(resolve(ref["name"], ref.get("key")))
+            except SecretNotFound:
+                continue
+    return values
+
+
 def _noted(value: str) -> str:
     """``value``, remembered for the step's log to mask when a capture is on (``RESOLVED``)."""
     resolved = RESOLVED.get()
@@ -137,9 +152,38 @@ def refuse_credentials(value: Any, what: str) -> None:
 _ROW_DUMP = re.compile(r"(?<=Failing row contains )\([^\n]*+")
 
 
+# What each pattern cannot match without: a pattern runs only on text holding one of these
+# (a substring test is ~100 times cheaper than a regex pass, and most text is a step's log
+# lines holding none). The case-insensitive one is tested on ASCII text, casefolded; on other
+# text it always runs (Unicode folding has more ways to spell a letter).
+_HINTS: dict[str, tuple[str, ...]] = {
+    "private key": ("PRIVATE KEY-----",),
+    "AWS access key id": ("AKIA", "ASIA"),
+    "GitHub token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    "Slack token": ("xox",),
+    "OpenAI-style API key": ("sk-",),
+    "Hugging Face token": ("hf_",),
+    "JSON web token": ("eyJ",),
+    "password in URL": ("://",),
+}
+_FOLDED_HINTS = ("password", "passwd", "secret", "api", "access")
+_ROW_DUMP_HINT = "Failing row contains "
+
+
+def _may_match(name: str, text: str, folded: str | None) -> bool:
+    hints = _HINTS.get(name)
+    if hints is not None:
+        return any(h in text for h in hints)
+    return folded is None or any(h in folded for h in _FOLDED_HINTS)
+
+
 def redact(text: str) -> str:
-    for pattern in _PATTERNS.values():
-        text = pattern.sub(MASK, text)
+    folded = text.casefold() if text.isascii() else None
+    for name, pattern in _PATTERNS.items():
+        if _may_match(name, text, folded):
+            text = pattern.sub(MASK, text)
+    if _ROW_DUMP_HINT not in text:
+        return text
     return _ROW_DUMP.sub(f"({MASK}).", text)
 
 

@@ -19,7 +19,9 @@ with a line saying how many bytes were (the chunk's ``dropped`` says it too). Th
 shipped as it is written; the tail only at the attempt's end.
 
 Masking (``rara.secrets.redact_output``) works on whole lines, so a secret written in pieces is
-still seen whole: a line is held until its newline, the attempt's end, or ``CHUNK_BYTES``.
+still seen whole: a line is held until its newline, the attempt's end, or ``CHUNK_BYTES``. It
+costs ~0.5 µs a byte, so only what is kept is masked: the head as it is written, the tail once,
+at the end (a noisy step costs the worker the same CPU for its log whatever it writes).
 NUL, which PostgreSQL's text cannot hold, is stored as the four characters ``\\x00``.
 """
 
@@ -40,6 +42,9 @@ HEAD_BYTES = 512 * 1024
 TAIL_BYTES = 512 * 1024
 CHUNK_BYTES = 64 * 1024  # the most one row holds (rara_step_logs); a batch is shipped at this
 MASK_BATCH = 16 * 1024  # characters of whole lines masked in one pass
+# Bytes of tail kept beyond TAIL_BYTES until the end, so that the tail is cut where a line
+# starts before it is masked, and is still TAIL_BYTES long after masking shortened it.
+TAIL_SLACK = 64 * 1024
 DROPPED_LINE = "[rara: {dropped} bytes of output dropped here: a step's log keeps its first {head} KiB and its last {tail} KiB]\n"  # noqa: E501
 
 CURRENT: ContextVar[StepOutput | None] = ContextVar("rara_step_output", default=None)
@@ -128,25 +133,40 @@ class StepOutput:
             self._lines, self._lines_chars = [], 0
 
     def _accept(self, text: str) -> None:
-        data = redact_output(text.replace("\x00", "\\x00"), self.secrets).encode()
-        if self._head_left > 0:
-            cut = min(self._head_left, len(data))
-            while cut < len(data) and data[cut] & 0xC0 == 0x80:
-                cut -= 1  # the head ends between characters
-            self._head += data[:cut]
-            self._head_left = 0 if cut < len(data) else self._head_left - cut
-            data = data[cut:]
-        if data:
-            self._tail += data
+        text = text.replace("\x00", "\\x00")
+        if self._head_left == 0:  # past the head: masked at the end, only what is kept
+            self._tail += text.encode()
             if len(self._tail) > 2 * TAIL_BYTES:  # trimmed now and then, not at every write
-                self._trim_tail()
+                self._trim_tail(TAIL_BYTES + TAIL_SLACK, at_line=True)
+            return
+        data = redact_output(text, self.secrets).encode()
+        cut = min(self._head_left, len(data))
+        while cut < len(data) and data[cut] & 0xC0 == 0x80:
+            cut -= 1  # the head ends between characters
+        self._head += data[:cut]
+        self._head_left = 0 if cut < len(data) else self._head_left - cut
+        self._tail += data[cut:]
 
-    def _trim_tail(self) -> None:
-        cut = max(0, len(self._tail) - TAIL_BYTES)
+    def _trim_tail(self, keep: int, *, at_line: bool = False) -> None:
+        """Drop the tail's start, keeping ``keep`` bytes: from a line's start if one begins
+        soon (``at_line``: so that no value is cut in two before it is masked), else from a
+        character's."""
+        cut = max(0, len(self._tail) - keep)
+        line = self._tail.find(b"\n", cut, cut + TAIL_SLACK // 2) if at_line else -1
+        if line >= 0:
+            cut = line + 1
         while cut < len(self._tail) and self._tail[cut] & 0xC0 == 0x80:
             cut += 1  # never start inside a character
         self._dropped += cut
         del self._tail[:cut]
+
+    def _masked_tail(self) -> None:
+        """The tail as it is kept: masked (its text beyond the head was kept as written), then
+        cut to ``TAIL_BYTES``."""
+        masked = redact_output(self._tail.decode(errors="replace"), self.secrets).encode()
+        self._tail = bytearray(masked)
+        if len(self._tail) > TAIL_BYTES:
+            self._trim_tail(TAIL_BYTES)
 
     def take(self, final: bool = False) -> list[Chunk]:
         """Every chunk not yet confirmed: those of an earlier failed write (same seqs, so a
@@ -160,7 +180,7 @@ class StepOutput:
             self._unsent += [(self._next_seq(), body, 0) for body in _split(self._head)]
             self._head.clear()
             if final and self._tail:
-                self._trim_tail()
+                self._masked_tail()
                 marker = (
                     DROPPED_LINE.format(
                         dropped=self._dropped, head=HEAD_BYTES // 1024, tail=TAIL_BYTES // 1024

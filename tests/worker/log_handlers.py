@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -59,6 +60,13 @@ def secret(ctx: StepContext) -> Any:
     print("connecting with password=sw0rdfish-42")
     log.warning("key AKIAABCDEFGHIJKLMNOP in use")
     print("NUL here:\x00.")
+    return None
+
+
+@registry.handler("test.log.leaky@1")
+def leaky(ctx: StepContext) -> Any:
+    """Prints the value of a secret its step names, read from the environment by hand."""
+    print(f"leaking {os.environ['RARA_SECRET_TESTLOG_TOKEN']}!")
     return None
 
 

@@ -100,6 +100,18 @@ def test_secrets_are_masked_before_they_are_stored(
     assert "tok-7f3a9c" not in stored[0]
 
 
+def test_the_secrets_a_step_names_are_masked_however_it_reads_them(
+    conn: psycopg.Connection[Any], thread_worker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RARA_SECRET_TESTLOG_TOKEN", "named-9d8c7b")
+    secrets = {"TOKEN": {"name": "testlog", "key": "token"}, "GONE": {"name": "nowhere"}}
+    define(conn, "leaky", [{"key": "l", "capability": "test.log.leaky@1", "secrets": secrets}])
+    thread_worker(handlers=[LOG_HANDLERS])
+    run_id = start(conn, "leaky")
+    wait_run(conn, run_id, status="succeeded")
+    assert log_of(conn, run_id, "l") == "leaking [REDACTED]!\n"
+
+
 def test_the_log_is_live_while_the_step_runs_and_whole_before_its_end(
     conn: psycopg.Connection[Any], thread_worker: Any, tmp_path: Path
 ) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 
 import structlog
 
+from rara.secrets import named_values
 from rara.step_output import StepOutput
 from rara.worker.retry import TRANSIENT
 from rara.worker.store import WorkerStore
@@ -37,13 +38,15 @@ class LogShipper:
         self._one_at_a_time = asyncio.Lock()
 
     def output_for(self, state: AttemptState) -> StepOutput:
-        """A new capture for ``state``; its lease token is masked in what it keeps."""
+        """A new capture for ``state``; its lease token and the values of the secrets the step
+        names (those that resolve here) are masked in what it keeps."""
         loop = state.loop
 
         def ship_soon() -> None:
             loop.call_soon_threadsafe(self.due.set)
 
-        output = StepOutput(masked=[str(state.fence.token)], on_full=ship_soon)
+        masked = [str(state.fence.token), *named_values(state.step.payload.get("secrets") or {})]
+        output = StepOutput(masked=masked, on_full=ship_soon)
         state.output = output
         return output
 

@@ -15,12 +15,16 @@ SELECT * FROM rara_step_log_many(
     p_bodies => CAST(:bodies AS text[]), p_dropped => CAST(:dropped AS bigint[]));
 
 -- name: step_log_list
--- A run's chunks (of one step when :step_key is not NULL) after those already read: :seen maps
--- "step_id:attempt" to the last seq read of that attempt (an attempt's seqs are written in
--- order, each after the one before committed, so a reader that follows by them misses none).
+-- A run's chunks (of one step when :step_key is not NULL, and of a map step's children with it)
+-- after those already read: :seen maps "step_id:attempt" to the last seq read of that attempt
+-- (an attempt's seqs are written in order, each after the one before committed, so a reader
+-- that follows by them misses none).
 SELECT l.step_id, s.key, l.attempt, l.seq, l.body, l.dropped, l.created_at
 FROM rara_step_logs l JOIN rara_steps s ON s.id = l.step_id
-WHERE s.run_id = :run_id AND (CAST(:step_key AS text) IS NULL OR s.key = :step_key)
+WHERE s.run_id = :run_id
+  AND (CAST(:step_key AS text) IS NULL OR s.key = :step_key
+       OR s.map_parent = (SELECT p.id FROM rara_steps p
+                          WHERE p.run_id = :run_id AND p.key = :step_key))
   AND l.seq > coalesce(CAST(CAST(:seen AS jsonb) ->> (l.step_id || ':' || l.attempt) AS integer), 0)
 ORDER BY l.created_at, l.step_id, l.attempt, l.seq
 LIMIT :limit;

@@ -10,6 +10,7 @@ more read finds the rest.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Annotated
 
@@ -50,7 +51,12 @@ class LinePrinter:
 @reports_errors
 def logs(
     run_id: int,
-    step: Annotated[str | None, typer.Argument(help="only this step's log")] = None,
+    step: Annotated[
+        str | None,
+        typer.Argument(
+            help="only this step's log (a map step's: its children's too; or one child's: KEY[N])"
+        ),
+    ] = None,
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="keep printing until the step (or run) ends")
     ] = False,
@@ -59,7 +65,7 @@ def logs(
     client = Client()
     view = client.get_run(run_id)  # a clear error for an unknown run
     keys = [s["key"] for s in view.steps]
-    if step is not None and step not in keys:
+    if step is not None and _listed(step) not in keys:
         raise InputInvalid(f"run {run_id} has no step {step!r} (its steps: {', '.join(keys)})")
     cursor = LogCursor()
     printer = LinePrinter()
@@ -79,9 +85,20 @@ def logs(
         err_console.print(f"{what}: no output captured", style="dim")
 
 
+_CHILD = re.compile(r"^(?P<map>.+)\[\d+\]$")
+
+
+def _listed(step: str) -> str:
+    """The step as the run lists it: a map step's child (``shards[3]``) is its map step's."""
+    child = _CHILD.match(step)
+    return child["map"] if child else step
+
+
 def _ended(client: Client, run_id: int, step: str | None) -> bool:
-    """Whether the run (or its step) has ended: nothing more will be written for it."""
+    """Whether the run (or its step; a child's: its map step's) has ended: nothing more will
+    be written for it."""
     view = client.get_run(run_id)
     if step is None:
         return view.status.terminal
-    return any(s["key"] == step and StepStatus(s["status"]).terminal for s in view.steps)
+    key = _listed(step)
+    return any(s["key"] == key and StepStatus(s["status"]).terminal for s in view.steps)

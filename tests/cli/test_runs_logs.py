@@ -66,6 +66,26 @@ def test_logs_of_a_run_and_of_one_step(
     assert "error: no run 999999" in unknown
 
 
+def test_logs_of_a_map_step_are_its_childrens(
+    cli: CliRunner, conn: psycopg.Connection[Any], thread_worker: Any
+) -> None:
+    apply(
+        conn,
+        "mapped",
+        [{"key": "m", "capability": "test.log.chatty@1", "map": {"over": "input.items"}}],
+    )
+    thread_worker(handlers=[LOG_HANDLERS])
+    items = {"items": [1, 2], "lines": 2}
+    run_id = start_run(conn, "mapped", input=items, queue_anyway=True).run_id
+    wait_run(conn, run_id, status="succeeded")
+    out, _ = _run(cli, "runs", "logs", str(run_id), "m")
+    steps = {m.group(1) for line in out.splitlines() if (m := STAMPED.match(line))}
+    assert steps == {"m[0]", "m[1]"}, out
+    one, _ = _run(cli, "runs", "logs", str(run_id), "m[1]")
+    assert "m[1] out 1" in one
+    assert "m[0]" not in one
+
+
 def test_logs_are_printed_literally(cli: CliRunner, conn: psycopg.Connection[Any]) -> None:
     """Markup stays text, an escape sequence shows as its escape, and a line cut between two
     chunks is one line."""

@@ -4314,6 +4314,71 @@ BEGIN
         p_worker, ARRAY(SELECT t.id FROM unnest(taken) AS t), p_lease_seconds);
 END $$;
 
+-- FUNCTION: rara_step_log_bound()
+
+CREATE FUNCTION public.rara_step_log_bound() RETURNS bigint
+    LANGUAGE sql IMMUTABLE
+    AS $$ SELECT 1048576 + 1024::bigint $$;
+
+-- FUNCTION: rara_step_log_many(text, bigint[], uuid[], integer[], text[], bigint[])
+
+CREATE FUNCTION public.rara_step_log_many(p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[], p_bodies text[], p_dropped bigint[]) RETURNS SETOF bigint
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    SET enable_seqscan TO 'off'
+    AS $$
+DECLARE
+    over record;
+BEGIN
+    -- Log chunks of many attempts in one statement, each fenced like progress
+    -- (rara_step_progress_many): the worker's login, its lease token, the step running, FOR
+    -- SHARE so that no chunk lands after a concurrent reap or cancel. Returns the steps still
+    -- owned; a chunk of any other step is not written. A replayed seq (its first write failed
+    -- in flight) is the same chunk again: kept once. An attempt's chunks beyond the bound are
+    -- refused, naming the step: the worker never sends them.
+    PERFORM rara_worker_check_login(p_worker);
+    WITH p AS (
+        SELECT * FROM unnest(p_step_ids, p_tokens, p_seqs, p_bodies, p_dropped)
+            AS p(step_id, token, seq, body, dropped)
+    ), owned AS (
+        SELECT p.*, s.attempt FROM p JOIN rara_steps s
+            ON s.id = ANY (p_step_ids) AND s.id = p.step_id AND s.lease_token = p.token
+           AND s.leased_by = p_worker AND s.status = 'running'
+        FOR SHARE OF s
+    ), fresh AS (  -- a replayed seq is stored already: it adds nothing
+        SELECT o.* FROM owned o
+        WHERE NOT EXISTS (SELECT FROM rara_step_logs l
+                          WHERE l.step_id = o.step_id AND l.attempt = o.attempt
+                            AND l.seq = o.seq)
+    ), totals AS (
+        SELECT f.step_id, f.attempt,
+               sum(octet_length(f.body)) + coalesce((
+                   SELECT sum(octet_length(l.body)) FROM rara_step_logs l
+                   WHERE l.step_id = f.step_id AND l.attempt = f.attempt), 0) AS total
+        FROM fresh f GROUP BY f.step_id, f.attempt
+    )
+    SELECT t.* INTO over FROM totals t WHERE t.total > rara_step_log_bound() LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'step % attempt %: % bytes of log, over the % bytes an attempt keeps',
+            over.step_id, over.attempt, over.total, rara_step_log_bound()
+            USING ERRCODE = 'program_limit_exceeded';
+    END IF;
+    RETURN QUERY
+    WITH p AS (
+        SELECT * FROM unnest(p_step_ids, p_tokens, p_seqs, p_bodies, p_dropped)
+            AS p(step_id, token, seq, body, dropped)
+    ), owned AS (  -- (locked already, by the check above)
+        SELECT p.*, s.attempt FROM p JOIN rara_steps s
+            ON s.id = ANY (p_step_ids) AND s.id = p.step_id AND s.lease_token = p.token
+           AND s.leased_by = p_worker AND s.status = 'running'
+    ), written AS (
+        INSERT INTO rara_step_logs (step_id, attempt, seq, body, dropped)
+        SELECT o.step_id, o.attempt, o.seq, o.body, coalesce(o.dropped, 0) FROM owned o
+        ON CONFLICT (step_id, attempt, seq) DO NOTHING
+    )
+    SELECT DISTINCT o.step_id FROM owned o;
+END $$;
+
 -- FUNCTION: rara_step_progress_many(text, bigint[], uuid[], integer[], double precision[], text[], jsonb[])
 
 CREATE FUNCTION public.rara_step_progress_many(p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[], p_fractions double precision[], p_messages text[], p_metrics jsonb[]) RETURNS SETOF bigint
@@ -5273,6 +5338,21 @@ CREATE TABLE public.rara_step_cache (
     CONSTRAINT rara_step_cache_reads_check CHECK ((jsonb_typeof(reads) = 'object'::text))
 );
 
+-- TABLE: rara_step_logs
+
+CREATE TABLE public.rara_step_logs (
+    step_id bigint NOT NULL,
+    attempt integer NOT NULL,
+    seq integer NOT NULL,
+    body text NOT NULL,
+    dropped bigint DEFAULT 0 NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rara_step_logs_attempt_check CHECK ((attempt >= 1)),
+    CONSTRAINT rara_step_logs_body_check CHECK ((octet_length(body) <= 65536)),
+    CONSTRAINT rara_step_logs_dropped_check CHECK ((dropped >= 0)),
+    CONSTRAINT rara_step_logs_seq_check CHECK ((seq >= 1))
+);
+
 -- TABLE: rara_step_reads
 
 CREATE TABLE public.rara_step_reads (
@@ -5550,6 +5630,11 @@ ALTER TABLE ONLY public.rara_step_artifacts
 ALTER TABLE ONLY public.rara_step_cache
     ADD CONSTRAINT rara_step_cache_pkey PRIMARY KEY (key, namespace, capability);
 
+-- CONSTRAINT: rara_step_logs rara_step_logs_pkey
+
+ALTER TABLE ONLY public.rara_step_logs
+    ADD CONSTRAINT rara_step_logs_pkey PRIMARY KEY (step_id, attempt, seq);
+
 -- CONSTRAINT: rara_step_reads rara_step_reads_pkey
 
 ALTER TABLE ONLY public.rara_step_reads
@@ -5803,6 +5888,11 @@ ALTER TABLE ONLY public.rara_step_artifacts
 ALTER TABLE ONLY public.rara_step_artifacts
     ADD CONSTRAINT rara_step_artifacts_step_id_fkey FOREIGN KEY (step_id) REFERENCES public.rara_steps(id) ON DELETE CASCADE;
 
+-- FK CONSTRAINT: rara_step_logs rara_step_logs_step_id_fkey
+
+ALTER TABLE ONLY public.rara_step_logs
+    ADD CONSTRAINT rara_step_logs_step_id_fkey FOREIGN KEY (step_id) REFERENCES public.rara_steps(id) ON DELETE CASCADE;
+
 -- FK CONSTRAINT: rara_step_reads rara_step_reads_step_id_fkey
 
 ALTER TABLE ONLY public.rara_step_reads
@@ -6020,6 +6110,17 @@ ALTER TABLE public.rara_step_cache ENABLE ROW LEVEL SECURITY;
 -- POLICY: rara_step_cache rara_step_cache_read
 
 CREATE POLICY rara_step_cache_read ON public.rara_step_cache FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_step_logs
+
+ALTER TABLE public.rara_step_logs ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_step_logs rara_step_logs_read
+
+CREATE POLICY rara_step_logs_read ON public.rara_step_logs FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (( SELECT r.namespace
+   FROM (public.rara_steps s
+     JOIN public.rara_runs r ON ((r.id = s.run_id)))
+  WHERE (s.id = rara_step_logs.step_id)) = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- ROW SECURITY: rara_step_reads
 
@@ -6576,6 +6677,15 @@ GRANT ALL ON FUNCTION public.rara_step_heartbeat(p_worker text, p_capabilities t
 REVOKE ALL ON FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision, p_after_namespaces text[], p_except_namespaces text[]) FROM PUBLIC;
 GRANT ALL ON FUNCTION public.rara_step_lease(p_worker text, p_capabilities text[], p_executors text[], p_after_ranks integer[], p_after_ats timestamp with time zone[], p_after_ids bigint[], p_limit integer, p_lease_seconds double precision, p_after_namespaces text[], p_except_namespaces text[]) TO rara_worker;
 
+-- ACL: FUNCTION rara_step_log_bound()
+
+REVOKE ALL ON FUNCTION public.rara_step_log_bound() FROM PUBLIC;
+
+-- ACL: FUNCTION rara_step_log_many(p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[], p_bodies text[], p_dropped bigint[])
+
+REVOKE ALL ON FUNCTION public.rara_step_log_many(p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[], p_bodies text[], p_dropped bigint[]) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_step_log_many(p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[], p_bodies text[], p_dropped bigint[]) TO rara_worker;
+
 -- ACL: FUNCTION rara_step_progress_many(p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[], p_fractions double precision[], p_messages text[], p_metrics jsonb[])
 
 REVOKE ALL ON FUNCTION public.rara_step_progress_many(p_worker text, p_step_ids bigint[], p_tokens uuid[], p_seqs integer[], p_fractions double precision[], p_messages text[], p_metrics jsonb[]) FROM PUBLIC;
@@ -6783,6 +6893,10 @@ GRANT SELECT ON TABLE public.rara_step_artifacts TO rara_reader;
 -- ACL: TABLE rara_step_cache
 
 GRANT SELECT ON TABLE public.rara_step_cache TO rara_reader;
+
+-- ACL: TABLE rara_step_logs
+
+GRANT SELECT ON TABLE public.rara_step_logs TO rara_reader;
 
 -- ACL: TABLE rara_step_reads
 

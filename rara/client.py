@@ -25,9 +25,10 @@ from rara.definitions.registry import AppliedVersion, apply_definition
 from rara.errors import NotFound
 from rara.namespaces import document_namespace, namespace_from, qualified
 from rara.pauses import PauseChange
-from rara.pg import artifacts, definitions, events, runs, steps, workers
+from rara.pg import artifacts, definitions, events, runs, step_logs, steps, workers
 from rara.pg import waits as wait_sql
 from rara.pg.connect import database_url
+from rara.pg.step_logs import LogChunk, LogCursor
 from rara.pg.waits import Approval, ApprovalRow, Decided, PersonWait, Signalled
 from rara.releases import (
     MoveRow,
@@ -223,6 +224,14 @@ class Client:
     def run_attempts(self, run_id: int) -> list[Row]:
         with self._conn() as conn:
             return [asdict(r) for r in events.list_attempts(conn, run_id)]
+
+    def run_logs(
+        self, run_id: int, step_key: str | None = None, cursor: LogCursor | None = None
+    ) -> list[LogChunk]:
+        """What the run's steps (``step_key``'s only, if given) wrote after ``cursor``, oldest
+        first (rara.pg.step_logs); the cursor moves past it."""
+        with self._conn() as conn:
+            return step_logs.list_chunks(conn, run_id, step_key, cursor)
 
     def run_artifacts(self, run_id: int) -> list[Row]:
         with self._conn() as conn:

@@ -259,19 +259,17 @@ def resume_run(
 
 def cancel_run(conn: psycopg.Connection[Any], run_id: int, reason: str | None = None) -> bool:
     """Cancel waiting steps now; flag running ones (NOTIFY + heartbeat answer tell their worker).
-<<<<<<< HEAD
     Returns False when the run had already ended. ``reason``: kept with who cancelled as the
     run's error (``rara.cancel_reason``, set for this transaction only: rara_run_cancel)."""
-    for attempt in range(3):
-        try:
-            if not reason:
-                return _cancel_once(conn, run_id)
-            with conn.transaction():
-                conn.execute("SELECT set_config('rara.cancel_reason', %s, true)", (reason,))
-                return _cancel_once(conn, run_id)
-=======
-    Returns False when the run had already ended."""
-    return retrying_deadlocks(lambda: _cancel_once(conn, run_id))
+
+    def cancel() -> bool:
+        if not reason:
+            return _cancel_once(conn, run_id)
+        with conn.transaction():
+            conn.execute("SELECT set_config('rara.cancel_reason', %s, true)", (reason,))
+            return _cancel_once(conn, run_id)
+
+    return retrying_deadlocks(cancel)
 
 
 def retrying_deadlocks(act: Callable[[], _R]) -> _R:
@@ -282,7 +280,6 @@ def retrying_deadlocks(act: Callable[[], _R]) -> _R:
     for attempt in range(3):
         try:
             return act()
->>>>>>> wip/pause-run
         except psycopg.errors.DeadlockDetected:
             if attempt == 2:
                 raise

@@ -6,13 +6,18 @@
 - ``find_credentials`` spots values that look like credentials (private keys, cloud and token
   formats, ``password=…`` pairs); run input and step payloads holding one are refused.
 - ``redact`` masks them in anything logged; ``redacting_processor`` does so for structlog.
+- ``redact_output`` masks a step's captured output (its log): ``redact``, and first every
+  secret value ``resolve`` returned in the step's context (``RESOLVED``, set by the worker
+  around an in-process handler) and any other value the caller names (the lease token, the
+  values of the secrets the step names: ``named_values``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +55,17 @@ _SENSITIVE_KEYS = re.compile(
 MASK = "[REDACTED]"
 
 
+# The secret values resolved in this context: a set while a step's output is captured (the
+# worker sets it around an in-process handler: rara.step_output), else None. Mutated,
+# never replaced, so a handler's threads (which run in a copy of its context) add to the set
+# its capture reads.
+RESOLVED: ContextVar[set[str] | None] = ContextVar("rara_resolved_secrets", default=None)
+
+# A shorter value is not masked in a step's log: two or three characters would mask ordinary
+# text everywhere they occur and hide nothing worth hiding.
+MIN_MASKED_LENGTH = 4
+
+
 class SecretNotFound(LookupError):
     pass
 
@@ -67,16 +83,38 @@ def resolve(
     if directory:
         path = Path(directory) / name / (key or "value")
         if path.is_file():
-            return path.read_text().rstrip("\n")
+            return _noted(path.read_text().rstrip("\n"))
     var = "RARA_SECRET_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
     if key:
         var += "_" + re.sub(r"[^A-Za-z0-9]", "_", key).upper()
     if var in env:
-        return env[var]
+        return _noted(env[var])
     where = f"{directory}/{name}/{key or 'value'} or " if directory else ""
     raise SecretNotFound(
         f"secret {name!r}{f' key {key!r}' if key else ''} not found ({where}${var})"
     )
+
+
+def named_values(refs: Mapping[str, Any]) -> list[str]:
+    """The values of the secrets a step names (its definition's ``secrets``: an alias → a
+    ``{name, key}`` reference) that resolve here; one that does not is left out (the step
+    may resolve it elsewhere, or never)."""
+    values = []
+    for ref in refs.values():
+        if isinstance(ref, Mapping) and isinstance(ref.get("name"), str):
+            try:
+                values.append(resolve(ref["name"], ref.get("key")))
+            except SecretNotFound:
+                continue
+    return values
+
+
+def _noted(value: str) -> str:
+    """``value``, remembered for the step's log to mask when a capture is on (``RESOLVED``)."""
+    resolved = RESOLVED.get()
+    if resolved is not None:
+        resolved.add(value)
+    return value
 
 
 def find_credentials(value: Any, path: str = "$") -> Iterator[str]:
@@ -114,10 +152,49 @@ def refuse_credentials(value: Any, what: str) -> None:
 _ROW_DUMP = re.compile(r"(?<=Failing row contains )\([^\n]*+")
 
 
+# What each pattern cannot match without: a pattern runs only on text holding one of these
+# (a substring test is ~100 times cheaper than a regex pass, and most text is a step's log
+# lines holding none). The case-insensitive one is tested on ASCII text, casefolded; on other
+# text it always runs (Unicode folding has more ways to spell a letter).
+_HINTS: dict[str, tuple[str, ...]] = {
+    "private key": ("PRIVATE KEY-----",),
+    "AWS access key id": ("AKIA", "ASIA"),
+    "GitHub token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    "Slack token": ("xox",),
+    "OpenAI-style API key": ("sk-",),
+    "Hugging Face token": ("hf_",),
+    "JSON web token": ("eyJ",),
+    "password in URL": ("://",),
+}
+_FOLDED_HINTS = ("password", "passwd", "secret", "api", "access")
+_ROW_DUMP_HINT = "Failing row contains "
+
+
+def _may_match(name: str, text: str, folded: str | None) -> bool:
+    hints = _HINTS.get(name)
+    if hints is not None:
+        return any(h in text for h in hints)
+    return folded is None or any(h in folded for h in _FOLDED_HINTS)
+
+
 def redact(text: str) -> str:
-    for pattern in _PATTERNS.values():
-        text = pattern.sub(MASK, text)
+    folded = text.casefold() if text.isascii() else None
+    for name, pattern in _PATTERNS.items():
+        if _may_match(name, text, folded):
+            text = pattern.sub(MASK, text)
+    if _ROW_DUMP_HINT not in text:
+        return text
     return _ROW_DUMP.sub(f"({MASK}).", text)
+
+
+def redact_output(text: str, values: Iterable[str] = ()) -> str:
+    """A step's captured output as it is stored: each of ``values`` (the secrets it resolved,
+    its lease token) of at least ``MIN_MASKED_LENGTH`` characters masked, longest first, then
+    what ``redact`` masks."""
+    for value in sorted(values, key=len, reverse=True):
+        if len(value) >= MIN_MASKED_LENGTH and value in text:
+            text = text.replace(value, MASK)
+    return redact(text)
 
 
 def redact_value(value: Any) -> Any:

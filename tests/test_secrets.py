@@ -78,3 +78,36 @@ def test_definition_with_secret_in_static_input_writes_nothing(
     )
     with pytest.raises(InputInvalid):
         start_run(conn, "s", input={"password": "letmein99"}, queue_anyway=True)
+
+
+def test_redact_skips_only_patterns_that_cannot_match() -> None:
+    """``redact`` runs a pattern only on text holding what it needs: the same answer as
+    running every pattern, on text each pattern matches, in any case and in Unicode spellings
+    case-insensitive matching accepts (the long s for s)."""
+    from rara import secrets
+
+    def every_pattern(text: str) -> str:
+        for pattern in secrets._PATTERNS.values():
+            text = pattern.sub(secrets.MASK, text)
+        return secrets._ROW_DUMP.sub(f"({secrets.MASK}).", text)
+
+    samples = [
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "id AKIAABCDEFGHIJKLMNOP and ASIAABCDEFGHIJKLMNOP",
+        "ghp_" + "a" * 36,
+        "xoxb-1234567890-abc",
+        "sk-" + "A" * 24,
+        "hf_" + "b" * 32,
+        "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.c2lnbmF0dXJlXzEyMw",
+        "postgres://user:hunter2@db/x",
+        "PASSWORD = 'abcdefgh'",
+        "Api-Key: abcdefghij",
+        "paſſword=abcdefghij",
+        "ACCESS_TOKEN=abcdefghij",
+        "new row violates: Failing row contains (1, tok)",
+        "plain text with no credential, 12:00 INFO done\n" * 3,
+        "",
+    ]
+    for text in samples:
+        assert redact(text) == every_pattern(text), text
+    assert redact("paſſword=abcdefghij") == "[REDACTED]"

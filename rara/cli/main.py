@@ -23,6 +23,7 @@ from rara.cli import (
     pause,
     releases,
     retention,
+    run_logs,
     runs,
     schedules,
     status,
@@ -41,6 +42,7 @@ app.add_typer(definitions.app, name="definitions")
 runs.app.command("prune")(retention.prune)  # beside runs.py's commands: maintenance
 runs.app.command("pause")(pause.pause)  # beside them too (rara.pauses)
 runs.app.command("resume")(pause.resume)
+runs.app.command("logs")(run_logs.logs)
 app.add_typer(runs.app, name="runs")
 app.add_typer(artifacts.app, name="artifacts")
 app.add_typer(limits.app, name="limits")

@@ -165,7 +165,7 @@ async def _set_paused(request: Request, *, paused: bool) -> Response:
         raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:  # RunEnded
         raise HTTPException(409, str(exc)) from exc
-    return _back(f"/runs/{run_id}", change.text)
+    return back(f"/runs/{run_id}", change.text, "done" if change.changed else "info")
 
 
 def retry_key(run_id: int) -> str:

@@ -22,7 +22,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rara.pg import reconnect
-from rara.ui import actions, pages, releases
+from rara.ui import actions, pages, releases, step_logs
 from rara.ui.auth import AuthConfig
 from rara.ui.isolation import IsolationWatch
 from rara.ui.live import LiveHub
@@ -118,6 +118,7 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/runs/{run_id:int}", pages.run_page),
         Route("/runs/{run_id:int}/state", pages.run_state),
         Route("/runs/{run_id:int}/events", pages.run_events),
+        Route("/runs/{run_id:int}/logs", step_logs.run_logs),
         Route("/runs/{run_id:int}/cancel", actions.cancel, methods=["POST"]),
         Route("/runs/{run_id:int}/pause", actions.pause, methods=["POST"]),
         Route("/runs/{run_id:int}/unpause", actions.unpause, methods=["POST"]),

@@ -5,10 +5,10 @@ its dependencies just finished) and ``rara_run`` (a run ended, or began to wait 
 rara_wait_begin); a notification only wakes the hub (NOTIFY is a hint). Awake, or every
 ``interval`` seconds as the polling fallback (a step that starts running notifies nobody), the
 hub reads the state of every topic some viewer watches: one statement each for all watched runs
-together (their steps, their running steps' metrics, the runs themselves), one for the runs
-list, one for the approvals page, three for the Fleet page; nothing at all when nobody watches.
-A topic's state goes to its viewers only when it changed, as a complete JSON snapshot, into a
-one-slot mailbox per viewer (a slow viewer skips stale states, never queues them). So an idle
+together (their steps, their running steps' metrics and log marks, the runs themselves), one for
+the runs list, one for the approvals page, three for the Fleet page; nothing at all when nobody
+watches. A topic's state goes to its viewers only when it changed, as a complete JSON snapshot,
+into a one-slot mailbox per viewer (a slow viewer skips stale states, never queues them). So an idle
 viewer costs the database nothing, and a thousand viewers of one run cost what one does. A lost
 listening connection is re-opened with backoff (capped at 2 s: rara.pg.reconnect); meanwhile
 the interval keeps the views moving.
@@ -32,6 +32,7 @@ import structlog
 from psycopg_pool import AsyncConnectionPool
 
 from rara.pg import reconnect
+from rara.pg.step_logs import alog_marks
 from rara.ui import charts, data
 from rara.ui.fleet import FLEET, fleet_state
 from rara.waits import run_waiting_for, waiting_for
@@ -180,6 +181,7 @@ class LiveHub:
                 points: dict[int, list[data.MetricPoint]] = {i: [] for i in run_ids}
                 for p in await data.live_metric_list(conn, run_ids):
                     points[p.run_id].append(p)
+                logs = await alog_marks(conn, run_ids)  # (a running step wrote more)
                 for r in await data.live_run_list(conn, run_ids):
                     states[(f"run:{r.id}", None)] = {
                         "run": {
@@ -191,6 +193,7 @@ class LiveHub:
                         },
                         "steps": steps[r.id],
                         "charts": charts.metric_charts(points[r.id]),
+                        "logs": logs.get(r.id, 0),
                     }
             for topic, namespaces in views:
                 if topic == RUNS:

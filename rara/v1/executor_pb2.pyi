@@ -426,6 +426,34 @@ class JobProgress(_message.Message):
 Global___JobProgress: _TypeAlias = JobProgress  # noqa: Y015
 
 @_typing.final
+class JobLog(_message.Message):
+    """JobLog: what the plugin wrote (stdout, stderr, logging), in order, never coalesced; the
+    worker stores it as the attempt's log. Optional: an executor may send none.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TEXT_FIELD_NUMBER: _builtins.int
+    DROPPED_FIELD_NUMBER: _builtins.int
+    text: _builtins.str
+    """UTF-8 text, secrets the plugin resolved masked by the executor; at most 64 KiB."""
+    dropped: _builtins.int
+    """Bytes of output the executor left out just before this text (its bound); usually 0."""
+    def __init__(
+        self,
+        *,
+        text: _builtins.str = ...,
+        dropped: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dropped", b"dropped", "text", b"text"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___JobLog: _TypeAlias = JobLog  # noqa: Y015
+
+@_typing.final
 class JobCheckpoint(_message.Message):
     """JobCheckpoint: the plugin saved a checkpoint; the worker records it durably."""
 
@@ -650,6 +678,7 @@ class ExecuteResponse(_message.Message):
     SUCCEEDED_FIELD_NUMBER: _builtins.int
     FAILED_FIELD_NUMBER: _builtins.int
     CANCELLED_FIELD_NUMBER: _builtins.int
+    LOG_FIELD_NUMBER: _builtins.int
     seq: _builtins.int
     """Starts at 1 and strictly increases within one Execute stream."""
     @_builtins.property
@@ -666,6 +695,8 @@ class ExecuteResponse(_message.Message):
     def failed(self) -> Global___JobFailed: ...
     @_builtins.property
     def cancelled(self) -> Global___JobCancelled: ...
+    @_builtins.property
+    def log(self) -> Global___JobLog: ...
     def __init__(
         self,
         *,
@@ -677,12 +708,13 @@ class ExecuteResponse(_message.Message):
         succeeded: Global___JobSucceeded | None = ...,
         failed: Global___JobFailed | None = ...,
         cancelled: Global___JobCancelled | None = ...,
+        log: Global___JobLog | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "cancelled", b"cancelled", "checkpoint", b"checkpoint", "event", b"event", "failed", b"failed", "progress", b"progress", "running", b"running", "succeeded", b"succeeded"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "cancelled", b"cancelled", "checkpoint", b"checkpoint", "event", b"event", "failed", b"failed", "log", b"log", "progress", b"progress", "running", b"running", "succeeded", b"succeeded"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "cancelled", b"cancelled", "checkpoint", b"checkpoint", "event", b"event", "failed", b"failed", "progress", b"progress", "running", b"running", "seq", b"seq", "succeeded", b"succeeded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accepted", b"accepted", "cancelled", b"cancelled", "checkpoint", b"checkpoint", "event", b"event", "failed", b"failed", "log", b"log", "progress", b"progress", "running", b"running", "seq", b"seq", "succeeded", b"succeeded"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["accepted", "running", "progress", "checkpoint", "succeeded", "failed", "cancelled"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["accepted", "running", "progress", "checkpoint", "succeeded", "failed", "cancelled", "log"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

@@ -13,6 +13,7 @@ from rara.executor.client import ExecutorClient
 from rara.executor.plugins import PluginRegistry
 from rara.executor.server import ExecutorServer
 from rara.v1 import executor_pb2 as pb
+from tests.executor import log_plugins
 
 TOKEN = "test-token-0123456789"
 WAIT_S = 10.0  # the most any single wait in these tests may take before it counts as a hang
@@ -95,6 +96,7 @@ def extra_plugins(registry: PluginRegistry) -> None:
     registry.register("t.bad-result", 1, bad_result)
     registry.register("t.not-outcome", 1, not_an_outcome)
     registry.register("t.gpu", 2, bad_result, gpu=1, memory_bytes=8 << 30)
+    log_plugins.register(registry)
 
 
 @dataclass

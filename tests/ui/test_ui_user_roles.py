@@ -91,6 +91,11 @@ def tenancy(
             apply_schedule(conn, load_schedule(NIGHTLY), namespace=namespace)
             run_id = start_run(conn, "refresh", queue_anyway=True, namespace=namespace).run_id
             teams.append(Team(namespace, user, run_id))
+            admin.execute(  # its step's log (as a worker's rara_step_log_many writes it)
+                "INSERT INTO rara_step_logs (step_id, attempt, seq, body)"
+                " SELECT id, 1, 1, key || ' wrote this' FROM rara_steps WHERE run_id = %s",
+                (run_id,),
+            )
         login_url = role_url("rara_reader")
         login = urlsplit(login_url).username or ""
         admin.execute(
@@ -161,6 +166,7 @@ def test_each_user_sees_their_namespaces_only(
             f"/runs/{own.run_id}",
             f"/runs/{own.run_id}/state",
             f"/runs/{own.run_id}/events",
+            f"/runs/{own.run_id}/logs",
             "/definitions",
             f"/definitions/refresh{mine}",
             "/schedules",
@@ -174,11 +180,13 @@ def test_each_user_sees_their_namespaces_only(
             assert other.step not in body, (own.user, path)
             assert f"/runs/{other.run_id}" not in body, (own.user, path)
         assert own.step in _call(ui, f"/definitions/refresh{mine}", own.user)[1]
+        assert f"{own.step} wrote this" in _call(ui, f"/runs/{own.run_id}/logs", own.user)[1]
         assert f"/runs/{own.run_id}" in _call(ui, "/runs", own.user)[1]
         for path in (
             f"/runs/{other.run_id}",
             f"/runs/{other.run_id}/state",
             f"/runs/{other.run_id}/events",
+            f"/runs/{other.run_id}/logs",
             f"/live/runs/{other.run_id}",
             f"/definitions/refresh{theirs}",
             f"/schedules/nightly{theirs}",

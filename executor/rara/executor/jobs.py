@@ -5,6 +5,11 @@ shutdown) first makes ``ctx.cancelled()`` true so the plugin can finish cleanly;
 grace period the plugin is stopped hard (its task is cancelled; a sync plugin's thread
 cannot be killed in Python, so it is abandoned as a daemon and its later reports dropped).
 Either way the stop reason, not whatever the plugin did afterwards, picks the terminal event.
+
+What the plugin writes (stdout, stderr, logging) is captured for this job alone, bounded and
+masked like an in-process handler's (``rara.step_output``, in a copy of the context the plugin
+runs in), and sent as ``JobLog`` events every ``LOG_PERIOD`` seconds or at 64 KiB, the rest
+just before the terminal event; the worker stores it as the attempt's log.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import contextlib
 import enum
 import threading
 from collections.abc import Awaitable, Callable
+from contextvars import copy_context
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -27,9 +33,12 @@ from rara.executor.errors import error_from_exception
 from rara.executor.outbox import Outbox
 from rara.executor.plugins import RegisteredPlugin
 from rara.executor.wire import JobSpec, credential_problem, dumps, ref_to_pb
+from rara.step_output import StepOutput, capture, install
 from rara.v1 import executor_pb2 as pb
 
 log = structlog.get_logger(__name__)
+
+LOG_PERIOD = 0.5  # seconds between JobLog batches while a plugin writes less than 64 KiB
 
 
 class StopReason(enum.Enum):
@@ -58,6 +67,11 @@ class RunningJob:
         self._reason: StopReason | None = None
         self._reason_text = ""
         self.ctx = ExecutorStepContext(spec, store, self.outbox, self._stop_asked)
+        loop = asyncio.get_running_loop()
+        self._log_due = asyncio.Event()
+        self.output = StepOutput(
+            on_full=lambda: loop.call_soon_threadsafe(self._log_due.set), marker=False
+        )
         self.outcome: str | None = None  # the terminal event's kind, once it was put
         self.on_end: Callable[[], None] | None = None  # called just before the terminal event
         self.log = log.bind(
@@ -68,7 +82,22 @@ class RunningJob:
     def plugin_capability(self) -> str:
         return self._plugin.capability
 
+    def _send_logs(self, *, final: bool = False) -> None:
+        chunks = self.output.take(final)
+        self.output.confirm(len(chunks))  # the outbox keeps what it is given, in order
+        for _, text, dropped in chunks:
+            self.outbox.put(pb.ExecuteResponse(log=pb.JobLog(text=text, dropped=dropped)))
+
+    async def _ship_logs(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(LOG_PERIOD):
+                    await self._log_due.wait()
+            self._log_due.clear()
+            self._send_logs()
+
     def _finish(self, event: pb.ExecuteResponse) -> None:
+        self._send_logs(final=True)  # the whole log before the verdict
         self.outcome = event.WhichOneof("event")
         if self.on_end is not None:
             self.on_end()  # the slot is free before anyone can hear the verdict
@@ -85,9 +114,12 @@ class RunningJob:
 
     def _start_plugin(self) -> asyncio.Future[Any]:
         fn, ctx = self._plugin.fn, self.ctx
-        if self._plugin.is_async:
-            return asyncio.ensure_future(cast(Awaitable[Any], fn(ctx)))
+        install()  # (once per process)
+        context = copy_context()  # the plugin's, where its output is this job's
+        context.run(capture, self.output)
         loop = asyncio.get_running_loop()
+        if self._plugin.is_async:
+            return loop.create_task(_awaited(cast(Awaitable[Any], fn(ctx))), context=context)
         fut: asyncio.Future[Any] = loop.create_future()
 
         def settle(ok: bool, value: Any) -> None:
@@ -96,7 +128,7 @@ class RunningJob:
 
         def body() -> None:
             try:
-                result: tuple[bool, Any] = (True, fn(ctx))
+                result: tuple[bool, Any] = (True, context.run(fn, ctx))
             except BaseException as exc:  # handed to the loop, which reports it
                 result = (False, exc)
             with contextlib.suppress(RuntimeError):  # loop gone: an abandoned thread
@@ -113,6 +145,7 @@ class RunningJob:
         self.outbox.put(pb.ExecuteResponse(running=pb.JobRunning()))
         plugin = self._start_plugin()
         plugin.add_done_callback(_retrieve)
+        shipping = asyncio.ensure_future(self._ship_logs())
         stop = asyncio.ensure_future(self._stop.wait())
         timeout = None
         if self.spec.deadline is not None:
@@ -136,6 +169,7 @@ class RunningJob:
             raise
         finally:
             stop.cancel()
+            shipping.cancel()
 
     def _outcome(self, plugin: asyncio.Future[Any]) -> pb.ExecuteResponse:
         exc = plugin.exception()
@@ -195,6 +229,10 @@ class RunningJob:
                 )
             case _:
                 return pb.ExecuteResponse(cancelled=pb.JobCancelled(reason=self._reason_text))
+
+
+async def _awaited(work: Awaitable[Any]) -> Any:
+    return await work
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:

@@ -35,6 +35,13 @@
     });
   }
 
+  // The run page's logs: read from /runs/<id>/logs when the section is opened, and again
+  // while it is open when the live state says a running step wrote more or a step changed.
+  const logs = document.getElementById('logs');
+  const loadLogs = rara.coalesced(() => rara.refreshFrom(logs.dataset.src, ['#step-logs']), 300);
+  if (logs) logs.addEventListener('toggle', () => { if (logs.open) loadLogs(); });
+  let logMark = null;
+
   const root = document.getElementById('run');
   if (!root) return;
   const runId = root.dataset.run;
@@ -115,15 +122,12 @@
       changed = true;
     }
     if (rara.terminal(state.run.status)) {
-<<<<<<< HEAD
       const cancel = document.getElementById('cancel-confirm');
       if (cancel) cancel.remove();
-=======
-      for (const id of ['cancel', 'pause', 'unpause']) {
+      for (const id of ['pause', 'unpause']) {
         const button = document.getElementById(id);
         if (button) button.closest('form').remove();
       }
->>>>>>> wip/pause-run
     }
     status = state.run.status;
     root.dataset.status = status;
@@ -134,6 +138,8 @@
     }
     if (state.charts && window.raraCharts) window.raraCharts.live(state.charts);
     if (changed) refresh();
+    if (logs && logs.open && (changed || state.logs !== logMark)) loadLogs();
+    logMark = state.logs;
   };
 
   // "Took" of the run and of its running steps counts on in the page, as took() formats it.

@@ -7,8 +7,8 @@ is cancelled after a short grace), lost lease and shutdown. Then exactly one end
 through the attempt's ``AttemptIO`` (fenced, ``rara.worker.store``): successes, failures and
 cancels by the worker's completion batcher (``rara.worker.batcher``: many attempts per
 transaction, each fenced on its own, the write beyond the reach of a cancelled attempt), a
-release on its own, shielded. Checkpoints the handler queued and its latest progress land
-first:
+release on its own, shielded. Checkpoints the handler queued, its latest progress and the rest
+of its log (``rara.step_output``) land first:
 
     handler returned        → complete (result + artifact manifest)
     handler raised          → fail (TerminalError: for good; anything else: retry)
@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import traceback
 from collections.abc import Set as AbstractSet
 from functools import partial
 from typing import Any
@@ -38,6 +39,7 @@ from rara.artifacts.media_type import media_type_problem
 from rara.context import StepContext, StepOutcome
 from rara.errors import ErrorCode, NotStarted
 from rara.states import AttemptOutcome, StepStatus
+from rara.step_output import captured
 from rara.worker import cache
 from rara.worker.attempt_io import AttemptIO
 from rara.worker.dispatch import Executor
@@ -103,7 +105,9 @@ async def supervise(
     settings = io.settings
     step = state.step
     loop = state.loop
-    task = loop.create_task(executor.run(ctx, step))
+    # What the handler writes (or the executor relays: rara.worker.grpc_executor) is the
+    # attempt's log.
+    task = loop.create_task(captured(io.logs.output_for(state), executor.run(ctx, step)))
     cancel_at: float | None = None
     reason: StopReason | None = None
     while not task.done():
@@ -183,11 +187,20 @@ async def _end(
     # The final write may wait out a database outage, but not forever: once the lease has
     # surely expired another worker owns the step and the fence would match nothing anyway.
     patience = max(settings.lease_seconds * 2, 10.0)
-    if state.pending_progress is not None:  # the latest progress lands before the end
-        try:  # best effort: the end matters more
-            await persist("progress", lambda: io.flush_progress(state), give_up_after=patience)
+    # The latest progress and the rest of the log land before the end, each on a best effort:
+    # the end matters more.
+    if state.output is not None and exc is not None:  # why it failed, in its log too
+        state.output.write("".join(traceback.format_exception(exc)))
+    for what, due, write in (
+        ("progress", state.pending_progress is not None, io.flush_progress),
+        ("step log", state.output is not None and state.output.pending(), io.flush_logs),
+    ):
+        if not due:
+            continue
+        try:
+            await persist(what, partial(write, state), give_up_after=patience)
         except Exception as error:
-            _bound(state).warning("could not write the final progress", error=str(error))
+            _bound(state).warning(f"could not write the final {what}", error=str(error))
         if state.lease_lost:
             return LOST
 

@@ -2,8 +2,8 @@
 context get this instead of loose callables.
 
 Every write is fenced (``rara.worker.store``): the checkpoint rows a handler saves, its latest
-progress (flushed once more before the end), its one end — a success, failure or cancel through
-the completion batcher, or a release on shutdown.
+progress and the rest of its log (each flushed once more before the end), its one end — a
+success, failure or cancel through the completion batcher, or a release on shutdown.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from rara.artifacts.ref import ArtifactRef
 from rara.states import StepStatus
 from rara.worker.batcher import CompletionBatcher
+from rara.worker.log_shipping import LogShipper
 from rara.worker.progress import ProgressWriter
 from rara.worker.retry import persist
 from rara.worker.settings import WorkerSettings
@@ -31,6 +32,7 @@ class AttemptIO:
     batcher: CompletionBatcher
     progress: ProgressWriter
     settings: WorkerSettings
+    logs: LogShipper
 
     async def checkpoint(
         self, state: AttemptState, seq: int, data: Mapping[str, Any], ref: ArtifactRef | None
@@ -46,6 +48,10 @@ class AttemptIO:
     async def flush_progress(self, state: AttemptState) -> None:
         """The attempt's latest progress, written now (before its end)."""
         await self.progress.flush([state])
+
+    async def flush_logs(self, state: AttemptState) -> None:
+        """The attempt's log, all of it, written now (before its end)."""
+        await self.logs.flush([state], final=True)
 
     async def end(self, ending: Ending) -> StepStatus | None:
         """The attempt's end through the completion batcher: the step's status after it, or

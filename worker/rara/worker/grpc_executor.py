@@ -2,7 +2,8 @@
 
 The worker keeps its lease (heartbeats go on in the worker's loops) while it maps the job's
 event stream onto persistent state: progress → coalesced progress writes, checkpoint → a fenced
-checkpoint row, succeeded → result + artifact manifest + the blobs the job read (written by the
+checkpoint row, log → the attempt's log (its capture, as an in-process handler's output),
+succeeded → result + artifact manifest + the blobs the job read (written by the
 worker, fenced), failed → retryable or terminal by the executor's own verdict. Cancel, timeout
 and lost leases reach the executor by cancelling the call (a client disconnect cancels the job)
 and an explicit ``Cancel``. Transport failures: UNAVAILABLE before the job was accepted → the
@@ -35,6 +36,7 @@ from rara.artifacts.store import parse_digest
 from rara.context import OutputArtifact, StepContext, StepOutcome
 from rara.errors import ErrorCode, NotStarted, RetryableError, StepError, TerminalError
 from rara.executor.client import ExecutorClient, make_job
+from rara.step_output import CURRENT
 from rara.v1 import executor_pb2 as pb
 from rara.worker.vocabulary import LeasedStep, RemoteOutcome
 
@@ -207,6 +209,10 @@ class GrpcExecutor:
                             p.message,
                             dict(p.metrics),
                         )
+                    elif kind == "log":  # into the attempt's log (rara.step_output)
+                        output = CURRENT.get()
+                        if output is not None:
+                            output.relay(event.log.text, event.log.dropped)
                     elif kind == "checkpoint":
                         await _save_checkpoint(ctx, event.checkpoint)
                     elif kind == "succeeded":

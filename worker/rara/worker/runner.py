@@ -30,6 +30,7 @@ import structlog
 
 from rara.artifacts import open_store
 from rara.cache import CacheKey
+from rara.step_output import install as capture_step_output
 from rara.worker import cache
 from rara.worker.attempt import supervise
 from rara.worker.attempt_io import AttemptIO
@@ -39,6 +40,7 @@ from rara.worker.dispatch import Executor
 from rara.worker.lease_keeping import LeaseKeeping
 from rara.worker.leasing import Leasing
 from rara.worker.listener import Notifications, listen
+from rara.worker.log_shipping import LogShipper
 from rara.worker.progress import ProgressWriter
 from rara.worker.retry import persist
 from rara.worker.settings import WorkerSettings
@@ -83,7 +85,8 @@ class Worker:
         )
         self.attempts = self.slots.attempts
         self.progress = ProgressWriter(self.store, self.attempts)
-        self.io = AttemptIO(self.store, self.batcher, self.progress, settings)
+        self.logs = LogShipper(self.store, self.attempts)
+        self.io = AttemptIO(self.store, self.batcher, self.progress, settings, self.logs)
         self.leasing = Leasing(settings, self.store, self.slots, lambda: self.pairs, self.stopping)
         self.keeping = LeaseKeeping(
             settings,
@@ -150,6 +153,7 @@ class Worker:
     async def run(self) -> None:
         s = self.settings
         await self.pool.open(wait=False)
+        capture_step_output()  # (after logs.configure: its handler writes to the terminal)
         try:
             await persist("register", self._register, give_up_after=float("inf"))
             if not self.pairs:
@@ -171,6 +175,7 @@ class Worker:
                     fire_loop(self.store.fire_waits, self.waits_due, self.stopping, s.waits_batch)
                 ),
                 self._spawn(self.keeping.progress_loop()),
+                self._spawn(self.logs.ship_loop()),
             ]
             if s.listen:
                 side.append(

@@ -1,10 +1,10 @@
-"""The one home of every fenced write of an attempt: lease, heartbeat, progress, checkpoint,
-cache claim, end (success, failure, cancel), release and reap — the statements of
-db/queries/lease.sql (and the worker's of cache.sql), here and nowhere else, with the rows
-they answer decoded (``LEASED``, from ``rara.worker.lease_row``: a row of step_lease as a
-``LeasedStep``). Production and tests take the same path: the module's functions run on a
-connection, one transaction each (``end_many``, ``release``, ``reap``, ``lease``), and
-``WorkerStore`` runs them on the worker's connections. The types they take and give
+"""The one home of every fenced write of an attempt: lease, heartbeat, progress, log chunks,
+checkpoint, cache claim, end (success, failure, cancel), release and reap — the statements of
+db/queries/lease.sql (and the worker's of cache.sql and step_logs.sql), here and nowhere else,
+with the rows they answer decoded (``LEASED``, from ``rara.worker.lease_row``: a row of
+step_lease as a ``LeasedStep``). Production and tests take the same path: the module's
+functions run on a connection, one transaction each (``end_many``, ``release``, ``reap``,
+``lease``), and ``WorkerStore`` runs them on the worker's connections. The types they take and give
 (``LeasedStep``, ``Fence``, ``Ending``) are the worker's words: ``rara.worker.vocabulary``.
 
 Every write after the lease is conditioned on its ``Fence`` (id, leased_by, lease_token,
@@ -342,6 +342,23 @@ class WorkerStore:
                 fractions=[i[3] for i in items],
                 messages=[i[4] for i in items],
                 metrics=[Jsonb(dict(i[5])) for i in items],
+            )
+            return {int(r) for r in owned}
+
+    async def write_logs(self, items: Sequence[tuple[int, UUID, int, str, int]]) -> set[int]:
+        """Log chunks (step, token, seq, body, bytes dropped before it); the steps still
+        owned (rara.worker.log_shipping)."""
+        async with self.pool.connection() as conn:
+            owned = await amany(
+                conn,
+                "step_log_many",
+                scalar_row,
+                worker=self.worker,
+                step_ids=[i[0] for i in items],
+                tokens=[i[1] for i in items],
+                seqs=[i[2] for i in items],
+                bodies=[i[3] for i in items],
+                dropped=[i[4] for i in items],
             )
             return {int(r) for r in owned}
 

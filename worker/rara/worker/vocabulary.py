@@ -29,6 +29,7 @@ from rara.context import Checkpoint, StepOutcome
 from rara.errors import RaraError
 from rara.namespaces import DEFAULT_NAMESPACE
 from rara.states import AttemptOutcome, StepStatus
+from rara.step_output import StepOutput
 
 # -- the lease ------------------------------------------------------------------------------
 
@@ -136,6 +137,8 @@ class AttemptState:
     cache_entry: Mapping[str, Any] | None = None
     # The blob digests the attempt read (written with a success: lineage, rara_step_reads).
     reads: set[str] = field(default_factory=set)
+    # What an in-process handler writes (rara.step_output); None: not captured.
+    output: StepOutput | None = None
 
     @property
     def holds_lease(self) -> bool:

@@ -711,6 +711,62 @@ func (x *JobProgress) GetMetrics() map[string]float64 {
 	return nil
 }
 
+// JobLog: what the plugin wrote (stdout, stderr, logging), in order, never coalesced; the
+// worker stores it as the attempt's log. Optional: an executor may send none.
+type JobLog struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// UTF-8 text, secrets the plugin resolved masked by the executor; at most 64 KiB.
+	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// Bytes of output the executor left out just before this text (its bound); usually 0.
+	Dropped       uint64 `protobuf:"varint,2,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobLog) Reset() {
+	*x = JobLog{}
+	mi := &file_rara_v1_executor_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobLog) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobLog) ProtoMessage() {}
+
+func (x *JobLog) ProtoReflect() protoreflect.Message {
+	mi := &file_rara_v1_executor_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobLog.ProtoReflect.Descriptor instead.
+func (*JobLog) Descriptor() ([]byte, []int) {
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *JobLog) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *JobLog) GetDropped() uint64 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
 // JobCheckpoint: the plugin saved a checkpoint; the worker records it durably.
 type JobCheckpoint struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -723,7 +779,7 @@ type JobCheckpoint struct {
 
 func (x *JobCheckpoint) Reset() {
 	*x = JobCheckpoint{}
-	mi := &file_rara_v1_executor_proto_msgTypes[9]
+	mi := &file_rara_v1_executor_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +791,7 @@ func (x *JobCheckpoint) String() string {
 func (*JobCheckpoint) ProtoMessage() {}
 
 func (x *JobCheckpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[9]
+	mi := &file_rara_v1_executor_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +804,7 @@ func (x *JobCheckpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCheckpoint.ProtoReflect.Descriptor instead.
 func (*JobCheckpoint) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{9}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *JobCheckpoint) GetStateJson() []byte {
@@ -781,7 +837,7 @@ type JobSucceeded struct {
 
 func (x *JobSucceeded) Reset() {
 	*x = JobSucceeded{}
-	mi := &file_rara_v1_executor_proto_msgTypes[10]
+	mi := &file_rara_v1_executor_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +849,7 @@ func (x *JobSucceeded) String() string {
 func (*JobSucceeded) ProtoMessage() {}
 
 func (x *JobSucceeded) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[10]
+	mi := &file_rara_v1_executor_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +862,7 @@ func (x *JobSucceeded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobSucceeded.ProtoReflect.Descriptor instead.
 func (*JobSucceeded) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{10}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *JobSucceeded) GetResultJson() []byte {
@@ -842,7 +898,7 @@ type ArtifactReads struct {
 
 func (x *ArtifactReads) Reset() {
 	*x = ArtifactReads{}
-	mi := &file_rara_v1_executor_proto_msgTypes[11]
+	mi := &file_rara_v1_executor_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -854,7 +910,7 @@ func (x *ArtifactReads) String() string {
 func (*ArtifactReads) ProtoMessage() {}
 
 func (x *ArtifactReads) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[11]
+	mi := &file_rara_v1_executor_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -867,7 +923,7 @@ func (x *ArtifactReads) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ArtifactReads.ProtoReflect.Descriptor instead.
 func (*ArtifactReads) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{11}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ArtifactReads) GetDigests() []string {
@@ -887,7 +943,7 @@ type JobFailed struct {
 
 func (x *JobFailed) Reset() {
 	*x = JobFailed{}
-	mi := &file_rara_v1_executor_proto_msgTypes[12]
+	mi := &file_rara_v1_executor_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -899,7 +955,7 @@ func (x *JobFailed) String() string {
 func (*JobFailed) ProtoMessage() {}
 
 func (x *JobFailed) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[12]
+	mi := &file_rara_v1_executor_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -912,7 +968,7 @@ func (x *JobFailed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobFailed.ProtoReflect.Descriptor instead.
 func (*JobFailed) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{12}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *JobFailed) GetError() *Error {
@@ -932,7 +988,7 @@ type JobCancelled struct {
 
 func (x *JobCancelled) Reset() {
 	*x = JobCancelled{}
-	mi := &file_rara_v1_executor_proto_msgTypes[13]
+	mi := &file_rara_v1_executor_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1000,7 @@ func (x *JobCancelled) String() string {
 func (*JobCancelled) ProtoMessage() {}
 
 func (x *JobCancelled) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[13]
+	mi := &file_rara_v1_executor_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1013,7 @@ func (x *JobCancelled) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobCancelled.ProtoReflect.Descriptor instead.
 func (*JobCancelled) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{13}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *JobCancelled) GetReason() string {
@@ -976,7 +1032,7 @@ type GetCapabilitiesRequest struct {
 
 func (x *GetCapabilitiesRequest) Reset() {
 	*x = GetCapabilitiesRequest{}
-	mi := &file_rara_v1_executor_proto_msgTypes[14]
+	mi := &file_rara_v1_executor_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1044,7 @@ func (x *GetCapabilitiesRequest) String() string {
 func (*GetCapabilitiesRequest) ProtoMessage() {}
 
 func (x *GetCapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[14]
+	mi := &file_rara_v1_executor_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1057,7 @@ func (x *GetCapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*GetCapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{14}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{15}
 }
 
 // GetCapabilitiesResponse describes what this executor serves right now.
@@ -1023,7 +1079,7 @@ type GetCapabilitiesResponse struct {
 
 func (x *GetCapabilitiesResponse) Reset() {
 	*x = GetCapabilitiesResponse{}
-	mi := &file_rara_v1_executor_proto_msgTypes[15]
+	mi := &file_rara_v1_executor_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1091,7 @@ func (x *GetCapabilitiesResponse) String() string {
 func (*GetCapabilitiesResponse) ProtoMessage() {}
 
 func (x *GetCapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[15]
+	mi := &file_rara_v1_executor_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1104,7 @@ func (x *GetCapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*GetCapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{15}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetCapabilitiesResponse) GetCapabilities() []*Capability {
@@ -1096,7 +1152,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_rara_v1_executor_proto_msgTypes[16]
+	mi := &file_rara_v1_executor_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1108,7 +1164,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[16]
+	mi := &file_rara_v1_executor_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1121,7 +1177,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{16}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExecuteRequest) GetJob() *Job {
@@ -1145,6 +1201,7 @@ type ExecuteResponse struct {
 	//	*ExecuteResponse_Succeeded
 	//	*ExecuteResponse_Failed
 	//	*ExecuteResponse_Cancelled
+	//	*ExecuteResponse_Log
 	Event         isExecuteResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1152,7 +1209,7 @@ type ExecuteResponse struct {
 
 func (x *ExecuteResponse) Reset() {
 	*x = ExecuteResponse{}
-	mi := &file_rara_v1_executor_proto_msgTypes[17]
+	mi := &file_rara_v1_executor_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1164,7 +1221,7 @@ func (x *ExecuteResponse) String() string {
 func (*ExecuteResponse) ProtoMessage() {}
 
 func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[17]
+	mi := &file_rara_v1_executor_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1177,7 +1234,7 @@ func (x *ExecuteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteResponse.ProtoReflect.Descriptor instead.
 func (*ExecuteResponse) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{17}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecuteResponse) GetSeq() uint64 {
@@ -1257,6 +1314,15 @@ func (x *ExecuteResponse) GetCancelled() *JobCancelled {
 	return nil
 }
 
+func (x *ExecuteResponse) GetLog() *JobLog {
+	if x != nil {
+		if x, ok := x.Event.(*ExecuteResponse_Log); ok {
+			return x.Log
+		}
+	}
+	return nil
+}
+
 type isExecuteResponse_Event interface {
 	isExecuteResponse_Event()
 }
@@ -1289,6 +1355,10 @@ type ExecuteResponse_Cancelled struct {
 	Cancelled *JobCancelled `protobuf:"bytes,16,opt,name=cancelled,proto3,oneof"`
 }
 
+type ExecuteResponse_Log struct {
+	Log *JobLog `protobuf:"bytes,17,opt,name=log,proto3,oneof"`
+}
+
 func (*ExecuteResponse_Accepted) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_Running) isExecuteResponse_Event() {}
@@ -1303,6 +1373,8 @@ func (*ExecuteResponse_Failed) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_Cancelled) isExecuteResponse_Event() {}
 
+func (*ExecuteResponse_Log) isExecuteResponse_Event() {}
+
 // CancelRequest names the job attempt to stop.
 type CancelRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
@@ -1315,7 +1387,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_rara_v1_executor_proto_msgTypes[18]
+	mi := &file_rara_v1_executor_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +1399,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[18]
+	mi := &file_rara_v1_executor_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +1412,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{18}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CancelRequest) GetIdempotencyKey() string {
@@ -1374,7 +1446,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_rara_v1_executor_proto_msgTypes[19]
+	mi := &file_rara_v1_executor_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1386,7 +1458,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[19]
+	mi := &file_rara_v1_executor_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1399,7 +1471,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{19}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CancelResponse) GetFound() bool {
@@ -1426,7 +1498,7 @@ type SessionRequest struct {
 
 func (x *SessionRequest) Reset() {
 	*x = SessionRequest{}
-	mi := &file_rara_v1_executor_proto_msgTypes[20]
+	mi := &file_rara_v1_executor_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1510,7 @@ func (x *SessionRequest) String() string {
 func (*SessionRequest) ProtoMessage() {}
 
 func (x *SessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[20]
+	mi := &file_rara_v1_executor_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1523,7 @@ func (x *SessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRequest.ProtoReflect.Descriptor instead.
 func (*SessionRequest) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{20}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SessionRequest) GetJobs() []*Job {
@@ -1479,7 +1551,7 @@ type SessionResponse struct {
 
 func (x *SessionResponse) Reset() {
 	*x = SessionResponse{}
-	mi := &file_rara_v1_executor_proto_msgTypes[21]
+	mi := &file_rara_v1_executor_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1563,7 @@ func (x *SessionResponse) String() string {
 func (*SessionResponse) ProtoMessage() {}
 
 func (x *SessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[21]
+	mi := &file_rara_v1_executor_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1576,7 @@ func (x *SessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionResponse.ProtoReflect.Descriptor instead.
 func (*SessionResponse) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{21}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SessionResponse) GetEvents() []*SessionEvent {
@@ -1533,7 +1605,7 @@ type SessionEvent struct {
 
 func (x *SessionEvent) Reset() {
 	*x = SessionEvent{}
-	mi := &file_rara_v1_executor_proto_msgTypes[22]
+	mi := &file_rara_v1_executor_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1545,7 +1617,7 @@ func (x *SessionEvent) String() string {
 func (*SessionEvent) ProtoMessage() {}
 
 func (x *SessionEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[22]
+	mi := &file_rara_v1_executor_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1558,7 +1630,7 @@ func (x *SessionEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionEvent.ProtoReflect.Descriptor instead.
 func (*SessionEvent) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{22}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SessionEvent) GetIdempotencyKey() string {
@@ -1639,7 +1711,7 @@ type JobRefused struct {
 
 func (x *JobRefused) Reset() {
 	*x = JobRefused{}
-	mi := &file_rara_v1_executor_proto_msgTypes[23]
+	mi := &file_rara_v1_executor_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1723,7 @@ func (x *JobRefused) String() string {
 func (*JobRefused) ProtoMessage() {}
 
 func (x *JobRefused) ProtoReflect() protoreflect.Message {
-	mi := &file_rara_v1_executor_proto_msgTypes[23]
+	mi := &file_rara_v1_executor_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1736,7 @@ func (x *JobRefused) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JobRefused.ProtoReflect.Descriptor instead.
 func (*JobRefused) Descriptor() ([]byte, []int) {
-	return file_rara_v1_executor_proto_rawDescGZIP(), []int{23}
+	return file_rara_v1_executor_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *JobRefused) GetStatusCode() uint32 {
@@ -1743,7 +1815,10 @@ const file_rara_v1_executor_proto_rawDesc = "" +
 	"\fMetricsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x01R\x05value:\x028\x01B\v\n" +
-	"\t_fraction\"`\n" +
+	"\t_fraction\"6\n" +
+	"\x06JobLog\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x18\n" +
+	"\adropped\x18\x02 \x01(\x04R\adropped\"`\n" +
 	"\rJobCheckpoint\x12\x1d\n" +
 	"\n" +
 	"state_json\x18\x01 \x01(\fR\tstateJson\x120\n" +
@@ -1768,7 +1843,7 @@ const file_rara_v1_executor_proto_rawDesc = "" +
 	"\x10executor_version\x18\x04 \x01(\tR\x0fexecutorVersion\x12\x1c\n" +
 	"\tprotocols\x18\x05 \x03(\tR\tprotocols\"0\n" +
 	"\x0eExecuteRequest\x12\x1e\n" +
-	"\x03job\x18\x01 \x01(\v2\f.rara.v1.JobR\x03job\"\x9b\x03\n" +
+	"\x03job\x18\x01 \x01(\v2\f.rara.v1.JobR\x03job\"\xc0\x03\n" +
 	"\x0fExecuteResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x122\n" +
 	"\baccepted\x18\n" +
@@ -1780,7 +1855,8 @@ const file_rara_v1_executor_proto_rawDesc = "" +
 	"checkpoint\x125\n" +
 	"\tsucceeded\x18\x0e \x01(\v2\x15.rara.v1.JobSucceededH\x00R\tsucceeded\x12,\n" +
 	"\x06failed\x18\x0f \x01(\v2\x12.rara.v1.JobFailedH\x00R\x06failed\x125\n" +
-	"\tcancelled\x18\x10 \x01(\v2\x15.rara.v1.JobCancelledH\x00R\tcancelledB\a\n" +
+	"\tcancelled\x18\x10 \x01(\v2\x15.rara.v1.JobCancelledH\x00R\tcancelled\x12#\n" +
+	"\x03log\x18\x11 \x01(\v2\x0f.rara.v1.JobLogH\x00R\x03logB\a\n" +
 	"\x05event\"j\n" +
 	"\rCancelRequest\x12'\n" +
 	"\x0fidempotency_key\x18\x01 \x01(\tR\x0eidempotencyKey\x12\x18\n" +
@@ -1835,7 +1911,7 @@ func file_rara_v1_executor_proto_rawDescGZIP() []byte {
 }
 
 var file_rara_v1_executor_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_rara_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_rara_v1_executor_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_rara_v1_executor_proto_goTypes = []any{
 	(ErrorCode)(0),                  // 0: rara.v1.ErrorCode
 	(*Resources)(nil),               // 1: rara.v1.Resources
@@ -1847,67 +1923,69 @@ var file_rara_v1_executor_proto_goTypes = []any{
 	(*JobAccepted)(nil),             // 7: rara.v1.JobAccepted
 	(*JobRunning)(nil),              // 8: rara.v1.JobRunning
 	(*JobProgress)(nil),             // 9: rara.v1.JobProgress
-	(*JobCheckpoint)(nil),           // 10: rara.v1.JobCheckpoint
-	(*JobSucceeded)(nil),            // 11: rara.v1.JobSucceeded
-	(*ArtifactReads)(nil),           // 12: rara.v1.ArtifactReads
-	(*JobFailed)(nil),               // 13: rara.v1.JobFailed
-	(*JobCancelled)(nil),            // 14: rara.v1.JobCancelled
-	(*GetCapabilitiesRequest)(nil),  // 15: rara.v1.GetCapabilitiesRequest
-	(*GetCapabilitiesResponse)(nil), // 16: rara.v1.GetCapabilitiesResponse
-	(*ExecuteRequest)(nil),          // 17: rara.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),         // 18: rara.v1.ExecuteResponse
-	(*CancelRequest)(nil),           // 19: rara.v1.CancelRequest
-	(*CancelResponse)(nil),          // 20: rara.v1.CancelResponse
-	(*SessionRequest)(nil),          // 21: rara.v1.SessionRequest
-	(*SessionResponse)(nil),         // 22: rara.v1.SessionResponse
-	(*SessionEvent)(nil),            // 23: rara.v1.SessionEvent
-	(*JobRefused)(nil),              // 24: rara.v1.JobRefused
-	nil,                             // 25: rara.v1.Job.TraceContextEntry
-	nil,                             // 26: rara.v1.Error.DetailsEntry
-	nil,                             // 27: rara.v1.JobProgress.MetricsEntry
-	(*timestamppb.Timestamp)(nil),   // 28: google.protobuf.Timestamp
+	(*JobLog)(nil),                  // 10: rara.v1.JobLog
+	(*JobCheckpoint)(nil),           // 11: rara.v1.JobCheckpoint
+	(*JobSucceeded)(nil),            // 12: rara.v1.JobSucceeded
+	(*ArtifactReads)(nil),           // 13: rara.v1.ArtifactReads
+	(*JobFailed)(nil),               // 14: rara.v1.JobFailed
+	(*JobCancelled)(nil),            // 15: rara.v1.JobCancelled
+	(*GetCapabilitiesRequest)(nil),  // 16: rara.v1.GetCapabilitiesRequest
+	(*GetCapabilitiesResponse)(nil), // 17: rara.v1.GetCapabilitiesResponse
+	(*ExecuteRequest)(nil),          // 18: rara.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),         // 19: rara.v1.ExecuteResponse
+	(*CancelRequest)(nil),           // 20: rara.v1.CancelRequest
+	(*CancelResponse)(nil),          // 21: rara.v1.CancelResponse
+	(*SessionRequest)(nil),          // 22: rara.v1.SessionRequest
+	(*SessionResponse)(nil),         // 23: rara.v1.SessionResponse
+	(*SessionEvent)(nil),            // 24: rara.v1.SessionEvent
+	(*JobRefused)(nil),              // 25: rara.v1.JobRefused
+	nil,                             // 26: rara.v1.Job.TraceContextEntry
+	nil,                             // 27: rara.v1.Error.DetailsEntry
+	nil,                             // 28: rara.v1.JobProgress.MetricsEntry
+	(*timestamppb.Timestamp)(nil),   // 29: google.protobuf.Timestamp
 }
 var file_rara_v1_executor_proto_depIdxs = []int32{
 	1,  // 0: rara.v1.Capability.resources:type_name -> rara.v1.Resources
 	3,  // 1: rara.v1.Checkpoint.artifact:type_name -> rara.v1.ArtifactRef
 	3,  // 2: rara.v1.Job.inputs:type_name -> rara.v1.ArtifactRef
-	28, // 3: rara.v1.Job.deadline:type_name -> google.protobuf.Timestamp
+	29, // 3: rara.v1.Job.deadline:type_name -> google.protobuf.Timestamp
 	4,  // 4: rara.v1.Job.last_checkpoint:type_name -> rara.v1.Checkpoint
-	25, // 5: rara.v1.Job.trace_context:type_name -> rara.v1.Job.TraceContextEntry
+	26, // 5: rara.v1.Job.trace_context:type_name -> rara.v1.Job.TraceContextEntry
 	0,  // 6: rara.v1.Error.code:type_name -> rara.v1.ErrorCode
-	26, // 7: rara.v1.Error.details:type_name -> rara.v1.Error.DetailsEntry
-	27, // 8: rara.v1.JobProgress.metrics:type_name -> rara.v1.JobProgress.MetricsEntry
+	27, // 7: rara.v1.Error.details:type_name -> rara.v1.Error.DetailsEntry
+	28, // 8: rara.v1.JobProgress.metrics:type_name -> rara.v1.JobProgress.MetricsEntry
 	3,  // 9: rara.v1.JobCheckpoint.artifact:type_name -> rara.v1.ArtifactRef
 	3,  // 10: rara.v1.JobSucceeded.artifacts:type_name -> rara.v1.ArtifactRef
-	12, // 11: rara.v1.JobSucceeded.reads:type_name -> rara.v1.ArtifactReads
+	13, // 11: rara.v1.JobSucceeded.reads:type_name -> rara.v1.ArtifactReads
 	6,  // 12: rara.v1.JobFailed.error:type_name -> rara.v1.Error
 	2,  // 13: rara.v1.GetCapabilitiesResponse.capabilities:type_name -> rara.v1.Capability
 	5,  // 14: rara.v1.ExecuteRequest.job:type_name -> rara.v1.Job
 	7,  // 15: rara.v1.ExecuteResponse.accepted:type_name -> rara.v1.JobAccepted
 	8,  // 16: rara.v1.ExecuteResponse.running:type_name -> rara.v1.JobRunning
 	9,  // 17: rara.v1.ExecuteResponse.progress:type_name -> rara.v1.JobProgress
-	10, // 18: rara.v1.ExecuteResponse.checkpoint:type_name -> rara.v1.JobCheckpoint
-	11, // 19: rara.v1.ExecuteResponse.succeeded:type_name -> rara.v1.JobSucceeded
-	13, // 20: rara.v1.ExecuteResponse.failed:type_name -> rara.v1.JobFailed
-	14, // 21: rara.v1.ExecuteResponse.cancelled:type_name -> rara.v1.JobCancelled
-	5,  // 22: rara.v1.SessionRequest.jobs:type_name -> rara.v1.Job
-	19, // 23: rara.v1.SessionRequest.cancels:type_name -> rara.v1.CancelRequest
-	23, // 24: rara.v1.SessionResponse.events:type_name -> rara.v1.SessionEvent
-	18, // 25: rara.v1.SessionEvent.event:type_name -> rara.v1.ExecuteResponse
-	24, // 26: rara.v1.SessionEvent.refused:type_name -> rara.v1.JobRefused
-	15, // 27: rara.v1.ExecutorService.GetCapabilities:input_type -> rara.v1.GetCapabilitiesRequest
-	17, // 28: rara.v1.ExecutorService.Execute:input_type -> rara.v1.ExecuteRequest
-	19, // 29: rara.v1.ExecutorService.Cancel:input_type -> rara.v1.CancelRequest
-	21, // 30: rara.v1.ExecutorService.Session:input_type -> rara.v1.SessionRequest
-	16, // 31: rara.v1.ExecutorService.GetCapabilities:output_type -> rara.v1.GetCapabilitiesResponse
-	18, // 32: rara.v1.ExecutorService.Execute:output_type -> rara.v1.ExecuteResponse
-	20, // 33: rara.v1.ExecutorService.Cancel:output_type -> rara.v1.CancelResponse
-	22, // 34: rara.v1.ExecutorService.Session:output_type -> rara.v1.SessionResponse
-	31, // [31:35] is the sub-list for method output_type
-	27, // [27:31] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	11, // 18: rara.v1.ExecuteResponse.checkpoint:type_name -> rara.v1.JobCheckpoint
+	12, // 19: rara.v1.ExecuteResponse.succeeded:type_name -> rara.v1.JobSucceeded
+	14, // 20: rara.v1.ExecuteResponse.failed:type_name -> rara.v1.JobFailed
+	15, // 21: rara.v1.ExecuteResponse.cancelled:type_name -> rara.v1.JobCancelled
+	10, // 22: rara.v1.ExecuteResponse.log:type_name -> rara.v1.JobLog
+	5,  // 23: rara.v1.SessionRequest.jobs:type_name -> rara.v1.Job
+	20, // 24: rara.v1.SessionRequest.cancels:type_name -> rara.v1.CancelRequest
+	24, // 25: rara.v1.SessionResponse.events:type_name -> rara.v1.SessionEvent
+	19, // 26: rara.v1.SessionEvent.event:type_name -> rara.v1.ExecuteResponse
+	25, // 27: rara.v1.SessionEvent.refused:type_name -> rara.v1.JobRefused
+	16, // 28: rara.v1.ExecutorService.GetCapabilities:input_type -> rara.v1.GetCapabilitiesRequest
+	18, // 29: rara.v1.ExecutorService.Execute:input_type -> rara.v1.ExecuteRequest
+	20, // 30: rara.v1.ExecutorService.Cancel:input_type -> rara.v1.CancelRequest
+	22, // 31: rara.v1.ExecutorService.Session:input_type -> rara.v1.SessionRequest
+	17, // 32: rara.v1.ExecutorService.GetCapabilities:output_type -> rara.v1.GetCapabilitiesResponse
+	19, // 33: rara.v1.ExecutorService.Execute:output_type -> rara.v1.ExecuteResponse
+	21, // 34: rara.v1.ExecutorService.Cancel:output_type -> rara.v1.CancelResponse
+	23, // 35: rara.v1.ExecutorService.Session:output_type -> rara.v1.SessionResponse
+	32, // [32:36] is the sub-list for method output_type
+	28, // [28:32] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_rara_v1_executor_proto_init() }
@@ -1916,7 +1994,7 @@ func file_rara_v1_executor_proto_init() {
 		return
 	}
 	file_rara_v1_executor_proto_msgTypes[8].OneofWrappers = []any{}
-	file_rara_v1_executor_proto_msgTypes[17].OneofWrappers = []any{
+	file_rara_v1_executor_proto_msgTypes[18].OneofWrappers = []any{
 		(*ExecuteResponse_Accepted)(nil),
 		(*ExecuteResponse_Running)(nil),
 		(*ExecuteResponse_Progress)(nil),
@@ -1924,8 +2002,9 @@ func file_rara_v1_executor_proto_init() {
 		(*ExecuteResponse_Succeeded)(nil),
 		(*ExecuteResponse_Failed)(nil),
 		(*ExecuteResponse_Cancelled)(nil),
+		(*ExecuteResponse_Log)(nil),
 	}
-	file_rara_v1_executor_proto_msgTypes[22].OneofWrappers = []any{
+	file_rara_v1_executor_proto_msgTypes[23].OneofWrappers = []any{
 		(*SessionEvent_Event)(nil),
 		(*SessionEvent_Refused)(nil),
 	}
@@ -1935,7 +2014,7 @@ func file_rara_v1_executor_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_rara_v1_executor_proto_rawDesc), len(file_rara_v1_executor_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import sys
 import threading
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextvars import ContextVar
 from typing import Any, TextIO, TypeVar
 
@@ -229,11 +229,12 @@ def capture(output: StepOutput) -> None:
     RESOLVED.set(output.secrets)
 
 
-async def captured(output: StepOutput, work: Coroutine[Any, Any, T]) -> T:
-    """Run ``work`` with its output going to ``output``; await it inside the handler's own
-    task, whose context (a copy) is the only one this changes."""
+async def captured(output: StepOutput, work: Callable[[], Awaitable[T]]) -> T:
+    """Run ``work()`` with its output going to ``output``; await it inside the handler's own
+    task, whose context (a copy) is the only one this changes. A factory, not a coroutine: a
+    task cancelled before its first step (a worker stopping) would leave one never awaited."""
     capture(output)
-    return await work
+    return await work()
 
 
 class _StepStream:

@@ -107,7 +107,7 @@ async def supervise(
     loop = state.loop
     # What the handler writes (or the executor relays: rara.worker.grpc_executor) is the
     # attempt's log.
-    task = loop.create_task(captured(io.logs.output_for(state), executor.run(ctx, step)))
+    task = loop.create_task(captured(io.logs.output_for(state), lambda: executor.run(ctx, step)))
     cancel_at: float | None = None
     reason: StopReason | None = None
     while not task.done():

@@ -38,12 +38,15 @@ from rara.pg.queries import AsyncConn
 from rara.pg.schedules import ScheduleSummary, afiring_seen
 from rara.ui import charts, data
 from rara.ui.dag import StepNode, layout
+from rara.ui.definition_view import version_view
 from rara.ui.fleet import FLEET, fleet_state
 from rara.ui.groups import MapGroup, map_groups
 from rara.ui.links import namespace_arg, page_namespace
 from rara.ui.live import APPROVALS, RUNS, LiveHub
 from rara.ui.render import page
+from rara.ui.result_charts import result_view
 from rara.ui.reuse import summarise
+from rara.ui.single_values import step_values
 from rara.ui.timeline import Reused, timeline
 from rara.ui.user_roles import connection, user_of, visible_namespaces
 from rara.waits import RUN_PHASES, waiting_for
@@ -208,7 +211,7 @@ async def run_page(request: Request) -> Response:
         more_attempts=0 if whole else max(len(attempts) - ROWS, 0),
         artifacts=artifacts,
         charts=metric_charts,
-        metric_rows=metric_rows,
+        single_values=step_values(metric_rows),
         now=now,
         attempt_errors=[a for a in attempts if a.error is not None][:ROWS],
         step_errors=[s for s in steps if s.error is not None and s.key not in raised][:ROWS],
@@ -430,6 +433,7 @@ async def definition_page(request: Request) -> Response:
             )
             changed = changed_steps(old.spec, new.spec)
         results = await data.result_list(conn, namespace, name)
+    result_charts, unchanged = result_view(results)
     return page(
         request,
         "definition.html",
@@ -437,12 +441,13 @@ async def definition_page(request: Request) -> Response:
         name=name,
         versions=versions,
         version=version,
-        spec=_spec_text(version.spec),
+        **version_view(namespace, name, version.spec),
         diff=diff,
         changed=changed,
         a=a,
         b=b,
-        charts=charts.result_charts(results),
+        charts=result_charts,
+        unchanged=unchanged,
     )
 
 

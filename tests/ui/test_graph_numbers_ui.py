@@ -129,8 +129,8 @@ def test_the_demo_run_fits_shows_its_failure_and_reads_its_numbers(
     expect(values.locator('[data-metric="steps"] dd')).to_have_text("1,154")
     expect(values.locator('[data-metric="adapter_bytes"] dd')).to_have_text("1.05 MiB")
     expect(values.locator('[data-metric="time/train_s"] dd')).to_have_text("61.23")
-    # The Metrics section, heading to the next heading: 1,754 px when each value was a row of
-    # its own table; the whole page then 4,155 px (docs/ui.md, "Metrics").
+    # The Metrics section, heading to the next heading: 1,964 px when each value was a row of
+    # its own table; the whole page then 4,331 px, now 2,631 (docs/ui.md).
     section = page.evaluate(METRICS_HEIGHT)
     height = page.evaluate("document.documentElement.scrollHeight")
     print(f"Metrics section {section:.0f} px, run page {height} px at 1280 px")

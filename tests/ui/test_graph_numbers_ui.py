@@ -28,11 +28,13 @@ def _step(key: str, capability: str, *depends_on: str) -> dict[str, Any]:
 
 
 # rag-refresh's shape (examples/rag-refresh.yaml): every input a step reads is a dependsOn.
+# One name longer than its column, to be cut with an ellipsis rather than broken mid-word.
+SHARD = "index-shard-of-every-cleaned-passage-of-the-corpus"
 DEMO = [
     _step("collect", "test.report@1"),
     _step("clean", "test.noop@1", "collect"),
-    _step("index-shard", "test.noop@1", "clean"),
-    _step("index", "test.noop@1", "clean", "index-shard"),
+    _step(SHARD, "test.noop@1", "clean"),
+    _step("index", "test.noop@1", "clean", SHARD),
     _step("evaluate", "test.noop@1", "clean", "index"),
     _step("adapt", "test.metrics@1", "clean", "index", "evaluate"),
     _step("release", "test.fail@1", "index", "evaluate", "adapt"),
@@ -119,6 +121,27 @@ def test_the_demo_run_fits_shows_its_failure_and_reads_its_numbers(
     assert float(wrap.get_attribute("data-scale") or 0) < fitted
     page.locator('button[data-zoom="fit"]').click()
     assert _within(page.locator("svg.dag").bounding_box(), page.locator(".dag-view").bounding_box())
+    # Ctrl + wheel zooms around the pointer; a drag pans and is no click on the node.
+    box = page.locator(".dag-view").bounding_box()
+    page.mouse.move(box["x"] + 200, box["y"] + 20)
+    before = float(wrap.get_attribute("data-scale") or 0)
+    page.keyboard.down("Control")
+    page.mouse.wheel(0, -100)
+    page.keyboard.up("Control")
+    wheeled = "(s) => Number(document.querySelector('.dag-wrap').dataset.scale) > s"
+    page.wait_for_function(wheeled, arg=before)
+    page.locator('button[data-zoom="in"]').click()
+    left = page.locator(".dag-view").evaluate("(v) => v.scrollLeft")
+    page.mouse.move(box["x"] + 600, box["y"] + 20)
+    page.mouse.down()
+    page.mouse.move(box["x"] + 300, box["y"] + 20, steps=5)
+    page.mouse.up()
+    assert page.locator(".dag-view").evaluate("(v) => v.scrollLeft") > left
+    assert page.evaluate("location.hash") == ""
+    # A click (no drag) still follows a node's link to its row.
+    page.locator('button[data-zoom="fit"]').click()
+    page.locator('g.node[data-step="clean"]').click()
+    assert page.evaluate("location.hash") == "#step-2"
 
     # 60 single values: a table of the scores and a list of the rest, formatted.
     values = page.locator('section.single-values[data-values-step="adapt"]')
@@ -136,10 +159,16 @@ def test_the_demo_run_fits_shows_its_failure_and_reads_its_numbers(
     print(f"Metrics section {section:.0f} px, run page {height} px at 1280 px")
     assert section < 450, section
 
-    # A step's name never breaks inside a word; bars coloured by state.
-    cell = page.locator('tr[data-step="index-shard"] td.step-key')
-    style = cell.evaluate("(c) => [getComputedStyle(c).whiteSpace, getComputedStyle(c).wordBreak]")
-    assert style == ["nowrap", "keep-all"]
+    # A step's name never breaks inside a word: one line, cut, whole in its title.
+    cell = page.locator(f'tr[data-step="{SHARD}"] td.step-key')
+    expect(cell).to_have_attribute("title", SHARD)
+    lines = "(c) => { const r = document.createRange(); r.selectNodeContents(c); "
+    lines += "const line = parseFloat(getComputedStyle(c).lineHeight); "
+    lines += "return r.getBoundingClientRect().height / line; }"
+    assert cell.evaluate(lines) < 1.5  # its text is one line high
+    assert cell.evaluate("(c) => c.scrollWidth > c.clientWidth")  # cut, with an ellipsis
+    assert cell.evaluate("(c) => getComputedStyle(c).textOverflow") == "ellipsis"
+    # Progress bars coloured by state.
     expect(page.locator('tr[data-step="clean"] progress')).to_have_attribute(
         "data-state", "succeeded"
     )

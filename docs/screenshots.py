@@ -10,7 +10,8 @@ chromium, driven by Playwright as in tests/ui, photographs a 1366 px wide window
 
 - ``docs/ui-run.png``: the run page, its DAG (the map step as the group "index-shard x4") and
   the steps table with the map's children opened;
-- ``docs/ui-metrics.png``: the Metrics section, the adaptation's loss curve first;
+- ``docs/ui-metrics.png``: the Metrics section, the adaptation's loss curve first, then its
+  single values;
 - ``docs/ui-lineage.png``: the lineage of the BM25 index (produced by index, read by evaluate
   and adapt).
 
@@ -89,8 +90,8 @@ def photograph(ui_url: str, run_id: int) -> list[Path]:
             "loss"
         )
         metrics = page.get_by_role("heading", name="Metrics", exact=True)
-        # The charts and the head of the single-value table (the adaptation reports ~70 values).
-        last = page.locator("table.metric-table tbody tr").nth(7)
+        # The charts and the single values (the adaptation reports ~60: a table and a list).
+        last = page.locator("#single-values")
         saved.append(DOCS / "ui-metrics.png")
         page.screenshot(
             path=saved[-1],

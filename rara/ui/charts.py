@@ -8,9 +8,14 @@ per line (uPlot's own data layout), nulls where a line has no point (drawn as ga
   (``loss``) comes first. The page draws them, and the live view sends them again for the
   running steps while they report (rara.ui.live): the same shaping either way.
 - ``metric_view``: those charts, and the metrics with one value (reported once, or never
-  changing: the adaptation's ``before/*`` scores) as rows rather than flat charts.
-- ``result_charts``: per step, the numeric fields of its results across a definition's
-  recent runs (recall@k, MRR of each nightly refresh)."""
+  changing: the adaptation's ``before/*`` scores) as rows rather than flat charts. A metric
+  charted against a counter is charted only where it says more than the counter: one whose
+  every point lies on one straight line against it (``epoch`` = ``step`` / steps per epoch)
+  is the counter in another unit, and is a row with its last value.
+  Each attempt has its own colour and dash (``attempt_style``), so two attempts' identical
+  curves show as two lines; a byte count (rara.ui.numbers) has ``unit: "bytes"``.
+
+The results of a definition's runs are charted by rara.ui.result_charts."""
 
 from __future__ import annotations
 
@@ -18,7 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rara.ui.data import MetricPoint, ResultPoint
+from rara.ui.data import MetricPoint
+from rara.ui.numbers import is_byte_count
 
 MAX_CHARTS = 24
 MAX_SERIES = 12
@@ -42,19 +48,29 @@ ATTEMPT_COLOURS = (
 )
 
 
-def _number(value: Any) -> float | None:
+def number_of(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+# The dash of each attempt's line after the first (solid): where two attempts drew the same
+# curve, the later one's gaps show the earlier one beneath it.
+ATTEMPT_DASHES = ((), (8, 4), (2, 3), (10, 3, 2, 3))
 
 
 def attempt_colour(attempt: int) -> str:
     return ATTEMPT_COLOURS[(attempt - 1) % len(ATTEMPT_COLOURS)]
 
 
-def _chart(
+def attempt_dash(attempt: int) -> list[int]:
+    return list(ATTEMPT_DASHES[(attempt - 1) % len(ATTEMPT_DASHES)])
+
+
+def chart(
     title: str, x_label: str, time: bool, lines: dict[str, dict[float, float]]
 ) -> dict[str, Any]:
+    """One chart in uPlot's layout: the x values of every line, a series per line."""
     xs = sorted({x for points in lines.values() for x in points})
     return {
         "title": title,
@@ -79,6 +95,19 @@ class _Metric:
     def single(self) -> bool:
         return len({value for _, _, value in self.points}) <= 1
 
+    @property
+    def follows_counter(self) -> bool:
+        """Every point on one straight line against the step's counter (three at least):
+        the counter itself in another unit, which a chart would only draw as a diagonal."""
+        if self.counter is None:
+            return False
+        points = sorted({(x, v) for _, x, v in self.points})
+        if len({x for x, _ in points}) < 3:
+            return False
+        (x0, v0), (x1, v1) = points[0], points[-1]
+        slope = (v1 - v0) / (x1 - x0)
+        return all(abs(v - (v0 + slope * (x - x0))) <= 1e-9 * max(1.0, abs(v)) for x, v in points)
+
 
 def _metrics(points: Sequence[MetricPoint]) -> list[_Metric]:
     """Every (step, metric) in the order first reported, with its points."""
@@ -86,16 +115,16 @@ def _metrics(points: Sequence[MetricPoint]) -> list[_Metric]:
     for p in points:
         if p.key not in counters:
             for c in COUNTERS:
-                if c in p.metrics and _number(p.metrics[c]) is not None:
+                if c in p.metrics and number_of(p.metrics[c]) is not None:
                     counters[p.key] = c
                     break
     raw: dict[tuple[str, str], list[tuple[int, float | None, float, float]]] = {}
     for p in points:
         counter = counters.get(p.key)
-        at = _number(p.metrics.get(counter)) if counter else None
+        at = number_of(p.metrics.get(counter)) if counter else None
         when = p.created_at.timestamp()
         for name, value in p.metrics.items():
-            number = _number(value)
+            number = number_of(value)
             if number is None or name == counter:
                 continue
             raw.setdefault((p.key, name), []).append((p.attempt, at, when, number))
@@ -118,21 +147,24 @@ def _metric_chart(m: _Metric) -> dict[str, Any]:
     lines: dict[int, dict[float, float]] = {}
     for attempt, x, value in m.points:
         lines.setdefault(attempt, {})[x] = value
-    chart = _chart(
+    drawn = chart(
         f"{m.key} · {m.name}",
         m.counter or "time (UTC)",
         m.counter is None,
         {f"attempt {a}": line for a, line in lines.items()},
     )
-    for series, attempt in zip(chart["series"], lines, strict=False):
+    for series, attempt in zip(drawn["series"], lines, strict=False):
         series["color"] = attempt_colour(attempt)
+        series["dash"] = attempt_dash(attempt)
+    if is_byte_count(m.name):
+        drawn["unit"] = "bytes"
     marks = []
     if m.counter is not None:
         for attempt, line in list(lines.items())[1:]:
             start = min(line)
             marks.append({"x": start, "label": f"attempt {attempt} from {m.counter} {start:g}"})
-    chart.update(id=f"{m.key}:{m.name}", key=m.key, primary=m.name in PRIMARY, marks=marks)
-    return chart
+    drawn.update(id=f"{m.key}:{m.name}", key=m.key, primary=m.name in PRIMARY, marks=marks)
+    return drawn
 
 
 def metric_charts(points: Sequence[MetricPoint]) -> list[dict[str, Any]]:
@@ -154,24 +186,10 @@ def metric_view(points: Sequence[MetricPoint]) -> tuple[list[dict[str, Any]], li
     charted: list[_Metric] = []
     rows: list[MetricRow] = []
     for m in _metrics(points):
-        if m.single:
+        if m.single or m.follows_counter:
             attempt, _, value = m.points[-1]
             rows.append(MetricRow(m.key, m.name, value, attempt, len(m.points)))
         else:
             charted.append(m)
     charted.sort(key=lambda m: m.name not in PRIMARY)  # stable: otherwise as reported
     return [_metric_chart(m) for m in charted[:MAX_CHARTS]], rows
-
-
-def result_charts(points: Sequence[ResultPoint]) -> list[dict[str, Any]]:
-    grouped: dict[str, dict[str, dict[float, float]]] = {}
-    for p in points:
-        for name, raw in p.result.items():
-            value = _number(raw)
-            if value is None:
-                continue
-            grouped.setdefault(p.key, {}).setdefault(name, {})[float(p.run_id)] = value
-    return [
-        _chart(f"{key}: results by run", "run", False, lines)
-        for key, lines in list(grouped.items())[:MAX_CHARTS]
-    ]

@@ -30,6 +30,13 @@ class MapGroup:
         return found
 
     @property
+    def done(self) -> float:
+        """The share of its children that have ended (a map's progress: it reports none)."""
+        total = max(self.total or 0, len(self.children))
+        ended = sum(c.status in ("succeeded", "failed", "cancelled") for c in self.children)
+        return ended / total if total else 0.0
+
+    @property
     def shown(self) -> list[MapChild]:
         """The children a page lists (the first SHOWN_CHILDREN); ``more`` counts the rest."""
         return self.children[:SHOWN_CHILDREN]

@@ -4,7 +4,6 @@ fleet, and the live streams. Every list is a keyset page; every read is a named 
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -38,6 +37,7 @@ from rara.pg.queries import AsyncConn
 from rara.pg.schedules import afiring_seen
 from rara.ui import charts, data
 from rara.ui.dag import StepNode, layout
+from rara.ui.definition_view import changed_steps, spec_diff, version_view
 from rara.ui.fleet import FLEET, fleet_state
 from rara.ui.groups import MapGroup, map_groups
 from rara.ui.links import namespace_arg, page_namespace
@@ -45,8 +45,9 @@ from rara.ui.listing import cursor, named_page, offered, one_page
 from rara.ui.live import APPROVALS, RUNS, LiveHub
 from rara.ui.releases import releases_of_run
 from rara.ui.render import page
+from rara.ui.result_charts import result_view
 from rara.ui.reuse import summarise
-from rara.ui.spec_diff import changed_steps, spec_text
+from rara.ui.single_values import step_values
 from rara.ui.timeline import Reused, timeline
 from rara.ui.user_roles import connection, user_of, visible_namespaces
 from rara.waits import RUN_PHASES, waiting_for
@@ -192,7 +193,7 @@ async def run_page(request: Request) -> Response:
         more_attempts=0 if whole else max(len(attempts) - ROWS, 0),
         artifacts=artifacts,
         charts=metric_charts,
-        metric_rows=metric_rows,
+        single_values=step_values(metric_rows),
         now=now,
         attempt_errors=[a for a in attempts if a.error is not None][:ROWS],
         step_errors=[s for s in steps if s.error is not None and s.key not in raised][:ROWS],
@@ -365,17 +366,10 @@ async def definition_page(request: Request) -> Response:
             new = await data.version_get(conn, namespace, name, b)
             if old is None or new is None:
                 raise HTTPException(404, f"no version {a if old is None else b} of {full}")
-            diff = list(
-                difflib.unified_diff(
-                    spec_text(old.spec).splitlines(),
-                    spec_text(new.spec).splitlines(),
-                    f"{full}@{a}",
-                    f"{full}@{b}",
-                    lineterm="",
-                )
-            )
+            diff = spec_diff(old.spec, new.spec, f"{full}@{a}", f"{full}@{b}")
             changed = changed_steps(old.spec, new.spec)
         results = await data.result_list(conn, namespace, name)
+    result_charts, unchanged = result_view(results)
     return page(
         request,
         "definition.html",
@@ -383,12 +377,13 @@ async def definition_page(request: Request) -> Response:
         name=name,
         versions=versions,
         version=version,
-        spec=spec_text(version.spec),
+        **version_view(namespace, name, version.spec),
         diff=diff,
         changed=changed,
         a=a,
         b=b,
-        charts=charts.result_charts(results),
+        charts=result_charts,
+        unchanged=unchanged,
     )
 
 

@@ -25,6 +25,7 @@ from rara.ui.links import (
 )
 from rara.ui.nav import shown
 from rara.ui.notes import tone_of
+from rara.ui.numbers import metric, number, size
 from rara.waits import run_waiting_for
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -73,17 +74,6 @@ def ticking(start: datetime | None, end: datetime | None, now: datetime) -> str:
     return Markup('<span class="took" data-start="{}">{}</span>').format(iso(start), text)
 
 
-def size(value: int | None) -> str:
-    if value is None:
-        return ""
-    amount = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if amount < 1024 or unit == "GiB":
-            return f"{amount:.0f} {unit}" if unit == "B" else f"{amount:.1f} {unit}"
-        amount /= 1024
-    return f"{value} B"
-
-
 def short(digest: str) -> str:
     return digest[7:19] + "…" if digest.startswith("sha256:") else digest
 
@@ -129,7 +119,8 @@ ENV = Environment(
 ENV.filters.update(
     when=when, size=size, short=short, pretty=pretty, compact=compact, iso=iso, stamp=stamp
 )
-ENV.filters.update(clip=clip, cut=cut)
+ENV.filters.update(clip=clip, cut=cut, number=number)
+ENV.filters["metric"] = lambda value, name: metric(name, value)  # {{ value|metric(name) }}
 ENV.globals.update(
     took=took,
     ticking=ticking,

@@ -66,6 +66,23 @@ def _stop(proc: WorkerProcess) -> None:
         proc.wait(20)
 
 
+def _run_through(
+    database_url: str,
+    tmp_path: Path,
+    conn: psycopg.Connection[Any],
+    runs: list[int],
+    status: str,
+    name: str = "ui-worker",
+) -> None:
+    """Runs ``runs`` to their end with a worker of their own, each ending ``status``."""
+    worker = _worker(database_url, tmp_path, conn, name)
+    try:
+        for run_id in runs:
+            wait_run(conn, run_id, status=status)
+    finally:
+        _stop(worker)
+
+
 def test_run_appears_and_its_dag_goes_green_live(
     page: Any, ui_server: Any, database_url: str, conn: psycopg.Connection[Any], tmp_path: Path
 ) -> None:

@@ -7,7 +7,16 @@ from __future__ import annotations
 import re
 import time
 
-from rara.ui.dag import GAP_X, NODE_H, NODE_W, Layout, StepNode, layers, layout
+from rara.ui.dag import (
+    GAP_X,
+    NODE_H,
+    NODE_W,
+    Layout,
+    StepNode,
+    layers,
+    layout,
+    transitive_reduction,
+)
 
 
 def test_columns_are_longest_paths() -> None:
@@ -21,13 +30,70 @@ def test_columns_are_longest_paths() -> None:
     drawn = layout(steps)
     x = {n.key: n.x for n in drawn.nodes}
     assert x["evaluate"] - x["index"] == NODE_W + GAP_X
+    # collect -> evaluate is implied by collect -> clean -> index -> evaluate: not drawn.
     assert {(e.source, e.target) for e in drawn.edges} == {
         ("collect", "clean"),
         ("clean", "index"),
         ("index", "evaluate"),
-        ("collect", "evaluate"),
     }
+    evaluate = next(n for n in drawn.nodes if n.key == "evaluate")
+    assert "dependsOn: index, collect" in evaluate.title  # every declared one, named
     assert drawn.width >= x["evaluate"] + NODE_W
+
+
+DEMO = {
+    "collect": [],
+    "clean": ["collect"],
+    "index-shard": ["clean"],
+    "index": ["clean", "index-shard"],
+    "evaluate": ["clean", "index"],
+    "adapt": ["clean", "index", "evaluate"],
+    "release": ["index", "evaluate", "adapt"],
+}
+
+
+def test_the_demo_reduces_to_its_chain() -> None:
+    assert transitive_reduction(DEMO) == {
+        "collect": [],
+        "clean": ["collect"],
+        "index-shard": ["clean"],
+        "index": ["index-shard"],
+        "evaluate": ["index"],
+        "adapt": ["evaluate"],
+        "release": ["adapt"],
+    }
+
+
+def test_reduction_keeps_what_no_other_path_implies() -> None:
+    # A diamond with a shortcut: a->d is implied by a->b->d; b and c both stay before d.
+    graph = {"a": [], "b": ["a"], "c": ["a"], "d": ["b", "c", "a", "b"], "e": ["a", "nowhere"]}
+    assert transitive_reduction(graph) == {
+        "a": [],
+        "b": ["a"],
+        "c": ["a"],
+        "d": ["b", "c"],  # order kept, the repeat and the implied edge gone
+        "e": ["a"],  # an unknown key is no edge
+    }
+
+
+def test_reduction_leaves_a_cycle_as_declared() -> None:
+    graph = {"a": ["c"], "b": ["a"], "c": ["b", "a"], "root": [], "x": ["root"]}
+    reduced = transitive_reduction(graph)
+    assert reduced["c"] == ["b", "a"]
+    assert reduced["a"] == ["c"]
+    assert reduced["x"] == ["root"]
+
+
+def test_reduction_of_a_long_chain_with_every_shortcut() -> None:
+    # Each of 300 steps depends on every step before it: only the chain remains.
+    graph = {f"s{i}": [f"s{j}" for j in range(i)] for i in range(300)}
+    started = time.perf_counter()
+    reduced = transitive_reduction(graph)
+    print(
+        f"300 steps, {sum(map(len, graph.values()))} edges reduced in "
+        f"{(time.perf_counter() - started) * 1000:.0f} ms"
+    )
+    assert reduced == {f"s{i}": [f"s{i - 1}"] if i else [] for i in range(300)}
 
 
 def test_unknown_dependencies_and_cycles_still_draw() -> None:
@@ -133,21 +199,21 @@ def _edges_through_boxes(drawn: Layout) -> list[tuple[str, str, str]]:
 
 
 def test_skip_edges_route_around_the_nodes_they_pass() -> None:
-    """The demo's shape: clean feeds index, evaluate and adapt, which sit columns away; on
-    one row those edges ran flat behind index and evaluate."""
+    """clean feeds adapt directly, and no other path leads there from it: that edge skips
+    three columns, and is drawn through a lane of its own in each, not behind their nodes."""
     steps = [
         StepNode("collect", [], "succeeded"),
         StepNode("clean", ["collect"], "succeeded"),
-        StepNode("index-shard", ["clean"], "succeeded", group=True, children=4),
-        StepNode("index", ["clean", "index-shard"], "succeeded"),
-        StepNode("evaluate", ["clean", "index"], "running"),
-        StepNode("adapt", ["clean", "index", "evaluate"], "blocked"),
+        StepNode("index-shard", ["collect"], "succeeded", group=True, children=4),
+        StepNode("index", ["index-shard"], "succeeded"),
+        StepNode("evaluate", ["index"], "running"),
+        StepNode("adapt", ["clean", "evaluate"], "blocked"),
     ]
     drawn = layout(steps)
-    assert len(drawn.edges) == 9  # every dependsOn drawn
+    assert len(drawn.edges) == 6  # no dependsOn here is implied by another
     assert _edges_through_boxes(drawn) == []
     skip = next(e for e in drawn.edges if (e.source, e.target) == ("clean", "adapt"))
-    assert len(skip.points) == 2 + 2 * 3  # a waypoint (two points) per column crossed
+    assert len(skip.points) == 2 + 2 * 2  # a waypoint (two points) per column crossed
     label = next(n.label for n in drawn.nodes if n.key == "index-shard")
     assert label == "index-shard ×4"
 
@@ -156,7 +222,9 @@ def test_a_thousand_steps_with_long_edges_draw_every_edge_clear_of_the_nodes() -
     """1,000 steps where every step also depends on one three to six columns back."""
     steps = _thousand(long_edges=True)
     drawn, _ = _timed(steps)
-    expected = {(d, s.key) for s in steps for d in s.depends_on}
+    reduced = transitive_reduction({s.key: s.depends_on for s in steps})
+    expected = {(d, key) for key, ds in reduced.items() for d in ds}
     assert {(e.source, e.target) for e in drawn.edges} == expected
+    assert any(e.points[-1][0] - e.points[0][0] > 2 * (NODE_W + GAP_X) for e in drawn.edges)
     assert _edges_through_boxes(drawn) == []
     assert len({(n.x, n.y) for n in drawn.nodes}) == 1000

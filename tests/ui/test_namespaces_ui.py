@@ -118,7 +118,7 @@ def test_runs_and_definitions_show_and_filter_namespaces(
     expect(page.locator("table.list tbody tr td:first-child a")).to_have_text(["2", "1"])
     page.locator("table.list a", has_text="1").first.click()
     expect(page).to_have_url(f"{ui.url}/definitions/refresh?namespace=team-b&version=1")
-    expect(page.locator("pre.json")).to_contain_text('"b-step"')
+    expect(page.locator("#definition-yaml")).to_contain_text("key: b-step")
     page.locator("form.filters button", has_text="Compare").click()
     expect(page.locator("#diff-steps")).to_contain_text("b-step-changed added")
     assert "namespace=team-b" in page.url
@@ -127,7 +127,7 @@ def test_runs_and_definitions_show_and_filter_namespaces(
 
     page.goto(ui.url + "/definitions/refresh?namespace=team-a")
     expect(page.locator("table.list tbody tr td:first-child a")).to_have_text(["1"])
-    expect(page.locator("pre.json")).to_contain_text('"a-step"')
+    expect(page.locator("#definition-yaml")).to_contain_text("key: a-step")
     answer = page.goto(ui.url + "/definitions/refresh")  # no parameter: default's
     assert answer is not None
     assert answer.status == 404

@@ -17,7 +17,7 @@ from tests.support.executors import executor_process, free_address
 from tests.support.runs import wait_run
 from tests.support.ui import UiServer
 from tests.support.workers import WorkerProcess
-from tests.ui.test_browser import _stop, _worker
+from tests.ui.test_browser import _run_through, _stop, _worker
 
 LONG_ID = "ui-worker-with-a-long-id-0123456789abcdef0123456789"
 
@@ -108,12 +108,7 @@ def test_the_definition_page_fits_and_names_what_changed(
         start_run(conn, "token-count", input={"report": {"tokens": n}}, queue_anyway=True).run_id
         for n in (1_400_000, 1_250_000)
     ]
-    worker = _worker(database_url, tmp_path, conn, "ui-worker-def")
-    try:
-        for run_id in runs:
-            wait_run(conn, run_id, status="succeeded")
-    finally:
-        _stop(worker)
+    _run_through(database_url, tmp_path, conn, runs, "succeeded")
     ui: UiServer = ui_server()
     page.set_viewport_size({"width": 1366, "height": 800})
     page.goto(f"{ui.url}/definitions/token-count?a=1&b=2")

@@ -244,6 +244,6 @@ def test_a_training_curve_grows_live_and_a_resume_is_marked(
     assert [v is not None for v in first_attempt] == [True] * 5 + [False] * 9
     assert [v is not None for v in second_attempt] == [False] * 5 + [True] * 9
     expect(page.locator('figure.chart[data-chart="adapt:lr"]')).to_have_count(0)
-    table = page.locator("table.metric-table")
-    expect(table.locator("tr", has_text="before/recall")).to_contain_text("0.5")
-    expect(table.locator("tr", has_text="lr")).to_contain_text("0.001")
+    values = page.locator('section.single-values[data-values-step="adapt"]')
+    expect(values.locator('[data-metric="before/recall"] dd')).to_have_text("0.5")
+    expect(values.locator('[data-metric="lr"] dd')).to_have_text("0.001")

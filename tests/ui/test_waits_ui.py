@@ -87,7 +87,9 @@ def test_a_waiting_step_is_shown_waiting_and_follows_its_signal_live(
         expect(page.locator('g.node[data-step="settle"] title')).to_contain_text(
             re.compile(r"settle: waiting\nwaits until \d{4}-")
         )
-        expect(ready.locator("title")).to_have_text("ready: waiting\nwaits for signal go")
+        expect(ready.locator("title")).to_have_text(
+            "ready: waiting\nwaits for signal go\ndependsOn: a"
+        )
         # The polling fallback's state says the same (its steps: ui_live_step_list).
         with urllib.request.urlopen(f"{ui.url}/runs/{run_id}/state") as answer:
             state = json.load(answer)
@@ -105,7 +107,7 @@ def test_a_waiting_step_is_shown_waiting_and_follows_its_signal_live(
         )
         expect(row.locator("[data-field=status]")).to_have_text("succeeded")
         expect(row.locator("[data-field=waits-for]")).to_have_count(0)
-        expect(ready.locator("title")).to_have_text("ready: succeeded")
+        expect(ready.locator("title")).to_have_text("ready: succeeded\ndependsOn: a")
         # The timer still waits, and nothing else runs: the run waits with it (its phase).
         expect(page.locator('g.node[data-step="settle"]')).to_have_class(
             re.compile(r"\bst-waiting\b")

@@ -141,6 +141,14 @@ def report(ctx: StepContext) -> Any:
     return dict(ctx.input["report"])
 
 
+@registry.handler("test.metrics@1")
+def metrics(ctx: StepContext) -> Any:
+    """Reports its input's ``metrics`` once at its end and returns them, as the demo's
+    adaptation does (single values: scores, timings, sizes)."""
+    ctx.progress(1.0, "reported", dict(ctx.input["metrics"]))
+    return {"metrics": dict(ctx.input["metrics"])}
+
+
 @registry.handler("test.items@1")
 def items(ctx: StepContext) -> Any:
     """``{"items": [0, 1, …]}`` of ``count`` elements: a list for a map, made by the step."""

@@ -11,7 +11,27 @@
   // y labels in compact form (1.4M, 0.873): uPlot's default ("1,400,000") is cut to
   // "0,000" by its fixed axis width.
   const compact = new Intl.NumberFormat('en', { notation: 'compact', maximumSignificantDigits: 4 });
-  const yAxis = { values: (u, splits) => splits.map((v) => (v == null ? '' : compact.format(v))) };
+  // The legend's values as the page's tables show numbers (rara.ui.numbers): 4 significant
+  // digits, separators, whole numbers whole; byte counts (the server marks them) in KiB/MiB.
+  const digits = new Intl.NumberFormat('en', { maximumSignificantDigits: 4 });
+  const whole = new Intl.NumberFormat('en', { maximumFractionDigits: 0 });
+  const number = (v) => (Number.isInteger(v) || Math.abs(v) >= 1e4 ? whole : digits).format(v);
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];
+  const bytes = (v) => {
+    let amount = v;
+    let unit = 0;
+    while (Math.abs(amount) >= (unit ? 999.5 : 1024) && unit < units.length - 1) {
+      amount /= 1024; unit += 1;
+    }
+    return (unit ? Number(amount.toPrecision(3)) : Math.round(amount)) + ' ' + units[unit];
+  };
+  const yAxisOf = (chart) => ({
+    values: (u, splits) => splits.map((v) => {
+      if (v == null) return '';
+      return chart.unit === 'bytes' ? bytes(v) : compact.format(v);
+    }),
+    size: chart.unit === 'bytes' ? 70 : 50,
+  });
   const utc = (seconds) => new Date(seconds * 1e3).toISOString().slice(0, 19).replace('T', ' ');
   let shown = [];  // the charts on the page, in order
   const drawn = new Map();  // chart id -> { json, figure }
@@ -48,7 +68,9 @@
     box.append(caption);
     const series = [{ label: chart.xLabel }].concat(chart.series.map((s, i) => ({
       label: s.label, stroke: s.color || palette[i % palette.length], width: 2, spanGaps: true,
+      dash: s.dash && s.dash.length ? s.dash : undefined,
       points: { show: chart.x.length < 60, size: 5 },
+      value: (u, v) => (v == null ? '' : (chart.unit === 'bytes' ? bytes(v) : number(v))),
     })));
     if (chart.time) series[0].value = (u, v) => (v == null ? '' : utc(v) + ' UTC');
     const plot = new window.uPlot({
@@ -59,8 +81,9 @@
       tzDate: (ts) => window.uPlot.tzDate(new Date(ts * 1e3), 'Etc/UTC'),
       // Runs and training steps are counted in whole numbers: no tick at run 1.25.
       axes: chart.time
-        ? [{ values: (u, ticks) => ticks.map((t) => utc(t).slice(11)) }, yAxis]
-        : [{ incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] }, yAxis],
+        ? [{ values: (u, ticks) => ticks.map((t) => utc(t).slice(11)) }, yAxisOf(chart)]
+        : [{ incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] },
+          yAxisOf(chart)],
     }, [chart.x].concat(chart.series.map((s) => s.values)), box);
     box.dataset.points = String(chart.x.length);
     box.dataset.marks = (chart.marks || []).map((m) => m.label).join('; ');
@@ -91,7 +114,7 @@
     }
     holder.replaceChildren(...figures);
     const none = document.getElementById('no-metrics');
-    if (none) none.hidden = figures.length > 0 || !!document.querySelector('table.metric-table');
+    if (none) none.hidden = figures.length > 0 || !!document.getElementById('single-values');
   };
 
   // Everything again from the page's #chart-data (a load, or a re-rendered section).

@@ -102,8 +102,13 @@
             const text = attempt.textContent;
             attempt.textContent = s.attempt + text.slice(text.indexOf('/'));
           }
-          const bar = el.querySelector('[data-field=fraction]');
-          if (bar) bar.value = done;
+          // A map step's bar counts its children: the page's refresh redraws it.
+          const bar = el.querySelector('[data-field=fraction]:not([data-map])');
+          if (bar) {
+            bar.value = done;
+            bar.dataset.state = s.status;
+            bar.title = Math.round(done * 100) + '%';
+          }
         }
       }
     }

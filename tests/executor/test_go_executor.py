@@ -158,6 +158,23 @@ async def test_sigkill_mid_session_fails_every_job(go_executor: Path, tmp_path: 
     assert kinds(events) == ["accepted", "running", "succeeded"]
 
 
+@pytest.mark.parametrize("protocol", ["execute", "session"])
+async def test_what_an_operation_logs_goes_out_before_its_verdict(
+    go_executor: Path, tmp_path: Path, protocol: str
+) -> None:
+    """Job.Log: JobLog events, in order, all of them before the verdict (masking: a payload
+    cannot carry a credential, so the Go unit tests of stepLog cover it)."""
+    said = "loading\nshard 1 of 2 \u00e9t\u00e9\nno newline"
+    with running(go_executor, tmp_path) as (address, _):
+        async with ExecutorClient(address, token=TOKEN) as client:
+            client.protocol = protocol
+            job = make_job(capability="test.echo@1", idempotency_key="l", payload={"log": said})
+            events = await collect(client, job)
+    assert kinds(events)[-1] == "succeeded"
+    assert set(kinds(events)[2:-1]) == {"log"}, kinds(events)
+    assert "".join(e.log.text for e in events if e.WhichOneof("event") == "log") == said
+
+
 async def test_big_session_events_go_in_messages_of_their_own(
     go_executor: Path, tmp_path: Path
 ) -> None:

@@ -150,11 +150,13 @@ type runningJob struct {
 	outcome string          // the terminal event's kind, once put
 	reads   artifacts.Reads // what the operation read through Job.Store (JobSucceeded.reads)
 	onEnd   func()          // frees the job's slot; called just before the terminal event
+	output  *stepLog        // what the operation writes (Job.Log), on its way to the outbox
 }
 
 func newRunningJob(spec *Spec, op Operation, store *artifacts.Store, grace time.Duration,
 	log *slog.Logger) *runningJob {
-	return &runningJob{spec: spec, op: op, store: store, out: newOutbox(50 * time.Millisecond),
+	out := newOutbox(50 * time.Millisecond)
+	return &runningJob{spec: spec, op: op, store: store, out: out, output: newStepLog(out),
 		grace: grace, stop: make(chan struct{}),
 		log: log.With("idempotency_key", spec.IdempotencyKey, "attempt", spec.Attempt,
 			"capability", spec.Capability)}
@@ -183,6 +185,7 @@ func (r *runningJob) finish(ev *pb.ExecuteResponse) {
 	default:
 		r.outcome = "failed"
 	}
+	r.output.end() // the whole log before the verdict
 	if r.onEnd != nil {
 		r.onEnd()
 	}

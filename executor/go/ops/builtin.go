@@ -177,6 +177,8 @@ func chunk(_ context.Context, job *executor.Job) (*executor.Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
+	job.Logf("%d chunks of at most %d bytes, %d of them done by an earlier attempt", len(chunks),
+		size, resumed)
 	indexJSON, err := executor.Dumps(map[string]any{"input": ref.Digest, "chunk_size": size,
 		"chunks": chunks})
 	if err != nil {

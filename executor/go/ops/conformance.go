@@ -21,9 +21,13 @@ func RegisterConformance(r *executor.Registry) {
 	r.MustRegister(executor.Operation{Name: "test.fail", Major: 1, Run: fail})
 }
 
-// echo returns what the job carried; payload "checkpoint" (object) is saved as a checkpoint
-// first, "artifact_text" (string) is stored and returned as artifact echo.txt.
+// echo returns what the job carried; payload "log" (string) is written to the attempt's log
+// first, "checkpoint" (object) is saved as a checkpoint, "artifact_text" (string) is stored
+// and returned as artifact echo.txt.
 func echo(_ context.Context, job *executor.Job) (*executor.Outcome, error) {
+	if text, ok := job.Input["log"].(string); ok {
+		job.Log(text)
+	}
 	if state, ok := job.Input["checkpoint"].(map[string]any); ok {
 		if err := job.SaveCheckpoint(state, nil); err != nil {
 			return nil, err

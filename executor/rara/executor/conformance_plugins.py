@@ -27,10 +27,13 @@ from rara.executor.plugins import PluginRegistry
 async def echo(ctx: StepContext) -> StepOutcome:
     """Return what the job carried; optionally save a checkpoint and store an artifact.
 
-    payload: ``checkpoint`` (object) -> saved as a checkpoint first;
-    ``artifact_text`` (string) -> stored and returned as artifact ``echo.txt``.
+    payload: ``log`` (string) -> written to the attempt's log first (printed: captured);
+    ``checkpoint`` (object) -> saved as a checkpoint; ``artifact_text`` (string) -> stored
+    and returned as artifact ``echo.txt``.
     """
     payload = dict(ctx.input)
+    if isinstance(payload.get("log"), str):
+        print(payload["log"], end="")
     if isinstance(payload.get("checkpoint"), dict):
         ctx.save_checkpoint(payload["checkpoint"])
     artifacts = []

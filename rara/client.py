@@ -174,12 +174,19 @@ class Client:
         version: int | None = None,
         input: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
+        rerun_from: str | None = None,
     ) -> runs.ResumedRun:
         """A new run of ``run_id``'s version and input reusing its succeeded steps
-        (``rara.runs.resume_run``); ResumeRefused when version or input differ."""
+        (``rara.runs.resume_run``), but ``rerun_from`` and every step downstream of it, which
+        run again; ResumeRefused when version or input differ, or no such step."""
         with self._conn() as conn:
             return resume_run(
-                conn, run_id, version=version, input=input, idempotency_key=idempotency_key
+                conn,
+                run_id,
+                version=version,
+                input=input,
+                idempotency_key=idempotency_key,
+                rerun_from=rerun_from,
             )
 
     def unserved_capabilities(self, run_id: int) -> list[str]:

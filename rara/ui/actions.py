@@ -1,5 +1,6 @@
-"""The dashboard's writes: cancel, pause or resume a run, retry a failed one or resume it from
-its failure, decide an approval, pause or resume a schedule, log in and out.
+"""The dashboard's writes: cancel, pause or resume a run, retry a failed one, resume it from
+its failure or re-run a finished one from a step, decide an approval, pause or resume a
+schedule, log in and out.
 
 Each needs a server that is not read-only, an identity and a CSRF token bound to it
 (``rara.ui.auth``). The work itself is rara's own: ``rara.client.Client`` (the same code as
@@ -235,6 +236,41 @@ async def resume(request: Request) -> Response:
         f"/runs/{resumed.run_id}",
         f"resume of run {run_id}, {reused}" + ("" if resumed.created else " (already started)"),
         "done" if resumed.created else "info",
+    )
+
+
+def rerun_key(run_id: int, step: str) -> str:
+    """The re-run's idempotency key, one per run and step: a double submit makes one run, a
+    re-run from another step is another run."""
+    return f"rara-ui:rerun-of:{run_id}:{step}"
+
+
+async def rerun(request: Request) -> Response:
+    """Re-run from a step (``Client.resume_run(rerun_from=)``, as `rara runs retry N
+    --from-step STEP`): a new run in which the step and everything downstream of it run
+    again and every other step that succeeded here is reused. The database refuses a run not
+    finished or a step it lacks; the refusal goes back to the run's page as a note."""
+    await _authorised(request)
+    run_id = int(request.path_params["run_id"])
+    step = (await form(request)).get("step", "").strip()
+    if not step:
+        raise HTTPException(400, "step: the key of the step to re-run from")
+    client = _client(request)
+    try:
+        again = await _call(
+            lambda: client.resume_run(
+                run_id, rerun_from=step, idempotency_key=rerun_key(run_id, step)
+            )
+        )
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except RaraError as exc:
+        return back(f"/runs/{run_id}", f"re-run refused: {exc}", "refused")
+    return back(
+        f"/runs/{again.run_id}",
+        f"re-run of run {run_id} from step {step}, {again.reused} reused"
+        + ("" if again.created else " (already started)"),
+        "done" if again.created else "info",
     )
 
 

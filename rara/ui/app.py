@@ -124,6 +124,7 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/runs/{run_id:int}/unpause", actions.unpause, methods=["POST"]),
         Route("/runs/{run_id:int}/retry", actions.retry, methods=["POST"]),
         Route("/runs/{run_id:int}/resume", actions.resume, methods=["POST"]),
+        Route("/runs/{run_id:int}/rerun", actions.rerun, methods=["POST"]),
         Route(
             "/runs/{run_id:int}/approvals/{step_key:str}/decide", actions.decide, methods=["POST"]
         ),

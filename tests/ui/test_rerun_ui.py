@@ -15,7 +15,7 @@ import psycopg
 from rara.client import Client
 from rara.ui.actions import rerun_key
 from tests.support.runs import reused_of, wait_run
-from tests.support.ui import UiServer
+from tests.support.ui import UiServer, log_in
 from tests.ui.test_resume_ui import _called, _failed_runs, _runs
 
 TOKEN = "t0ken-for-the-rerun-test-0123456789"
@@ -26,12 +26,6 @@ POSTS = """async ([path, csrf, step, times]) => {
     .then((r) => [r.status, r.url]);
   return Promise.all(Array.from({length: times}, post));
 }"""
-
-
-def _login(page: Any, ui: UiServer, run_id: int) -> None:
-    page.goto(f"{ui.url}/login?next=/runs/{run_id}")
-    page.fill("input[name=token]", TOKEN)
-    page.click("form.login button")
 
 
 def test_resumed_runs_link_both_ways_and_a_step_reruns_from_the_page(
@@ -48,7 +42,7 @@ def test_resumed_runs_link_both_ways_and_a_step_reruns_from_the_page(
     (failed,) = _failed_runs(conn, 1)
     (tmp_path / "token").write_text(TOKEN + "\n")
     ui: UiServer = ui_server("--no-read-only", "--token-file", str(tmp_path / "token"))
-    _login(page, ui, failed)
+    log_in(page, ui, TOKEN, f"/runs/{failed}")
     expect(page.locator("#resumed-by")).to_have_count(0)  # not resumed yet
 
     resumed = Client(database_url).resume_run(failed).run_id

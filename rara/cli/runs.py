@@ -362,7 +362,7 @@ def retry(
     if from_failure or from_step is not None:
 
         def resume() -> ResumedRun:
-            missing = [] if queue_anyway else client.unserved_capabilities(run_id)
+            missing = [] if queue_anyway else client.unserved_capabilities(run_id, from_step)
             if missing:
                 raise CapabilityUnavailable(missing)
             return client.resume_run(run_id, idempotency_key=idempotency_key, rerun_from=from_step)

@@ -83,7 +83,7 @@ def test_a_rerun_from_an_unknown_step_is_refused_naming_it(
 def test_the_cli_reruns_from_a_step(
     conn: psycopg.Connection[Any], thread_worker: Any, database_url: str
 ) -> None:
-    thread_worker()
+    worker = thread_worker()
     done = _chain(conn)
     cli = CliRunner(env={"DATABASE_URL": database_url, "COLUMNS": "200"})
     out = cli.invoke(app, ["runs", "retry", str(done), "--from-step", "c"])
@@ -97,3 +97,9 @@ def test_the_cli_reruns_from_a_step(
     assert 'has no step "zz"' in unknown.output
     helped = cli.invoke(app, ["runs", "retry", "--help"])
     assert "--from-step" in helped.output
+    # With no live worker, a re-run is refused for what it would run again, though every
+    # step succeeded in the run it re-runs.
+    worker.stop()
+    refused = cli.invoke(app, ["runs", "retry", str(done), "--from-step", "c"])
+    assert refused.exit_code != 0
+    assert "no live worker serves test.tally@1" in refused.output

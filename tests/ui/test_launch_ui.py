@@ -155,3 +155,23 @@ def test_a_read_only_dashboard_shows_no_launch_form(
     form = {"csrf": "", "nonce": "n" * 24, "version": "1", "in.text": "x", "queue_anyway": "on"}
     assert page.request.post(f"{ui.url}/definitions/launchable", form=form).status == 403
     assert _runs(conn) == []
+
+
+def test_a_run_starts_in_the_namespace_of_the_definitions_page(
+    page: Any, ui_server: Any, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    apply(conn, "launchable", STEPS)  # the default namespace's, not the one started
+    apply(conn, "launchable", STEPS[:1], namespace="team-a")
+    (tmp_path / "token").write_text(TOKEN)
+    ui: UiServer = ui_server("--no-read-only", "--token-file", str(tmp_path / "token"))
+    log_in(page, ui, TOKEN, "/definitions/launchable?namespace=team-a")
+    expect(page.locator("#launch .launch-field")).to_have_count(2)  # team-a's one step's
+    page.fill('[name="in.text"]', "theirs")
+    page.click("#launch-start")
+    page.check('#launch-queue-anyway input[name="queue_anyway"]')
+    page.click("#launch-start")
+    expect(page.locator(".note")).to_have_attribute("data-tone", "done")
+    started = conn.execute("SELECT namespace, input FROM rara_runs").fetchall()
+    assert started == [("team-a", {"text": "theirs"})]

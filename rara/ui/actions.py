@@ -55,7 +55,7 @@ def _auth(request: Request) -> AuthConfig:
     return auth
 
 
-async def _authorised(request: Request) -> None:
+async def authorised(request: Request) -> None:
     auth = _auth(request)
     if auth.read_only:
         raise HTTPException(403, "this dashboard is read-only")
@@ -100,7 +100,7 @@ class VouchingClient(Client):
             yield conn
 
 
-def _client(request: Request, namespace: str = DEFAULT_NAMESPACE) -> Client:
+def client_for(request: Request, namespace: str = DEFAULT_NAMESPACE) -> Client:
     """A client in ``namespace``: what it names by name (a definition to start, a schedule
     to pause) is that namespace's; under ``--user-roles``, acting as the user; else, with a
     person the proxy names, the UI's login vouching for them."""
@@ -114,7 +114,7 @@ def _client(request: Request, namespace: str = DEFAULT_NAMESPACE) -> Client:
     return Client(url, namespace=namespace)
 
 
-async def _call(action: Callable[[], T]) -> T:
+async def in_thread(action: Callable[[], T]) -> T:
     """``action`` in a thread; the database's refusal of the user (a namespace the user
     lacks: rara_namespace_access) is a 403 naming the role and the namespace, not a 500."""
     try:
@@ -126,15 +126,15 @@ async def _call(action: Callable[[], T]) -> T:
 async def cancel(request: Request) -> Response:
     """Cancel a run, confirmed with a reason (refused without one: the page's note says so),
     which the database keeps with who cancelled (the run's error: rara_run_cancel)."""
-    await _authorised(request)
+    await authorised(request)
     run_id = int(request.path_params["run_id"])
     reason = (await form(request)).get("reason", "").strip()
     problem = reason_problem(reason, "a cancel")
     if problem:
         return back(f"/runs/{run_id}", f"cancel refused: {problem}", "refused")
     try:
-        client = _client(request)
-        changed = await _call(lambda: client.cancel_run(run_id, reason=reason))
+        client = client_for(request)
+        changed = await in_thread(lambda: client.cancel_run(run_id, reason=reason))
     except NotFound as exc:
         raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:
@@ -156,12 +156,12 @@ async def unpause(request: Request) -> Response:
 
 
 async def _set_paused(request: Request, *, paused: bool) -> Response:
-    await _authorised(request)
+    await authorised(request)
     run_id = int(request.path_params["run_id"])
-    client = _client(request)
+    client = client_for(request)
     act = client.pause_run if paused else client.unpause_run
     try:
-        change = await _call(lambda: act(run_id))
+        change = await in_thread(lambda: act(run_id))
     except NotFound as exc:
         raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:  # RunEnded
@@ -176,7 +176,7 @@ def retry_key(run_id: int) -> str:
 
 
 async def retry(request: Request) -> Response:
-    await _authorised(request)
+    await authorised(request)
     run_id = int(request.path_params["run_id"])
     async with connection(request) as conn:
         run = await data.run_get(conn, run_id)
@@ -186,9 +186,9 @@ async def retry(request: Request) -> Response:
         raise HTTPException(
             409, f"run {run_id} is {run.status}: only a failed or cancelled run is retried"
         )
-    client = _client(request, run.namespace)  # its run's definition, in its run's namespace
+    client = client_for(request, run.namespace)  # its run's definition, in its run's namespace
     try:
-        started = await _call(
+        started = await in_thread(
             lambda: client.start_run(
                 run.definition,
                 version=run.version,
@@ -218,15 +218,17 @@ async def resume(request: Request) -> Response:
     back to the run's page as a note. A run whose approval gate was rejected is not resumed
     from here: it would reuse the evidence the gate saw and ask the same question again
     (rara.ui.decisions.gate_rejected)."""
-    await _authorised(request)
+    await authorised(request)
     run_id = int(request.path_params["run_id"])
     async with connection(request) as conn:
         rejected = gate_rejected(await data.run_approval_list(conn, run_id))
     if rejected:
         return back(f"/runs/{run_id}", f"resume refused: {rejected}", "refused")
-    client = _client(request)
+    client = client_for(request)
     try:
-        resumed = await _call(lambda: client.resume_run(run_id, idempotency_key=resume_key(run_id)))
+        resumed = await in_thread(
+            lambda: client.resume_run(run_id, idempotency_key=resume_key(run_id))
+        )
     except NotFound as exc:
         raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:
@@ -250,14 +252,14 @@ async def rerun(request: Request) -> Response:
     --from-step STEP`): a new run in which the step and everything downstream of it run
     again and every other step that succeeded here is reused. The database refuses a run not
     finished or a step it lacks; the refusal goes back to the run's page as a note."""
-    await _authorised(request)
+    await authorised(request)
     run_id = int(request.path_params["run_id"])
     step = (await form(request)).get("step", "").strip()
     if not step:
         raise HTTPException(400, "step: the key of the step to re-run from")
-    client = _client(request)
+    client = client_for(request)
     try:
-        again = await _call(
+        again = await in_thread(
             lambda: client.resume_run(
                 run_id, rerun_from=step, idempotency_key=rerun_key(run_id, step)
             )
@@ -295,7 +297,7 @@ async def decide(request: Request) -> Response:
     (decided the other way already, not an approver, past its deadline, the run's starter
     under four-eyes, a login that may not vouch) go back to the run's page as its note, in
     its words."""
-    await _authorised(request)
+    await authorised(request)
     run_id = int(request.path_params["run_id"])
     step_key = str(request.path_params["step_key"])
     fields = await form(request)
@@ -307,7 +309,7 @@ async def decide(request: Request) -> Response:
     problem = reason_problem(reason, "a rejection") if choice == "reject" else ""
     if problem:
         return back(page_of_run, f"reject refused: {problem}", "refused")
-    client = _client(request)
+    client = client_for(request)
     who = person(request)
     try:
         decided = await to_thread.run_sync(
@@ -331,12 +333,12 @@ async def decide(request: Request) -> Response:
 
 
 async def _suspend(request: Request, suspended: bool) -> Response:
-    await _authorised(request)
+    await authorised(request)
     name = str(request.path_params["name"])
     namespace = page_namespace(request)
-    client = _client(request, namespace)
+    client = client_for(request, namespace)
     try:
-        changed = await _call(lambda: client.suspend_schedule(name, suspended))
+        changed = await in_thread(lambda: client.suspend_schedule(name, suspended))
     except NotFound as exc:
         raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:

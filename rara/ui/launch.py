@@ -17,7 +17,7 @@ from starlette.responses import Response
 
 from rara.errors import CapabilityUnavailable, NotFound, RaraError
 from rara.ui import pages
-from rara.ui.actions import _authorised, _call, _client, form
+from rara.ui.actions import authorised, client_for, form, in_thread
 from rara.ui.launch_form import NONCE, build_input, launch_fields
 from rara.ui.links import page_namespace
 from rara.ui.notes import back
@@ -34,7 +34,7 @@ class Refused:
 
 async def start(request: Request) -> Response:
     """POST /definitions/NAME (?namespace=, the page's): start a run of the form's version."""
-    await _authorised(request)
+    await authorised(request)
     submitted = await form(request)
     nonce = submitted.get("nonce", "")
     if not NONCE.fullmatch(nonce):
@@ -45,11 +45,11 @@ async def start(request: Request) -> Response:
         version = int(submitted.get("version", ""))
     except ValueError:
         raise HTTPException(400, "version: the definition's version to start") from None
-    client = _client(request, namespace)
+    client = client_for(request, namespace)
     try:
-        spec = (await _call(lambda: client.get_definition(name, version=version)))["spec"]
+        spec = (await in_thread(lambda: client.get_definition(name, version=version)))["spec"]
         run_input = build_input(launch_fields(spec), submitted)
-        started = await _call(
+        started = await in_thread(
             lambda: client.start_run(
                 name,
                 version=version,

@@ -174,27 +174,38 @@ class Client:
         version: int | None = None,
         input: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
+        rerun_from: str | None = None,
     ) -> runs.ResumedRun:
         """A new run of ``run_id``'s version and input reusing its succeeded steps
-        (``rara.runs.resume_run``); ResumeRefused when version or input differ."""
+        (``rara.runs.resume_run``), but ``rerun_from`` and every step downstream of it, which
+        run again; ResumeRefused when version or input differ, or no such step."""
         with self._conn() as conn:
             return resume_run(
-                conn, run_id, version=version, input=input, idempotency_key=idempotency_key
+                conn,
+                run_id,
+                version=version,
+                input=input,
+                idempotency_key=idempotency_key,
+                rerun_from=rerun_from,
             )
 
-    def unserved_capabilities(self, run_id: int) -> list[str]:
+    def unserved_capabilities(self, run_id: int, rerun_from: str | None = None) -> list[str]:
         """The capabilities of ``run_id``'s steps that a resume would run again (every step but
-        the succeeded and the waits) which no live worker serves now: what ``start_run``
-        refuses a new run for, asked of a resume before it is made."""
+        the succeeded and the waits; with ``rerun_from``, that step and every step downstream
+        of it too) which no live worker serves now: what ``start_run`` refuses a new run for,
+        asked of a resume before it is made."""
         with self._conn() as conn:
             served = workers.capabilities(conn, LIVE_WORKER_SECONDS)
             rows = steps.list_for_run(conn, run_id)
+        again = {rerun_from} if rerun_from is not None else set()
+        while grown := {s.key for s in rows if again & set(s.depends_on)} - again:
+            again |= grown
         return sorted(
             {
                 s.capability
                 for s in rows
                 if s.wait_kind is None
-                and s.status is not StepStatus.SUCCEEDED
+                and (s.status is not StepStatus.SUCCEEDED or s.key in again)
                 and s.capability not in served
             }
         )

@@ -226,12 +226,14 @@ def resume_run(
     version: int | None = None,
     input: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
+    rerun_from: str | None = None,
 ) -> run_sql.ResumedRun:
     """Resume run ``run_id`` from its failure: a new run of its version and input in which
     every step that succeeded in it is reused, result and artifacts (docs/step-cache.md,
-    "Resume"). ``definition``, ``version`` and ``input``, when given, must be the run's: a
-    resume that would compute with something else would mix two runs' results, so it is
-    refused."""
+    "Resume"). With ``rerun_from`` (a step's key), that step and every step downstream of it
+    run again, and any finished run may be re-run so. ``definition``, ``version`` and
+    ``input``, when given, must be the run's: a resume that would compute with something
+    else would mix two runs' results, so it is refused."""
     old = run_sql.get(conn, run_id)
     if old is None:
         raise NotFound(f"no run {run_id}")
@@ -252,7 +254,7 @@ def resume_run(
         )
     try:
         with _atomic(conn):
-            return run_sql.resume(conn, run_id, idempotency_key)
+            return run_sql.resume(conn, run_id, idempotency_key, rerun_from)
     except (psycopg.errors.InvalidParameterValue, psycopg.errors.ProgramLimitExceeded) as exc:
         raise ResumeRefused(exc.diag.message_primary or str(exc)) from None
 

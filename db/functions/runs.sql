@@ -310,7 +310,8 @@ BEGIN
 END $$;
 SELECT rara_grant('rara_run_cancel', 'rara_client', 'rara_operator');
 
-CREATE OR REPLACE FUNCTION rara_run_resume(p_run_id bigint, p_idempotency_key text)
+CREATE OR REPLACE FUNCTION rara_run_resume(p_run_id bigint, p_idempotency_key text,
+                                           p_rerun_from text DEFAULT NULL)
 RETURNS TABLE (run_id bigint, reused integer, created boolean)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
@@ -332,22 +333,36 @@ BEGIN
     -- runs whole: its children that did are not kept (a `cache:` on it reuses them).
     -- Only a failed or cancelled run resumes. The new run is in the old one's namespace, and
     -- a repeated p_idempotency_key (unique there) finds the run it made (created false).
+    -- Re-run from a step (p_rerun_from, `rara runs retry N --from-step KEY`): that step and
+    -- every step downstream of it (its dependants, transitively) run again even where they
+    -- succeeded, every other step that succeeded is reused; any finished run re-runs. The
+    -- new run names the run it resumes (resumes) and the step (rerun_from).
     SELECT r.id, r.namespace, r.status, r.definition_version_id, r.input INTO old
     FROM rara_runs r WHERE r.id = p_run_id AND rara_namespace_allowed(r.namespace);
     IF NOT FOUND THEN  -- or not the caller's to resume: what it cannot read it cannot name
         RAISE EXCEPTION 'no run %', p_run_id USING ERRCODE = 'no_data_found';
     END IF;
-    IF old.status NOT IN ('failed', 'cancelled') THEN
+    IF p_rerun_from IS NULL AND old.status NOT IN ('failed', 'cancelled') THEN
         RAISE EXCEPTION 'run % is %: only a failed or cancelled run resumes', p_run_id,
             old.status USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_rerun_from IS NOT NULL AND old.status NOT IN ('succeeded', 'failed', 'cancelled') THEN
+        RAISE EXCEPTION 'run % is %: only a finished run re-runs from a step', p_run_id,
+            old.status USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_rerun_from IS NOT NULL AND NOT EXISTS (
+        SELECT FROM rara_definition_versions v, rara_spec_step_rows(v.steps) AS s
+        WHERE v.id = old.definition_version_id AND s.key = p_rerun_from) THEN
+        RAISE EXCEPTION 'run % has no step "%" to re-run from', p_run_id, p_rerun_from
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     -- (a run started before the input was limited in the database may hold more)
     PERFORM rara_limit_check(format('run %s''s input', p_run_id),
                              octet_length(old.input::text), 'bytes', 'run_input_bytes');
     INSERT INTO rara_runs (namespace, definition_version_id, input, idempotency_key,
-                           started_by)  -- (who resumes it: as for a start)
+                           started_by, resumes, rerun_from)  -- (who resumes it: as for a start)
     VALUES (old.namespace, old.definition_version_id, old.input, p_idempotency_key,
-            rara_caller_starter())
+            rara_caller_starter(), p_run_id, p_rerun_from)
     ON CONFLICT (namespace, idempotency_key) DO NOTHING
     RETURNING rara_runs.id INTO new_id;
     IF new_id IS NULL THEN
@@ -360,15 +375,21 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
-    WITH version AS (
+    WITH RECURSIVE version AS (
         SELECT v.spec, v.steps, rara_spec_caches(v.spec, old.namespace) AS caches,
                rara_spec_concurrency(v.spec, old.namespace, v.name) AS concurrency
         FROM rara_definition_versions v WHERE v.id = old.definition_version_id
     ), step_rows AS (
         SELECT s.* FROM version, rara_spec_step_rows(version.steps) AS s
+    ), again (key) AS (  -- the step re-run from and its dependants (none: a plain resume)
+        SELECT p_rerun_from WHERE p_rerun_from IS NOT NULL
+        UNION
+        SELECT d.key FROM again a JOIN step_rows s ON s.key = a.key,
+                          unnest(s.dependants) AS d(key)
     ), kept AS MATERIALIZED (
         SELECT o.* FROM rara_steps o
         WHERE o.run_id = p_run_id AND o.map_parent IS NULL AND o.status = 'succeeded'
+          AND o.key NOT IN (SELECT a.key FROM again a)
     ), planned AS (
         SELECT s.*, k.id AS old_id, k.attempt AS old_attempt, k.result AS old_result,
                k.cache AS old_cache, k.map_input, k.map_total, k.map_succeeded, k.map_failed,

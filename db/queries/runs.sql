@@ -133,5 +133,7 @@ SELECT now();
 -- name: run_resume^
 -- A new run of run :run_id's version and input reusing every step that succeeded in it
 -- (rara.runs.resume_run; db/functions/runs.sql tells the rules): (run_id, reused, created).
+-- :rerun_from, when not null, names the step that runs again with all it feeds.
 SELECT * FROM rara_run_resume(p_run_id => :run_id,
-                              p_idempotency_key => CAST(:idempotency_key AS text));
+                              p_idempotency_key => CAST(:idempotency_key AS text),
+                              p_rerun_from => CAST(:rerun_from AS text));

@@ -337,6 +337,15 @@ def retry(
             "never-run ones",
         ),
     ] = False,
+    from_step: Annotated[
+        str | None,
+        typer.Option(
+            "--from-step",
+            metavar="STEP",
+            help="re-run from STEP: run it and every step downstream of it again, reuse every "
+            "other step that succeeded in RUN_ID (any finished run)",
+        ),
+    ] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="same key → same run")] = None,
     quiet: Annotated[
         bool,
@@ -350,20 +359,21 @@ def retry(
     """Run RUN_ID's version with its input again, as a new run (refused, as `runs start` is,
     when no live worker serves a capability it would run)."""
     client = Client()
-    if from_failure:
+    if from_failure or from_step is not None:
 
         def resume() -> ResumedRun:
-            missing = [] if queue_anyway else client.unserved_capabilities(run_id)
+            missing = [] if queue_anyway else client.unserved_capabilities(run_id, from_step)
             if missing:
                 raise CapabilityUnavailable(missing)
-            return client.resume_run(run_id, idempotency_key=idempotency_key)
+            return client.resume_run(run_id, idempotency_key=idempotency_key, rerun_from=from_step)
 
         resumed = _when_served(resume, wait_for_workers)
         if quiet:
             console.print(resumed.run_id)
             return
+        again = f" from step {from_step}" if from_step is not None else ""
         console.print(
-            f"run {resumed.run_id}: resumes run {run_id}, {resumed.reused} steps reused",
+            f"run {resumed.run_id}: resumes run {run_id}{again}, {resumed.reused} steps reused",
             highlight=False,
         )
         return

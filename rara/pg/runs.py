@@ -162,10 +162,18 @@ class ResumedRun:
     created: bool  # False: the idempotency key found the run an earlier resume made
 
 
-def resume(conn: Conn, run_id: int, idempotency_key: str | None) -> ResumedRun:
-    """``run_resume``: a new run reusing every succeeded step of ``run_id``."""
+def resume(
+    conn: Conn, run_id: int, idempotency_key: str | None, rerun_from: str | None = None
+) -> ResumedRun:
+    """``run_resume``: a new run reusing every succeeded step of ``run_id`` (but
+    ``rerun_from`` and the steps downstream of it, which run again)."""
     found = one(
-        conn, "run_resume", class_row(ResumedRun), run_id=run_id, idempotency_key=idempotency_key
+        conn,
+        "run_resume",
+        class_row(ResumedRun),
+        run_id=run_id,
+        idempotency_key=idempotency_key,
+        rerun_from=rerun_from,
     )
     assert found is not None  # the function answers one row or raises
     return found

@@ -1,5 +1,6 @@
-"""The dashboard's writes: cancel, pause or resume a run, retry a failed one or resume it from
-its failure, decide an approval, pause or resume a schedule, log in and out.
+"""The dashboard's writes: cancel, pause or resume a run, retry a failed one, resume it from
+its failure or re-run a finished one from a step, decide an approval, pause or resume a
+schedule, log in and out.
 
 Each needs a server that is not read-only, an identity and a CSRF token bound to it
 (``rara.ui.auth``). The work itself is rara's own: ``rara.client.Client`` (the same code as
@@ -54,7 +55,7 @@ def _auth(request: Request) -> AuthConfig:
     return auth
 
 
-async def _authorised(request: Request) -> None:
+async def authorised(request: Request) -> None:
     auth = _auth(request)
     if auth.read_only:
         raise HTTPException(403, "this dashboard is read-only")
@@ -99,7 +100,7 @@ class VouchingClient(Client):
             yield conn
 
 
-def _client(request: Request, namespace: str = DEFAULT_NAMESPACE) -> Client:
+def client_for(request: Request, namespace: str = DEFAULT_NAMESPACE) -> Client:
     """A client in ``namespace``: what it names by name (a definition to start, a schedule
     to pause) is that namespace's; under ``--user-roles``, acting as the user; else, with a
     person the proxy names, the UI's login vouching for them."""
@@ -113,7 +114,7 @@ def _client(request: Request, namespace: str = DEFAULT_NAMESPACE) -> Client:
     return Client(url, namespace=namespace)
 
 
-async def _call(action: Callable[[], T]) -> T:
+async def in_thread(action: Callable[[], T]) -> T:
     """``action`` in a thread; the database's refusal of the user (a namespace the user
     lacks: rara_namespace_access) is a 403 naming the role and the namespace, not a 500."""
     try:
@@ -125,15 +126,15 @@ async def _call(action: Callable[[], T]) -> T:
 async def cancel(request: Request) -> Response:
     """Cancel a run, confirmed with a reason (refused without one: the page's note says so),
     which the database keeps with who cancelled (the run's error: rara_run_cancel)."""
-    await _authorised(request)
+    await authorised(request)
     run_id = int(request.path_params["run_id"])
     reason = (await form(request)).get("reason", "").strip()
     problem = reason_problem(reason, "a cancel")
     if problem:
         return back(f"/runs/{run_id}", f"cancel refused: {problem}", "refused")
     try:
-        client = _client(request)
-        changed = await _call(lambda: client.cancel_run(run_id, reason=reason))
+        client = client_for(request)
+        changed = await in_thread(lambda: client.cancel_run(run_id, reason=reason))
     except NotFound as exc:
         raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:
@@ -155,12 +156,12 @@ async def unpause(request: Request) -> Response:
 
 
 async def _set_paused(request: Request, *, paused: bool) -> Response:
-    await _authorised(request)
+    await authorised(request)
     run_id = int(request.path_params["run_id"])
-    client = _client(request)
+    client = client_for(request)
     act = client.pause_run if paused else client.unpause_run
     try:
-        change = await _call(lambda: act(run_id))
+        change = await in_thread(lambda: act(run_id))
     except NotFound as exc:
         raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:  # RunEnded
@@ -175,7 +176,7 @@ def retry_key(run_id: int) -> str:
 
 
 async def retry(request: Request) -> Response:
-    await _authorised(request)
+    await authorised(request)
     run_id = int(request.path_params["run_id"])
     async with connection(request) as conn:
         run = await data.run_get(conn, run_id)
@@ -185,9 +186,9 @@ async def retry(request: Request) -> Response:
         raise HTTPException(
             409, f"run {run_id} is {run.status}: only a failed or cancelled run is retried"
         )
-    client = _client(request, run.namespace)  # its run's definition, in its run's namespace
+    client = client_for(request, run.namespace)  # its run's definition, in its run's namespace
     try:
-        started = await _call(
+        started = await in_thread(
             lambda: client.start_run(
                 run.definition,
                 version=run.version,
@@ -217,15 +218,17 @@ async def resume(request: Request) -> Response:
     back to the run's page as a note. A run whose approval gate was rejected is not resumed
     from here: it would reuse the evidence the gate saw and ask the same question again
     (rara.ui.decisions.gate_rejected)."""
-    await _authorised(request)
+    await authorised(request)
     run_id = int(request.path_params["run_id"])
     async with connection(request) as conn:
         rejected = gate_rejected(await data.run_approval_list(conn, run_id))
     if rejected:
         return back(f"/runs/{run_id}", f"resume refused: {rejected}", "refused")
-    client = _client(request)
+    client = client_for(request)
     try:
-        resumed = await _call(lambda: client.resume_run(run_id, idempotency_key=resume_key(run_id)))
+        resumed = await in_thread(
+            lambda: client.resume_run(run_id, idempotency_key=resume_key(run_id))
+        )
     except NotFound as exc:
         raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:
@@ -235,6 +238,41 @@ async def resume(request: Request) -> Response:
         f"/runs/{resumed.run_id}",
         f"resume of run {run_id}, {reused}" + ("" if resumed.created else " (already started)"),
         "done" if resumed.created else "info",
+    )
+
+
+def rerun_key(run_id: int, step: str) -> str:
+    """The re-run's idempotency key, one per run and step: a double submit makes one run, a
+    re-run from another step is another run."""
+    return f"rara-ui:rerun-of:{run_id}:{step}"
+
+
+async def rerun(request: Request) -> Response:
+    """Re-run from a step (``Client.resume_run(rerun_from=)``, as `rara runs retry N
+    --from-step STEP`): a new run in which the step and everything downstream of it run
+    again and every other step that succeeded here is reused. The database refuses a run not
+    finished or a step it lacks; the refusal goes back to the run's page as a note."""
+    await authorised(request)
+    run_id = int(request.path_params["run_id"])
+    step = (await form(request)).get("step", "").strip()
+    if not step:
+        raise HTTPException(400, "step: the key of the step to re-run from")
+    client = client_for(request)
+    try:
+        again = await in_thread(
+            lambda: client.resume_run(
+                run_id, rerun_from=step, idempotency_key=rerun_key(run_id, step)
+            )
+        )
+    except NotFound as exc:
+        raise HTTPException(404, str(exc)) from exc
+    except RaraError as exc:
+        return back(f"/runs/{run_id}", f"re-run refused: {exc}", "refused")
+    return back(
+        f"/runs/{again.run_id}",
+        f"re-run of run {run_id} from step {step}, {again.reused} reused"
+        + ("" if again.created else " (already started)"),
+        "done" if again.created else "info",
     )
 
 
@@ -259,7 +297,7 @@ async def decide(request: Request) -> Response:
     (decided the other way already, not an approver, past its deadline, the run's starter
     under four-eyes, a login that may not vouch) go back to the run's page as its note, in
     its words."""
-    await _authorised(request)
+    await authorised(request)
     run_id = int(request.path_params["run_id"])
     step_key = str(request.path_params["step_key"])
     fields = await form(request)
@@ -271,7 +309,7 @@ async def decide(request: Request) -> Response:
     problem = reason_problem(reason, "a rejection") if choice == "reject" else ""
     if problem:
         return back(page_of_run, f"reject refused: {problem}", "refused")
-    client = _client(request)
+    client = client_for(request)
     who = person(request)
     try:
         decided = await to_thread.run_sync(
@@ -295,12 +333,12 @@ async def decide(request: Request) -> Response:
 
 
 async def _suspend(request: Request, suspended: bool) -> Response:
-    await _authorised(request)
+    await authorised(request)
     name = str(request.path_params["name"])
     namespace = page_namespace(request)
-    client = _client(request, namespace)
+    client = client_for(request, namespace)
     try:
-        changed = await _call(lambda: client.suspend_schedule(name, suspended))
+        changed = await in_thread(lambda: client.suspend_schedule(name, suspended))
     except NotFound as exc:
         raise HTTPException(404, str(exc)) from exc
     except RaraError as exc:

@@ -22,7 +22,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rara.pg import reconnect
-from rara.ui import actions, pages, releases, step_logs
+from rara.ui import actions, launch, pages, releases, step_logs
 from rara.ui.auth import AuthConfig
 from rara.ui.isolation import IsolationWatch
 from rara.ui.live import LiveHub
@@ -124,6 +124,7 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/runs/{run_id:int}/unpause", actions.unpause, methods=["POST"]),
         Route("/runs/{run_id:int}/retry", actions.retry, methods=["POST"]),
         Route("/runs/{run_id:int}/resume", actions.resume, methods=["POST"]),
+        Route("/runs/{run_id:int}/rerun", actions.rerun, methods=["POST"]),
         Route(
             "/runs/{run_id:int}/approvals/{step_key:str}/decide", actions.decide, methods=["POST"]
         ),
@@ -133,6 +134,7 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/live/runs/{run_id:int}", pages.live_run),
         Route("/definitions", pages.definitions_list),
         Route("/definitions/{name:path}", pages.definition_page),
+        Route("/definitions/{name:path}", launch.start, methods=["POST"]),
         Route("/artifacts/{digest:str}", pages.artifact_page),
         Route("/artifacts/{digest:str}/download", pages.artifact_download),
         Route("/releases", releases.releases_list),

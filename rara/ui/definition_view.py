@@ -11,6 +11,7 @@ from typing import Any
 
 from rara.definitions.render import definition_yaml
 from rara.ui.dag import Layout, StepNode, layout
+from rara.ui.launch_form import launch_form
 
 
 def graph(spec: dict[str, Any]) -> Layout:
@@ -30,8 +31,12 @@ def graph(spec: dict[str, Any]) -> Layout:
 
 
 def version_view(namespace: str, name: str, spec: dict[str, Any]) -> dict[str, Any]:
-    """The page's ``document`` (YAML) and ``dag`` of a stored ``spec``."""
-    return {"document": definition_yaml(namespace, name, spec), "dag": graph(spec)}
+    """The page's ``document`` (YAML), ``dag`` and ``launch`` form of a stored ``spec``."""
+    return {
+        "document": definition_yaml(namespace, name, spec),
+        "dag": graph(spec),
+        "launch": launch_form(spec),
+    }
 
 
 def _spec_text(spec: dict[str, Any]) -> str:

@@ -43,10 +43,10 @@ from rara.ui.groups import MapGroup, map_groups
 from rara.ui.links import namespace_arg, page_namespace
 from rara.ui.listing import cursor, named_page, offered, one_page
 from rara.ui.live import APPROVALS, RUNS, LiveHub
-from rara.ui.releases import releases_of_run
 from rara.ui.render import page
 from rara.ui.result_charts import result_view
 from rara.ui.reuse import summarise
+from rara.ui.run_links import run_links
 from rara.ui.single_values import step_values
 from rara.ui.timeline import Reused, timeline
 from rara.ui.user_roles import connection, user_of, visible_namespaces
@@ -169,7 +169,7 @@ async def run_page(request: Request) -> Response:
         artifacts = await data.run_artifact_list(conn, run_id)
         children = await data.map_child_list(conn, run_id) if any(s.is_map for s in steps) else []
         approvals = await data.run_approval_list(conn, run_id)
-        promoted = await releases_of_run(conn, run_id)  # "promoted as NAME@N" (rara.ui.releases)
+        links = await run_links(conn, run_id)  # promoted as, resumes, resumed by
         now = await data.now(conn)
     groups = map_groups(steps, children)
     dag = layout([_node(s, groups.get(s.key), now) for s in steps])
@@ -199,7 +199,7 @@ async def run_page(request: Request) -> Response:
         step_errors=[s for s in steps if s.error is not None and s.key not in raised][:ROWS],
         groups=groups,
         approvals=approvals,
-        promoted=promoted,
+        **links,
     )
 
 

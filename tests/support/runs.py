@@ -69,3 +69,12 @@ def waiting_of(conn: psycopg.Connection[Any], run_id: int) -> list[str]:
         (run_id,),
     )
     return [r[0] for r in rows]
+
+
+def reused_of(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
+    """Each step of the run by key: its reused_from (None: it ran)."""
+    return dict(
+        conn.execute(
+            "SELECT key, reused_from FROM rara_steps WHERE run_id = %s", (run_id,)
+        ).fetchall()
+    )

@@ -12,6 +12,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from tests.support.waiting import wait_until
 
@@ -69,3 +70,10 @@ class UiServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+
+def log_in(page: Any, ui: UiServer, token: str, then: str) -> None:
+    """Log the browser ``page`` in to ``ui`` with ``token``, landing on the path ``then``."""
+    page.goto(f"{ui.url}/login?next={then}")
+    page.fill("input[name=token]", token)
+    page.click("form.login button")

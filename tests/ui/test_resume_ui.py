@@ -2,8 +2,9 @@
 failure" makes one new run (however often it is submitted) in which the step that succeeded is
 reused, with its badge, and the failed step runs; a run with nothing to resume shows no button,
 and a resume posted anyway comes back to its page with the resume's own refusal. A read-only
-dashboard has no button and refuses the post. The worker is a thread of this process, so that
-tests.worker.handlers.FAILING can make a step fail in the first run and not in the resume."""
+dashboard has no button (nor a re-run's) and refuses the post. The worker is a thread of
+this process, so that tests.worker.handlers.FAILING can make a step fail in the first run
+and not in the resume."""
 
 from __future__ import annotations
 
@@ -158,6 +159,7 @@ def test_a_read_only_dashboard_neither_shows_nor_takes_a_resume(
     expect(page.locator("#run-status")).to_have_text("failed")
     expect(page.locator("#resume")).to_have_count(0)
     expect(page.locator("#retry")).to_have_count(0)
+    expect(page.locator("button.rerun")).to_have_count(0)
     hint = page.locator("#read-only").get_attribute("title")
     assert "resume from failure" in hint
     assert "--no-read-only" in hint
@@ -167,4 +169,6 @@ def test_a_read_only_dashboard_neither_shows_nor_takes_a_resume(
     assert page.request.post(url, form={"csrf": ""}, max_redirects=0).status == 403
     bearer = {"authorization": f"Bearer {TOKEN}"}
     assert page.request.post(url, form={"csrf": ""}, headers=bearer, max_redirects=0).status == 403
+    rerun = {"csrf": "", "step": "collect"}
+    assert page.request.post(f"{ui.url}/runs/{failed}/rerun", form=rerun).status == 403
     assert len(_runs(conn)) == 1

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from rara.cli.main import app
 from rara.errors import ResumeRefused
 from rara.runs import resume_run
-from tests.support.runs import define, start, steps_of, wait_run
+from tests.support.runs import define, reused_of, start, steps_of, wait_run
 from tests.worker.handlers import FAILING, TALLY
 
 ITEMS = {"text": "t", "items": ["p", "q", "r"]}
@@ -40,14 +40,6 @@ def _define(conn: psycopg.Connection[Any]) -> None:
             {"key": "d", "capability": "test.tally@1", "dependsOn": ["shard", "c"]},
             {"key": "e", "capability": "test.flaky@1", **once},
         ],
-    )
-
-
-def _reused(conn: psycopg.Connection[Any], run_id: int) -> dict[str, Any]:
-    return dict(
-        conn.execute(
-            "SELECT key, reused_from FROM rara_steps WHERE run_id = %s", (run_id,)
-        ).fetchall()
     )
 
 
@@ -78,7 +70,7 @@ def test_a_resume_reuses_exactly_the_succeeded_steps(
 
     # Ran: what failed (c, e) and what never ran (d). Reused: a, the map and its children.
     assert _calls(resumed) == ["c", "d", "e"]
-    reused = _reused(conn, resumed)
+    reused = reused_of(conn, resumed)
     assert sorted(k for k, v in reused.items() if v) == [
         "a",
         "shard",

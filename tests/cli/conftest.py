@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from rara.cli import common
-
 
 @pytest.fixture
 def wide_console(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tables 200 columns wide. The CLI's console reads COLUMNS once, when rara.cli is first
-    imported (a real command is a fresh process); tests invoke it in one process, where that
-    was whatever the first import saw (80 without a terminal, as under pytest-xdist)."""
-    monkeypatch.setattr(common.console, "width", 200)
+    """Tables 200 columns wide: COLUMNS, which the CLI's consoles read at each use
+    (rara.cli.common.WideWhenPiped). Not by setting a console's width: the monkeypatch's undo
+    would set it back to the width it read then, fixed for every later test of the process."""
+    monkeypatch.setenv("COLUMNS", "200")

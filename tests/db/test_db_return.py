@@ -68,7 +68,10 @@ def test_no_role_writes_the_kept_return(conn: psycopg.Connection[Any]) -> None:
 def test_after_a_crash_the_return_is_the_reinitialised_servers() -> None:
     """A backend killed by SIGKILL: the postmaster ends every session and reinitialises after
     crash recovery, without restarting (its start time stays). The return moves to then."""
-    server = temporary_server(fast=True)
+    # Commits durable before the kill: with the fast settings' synchronous_commit=off, the
+    # crash's reinitialisation may lose the migration's last commits (a loaded machine's
+    # WAL writer had not flushed them), and rara_db_return() with them.
+    server = temporary_server(fast=True, synchronous_commit="on")
     url = server.up()
     try:
         migrate(url)

@@ -54,7 +54,7 @@ def test_status_shows_workers_backlog_and_failures(
 
     result = CliRunner(env={"DATABASE_URL": database_url, "COLUMNS": "200"}).invoke(app, ["status"])
     assert result.exit_code == 0, result.output
-    rows_out = [_cells(line) for line in result.stdout.splitlines() if "│" in line]
+    rows_out = _rows(result.stdout)
     worker = next(r for r in rows_out if r[0] == "gpu-worker-7")
     assert worker[:2] == ["gpu-worker-7", "adapt.lora@1, embed@1"]
     # Backlog: the second run's embed is ready (its adapt waits on it, blocked: not backlog);
@@ -67,6 +67,21 @@ def test_status_shows_workers_backlog_and_failures(
 
 def _cells(line: str) -> list[str]:
     return [cell.strip() for cell in line.strip().strip("│").split("│")]
+
+
+def _rows(out: str) -> list[list[str]]:
+    """The tables' rows, a cell wrapped over lines joined again (a line whose first cell is
+    empty goes on the row above): what a row says, however wide the console was."""
+    rows: list[list[str]] = []
+    for line in out.splitlines():
+        if "│" not in line:
+            continue
+        cells = _cells(line)
+        if rows and not cells[0] and len(cells) == len(rows[-1]):
+            rows[-1] = [f"{a} {b}".strip() for a, b in zip(rows[-1], cells, strict=True)]
+        else:
+            rows.append(cells)
+    return rows
 
 
 def test_status_on_an_empty_database(database_url: str) -> None:

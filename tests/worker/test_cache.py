@@ -14,7 +14,6 @@ from typer.testing import CliRunner
 
 from rara.artifacts import open_store
 from rara.artifacts.gc import collect_garbage
-from rara.cli import common
 from rara.cli.main import app
 from rara.pg import cache as cache_sql
 from rara.pg import retention
@@ -263,7 +262,7 @@ def test_a_child_given_every_shard_misses_only_when_its_own_changed(
     [entry] = [e for e in cache_sql.list_entries(conn) if e.source_run == changed and e.reads]
     assert list(entry.reads) == ["split/shard-1.txt"]
     # `rara cache explain` names the read that changed.
-    monkeypatch.setattr(common.console, "width", 200)  # (as tests/cli's wide_console)
+    monkeypatch.setenv("COLUMNS", "200")  # (as tests/cli's wide_console)
     cli = CliRunner(env={"DATABASE_URL": database_url})
     explained = cli.invoke(app, ["cache", "explain", str(changed), "read[1]"])
     assert explained.exit_code == 0, explained.output

@@ -44,6 +44,15 @@ export NAMESPACE POSTGRES_IMAGE="${img[POSTGRES_IMAGE]}" S3_IMAGE="${img[S3_IMAG
 envsubst '${NAMESPACE} ${POSTGRES_IMAGE} ${S3_IMAGE} ${OWNER_DB_PASSWORD} ${WORKER_DB_PASSWORD} ${OPERATOR_DB_PASSWORD} ${S3_ACCESS_KEY} ${S3_SECRET_KEY}' \
   < "${HERE}/rara-deps.yaml" | k apply -f - >/dev/null
 timed "postgres ready" k -n "${NAMESPACE}" rollout status deploy/rara-postgres --timeout=300s >/dev/null
+# Ready is the kubelet's last word, which can predate a restart of the node or the server (a
+# reused cluster after its engine restarted: "the database system is starting up"). The logins
+# below need the server itself, so ask it, for up to five minutes.
+answers() { k -n "${NAMESPACE}" exec deploy/rara-postgres -- psql -X -q -U rara -d rara -c 'select 1' >/dev/null 2>&1; }
+pg_wait_start=$SECONDS
+until answers; do
+  ((SECONDS - pg_wait_start < 300)) || die "rara-postgres is Ready but has not answered a query for 300 s"
+  sleep 1
+done
 # The logins before helm: the migration Job connects as the owner (a non-superuser owner of
 # the database), the chart's pods as theirs once it is done (db-logins.sql says why the group
 # roles are made here too). Passwords on stdin, not argv.

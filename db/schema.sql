@@ -4669,6 +4669,141 @@ BEGIN
     RETURN deltas;
 END $$;
 
+-- FUNCTION: rara_trigger_apply(text, text, text, integer, jsonb, jsonb, boolean, jsonb, text)
+
+CREATE FUNCTION public.rara_trigger_apply(p_name text, p_kind text, p_definition text, p_version integer, p_input jsonb, p_config jsonb, p_suspended boolean, p_spec jsonb, p_namespace text DEFAULT 'default'::text) RETURNS TABLE(created boolean, changed boolean)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    old record;
+BEGIN
+    -- Create or change the trigger p_name of p_namespace (its runs start there, of
+    -- p_definition). The constant part of every run's input is a run input: held to its
+    -- limit here, where it enters; the document to a spec's size. The same spec again
+    -- changes nothing.
+    PERFORM rara_limit_check('spec.input', octet_length(p_input::text), 'bytes',
+                             'run_input_bytes');
+    PERFORM rara_limit_check('the trigger document', octet_length(p_spec::text), 'bytes',
+                             'spec_bytes');
+    PERFORM rara_namespace_check(p_namespace);
+    SELECT * INTO old FROM rara_triggers
+    WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO rara_triggers (namespace, name, kind, definition, version, input, config,
+                                   suspended, spec)
+        VALUES (p_namespace, p_name, p_kind, p_definition, p_version, p_input, p_config,
+                p_suspended, p_spec);
+        created := true;
+        changed := true;
+    ELSE
+        created := false;
+        changed := old.spec IS DISTINCT FROM p_spec;
+        IF changed THEN
+            UPDATE rara_triggers SET
+                kind = p_kind, definition = p_definition, version = p_version,
+                input = p_input, config = p_config, suspended = p_suspended, spec = p_spec,
+                updated_at = now()
+            WHERE namespace = p_namespace AND name = p_name;
+        END IF;
+    END IF;
+    RETURN NEXT;
+END $$;
+
+-- FUNCTION: rara_trigger_delete(text, text)
+
+CREATE FUNCTION public.rara_trigger_delete(p_name text, p_namespace text DEFAULT 'default'::text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    PERFORM rara_namespace_check(p_namespace);
+    -- The trigger and its event history go; the runs it started stay. False: none was.
+    DELETE FROM rara_triggers WHERE namespace = p_namespace AND name = p_name;
+    RETURN FOUND;
+END $$;
+
+-- FUNCTION: rara_trigger_event_record(text, text, bigint, text, text)
+
+CREATE FUNCTION public.rara_trigger_event_record(p_name text, p_event_key text, p_run_id bigint, p_reason text, p_namespace text DEFAULT 'default'::text) RETURNS TABLE(outcome text, run_id bigint, seen integer)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    -- An event of trigger p_name, in the transaction that took the trigger
+    -- (rara_trigger_take) and started its run: p_run_id, or p_reason why none. The same
+    -- event again counts one more delivery; a run it started stays its run (a later refusal
+    -- of the same event, the trigger changed meanwhile, does not undo it), and a refused
+    -- event that now starts a run is started.
+    PERFORM rara_namespace_check(p_namespace);
+    IF (p_run_id IS NULL) = (p_reason IS NULL) THEN
+        RAISE EXCEPTION 'an event starts a run or is refused with a reason, not both'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY
+        INSERT INTO rara_trigger_events AS e (namespace, trigger, event_key, outcome, run_id,
+                                              reason)
+        VALUES (p_namespace, p_name, p_event_key,
+                CASE WHEN p_run_id IS NULL THEN 'refused' ELSE 'started' END, p_run_id,
+                left(p_reason, 2000))
+        ON CONFLICT (namespace, trigger, event_key) DO UPDATE SET
+            seen = e.seen + 1,
+            last_at = now(),
+            outcome = CASE WHEN e.outcome = 'started' THEN e.outcome ELSE excluded.outcome END,
+            run_id = CASE WHEN e.outcome = 'started' THEN e.run_id ELSE excluded.run_id END,
+            reason = CASE WHEN e.outcome = 'started' THEN NULL ELSE excluded.reason END
+        RETURNING e.outcome, e.run_id, e.seen;
+END $$;
+
+-- FUNCTION: rara_trigger_suspend(text, boolean, text)
+
+CREATE FUNCTION public.rara_trigger_suspend(p_name text, p_suspended boolean, p_namespace text DEFAULT 'default'::text) RETURNS boolean
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    -- Pause (p_suspended) or resume a trigger; the spec keeps `suspend` in step, so `show`
+    -- and a re-apply agree. It waits for the events being taken now (rara_trigger_take holds
+    -- the row FOR SHARE until their commit): once a pause returns, no event starts a run.
+    -- NULL: no such trigger; false: it already was.
+    PERFORM rara_namespace_check(p_namespace);
+    PERFORM 1 FROM rara_triggers WHERE namespace = p_namespace AND name = p_name;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    UPDATE rara_triggers SET
+        suspended = p_suspended,
+        spec = jsonb_set(spec, '{suspend}', to_jsonb(p_suspended)),
+        updated_at = now()
+    WHERE namespace = p_namespace AND name = p_name AND suspended <> p_suspended;
+    RETURN FOUND;
+END $$;
+
+-- FUNCTION: rara_trigger_take(text, text, text)
+
+CREATE FUNCTION public.rara_trigger_take(p_name text, p_event_key text, p_namespace text DEFAULT 'default'::text) RETURNS TABLE(kind text, definition text, version integer, input jsonb, config jsonb, suspended boolean, started_run_id bigint)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    -- The trigger an event is for, its row held FOR SHARE until the caller's commit: events
+    -- of one trigger are taken side by side, and a pause, a change or a delete waits for
+    -- them, so what an event starts is what the trigger said when it came. started_run_id:
+    -- the run an earlier delivery of this event (p_event_key) started, if any. No row: no
+    -- such trigger in p_namespace.
+    PERFORM rara_namespace_check(p_namespace);
+    RETURN QUERY
+        SELECT t.kind, t.definition, t.version, t.input, t.config, t.suspended,
+               (SELECT e.run_id FROM rara_trigger_events e
+                WHERE e.namespace = t.namespace AND e.trigger = t.name
+                  AND e.event_key = p_event_key AND e.outcome = 'started')
+        FROM rara_triggers t
+        WHERE t.namespace = p_namespace AND t.name = p_name
+        FOR SHARE OF t;
+END $$;
+
 -- FUNCTION: rara_wait_begin()
 
 CREATE FUNCTION public.rara_wait_begin() RETURNS trigger
@@ -5466,6 +5601,46 @@ ALTER TABLE public.rara_steps ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+-- TABLE: rara_trigger_events
+
+CREATE TABLE public.rara_trigger_events (
+    namespace text NOT NULL,
+    trigger text NOT NULL,
+    event_key text NOT NULL,
+    outcome text NOT NULL,
+    run_id bigint,
+    reason text,
+    seen integer DEFAULT 1 NOT NULL,
+    first_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rara_trigger_events_event_key_check CHECK (((length(event_key) >= 1) AND (length(event_key) <= 200))),
+    CONSTRAINT rara_trigger_events_outcome_check CHECK ((outcome = ANY (ARRAY['started'::text, 'refused'::text]))),
+    CONSTRAINT rara_trigger_events_outcome_reason CHECK (((outcome = 'refused'::text) = (reason IS NOT NULL))),
+    CONSTRAINT rara_trigger_events_reason_check CHECK ((length(reason) <= 2000)),
+    CONSTRAINT rara_trigger_events_seen_check CHECK ((seen >= 1))
+);
+
+-- TABLE: rara_triggers
+
+CREATE TABLE public.rara_triggers (
+    namespace text NOT NULL,
+    name text NOT NULL,
+    kind text NOT NULL,
+    definition text NOT NULL,
+    version integer,
+    input jsonb DEFAULT '{}'::jsonb NOT NULL,
+    config jsonb NOT NULL,
+    suspended boolean DEFAULT false NOT NULL,
+    spec jsonb NOT NULL,
+    created_at timestamp with time zone DEFAULT now() NOT NULL,
+    updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rara_triggers_config_check CHECK ((jsonb_typeof(config) = 'object'::text)),
+    CONSTRAINT rara_triggers_input_check CHECK ((jsonb_typeof(input) = 'object'::text)),
+    CONSTRAINT rara_triggers_kind_check CHECK ((kind = 'webhook'::text)),
+    CONSTRAINT rara_triggers_name_check CHECK ((name ~ '^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$'::text)),
+    CONSTRAINT rara_triggers_version_check CHECK ((version >= 1))
+);
+
 -- TABLE: rara_waits
 
 CREATE TABLE public.rara_waits (
@@ -5672,6 +5847,16 @@ ALTER TABLE ONLY public.rara_steps
 ALTER TABLE ONLY public.rara_steps
     ADD CONSTRAINT rara_steps_run_key_key UNIQUE (run_id, key);
 
+-- CONSTRAINT: rara_trigger_events rara_trigger_events_pkey
+
+ALTER TABLE ONLY public.rara_trigger_events
+    ADD CONSTRAINT rara_trigger_events_pkey PRIMARY KEY (namespace, trigger, event_key);
+
+-- CONSTRAINT: rara_triggers rara_triggers_pkey
+
+ALTER TABLE ONLY public.rara_triggers
+    ADD CONSTRAINT rara_triggers_pkey PRIMARY KEY (namespace, name);
+
 -- CONSTRAINT: rara_waits rara_waits_pkey
 
 ALTER TABLE ONLY public.rara_waits
@@ -5753,6 +5938,14 @@ CREATE INDEX rara_steps_running_cache_key ON public.rara_steps USING btree (((ca
 -- INDEX: rara_steps_running_expiry
 
 CREATE INDEX rara_steps_running_expiry ON public.rara_steps USING btree (lease_expires_at) WHERE (lease_expires_at IS NOT NULL);
+
+-- INDEX: rara_trigger_events_recent
+
+CREATE INDEX rara_trigger_events_recent ON public.rara_trigger_events USING btree (namespace, trigger, last_at);
+
+-- INDEX: rara_trigger_events_run
+
+CREATE INDEX rara_trigger_events_run ON public.rara_trigger_events USING btree (run_id) WHERE (run_id IS NOT NULL);
 
 -- INDEX: rara_waits_due
 
@@ -5928,6 +6121,16 @@ ALTER TABLE ONLY public.rara_step_reads
 
 ALTER TABLE ONLY public.rara_steps
     ADD CONSTRAINT rara_steps_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.rara_runs(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: rara_trigger_events rara_trigger_events_namespace_trigger_fkey
+
+ALTER TABLE ONLY public.rara_trigger_events
+    ADD CONSTRAINT rara_trigger_events_namespace_trigger_fkey FOREIGN KEY (namespace, trigger) REFERENCES public.rara_triggers(namespace, name) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: rara_trigger_events rara_trigger_events_run_id_fkey
+
+ALTER TABLE ONLY public.rara_trigger_events
+    ADD CONSTRAINT rara_trigger_events_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.rara_runs(id) ON DELETE SET NULL;
 
 -- FK CONSTRAINT: rara_waits rara_waits_run_id_fkey
 
@@ -6166,6 +6369,22 @@ ALTER TABLE public.rara_steps ENABLE ROW LEVEL SECURITY;
 -- POLICY: rara_steps rara_steps_read
 
 CREATE POLICY rara_steps_read ON public.rara_steps FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_trigger_events
+
+ALTER TABLE public.rara_trigger_events ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_trigger_events rara_trigger_events_read
+
+CREATE POLICY rara_trigger_events_read ON public.rara_trigger_events FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_triggers
+
+ALTER TABLE public.rara_triggers ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_triggers rara_triggers_read
+
+CREATE POLICY rara_triggers_read ON public.rara_triggers FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- ROW SECURITY: rara_waits
 
@@ -6740,6 +6959,36 @@ REVOKE ALL ON FUNCTION public.rara_step_transition_allowed(old public.rara_step_
 
 REVOKE ALL ON FUNCTION public.rara_step_unblock(p_run_id bigint, p_dependants text[]) FROM PUBLIC;
 
+-- ACL: FUNCTION rara_trigger_apply(p_name text, p_kind text, p_definition text, p_version integer, p_input jsonb, p_config jsonb, p_suspended boolean, p_spec jsonb, p_namespace text)
+
+REVOKE ALL ON FUNCTION public.rara_trigger_apply(p_name text, p_kind text, p_definition text, p_version integer, p_input jsonb, p_config jsonb, p_suspended boolean, p_spec jsonb, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_trigger_apply(p_name text, p_kind text, p_definition text, p_version integer, p_input jsonb, p_config jsonb, p_suspended boolean, p_spec jsonb, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_trigger_apply(p_name text, p_kind text, p_definition text, p_version integer, p_input jsonb, p_config jsonb, p_suspended boolean, p_spec jsonb, p_namespace text) TO rara_operator;
+
+-- ACL: FUNCTION rara_trigger_delete(p_name text, p_namespace text)
+
+REVOKE ALL ON FUNCTION public.rara_trigger_delete(p_name text, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_trigger_delete(p_name text, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_trigger_delete(p_name text, p_namespace text) TO rara_operator;
+
+-- ACL: FUNCTION rara_trigger_event_record(p_name text, p_event_key text, p_run_id bigint, p_reason text, p_namespace text)
+
+REVOKE ALL ON FUNCTION public.rara_trigger_event_record(p_name text, p_event_key text, p_run_id bigint, p_reason text, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_trigger_event_record(p_name text, p_event_key text, p_run_id bigint, p_reason text, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_trigger_event_record(p_name text, p_event_key text, p_run_id bigint, p_reason text, p_namespace text) TO rara_operator;
+
+-- ACL: FUNCTION rara_trigger_suspend(p_name text, p_suspended boolean, p_namespace text)
+
+REVOKE ALL ON FUNCTION public.rara_trigger_suspend(p_name text, p_suspended boolean, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_trigger_suspend(p_name text, p_suspended boolean, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_trigger_suspend(p_name text, p_suspended boolean, p_namespace text) TO rara_operator;
+
+-- ACL: FUNCTION rara_trigger_take(p_name text, p_event_key text, p_namespace text)
+
+REVOKE ALL ON FUNCTION public.rara_trigger_take(p_name text, p_event_key text, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_trigger_take(p_name text, p_event_key text, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_trigger_take(p_name text, p_event_key text, p_namespace text) TO rara_operator;
+
 -- ACL: FUNCTION rara_wait_begin()
 
 REVOKE ALL ON FUNCTION public.rara_wait_begin() FROM PUBLIC;
@@ -7107,6 +7356,14 @@ GRANT SELECT(held_available_at) ON TABLE public.rara_steps TO rara_reader;
 -- ACL: COLUMN rara_steps.run_paused
 
 GRANT SELECT(run_paused) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: TABLE rara_trigger_events
+
+GRANT SELECT ON TABLE public.rara_trigger_events TO rara_reader;
+
+-- ACL: TABLE rara_triggers
+
+GRANT SELECT ON TABLE public.rara_triggers TO rara_reader;
 
 -- ACL: TABLE rara_waits
 

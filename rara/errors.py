@@ -100,6 +100,12 @@ class ScheduleInvalid(DefinitionInvalid):
     what = "workflow schedule"
 
 
+class TriggerInvalid(DefinitionInvalid):
+    """A WorkflowTrigger document that does not validate (rara.triggers.model)."""
+
+    what = "workflow trigger"
+
+
 class InputInvalid(RaraError, ValueError):
     pass
 

@@ -81,17 +81,19 @@ def check_input(
     version: int | None = None,
     input: dict[str, Any] | None = None,
     namespace: str = DEFAULT_NAMESPACE,
+    filled_later: frozenset[str] = frozenset(),
 ) -> None:
     """Raise InputInvalid, as start_run would, when ``input`` is refused by a start of
     (definition, version) now: its bounds, and the input schemas of that version's steps (the
-    latest version's when ``version`` is None). For what will start runs later (a schedule)
-    and wants its refusal now, not at each start. A definition (version) that does not exist
-    yet checks only the bounds: whether it exists is the start's to say."""
+    latest version's when ``version`` is None). For what will start runs later (a schedule, a
+    trigger) and wants its refusal now, not at each start. A definition (version) that does
+    not exist yet checks only the bounds: whether it exists is the start's to say.
+    ``filled_later``: the fields each start adds (a trigger's event's), not judged here."""
     run_input = validate_input({} if input is None else input)
     row = definition_sql.version_get(conn, definition, version, namespace=namespace)
     if row is not None:
         name = _Name(namespace, definition)
-        check_run_input(run_input, _remember(name, version, row.digest, row.spec))
+        check_run_input(run_input, _remember(name, version, row.digest, row.spec), filled_later)
 
 
 def _atomic(conn: psycopg.Connection[Any]) -> AbstractContextManager[Any]:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import enum
 import functools
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar, cast
@@ -274,6 +275,13 @@ def namespace_client(namespace: str | None) -> Client:
     if namespace is not None:
         check_namespace(namespace, source="--namespace")
     return Client(namespace=namespace)
+
+
+@contextmanager
+def client_connection(client: Client) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection as ``client``'s login, for a command's few statements."""
+    with psycopg.connect(client.url, autocommit=True) as conn:
+        yield conn
 
 
 def print_listing(

@@ -27,6 +27,7 @@ from rara.cli import (
     runs,
     schedules,
     status,
+    triggers,
     ui,
     worker,
 )
@@ -48,6 +49,7 @@ app.add_typer(artifacts.app, name="artifacts")
 app.add_typer(limits.app, name="limits")
 app.add_typer(cache.app, name="cache")
 app.add_typer(schedules.app, name="schedules")
+app.add_typer(triggers.app, name="triggers")
 app.add_typer(approvals.app, name="approvals")
 app.add_typer(releases.app, name="releases")
 app.add_typer(access.app, name="access")

@@ -4,19 +4,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-import psycopg
 import typer
 from rich.table import Table
 
 from rara.cli.common import (
     AllNamespacesOption,
     NamespaceOption,
+    client_connection,
     console,
     namespace_client,
     print_listing,
@@ -24,7 +22,6 @@ from rara.cli.common import (
     reports_errors,
     stamp,
 )
-from rara.client import Client
 from rara.definitions.parse import MAX_DOCUMENT_BYTES
 from rara.errors import InputInvalid
 from rara.logs import configure
@@ -35,12 +32,6 @@ from rara.schedules import firing, manage
 from rara.schedules.model import load_schedule
 
 app = typer.Typer(help="Schedules: a run at each tick of a cron expression.", no_args_is_help=True)
-
-
-@contextmanager
-def _conn(client: Client) -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(client.url, autocommit=True) as conn:
-        yield conn
 
 
 def _when(value: datetime | None) -> str:
@@ -61,7 +52,7 @@ def apply(
     where = client.document_namespace(
         schedule.metadata.namespace, f"WorkflowSchedule {schedule.name}"
     )
-    with _conn(client) as conn:
+    with client_connection(client) as conn:
         applied = manage.apply_schedule(conn, schedule, namespace=where)
         row = manage.get_schedule(conn, schedule.name, namespace=where)
     state = "created" if applied.created else "changed" if applied.changed else "unchanged"
@@ -78,7 +69,7 @@ def list_(namespace: NamespaceOption = None, all_namespaces: AllNamespacesOption
     cannot fire it; `show` says why)."""
     client = namespace_client(namespace)
     namespace = None if all_namespaces else client.namespace
-    with _conn(client) as conn:
+    with client_connection(client) as conn:
         rows = schedule_sql.list_all(conn, namespace=namespace)
         seen = schedule_sql.firing_seen(conn, namespace=namespace)
     print_listing(
@@ -121,7 +112,7 @@ def show(
 ) -> None:
     """A schedule's spec, state and newest decided ticks."""
     client = namespace_client(namespace)
-    with _conn(client) as conn:
+    with client_connection(client) as conn:
         row = manage.get_schedule(conn, name, namespace=client.namespace)
         history = schedule_sql.ticks(conn, name, ticks, namespace=client.namespace)
         seen = schedule_sql.firing_seen(conn, namespace=client.namespace)
@@ -166,7 +157,7 @@ def pause(name: str, namespace: NamespaceOption = None) -> None:
 def resume(name: str, namespace: NamespaceOption = None) -> None:
     """Fire NAME again, from its next tick after now."""
     client = namespace_client(namespace)
-    with _conn(client) as conn:
+    with client_connection(client) as conn:
         changed = manage.set_suspended(conn, name, False, namespace=client.namespace)
         row = manage.get_schedule(conn, name, namespace=client.namespace)
     note = "" if changed else " (was not paused)"
@@ -181,7 +172,7 @@ def resume(name: str, namespace: NamespaceOption = None) -> None:
 def trigger(name: str, namespace: NamespaceOption = None) -> None:
     """Start a run of NAME now, whatever its concurrency policy; prints the run id."""
     client = namespace_client(namespace)
-    with _conn(client) as conn:
+    with client_connection(client) as conn:
         run_id = manage.trigger(conn, name, namespace=client.namespace)
     console.print(str(run_id), highlight=False)
 
@@ -191,7 +182,7 @@ def trigger(name: str, namespace: NamespaceOption = None) -> None:
 def delete(name: str, namespace: NamespaceOption = None) -> None:
     """Delete NAME and its tick history (its runs stay)."""
     client = namespace_client(namespace)
-    with _conn(client) as conn:
+    with client_connection(client) as conn:
         manage.delete_schedule(conn, name, namespace=client.namespace)
     console.print(f"{qualified(client.namespace, name)}: deleted", highlight=False)
 
@@ -214,7 +205,7 @@ def backfill(
     """One run per tick of NAME in [--from, --to]; a tick that already ran keeps its run."""
     client = namespace_client(namespace)
     first, last = _instant(start, "--from"), _instant(end, "--to")
-    with _conn(client) as conn:
+    with client_connection(client) as conn:
         done = manage.backfill(conn, name, first, last, namespace=client.namespace)
     for b in done:
         console.print(

@@ -49,16 +49,24 @@ def _refs(node: Any, where: tuple[str | int, ...]) -> Iterator[tuple[tuple[str |
 
 
 def check_run_input(
-    run_input: Mapping[str, Any], schemas: Iterable[tuple[str, Mapping[str, Any]]]
+    run_input: Mapping[str, Any],
+    schemas: Iterable[tuple[str, Mapping[str, Any]]],
+    filled_later: frozenset[str] = frozenset(),
 ) -> None:
     """Raise InputInvalid listing every field of the run input a step's schema refuses.
 
-    ``schemas`` is (step key, schema) per step that declares one.
+    ``schemas`` is (step key, schema) per step that declares one. ``filled_later``: top-level
+    fields whose values come later (a trigger's, from each event): present for the check, so
+    no schema misses them, and not judged, since their values are not known yet.
     """
+    if filled_later:
+        run_input = {**run_input, **dict.fromkeys(filled_later)}
     problems: list[str] = []
     for key, schema in schemas:
         errors = Draft202012Validator(schema).iter_errors(run_input)
         for error in sorted(errors, key=lambda e: list(map(str, e.absolute_path))):
+            if error.absolute_path and error.absolute_path[0] in filled_later:
+                continue
             problems.append(f"{_describe(error)} (input of step {key!r})")
     if problems:
         shown = problems[:MAX_PROBLEMS]

@@ -20,6 +20,8 @@ from rara.cli.main import app
 from rara.runs import start_run
 from rara.schedules import manage
 from rara.schedules.model import schedule_from_object
+from rara.triggers.manage import apply_trigger
+from rara.triggers.model import trigger_from_object
 from tests.support.definitions import apply
 from tests.support.runs import wait_run
 from tests.worker.handlers import TALLY
@@ -56,6 +58,8 @@ TENANT_TABLES: dict[str, tuple[str, str]] = {
     "rara_runs": ("id::text", "t.namespace"),
     "rara_schedules": ("name", "t.namespace"),
     "rara_schedule_ticks": ("schedule || '@' || tick", "t.namespace"),
+    "rara_triggers": ("name", "t.namespace"),
+    "rara_trigger_events": ("trigger || '@' || event_key", "t.namespace"),
     "rara_steps": ("id::text", _RUN.format("run_id")),
     "rara_attempts": ("step_id || '/' || attempt", _RUN.format("run_id")),
     "rara_step_cache": ("key", _RUN.format("source_run")),
@@ -154,6 +158,17 @@ def two_teams(conn: Conn, thread_worker: Callable[..., Any]) -> dict[str, int]:
             "spec": {"definition": "rag", "schedule": "0 2 * * *"},
         }
         manage.apply_schedule(conn, schedule_from_object(nightly), namespace=ns)
+        hook = {
+            "apiVersion": "rara.dev/v1alpha1",
+            "kind": "WorkflowTrigger",
+            "metadata": {"name": "docs-landed"},
+            "spec": {"definition": "rag", "webhook": {"secretRef": {"name": "docs-hook"}}},
+        }
+        apply_trigger(conn, trigger_from_object(hook), namespace=ns)
+    conn.execute(
+        "INSERT INTO rara_trigger_events (namespace, trigger, event_key, outcome, reason)"
+        " SELECT namespace, name, 'e-1', 'refused', 'test' FROM rara_triggers"
+    )
     conn.execute(
         "INSERT INTO rara_schedule_ticks (namespace, schedule, tick, outcome, reason)"
         " SELECT namespace, name, now(), 'skipped', 'test' FROM rara_schedules"
@@ -289,6 +304,28 @@ def test_a_team_login_acts_in_its_namespace_only(
             " p_next_tick => now(), p_namespace => 'team-b')",
             (),
         ),
+        (
+            "SELECT * FROM rara_trigger_apply(p_name => 'docs-landed', p_kind => 'webhook',"
+            " p_definition => 'rag', p_version => NULL, p_input => '{}', p_config => '{}',"
+            " p_suspended => true, p_spec => '{}', p_namespace => 'team-b')",
+            (),
+        ),
+        (
+            "SELECT rara_trigger_suspend(p_name => 'docs-landed', p_suspended => true,"
+            " p_namespace => 'team-b')",
+            (),
+        ),
+        ("SELECT rara_trigger_delete(p_name => 'docs-landed', p_namespace => 'team-b')", ()),
+        (
+            "SELECT * FROM rara_trigger_take(p_name => 'docs-landed', p_event_key => 'e-1',"
+            " p_namespace => 'team-b')",
+            (),
+        ),
+        (
+            "SELECT * FROM rara_trigger_event_record(p_name => 'docs-landed',"
+            " p_event_key => 'e-2', p_run_id => NULL, p_reason => 'x', p_namespace => 'team-b')",
+            (),
+        ),
     ]:
         _refused(functools.partial(call, statement, *params), me, "namespace team-b")
     # What the fleet shares needs every namespace.
@@ -327,6 +364,11 @@ def test_a_team_login_acts_in_its_namespace_only(
     assert conn.execute(
         "SELECT suspended FROM rara_schedules WHERE namespace = 'team-b'"
     ).fetchone() == (False,)
+    assert conn.execute(
+        "SELECT t.suspended, count(e.*) FROM rara_triggers t JOIN rara_trigger_events e"
+        " ON (e.namespace, e.trigger) = (t.namespace, t.name) WHERE t.namespace = 'team-b'"
+        " GROUP BY t.suspended"
+    ).fetchone() == (False, 1)
     assert conn.execute(
         "SELECT count(*) FROM rara_step_cache c JOIN rara_runs r ON r.id = c.source_run"
         " WHERE r.namespace = 'team-b'"

@@ -1,0 +1,138 @@
+-- Triggers (migration 0035, docs/triggers.md): applied, paused and deleted by the roles that
+-- manage workflows (rara_client: `rara triggers`), and fired by the same roles (the webhook
+-- endpoint, rara.triggers.webhook). What an event means (a signature, a payload mapped into a
+-- run input) is Python's; these functions store the trigger and keep the one rule of exactly
+-- once: an event's record and its run are written in one transaction, under one key. Called
+-- through db/queries/triggers.sql (rara.pg.triggers). Repeatable (rara.pg.migrate): edit in place.
+
+CREATE OR REPLACE FUNCTION rara_trigger_apply(
+    p_name text, p_kind text, p_definition text, p_version integer, p_input jsonb,
+    p_config jsonb, p_suspended boolean, p_spec jsonb, p_namespace text DEFAULT 'default')
+RETURNS TABLE (created boolean, changed boolean)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    old record;
+BEGIN
+    -- Create or change the trigger p_name of p_namespace (its runs start there, of
+    -- p_definition). The constant part of every run's input is a run input: held to its
+    -- limit here, where it enters; the document to a spec's size. The same spec again
+    -- changes nothing.
+    PERFORM rara_limit_check('spec.input', octet_length(p_input::text), 'bytes',
+                             'run_input_bytes');
+    PERFORM rara_limit_check('the trigger document', octet_length(p_spec::text), 'bytes',
+                             'spec_bytes');
+    PERFORM rara_namespace_check(p_namespace);
+    SELECT * INTO old FROM rara_triggers
+    WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO rara_triggers (namespace, name, kind, definition, version, input, config,
+                                   suspended, spec)
+        VALUES (p_namespace, p_name, p_kind, p_definition, p_version, p_input, p_config,
+                p_suspended, p_spec);
+        created := true;
+        changed := true;
+    ELSE
+        created := false;
+        changed := old.spec IS DISTINCT FROM p_spec;
+        IF changed THEN
+            UPDATE rara_triggers SET
+                kind = p_kind, definition = p_definition, version = p_version,
+                input = p_input, config = p_config, suspended = p_suspended, spec = p_spec,
+                updated_at = now()
+            WHERE namespace = p_namespace AND name = p_name;
+        END IF;
+    END IF;
+    RETURN NEXT;
+END $$;
+SELECT rara_grant('rara_trigger_apply', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_trigger_suspend(
+    p_name text, p_suspended boolean, p_namespace text DEFAULT 'default')
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    -- Pause (p_suspended) or resume a trigger; the spec keeps `suspend` in step, so `show`
+    -- and a re-apply agree. It waits for the events being taken now (rara_trigger_take holds
+    -- the row FOR SHARE until their commit): once a pause returns, no event starts a run.
+    -- NULL: no such trigger; false: it already was.
+    PERFORM rara_namespace_check(p_namespace);
+    PERFORM 1 FROM rara_triggers WHERE namespace = p_namespace AND name = p_name;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    UPDATE rara_triggers SET
+        suspended = p_suspended,
+        spec = jsonb_set(spec, '{suspend}', to_jsonb(p_suspended)),
+        updated_at = now()
+    WHERE namespace = p_namespace AND name = p_name AND suspended <> p_suspended;
+    RETURN FOUND;
+END $$;
+SELECT rara_grant('rara_trigger_suspend', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_trigger_delete(p_name text, p_namespace text DEFAULT 'default')
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    PERFORM rara_namespace_check(p_namespace);
+    -- The trigger and its event history go; the runs it started stay. False: none was.
+    DELETE FROM rara_triggers WHERE namespace = p_namespace AND name = p_name;
+    RETURN FOUND;
+END $$;
+SELECT rara_grant('rara_trigger_delete', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_trigger_take(
+    p_name text, p_event_key text, p_namespace text DEFAULT 'default')
+RETURNS TABLE (kind text, definition text, version integer, input jsonb, config jsonb,
+               suspended boolean, started_run_id bigint)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+BEGIN
+    -- The trigger an event is for, its row held FOR SHARE until the caller's commit: events
+    -- of one trigger are taken side by side, and a pause, a change or a delete waits for
+    -- them, so what an event starts is what the trigger said when it came. started_run_id:
+    -- the run an earlier delivery of this event (p_event_key) started, if any. No row: no
+    -- such trigger in p_namespace.
+    PERFORM rara_namespace_check(p_namespace);
+    RETURN QUERY
+        SELECT t.kind, t.definition, t.version, t.input, t.config, t.suspended,
+               (SELECT e.run_id FROM rara_trigger_events e
+                WHERE e.namespace = t.namespace AND e.trigger = t.name
+                  AND e.event_key = p_event_key AND e.outcome = 'started')
+        FROM rara_triggers t
+        WHERE t.namespace = p_namespace AND t.name = p_name
+        FOR SHARE OF t;
+END $$;
+SELECT rara_grant('rara_trigger_take', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_trigger_event_record(
+    p_name text, p_event_key text, p_run_id bigint, p_reason text,
+    p_namespace text DEFAULT 'default')
+RETURNS TABLE (outcome text, run_id bigint, seen integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+BEGIN
+    -- An event of trigger p_name, in the transaction that took the trigger
+    -- (rara_trigger_take) and started its run: p_run_id, or p_reason why none. The same
+    -- event again counts one more delivery; a run it started stays its run (a later refusal
+    -- of the same event, the trigger changed meanwhile, does not undo it), and a refused
+    -- event that now starts a run is started.
+    PERFORM rara_namespace_check(p_namespace);
+    IF (p_run_id IS NULL) = (p_reason IS NULL) THEN
+        RAISE EXCEPTION 'an event starts a run or is refused with a reason, not both'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN QUERY
+        INSERT INTO rara_trigger_events AS e (namespace, trigger, event_key, outcome, run_id,
+                                              reason)
+        VALUES (p_namespace, p_name, p_event_key,
+                CASE WHEN p_run_id IS NULL THEN 'refused' ELSE 'started' END, p_run_id,
+                left(p_reason, 2000))
+        ON CONFLICT (namespace, trigger, event_key) DO UPDATE SET
+            seen = e.seen + 1,
+            last_at = now(),
+            outcome = CASE WHEN e.outcome = 'started' THEN e.outcome ELSE excluded.outcome END,
+            run_id = CASE WHEN e.outcome = 'started' THEN e.run_id ELSE excluded.run_id END,
+            reason = CASE WHEN e.outcome = 'started' THEN NULL ELSE excluded.reason END
+        RETURNING e.outcome, e.run_id, e.seen;
+END $$;
+SELECT rara_grant('rara_trigger_event_record', 'rara_client', 'rara_operator');

@@ -1,0 +1,165 @@
+"""Typed access to ``db/queries/triggers.sql``: triggers and the events they were given
+(migration 0035; the rules in db/functions/triggers.sql and docs/triggers.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from psycopg.rows import class_row
+from psycopg.types.json import Jsonb
+
+from rara.pg.queries import Conn, many, one, value
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    created: bool
+    changed: bool  # False: the same spec was already applied
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """The trigger an event is for, held by this transaction until its commit."""
+
+    kind: str
+    definition: str
+    version: int | None
+    input: dict[str, Any]
+    config: dict[str, Any]
+    suspended: bool
+    started_run_id: int | None  # the run an earlier delivery of this event started
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    outcome: str  # started, refused
+    run_id: int | None
+    seen: int  # deliveries of this event so far, this one included
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerRow:
+    namespace: str
+    name: str
+    kind: str
+    definition: str
+    version: int | None
+    input: dict[str, Any]
+    config: dict[str, Any]
+    suspended: bool
+    spec: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerSummary:
+    namespace: str
+    name: str
+    kind: str
+    definition: str
+    version: int | None
+    suspended: bool
+    last_event_at: datetime | None
+    last_outcome: str | None
+    last_run_id: int | None
+    last_run_status: str | None
+    events: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventRow:
+    event_key: str
+    outcome: str
+    run_id: int | None
+    reason: str | None
+    seen: int
+    first_at: datetime
+    last_at: datetime
+    run_status: str | None
+
+
+def apply(
+    conn: Conn,
+    *,
+    namespace: str,
+    name: str,
+    kind: str,
+    definition: str,
+    version: int | None,
+    input: dict[str, Any],
+    config: dict[str, Any],
+    suspended: bool,
+    spec: dict[str, Any],
+) -> Applied:
+    row = one(
+        conn,
+        "trigger_apply",
+        class_row(Applied),
+        namespace=namespace,
+        name=name,
+        kind=kind,
+        definition=definition,
+        version=version,
+        input=Jsonb(input),
+        config=Jsonb(config),
+        suspended=suspended,
+        spec=Jsonb(spec),
+    )
+    if row is None:
+        raise AssertionError("trigger_apply returned no row")
+    return row
+
+
+def suspend(conn: Conn, name: str, suspended: bool, *, namespace: str) -> bool | None:
+    return value(conn, "trigger_suspend", bool, name=name, suspended=suspended, namespace=namespace)
+
+
+def delete(conn: Conn, name: str, *, namespace: str) -> bool:
+    return bool(value(conn, "trigger_delete", bool, name=name, namespace=namespace))
+
+
+def take(conn: Conn, name: str, event_key: str, *, namespace: str) -> Taken | None:
+    return one(
+        conn, "trigger_take", class_row(Taken), name=name, event_key=event_key, namespace=namespace
+    )
+
+
+def record_event(
+    conn: Conn,
+    name: str,
+    event_key: str,
+    *,
+    run_id: int | None,
+    reason: str | None,
+    namespace: str,
+) -> Recorded:
+    row = one(
+        conn,
+        "trigger_event_record",
+        class_row(Recorded),
+        name=name,
+        event_key=event_key,
+        run_id=run_id,
+        reason=reason,
+        namespace=namespace,
+    )
+    if row is None:
+        raise AssertionError("trigger_event_record returned no row")
+    return row
+
+
+def get(conn: Conn, name: str, *, namespace: str) -> TriggerRow | None:
+    return one(conn, "trigger_get", class_row(TriggerRow), name=name, namespace=namespace)
+
+
+def list_all(conn: Conn, *, namespace: str | None) -> list[TriggerSummary]:
+    return many(conn, "trigger_list", class_row(TriggerSummary), namespace=namespace)
+
+
+def events(conn: Conn, name: str, *, namespace: str, limit: int = 20) -> list[EventRow]:
+    return many(
+        conn, "trigger_event_list", class_row(EventRow), name=name, namespace=namespace, limit=limit
+    )

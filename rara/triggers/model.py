@@ -1,0 +1,145 @@
+"""The WorkflowTrigger document: one YAML for ``rara triggers apply`` (and, later, kubectl).
+
+A trigger starts a run of a definition in its namespace when an event comes. Its spec names
+the definition (and a version, else the latest at each event), the constant part of the run
+input, and one kind of event, each in a block of its own: ``webhook`` (a signed HTTP delivery;
+rara.triggers.webhook). Unknown fields are errors, as in a WorkflowDefinition; each problem
+names its field. docs/triggers.md has the rules.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from rara.definitions.model import NAME_PATTERN, Metadata
+from rara.definitions.parse import describe_problems, load_document
+from rara.errors import TriggerInvalid
+from rara.runs import validate_input
+from rara.triggers.pointers import pointer_problem
+
+KIND = "WorkflowTrigger"
+MAX_BODY_BYTES = 1 << 20  # the largest body a webhook may be configured to take: 1 MiB
+DEFAULT_BODY_BYTES = 256 << 10  # a run input's own limit (run_input_bytes) by default
+# Senders sign a delivery with the time they sent it; one older (or newer) than this is a
+# replay or a clock that is wrong, and is refused. Stripe, Slack and Svix use five minutes.
+DEFAULT_TOLERANCE_SECONDS = 300
+MAX_TOLERANCE_SECONDS = 3600
+# A secret's name as Kubernetes spells one (a DNS subdomain), and its key's characters.
+SECRET_NAME_PATTERN = r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$"
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]{1,253}$"
+INPUT_FIELD_PATTERN = r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class SecretRef(_Model):
+    name: str = Field(pattern=SECRET_NAME_PATTERN)
+    key: str | None = Field(default=None, pattern=SECRET_KEY_PATTERN)
+
+
+class WebhookSpec(_Model):
+    # The HMAC-SHA256 key the sender signs with, by reference: the serving process resolves
+    # it (rara.secrets.resolve), the database never holds it.
+    secret_ref: SecretRef = Field(alias="secretRef")
+    tolerance_seconds: int = Field(
+        default=DEFAULT_TOLERANCE_SECONDS, ge=1, le=MAX_TOLERANCE_SECONDS, alias="toleranceSeconds"
+    )
+    max_body_bytes: int = Field(
+        default=DEFAULT_BODY_BYTES, ge=1, le=MAX_BODY_BYTES, alias="maxBodyBytes"
+    )
+    # Run input field → a JSON pointer (RFC 6901) into the delivery's JSON body; "" is the
+    # whole body. A pointer the body lacks refuses the delivery, naming the field.
+    input_from: dict[str, str] = Field(default_factory=dict, alias="inputFrom")
+
+    @field_validator("input_from")
+    @classmethod
+    def _pointers(cls, value: dict[str, str]) -> dict[str, str]:
+        problems = []
+        for field, pointer in value.items():
+            if re.fullmatch(INPUT_FIELD_PATTERN, field) is None:
+                problems.append(f"{field!r} is not a run input field name ({INPUT_FIELD_PATTERN})")
+            elif (problem := pointer_problem(pointer)) is not None:
+                problems.append(f"{field}: {problem}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
+
+
+class TriggerSpec(_Model):
+    definition: str = Field(pattern=NAME_PATTERN)
+    version: int | None = Field(default=None, ge=1)  # None: the latest at each event
+    input: dict[str, Any] = Field(default_factory=dict)
+    suspend: bool = False
+    webhook: WebhookSpec | None = None
+
+    @field_validator("input")
+    @classmethod
+    def _input_is_run_input(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return validate_input(value)  # the bounds of any run's input, refused at apply
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TriggerSpec:
+        if self.webhook is None:
+            raise ValueError("a trigger names one kind of event: spec.webhook")
+        both = sorted(set(self.webhook.input_from) & set(self.input))
+        if both:
+            raise ValueError(
+                f"spec.webhook.inputFrom and spec.input both set {', '.join(both)}:"
+                " a run input field comes from one place"
+            )
+        return self
+
+    @property
+    def kind(self) -> Literal["webhook"]:
+        return "webhook"
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The kind's block as stored (rara_triggers.config): defaults filled."""
+        assert self.webhook is not None  # _one_kind
+        return self.webhook.model_dump(mode="json", by_alias=True)
+
+    @property
+    def filled_by_events(self) -> frozenset[str]:
+        """The run input fields each event fills (not known at apply)."""
+        return frozenset(self.webhook.input_from) if self.webhook else frozenset()
+
+
+class WorkflowTrigger(_Model):
+    api_version: Literal["rara.dev/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["WorkflowTrigger"]
+    metadata: Metadata
+    spec: TriggerSpec
+    status: dict[str, Any] | None = Field(default=None, exclude=True)  # the API server's
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+def load_trigger(text: str | bytes, source: str = "document") -> WorkflowTrigger:
+    """Parse one YAML (or JSON) WorkflowTrigger; TriggerInvalid lists every problem, each
+    naming its field (``spec.webhook.toleranceSeconds: …``)."""
+    return trigger_from_object(load_document(text, source, TriggerInvalid), source)
+
+
+def trigger_from_object(obj: Any, source: str = "document") -> WorkflowTrigger:
+    if not isinstance(obj, dict):
+        raise TriggerInvalid([f"{source}: a trigger must be a mapping, got {type(obj).__name__}"])
+    try:
+        return WorkflowTrigger.model_validate(obj)
+    except ValidationError as exc:
+        raise TriggerInvalid(describe_problems(exc, obj)) from None
+
+
+def spec_json(spec: TriggerSpec) -> dict[str, Any]:
+    """The spec as stored and shown: defaults filled, field names as written."""
+    return spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+__all__ = ["KIND", "TriggerSpec", "WebhookSpec", "WorkflowTrigger", "load_trigger"]

@@ -1,0 +1,231 @@
+"""A webhook delivery, judged and turned into at most one run: the rules of docs/triggers.md
+without HTTP (rara.triggers.webhook serves them).
+
+A delivery is for one trigger (namespace, name) and carries three headers: its id
+(``Rara-Delivery``), the Unix time it was signed (``Rara-Timestamp``) and its signature
+(``Rara-Signature: sha256=<hex>``), an HMAC-SHA256 with the trigger's secret of
+``<timestamp>.<delivery id>.<body>``. The id and the time are signed with the body, so neither
+a replay outside the time window nor the same body under a new id passes.
+
+Everything happens in one transaction (``accept``): the trigger's row is held
+(``trigger_take``) so a pause or a change waits for the deliveries in flight; the run starts
+under an idempotency key made of the trigger and the delivery id, and the event is recorded
+beside it (``trigger_event_record``). A delivery sent again — a sender's retry, a proxy's
+duplicate — finds the event's run and starts nothing. An authentic delivery that cannot start
+a run (its body lacks what the input needs, the schemas refuse it, the definition is gone) is
+recorded as refused with the reason, which the sender is told; one that is not authentic is
+recorded nowhere (anyone can send those).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from rara.errors import InputInvalid, NotFound
+from rara.namespaces import qualified
+from rara.pg import triggers as trigger_sql
+from rara.runs import start_run, validate_input
+from rara.secrets import SecretNotFound, resolve
+from rara.triggers import pointers
+from rara.triggers.model import WebhookSpec
+from rara.triggers.pointers import PointerMissing
+
+DELIVERY_HEADER = "rara-delivery"
+TIMESTAMP_HEADER = "rara-timestamp"
+SIGNATURE_HEADER = "rara-signature"
+# A delivery id: what senders use (UUIDs, GitHub's GUIDs, Stripe's evt_…), printable and short.
+DELIVERY_ID = re.compile(r"[A-Za-z0-9._:@+=-]{1,200}")
+SIGNATURE = re.compile(r"sha256=([0-9a-f]{64})")
+MAX_SIGNATURES = 8  # one per secret being rotated in; more is no sender's
+
+SecretResolver = Callable[[str, str | None], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    namespace: str
+    trigger: str
+    headers: Mapping[str, str]  # lower-case names
+    body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the sender is told: an HTTP status, and a reason or the run."""
+
+    status: int
+    reason: str | None = None
+    run_id: int | None = None
+    created: bool = False  # a new run (False with a run: the event's run, found again)
+    seen: int = 0  # deliveries of this event recorded, this one included
+
+    def as_json(self) -> dict[str, Any]:
+        if self.run_id is None:
+            return {"error": self.reason}
+        return {"run": self.run_id, "created": self.created, "deliveries": self.seen}
+
+
+def run_key(trigger: str, delivery_id: str) -> str:
+    """The idempotency key of the run a delivery starts: one per (trigger, delivery id) in a
+    namespace, within the key's 200 characters (a long pair is hashed)."""
+    key = f"trigger:{trigger}:{delivery_id}"
+    if len(key) <= 200:
+        return key
+    digest = hashlib.sha256(f"{trigger}\0{delivery_id}".encode()).hexdigest()
+    return f"trigger:sha256-{digest}"
+
+
+def signature(secret: str, timestamp: str, delivery_id: str, body: bytes) -> str:
+    """The ``Rara-Signature`` header's value for a delivery (what a sender computes)."""
+    signed = f"{timestamp}.{delivery_id}.".encode() + body
+    return "sha256=" + hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()
+
+
+def accept(
+    conn: psycopg.Connection[Any],
+    delivery: Delivery,
+    *,
+    now: float,
+    secret_of: SecretResolver = resolve,
+) -> Outcome:
+    """Judge ``delivery`` at Unix time ``now`` and start its run, exactly once per delivery id;
+    the Outcome says what the sender is told. ``conn`` must not be in a transaction."""
+    where = qualified(delivery.namespace, delivery.trigger)
+    delivery_id = delivery.headers.get(DELIVERY_HEADER, "")
+    if DELIVERY_ID.fullmatch(delivery_id) is None:
+        return Outcome(
+            400,
+            f"header Rara-Delivery: {'missing' if not delivery_id else 'not a delivery id'}"
+            " (1 to 200 of A-Z a-z 0-9 . _ : @ + = -)",
+        )
+    with conn.transaction():
+        taken = trigger_sql.take(conn, delivery.trigger, delivery_id, namespace=delivery.namespace)
+        if taken is None or taken.kind != "webhook":
+            return Outcome(404, f"no webhook trigger {where}")
+        if taken.suspended:
+            return Outcome(409, f"trigger {where} is paused: nothing started")
+        config = WebhookSpec.model_validate(taken.config)
+        if len(delivery.body) > config.max_body_bytes:
+            return Outcome(
+                413,
+                f"body is {len(delivery.body)} bytes; trigger {where} takes at most "
+                f"{config.max_body_bytes} (spec.webhook.maxBodyBytes)",
+            )
+        problem = _authentic_problem(delivery, delivery_id, config, now, secret_of)
+        if problem is not None:
+            return problem
+        if taken.started_run_id is not None:  # delivered again: its run, nothing new
+            recorded = trigger_sql.record_event(
+                conn,
+                delivery.trigger,
+                delivery_id,
+                run_id=taken.started_run_id,
+                reason=None,
+                namespace=delivery.namespace,
+            )
+            return Outcome(200, run_id=recorded.run_id, created=False, seen=recorded.seen)
+        try:
+            run_input = _run_input(taken.input, config, delivery.body)
+            with conn.transaction():  # a savepoint: a refused start leaves the record to write
+                started = start_run(
+                    conn,
+                    taken.definition,
+                    version=taken.version,
+                    input=run_input,
+                    idempotency_key=run_key(delivery.trigger, delivery_id),
+                    queue_anyway=True,  # the fleet may be scaled to zero: the backlog wakes it
+                    namespace=delivery.namespace,
+                )
+        except (InputInvalid, NotFound) as exc:
+            reason = str(exc)
+            trigger_sql.record_event(
+                conn,
+                delivery.trigger,
+                delivery_id,
+                run_id=None,
+                reason=reason,
+                namespace=delivery.namespace,
+            )
+            return Outcome(422, reason)
+        recorded = trigger_sql.record_event(
+            conn,
+            delivery.trigger,
+            delivery_id,
+            run_id=started.run_id,
+            reason=None,
+            namespace=delivery.namespace,
+        )
+    return Outcome(
+        201 if started.created else 200,
+        run_id=started.run_id,
+        created=started.created,
+        seen=recorded.seen,
+    )
+
+
+def _authentic_problem(
+    delivery: Delivery,
+    delivery_id: str,
+    config: WebhookSpec,
+    now: float,
+    secret_of: SecretResolver,
+) -> Outcome | None:
+    """Why the delivery is not the trigger's sender's, now (None: it is)."""
+    where = qualified(delivery.namespace, delivery.trigger)
+    ref = config.secret_ref
+    try:
+        secret = secret_of(ref.name, ref.key)
+    except SecretNotFound:
+        # The endpoint's own set-up, not the sender's fault: a retry may find it mounted.
+        return Outcome(
+            503,
+            f"this endpoint cannot verify trigger {where}: its secret {ref.name!r}"
+            f"{f' key {ref.key!r}' if ref.key else ''} is not available here",
+        )
+    timestamp = delivery.headers.get(TIMESTAMP_HEADER, "")
+    if not timestamp.isdigit() or len(timestamp) > 12:
+        return Outcome(401, "header Rara-Timestamp: missing or not Unix seconds")
+    offered = SIGNATURE.findall(delivery.headers.get(SIGNATURE_HEADER, ""))[:MAX_SIGNATURES]
+    if not offered:
+        return Outcome(401, "header Rara-Signature: missing or not sha256=<64 hex digits>")
+    expected = signature(secret, timestamp, delivery_id, delivery.body).removeprefix("sha256=")
+    if not any(hmac.compare_digest(expected, given) for given in offered):
+        return Outcome(401, "signature does not match the body, the delivery id and the time")
+    drift = now - int(timestamp)
+    if abs(drift) > config.tolerance_seconds:
+        return Outcome(
+            401,
+            f"signed {abs(drift):.0f} s {'ago' if drift > 0 else 'ahead'}; trigger {where}"
+            f" takes deliveries signed within {config.tolerance_seconds} s"
+            " (spec.webhook.toleranceSeconds): a replay, or a clock that is off",
+        )
+    return None
+
+
+def _run_input(constant: dict[str, Any], config: WebhookSpec, body: bytes) -> dict[str, Any]:
+    """The run input: the trigger's constant input and, per ``inputFrom`` field, the body's
+    value at its pointer. InputInvalid names what is missing or malformed."""
+    run_input = dict(constant)
+    if not config.input_from:
+        return run_input
+    try:
+        payload = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputInvalid(f"body is not JSON: {exc}") from None
+    for field, pointer in config.input_from.items():
+        try:
+            run_input[field] = pointers.resolve(payload, pointer)
+        except PointerMissing as exc:
+            raise InputInvalid(
+                f"input.{field}: the body has nothing at {pointer!r} "
+                f"(spec.webhook.inputFrom.{field}): {exc}"
+            ) from None
+    return validate_input(run_input)  # InputInvalid: its size, a credential in the body

@@ -4691,20 +4691,28 @@ BEGIN
     WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
     IF NOT FOUND THEN
         INSERT INTO rara_triggers (namespace, name, kind, definition, version, input, config,
-                                   suspended, spec)
+                                   suspended, spec, next_poll)
         VALUES (p_namespace, p_name, p_kind, p_definition, p_version, p_input, p_config,
-                p_suspended, p_spec);
+                p_suspended, p_spec, CASE WHEN p_kind = 'objects' THEN now() END);
         created := true;
         changed := true;
     ELSE
         created := false;
         changed := old.spec IS DISTINCT FROM p_spec;
         IF changed THEN
+            -- An objects trigger changed is watched at once (its folder may be another); what
+            -- it saw stays, so only what changed since starts a run.
             UPDATE rara_triggers SET
                 kind = p_kind, definition = p_definition, version = p_version,
                 input = p_input, config = p_config, suspended = p_suspended, spec = p_spec,
+                next_poll = CASE WHEN p_kind = 'objects' THEN now() END,
+                watch_error = NULL, watch_error_at = NULL,
                 updated_at = now()
             WHERE namespace = p_namespace AND name = p_name;
+            IF p_kind <> 'objects' OR old.config ->> 'location' IS DISTINCT FROM p_config ->> 'location' THEN
+                DELETE FROM rara_trigger_objects
+                WHERE namespace = p_namespace AND trigger = p_name;
+            END IF;
         END IF;
     END IF;
     RETURN NEXT;
@@ -4754,6 +4762,62 @@ BEGIN
             run_id = CASE WHEN e.outcome = 'started' THEN e.run_id ELSE excluded.run_id END,
             reason = CASE WHEN e.outcome = 'started' THEN NULL ELSE excluded.reason END
         RETURNING e.outcome, e.run_id, e.seen;
+END $$;
+
+-- FUNCTION: rara_trigger_objects_claim(integer)
+
+CREATE FUNCTION public.rara_trigger_objects_claim(p_limit integer) RETURNS TABLE(namespace text, name text, definition text, version integer, input jsonb, config jsonb, passes bigint, db_now timestamp with time zone)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    -- Up to p_limit objects triggers due for a watching pass, of the caller's namespaces, their
+    -- rows locked until the caller's commit: SKIP LOCKED, so watchers never wait on each other
+    -- and never judge one trigger at once. The caller compares what it lists with
+    -- rara_trigger_objects, starts the run of a change and records it
+    -- (rara_trigger_objects_decide) in the same transaction.
+    RETURN QUERY
+        SELECT t.namespace, t.name, t.definition, t.version, t.input, t.config, t.passes, now()
+        FROM rara_triggers t
+        WHERE t.next_poll <= now() AND NOT t.suspended
+          AND ((SELECT rara_caller_namespaces()) @> '{*}'
+               OR t.namespace = ANY ((SELECT rara_caller_namespaces())::text[]))
+        ORDER BY t.next_poll
+        LIMIT p_limit
+        FOR UPDATE OF t SKIP LOCKED;
+END $$;
+
+-- FUNCTION: rara_trigger_objects_decide(text, jsonb, boolean, timestamp with time zone, text, text)
+
+CREATE FUNCTION public.rara_trigger_objects_decide(p_name text, p_objects jsonb, p_changed boolean, p_next_poll timestamp with time zone, p_error text, p_namespace text DEFAULT 'default'::text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+BEGIN
+    -- The end of a watching pass over p_name, in the transaction that claimed it: p_objects
+    -- ([{key, digest, size, fingerprint}]) is what it saw new or different (a changed
+    -- fingerprint with the same bytes too: not a change, but not to be read again), p_changed
+    -- whether that made an event (its run started in this transaction), p_error why the pass
+    -- could not watch (NULL: it did). The trigger is due again at p_next_poll.
+    PERFORM rara_namespace_check(p_namespace);
+    IF NOT EXISTS (SELECT FROM rara_triggers
+                   WHERE namespace = p_namespace AND name = p_name AND kind = 'objects') THEN
+        RAISE EXCEPTION 'no objects trigger % in namespace %', p_name, p_namespace
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    INSERT INTO rara_trigger_objects AS o (namespace, trigger, key, digest, size, fingerprint)
+    SELECT p_namespace, p_name, x.key, x.digest, x.size, x.fingerprint
+    FROM jsonb_to_recordset(p_objects) AS x(key text, digest text, size bigint, fingerprint text)
+    ON CONFLICT (namespace, trigger, key) DO UPDATE SET
+        digest = excluded.digest, size = excluded.size, fingerprint = excluded.fingerprint,
+        changed_at = CASE WHEN o.digest = excluded.digest THEN o.changed_at ELSE now() END;
+    UPDATE rara_triggers SET
+        next_poll = p_next_poll,
+        passes = passes + CASE WHEN p_changed THEN 1 ELSE 0 END,
+        watch_error = left(p_error, 2000),
+        watch_error_at = CASE WHEN p_error IS NULL THEN NULL ELSE now() END
+    WHERE namespace = p_namespace AND name = p_name;
 END $$;
 
 -- FUNCTION: rara_trigger_suspend(text, boolean, text)
@@ -5620,6 +5684,22 @@ CREATE TABLE public.rara_trigger_events (
     CONSTRAINT rara_trigger_events_seen_check CHECK ((seen >= 1))
 );
 
+-- TABLE: rara_trigger_objects
+
+CREATE TABLE public.rara_trigger_objects (
+    namespace text NOT NULL,
+    trigger text NOT NULL,
+    key text NOT NULL,
+    digest text NOT NULL,
+    size bigint NOT NULL,
+    fingerprint text NOT NULL,
+    changed_at timestamp with time zone DEFAULT now() NOT NULL,
+    CONSTRAINT rara_trigger_objects_digest_check CHECK ((digest ~ '^sha256:[0-9a-f]{64}$'::text)),
+    CONSTRAINT rara_trigger_objects_fingerprint_check CHECK ((length(fingerprint) <= 200)),
+    CONSTRAINT rara_trigger_objects_key_check CHECK (((length(key) >= 1) AND (length(key) <= 1024))),
+    CONSTRAINT rara_trigger_objects_size_check CHECK ((size >= 0))
+);
+
 -- TABLE: rara_triggers
 
 CREATE TABLE public.rara_triggers (
@@ -5634,11 +5714,18 @@ CREATE TABLE public.rara_triggers (
     spec jsonb NOT NULL,
     created_at timestamp with time zone DEFAULT now() NOT NULL,
     updated_at timestamp with time zone DEFAULT now() NOT NULL,
+    next_poll timestamp with time zone,
+    passes bigint DEFAULT 0 NOT NULL,
+    watch_error text,
+    watch_error_at timestamp with time zone,
     CONSTRAINT rara_triggers_config_check CHECK ((jsonb_typeof(config) = 'object'::text)),
     CONSTRAINT rara_triggers_input_check CHECK ((jsonb_typeof(input) = 'object'::text)),
-    CONSTRAINT rara_triggers_kind_check CHECK ((kind = 'webhook'::text)),
+    CONSTRAINT rara_triggers_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'objects'::text]))),
     CONSTRAINT rara_triggers_name_check CHECK ((name ~ '^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$'::text)),
-    CONSTRAINT rara_triggers_version_check CHECK ((version >= 1))
+    CONSTRAINT rara_triggers_passes_check CHECK ((passes >= 0)),
+    CONSTRAINT rara_triggers_polled CHECK (((kind = 'objects'::text) = (next_poll IS NOT NULL))),
+    CONSTRAINT rara_triggers_version_check CHECK ((version >= 1)),
+    CONSTRAINT rara_triggers_watch_error_check CHECK ((length(watch_error) <= 2000))
 );
 
 -- TABLE: rara_waits
@@ -5852,6 +5939,11 @@ ALTER TABLE ONLY public.rara_steps
 ALTER TABLE ONLY public.rara_trigger_events
     ADD CONSTRAINT rara_trigger_events_pkey PRIMARY KEY (namespace, trigger, event_key);
 
+-- CONSTRAINT: rara_trigger_objects rara_trigger_objects_pkey
+
+ALTER TABLE ONLY public.rara_trigger_objects
+    ADD CONSTRAINT rara_trigger_objects_pkey PRIMARY KEY (namespace, trigger, key);
+
 -- CONSTRAINT: rara_triggers rara_triggers_pkey
 
 ALTER TABLE ONLY public.rara_triggers
@@ -5946,6 +6038,10 @@ CREATE INDEX rara_trigger_events_recent ON public.rara_trigger_events USING btre
 -- INDEX: rara_trigger_events_run
 
 CREATE INDEX rara_trigger_events_run ON public.rara_trigger_events USING btree (run_id) WHERE (run_id IS NOT NULL);
+
+-- INDEX: rara_triggers_due
+
+CREATE INDEX rara_triggers_due ON public.rara_triggers USING btree (next_poll) WHERE (NOT suspended);
 
 -- INDEX: rara_waits_due
 
@@ -6131,6 +6227,11 @@ ALTER TABLE ONLY public.rara_trigger_events
 
 ALTER TABLE ONLY public.rara_trigger_events
     ADD CONSTRAINT rara_trigger_events_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.rara_runs(id) ON DELETE SET NULL;
+
+-- FK CONSTRAINT: rara_trigger_objects rara_trigger_objects_namespace_trigger_fkey
+
+ALTER TABLE ONLY public.rara_trigger_objects
+    ADD CONSTRAINT rara_trigger_objects_namespace_trigger_fkey FOREIGN KEY (namespace, trigger) REFERENCES public.rara_triggers(namespace, name) ON DELETE CASCADE;
 
 -- FK CONSTRAINT: rara_waits rara_waits_run_id_fkey
 
@@ -6377,6 +6478,14 @@ ALTER TABLE public.rara_trigger_events ENABLE ROW LEVEL SECURITY;
 -- POLICY: rara_trigger_events rara_trigger_events_read
 
 CREATE POLICY rara_trigger_events_read ON public.rara_trigger_events FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_trigger_objects
+
+ALTER TABLE public.rara_trigger_objects ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_trigger_objects rara_trigger_objects_read
+
+CREATE POLICY rara_trigger_objects_read ON public.rara_trigger_objects FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- ROW SECURITY: rara_triggers
 
@@ -6977,6 +7086,18 @@ REVOKE ALL ON FUNCTION public.rara_trigger_event_record(p_name text, p_event_key
 GRANT ALL ON FUNCTION public.rara_trigger_event_record(p_name text, p_event_key text, p_run_id bigint, p_reason text, p_namespace text) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_trigger_event_record(p_name text, p_event_key text, p_run_id bigint, p_reason text, p_namespace text) TO rara_operator;
 
+-- ACL: FUNCTION rara_trigger_objects_claim(p_limit integer)
+
+REVOKE ALL ON FUNCTION public.rara_trigger_objects_claim(p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_trigger_objects_claim(p_limit integer) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_trigger_objects_claim(p_limit integer) TO rara_operator;
+
+-- ACL: FUNCTION rara_trigger_objects_decide(p_name text, p_objects jsonb, p_changed boolean, p_next_poll timestamp with time zone, p_error text, p_namespace text)
+
+REVOKE ALL ON FUNCTION public.rara_trigger_objects_decide(p_name text, p_objects jsonb, p_changed boolean, p_next_poll timestamp with time zone, p_error text, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_trigger_objects_decide(p_name text, p_objects jsonb, p_changed boolean, p_next_poll timestamp with time zone, p_error text, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_trigger_objects_decide(p_name text, p_objects jsonb, p_changed boolean, p_next_poll timestamp with time zone, p_error text, p_namespace text) TO rara_operator;
+
 -- ACL: FUNCTION rara_trigger_suspend(p_name text, p_suspended boolean, p_namespace text)
 
 REVOKE ALL ON FUNCTION public.rara_trigger_suspend(p_name text, p_suspended boolean, p_namespace text) FROM PUBLIC;
@@ -7360,6 +7481,10 @@ GRANT SELECT(run_paused) ON TABLE public.rara_steps TO rara_reader;
 -- ACL: TABLE rara_trigger_events
 
 GRANT SELECT ON TABLE public.rara_trigger_events TO rara_reader;
+
+-- ACL: TABLE rara_trigger_objects
+
+GRANT SELECT ON TABLE public.rara_trigger_objects TO rara_reader;
 
 -- ACL: TABLE rara_triggers
 

@@ -26,20 +26,28 @@ BEGIN
     WHERE namespace = p_namespace AND name = p_name FOR UPDATE;
     IF NOT FOUND THEN
         INSERT INTO rara_triggers (namespace, name, kind, definition, version, input, config,
-                                   suspended, spec)
+                                   suspended, spec, next_poll)
         VALUES (p_namespace, p_name, p_kind, p_definition, p_version, p_input, p_config,
-                p_suspended, p_spec);
+                p_suspended, p_spec, CASE WHEN p_kind = 'objects' THEN now() END);
         created := true;
         changed := true;
     ELSE
         created := false;
         changed := old.spec IS DISTINCT FROM p_spec;
         IF changed THEN
+            -- An objects trigger changed is watched at once (its folder may be another); what
+            -- it saw stays, so only what changed since starts a run.
             UPDATE rara_triggers SET
                 kind = p_kind, definition = p_definition, version = p_version,
                 input = p_input, config = p_config, suspended = p_suspended, spec = p_spec,
+                next_poll = CASE WHEN p_kind = 'objects' THEN now() END,
+                watch_error = NULL, watch_error_at = NULL,
                 updated_at = now()
             WHERE namespace = p_namespace AND name = p_name;
+            IF p_kind <> 'objects' OR old.config ->> 'location' IS DISTINCT FROM p_config ->> 'location' THEN
+                DELETE FROM rara_trigger_objects
+                WHERE namespace = p_namespace AND trigger = p_name;
+            END IF;
         END IF;
     END IF;
     RETURN NEXT;
@@ -136,3 +144,58 @@ BEGIN
         RETURNING e.outcome, e.run_id, e.seen;
 END $$;
 SELECT rara_grant('rara_trigger_event_record', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_trigger_objects_claim(p_limit integer)
+RETURNS TABLE (namespace text, name text, definition text, version integer, input jsonb,
+               config jsonb, passes bigint, db_now timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+BEGIN
+    -- Up to p_limit objects triggers due for a watching pass, of the caller's namespaces, their
+    -- rows locked until the caller's commit: SKIP LOCKED, so watchers never wait on each other
+    -- and never judge one trigger at once. The caller compares what it lists with
+    -- rara_trigger_objects, starts the run of a change and records it
+    -- (rara_trigger_objects_decide) in the same transaction.
+    RETURN QUERY
+        SELECT t.namespace, t.name, t.definition, t.version, t.input, t.config, t.passes, now()
+        FROM rara_triggers t
+        WHERE t.next_poll <= now() AND NOT t.suspended
+          AND ((SELECT rara_caller_namespaces()) @> '{*}'
+               OR t.namespace = ANY ((SELECT rara_caller_namespaces())::text[]))
+        ORDER BY t.next_poll
+        LIMIT p_limit
+        FOR UPDATE OF t SKIP LOCKED;
+END $$;
+SELECT rara_grant('rara_trigger_objects_claim', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_trigger_objects_decide(
+    p_name text, p_objects jsonb, p_changed boolean, p_next_poll timestamptz,
+    p_error text, p_namespace text DEFAULT 'default')
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    -- The end of a watching pass over p_name, in the transaction that claimed it: p_objects
+    -- ([{key, digest, size, fingerprint}]) is what it saw new or different (a changed
+    -- fingerprint with the same bytes too: not a change, but not to be read again), p_changed
+    -- whether that made an event (its run started in this transaction), p_error why the pass
+    -- could not watch (NULL: it did). The trigger is due again at p_next_poll.
+    PERFORM rara_namespace_check(p_namespace);
+    IF NOT EXISTS (SELECT FROM rara_triggers
+                   WHERE namespace = p_namespace AND name = p_name AND kind = 'objects') THEN
+        RAISE EXCEPTION 'no objects trigger % in namespace %', p_name, p_namespace
+            USING ERRCODE = 'no_data_found';
+    END IF;
+    INSERT INTO rara_trigger_objects AS o (namespace, trigger, key, digest, size, fingerprint)
+    SELECT p_namespace, p_name, x.key, x.digest, x.size, x.fingerprint
+    FROM jsonb_to_recordset(p_objects) AS x(key text, digest text, size bigint, fingerprint text)
+    ON CONFLICT (namespace, trigger, key) DO UPDATE SET
+        digest = excluded.digest, size = excluded.size, fingerprint = excluded.fingerprint,
+        changed_at = CASE WHEN o.digest = excluded.digest THEN o.changed_at ELSE now() END;
+    UPDATE rara_triggers SET
+        next_poll = p_next_poll,
+        passes = passes + CASE WHEN p_changed THEN 1 ELSE 0 END,
+        watch_error = left(p_error, 2000),
+        watch_error_at = CASE WHEN p_error IS NULL THEN NULL ELSE now() END
+    WHERE namespace = p_namespace AND name = p_name;
+END $$;
+SELECT rara_grant('rara_trigger_objects_decide', 'rara_client', 'rara_operator');

@@ -2,7 +2,8 @@
 --
 -- A trigger is applied, paused and deleted through db/functions/triggers.sql by the roles that
 -- manage workflows (rara_client, rara_operator), like a schedule. Its kind says what starts a
--- run (a signed webhook delivery); `config` holds the kind's part of the spec as applied. Each
+-- run (a signed webhook delivery, a change of objects); `config` holds the kind's part of the
+-- spec as applied. Each
 -- event a trigger accepted is a row of rara_trigger_events under the event's own key (a
 -- webhook's delivery id): the row and the run start in one transaction, and the run's
 -- idempotency key is built from the same key, so an event delivered again finds its run and
@@ -10,7 +11,7 @@
 CREATE TABLE rara_triggers (
     namespace text NOT NULL,
     name text NOT NULL CHECK (name ~ '^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$'),
-    kind text NOT NULL CHECK (kind IN ('webhook')),
+    kind text NOT NULL CHECK (kind IN ('webhook', 'objects')),
     definition text NOT NULL,
     version integer CHECK (version >= 1),  -- NULL: the latest version at each event
     input jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(input) = 'object'),
@@ -19,7 +20,33 @@ CREATE TABLE rara_triggers (
     spec jsonb NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (namespace, name)
+    -- Objects triggers: when the next watching pass is due (NULL for webhooks), the passes
+    -- that found a change (each one's number is its event's key, so the same change made
+    -- twice, v1 → v2 → v1 → v2, is two events), and the last pass that could not watch.
+    next_poll timestamptz,
+    passes bigint NOT NULL DEFAULT 0 CHECK (passes >= 0),
+    watch_error text CHECK (length(watch_error) <= 2000),
+    watch_error_at timestamptz,
+    PRIMARY KEY (namespace, name),
+    CONSTRAINT rara_triggers_polled CHECK ((kind = 'objects') = (next_poll IS NOT NULL))
+);
+CREATE INDEX rara_triggers_due ON rara_triggers (next_poll) WHERE NOT suspended;
+
+-- What an objects trigger last saw of each object under its folder or prefix: the digest of
+-- its bytes, and a fingerprint the store gives without reading them (size and mtime, size
+-- and ETag) that says when they must be read again. A watching pass holds the trigger's row
+-- (rara_trigger_objects_claim, FOR UPDATE SKIP LOCKED): two watchers never judge one trigger
+-- at once, and the later one compares with what the earlier one recorded.
+CREATE TABLE rara_trigger_objects (
+    namespace text NOT NULL,
+    trigger text NOT NULL,
+    key text NOT NULL CHECK (length(key) BETWEEN 1 AND 1024),
+    digest text NOT NULL CHECK (digest ~ '^sha256:[0-9a-f]{64}$'),
+    size bigint NOT NULL CHECK (size >= 0),
+    fingerprint text NOT NULL CHECK (length(fingerprint) <= 200),
+    changed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (namespace, trigger, key),
+    FOREIGN KEY (namespace, trigger) REFERENCES rara_triggers (namespace, name) ON DELETE CASCADE
 );
 
 -- One row per distinct event a trigger was given: the run it started, or why none. `seen`
@@ -48,6 +75,9 @@ CREATE POLICY rara_triggers_read ON rara_triggers FOR SELECT
 CREATE POLICY rara_trigger_events_read ON rara_trigger_events FOR SELECT
     USING ((SELECT rara_caller_namespaces()) @> '{*}'
            OR namespace = ANY ((SELECT rara_caller_namespaces())::text[]));
+CREATE POLICY rara_trigger_objects_read ON rara_trigger_objects FOR SELECT
+    USING ((SELECT rara_caller_namespaces()) @> '{*}'
+           OR namespace = ANY ((SELECT rara_caller_namespaces())::text[]));
 
 -- Isolation on already (an upgrade): the new tables too, as rara_namespace_isolation would.
 DO $$
@@ -55,5 +85,6 @@ BEGIN
     IF (SELECT c.relrowsecurity FROM pg_class c WHERE c.oid = 'rara_runs'::regclass) THEN
         ALTER TABLE rara_triggers ENABLE ROW LEVEL SECURITY;
         ALTER TABLE rara_trigger_events ENABLE ROW LEVEL SECURITY;
+        ALTER TABLE rara_trigger_objects ENABLE ROW LEVEL SECURITY;
     END IF;
 END $$;

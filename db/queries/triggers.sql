@@ -34,7 +34,9 @@ SELECT * FROM rara_trigger_event_record(
 
 -- name: trigger_get^
 SELECT t.namespace, t.name, t.kind, t.definition, t.version, t.input, t.config, t.suspended,
-       t.spec, t.created_at, t.updated_at
+       t.spec, t.created_at, t.updated_at, t.next_poll, t.watch_error, t.watch_error_at,
+       (SELECT count(*) FROM rara_trigger_objects o
+        WHERE o.namespace = t.namespace AND o.trigger = t.name) AS objects
 FROM rara_triggers t
 WHERE t.namespace = :namespace AND t.name = :name;
 
@@ -61,3 +63,25 @@ SELECT e.event_key, e.outcome, e.run_id, e.reason, e.seen, e.first_at, e.last_at
 FROM rara_trigger_events e LEFT JOIN rara_runs r ON r.id = e.run_id
 WHERE e.namespace = :namespace AND e.trigger = :name
 ORDER BY e.last_at DESC LIMIT :limit;
+
+-- name: trigger_objects_claim
+-- The objects triggers due for a watching pass, locked until the caller's commit (SKIP
+-- LOCKED), with the database's now.
+SELECT * FROM rara_trigger_objects_claim(p_limit => :limit);
+
+-- name: trigger_objects_decide!
+SELECT rara_trigger_objects_decide(
+    p_name => :name, p_objects => CAST(:objects AS jsonb), p_changed => :changed,
+    p_next_poll => CAST(:next_poll AS timestamptz), p_error => CAST(:error AS text),
+    p_namespace => :namespace);
+
+-- name: trigger_objects_seen
+-- What an objects trigger last saw of each object.
+SELECT key, digest, size, fingerprint FROM rara_trigger_objects
+WHERE namespace = :namespace AND trigger = :name;
+
+-- name: trigger_objects_next_due^
+-- When a watching loop must wake: the earliest due pass of an objects trigger (null: none),
+-- and the database's now to measure the sleep by. One read of the partial index.
+SELECT (SELECT min(next_poll) FROM rara_triggers WHERE NOT suspended) AS next_poll,
+       now() AS db_now;

@@ -15,6 +15,7 @@ from rara.cli.common import (
     NamespaceOption,
     client_connection,
     console,
+    fail,
     namespace_client,
     print_listing,
     read_document_arg,
@@ -29,7 +30,10 @@ from rara.pg.triggers import TriggerSummary
 from rara.triggers import manage
 from rara.triggers.model import load_trigger
 
-app = typer.Typer(help="Triggers: a run when an event comes (a webhook).", no_args_is_help=True)
+app = typer.Typer(
+    help="Triggers: a run when an event comes (a webhook, a change of objects).",
+    no_args_is_help=True,
+)
 
 
 def _when(value: datetime | None) -> str:
@@ -51,9 +55,13 @@ def apply(
     with client_connection(client) as conn:
         applied = manage.apply_trigger(conn, trigger, namespace=where)
     state = "created" if applied.created else "changed" if applied.changed else "unchanged"
+    if trigger.spec.objects is not None:
+        what = f"watching {trigger.spec.objects.location}"
+    else:
+        what = f"deliveries go to POST /hooks/{where}/{trigger.name}"
     console.print(
-        f"{qualified(where, trigger.name)} ({state}); deliveries go to "
-        f"POST /hooks/{where}/{trigger.name}" + (" (paused)" if trigger.spec.suspend else ""),
+        f"{qualified(where, trigger.name)} ({state}); {what}"
+        + (" (paused)" if trigger.spec.suspend else ""),
         highlight=False,
     )
 
@@ -103,11 +111,25 @@ def show(
         row = manage.get_trigger(conn, name, namespace=client.namespace)
         history = manage.trigger_events(conn, name, namespace=client.namespace, limit=events)
     state = "paused" if row.suspended else "active"
+    if row.kind == "objects":
+        where = (
+            f"watching {row.config.get('location')} ({row.objects} objects seen); "
+            f"next pass {_when(row.next_poll)}"
+        )
+    else:
+        where = f"POST /hooks/{row.namespace}/{row.name}"
     console.print(
-        f"{qualified(row.namespace, row.name)}: {row.kind}, {state}; "
-        f"POST /hooks/{row.namespace}/{row.name}; changed {_when(row.updated_at)}",
+        f"{qualified(row.namespace, row.name)}: {row.kind}, {state}; {where}; "
+        f"changed {_when(row.updated_at)}",
         highlight=False,
     )
+    if row.watch_error is not None:
+        console.print(
+            f"cannot watch since {_when(row.watch_error_at)}: {row.watch_error}",
+            style="yellow",
+            highlight=False,
+            markup=False,
+        )
     console.print(yaml.safe_dump({"spec": row.spec}, sort_keys=False).rstrip(), markup=False)
     table = Table("event", "outcome", "run", "status", "deliveries", "last", "reason")
     for e in history:
@@ -168,16 +190,35 @@ def serve(
     pool_size: Annotated[
         int, typer.Option(min=1, max=100, help="database connections kept at most")
     ] = 8,
+    objects_root: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="RARA_TRIGGERS_OBJECTS_ROOT",
+            help="folder below which objects triggers may watch folders (default: none)",
+        ),
+    ] = None,
+    watch: Annotated[
+        bool,
+        typer.Option("--watch/--no-watch", help="watch the objects triggers too"),
+    ] = True,
 ) -> None:
-    """Serve every namespace's webhook triggers: POST /hooks/NAMESPACE/NAME. Secrets come
-    from $RARA_SECRETS_DIR/NAME/KEY or $RARA_SECRET_NAME_KEY. Run as many as you like behind
-    one address: a delivery starts one run whichever of them takes it."""
+    """Serve every namespace's triggers: webhooks at POST /hooks/NAMESPACE/NAME, and the
+    objects triggers watched. Secrets come from $RARA_SECRETS_DIR/NAME/KEY or
+    $RARA_SECRET_NAME_KEY; S3 credentials as the artifact store takes them. Run as many as
+    you like: an event starts one run whichever of them takes it."""
     import uvicorn
 
     from rara.triggers.webhook import WebhookConfig, create_app
 
     configure()
-    config = WebhookConfig(database_url=database_url(), pool_size=pool_size)
+    if objects_root is not None and not objects_root.is_dir():
+        raise fail(f"--objects-root: {objects_root} is not a folder")
+    config = WebhookConfig(
+        database_url=database_url(),
+        pool_size=pool_size,
+        watch_objects=watch,
+        objects_root=objects_root,
+    )
     console.print(f"rara triggers on http://{host}:{port}/hooks/", highlight=False)
     uvicorn.run(
         create_app(config),

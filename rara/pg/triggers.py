@@ -10,7 +10,7 @@ from typing import Any
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from rara.pg.queries import Conn, many, one, value
+from rara.pg.queries import Conn, many, one, run, value
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,10 @@ class TriggerRow:
     spec: dict[str, Any]
     created_at: datetime
     updated_at: datetime
+    next_poll: datetime | None  # objects triggers: the next watching pass
+    watch_error: str | None  # why the last pass could not watch (None: it did)
+    watch_error_at: datetime | None
+    objects: int  # the objects an objects trigger has seen
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +152,80 @@ def record_event(
     )
     if row is None:
         raise AssertionError("trigger_event_record returned no row")
+    return row
+
+
+@dataclass(frozen=True, slots=True)
+class DueObjects:
+    """An objects trigger due for a watching pass, its row locked by this transaction."""
+
+    namespace: str
+    name: str
+    definition: str
+    version: int | None
+    input: dict[str, Any]
+    config: dict[str, Any]
+    passes: int
+    db_now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class SeenObject:
+    key: str
+    digest: str  # sha256:<hex>
+    size: int
+    fingerprint: str  # what the store says without reading the bytes (size and mtime or ETag)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "digest": self.digest,
+            "size": self.size,
+            "fingerprint": self.fingerprint,
+        }
+
+
+def objects_claim(conn: Conn, limit: int) -> list[DueObjects]:
+    return many(conn, "trigger_objects_claim", class_row(DueObjects), limit=limit)
+
+
+def objects_seen(conn: Conn, name: str, *, namespace: str) -> dict[str, SeenObject]:
+    rows = many(conn, "trigger_objects_seen", class_row(SeenObject), name=name, namespace=namespace)
+    return {row.key: row for row in rows}
+
+
+def objects_decide(
+    conn: Conn,
+    name: str,
+    objects: list[SeenObject],
+    *,
+    changed: bool,
+    next_poll: datetime,
+    error: str | None,
+    namespace: str,
+) -> None:
+    run(
+        conn,
+        "trigger_objects_decide",
+        name=name,
+        objects=Jsonb([o.as_json() for o in objects]),
+        changed=changed,
+        next_poll=next_poll,
+        error=error,
+        namespace=namespace,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class NextDue:
+    next_poll: datetime | None  # None: no live objects trigger
+    db_now: datetime
+
+
+def objects_next_due(conn: Conn) -> NextDue:
+    row = one(conn, "trigger_objects_next_due", class_row(NextDue))
+    if row is None:
+        raise AssertionError("trigger_objects_next_due returned no row")
     return row
 
 

@@ -3,7 +3,8 @@
 A trigger starts a run of a definition in its namespace when an event comes. Its spec names
 the definition (and a version, else the latest at each event), the constant part of the run
 input, and one kind of event, each in a block of its own: ``webhook`` (a signed HTTP delivery;
-rara.triggers.webhook). Unknown fields are errors, as in a WorkflowDefinition; each problem
+rara.triggers.webhook) or ``objects`` (a change of the objects in a folder or under an S3
+prefix; rara.triggers.objects). Unknown fields are errors, as in a WorkflowDefinition; each problem
 names its field. docs/triggers.md has the rules.
 """
 
@@ -19,6 +20,7 @@ from rara.definitions.parse import describe_problems, load_document
 from rara.errors import TriggerInvalid
 from rara.runs import validate_input
 from rara.triggers.pointers import pointer_problem
+from rara.triggers.sources import location_problem
 
 KIND = "WorkflowTrigger"
 MAX_BODY_BYTES = 1 << 20  # the largest body a webhook may be configured to take: 1 MiB
@@ -70,12 +72,35 @@ class WebhookSpec(_Model):
         return value
 
 
+class ObjectsSpec(_Model):
+    # Where the objects are: an s3:// URL (a bucket and a prefix, as RARA_ARTIFACTS takes one;
+    # credentials by reference in the watcher's environment), or a folder relative to the
+    # watching process's --objects-root (a trigger names no path outside it).
+    location: str = Field(min_length=1, max_length=1000)
+    poll_seconds: int = Field(default=30, ge=1, le=86_400, alias="pollSeconds")
+    # The run input field that receives the changed objects: [{key, digest, size}, …].
+    input_field: str = Field(default="objects", pattern=INPUT_FIELD_PATTERN, alias="inputField")
+    # A glob the key must match (fnmatch: *, ?, [ab]); None: every object.
+    include: str | None = Field(default=None, min_length=1, max_length=200)
+    # The most changed objects one run is given; more wait for the next pass, at once.
+    max_objects: int = Field(default=1000, ge=1, le=10_000, alias="maxObjects")
+
+    @field_validator("location")
+    @classmethod
+    def _location(cls, value: str) -> str:
+        problem = location_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+
 class TriggerSpec(_Model):
     definition: str = Field(pattern=NAME_PATTERN)
     version: int | None = Field(default=None, ge=1)  # None: the latest at each event
     input: dict[str, Any] = Field(default_factory=dict)
     suspend: bool = False
     webhook: WebhookSpec | None = None
+    objects: ObjectsSpec | None = None
 
     @field_validator("input")
     @classmethod
@@ -84,30 +109,34 @@ class TriggerSpec(_Model):
 
     @model_validator(mode="after")
     def _one_kind(self) -> TriggerSpec:
-        if self.webhook is None:
-            raise ValueError("a trigger names one kind of event: spec.webhook")
-        both = sorted(set(self.webhook.input_from) & set(self.input))
+        if (self.webhook is None) == (self.objects is None):
+            raise ValueError("a trigger names one kind of event: spec.webhook or spec.objects")
+        block = "spec.webhook.inputFrom" if self.webhook else "spec.objects.inputField"
+        both = sorted(self.filled_by_events & set(self.input))
         if both:
             raise ValueError(
-                f"spec.webhook.inputFrom and spec.input both set {', '.join(both)}:"
+                f"{block} and spec.input both set {', '.join(both)}:"
                 " a run input field comes from one place"
             )
         return self
 
     @property
-    def kind(self) -> Literal["webhook"]:
-        return "webhook"
+    def kind(self) -> Literal["webhook", "objects"]:
+        return "webhook" if self.webhook is not None else "objects"
 
     @property
     def config(self) -> dict[str, Any]:
         """The kind's block as stored (rara_triggers.config): defaults filled."""
-        assert self.webhook is not None  # _one_kind
-        return self.webhook.model_dump(mode="json", by_alias=True)
+        block = self.webhook or self.objects
+        assert block is not None  # _one_kind
+        return block.model_dump(mode="json", by_alias=True)
 
     @property
     def filled_by_events(self) -> frozenset[str]:
         """The run input fields each event fills (not known at apply)."""
-        return frozenset(self.webhook.input_from) if self.webhook else frozenset()
+        if self.webhook is not None:
+            return frozenset(self.webhook.input_from)
+        return frozenset({self.objects.input_field}) if self.objects else frozenset()
 
 
 class WorkflowTrigger(_Model):
@@ -142,4 +171,4 @@ def spec_json(spec: TriggerSpec) -> dict[str, Any]:
     return spec.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-__all__ = ["KIND", "TriggerSpec", "WebhookSpec", "WorkflowTrigger", "load_trigger"]
+__all__ = ["KIND", "ObjectsSpec", "TriggerSpec", "WebhookSpec", "WorkflowTrigger", "load_trigger"]

@@ -1,4 +1,5 @@
-"""The webhook endpoint (``rara triggers serve``): ``POST /hooks/<namespace>/<trigger>``.
+"""The triggers' process (``rara triggers serve``): the webhook endpoint,
+``POST /hooks/<namespace>/<trigger>``, and the watcher of objects triggers in a thread.
 
 A thin HTTP layer over rara.triggers.webhook_events, which judges a delivery and starts its run
 once: this module bounds what it reads (no body over MAX_BODY_BYTES is read whole, whatever
@@ -13,10 +14,12 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from anyio import to_thread
@@ -30,6 +33,7 @@ from rara.definitions.model import NAME_PATTERN
 from rara.namespaces import NAMESPACE_PATTERN
 from rara.pg import reconnect
 from rara.triggers.model import MAX_BODY_BYTES
+from rara.triggers.objects import Watcher
 from rara.triggers.webhook_events import Delivery, Outcome, accept
 
 log = logging.getLogger(__name__)
@@ -40,6 +44,10 @@ APPLICATION_NAME = "rara triggers serve"
 class WebhookConfig:
     database_url: str
     pool_size: int = 8
+    # Objects triggers are watched by the same process (rara.triggers.objects), in a thread;
+    # folder triggers only below objects_root.
+    watch_objects: bool = True
+    objects_root: Path | None = None
 
 
 class _TooLarge(Exception):
@@ -61,12 +69,20 @@ def create_app(config: WebhookConfig) -> Starlette:
         **reconnect.pool_settings(),
     )
 
+    watcher = Watcher(config.database_url, config.objects_root)
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await to_thread.run_sync(pool.open)
+        watching = threading.Thread(target=watcher.run, name="objects-watcher", daemon=True)
+        if config.watch_objects:
+            watching.start()
         try:
             yield
         finally:
+            watcher.stop()
+            if watching.is_alive():
+                await to_thread.run_sync(watching.join, 10)
             await to_thread.run_sync(pool.close)
 
     async def hook(request: Request) -> Response:

@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rara.cli.main import app
+from rara.triggers.objects import watch_due
 from rara.triggers.webhook_events import accept
 from tests.support.definitions import noop_definition
 from tests.triggers.conftest import delivery, resolve_test_secret
@@ -93,3 +94,27 @@ def test_a_bad_trigger_document_is_refused_naming_the_field(
     assert "invalid workflow trigger:" in out
     assert "spec.webhook.inputFrom" in out
     assert "'docs' is not a JSON pointer" in out
+
+
+@pytest.mark.usefixtures("wide_console")
+def test_an_objects_trigger_shows_what_it_watches_and_why_it_cannot(
+    conn: psycopg.Connection[Any], database_url: str, tmp_path: Path
+) -> None:
+    noop_definition(conn)
+    doc = tmp_path / "watch.yaml"
+    doc.write_text(
+        "apiVersion: rara.dev/v1alpha1\nkind: WorkflowTrigger\nmetadata: {name: docs-changed}\n"
+        "spec: {definition: noop, objects: {location: incoming, pollSeconds: 60}}\n"
+    )
+    cli = CliRunner(env={"DATABASE_URL": database_url})
+    applied = cli.invoke(app, ["triggers", "apply", "-f", str(doc)])
+    assert applied.exit_code == 0, applied.output
+    assert "docs-changed (created); watching incoming" in applied.output
+    watch_due(conn, None)  # no --objects-root: it cannot watch a folder
+    shown = cli.invoke(app, ["triggers", "show", "docs-changed"])
+    assert shown.exit_code == 0, shown.output
+    assert "docs-changed: objects, active; watching incoming (0 objects seen); next pass" in (
+        shown.output
+    )
+    assert "cannot watch since" in shown.output
+    assert "this process watches no folders" in shown.output

@@ -60,6 +60,7 @@ TENANT_TABLES: dict[str, tuple[str, str]] = {
     "rara_schedule_ticks": ("schedule || '@' || tick", "t.namespace"),
     "rara_triggers": ("name", "t.namespace"),
     "rara_trigger_events": ("trigger || '@' || event_key", "t.namespace"),
+    "rara_trigger_objects": ("trigger || '@' || key", "t.namespace"),
     "rara_steps": ("id::text", _RUN.format("run_id")),
     "rara_attempts": ("step_id || '/' || attempt", _RUN.format("run_id")),
     "rara_step_cache": ("key", _RUN.format("source_run")),
@@ -165,9 +166,17 @@ def two_teams(conn: Conn, thread_worker: Callable[..., Any]) -> dict[str, int]:
             "spec": {"definition": "rag", "webhook": {"secretRef": {"name": "docs-hook"}}},
         }
         apply_trigger(conn, trigger_from_object(hook), namespace=ns)
+        watched = {**hook, "metadata": {"name": "docs-changed"}}
+        watched["spec"] = {"definition": "rag", "objects": {"location": "docs"}}
+        apply_trigger(conn, trigger_from_object(watched), namespace=ns)
     conn.execute(
         "INSERT INTO rara_trigger_events (namespace, trigger, event_key, outcome, reason)"
         " SELECT namespace, name, 'e-1', 'refused', 'test' FROM rara_triggers"
+    )
+    conn.execute(
+        "INSERT INTO rara_trigger_objects (namespace, trigger, key, digest, size, fingerprint)"
+        " SELECT namespace, name, 'a.md', 'sha256:' || repeat('0', 64), 0, '0:0'"
+        " FROM rara_triggers WHERE kind = 'objects'"
     )
     conn.execute(
         "INSERT INTO rara_schedule_ticks (namespace, schedule, tick, outcome, reason)"
@@ -326,6 +335,12 @@ def test_a_team_login_acts_in_its_namespace_only(
             " p_event_key => 'e-2', p_run_id => NULL, p_reason => 'x', p_namespace => 'team-b')",
             (),
         ),
+        (
+            "SELECT rara_trigger_objects_decide(p_name => 'docs-changed', p_objects => '[]',"
+            " p_changed => false, p_next_poll => now(), p_error => NULL,"
+            " p_namespace => 'team-b')",
+            (),
+        ),
     ]:
         _refused(functools.partial(call, statement, *params), me, "namespace team-b")
     # What the fleet shares needs every namespace.
@@ -341,6 +356,10 @@ def test_a_team_login_acts_in_its_namespace_only(
     with client.transaction():
         claimed = call("SELECT namespace FROM rara_schedule_claim(10)")
     assert claimed == [("team-a",)]
+    # A team's watcher claims its own objects triggers only.
+    with client.transaction():
+        watched = call("SELECT namespace FROM rara_trigger_objects_claim(10)")
+    assert watched == [("team-a",)]
     # Team-b's cache entries stay; team-a's own go.
     keys = dict(
         conn.execute(
@@ -368,7 +387,7 @@ def test_a_team_login_acts_in_its_namespace_only(
         "SELECT t.suspended, count(e.*) FROM rara_triggers t JOIN rara_trigger_events e"
         " ON (e.namespace, e.trigger) = (t.namespace, t.name) WHERE t.namespace = 'team-b'"
         " GROUP BY t.suspended"
-    ).fetchone() == (False, 1)
+    ).fetchone() == (False, 2)
     assert conn.execute(
         "SELECT count(*) FROM rara_step_cache c JOIN rara_runs r ON r.id = c.source_run"
         " WHERE r.namespace = 'team-b'"

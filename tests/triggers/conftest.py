@@ -24,12 +24,15 @@ MakeTrigger = Callable[..., str]
 
 
 def trigger_document(name: str = "docs-landed", **spec: Any) -> dict[str, Any]:
-    webhook = {"secretRef": {"name": "docs-hook"}, **spec.pop("webhook", {})}
+    """A trigger of `noop`: a webhook (secret docs-hook) unless ``objects`` is given."""
+    webhook = spec.pop("webhook", None if "objects" in spec else {})
+    if webhook is not None:
+        spec["webhook"] = {"secretRef": {"name": "docs-hook"}, **webhook}
     return {
         "apiVersion": "rara.dev/v1alpha1",
         "kind": "WorkflowTrigger",
         "metadata": {"name": name},
-        "spec": {"definition": "noop", "webhook": webhook, **spec},
+        "spec": {"definition": "noop", **spec},
     }
 
 

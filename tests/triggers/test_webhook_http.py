@@ -1,5 +1,7 @@
 """`rara triggers serve` as a sender meets it: a real process on a loopback port, deliveries
-over HTTP, the answer's status and JSON body; a redelivery answered with the same run."""
+over HTTP, the answer's status and JSON body; a redelivery answered with the same run. And as
+a watcher of a folder: killed with SIGKILL and started again, it misses no change and starts
+no run twice."""
 
 from __future__ import annotations
 
@@ -23,12 +25,14 @@ from tests.triggers.conftest import SECRET_ENV, MakeTrigger, signed_headers
 
 
 class WebhookServer:
-    def __init__(self, database_url: str, log: Path) -> None:
+    """`rara triggers serve` as a child process on a loopback port."""
+
+    def __init__(self, database_url: str, log: Path, *args: str) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         self.log = log
-        with open(log, "wb") as out:
+        with open(log, "ab") as out:
             self.proc = subprocess.Popen(
-                [RARA, "triggers", "serve", "--port", self.url.rsplit(":", 1)[1]],
+                [RARA, "triggers", "serve", "--port", self.url.rsplit(":", 1)[1], *args],
                 cwd=ROOT,
                 env={**os.environ, "DATABASE_URL": database_url, **SECRET_ENV},
                 stdout=out,
@@ -107,3 +111,48 @@ def test_a_body_over_the_endpoints_bound_is_refused_before_it_is_read(
     assert answer.status == 413
     assert json.loads(answer.read()) == {"error": "body over 1048576 bytes"}
     client.close()
+
+
+def test_the_watcher_killed_and_restarted_starts_one_run_per_change(
+    database_url: str, conn: psycopg.Connection[Any], make_trigger: MakeTrigger, tmp_path: Path
+) -> None:
+    docs = tmp_path / "root" / "docs"
+    docs.mkdir(parents=True)
+    make_trigger("docs-changed", objects={"location": "docs", "pollSeconds": 1})
+    root = ["--objects-root", str(tmp_path / "root")]
+    log = tmp_path / "watcher.log"
+
+    def runs() -> list[list[str]]:
+        return [
+            sorted(o["key"] for o in row[0])
+            for row in conn.execute("SELECT input -> 'objects' FROM rara_runs ORDER BY id")
+        ]
+
+    server = WebhookServer(database_url, log, *root)
+    (docs / "a.md").write_text("a")
+    wait_until(lambda: len(runs()) == 1, timeout=30, message="the first change's run")
+    server.proc.send_signal(signal.SIGKILL)
+    server.proc.wait(10)
+    (docs / "b.md").write_text("b")  # changed while no watcher runs
+    second = WebhookServer(database_url, log, *root)
+    third = WebhookServer(database_url, log, *root)  # and two watchers from now on
+    try:
+        wait_until(lambda: len(runs()) == 2, timeout=30, message="the second change's run")
+        (docs / "c.md").write_text("c")
+        wait_until(lambda: len(runs()) == 3, timeout=30, message="the third change's run")
+        # a pass of each watcher after the last change (their next polls) starts nothing more
+        conn.execute("UPDATE rara_triggers SET next_poll = now()")
+        wait_until(
+            lambda: (
+                conn.execute(
+                    "SELECT next_poll > now() FROM rara_triggers WHERE name = 'docs-changed'"
+                ).fetchone()
+                == (True,)
+            ),
+            timeout=30,
+            message="one more pass",
+        )
+    finally:
+        second.stop()
+        third.stop()
+    assert runs() == [["a.md"], ["b.md"], ["c.md"]], log.read_text()[-3000:]

@@ -28,19 +28,20 @@ BEGIN
         INSERT INTO rara_triggers (namespace, name, kind, definition, version, input, config,
                                    suspended, spec, next_poll)
         VALUES (p_namespace, p_name, p_kind, p_definition, p_version, p_input, p_config,
-                p_suspended, p_spec, CASE WHEN p_kind = 'objects' THEN now() END);
+                p_suspended, p_spec, CASE WHEN p_kind <> 'webhook' THEN now() END);
         created := true;
         changed := true;
     ELSE
         created := false;
         changed := old.spec IS DISTINCT FROM p_spec;
         IF changed THEN
-            -- An objects trigger changed is watched at once (its folder may be another); what
-            -- it saw stays, so only what changed since starts a run.
+            -- A watched trigger changed is watched at once (its folder may be another); what
+            -- an objects trigger saw stays while its location does, so only what changed
+            -- since starts a run.
             UPDATE rara_triggers SET
                 kind = p_kind, definition = p_definition, version = p_version,
                 input = p_input, config = p_config, suspended = p_suspended, spec = p_spec,
-                next_poll = CASE WHEN p_kind = 'objects' THEN now() END,
+                next_poll = CASE WHEN p_kind <> 'webhook' THEN now() END,
                 watch_error = NULL, watch_error_at = NULL,
                 updated_at = now()
             WHERE namespace = p_namespace AND name = p_name;
@@ -145,19 +146,22 @@ BEGIN
 END $$;
 SELECT rara_grant('rara_trigger_event_record', 'rara_client', 'rara_operator');
 
-CREATE OR REPLACE FUNCTION rara_trigger_objects_claim(p_limit integer)
-RETURNS TABLE (namespace text, name text, definition text, version integer, input jsonb,
-               config jsonb, passes bigint, db_now timestamptz)
+CREATE OR REPLACE FUNCTION rara_trigger_watch_claim(p_limit integer)
+RETURNS TABLE (namespace text, name text, kind text, definition text, version integer,
+               input jsonb, config jsonb, passes bigint, created_at timestamptz,
+               db_now timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 #variable_conflict use_column
 BEGIN
-    -- Up to p_limit objects triggers due for a watching pass, of the caller's namespaces, their
-    -- rows locked until the caller's commit: SKIP LOCKED, so watchers never wait on each other
-    -- and never judge one trigger at once. The caller compares what it lists with
-    -- rara_trigger_objects, starts the run of a change and records it
-    -- (rara_trigger_objects_decide) in the same transaction.
+    -- Up to p_limit watched triggers (objects, release, run) due for a pass, of the caller's
+    -- namespaces, their rows locked until the caller's commit: SKIP LOCKED, so watchers never
+    -- wait on each other and never judge one trigger at once. The caller finds the trigger's
+    -- new events (objects: compared with rara_trigger_objects; releases and runs:
+    -- rara_trigger_upstream), starts their runs, records them and ends the pass
+    -- (rara_trigger_watch_decide) in the same transaction.
     RETURN QUERY
-        SELECT t.namespace, t.name, t.definition, t.version, t.input, t.config, t.passes, now()
+        SELECT t.namespace, t.name, t.kind, t.definition, t.version, t.input, t.config,
+               t.passes, t.created_at, now()
         FROM rara_triggers t
         WHERE t.next_poll <= now() AND NOT t.suspended
           AND ((SELECT rara_caller_namespaces()) @> '{*}'
@@ -166,23 +170,24 @@ BEGIN
         LIMIT p_limit
         FOR UPDATE OF t SKIP LOCKED;
 END $$;
-SELECT rara_grant('rara_trigger_objects_claim', 'rara_client', 'rara_operator');
+SELECT rara_grant('rara_trigger_watch_claim', 'rara_client', 'rara_operator');
 
-CREATE OR REPLACE FUNCTION rara_trigger_objects_decide(
+CREATE OR REPLACE FUNCTION rara_trigger_watch_decide(
     p_name text, p_objects jsonb, p_changed boolean, p_next_poll timestamptz,
     p_error text, p_namespace text DEFAULT 'default')
 RETURNS void
 LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
 BEGIN
-    -- The end of a watching pass over p_name, in the transaction that claimed it: p_objects
-    -- ([{key, digest, size, fingerprint}]) is what it saw new or different (a changed
+    -- The end of a watching pass over p_name, in the transaction that claimed it: for an
+    -- objects trigger, p_objects ([{key, digest, size, fingerprint}]) is what it saw new or
+    -- different (a changed
     -- fingerprint with the same bytes too: not a change, but not to be read again), p_changed
     -- whether that made an event (its run started in this transaction), p_error why the pass
     -- could not watch (NULL: it did). The trigger is due again at p_next_poll.
     PERFORM rara_namespace_check(p_namespace);
     IF NOT EXISTS (SELECT FROM rara_triggers
-                   WHERE namespace = p_namespace AND name = p_name AND kind = 'objects') THEN
-        RAISE EXCEPTION 'no objects trigger % in namespace %', p_name, p_namespace
+                   WHERE namespace = p_namespace AND name = p_name AND kind <> 'webhook') THEN
+        RAISE EXCEPTION 'no watched trigger % in namespace %', p_name, p_namespace
             USING ERRCODE = 'no_data_found';
     END IF;
     INSERT INTO rara_trigger_objects AS o (namespace, trigger, key, digest, size, fingerprint)
@@ -198,4 +203,62 @@ BEGIN
         watch_error_at = CASE WHEN p_error IS NULL THEN NULL ELSE now() END
     WHERE namespace = p_namespace AND name = p_name;
 END $$;
-SELECT rara_grant('rara_trigger_objects_decide', 'rara_client', 'rara_operator');
+SELECT rara_grant('rara_trigger_watch_decide', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_trigger_upstream(
+    p_name text, p_limit integer, p_namespace text DEFAULT 'default')
+RETURNS TABLE (event_key text, payload jsonb)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+DECLARE
+    t record;
+BEGIN
+    -- The events of a release or run trigger that no pass has recorded yet, oldest first, at
+    -- most p_limit: each promotion (and, with onRollback, each rollback) of the release it
+    -- names, or each end of a run of the definition it names in the states it names — of its
+    -- own namespace, since the trigger was created, and within the last 7 days (a watcher
+    -- down longer misses the older ones). An event's key is the move's or the run's id, so a
+    -- second pass, a second watcher or a restart finds it recorded (rara_trigger_events).
+    PERFORM rara_namespace_check(p_namespace);
+    SELECT * INTO t FROM rara_triggers WHERE namespace = p_namespace AND name = p_name;
+    IF t.kind = 'release' THEN
+        RETURN QUERY
+            SELECT 'move-' || m.id, jsonb_build_object(
+                       'release', m.name, 'number', m.to_number, 'action', m.action,
+                       'movedAt', m.moved_at,
+                       'run', r.run_id,
+                       'artifacts', COALESCE((
+                           SELECT jsonb_agg(jsonb_build_object(
+                                      'step', a.step_key, 'name', a.name, 'digest', a.digest,
+                                      'size', a.size, 'mediaType', a.media_type)
+                                  ORDER BY a.step_key, a.name)
+                           FROM rara_release_artifacts a WHERE a.release_id = r.id), '[]'))
+            FROM rara_release_moves m
+            JOIN rara_releases r
+              ON r.namespace = m.namespace AND r.name = m.name AND r.number = m.to_number
+            WHERE m.namespace = p_namespace AND m.name = t.config ->> 'name'
+              AND (m.action = 'promote' OR (t.config ->> 'onRollback')::boolean)
+              AND m.moved_at >= greatest(t.created_at, now() - interval '7 days')
+              AND NOT EXISTS (SELECT FROM rara_trigger_events e
+                              WHERE e.namespace = p_namespace AND e.trigger = p_name
+                                AND e.event_key = 'move-' || m.id)
+            ORDER BY m.id
+            LIMIT p_limit;
+    ELSIF t.kind = 'run' THEN
+        RETURN QUERY
+            SELECT 'run-' || r.id, jsonb_build_object(
+                       'run', r.id, 'definition', v.name, 'status', r.status::text,
+                       'finishedAt', r.finished_at)
+            FROM rara_runs r
+            JOIN rara_definition_versions v ON v.id = r.definition_version_id
+            WHERE r.namespace = p_namespace AND v.name = t.config ->> 'definition'
+              AND r.status::text IN (SELECT jsonb_array_elements_text(t.config -> 'states'))
+              AND r.finished_at >= greatest(t.created_at, now() - interval '7 days')
+              AND NOT EXISTS (SELECT FROM rara_trigger_events e
+                              WHERE e.namespace = p_namespace AND e.trigger = p_name
+                                AND e.event_key = 'run-' || r.id)
+            ORDER BY r.finished_at, r.id
+            LIMIT p_limit;
+    END IF;
+END $$;
+SELECT rara_grant('rara_trigger_upstream', 'rara_client', 'rara_operator');

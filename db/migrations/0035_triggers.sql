@@ -2,7 +2,8 @@
 --
 -- A trigger is applied, paused and deleted through db/functions/triggers.sql by the roles that
 -- manage workflows (rara_client, rara_operator), like a schedule. Its kind says what starts a
--- run (a signed webhook delivery, a change of objects); `config` holds the kind's part of the
+-- run (a signed webhook delivery, a change of objects, a promoted release, a run's end);
+-- `config` holds the kind's part of the
 -- spec as applied. Each
 -- event a trigger accepted is a row of rara_trigger_events under the event's own key (a
 -- webhook's delivery id): the row and the run start in one transaction, and the run's
@@ -11,7 +12,7 @@
 CREATE TABLE rara_triggers (
     namespace text NOT NULL,
     name text NOT NULL CHECK (name ~ '^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$'),
-    kind text NOT NULL CHECK (kind IN ('webhook', 'objects')),
+    kind text NOT NULL CHECK (kind IN ('webhook', 'objects', 'release', 'run')),
     definition text NOT NULL,
     version integer CHECK (version >= 1),  -- NULL: the latest version at each event
     input jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(input) = 'object'),
@@ -20,22 +21,23 @@ CREATE TABLE rara_triggers (
     spec jsonb NOT NULL,
     created_at timestamptz NOT NULL DEFAULT now(),
     updated_at timestamptz NOT NULL DEFAULT now(),
-    -- Objects triggers: when the next watching pass is due (NULL for webhooks), the passes
-    -- that found a change (each one's number is its event's key, so the same change made
-    -- twice, v1 → v2 → v1 → v2, is two events), and the last pass that could not watch.
+    -- Watched triggers (every kind but webhook): when the next watching pass is due (NULL for
+    -- webhooks); for objects, the passes that found a change (each one's number is its
+    -- event's key, so the same change made twice, v1 → v2 → v1 → v2, is two events), and the
+    -- last pass that could not watch.
     next_poll timestamptz,
     passes bigint NOT NULL DEFAULT 0 CHECK (passes >= 0),
     watch_error text CHECK (length(watch_error) <= 2000),
     watch_error_at timestamptz,
     PRIMARY KEY (namespace, name),
-    CONSTRAINT rara_triggers_polled CHECK ((kind = 'objects') = (next_poll IS NOT NULL))
+    CONSTRAINT rara_triggers_watched CHECK ((kind <> 'webhook') = (next_poll IS NOT NULL))
 );
 CREATE INDEX rara_triggers_due ON rara_triggers (next_poll) WHERE NOT suspended;
 
 -- What an objects trigger last saw of each object under its folder or prefix: the digest of
 -- its bytes, and a fingerprint the store gives without reading them (size and mtime, size
 -- and ETag) that says when they must be read again. A watching pass holds the trigger's row
--- (rara_trigger_objects_claim, FOR UPDATE SKIP LOCKED): two watchers never judge one trigger
+-- (rara_trigger_watch_claim, FOR UPDATE SKIP LOCKED): two watchers never judge one trigger
 -- at once, and the later one compares with what the earlier one recorded.
 CREATE TABLE rara_trigger_objects (
     namespace text NOT NULL,

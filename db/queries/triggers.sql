@@ -64,13 +64,13 @@ FROM rara_trigger_events e LEFT JOIN rara_runs r ON r.id = e.run_id
 WHERE e.namespace = :namespace AND e.trigger = :name
 ORDER BY e.last_at DESC LIMIT :limit;
 
--- name: trigger_objects_claim
--- The objects triggers due for a watching pass, locked until the caller's commit (SKIP
+-- name: trigger_watch_claim
+-- The watched triggers (objects, release, run) due for a pass, locked until the caller's commit (SKIP
 -- LOCKED), with the database's now.
-SELECT * FROM rara_trigger_objects_claim(p_limit => :limit);
+SELECT * FROM rara_trigger_watch_claim(p_limit => :limit);
 
--- name: trigger_objects_decide!
-SELECT rara_trigger_objects_decide(
+-- name: trigger_watch_decide!
+SELECT rara_trigger_watch_decide(
     p_name => :name, p_objects => CAST(:objects AS jsonb), p_changed => :changed,
     p_next_poll => CAST(:next_poll AS timestamptz), p_error => CAST(:error AS text),
     p_namespace => :namespace);
@@ -80,8 +80,13 @@ SELECT rara_trigger_objects_decide(
 SELECT key, digest, size, fingerprint FROM rara_trigger_objects
 WHERE namespace = :namespace AND trigger = :name;
 
--- name: trigger_objects_next_due^
+-- name: trigger_watch_next_due^
 -- When a watching loop must wake: the earliest due pass of an objects trigger (null: none),
 -- and the database's now to measure the sleep by. One read of the partial index.
 SELECT (SELECT min(next_poll) FROM rara_triggers WHERE NOT suspended) AS next_poll,
        now() AS db_now;
+
+-- name: trigger_upstream
+-- A release or run trigger's events no pass has recorded yet, oldest first.
+SELECT * FROM rara_trigger_upstream(p_name => :name, p_limit => :limit,
+                                    p_namespace => :namespace);

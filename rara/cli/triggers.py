@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 import yaml
@@ -55,10 +55,10 @@ def apply(
     with client_connection(client) as conn:
         applied = manage.apply_trigger(conn, trigger, namespace=where)
     state = "created" if applied.created else "changed" if applied.changed else "unchanged"
-    if trigger.spec.objects is not None:
-        what = f"watching {trigger.spec.objects.location}"
-    else:
+    if trigger.spec.webhook is not None:
         what = f"deliveries go to POST /hooks/{where}/{trigger.name}"
+    else:
+        what = _watching(trigger.spec.kind, trigger.spec.config)
     console.print(
         f"{qualified(where, trigger.name)} ({state}); {what}"
         + (" (paused)" if trigger.spec.suspend else ""),
@@ -111,13 +111,11 @@ def show(
         row = manage.get_trigger(conn, name, namespace=client.namespace)
         history = manage.trigger_events(conn, name, namespace=client.namespace, limit=events)
     state = "paused" if row.suspended else "active"
-    if row.kind == "objects":
-        where = (
-            f"watching {row.config.get('location')} ({row.objects} objects seen); "
-            f"next pass {_when(row.next_poll)}"
-        )
-    else:
+    if row.kind == "webhook":
         where = f"POST /hooks/{row.namespace}/{row.name}"
+    else:
+        seen = f" ({row.objects} objects seen)" if row.kind == "objects" else ""
+        where = f"{_watching(row.kind, row.config)}{seen}; next pass {_when(row.next_poll)}"
     console.print(
         f"{qualified(row.namespace, row.name)}: {row.kind}, {state}; {where}; "
         f"changed {_when(row.updated_at)}",
@@ -143,6 +141,16 @@ def show(
             e.reason or "",
         )
     console.print(table)
+
+
+def _watching(kind: str, config: dict[str, Any]) -> str:
+    if kind == "objects":
+        return f"watching {config.get('location')}"
+    if kind == "release":
+        rollbacks = " and rollbacks" if config.get("onRollback") else ""
+        return f"watching the promotions{rollbacks} of release {config.get('name')}"
+    states = "/".join(config.get("states", []))
+    return f"watching the runs of {config.get('definition')} that end {states}"
 
 
 def _set_suspended(name: str, suspended: bool, namespace: str | None) -> None:

@@ -156,17 +156,27 @@ def record_event(
 
 
 @dataclass(frozen=True, slots=True)
-class DueObjects:
-    """An objects trigger due for a watching pass, its row locked by this transaction."""
+class DueTrigger:
+    """A watched trigger due for a pass, its row locked by this transaction."""
 
     namespace: str
     name: str
+    kind: str  # objects, release, run
     definition: str
     version: int | None
     input: dict[str, Any]
     config: dict[str, Any]
     passes: int
+    created_at: datetime
     db_now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """An event of a release or run trigger that no pass has recorded yet."""
+
+    event_key: str  # move-<id>, run-<id>
+    payload: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,8 +195,14 @@ class SeenObject:
         }
 
 
-def objects_claim(conn: Conn, limit: int) -> list[DueObjects]:
-    return many(conn, "trigger_objects_claim", class_row(DueObjects), limit=limit)
+def watch_claim(conn: Conn, limit: int) -> list[DueTrigger]:
+    return many(conn, "trigger_watch_claim", class_row(DueTrigger), limit=limit)
+
+
+def upstream(conn: Conn, name: str, limit: int, *, namespace: str) -> list[Upstream]:
+    return many(
+        conn, "trigger_upstream", class_row(Upstream), name=name, limit=limit, namespace=namespace
+    )
 
 
 def objects_seen(conn: Conn, name: str, *, namespace: str) -> dict[str, SeenObject]:
@@ -194,7 +210,7 @@ def objects_seen(conn: Conn, name: str, *, namespace: str) -> dict[str, SeenObje
     return {row.key: row for row in rows}
 
 
-def objects_decide(
+def watch_decide(
     conn: Conn,
     name: str,
     objects: list[SeenObject],
@@ -206,7 +222,7 @@ def objects_decide(
 ) -> None:
     run(
         conn,
-        "trigger_objects_decide",
+        "trigger_watch_decide",
         name=name,
         objects=Jsonb([o.as_json() for o in objects]),
         changed=changed,
@@ -222,10 +238,10 @@ class NextDue:
     db_now: datetime
 
 
-def objects_next_due(conn: Conn) -> NextDue:
-    row = one(conn, "trigger_objects_next_due", class_row(NextDue))
+def watch_next_due(conn: Conn) -> NextDue:
+    row = one(conn, "trigger_watch_next_due", class_row(NextDue))
     if row is None:
-        raise AssertionError("trigger_objects_next_due returned no row")
+        raise AssertionError("trigger_watch_next_due returned no row")
     return row
 
 

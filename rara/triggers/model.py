@@ -4,7 +4,8 @@ A trigger starts a run of a definition in its namespace when an event comes. Its
 the definition (and a version, else the latest at each event), the constant part of the run
 input, and one kind of event, each in a block of its own: ``webhook`` (a signed HTTP delivery;
 rara.triggers.webhook) or ``objects`` (a change of the objects in a folder or under an S3
-prefix; rara.triggers.objects). Unknown fields are errors, as in a WorkflowDefinition; each problem
+prefix; rara.triggers.objects), ``release`` (a promotion) or ``runEnded`` (a run's end; both
+rara.triggers.upstream). Unknown fields are errors, as in a WorkflowDefinition; each problem
 names its field. docs/triggers.md has the rules.
 """
 
@@ -94,6 +95,33 @@ class ObjectsSpec(_Model):
         return value
 
 
+RunState = Literal["succeeded", "failed", "cancelled"]
+
+
+def _succeeded_only() -> list[RunState]:
+    return ["succeeded"]
+
+
+class ReleaseSpec(_Model):
+    # The release of the trigger's namespace whose promotions start a run.
+    name: str = Field(pattern=NAME_PATTERN)
+    on_rollback: bool = Field(default=False, alias="onRollback")  # a rollback starts one too
+    poll_seconds: int = Field(default=10, ge=1, le=86_400, alias="pollSeconds")
+    # The run input field given the release: {release, number, action, movedAt, run,
+    # artifacts: [{step, name, digest, size, mediaType}]}.
+    input_field: str = Field(default="release", pattern=INPUT_FIELD_PATTERN, alias="inputField")
+
+
+class RunEndedSpec(_Model):
+    # The definition of the trigger's namespace whose runs, ended in one of `states`, each
+    # start a run.
+    definition: str = Field(pattern=NAME_PATTERN)
+    states: list[RunState] = Field(default_factory=_succeeded_only, min_length=1)
+    poll_seconds: int = Field(default=10, ge=1, le=86_400, alias="pollSeconds")
+    # The run input field given the ended run: {run, definition, status, finishedAt}.
+    input_field: str = Field(default="upstream", pattern=INPUT_FIELD_PATTERN, alias="inputField")
+
+
 class TriggerSpec(_Model):
     definition: str = Field(pattern=NAME_PATTERN)
     version: int | None = Field(default=None, ge=1)  # None: the latest at each event
@@ -101,6 +129,8 @@ class TriggerSpec(_Model):
     suspend: bool = False
     webhook: WebhookSpec | None = None
     objects: ObjectsSpec | None = None
+    release: ReleaseSpec | None = None
+    run_ended: RunEndedSpec | None = Field(default=None, alias="runEnded")
 
     @field_validator("input")
     @classmethod
@@ -109,26 +139,48 @@ class TriggerSpec(_Model):
 
     @model_validator(mode="after")
     def _one_kind(self) -> TriggerSpec:
-        if (self.webhook is None) == (self.objects is None):
-            raise ValueError("a trigger names one kind of event: spec.webhook or spec.objects")
-        block = "spec.webhook.inputFrom" if self.webhook else "spec.objects.inputField"
+        blocks = self._blocks()
+        if len(blocks) != 1:
+            raise ValueError(
+                "a trigger names one kind of event: spec.webhook, spec.objects, spec.release "
+                "or spec.runEnded"
+            )
+        [(field, _)] = blocks.items()
+        where = "inputFrom" if field == "webhook" else "inputField"
         both = sorted(self.filled_by_events & set(self.input))
         if both:
             raise ValueError(
-                f"{block} and spec.input both set {', '.join(both)}:"
+                f"spec.{field}.{where} and spec.input both set {', '.join(both)}:"
                 " a run input field comes from one place"
+            )
+        if self.run_ended is not None and self.run_ended.definition == self.definition:
+            raise ValueError(
+                f"spec.runEnded.definition: the runs of {self.definition} would each start "
+                "another, forever"
             )
         return self
 
+    def _blocks(self) -> dict[str, BaseModel]:
+        named = {
+            "webhook": self.webhook,
+            "objects": self.objects,
+            "release": self.release,
+            "runEnded": self.run_ended,
+        }
+        return {field: block for field, block in named.items() if block is not None}
+
     @property
-    def kind(self) -> Literal["webhook", "objects"]:
-        return "webhook" if self.webhook is not None else "objects"
+    def kind(self) -> Literal["webhook", "objects", "release", "run"]:
+        if self.webhook is not None:
+            return "webhook"
+        if self.objects is not None:
+            return "objects"
+        return "release" if self.release is not None else "run"
 
     @property
     def config(self) -> dict[str, Any]:
         """The kind's block as stored (rara_triggers.config): defaults filled."""
-        block = self.webhook or self.objects
-        assert block is not None  # _one_kind
+        [block] = self._blocks().values()
         return block.model_dump(mode="json", by_alias=True)
 
     @property
@@ -136,7 +188,8 @@ class TriggerSpec(_Model):
         """The run input fields each event fills (not known at apply)."""
         if self.webhook is not None:
             return frozenset(self.webhook.input_from)
-        return frozenset({self.objects.input_field}) if self.objects else frozenset()
+        block = self.objects or self.release or self.run_ended
+        return frozenset({block.input_field}) if block is not None else frozenset()
 
 
 class WorkflowTrigger(_Model):
@@ -171,4 +224,13 @@ def spec_json(spec: TriggerSpec) -> dict[str, Any]:
     return spec.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-__all__ = ["KIND", "ObjectsSpec", "TriggerSpec", "WebhookSpec", "WorkflowTrigger", "load_trigger"]
+__all__ = [
+    "KIND",
+    "ObjectsSpec",
+    "ReleaseSpec",
+    "RunEndedSpec",
+    "TriggerSpec",
+    "WebhookSpec",
+    "WorkflowTrigger",
+    "load_trigger",
+]

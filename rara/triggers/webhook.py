@@ -33,7 +33,7 @@ from rara.definitions.model import NAME_PATTERN
 from rara.namespaces import NAMESPACE_PATTERN
 from rara.pg import reconnect
 from rara.triggers.model import MAX_BODY_BYTES
-from rara.triggers.objects import Watcher
+from rara.triggers.watching import Watcher
 from rara.triggers.webhook_events import Delivery, Outcome, accept
 
 log = logging.getLogger(__name__)

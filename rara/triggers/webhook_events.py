@@ -29,14 +29,15 @@ from typing import Any
 
 import psycopg
 
-from rara.errors import InputInvalid, NotFound
+from rara.errors import InputInvalid
 from rara.namespaces import qualified
 from rara.pg import triggers as trigger_sql
-from rara.runs import start_run, validate_input
+from rara.runs import validate_input
 from rara.secrets import SecretNotFound, resolve
 from rara.triggers import pointers
 from rara.triggers.model import WebhookSpec
 from rara.triggers.pointers import PointerMissing
+from rara.triggers.starts import start_event
 
 DELIVERY_HEADER = "rara-delivery"
 TIMESTAMP_HEADER = "rara-timestamp"
@@ -71,16 +72,6 @@ class Outcome:
         if self.run_id is None:
             return {"error": self.reason}
         return {"run": self.run_id, "created": self.created, "deliveries": self.seen}
-
-
-def run_key(trigger: str, delivery_id: str) -> str:
-    """The idempotency key of the run a delivery starts: one per (trigger, delivery id) in a
-    namespace, within the key's 200 characters (a long pair is hashed)."""
-    key = f"trigger:{trigger}:{delivery_id}"
-    if len(key) <= 200:
-        return key
-    digest = hashlib.sha256(f"{trigger}\0{delivery_id}".encode()).hexdigest()
-    return f"trigger:sha256-{digest}"
 
 
 def signature(secret: str, timestamp: str, delivery_id: str, body: bytes) -> str:
@@ -132,42 +123,19 @@ def accept(
                 namespace=delivery.namespace,
             )
             return Outcome(200, run_id=recorded.run_id, created=False, seen=recorded.seen)
-        try:
-            run_input = _run_input(taken.input, config, delivery.body)
-            with conn.transaction():  # a savepoint: a refused start leaves the record to write
-                started = start_run(
-                    conn,
-                    taken.definition,
-                    version=taken.version,
-                    input=run_input,
-                    idempotency_key=run_key(delivery.trigger, delivery_id),
-                    queue_anyway=True,  # the fleet may be scaled to zero: the backlog wakes it
-                    namespace=delivery.namespace,
-                )
-        except (InputInvalid, NotFound) as exc:
-            reason = str(exc)
-            trigger_sql.record_event(
-                conn,
-                delivery.trigger,
-                delivery_id,
-                run_id=None,
-                reason=reason,
-                namespace=delivery.namespace,
-            )
-            return Outcome(422, reason)
-        recorded = trigger_sql.record_event(
+        begun = start_event(
             conn,
-            delivery.trigger,
-            delivery_id,
-            run_id=started.run_id,
-            reason=None,
             namespace=delivery.namespace,
+            trigger=delivery.trigger,
+            definition=taken.definition,
+            version=taken.version,
+            event_key=delivery_id,
+            run_input=lambda: _run_input(taken.input, config, delivery.body),
         )
+    if begun.run_id is None:
+        return Outcome(422, begun.reason)
     return Outcome(
-        201 if started.created else 200,
-        run_id=started.run_id,
-        created=started.created,
-        seen=recorded.seen,
+        201 if begun.created else 200, run_id=begun.run_id, created=begun.created, seen=begun.seen
     )
 
 

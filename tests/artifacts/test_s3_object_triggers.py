@@ -11,7 +11,8 @@ import psycopg
 
 from rara.triggers.manage import apply_trigger
 from rara.triggers.model import trigger_from_object
-from rara.triggers.objects import PassCounts, watch_due
+from rara.triggers.starts import PassCounts
+from rara.triggers.watching import watch_due
 from tests.artifacts.s3_server import S3Server
 from tests.support.definitions import noop_definition
 

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from rara.cli.main import app
-from rara.triggers.objects import watch_due
+from rara.triggers.watching import watch_due
 from rara.triggers.webhook_events import accept
 from tests.support.definitions import noop_definition
 from tests.triggers.conftest import delivery, resolve_test_secret

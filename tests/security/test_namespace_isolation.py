@@ -336,7 +336,7 @@ def test_a_team_login_acts_in_its_namespace_only(
             (),
         ),
         (
-            "SELECT rara_trigger_objects_decide(p_name => 'docs-changed', p_objects => '[]',"
+            "SELECT rara_trigger_watch_decide(p_name => 'docs-changed', p_objects => '[]',"
             " p_changed => false, p_next_poll => now(), p_error => NULL,"
             " p_namespace => 'team-b')",
             (),
@@ -358,7 +358,7 @@ def test_a_team_login_acts_in_its_namespace_only(
     assert claimed == [("team-a",)]
     # A team's watcher claims its own objects triggers only.
     with client.transaction():
-        watched = call("SELECT namespace FROM rara_trigger_objects_claim(10)")
+        watched = call("SELECT namespace FROM rara_trigger_watch_claim(10)")
     assert watched == [("team-a",)]
     # Team-b's cache entries stay; team-a's own go.
     keys = dict(

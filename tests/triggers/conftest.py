@@ -24,8 +24,9 @@ MakeTrigger = Callable[..., str]
 
 
 def trigger_document(name: str = "docs-landed", **spec: Any) -> dict[str, Any]:
-    """A trigger of `noop`: a webhook (secret docs-hook) unless ``objects`` is given."""
-    webhook = spec.pop("webhook", None if "objects" in spec else {})
+    """A trigger of `noop`: a webhook (secret docs-hook) unless another kind is given."""
+    other = {"objects", "release", "runEnded"} & set(spec)
+    webhook = spec.pop("webhook", None if other else {})
     if webhook is not None:
         spec["webhook"] = {"secretRef": {"name": "docs-hook"}, **webhook}
     return {

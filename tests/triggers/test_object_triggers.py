@@ -14,7 +14,8 @@ import pytest
 
 from rara.errors import TriggerInvalid
 from rara.triggers.model import trigger_from_object
-from rara.triggers.objects import PassCounts, watch_due
+from rara.triggers.starts import PassCounts
+from rara.triggers.watching import watch_due
 from tests.support.definitions import apply
 from tests.triggers.conftest import MakeTrigger, trigger_document
 
@@ -202,4 +203,6 @@ def test_a_trigger_names_one_kind() -> None:
     doc = trigger_document(objects={"location": "docs"}, webhook={})
     with pytest.raises(TriggerInvalid) as both:
         trigger_from_object(doc)
-    assert "one kind of event: spec.webhook or spec.objects" in str(both.value)
+    assert "one kind of event: spec.webhook, spec.objects, spec.release or spec.runEnded" in str(
+        both.value
+    )

@@ -42,6 +42,10 @@ schedules    10,000 idle schedules and two `rara schedules run` firers: their an
              CPU over 30 s while asleep (``--quick``: 10 s); then a 1 s schedule beside
              them: tick -> run started p50/p99 ms over 60 ticks (``--quick``: 20)
              (``bench.schedules``)
+triggers     1,000 idle objects triggers and two `rara triggers serve` processes: their and
+             the server's CPU over 30 s (``--quick``: 10 s); signed webhook delivery -> run
+             started p50/p99 ms over 200 deliveries (``--quick``: 50); file written -> run
+             started with 1 s polls over 40 files (``--quick``: 10) (``bench.triggers``)
 waits        durable waits, 2 workers: server and worker CPU/s with 10,000 runs waiting (half
              on timers 6 h away, half on signals) vs none, over 10 s (``--quick``: 2,000, 5 s);
              timer lateness (finished_at - due) of 2,000 timers over 20 s (``--quick``: 500
@@ -376,7 +380,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--skip",
         default="",
         help="comma-separated: throughput,latency,grpc,size,depth,horizon,history,outage,"
-        "schedules,waits,fleet,peers",
+        "schedules,triggers,waits,fleet,peers",
     )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -535,6 +539,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             results["schedules"] = measure_schedules(
                 server, logs, quick=quick, say=lambda m: log("  " + m)
             )
+        if "triggers" not in skip:
+            from bench.triggers import measure as measure_triggers
+
+            log("== triggers (two `rara triggers serve` processes)")
+            results["triggers"] = measure_triggers(
+                server, logs, quick=quick, say=lambda m: log("  " + m)
+            )
         if "waits" not in skip:
             from bench.waits import measure as measure_waits
 
@@ -675,6 +686,11 @@ def summary(r: dict[str, Any]) -> dict[str, Any]:
         lag = r["schedules"]["tick_to_run_ms"]
         out["schedule_tick_to_run_ms"] = {"p50": lag["p50"], "p99": lag["p99"]}
         out["idle_schedules_cpu_ms_per_s"] = r["schedules"]["idle"]["cpu_ms_per_s"]
+    if "triggers" in r:
+        hook, files = r["triggers"]["delivery_to_run_ms"], r["triggers"]["file_to_run_ms"]
+        out["trigger_delivery_to_run_ms"] = {"p50": hook["p50"], "p99": hook["p99"]}
+        out["trigger_file_to_run_ms"] = {"p50": files["p50"], "p99": files["p99"]}
+        out["idle_triggers_cpu_ms_per_s"] = r["triggers"]["idle"]["cpu_ms_per_s"]
     if "tenants" in r:
         t = r["tenants"]
         out["tenants_behind_backlog_p99_vs_idle"] = t["behind_vs_idle_p99"]

@@ -4719,6 +4719,108 @@ BEGIN
     RETURN NEXT;
 END $$;
 
+-- FUNCTION: rara_trigger_batch_add(text, text, text, jsonb, integer, integer, text)
+
+CREATE FUNCTION public.rara_trigger_batch_add(p_name text, p_event_key text, p_batch_key text, p_input jsonb, p_window_seconds integer, p_max_delay_seconds integer, p_namespace text DEFAULT 'default'::text) RETURNS TABLE(batch_id bigint, due_at timestamp with time zone, seen integer, events integer)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+DECLARE
+    known record;
+    batch record;
+BEGIN
+    -- A debounced webhook's event p_event_key, in the transaction that took its trigger
+    -- (rara_trigger_take): added to the open burst of p_batch_key (opened now if none), whose
+    -- run is then due p_window_seconds after this event and at most p_max_delay_seconds after
+    -- the burst's first. The same event again counts one more delivery and joins nothing.
+    PERFORM rara_namespace_check(p_namespace);
+    SELECT e.outcome, e.batch_id INTO known FROM rara_trigger_events e
+    WHERE e.namespace = p_namespace AND e.trigger = p_name AND e.event_key = p_event_key
+    FOR UPDATE;
+    IF FOUND AND known.outcome = 'batched' THEN
+        UPDATE rara_trigger_events e SET seen = e.seen + 1, last_at = now()
+        WHERE e.namespace = p_namespace AND e.trigger = p_name AND e.event_key = p_event_key;
+        RETURN QUERY
+            SELECT b.id, b.due_at, e.seen, jsonb_array_length(b.inputs)
+            FROM rara_trigger_batches b JOIN rara_trigger_events e ON e.batch_id = b.id
+            WHERE b.id = known.batch_id AND e.event_key = p_event_key
+              AND e.namespace = p_namespace AND e.trigger = p_name;
+        RETURN;
+    END IF;
+    -- One statement, so two events racing for a burst that is not open yet join one.
+    INSERT INTO rara_trigger_batches AS b (namespace, trigger, batch_key, inputs, due_at)
+    VALUES (p_namespace, p_name, p_batch_key, jsonb_build_array(p_input),
+            now() + make_interval(secs => least(p_window_seconds, p_max_delay_seconds)))
+    ON CONFLICT (namespace, trigger, batch_key) WHERE closed_at IS NULL DO UPDATE SET
+        inputs = b.inputs || jsonb_build_array(p_input),
+        last_at = now(),
+        due_at = least(b.opened_at + make_interval(secs => p_max_delay_seconds),
+                       now() + make_interval(secs => p_window_seconds))
+    RETURNING b.id AS id, b.due_at AS due_at, jsonb_array_length(b.inputs) AS n INTO batch;
+    INSERT INTO rara_trigger_events AS e (namespace, trigger, event_key, outcome, batch_id)
+    VALUES (p_namespace, p_name, p_event_key, 'batched', batch.id)
+    ON CONFLICT (namespace, trigger, event_key) DO UPDATE SET
+        outcome = 'batched', batch_id = excluded.batch_id, run_id = NULL, reason = NULL,
+        seen = e.seen + 1, last_at = now();
+    RETURN QUERY
+        SELECT batch.id, batch.due_at, e.seen, batch.n
+        FROM rara_trigger_events e
+        WHERE e.namespace = p_namespace AND e.trigger = p_name AND e.event_key = p_event_key;
+END $$;
+
+-- FUNCTION: rara_trigger_batch_claim(integer)
+
+CREATE FUNCTION public.rara_trigger_batch_claim(p_limit integer) RETURNS TABLE(id bigint, namespace text, trigger text, definition text, version integer, input jsonb, config jsonb, inputs jsonb)
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+#variable_conflict use_column
+BEGIN
+    -- Up to p_limit due bursts of debounced webhook triggers (not paused) of the caller's
+    -- namespaces, locked until the caller's commit (SKIP LOCKED): the caller starts each
+    -- one's run and closes it (rara_trigger_batch_close) in the same transaction.
+    RETURN QUERY
+        SELECT b.id, b.namespace, b.trigger, t.definition, t.version, t.input, t.config, b.inputs
+        FROM rara_trigger_batches b
+        JOIN rara_triggers t ON t.namespace = b.namespace AND t.name = b.trigger
+        WHERE b.closed_at IS NULL AND b.due_at <= now() AND NOT t.suspended
+          AND ((SELECT rara_caller_namespaces()) @> '{*}'
+               OR b.namespace = ANY ((SELECT rara_caller_namespaces())::text[]))
+        ORDER BY b.due_at
+        LIMIT p_limit
+        FOR UPDATE OF b SKIP LOCKED;
+END $$;
+
+-- FUNCTION: rara_trigger_batch_close(bigint, bigint, text)
+
+CREATE FUNCTION public.rara_trigger_batch_close(p_batch_id bigint, p_run_id bigint, p_reason text) RETURNS void
+    LANGUAGE plpgsql SECURITY DEFINER
+    SET search_path TO 'public', 'pg_temp'
+    AS $$
+DECLARE
+    b record;
+BEGIN
+    -- A due burst ended by its run (p_run_id, started in this transaction) or its refusal
+    -- (p_reason); its events take that outcome, so a redelivery of one finds the run.
+    SELECT * INTO b FROM rara_trigger_batches WHERE id = p_batch_id AND closed_at IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no open trigger batch %', p_batch_id USING ERRCODE = 'no_data_found';
+    END IF;
+    PERFORM rara_namespace_check(b.namespace);
+    IF (p_run_id IS NULL) = (p_reason IS NULL) THEN
+        RAISE EXCEPTION 'a batch starts a run or is refused with a reason, not both'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE rara_trigger_batches SET closed_at = now(), run_id = p_run_id,
+                                    reason = left(p_reason, 2000)
+    WHERE id = p_batch_id;
+    UPDATE rara_trigger_events SET
+        outcome = CASE WHEN p_run_id IS NULL THEN 'refused' ELSE 'started' END,
+        run_id = p_run_id, reason = left(p_reason, 2000)
+    WHERE batch_id = p_batch_id;
+END $$;
+
 -- FUNCTION: rara_trigger_delete(text, text)
 
 CREATE FUNCTION public.rara_trigger_delete(p_name text, p_namespace text DEFAULT 'default'::text) RETURNS boolean
@@ -5728,6 +5830,36 @@ ALTER TABLE public.rara_steps ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
     CACHE 1
 );
 
+-- TABLE: rara_trigger_batches
+
+CREATE TABLE public.rara_trigger_batches (
+    id bigint NOT NULL,
+    namespace text NOT NULL,
+    trigger text NOT NULL,
+    batch_key text NOT NULL,
+    inputs jsonb DEFAULT '[]'::jsonb NOT NULL,
+    opened_at timestamp with time zone DEFAULT now() NOT NULL,
+    last_at timestamp with time zone DEFAULT now() NOT NULL,
+    due_at timestamp with time zone NOT NULL,
+    closed_at timestamp with time zone,
+    run_id bigint,
+    reason text,
+    CONSTRAINT rara_trigger_batches_batch_key_check CHECK ((length(batch_key) <= 200)),
+    CONSTRAINT rara_trigger_batches_inputs_check CHECK ((jsonb_typeof(inputs) = 'array'::text)),
+    CONSTRAINT rara_trigger_batches_reason_check CHECK ((length(reason) <= 2000))
+);
+
+-- SEQUENCE: rara_trigger_batches_id_seq
+
+ALTER TABLE public.rara_trigger_batches ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME public.rara_trigger_batches_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
+);
+
 -- TABLE: rara_trigger_events
 
 CREATE TABLE public.rara_trigger_events (
@@ -5736,12 +5868,13 @@ CREATE TABLE public.rara_trigger_events (
     event_key text NOT NULL,
     outcome text NOT NULL,
     run_id bigint,
+    batch_id bigint,
     reason text,
     seen integer DEFAULT 1 NOT NULL,
     first_at timestamp with time zone DEFAULT now() NOT NULL,
     last_at timestamp with time zone DEFAULT now() NOT NULL,
     CONSTRAINT rara_trigger_events_event_key_check CHECK (((length(event_key) >= 1) AND (length(event_key) <= 200))),
-    CONSTRAINT rara_trigger_events_outcome_check CHECK ((outcome = ANY (ARRAY['started'::text, 'refused'::text]))),
+    CONSTRAINT rara_trigger_events_outcome_check CHECK ((outcome = ANY (ARRAY['started'::text, 'refused'::text, 'batched'::text]))),
     CONSTRAINT rara_trigger_events_outcome_reason CHECK (((outcome = 'refused'::text) = (reason IS NOT NULL))),
     CONSTRAINT rara_trigger_events_reason_check CHECK ((length(reason) <= 2000)),
     CONSTRAINT rara_trigger_events_seen_check CHECK ((seen >= 1))
@@ -5997,6 +6130,11 @@ ALTER TABLE ONLY public.rara_steps
 ALTER TABLE ONLY public.rara_steps
     ADD CONSTRAINT rara_steps_run_key_key UNIQUE (run_id, key);
 
+-- CONSTRAINT: rara_trigger_batches rara_trigger_batches_pkey
+
+ALTER TABLE ONLY public.rara_trigger_batches
+    ADD CONSTRAINT rara_trigger_batches_pkey PRIMARY KEY (id);
+
 -- CONSTRAINT: rara_trigger_events rara_trigger_events_pkey
 
 ALTER TABLE ONLY public.rara_trigger_events
@@ -6093,6 +6231,14 @@ CREATE INDEX rara_steps_running_cache_key ON public.rara_steps USING btree (((ca
 -- INDEX: rara_steps_running_expiry
 
 CREATE INDEX rara_steps_running_expiry ON public.rara_steps USING btree (lease_expires_at) WHERE (lease_expires_at IS NOT NULL);
+
+-- INDEX: rara_trigger_batches_due
+
+CREATE INDEX rara_trigger_batches_due ON public.rara_trigger_batches USING btree (due_at) WHERE (closed_at IS NULL);
+
+-- INDEX: rara_trigger_batches_open
+
+CREATE UNIQUE INDEX rara_trigger_batches_open ON public.rara_trigger_batches USING btree (namespace, trigger, batch_key) WHERE (closed_at IS NULL);
 
 -- INDEX: rara_trigger_events_recent
 
@@ -6280,6 +6426,21 @@ ALTER TABLE ONLY public.rara_step_reads
 
 ALTER TABLE ONLY public.rara_steps
     ADD CONSTRAINT rara_steps_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.rara_runs(id) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: rara_trigger_batches rara_trigger_batches_namespace_trigger_fkey
+
+ALTER TABLE ONLY public.rara_trigger_batches
+    ADD CONSTRAINT rara_trigger_batches_namespace_trigger_fkey FOREIGN KEY (namespace, trigger) REFERENCES public.rara_triggers(namespace, name) ON DELETE CASCADE;
+
+-- FK CONSTRAINT: rara_trigger_batches rara_trigger_batches_run_id_fkey
+
+ALTER TABLE ONLY public.rara_trigger_batches
+    ADD CONSTRAINT rara_trigger_batches_run_id_fkey FOREIGN KEY (run_id) REFERENCES public.rara_runs(id) ON DELETE SET NULL;
+
+-- FK CONSTRAINT: rara_trigger_events rara_trigger_events_batch_id_fkey
+
+ALTER TABLE ONLY public.rara_trigger_events
+    ADD CONSTRAINT rara_trigger_events_batch_id_fkey FOREIGN KEY (batch_id) REFERENCES public.rara_trigger_batches(id) ON DELETE CASCADE;
 
 -- FK CONSTRAINT: rara_trigger_events rara_trigger_events_namespace_trigger_fkey
 
@@ -6533,6 +6694,14 @@ ALTER TABLE public.rara_steps ENABLE ROW LEVEL SECURITY;
 -- POLICY: rara_steps rara_steps_read
 
 CREATE POLICY rara_steps_read ON public.rara_steps FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
+
+-- ROW SECURITY: rara_trigger_batches
+
+ALTER TABLE public.rara_trigger_batches ENABLE ROW LEVEL SECURITY;
+
+-- POLICY: rara_trigger_batches rara_trigger_batches_read
+
+CREATE POLICY rara_trigger_batches_read ON public.rara_trigger_batches FOR SELECT USING (((( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces) @> '{*}'::text[]) OR (namespace = ANY (( SELECT public.rara_caller_namespaces() AS rara_caller_namespaces)::text[]))));
 
 -- ROW SECURITY: rara_trigger_events
 
@@ -7137,6 +7306,24 @@ REVOKE ALL ON FUNCTION public.rara_trigger_apply(p_name text, p_kind text, p_def
 GRANT ALL ON FUNCTION public.rara_trigger_apply(p_name text, p_kind text, p_definition text, p_version integer, p_input jsonb, p_config jsonb, p_suspended boolean, p_spec jsonb, p_namespace text) TO rara_client;
 GRANT ALL ON FUNCTION public.rara_trigger_apply(p_name text, p_kind text, p_definition text, p_version integer, p_input jsonb, p_config jsonb, p_suspended boolean, p_spec jsonb, p_namespace text) TO rara_operator;
 
+-- ACL: FUNCTION rara_trigger_batch_add(p_name text, p_event_key text, p_batch_key text, p_input jsonb, p_window_seconds integer, p_max_delay_seconds integer, p_namespace text)
+
+REVOKE ALL ON FUNCTION public.rara_trigger_batch_add(p_name text, p_event_key text, p_batch_key text, p_input jsonb, p_window_seconds integer, p_max_delay_seconds integer, p_namespace text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_trigger_batch_add(p_name text, p_event_key text, p_batch_key text, p_input jsonb, p_window_seconds integer, p_max_delay_seconds integer, p_namespace text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_trigger_batch_add(p_name text, p_event_key text, p_batch_key text, p_input jsonb, p_window_seconds integer, p_max_delay_seconds integer, p_namespace text) TO rara_operator;
+
+-- ACL: FUNCTION rara_trigger_batch_claim(p_limit integer)
+
+REVOKE ALL ON FUNCTION public.rara_trigger_batch_claim(p_limit integer) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_trigger_batch_claim(p_limit integer) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_trigger_batch_claim(p_limit integer) TO rara_operator;
+
+-- ACL: FUNCTION rara_trigger_batch_close(p_batch_id bigint, p_run_id bigint, p_reason text)
+
+REVOKE ALL ON FUNCTION public.rara_trigger_batch_close(p_batch_id bigint, p_run_id bigint, p_reason text) FROM PUBLIC;
+GRANT ALL ON FUNCTION public.rara_trigger_batch_close(p_batch_id bigint, p_run_id bigint, p_reason text) TO rara_client;
+GRANT ALL ON FUNCTION public.rara_trigger_batch_close(p_batch_id bigint, p_run_id bigint, p_reason text) TO rara_operator;
+
 -- ACL: FUNCTION rara_trigger_delete(p_name text, p_namespace text)
 
 REVOKE ALL ON FUNCTION public.rara_trigger_delete(p_name text, p_namespace text) FROM PUBLIC;
@@ -7546,6 +7733,10 @@ GRANT SELECT(held_available_at) ON TABLE public.rara_steps TO rara_reader;
 -- ACL: COLUMN rara_steps.run_paused
 
 GRANT SELECT(run_paused) ON TABLE public.rara_steps TO rara_reader;
+
+-- ACL: TABLE rara_trigger_batches
+
+GRANT SELECT ON TABLE public.rara_trigger_batches TO rara_reader;
 
 -- ACL: TABLE rara_trigger_events
 

@@ -262,3 +262,103 @@ BEGIN
     END IF;
 END $$;
 SELECT rara_grant('rara_trigger_upstream', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_trigger_batch_add(
+    p_name text, p_event_key text, p_batch_key text, p_input jsonb, p_window_seconds integer,
+    p_max_delay_seconds integer, p_namespace text DEFAULT 'default')
+RETURNS TABLE (batch_id bigint, due_at timestamptz, seen integer, events integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+DECLARE
+    known record;
+    batch record;
+BEGIN
+    -- A debounced webhook's event p_event_key, in the transaction that took its trigger
+    -- (rara_trigger_take): added to the open burst of p_batch_key (opened now if none), whose
+    -- run is then due p_window_seconds after this event and at most p_max_delay_seconds after
+    -- the burst's first. The same event again counts one more delivery and joins nothing.
+    PERFORM rara_namespace_check(p_namespace);
+    SELECT e.outcome, e.batch_id INTO known FROM rara_trigger_events e
+    WHERE e.namespace = p_namespace AND e.trigger = p_name AND e.event_key = p_event_key
+    FOR UPDATE;
+    IF FOUND AND known.outcome = 'batched' THEN
+        UPDATE rara_trigger_events e SET seen = e.seen + 1, last_at = now()
+        WHERE e.namespace = p_namespace AND e.trigger = p_name AND e.event_key = p_event_key;
+        RETURN QUERY
+            SELECT b.id, b.due_at, e.seen, jsonb_array_length(b.inputs)
+            FROM rara_trigger_batches b JOIN rara_trigger_events e ON e.batch_id = b.id
+            WHERE b.id = known.batch_id AND e.event_key = p_event_key
+              AND e.namespace = p_namespace AND e.trigger = p_name;
+        RETURN;
+    END IF;
+    -- One statement, so two events racing for a burst that is not open yet join one.
+    INSERT INTO rara_trigger_batches AS b (namespace, trigger, batch_key, inputs, due_at)
+    VALUES (p_namespace, p_name, p_batch_key, jsonb_build_array(p_input),
+            now() + make_interval(secs => least(p_window_seconds, p_max_delay_seconds)))
+    ON CONFLICT (namespace, trigger, batch_key) WHERE closed_at IS NULL DO UPDATE SET
+        inputs = b.inputs || jsonb_build_array(p_input),
+        last_at = now(),
+        due_at = least(b.opened_at + make_interval(secs => p_max_delay_seconds),
+                       now() + make_interval(secs => p_window_seconds))
+    RETURNING b.id AS id, b.due_at AS due_at, jsonb_array_length(b.inputs) AS n INTO batch;
+    INSERT INTO rara_trigger_events AS e (namespace, trigger, event_key, outcome, batch_id)
+    VALUES (p_namespace, p_name, p_event_key, 'batched', batch.id)
+    ON CONFLICT (namespace, trigger, event_key) DO UPDATE SET
+        outcome = 'batched', batch_id = excluded.batch_id, run_id = NULL, reason = NULL,
+        seen = e.seen + 1, last_at = now();
+    RETURN QUERY
+        SELECT batch.id, batch.due_at, e.seen, batch.n
+        FROM rara_trigger_events e
+        WHERE e.namespace = p_namespace AND e.trigger = p_name AND e.event_key = p_event_key;
+END $$;
+SELECT rara_grant('rara_trigger_batch_add', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_trigger_batch_claim(p_limit integer)
+RETURNS TABLE (id bigint, namespace text, trigger text, definition text, version integer,
+               input jsonb, config jsonb, inputs jsonb)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+#variable_conflict use_column
+BEGIN
+    -- Up to p_limit due bursts of debounced webhook triggers (not paused) of the caller's
+    -- namespaces, locked until the caller's commit (SKIP LOCKED): the caller starts each
+    -- one's run and closes it (rara_trigger_batch_close) in the same transaction.
+    RETURN QUERY
+        SELECT b.id, b.namespace, b.trigger, t.definition, t.version, t.input, t.config, b.inputs
+        FROM rara_trigger_batches b
+        JOIN rara_triggers t ON t.namespace = b.namespace AND t.name = b.trigger
+        WHERE b.closed_at IS NULL AND b.due_at <= now() AND NOT t.suspended
+          AND ((SELECT rara_caller_namespaces()) @> '{*}'
+               OR b.namespace = ANY ((SELECT rara_caller_namespaces())::text[]))
+        ORDER BY b.due_at
+        LIMIT p_limit
+        FOR UPDATE OF b SKIP LOCKED;
+END $$;
+SELECT rara_grant('rara_trigger_batch_claim', 'rara_client', 'rara_operator');
+
+CREATE OR REPLACE FUNCTION rara_trigger_batch_close(
+    p_batch_id bigint, p_run_id bigint, p_reason text)
+RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER SET search_path FROM CURRENT AS $$
+DECLARE
+    b record;
+BEGIN
+    -- A due burst ended by its run (p_run_id, started in this transaction) or its refusal
+    -- (p_reason); its events take that outcome, so a redelivery of one finds the run.
+    SELECT * INTO b FROM rara_trigger_batches WHERE id = p_batch_id AND closed_at IS NULL;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'no open trigger batch %', p_batch_id USING ERRCODE = 'no_data_found';
+    END IF;
+    PERFORM rara_namespace_check(b.namespace);
+    IF (p_run_id IS NULL) = (p_reason IS NULL) THEN
+        RAISE EXCEPTION 'a batch starts a run or is refused with a reason, not both'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    UPDATE rara_trigger_batches SET closed_at = now(), run_id = p_run_id,
+                                    reason = left(p_reason, 2000)
+    WHERE id = p_batch_id;
+    UPDATE rara_trigger_events SET
+        outcome = CASE WHEN p_run_id IS NULL THEN 'refused' ELSE 'started' END,
+        run_id = p_run_id, reason = left(p_reason, 2000)
+    WHERE batch_id = p_batch_id;
+END $$;
+SELECT rara_grant('rara_trigger_batch_close', 'rara_client', 'rara_operator');

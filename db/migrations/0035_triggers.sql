@@ -57,8 +57,11 @@ CREATE TABLE rara_trigger_events (
     namespace text NOT NULL,
     trigger text NOT NULL,
     event_key text NOT NULL CHECK (length(event_key) BETWEEN 1 AND 200),
-    outcome text NOT NULL CHECK (outcome IN ('started', 'refused')),
+    outcome text NOT NULL CHECK (outcome IN ('started', 'refused', 'batched')),
     run_id bigint REFERENCES rara_runs (id) ON DELETE SET NULL,
+    -- A debounced webhook's event: the batch it joined (outcome 'batched' until the batch's
+    -- run starts, then the batch's outcome).
+    batch_id bigint,
     reason text CHECK (length(reason) <= 2000),
     seen integer NOT NULL DEFAULT 1 CHECK (seen >= 1),
     first_at timestamptz NOT NULL DEFAULT now(),
@@ -68,6 +71,31 @@ CREATE TABLE rara_trigger_events (
     CONSTRAINT rara_trigger_events_outcome_reason
         CHECK ((outcome = 'refused') = (reason IS NOT NULL))
 );
+-- A debounced webhook trigger's open burst of events for one key: due to start its one run
+-- `windowSeconds` after its last event, and at most `maxDelaySeconds` after its first, so a
+-- steady stream still runs. `inputs` holds each event's input, in arrival order; the run gets
+-- them all. Closed (run_id or refusal set) by the watcher's pass that starts the run.
+CREATE TABLE rara_trigger_batches (
+    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    namespace text NOT NULL,
+    trigger text NOT NULL,
+    batch_key text NOT NULL CHECK (length(batch_key) <= 200),
+    inputs jsonb NOT NULL DEFAULT '[]' CHECK (jsonb_typeof(inputs) = 'array'),
+    opened_at timestamptz NOT NULL DEFAULT now(),
+    last_at timestamptz NOT NULL DEFAULT now(),
+    due_at timestamptz NOT NULL,
+    closed_at timestamptz,
+    run_id bigint REFERENCES rara_runs (id) ON DELETE SET NULL,
+    reason text CHECK (length(reason) <= 2000),
+    FOREIGN KEY (namespace, trigger) REFERENCES rara_triggers (namespace, name) ON DELETE CASCADE
+);
+-- One open burst per trigger and key; the watcher finds the due ones by due_at.
+CREATE UNIQUE INDEX rara_trigger_batches_open ON rara_trigger_batches (namespace, trigger, batch_key)
+    WHERE closed_at IS NULL;
+CREATE INDEX rara_trigger_batches_due ON rara_trigger_batches (due_at) WHERE closed_at IS NULL;
+ALTER TABLE rara_trigger_events ADD FOREIGN KEY (batch_id)
+    REFERENCES rara_trigger_batches (id) ON DELETE CASCADE;
+
 CREATE INDEX rara_trigger_events_recent ON rara_trigger_events (namespace, trigger, last_at);
 CREATE INDEX rara_trigger_events_run ON rara_trigger_events (run_id) WHERE run_id IS NOT NULL;
 
@@ -75,6 +103,9 @@ CREATE POLICY rara_triggers_read ON rara_triggers FOR SELECT
     USING ((SELECT rara_caller_namespaces()) @> '{*}'
            OR namespace = ANY ((SELECT rara_caller_namespaces())::text[]));
 CREATE POLICY rara_trigger_events_read ON rara_trigger_events FOR SELECT
+    USING ((SELECT rara_caller_namespaces()) @> '{*}'
+           OR namespace = ANY ((SELECT rara_caller_namespaces())::text[]));
+CREATE POLICY rara_trigger_batches_read ON rara_trigger_batches FOR SELECT
     USING ((SELECT rara_caller_namespaces()) @> '{*}'
            OR namespace = ANY ((SELECT rara_caller_namespaces())::text[]));
 CREATE POLICY rara_trigger_objects_read ON rara_trigger_objects FOR SELECT
@@ -88,5 +119,6 @@ BEGIN
         ALTER TABLE rara_triggers ENABLE ROW LEVEL SECURITY;
         ALTER TABLE rara_trigger_events ENABLE ROW LEVEL SECURITY;
         ALTER TABLE rara_trigger_objects ENABLE ROW LEVEL SECURITY;
+        ALTER TABLE rara_trigger_batches ENABLE ROW LEVEL SECURITY;
     END IF;
 END $$;

@@ -81,12 +81,29 @@ SELECT key, digest, size, fingerprint FROM rara_trigger_objects
 WHERE namespace = :namespace AND trigger = :name;
 
 -- name: trigger_watch_next_due^
--- When a watching loop must wake: the earliest due pass of an objects trigger (null: none),
--- and the database's now to measure the sleep by. One read of the partial index.
-SELECT (SELECT min(next_poll) FROM rara_triggers WHERE NOT suspended) AS next_poll,
+-- When a watching loop must wake: the earliest due pass of a watched trigger or due burst of
+-- a debounced one (null: none), and the database's now to measure the sleep by. Two reads of
+-- partial indexes.
+SELECT least((SELECT min(next_poll) FROM rara_triggers WHERE NOT suspended),
+             (SELECT min(due_at) FROM rara_trigger_batches WHERE closed_at IS NULL))
+           AS next_poll,
        now() AS db_now;
 
 -- name: trigger_upstream
 -- A release or run trigger's events no pass has recorded yet, oldest first.
 SELECT * FROM rara_trigger_upstream(p_name => :name, p_limit => :limit,
                                     p_namespace => :namespace);
+
+-- name: trigger_batch_add^
+SELECT * FROM rara_trigger_batch_add(
+    p_name => :name, p_event_key => :event_key, p_batch_key => :batch_key,
+    p_input => CAST(:input AS jsonb), p_window_seconds => :window_seconds,
+    p_max_delay_seconds => :max_delay_seconds, p_namespace => :namespace);
+
+-- name: trigger_batch_claim
+-- The due bursts of debounced triggers, locked until the caller's commit (SKIP LOCKED).
+SELECT * FROM rara_trigger_batch_claim(p_limit => :limit);
+
+-- name: trigger_batch_close!
+SELECT rara_trigger_batch_close(p_batch_id => :batch_id, p_run_id => CAST(:run_id AS bigint),
+                                p_reason => CAST(:reason AS text));

@@ -257,3 +257,63 @@ def events(conn: Conn, name: str, *, namespace: str, limit: int = 20) -> list[Ev
     return many(
         conn, "trigger_event_list", class_row(EventRow), name=name, namespace=namespace, limit=limit
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Batched:
+    """A debounced event, in its burst."""
+
+    batch_id: int
+    due_at: datetime  # when the burst's run is due now
+    seen: int  # deliveries of this event, this one included
+    events: int  # the events in the burst so far
+
+
+@dataclass(frozen=True, slots=True)
+class DueBatch:
+    """A due burst of a debounced trigger, locked by this transaction."""
+
+    id: int
+    namespace: str
+    trigger: str
+    definition: str
+    version: int | None
+    input: dict[str, Any]
+    config: dict[str, Any]
+    inputs: list[dict[str, Any]]
+
+
+def batch_add(
+    conn: Conn,
+    name: str,
+    event_key: str,
+    batch_key: str,
+    event_input: dict[str, Any],
+    *,
+    window_seconds: int,
+    max_delay_seconds: int,
+    namespace: str,
+) -> Batched:
+    row = one(
+        conn,
+        "trigger_batch_add",
+        class_row(Batched),
+        name=name,
+        event_key=event_key,
+        batch_key=batch_key,
+        input=Jsonb(event_input),
+        window_seconds=window_seconds,
+        max_delay_seconds=max_delay_seconds,
+        namespace=namespace,
+    )
+    if row is None:
+        raise AssertionError("trigger_batch_add returned no row")
+    return row
+
+
+def batch_claim(conn: Conn, limit: int) -> list[DueBatch]:
+    return many(conn, "trigger_batch_claim", class_row(DueBatch), limit=limit)
+
+
+def batch_close(conn: Conn, batch_id: int, *, run_id: int | None, reason: str | None) -> None:
+    run(conn, "trigger_batch_close", batch_id=batch_id, run_id=run_id, reason=reason)

@@ -45,6 +45,35 @@ class SecretRef(_Model):
     key: str | None = Field(default=None, pattern=SECRET_KEY_PATTERN)
 
 
+class DebounceSpec(_Model):
+    # A burst of deliveries — events within windowSeconds of each other, for one key — makes
+    # one run, started windowSeconds after the last, or maxDelaySeconds after the first
+    # however steady the stream. The run gets every event's input, in arrival order.
+    window_seconds: int = Field(ge=1, le=86_400, alias="windowSeconds")
+    max_delay_seconds: int = Field(default=3600, ge=1, le=7 * 86_400, alias="maxDelaySeconds")
+    # A JSON pointer into the body whose value keys the bursts (one per repository, say);
+    # None: one burst per trigger.
+    key: str | None = Field(default=None, max_length=500)
+    # The run input field given the events' inputs: [{<inputFrom fields>}, …].
+    input_field: str = Field(default="events", pattern=INPUT_FIELD_PATTERN, alias="inputField")
+
+    @field_validator("key")
+    @classmethod
+    def _pointer(cls, value: str | None) -> str | None:
+        if value is not None and (problem := pointer_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _delay_covers_window(self) -> DebounceSpec:
+        if self.max_delay_seconds < self.window_seconds:
+            raise ValueError(
+                f"maxDelaySeconds ({self.max_delay_seconds}) is shorter than windowSeconds "
+                f"({self.window_seconds}): a burst would never be waited for"
+            )
+        return self
+
+
 class WebhookSpec(_Model):
     # The HMAC-SHA256 key the sender signs with, by reference: the serving process resolves
     # it (rara.secrets.resolve), the database never holds it.
@@ -58,6 +87,7 @@ class WebhookSpec(_Model):
     # Run input field → a JSON pointer (RFC 6901) into the delivery's JSON body; "" is the
     # whole body. A pointer the body lacks refuses the delivery, naming the field.
     input_from: dict[str, str] = Field(default_factory=dict, alias="inputFrom")
+    debounce: DebounceSpec | None = None
 
     @field_validator("input_from")
     @classmethod
@@ -147,6 +177,8 @@ class TriggerSpec(_Model):
             )
         [(field, _)] = blocks.items()
         where = "inputFrom" if field == "webhook" else "inputField"
+        if self.webhook is not None and self.webhook.debounce is not None:
+            where = "debounce.inputField"
         both = sorted(self.filled_by_events & set(self.input))
         if both:
             raise ValueError(
@@ -186,6 +218,8 @@ class TriggerSpec(_Model):
     @property
     def filled_by_events(self) -> frozenset[str]:
         """The run input fields each event fills (not known at apply)."""
+        if self.webhook is not None and self.webhook.debounce is not None:
+            return frozenset({self.webhook.debounce.input_field})
         if self.webhook is not None:
             return frozenset(self.webhook.input_from)
         block = self.objects or self.release or self.run_ended

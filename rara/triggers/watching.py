@@ -1,5 +1,6 @@
 """Watching triggers: a pass over the due watched triggers (objects, release, run) starts one
-run per event, and a loop runs passes until stopped (in `rara triggers serve`).
+run per event, and the due bursts of debounced webhooks one run each (rara.triggers.debounce);
+a loop runs passes until stopped (in `rara triggers serve`).
 
 A pass takes the due triggers' rows FOR UPDATE SKIP LOCKED (``trigger_watch_claim``), so two
 watchers never judge one trigger at once. Each trigger is watched in a savepoint of its own
@@ -21,6 +22,7 @@ import psycopg
 
 from rara.pg import triggers as trigger_sql
 from rara.pg.triggers import DueTrigger
+from rara.triggers.debounce import start_due_batches
 from rara.triggers.objects import watch_objects
 from rara.triggers.sources import SourceUnavailable
 from rara.triggers.starts import Found, PassCounts
@@ -47,7 +49,9 @@ def watch_due(conn: psycopg.Connection[Any], root: Path | None) -> PassCounts:
                 _watch_alone(conn, trigger, root, counts)
         counts.triggers += len(due)
         if len(due) < CLAIM_LIMIT:
-            return counts
+            break
+    start_due_batches(conn, counts)
+    return counts
 
 
 def _watch_alone(

@@ -32,6 +32,7 @@ import psycopg
 from rara.errors import InputInvalid
 from rara.namespaces import qualified
 from rara.pg import triggers as trigger_sql
+from rara.pg.triggers import Batched
 from rara.runs import validate_input
 from rara.secrets import SecretNotFound, resolve
 from rara.triggers import pointers
@@ -67,8 +68,17 @@ class Outcome:
     run_id: int | None = None
     created: bool = False  # a new run (False with a run: the event's run, found again)
     seen: int = 0  # deliveries of this event recorded, this one included
+    batched: Batched | None = None  # a debounced event: the burst it joined
 
     def as_json(self) -> dict[str, Any]:
+        if self.batched is not None:
+            b = self.batched
+            return {
+                "batch": b.batch_id,
+                "due": b.due_at.isoformat(),
+                "events": b.events,
+                "deliveries": b.seen,
+            }
         if self.run_id is None:
             return {"error": self.reason}
         return {"run": self.run_id, "created": self.created, "deliveries": self.seen}
@@ -123,6 +133,8 @@ def accept(
                 namespace=delivery.namespace,
             )
             return Outcome(200, run_id=recorded.run_id, created=False, seen=recorded.seen)
+        if config.debounce is not None:
+            return _debounced(conn, delivery, delivery_id, config)
         begun = start_event(
             conn,
             namespace=delivery.namespace,
@@ -178,22 +190,79 @@ def _authentic_problem(
     return None
 
 
+def _debounced(
+    conn: psycopg.Connection[Any], delivery: Delivery, delivery_id: str, config: WebhookSpec
+) -> Outcome:
+    """The event added to its burst (202), or refused (422, recorded) when its input or its
+    key is not in the body."""
+    assert config.debounce is not None
+    try:
+        payload = _payload(delivery.body)
+        event_input = validate_input(_fields(config, payload))
+        batch_key = _batch_key(config.debounce.key, payload)
+    except InputInvalid as exc:
+        trigger_sql.record_event(
+            conn,
+            delivery.trigger,
+            delivery_id,
+            run_id=None,
+            reason=str(exc),
+            namespace=delivery.namespace,
+        )
+        return Outcome(422, str(exc))
+    batched = trigger_sql.batch_add(
+        conn,
+        delivery.trigger,
+        delivery_id,
+        batch_key,
+        event_input,
+        window_seconds=config.debounce.window_seconds,
+        max_delay_seconds=config.debounce.max_delay_seconds,
+        namespace=delivery.namespace,
+    )
+    return Outcome(202, seen=batched.seen, batched=batched)
+
+
 def _run_input(constant: dict[str, Any], config: WebhookSpec, body: bytes) -> dict[str, Any]:
     """The run input: the trigger's constant input and, per ``inputFrom`` field, the body's
     value at its pointer. InputInvalid names what is missing or malformed."""
-    run_input = dict(constant)
     if not config.input_from:
-        return run_input
+        return dict(constant)
+    return validate_input({**constant, **_fields(config, _payload(body))})
+
+
+def _payload(body: bytes) -> Any:
     try:
-        payload = json.loads(body)
+        return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputInvalid(f"body is not JSON: {exc}") from None
+
+
+def _fields(config: WebhookSpec, payload: Any) -> dict[str, Any]:
+    """Per ``inputFrom`` field, the body's value at its pointer."""
+    fields = {}
     for field, pointer in config.input_from.items():
         try:
-            run_input[field] = pointers.resolve(payload, pointer)
+            fields[field] = pointers.resolve(payload, pointer)
         except PointerMissing as exc:
             raise InputInvalid(
                 f"input.{field}: the body has nothing at {pointer!r} "
                 f"(spec.webhook.inputFrom.{field}): {exc}"
             ) from None
-    return validate_input(run_input)  # InputInvalid: its size, a credential in the body
+    return fields
+
+
+def _batch_key(pointer: str | None, payload: Any) -> str:
+    """The burst an event joins: the body's value at ``debounce.key`` (None: one burst)."""
+    if pointer is None:
+        return ""
+    try:
+        value = pointers.resolve(payload, pointer)
+    except PointerMissing as exc:
+        raise InputInvalid(
+            f"the body has nothing at {pointer!r} (spec.webhook.debounce.key): {exc}"
+        ) from None
+    key = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    if len(key) <= 200:
+        return key
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()

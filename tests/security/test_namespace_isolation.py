@@ -61,6 +61,7 @@ TENANT_TABLES: dict[str, tuple[str, str]] = {
     "rara_triggers": ("name", "t.namespace"),
     "rara_trigger_events": ("trigger || '@' || event_key", "t.namespace"),
     "rara_trigger_objects": ("trigger || '@' || key", "t.namespace"),
+    "rara_trigger_batches": ("id::text", "t.namespace"),
     "rara_steps": ("id::text", _RUN.format("run_id")),
     "rara_attempts": ("step_id || '/' || attempt", _RUN.format("run_id")),
     "rara_step_cache": ("key", _RUN.format("source_run")),
@@ -172,6 +173,11 @@ def two_teams(conn: Conn, thread_worker: Callable[..., Any]) -> dict[str, int]:
     conn.execute(
         "INSERT INTO rara_trigger_events (namespace, trigger, event_key, outcome, reason)"
         " SELECT namespace, name, 'e-1', 'refused', 'test' FROM rara_triggers"
+    )
+    conn.execute(
+        "INSERT INTO rara_trigger_batches (namespace, trigger, batch_key, due_at)"
+        " SELECT namespace, name, '', now() + interval '1 hour' FROM rara_triggers"
+        " WHERE kind = 'webhook'"
     )
     conn.execute(
         "INSERT INTO rara_trigger_objects (namespace, trigger, key, digest, size, fingerprint)"
@@ -334,6 +340,21 @@ def test_a_team_login_acts_in_its_namespace_only(
             "SELECT * FROM rara_trigger_event_record(p_name => 'docs-landed',"
             " p_event_key => 'e-2', p_run_id => NULL, p_reason => 'x', p_namespace => 'team-b')",
             (),
+        ),
+        (
+            "SELECT * FROM rara_trigger_batch_add(p_name => 'docs-landed', p_event_key => 'b-1',"
+            " p_batch_key => '', p_input => '{}', p_window_seconds => 1,"
+            " p_max_delay_seconds => 1, p_namespace => 'team-b')",
+            (),
+        ),
+        (
+            "SELECT rara_trigger_batch_close(%s, %s, NULL)",
+            (
+                conn.execute(
+                    "SELECT id FROM rara_trigger_batches WHERE namespace = 'team-b'"
+                ).fetchone()[0],  # type: ignore[index]
+                theirs,
+            ),
         ),
         (
             "SELECT rara_trigger_watch_decide(p_name => 'docs-changed', p_objects => '[]',"

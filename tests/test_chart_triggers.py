@@ -6,12 +6,25 @@ objects."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
+from rara.triggers.manage import apply_trigger
+from rara.triggers.model import trigger_from_object
+from tests.support.definitions import noop_definition
+from tests.support.ui import RARA, free_port
+from tests.support.waiting import wait_until
 from tests.test_chart import KUBE_VERSION, by_kind, env_of, helm, refused, render
+from tests.triggers.conftest import SECRET, signed_headers, trigger_document
 
 __all__ = ["helm"]  # the fixture, used by name below
 
@@ -101,3 +114,65 @@ def test_a_secret_name_kubernetes_refuses_is_refused(helm: Path) -> None:
     assert "/triggers/secrets/0" in refused(
         helm, "--set", "triggers.enabled=true", "--set", "triggers.secrets={Docs_Hook}"
     )
+
+
+def test_the_rendered_command_serves_a_delivery_signed_with_a_mounted_secret(
+    helm: Path, database_url: str, conn: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    """The container as rendered, run here: its args and env (the secrets' directory moved
+    under tmp_path, a Secret's key as the file the kubelet writes) take a signed delivery for
+    a trigger whose secretRef names the listed Secret, and start its run."""
+    port = free_port()
+    docs = render(
+        helm,
+        "--set",
+        "triggers.enabled=true",
+        "--set",
+        "triggers.secrets={docs-hook}",
+        "--set",
+        f"triggers.port={port}",
+    )
+    deployment, _ = _triggers(docs)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    secrets_dir = env_of(container)["RARA_SECRETS_DIR"]["value"]
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"].startswith(secrets_dir)]
+    key_file = tmp_path / Path(mount["mountPath"]).relative_to(secrets_dir) / "secret"
+    key_file.parent.mkdir(parents=True)
+    key_file.write_text(SECRET)
+    noop_definition(conn)
+    document = trigger_document(webhook={"secretRef": {"name": "docs-hook", "key": "secret"}})
+    apply_trigger(conn, trigger_from_object(document))
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RARA_SECRET")}
+    env.update(DATABASE_URL=database_url, RARA_SECRETS_DIR=str(tmp_path))
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([RARA, *container["args"]], env=env, stdout=out, stderr=out)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _ready(base, proc, log), timeout=30, message="rara-triggers ready")
+        body = json.dumps({"doc": "a.md"}).encode()
+        request = urllib.request.Request(
+            base + "/hooks/default/docs-landed",
+            data=body,
+            headers={"content-type": "application/json", **signed_headers(body, "k8s-1")},
+            method="POST",
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            assert answer.status == 201, log.read_text(errors="replace")
+            started = json.loads(answer.read())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+    assert (started["created"], started["deliveries"]) == (True, 1)
+    row = conn.execute("SELECT idempotency_key FROM rara_runs WHERE id = %s", (started["run"],))
+    assert row.fetchone() == ("trigger:docs-landed:k8s-1",)
+
+
+def _ready(base: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
+    assert proc.poll() is None, f"rara triggers serve exited:\n{log.read_text(errors='replace')}"
+    try:
+        with urllib.request.urlopen(base + "/readyz", timeout=2) as answer:
+            return bool(answer.status == 200)
+    except (urllib.error.URLError, ConnectionError):
+        return False

@@ -180,7 +180,13 @@ def test_rbac_is_least_privilege(rendered: list[dict[str, Any]]) -> None:
     assert rules == {
         (
             ("rara.dev",),
-            ("workflowdefinitions", "workflowruns", "workflowschedules", "workerpools"),
+            (
+                "workflowdefinitions",
+                "workflowruns",
+                "workflowschedules",
+                "workflowtriggers",
+                "workerpools",
+            ),
         ): {
             "get",
             "list",
@@ -193,6 +199,7 @@ def test_rbac_is_least_privilege(rendered: list[dict[str, Any]]) -> None:
                 "workflowdefinitions/status",
                 "workflowruns/status",
                 "workflowschedules/status",
+                "workflowtriggers/status",
                 "workerpools/status",
             ),
         ): {"get", "patch"},

@@ -23,6 +23,7 @@ from rara.definitions import durations
 from rara.definitions.model import WorkflowSpec
 from rara.operator.models import WorkerPoolSpec, WorkflowRunSpec
 from rara.schedules.model import ScheduleSpec
+from rara.triggers.model import TriggerSpec
 
 CRDS = Path(__file__).resolve().parents[1] / "crds"
 KEYWORDS = ("type", "pattern", "enum", "minimum", "maximum", "minItems", "maxItems")
@@ -121,6 +122,7 @@ def _drop_none_defaults(node: Any) -> Any:
         ("workflowdefinitions", WorkflowSpec, False),
         ("workflowruns", WorkflowRunSpec, False),
         ("workflowschedules", ScheduleSpec, False),
+        ("workflowtriggers", TriggerSpec, False),
         # Pools: the CRD defaults so `kubectl get` shows them; they must equal the model's.
         ("workerpools", WorkerPoolSpec, True),
     ],
@@ -170,6 +172,11 @@ def test_uniqueness_the_model_checks_is_enforced_by_the_api_server_too() -> None
         ("workflowruns", "WorkflowRun", {"Phase", "Done/Total", "Age"}),
         ("workerpools", "WorkerPool", {"Deployment", "Desired", "Backlog", "Age"}),
         ("workflowschedules", "WorkflowSchedule", {"Schedule", "Next", "Last Run", "Age"}),
+        (
+            "workflowtriggers",
+            "WorkflowTrigger",
+            {"Definition", "Kind", "Paused", "Last Event", "Ready"},
+        ),
     ],
 )
 def test_crd_shape(crd_name: str, kind: str, columns: set[str]) -> None:

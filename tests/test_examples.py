@@ -35,6 +35,7 @@ PLURALS = {
     "WorkflowDefinition": "workflowdefinitions",
     "WorkflowRun": "workflowruns",
     "WorkflowSchedule": "workflowschedules",
+    "WorkflowTrigger": "workflowtriggers",
     "WorkerPool": "workerpools",
 }
 

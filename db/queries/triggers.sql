@@ -41,7 +41,8 @@ FROM rara_triggers t
 WHERE t.namespace = :namespace AND t.name = :name;
 
 -- name: trigger_list
--- The triggers of :namespace (of every namespace when null), each with its newest event.
+-- The triggers of :namespace (of every namespace when null), each with its newest event;
+-- only the one named :name when it is not null.
 SELECT t.namespace, t.name, t.kind, t.definition, t.version, t.suspended,
        e.last_at AS last_event_at, e.outcome AS last_outcome, e.run_id AS last_run_id,
        r.status AS last_run_status,
@@ -53,7 +54,8 @@ LEFT JOIN LATERAL (
     WHERE x.namespace = t.namespace AND x.trigger = t.name
     ORDER BY x.last_at DESC LIMIT 1) e ON true
 LEFT JOIN rara_runs r ON r.id = e.run_id
-WHERE CAST(:namespace AS text) IS NULL OR t.namespace = :namespace
+WHERE (CAST(:namespace AS text) IS NULL OR t.namespace = :namespace)
+  AND (CAST(:name AS text) IS NULL OR t.name = :name)
 ORDER BY t.namespace, t.name;
 
 -- name: trigger_event_list

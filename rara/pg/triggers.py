@@ -249,8 +249,8 @@ def get(conn: Conn, name: str, *, namespace: str) -> TriggerRow | None:
     return one(conn, "trigger_get", class_row(TriggerRow), name=name, namespace=namespace)
 
 
-def list_all(conn: Conn, *, namespace: str | None) -> list[TriggerSummary]:
-    return many(conn, "trigger_list", class_row(TriggerSummary), namespace=namespace)
+def list_all(conn: Conn, *, namespace: str | None, name: str | None = None) -> list[TriggerSummary]:
+    return many(conn, "trigger_list", class_row(TriggerSummary), namespace=namespace, name=name)
 
 
 def events(conn: Conn, name: str, *, namespace: str, limit: int = 20) -> list[EventRow]:

@@ -66,6 +66,14 @@ def list_triggers(conn: psycopg.Connection[Any], *, namespace: str | None) -> li
     return trigger_sql.list_all(conn, namespace=namespace)
 
 
+def trigger_summary(
+    conn: psycopg.Connection[Any], name: str, *, namespace: str
+) -> TriggerSummary | None:
+    """One trigger's line of ``rara triggers list`` (None: no such trigger)."""
+    found = trigger_sql.list_all(conn, namespace=namespace, name=name)
+    return found[0] if found else None
+
+
 def trigger_events(
     conn: psycopg.Connection[Any], name: str, *, namespace: str = DEFAULT_NAMESPACE, limit: int = 20
 ) -> list[EventRow]:

@@ -86,7 +86,13 @@ def create(api: client.ApiClient, namespace: str, doc: dict[str, Any], *, dry_ru
 
 
 @pytest.mark.parametrize(
-    "variant", [[], ["--set", "operator.clusterWide=true"]], ids=["namespaced", "cluster-wide"]
+    "variant",
+    [
+        [],
+        ["--set", "operator.clusterWide=true"],
+        ["--set", "triggers.enabled=true", "--set", "triggers.secrets={docs-hook}"],
+    ],
+    ids=["namespaced", "cluster-wide", "triggers"],
 )
 def test_rendered_chart_passes_server_side_dry_run(
     kube_api: KubeFixture, rara_crds: None, namespace: str, variant: list[str]
@@ -101,12 +107,14 @@ def test_rendered_chart_passes_server_side_dry_run(
     assert not refused, "\n".join(refused)
     assert {d["kind"] for d in docs} >= {
         "Deployment",
-        "Role" if not variant else "ClusterRole",
+        "ClusterRole" if "operator.clusterWide=true" in variant else "Role",
         "Job",
         "WorkerPool",
         "PodDisruptionBudget",
         "Service",
     }
+    if "triggers.enabled=true" in variant:  # the webhook endpoint went through the dry run too
+        assert ("Deployment", "rara-triggers") in {(d["kind"], d["metadata"]["name"]) for d in docs}
 
 
 def service_account_kubeconfig(kube: KubeFixture, namespace: str, sa: str, path: Path) -> Path:

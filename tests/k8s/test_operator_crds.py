@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from rara.definitions.parse import definition_from_object
 from rara.errors import DefinitionInvalid
 from rara.operator.models import WorkerPoolSpec, WorkflowRunSpec
+from rara.triggers.model import TriggerSpec
 from tests.test_examples import PLURALS, example_documents
 
 from .apiserver import KubeFixture
@@ -81,6 +82,7 @@ def model_accepts(plural: str, doc: dict[str, Any]) -> tuple[bool, str]:
             model: type[BaseModel] = {
                 "workflowruns": WorkflowRunSpec,
                 "workerpools": WorkerPoolSpec,
+                "workflowtriggers": TriggerSpec,
             }[plural]
             model.model_validate(doc["spec"])
     except (DefinitionInvalid, ValidationError) as exc:
@@ -168,6 +170,15 @@ def pool(**spec: Any) -> dict[str, Any]:
     }
 
 
+def trigger(**webhook: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "WorkflowTrigger",
+        "metadata": {"name": "corpus"},
+        "spec": {"definition": "rag", "webhook": {"secretRef": {"name": "hook"}, **webhook}},
+    }
+
+
 OTHERS = [
     ("run minimal", "workflowruns", run({"definition": "rag-refresh"}), True),
     (
@@ -192,6 +203,22 @@ OTHERS = [
     ("pool no capabilities", "workerpools", pool(capabilities=[]), False),
     ("pool bad capability", "workerpools", pool(capabilities=["gpu"]), False),
     ("pool target zero", "workerpools", pool(targetBacklogPerReplica=0), False),
+    ("trigger minimal", "workflowtriggers", trigger(), True),
+    (
+        "trigger full",
+        "workflowtriggers",
+        trigger(
+            secretRef={"name": "hook", "key": "hmac"},
+            toleranceSeconds=60,
+            maxBodyBytes=1024,
+            inputFrom={"doc": "/doc/id"},
+        ),
+        True,
+    ),
+    ("trigger tolerance zero", "workflowtriggers", trigger(toleranceSeconds=0), False),
+    ("trigger body too large", "workflowtriggers", trigger(maxBodyBytes=2 << 20), False),
+    ("trigger bad secret name", "workflowtriggers", trigger(secretRef={"name": "Hook"}), False),
+    ("trigger pointer not text", "workflowtriggers", trigger(inputFrom={"doc": 1}), False),
 ]
 
 
@@ -220,7 +247,7 @@ def test_model_only_checks(
 
 
 @pytest.mark.parametrize(("case", "plural", "doc", "valid"), OTHERS, ids=[c[0] for c in OTHERS])
-def test_run_and_pool_verdicts_agree(
+def test_run_pool_and_trigger_verdicts_agree(
     kube_api: KubeFixture,
     rara_crds: None,
     namespace: str,

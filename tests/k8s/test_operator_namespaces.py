@@ -1,7 +1,7 @@
 """Kubernetes namespaces are rara namespaces (issue 34; docs/operator.md, "Namespaces"): an
 operator serving every namespace (the chart's clusterWide mode) keeps one name in two
-namespaces apart, for definitions, runs and schedules, against the real API server and the
-test's own PostgreSQL. Every wait is on a condition with a deadline."""
+namespaces apart, for definitions, runs, schedules and triggers, against the real API server
+and the test's own PostgreSQL. Every wait is on a condition with a deadline."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from rara.operator.settings import OperatorSettings
 from rara.pg import definitions as definition_sql
 from rara.pg import runs as run_sql
 from rara.pg import schedules as schedule_sql
+from rara.pg import triggers as trigger_sql
 from rara.runs import cancel_run
 
 from .apiserver import KubeFixture
@@ -36,6 +37,7 @@ pytestmark = pytest.mark.k8s
 __all__ = ["db", "rara_crds"]  # fixtures, used by name
 
 DEFINITIONS, RUNS, SCHEDULES = "workflowdefinitions", "workflowruns", "workflowschedules"
+TRIGGERS = "workflowtriggers"
 CHANGED = [*STEPS, {"key": "eval", "capability": "demo.eval@1", "dependsOn": ["index"]}]
 
 
@@ -82,6 +84,32 @@ def started(objects: Objects, name: str) -> int:
             what=f"{objects.namespace}/{name} started",
         )
     )
+
+
+def _one_in_each(
+    db: psycopg.Connection[Any],
+    teams: tuple[Objects, Objects],
+    plural: str,
+    kind: str,
+    spec: dict[str, Any],
+    stored: Callable[..., Any],
+) -> None:
+    """The same resource ``nightly`` in both teams' namespaces is stored once in each;
+    deleting team A's leaves team B's."""
+    for team in teams:
+        team.create(plural, kind, "nightly", spec)
+    for team in teams:
+        row = eventually(
+            lambda t=team: stored(db, "nightly", namespace=t.namespace),
+            what=f"{team.namespace}/nightly ({kind}) stored",
+        )
+        assert row.namespace == team.namespace
+    for i, team in enumerate(teams):
+        team.delete(plural, "nightly")
+        eventually(lambda t=team: t.get(plural, "nightly") is None, what=f"{kind} deleted")
+        assert stored(db, "nightly", namespace=team.namespace) is None
+        for other in teams[i + 1 :]:
+            assert stored(db, "nightly", namespace=other.namespace) is not None
 
 
 def test_one_name_in_two_namespaces_is_two_of_everything(
@@ -147,23 +175,14 @@ def test_one_name_in_two_namespaces_is_two_of_everything(
     assert "runId" not in status
     assert len(run_sql.list_recent(db, None, 10, namespace=other_namespace)) == 1
 
-    # The same WorkflowSchedule in both: two schedules; deleting one leaves the other.
-    for team in (team_a, team_b):
-        team.create(
-            SCHEDULES, "WorkflowSchedule", "nightly", {"definition": "rag", "schedule": "0 2 * * *"}
-        )
-    for team in (team_a, team_b):
-        schedule = eventually(
-            lambda t=team: schedule_sql.get(db, "nightly", namespace=t.namespace),
-            what=f"{team.namespace}/nightly stored",
-        )
-        assert schedule.namespace == team.namespace
-    team_a.delete(SCHEDULES, "nightly")
-    eventually(lambda: team_a.get(SCHEDULES, "nightly") is None, what="team A's schedule gone")
-    assert schedule_sql.get(db, "nightly", namespace=namespace) is None
-    assert schedule_sql.get(db, "nightly", namespace=other_namespace) is not None
-    team_b.delete(SCHEDULES, "nightly")
-    eventually(lambda: team_b.get(SCHEDULES, "nightly") is None, what="team B's schedule gone")
+    # The same WorkflowSchedule, and the same WorkflowTrigger, in both: two of each; deleting
+    # one leaves the other.
+    hook = {"secretRef": {"name": "docs-hook"}}
+    for plural, kind, spec, stored in (
+        (SCHEDULES, "WorkflowSchedule", {"schedule": "0 2 * * *"}, schedule_sql.get),
+        (TRIGGERS, "WorkflowTrigger", {"webhook": hook}, trigger_sql.get),
+    ):
+        _one_in_each(db, (team_a, team_b), plural, kind, {"definition": "rag", **spec}, stored)
 
     # Deleting the definition in one namespace retires that one only.
     team_a.delete(DEFINITIONS, "rag")

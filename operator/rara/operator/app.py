@@ -25,6 +25,7 @@ from rara.operator import (
     runs,
     runsync,
     schedules,
+    triggers,
 )
 from rara.operator.models import GROUP, VERSION
 from rara.operator.peering import Peering
@@ -116,6 +117,12 @@ def build_registry(config: OperatorConfig) -> kopf.OperatorRegistry:
         register(*wfs, registry=registry)(schedules.reconcile_schedule)
     kopf.on.delete(*wfs, registry=registry)(schedules.delete_schedule)
     kopf.timer(*wfs, interval=config.run_sync_interval, registry=registry)(schedules.sync_status)
+
+    wft = (GROUP, VERSION, "workflowtriggers")
+    for register in (kopf.on.create, kopf.on.update, kopf.on.resume):
+        register(*wft, registry=registry)(triggers.reconcile_trigger)
+    kopf.on.delete(*wft, registry=registry)(triggers.delete_trigger)
+    kopf.timer(*wft, interval=config.run_sync_interval, registry=registry)(triggers.sync_status)
 
     kopf.timer(GROUP, VERSION, "workerpools", interval=config.scale_interval, registry=registry)(
         pools.scale_pool

@@ -25,11 +25,10 @@ from typing import Any
 import kopf
 import psycopg
 
-from rara.errors import NotFound, ScheduleInvalid
+from rara.errors import ScheduleInvalid
 from rara.namespaces import qualified
-from rara.operator import conditions
+from rara.operator import conditions, stored
 from rara.operator.models import document_of, namespace_of
-from rara.operator.refusals import report_refused
 from rara.operator.runtime import connection
 from rara.pg import schedules as schedule_sql
 from rara.schedules import firing, manage
@@ -51,6 +50,7 @@ def reconcile_schedule(
 ) -> None:
     generation = meta.get("generation")
     namespace = namespace_of(namespace)
+    where = qualified(namespace, name)
     document = document_of(body, name)
     patch.status["observedGeneration"] = generation
     try:
@@ -59,25 +59,25 @@ def reconcile_schedule(
             applied = manage.apply_schedule(conn, schedule, namespace=namespace)
             row = schedule_sql.get(conn, name, namespace=namespace)
     except ScheduleInvalid as exc:
-        report_refused(
+        stored.refuse_spec(
             body,
             status,
             patch,
             logger,
-            what=f"schedule {qualified(namespace, name)}",
-            reason="SpecInvalid",
-            message="; ".join(exc.problems),
+            what=f"schedule {where}",
+            problems=exc.problems,
             generation=generation,
-            states={"Ready": False},
         )
         return
-    verb = "created" if applied.created else "changed" if applied.changed else "unchanged"
-    logger.info(f"schedule {qualified(namespace, name)} {verb}")
-    if row is not None:
-        patch.status.update(mirrored_status(row))
-    patch.status["conditions"] = conditions.merge(
-        status.get("conditions"),
-        conditions.condition("Ready", True, "Applied", f"schedule {verb}", generation),
+    stored.report_applied(
+        status,
+        patch,
+        logger,
+        noun="schedule",
+        where=where,
+        applied=applied,
+        generation=generation,
+        mirrored=mirrored_status(row),
     )
 
 
@@ -85,13 +85,12 @@ def delete_schedule(
     name: str, namespace: str | None, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
     namespace = namespace_of(namespace)
-    with connection(memo) as conn:
-        try:
-            manage.delete_schedule(conn, name, namespace=namespace)
-        except NotFound:
-            logger.info(f"schedule {qualified(namespace, name)} was never stored (invalid spec)")
-            return
-    logger.info(f"schedule {qualified(namespace, name)} deleted")
+    stored.delete_stored(
+        memo,
+        logger,
+        what=f"schedule {qualified(namespace, name)}",
+        delete=lambda conn: manage.delete_schedule(conn, name, namespace=namespace),
+    )
 
 
 def sync_status(
@@ -106,14 +105,12 @@ def sync_status(
     namespace = namespace_of(namespace)
     with connection(memo) as conn:
         row = schedule_sql.get(conn, name, namespace=namespace)
+    stored.patch_changed(status, patch, mirrored_status(row))
+
+
+def mirrored_status(row: schedule_sql.ScheduleRow | None) -> dict[str, Any] | None:
     if row is None:
-        return  # invalid, or not applied yet: the handler's condition says which
-    for key, value in mirrored_status(row).items():
-        if status.get(key) != value:
-            patch.status[key] = value
-
-
-def mirrored_status(row: schedule_sql.ScheduleRow) -> dict[str, Any]:
+        return None
     return {
         "nextTick": None if row.suspended else conditions.rfc3339(row.next_tick),
         "lastTick": conditions.rfc3339(row.last_tick),

@@ -5916,7 +5916,7 @@ CREATE TABLE public.rara_triggers (
     watch_error_at timestamp with time zone,
     CONSTRAINT rara_triggers_config_check CHECK ((jsonb_typeof(config) = 'object'::text)),
     CONSTRAINT rara_triggers_input_check CHECK ((jsonb_typeof(input) = 'object'::text)),
-    CONSTRAINT rara_triggers_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'objects'::text, 'release'::text, 'run'::text]))),
+    CONSTRAINT rara_triggers_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'objects'::text, 'release'::text, 'run'::text, 'stale'::text]))),
     CONSTRAINT rara_triggers_name_check CHECK ((name ~ '^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$'::text)),
     CONSTRAINT rara_triggers_passes_check CHECK ((passes >= 0)),
     CONSTRAINT rara_triggers_version_check CHECK ((version >= 1)),

@@ -36,6 +36,19 @@ BACKLOG = Gauge(
 RUNS_WAITING = Gauge(
     "rara_runs_waiting", "Runs waiting for an approval, a signal or a timer", ["kind"]
 )
+# Freshness (rara.freshness, docs/freshness.md) of what each definition that declares one made:
+# kind `definition` (its newest succeeded run) and `release` (a release name's current
+# release). Set by the operator with the backlog. Alert on rara_stale == 1.
+STALE = Gauge(
+    "rara_stale",
+    "1 when what a definition made, or a release's current release, is older than its maxAge",
+    ["namespace", "kind", "name"],
+)
+FRESHNESS_AGE = Gauge(
+    "rara_freshness_age_seconds",
+    "Age of what a definition made last, or of a release's current release",
+    ["namespace", "kind", "name"],
+)
 # The operator's WorkflowRun status sync (rara.operator.runsync): one read per tick for all
 # the unfinished WorkflowRuns it mirrors, one status patch per WorkflowRun whose status changed.
 RUN_SYNC_READS = Counter(

@@ -78,6 +78,6 @@ def test_the_waiting_runs_are_a_gauge_by_what_they_wait_for(
         start_run(conn, name, queue_anyway=True)
     waiting = pg_runs.waiting_count(conn)
     assert waiting == {"approval": 2, "signal": 1, "timer": 0}  # busy has a step ready
-    export_metrics([], waiting)
+    export_metrics([], waiting, [])
     assert REGISTRY.get_sample_value("rara_runs_waiting", {"kind": "approval"}) == 2
     assert REGISTRY.get_sample_value("rara_runs_waiting", {"kind": "timer"}) == 0

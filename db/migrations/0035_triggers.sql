@@ -2,7 +2,8 @@
 --
 -- A trigger is applied, paused and deleted through db/functions/triggers.sql by the roles that
 -- manage workflows (rara_client, rara_operator), like a schedule. Its kind says what starts a
--- run (a signed webhook delivery, a change of objects, a promoted release, a run's end);
+-- run (a signed webhook delivery, a change of objects, a promoted release, a run's end, a
+-- definition gone stale);
 -- `config` holds the kind's part of the
 -- spec as applied. Each
 -- event a trigger accepted is a row of rara_trigger_events under the event's own key (a
@@ -12,7 +13,7 @@
 CREATE TABLE rara_triggers (
     namespace text NOT NULL,
     name text NOT NULL CHECK (name ~ '^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$'),
-    kind text NOT NULL CHECK (kind IN ('webhook', 'objects', 'release', 'run')),
+    kind text NOT NULL CHECK (kind IN ('webhook', 'objects', 'release', 'run', 'stale')),
     definition text NOT NULL,
     version integer CHECK (version >= 1),  -- NULL: the latest version at each event
     input jsonb NOT NULL DEFAULT '{}' CHECK (jsonb_typeof(input) = 'object'),

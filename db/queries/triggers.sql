@@ -109,3 +109,8 @@ SELECT * FROM rara_trigger_batch_claim(p_limit => :limit);
 -- name: trigger_batch_close!
 SELECT rara_trigger_batch_close(p_batch_id => :batch_id, p_run_id => CAST(:run_id AS bigint),
                                 p_reason => CAST(:reason AS text));
+
+-- name: trigger_event_seen$
+-- Whether the trigger has recorded this event (a stale trigger's episode, say).
+SELECT EXISTS (SELECT FROM rara_trigger_events
+               WHERE namespace = :namespace AND trigger = :name AND event_key = :event_key);

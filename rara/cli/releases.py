@@ -17,6 +17,7 @@ from rara.cli.common import (
     NamespaceOption,
     Output,
     OutputOption,
+    client_connection,
     console,
     err_console,
     fail,
@@ -25,6 +26,7 @@ from rara.cli.common import (
     reports_errors,
     stamp,
 )
+from rara.freshness import freshness
 from rara.namespaces import qualified
 from rara.releases import Release, fetch, parse_ref
 
@@ -152,10 +154,15 @@ def list_(
     namespace: NamespaceOption = None,
     all_namespaces: AllNamespacesOption = False,
 ) -> None:
-    """The namespace's releases, newest first per name; `*` marks the current one."""
-    rows = namespace_client(namespace).list_releases(name, all_namespaces=all_namespaces)
+    """The namespace's releases, newest first per name; `*` marks the current one, and its
+    freshness when its definition declares one (stale: older than it may be)."""
+    client = namespace_client(namespace)
+    rows = client.list_releases(name, all_namespaces=all_namespaces)
+    with client_connection(client) as conn:
+        judged = freshness(conn, namespace=None if all_namespaces else client.namespace)
+    fresh = {(f.namespace, f.name): f.describe() for f in judged if f.kind == "release"}
     print_listing(
-        ("release", "current", "run", "artifacts", "promoted by", "promoted", "note"),
+        ("release", "current", "run", "artifacts", "promoted by", "promoted", "freshness", "note"),
         (
             (
                 r.namespace,
@@ -166,6 +173,7 @@ def list_(
                     str(r.artifacts),
                     r.promoted_by,
                     stamp(r.promoted_at),
+                    fresh.get((r.namespace, r.name), "") if r.current else "",
                     r.note or "",
                 ),
             )

@@ -1,6 +1,6 @@
 """`rara status`: which processes are alive (workers, schedule firing, the operator's firing),
-live workers, backlog per capability, recent failures; a warning while isolation between
-namespaces is off."""
+live workers, backlog per capability, what is stale (rara.freshness), recent failures; a
+warning while isolation between namespaces is off."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import psycopg
 import typer
 from rich.table import Table
 
+from rara import freshness
 from rara.cli.common import console, reports_errors, stamp
 from rara.pg import access, steps, workers
 from rara.pg import schedules as schedule_sql
@@ -28,6 +29,7 @@ def status(
         failed = steps.list_failed(conn, failures)
         isolated = access.isolated(conn)
         firing = schedule_sql.firing_seen(conn, namespace=None)
+        stale = freshness.stale(conn, namespace=None)
     if not isolated:
         console.print(
             "isolation between namespaces: off — every role reads and acts in every namespace"
@@ -46,6 +48,17 @@ def status(
     for b in backlog:
         table.add_row(b.capability, str(b.ready), str(b.running))
     console.print(table)
+    if stale:
+        table = Table("namespace", "stale", "definition", "made by run", "freshness", title="stale")
+        for old in stale:
+            table.add_row(
+                old.namespace,
+                f"{old.kind} {old.name}",
+                old.definition,
+                str(old.run_id or "-"),
+                old.describe(),
+            )
+        console.print(table)
     table = Table(
         "run", "step", "capability", "attempts", "failed at", "error", title="recent failures"
     )

@@ -149,6 +149,8 @@ def _watching(kind: str, config: dict[str, Any]) -> str:
     if kind == "release":
         rollbacks = " and rollbacks" if config.get("onRollback") else ""
         return f"watching the promotions{rollbacks} of release {config.get('name')}"
+    if kind == "stale":
+        return f"watching whether {config.get('definition')} goes stale"
     states = "/".join(config.get("states", []))
     return f"watching the runs of {config.get('definition')} that end {states}"
 

@@ -1,4 +1,7 @@
-"""Durations as written in definitions: ``500ms``, ``30s``, ``5m``, ``1h30m``."""
+"""Durations as written in definitions: ``500ms``, ``30s``, ``5m``, ``1h30m``, ``7d``.
+
+A day is read (``7d``) but never written: the canonical spelling stays in hours, so a spec
+stored before days were read keeps its digest."""
 
 from __future__ import annotations
 
@@ -7,9 +10,9 @@ from typing import Annotated
 
 from pydantic import BeforeValidator
 
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_WHOLE = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
-_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_WHOLE = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h|d))+$")
+_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
 def parse_duration_ms(value: object) -> int:
@@ -18,7 +21,7 @@ def parse_duration_ms(value: object) -> int:
         raise ValueError(f"must be a duration string such as '30s', '5m' or '1h30m', got {value!r}")
     text = value.strip()
     if not _WHOLE.match(text):
-        raise ValueError(f"{value!r} is not a duration (use units ms, s, m, h: '30s', '5m')")
+        raise ValueError(f"{value!r} is not a duration (use units ms, s, m, h, d: '30s', '5m')")
     total = sum(float(n) * _MS[unit] for n, unit in _PART.findall(text))
     if total <= 0:
         raise ValueError(f"duration {value!r} must be greater than zero")

@@ -305,8 +305,27 @@ class StepSpec(_Model):
         return self
 
 
+class FreshnessSpec(_Model):
+    """How old what a definition makes may get (docs/freshness.md): its newest succeeded run,
+    and the current release of each name its runs were promoted as."""
+
+    max_age: DurationMs = Field(alias="maxAge")
+
+    @field_validator("max_age")
+    @classmethod
+    def _sensible(cls, ms: int) -> int:
+        if not 60_000 <= ms <= 366 * 86_400_000:
+            raise ValueError("freshness.maxAge must be at least 1m and at most 366d (8784h)")
+        return ms
+
+    @field_serializer("max_age")
+    def _dump_duration(self, ms: int) -> str:
+        return format_duration_ms(ms)
+
+
 class WorkflowSpec(_Model):
     steps: list[StepSpec] = Field(min_length=1, max_length=1000)
+    freshness: FreshnessSpec | None = None
 
     @model_validator(mode="after")
     def _graph_is_a_dag(self) -> WorkflowSpec:

@@ -86,6 +86,8 @@ def canonical_spec(spec: WorkflowSpec) -> dict[str, Any]:
     independent of key order and YAML formatting. What the database stores and hashes: the
     digest is its rule (``rara_spec_digest``, migration 0012), never the client's."""
     canonical = spec.model_dump(mode="json", by_alias=True)
+    if canonical.get("freshness") is None:  # only when set: older specs keep their digests
+        canonical.pop("freshness", None)
     for step in canonical["steps"]:
         for key in _CANONICAL_ONLY_WHEN_SET:
             if step.get(key) is None:

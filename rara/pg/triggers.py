@@ -245,6 +245,12 @@ def watch_next_due(conn: Conn) -> NextDue:
     return row
 
 
+def event_seen(conn: Conn, name: str, event_key: str, *, namespace: str) -> bool:
+    return bool(
+        value(conn, "trigger_event_seen", bool, name=name, event_key=event_key, namespace=namespace)
+    )
+
+
 def get(conn: Conn, name: str, *, namespace: str) -> TriggerRow | None:
     return one(conn, "trigger_get", class_row(TriggerRow), name=name, namespace=namespace)
 

@@ -152,6 +152,15 @@ class RunEndedSpec(_Model):
     input_field: str = Field(default="upstream", pattern=INPUT_FIELD_PATTERN, alias="inputField")
 
 
+class StaleSpec(_Model):
+    # The definition of the trigger's namespace whose going stale (rara.freshness: its newest
+    # succeeded run older than its freshness.maxAge) starts a run — a refresh, an alert.
+    definition: str = Field(pattern=NAME_PATTERN)
+    poll_seconds: int = Field(default=60, ge=1, le=86_400, alias="pollSeconds")
+    # The run input field given {definition, maxAge, ageSeconds, run}.
+    input_field: str = Field(default="stale", pattern=INPUT_FIELD_PATTERN, alias="inputField")
+
+
 class TriggerSpec(_Model):
     definition: str = Field(pattern=NAME_PATTERN)
     version: int | None = Field(default=None, ge=1)  # None: the latest at each event
@@ -161,6 +170,7 @@ class TriggerSpec(_Model):
     objects: ObjectsSpec | None = None
     release: ReleaseSpec | None = None
     run_ended: RunEndedSpec | None = Field(default=None, alias="runEnded")
+    stale: StaleSpec | None = None
 
     @field_validator("input")
     @classmethod
@@ -172,8 +182,8 @@ class TriggerSpec(_Model):
         blocks = self._blocks()
         if len(blocks) != 1:
             raise ValueError(
-                "a trigger names one kind of event: spec.webhook, spec.objects, spec.release "
-                "or spec.runEnded"
+                "a trigger names one kind of event: spec.webhook, spec.objects, spec.release, "
+                "spec.runEnded or spec.stale"
             )
         [(field, _)] = blocks.items()
         where = "inputFrom" if field == "webhook" else "inputField"
@@ -198,15 +208,18 @@ class TriggerSpec(_Model):
             "objects": self.objects,
             "release": self.release,
             "runEnded": self.run_ended,
+            "stale": self.stale,
         }
         return {field: block for field, block in named.items() if block is not None}
 
     @property
-    def kind(self) -> Literal["webhook", "objects", "release", "run"]:
+    def kind(self) -> Literal["webhook", "objects", "release", "run", "stale"]:
         if self.webhook is not None:
             return "webhook"
         if self.objects is not None:
             return "objects"
+        if self.stale is not None:
+            return "stale"
         return "release" if self.release is not None else "run"
 
     @property
@@ -222,7 +235,7 @@ class TriggerSpec(_Model):
             return frozenset({self.webhook.debounce.input_field})
         if self.webhook is not None:
             return frozenset(self.webhook.input_from)
-        block = self.objects or self.release or self.run_ended
+        block = self.objects or self.release or self.run_ended or self.stale
         return frozenset({block.input_field}) if block is not None else frozenset()
 
 
@@ -263,6 +276,7 @@ __all__ = [
     "ObjectsSpec",
     "ReleaseSpec",
     "RunEndedSpec",
+    "StaleSpec",
     "TriggerSpec",
     "WebhookSpec",
     "WorkflowTrigger",

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
+from rara.freshness import afreshness
 from rara.namespaces import qualified
 from rara.pg.queries import AsyncConn, amany, aone
 from rara.pg.releases import MoveRow, ReleaseArtifactRow, ReleaseRow, ReleaseSummary
@@ -81,8 +82,10 @@ async def releases_list(request: Request) -> Response:
         )
         now = await data.now(conn)
         namespaces = await data.namespace_list(conn)
+        judged = await afreshness(conn, namespace=namespace)
     rows, listing = named_page(rows, request, namespace, namespaces)
-    return page(request, "releases.html", releases=rows, now=now, **listing)
+    fresh = {(f.namespace, f.name): f for f in judged if f.kind == "release"}
+    return page(request, "releases.html", releases=rows, now=now, fresh=fresh, **listing)
 
 
 def _number_arg(request: Request) -> int | None:

@@ -203,6 +203,5 @@ def test_a_trigger_names_one_kind() -> None:
     doc = trigger_document(objects={"location": "docs"}, webhook={})
     with pytest.raises(TriggerInvalid) as both:
         trigger_from_object(doc)
-    assert "one kind of event: spec.webhook, spec.objects, spec.release or spec.runEnded" in str(
-        both.value
-    )
+    kinds = "spec.webhook, spec.objects, spec.release, spec.runEnded or spec.stale"
+    assert f"one kind of event: {kinds}" in str(both.value)

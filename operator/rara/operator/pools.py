@@ -16,7 +16,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from rara import metrics
+from rara import freshness, metrics
 from rara.operator.models import WorkerPoolSpec
 from rara.operator.runtime import connection, runtime_of
 from rara.operator.scaling import Decision, Policy, Window, decide
@@ -46,7 +46,8 @@ def scale_pool(
     with connection(memo) as conn:
         rows = steps.backlog(conn)
         waiting = runs.waiting_count(conn)
-    export_metrics(rows, waiting)
+        judged = freshness.freshness(conn, namespace=None)
+    export_metrics(rows, waiting, judged)
     served = set(pool.capabilities)
     # A capability's concurrency limit caps what it adds: the lease would not run more, so
     # more replicas would idle (rara_capability_limits, docs/limits.md).
@@ -90,14 +91,23 @@ def scale_pool(
     _record(patch, status, **_fields(decision, backlog))
 
 
-def export_metrics(rows: list[steps.Backlog], waiting: dict[str, int]) -> None:
-    """What the timer read, for dashboards and alerts: rara_backlog_steps per capability, and
-    rara_runs_waiting by what the runs wait for (an approval: a person is needed)."""
+def export_metrics(
+    rows: list[steps.Backlog], waiting: dict[str, int], judged: list[freshness.Freshness]
+) -> None:
+    """What the timer read, for dashboards and alerts: rara_backlog_steps per capability,
+    rara_runs_waiting by what the runs wait for (an approval: a person is needed), and
+    rara_stale / rara_freshness_age_seconds per declared freshness (cleared first: a retired
+    definition's series goes)."""
     for row in rows:
         metrics.BACKLOG.labels(row.capability, "ready").set(row.ready)
         metrics.BACKLOG.labels(row.capability, "running").set(row.running)
     for kind, count in waiting.items():
         metrics.RUNS_WAITING.labels(kind).set(count)
+    metrics.STALE.clear()
+    metrics.FRESHNESS_AGE.clear()
+    for f in judged:
+        metrics.STALE.labels(f.namespace, f.kind, f.name).set(1 if f.stale else 0)
+        metrics.FRESHNESS_AGE.labels(f.namespace, f.kind, f.name).set(f.age.total_seconds())
 
 
 def _policy(pool: WorkerPoolSpec) -> Policy:

@@ -53,14 +53,22 @@ class Freshness:
         return f"{state}: {age_text(self.age)} old{made}, at most {age_text(self.max_age)}"
 
 
-def freshness(conn: Conn, *, namespace: str | None) -> list[Freshness]:
-    """Every declared freshness of ``namespace`` (None: every namespace the caller reads)."""
-    return [_judged(f) for f in many(conn, "freshness_list", class_row(Facts), namespace=namespace)]
+def freshness(
+    conn: Conn, *, namespace: str | None, definition: str | None = None
+) -> list[Freshness]:
+    """Every declared freshness of ``namespace`` (None: every namespace the caller reads), or
+    only ``definition``'s and its releases'."""
+    rows = many(
+        conn, "freshness_list", class_row(Facts), namespace=namespace, definition=definition
+    )
+    return [_judged(f) for f in rows]
 
 
 async def afreshness(conn: AsyncConn, *, namespace: str | None) -> list[Freshness]:
     """``freshness`` on an async connection (the dashboard's)."""
-    rows = await amany(conn, "freshness_list", class_row(Facts), namespace=namespace)
+    rows = await amany(
+        conn, "freshness_list", class_row(Facts), namespace=namespace, definition=None
+    )
     return [_judged(f) for f in rows]
 
 

@@ -8,8 +8,8 @@
 -- signs: statements go to psycopg's %-style placeholders.
 
 -- name: freshness_list
--- Per definition of :namespace (every namespace when null; not retired) whose latest version
--- declares freshness: itself (kind `definition`, its newest succeeded run) and each release
+-- Per definition of :namespace (every namespace when null; not retired; only :definition
+-- when it is not null) whose latest version declares freshness: itself (kind `definition`, its newest succeeded run) and each release
 -- name whose current release is a run of it (kind `release`, when it was promoted).
 WITH declared AS (
     SELECT DISTINCT ON (v.namespace, v.name)
@@ -19,6 +19,7 @@ WITH declared AS (
     JOIN rara_definitions d ON d.namespace = v.namespace AND d.name = v.name
     WHERE d.retired_at IS NULL
       AND (CAST(:namespace AS text) IS NULL OR v.namespace = :namespace)
+      AND (CAST(:definition AS text) IS NULL OR v.name = :definition)
     ORDER BY v.namespace, v.name, v.version DESC
 )
 SELECT 'definition' AS kind, x.namespace, x.name, x.name AS definition, x.max_age,

@@ -16,12 +16,10 @@ from typing import Any
 
 import psycopg
 
-from rara.errors import InputInvalid, NotFound
 from rara.pg import triggers as trigger_sql
 from rara.pg.triggers import DueBatch
-from rara.runs import start_run, validate_input
 from rara.triggers.model import WebhookSpec
-from rara.triggers.starts import PassCounts, run_key
+from rara.triggers.starts import PassCounts, run_key, start_refusable
 
 log = logging.getLogger(__name__)
 
@@ -44,23 +42,20 @@ def start_due_batches(conn: psycopg.Connection[Any], counts: PassCounts) -> None
 def _start(conn: psycopg.Connection[Any], batch: DueBatch, counts: PassCounts) -> None:
     debounce = WebhookSpec.model_validate(batch.config).debounce
     field = debounce.input_field if debounce is not None else DEFAULT_FIELD
-    try:
-        with conn.transaction():
-            started = start_run(
-                conn,
-                batch.definition,
-                version=batch.version,
-                input=validate_input({**batch.input, field: batch.inputs}),
-                idempotency_key=run_key(batch.trigger, f"batch-{batch.id}"),
-                queue_anyway=True,  # the fleet may be scaled to zero: the backlog wakes it
-                namespace=batch.namespace,
-            )
-    except (InputInvalid, NotFound) as exc:
+    started = start_refusable(
+        conn,
+        namespace=batch.namespace,
+        definition=batch.definition,
+        version=batch.version,
+        key=run_key(batch.trigger, f"batch-{batch.id}"),
+        run_input=lambda: {**batch.input, field: batch.inputs},
+    )
+    if isinstance(started, str):
         log.warning(
-            "trigger %s/%s: burst %d refused: %s", batch.namespace, batch.trigger, batch.id, exc
+            "trigger %s/%s: burst %d refused: %s", batch.namespace, batch.trigger, batch.id, started
         )
         counts.refused += 1
-        trigger_sql.batch_close(conn, batch.id, run_id=None, reason=str(exc))
+        trigger_sql.batch_close(conn, batch.id, run_id=None, reason=started)
         return
     counts.started += 1
     trigger_sql.batch_close(conn, batch.id, run_id=started.run_id, reason=None)

@@ -13,7 +13,7 @@ import psycopg
 from rara.errors import InputInvalid, NotFound
 from rara.pg import triggers as trigger_sql
 from rara.pg.triggers import DueTrigger, SeenObject
-from rara.runs import start_run, validate_input
+from rara.runs import StartedRun, start_run, validate_input
 
 
 @dataclass
@@ -71,26 +71,49 @@ def start_event(
     A refused start — the input, the schemas, the definition gone — is recorded as a refused
     event with the reason: the same event would be refused again, and a trigger fixed
     meanwhile starts a run at the next one (a webhook's sender may send it again)."""
+    started = start_refusable(
+        conn,
+        namespace=namespace,
+        definition=definition,
+        version=version,
+        key=run_key(trigger, event_key),
+        run_input=run_input,
+    )
+    reason = started if isinstance(started, str) else None
+    run_id = None if isinstance(started, str) else started.run_id
+    recorded = trigger_sql.record_event(
+        conn, trigger, event_key, run_id=run_id, reason=reason, namespace=namespace
+    )
+    created = not isinstance(started, str) and started.created
+    return Begun(run_id, created, reason, recorded.seen)
+
+
+def start_refusable(
+    conn: psycopg.Connection[Any],
+    *,
+    namespace: str,
+    definition: str,
+    version: int | None,
+    key: str,
+    run_input: Callable[[], dict[str, Any]],
+) -> StartedRun | str:
+    """A trigger's run under ``key``, in a savepoint of the caller's transaction; or the
+    reason it was refused (the input, the schemas, the definition gone), nothing written, for
+    the caller to record. Whatever workers are alive: the fleet may be scaled to zero, and
+    the backlog wakes it."""
     try:
-        with conn.transaction():  # a savepoint: a refused start leaves the record to write
-            started = start_run(
+        with conn.transaction():
+            return start_run(
                 conn,
                 definition,
                 version=version,
                 input=validate_input(run_input()),
-                idempotency_key=run_key(trigger, event_key),
-                queue_anyway=True,  # the fleet may be scaled to zero: the backlog wakes it
+                idempotency_key=key,
+                queue_anyway=True,
                 namespace=namespace,
             )
     except (InputInvalid, NotFound) as exc:
-        recorded = trigger_sql.record_event(
-            conn, trigger, event_key, run_id=None, reason=str(exc), namespace=namespace
-        )
-        return Begun(None, False, str(exc), recorded.seen)
-    recorded = trigger_sql.record_event(
-        conn, trigger, event_key, run_id=started.run_id, reason=None, namespace=namespace
-    )
-    return Begun(started.run_id, started.created, None, recorded.seen)
+        return str(exc)
 
 
 def start_watched(

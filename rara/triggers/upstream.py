@@ -47,8 +47,8 @@ def _watch_stale(conn: psycopg.Connection[Any], trigger: DueTrigger, counts: Pas
     config = StaleSpec.model_validate(trigger.config)
     judged = [
         f
-        for f in freshness(conn, namespace=trigger.namespace)
-        if f.kind == "definition" and f.name == config.definition
+        for f in freshness(conn, namespace=trigger.namespace, definition=config.definition)
+        if f.kind == "definition"
     ]
     found = Found()
     if not judged or not judged[0].stale:

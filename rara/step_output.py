@@ -253,7 +253,13 @@ class _StepStream:
         self.underlying.flush()
 
     def __getattr__(self, name: str) -> Any:  # encoding, fileno, isatty, buffer…
-        return getattr(self.underlying, name)
+        # Read from __dict__: an instance made without __init__ (copy.copy asks a bare one
+        # for __setstate__) has no `underlying`, and `self.underlying` here would call this
+        # again, without end — a segfault in a thread's small stack, not a RecursionError.
+        underlying = self.__dict__.get("underlying")
+        if underlying is None:
+            raise AttributeError(name)
+        return getattr(underlying, name)
 
 
 class _StepLogHandler(logging.Handler):

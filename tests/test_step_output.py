@@ -4,7 +4,12 @@ seqs, nothing taken after the end."""
 
 from __future__ import annotations
 
-from rara.step_output import CHUNK_BYTES, HEAD_BYTES, TAIL_BYTES, StepOutput
+import copy
+import io
+
+import pytest
+
+from rara.step_output import CHUNK_BYTES, HEAD_BYTES, TAIL_BYTES, StepOutput, _StepStream
 
 TOKEN = "5f0c8a2e-9d1b-4c3a-8e7f-123456789abc"
 
@@ -63,3 +68,16 @@ def test_nothing_is_taken_after_the_end() -> None:
     output.write("from a thread left behind\n")
     assert not output.pending()
     assert output.take(final=True) == []
+
+
+def test_a_step_stream_copied_or_made_bare_never_recurses() -> None:
+    """copy.copy asks a bare instance (no __init__) for __setstate__: that must be an
+    AttributeError, not a lookup of `underlying` through __getattr__ without end (which, in a
+    thread's small stack, was a segfault)."""
+    stream = _StepStream(io.StringIO())
+    copied = copy.copy(stream)
+    copied.write("through the copy\n")
+    assert stream.underlying.getvalue() == "through the copy\n"
+    bare = _StepStream.__new__(_StepStream)
+    with pytest.raises(AttributeError):
+        bare.encoding  # noqa: B018
